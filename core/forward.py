@@ -1,0 +1,36 @@
+"""The one way strategies call a model: a forward pass over new tokens that extends a KV cache.
+
+Kept apart so every strategy counts and shapes its forward passes the same
+way. It knows transformers' model call, not what the logits are for.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from transformers import DynamicCache
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+
+def new_cache(model: PreTrainedModel) -> DynamicCache:
+    # Built from the config so sliding-window layers (Phi-3, Mistral) get their own layer type.
+    return DynamicCache(config=model.config)
+
+
+def forward(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,  # [B, T_new] tokens not yet in the cache
+    cache: DynamicCache,
+    keep: int = 1,
+) -> torch.Tensor:
+    """Run the model over ``input_ids`` and return the logits of the last ``keep`` positions.
+
+    Returns [B, keep, V] in float32, the dtype ``generate`` samples in.
+    ``logits_to_keep`` spares the LM head on prompt positions nobody reads
+    (49152 x T floats for SmolLM2 at prefill).
+    """
+    out = model(input_ids=input_ids, past_key_values=cache, use_cache=True, logits_to_keep=keep)
+    return out.logits[:, -keep:, :].float()

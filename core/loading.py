@@ -1,0 +1,185 @@
+"""Load a resolved model and its tokenizer onto a device, and prepare prompts.
+
+Device ``auto`` picks cuda, then mps, then cpu; dtype ``auto`` picks bf16 on
+CUDA where the card supports it, fp16 on MPS, fp32 on the CPU. Remote code
+runs only when the caller asks for it. The tokenizer is loaded before the
+model so a bad prompt is reported before the slow part.
+
+This module knows how to get a model into memory; it knows nothing about
+decoding strategies or how anything is shown.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .errors import ModelLoadError, UsageError
+from .registry import ResolvedModel
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+
+_DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+
+# Chat end markers that some checkpoints leave out of generation_config's
+# eos_token_id although the chat template closes every turn with them.
+_CHAT_END_MARKERS = ("<|im_end|>", "<|end|>", "<|eot_id|>", "<|endoftext|>", "<end_of_turn>", "</s>")
+
+
+def resolve_device(name: str = "auto") -> torch.device:
+    """Turn ``auto|cpu|mps|cuda[:N]`` into a device that exists here, or raise a UsageError."""
+    if not _DEVICE.match(name):
+        raise UsageError(f"Unknown device {name!r}. Use auto, cpu, cuda, cuda:N or mps.")
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise UsageError(f"--device {name} was asked for, but this machine has no CUDA device that torch "
+                             "can use. Use --device cpu (or auto).")
+        index = int(name.split(":")[1]) if ":" in name else 0
+        if index >= torch.cuda.device_count():
+            raise UsageError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s). "
+                             "Pick one of them, or use auto.")
+    if name == "mps" and not torch.backends.mps.is_available():
+        raise UsageError("--device mps was asked for, but MPS is not available here. Use --device cpu (or auto).")
+    return torch.device(name)
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        if device.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        if device.type == "mps":
+            return torch.float16
+        return torch.float32
+    if name not in DTYPES:
+        raise UsageError(f"Unknown dtype {name!r}. Use auto, {', '.join(DTYPES)}.")
+    return DTYPES[name]
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to decode with, and the facts about it the strategies need."""
+
+    name: str
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    device: torch.device
+    dtype: torch.dtype
+    eos_token_ids: frozenset[int]
+    context_length: int | None
+    chat: bool = field(default=False)  # whether a chat template is available
+
+    def encode_prompt(self, prompt: str, use_chat: bool = True) -> list[int]:
+        """Token ids for a prompt: the chat template applied when the model has one, unless use_chat is off."""
+        return encode_prompt(self.tokenizer, prompt, use_chat and self.chat)
+
+
+def encode_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str, use_chat: bool) -> list[int]:
+    if not prompt.strip():
+        raise UsageError("The prompt is empty. Pass --prompt TEXT or --prompt-file FILE with some text.")
+    if use_chat and getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+        )
+        # The template already wrote any BOS token it wants.
+        return list(tokenizer(str(text), add_special_tokens=False)["input_ids"])
+    return list(tokenizer(prompt)["input_ids"])
+
+
+def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
+    """Every token that ends a generation: generation config, tokenizer, and the chat template's turn end."""
+    ids: set[int] = set()
+    for source in (getattr(model, "generation_config", None), model.config):
+        value: Any = getattr(source, "eos_token_id", None) if source is not None else None
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, list | tuple):
+            ids.update(int(v) for v in value)
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    template = getattr(tokenizer, "chat_template", None) or ""
+    vocab = tokenizer.get_vocab()
+    for marker in _CHAT_END_MARKERS:
+        if marker in template and marker in vocab:
+            ids.add(int(vocab[marker]))
+    return frozenset(ids)
+
+
+def context_length(model: PreTrainedModel) -> int | None:
+    for attr in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(model.config, attr, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def load_tokenizer(resolved: ResolvedModel, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(
+            resolved.path, gguf_file=resolved.gguf_file, trust_remote_code=trust_remote_code
+        )
+    except Exception as exc:
+        raise _load_error(resolved, "tokenizer", exc, trust_remote_code) from exc
+
+
+def load_model(
+    resolved: ResolvedModel,
+    device: str = "auto",
+    dtype: str = "auto",
+    trust_remote_code: bool = False,
+    tokenizer: PreTrainedTokenizerBase | None = None,
+) -> LoadedModel:
+    """Load a resolved model (and its tokenizer unless given) in eval mode on the chosen device."""
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    if tokenizer is None:
+        tokenizer = load_tokenizer(resolved, trust_remote_code)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            resolved.path, gguf_file=resolved.gguf_file, dtype=dt, trust_remote_code=trust_remote_code
+        )
+    except Exception as exc:
+        raise _load_error(resolved, "model", exc, trust_remote_code) from exc
+    model.to(dev)  # type: ignore[arg-type]
+    model.eval()
+    return LoadedModel(
+        name=resolved.display_name,
+        model=model,
+        tokenizer=tokenizer,
+        device=dev,
+        dtype=dt,
+        eos_token_ids=eos_token_ids(model, tokenizer),
+        context_length=context_length(model),
+        chat=bool(getattr(tokenizer, "chat_template", None)),
+    )
+
+
+def _load_error(resolved: ResolvedModel, what: str, exc: Exception, trust: bool) -> ModelLoadError:
+    hint = ""
+    if "trust_remote_code" in str(exc) and not trust:
+        hint = " This checkpoint needs its own code: pass --trust-remote-code if you trust its source."
+    first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return ModelLoadError(f"Could not load the {what} of {resolved.display_name} from {resolved.path}: "
+                          f"{first_line}.{hint}")

@@ -1,0 +1,75 @@
+"""The parameters of a run, validated without importing torch.
+
+Front ends build these from user input first, so a bad value is reported in
+milliseconds, before any model or heavy library is loaded. Each check says
+what to do instead.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .errors import UsageError
+from .events import MODES, Mode
+
+IMPLEMENTED_MODES: tuple[Mode, ...] = ("greedy", "sample")
+_COMING = {
+    "beam": "beam search",
+    "speculative": "speculative decoding",
+    "pld": "prompt lookup decoding",
+}
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """The sampling knobs, with transformers' defaults. ``temperature == 0`` means greedy."""
+
+    temperature: float = 1.0
+    top_k: int = 50
+    top_p: float = 1.0
+    repetition_penalty: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.temperature) or self.temperature < 0:
+            raise UsageError(f"temperature must be 0 (greedy) or positive, not {self.temperature}. "
+                             "Use 0 for greedy decoding, below 1 to sharpen, above 1 to flatten.")
+        if self.top_k < 0:
+            raise UsageError(f"top_k must be 0 (off) or a positive count, not {self.top_k}. "
+                             "Use 0 to keep every token, or a count such as 50.")
+        if not (0.0 < self.top_p <= 1.0):
+            raise UsageError(f"top_p must be in (0, 1], not {self.top_p}. Use 1 to turn nucleus sampling off.")
+        if not math.isfinite(self.repetition_penalty) or self.repetition_penalty <= 0:
+            raise UsageError(f"repetition_penalty must be positive, not {self.repetition_penalty}. "
+                             "Use 1 for no penalty, above 1 to discourage repeats.")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """Everything about a run except the model and the prompt."""
+
+    mode: Mode = "greedy"
+    max_new_tokens: int = 128
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    seed: int | None = None
+    use_chat: bool = True
+    top_n: int = 10  # candidates per stage in TokenSampled
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise UsageError(f"Unknown mode {self.mode!r}. Use one of: {', '.join(MODES)}.")
+        if self.mode not in IMPLEMENTED_MODES:
+            raise UsageError(f"--mode {self.mode} ({_COMING[self.mode]}) is not available yet in this version "
+                             "of decode-tui. Use --mode greedy or --mode sample.")
+        if self.max_new_tokens < 1:
+            raise UsageError(f"max_new_tokens must be at least 1, not {self.max_new_tokens}.")
+        if self.top_n < 1:
+            raise UsageError(f"top_n must be at least 1, not {self.top_n}.")

@@ -1,0 +1,83 @@
+"""One decoding run: a loaded model, a prompt and a config, turned into a stream of events.
+
+This is the top layer every front end uses (``decode-tui generate``, the TUI,
+tests, benchmarks): it encodes and checks the prompt, picks the strategy for
+the mode, seeds the generator and yields ``Started``, the strategy's events
+and ``Finished``. The caller can stop at any time by no longer consuming;
+:meth:`Run.cancel` asks the strategy to stop at the next step boundary, and
+:meth:`Run.cancelled` builds the ``cancelled`` result after an interruption.
+
+It knows which strategy serves which mode; it knows nothing about display.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from .detokenize import Detokenizer, TokenLabels
+from .errors import UsageError
+from .events import Event, Finished, Started
+from .loading import LoadedModel
+from .params import DecodeConfig
+from .strategies.autoregressive import autoregressive
+from .transcript import Transcript
+
+class Run:
+    """A prompt checked against the model, ready to decode."""
+
+    def __init__(self, lm: LoadedModel, prompt: str, config: DecodeConfig) -> None:
+        self.lm = lm
+        self.config = config
+        self.prompt = prompt
+        self.prompt_ids = lm.encode_prompt(prompt, config.use_chat)
+        self.notes: list[str] = []  # things a front end should tell the user, not errors
+        max_new = config.max_new_tokens
+        ctx = lm.context_length
+        if ctx is not None:
+            if len(self.prompt_ids) >= ctx:
+                raise UsageError(f"The prompt is {len(self.prompt_ids)} tokens long, but {lm.name} reads at most "
+                                 f"{ctx} tokens. Shorten the prompt.")
+            if len(self.prompt_ids) + max_new > ctx:
+                max_new = ctx - len(self.prompt_ids)
+                self.notes.append(f"max_new_tokens lowered to {max_new} to fit {lm.name}'s context of {ctx} "
+                                  "tokens.")
+        self.seed = config.seed if config.seed is not None else random.SystemRandom().randrange(2**31)
+        self.transcript = Transcript(config.mode, self.prompt_ids, Detokenizer(lm.tokenizer),
+                                     lm.eos_token_ids, max_new)
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "mode": self.config.mode,
+            "max_new_tokens": self.transcript.max_new_tokens,
+            "seed": self.seed,
+            "chat": self.config.use_chat and self.lm.chat,
+            "device": str(self.lm.device),
+            "dtype": str(self.lm.dtype).removeprefix("torch."),
+            **self.config.sampling.to_dict(),
+        }
+
+    def events(self) -> Iterator[Event]:
+        yield Started(mode=self.config.mode, model=self.lm.name, prompt_token_ids=tuple(self.prompt_ids),
+                      prompt_text=self.prompt, params=self.params())
+        generator = torch.Generator(device=self.lm.device).manual_seed(self.seed)
+        yield from autoregressive(
+            self.lm.model,
+            self.transcript,
+            self.config.sampling,
+            greedy=self.config.mode == "greedy",
+            generator=generator,
+            label=TokenLabels(self.lm.tokenizer),
+            top_n=self.config.top_n,
+        )
+
+    def cancel(self) -> None:
+        """Ask the strategy to stop at its next step boundary (thread-safe)."""
+        self.transcript.request_cancel()
+
+    def cancelled(self) -> Finished:
+        """The ``cancelled`` result for a run whose consumer stopped early."""
+        return self.transcript.finished("cancelled")

@@ -1,0 +1,110 @@
+"""Sampling parameters and the stages that turn raw logits into the distribution a token is drawn from.
+
+The stages and their order are transformers' own: repetition penalty, then
+temperature, top-k and top-p, each applied only when it changes something
+(penalty != 1, temperature != 1, top_k != 0, top_p < 1), exactly as
+``GenerationMixin._get_logits_processor`` builds them. We call HF's own
+processors rather than re-deriving them, so what the UI shows is what
+``generate`` computes; this module adds only the per-stage snapshots the UI
+needs and the draw itself.
+
+Nothing here edits the logits it is given, and randomness comes only from an
+explicit ``torch.Generator``. It knows logits and token ids, not models or text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers.generation.logits_process import (
+    LogitsProcessor,
+    RepetitionPenaltyLogitsProcessor,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+from .events import Stage
+from .params import SamplingParams
+
+
+def stage_processors(params: SamplingParams, greedy: bool) -> list[tuple[Stage, LogitsProcessor]]:
+    """HF's processors for the active stages, in HF's order.
+
+    Greedy decoding in ``generate`` still applies the repetition penalty
+    (it is a processor, not a warper); temperature, top-k and top-p are
+    warpers that only sampling applies, and none of them moves the argmax.
+    """
+    stages: list[tuple[Stage, LogitsProcessor]] = []
+    if params.repetition_penalty != 1.0:
+        stages.append(("repetition_penalty", RepetitionPenaltyLogitsProcessor(params.repetition_penalty)))
+    if greedy:
+        return stages
+    if params.temperature != 1.0:
+        stages.append(("temperature", TemperatureLogitsWarper(params.temperature)))
+    if params.top_k != 0:
+        stages.append(("top_k", TopKLogitsWarper(top_k=params.top_k, min_tokens_to_keep=1)))
+    if params.top_p < 1.0:
+        stages.append(("top_p", TopPLogitsWarper(top_p=params.top_p, min_tokens_to_keep=1)))
+    return stages
+
+
+def staged_scores(
+    processors: list[tuple[Stage, LogitsProcessor]],
+    input_ids: torch.Tensor,  # [B, T] prompt + generated so far (the penalty looks at both)
+    logits: torch.Tensor,  # [B, V] next-token logits, float32
+) -> list[tuple[Stage, torch.Tensor]]:
+    """The scores after each stage, ``raw`` first. HF's processors return new tensors; the input is untouched."""
+    out: list[tuple[Stage, torch.Tensor]] = [("raw", logits)]
+    scores = logits
+    for stage, processor in processors:
+        scores = processor(input_ids, scores)
+        out.append((stage, scores))
+    return out
+
+
+@dataclass(frozen=True)
+class Draw:
+    """One step's pick, already on the host: the token, its final probability, the top-N per stage."""
+
+    token_id: int
+    prob: float
+    stages: tuple[Stage, ...]
+    top_ids: list[list[int]]  # [S][N]
+    top_probs: list[list[float]]  # [S][N]
+
+
+def draw(
+    staged: list[tuple[Stage, torch.Tensor]],
+    greedy: bool,
+    generator: torch.Generator | None,
+    top_n: int,
+) -> Draw:
+    """Pick the next token from the last stage and gather everything the UI needs in one host transfer.
+
+    Greedy takes the argmax; sampling draws with ``torch.multinomial`` from the
+    softmax, as ``generate`` does, so the same seed gives the same tokens.
+    """
+    final = staged[-1][1]  # [1, V]
+    probs = torch.stack([torch.softmax(s[0], dim=-1) for _, s in staged])  # [S, V]
+    if greedy:
+        token = torch.argmax(final, dim=-1)  # [1]
+    else:
+        token = torch.multinomial(probs[-1:], num_samples=1, generator=generator).view(1)  # [1]
+    n = min(top_n, probs.shape[-1])
+    top_probs, top_ids = torch.topk(probs, n, dim=-1)  # [S, N]
+    chosen_prob = probs[-1].gather(0, token)  # [1]
+    # One device-to-host copy per step: token, its probability and the candidates together.
+    packed = torch.cat([token.to(probs.dtype), chosen_prob, top_ids.flatten().to(probs.dtype),
+                        top_probs.flatten()]).tolist()
+    s = probs.shape[0]
+    ids_flat = packed[2 : 2 + s * n]
+    probs_flat = packed[2 + s * n :]
+    return Draw(
+        token_id=int(packed[0]),
+        prob=float(packed[1]),
+        stages=tuple(stage for stage, _ in staged),
+        top_ids=[[int(x) for x in ids_flat[i * n : (i + 1) * n]] for i in range(s)],
+        top_probs=[probs_flat[i * n : (i + 1) * n] for i in range(s)],
+    )

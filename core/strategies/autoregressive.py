@@ -1,0 +1,80 @@
+"""Greedy decoding and sampling: one token per forward pass.
+
+The loop is the plain autoregressive one: prefill the prompt once into a KV
+cache, then feed each new token alone. At every step the next-token logits go
+through transformers' own processors (see :mod:`decode_tui.core.sampling`),
+the token is the argmax (greedy) or a draw from the final distribution
+(sample), and the step is reported with the top candidates after each stage.
+Its output equals ``model.generate(do_sample=False)`` token for token, and
+``generate(do_sample=True)`` under the same seed.
+
+It knows the model call and the sampling stages; the transcript decides what
+the tokens' text is and when the run is over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..events import Candidate, Event, StageCandidates, TokenSampled
+from ..forward import forward, new_cache
+from ..params import SamplingParams
+from ..sampling import draw, stage_processors, staged_scores
+from ..transcript import Transcript
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+
+@torch.inference_mode()
+def autoregressive(
+    model: PreTrainedModel,
+    transcript: Transcript,
+    params: SamplingParams,
+    *,
+    greedy: bool,
+    generator: torch.Generator | None = None,
+    label: Callable[[int], str] = str,
+    top_n: int = 10,
+) -> Iterator[Event]:
+    """Yield ``TokenSampled`` and ``TokenEmitted`` per step, then ``Finished``."""
+    greedy = greedy or params.greedy
+    processors = stage_processors(params, greedy)
+    device = model.device
+    prompt_len = len(transcript.prompt_ids)
+    # Prompt and generated ids in one buffer: the repetition penalty looks at both.
+    ids = torch.empty((1, prompt_len + transcript.max_new_tokens), dtype=torch.long, device=device)  # [1, T+N]
+    ids[0, :prompt_len] = torch.tensor(transcript.prompt_ids, device=device)
+
+    cache = new_cache(model)
+    logits = forward(model, ids[:, :prompt_len], cache)[:, -1]  # [1, V] prefill
+    transcript.target_forwards += 1
+    length = prompt_len
+    for step in range(transcript.max_new_tokens):
+        staged = staged_scores(processors, ids[:, :length], logits)
+        picked = draw(staged, greedy, generator, top_n)
+        yield TokenSampled(
+            step=step,
+            token_id=picked.token_id,
+            text=label(picked.token_id),
+            prob=picked.prob,
+            greedy=greedy,
+            stages=tuple(
+                StageCandidates(stage, tuple(Candidate(t, label(t), p) for t, p in zip(tids, tprobs, strict=True)))
+                for stage, tids, tprobs in zip(picked.stages, picked.top_ids, picked.top_probs, strict=True)
+            ),
+        )
+        yield transcript.emit(picked.token_id)
+        if transcript.done:
+            break
+        if transcript.cancel_requested:
+            yield transcript.finished("cancelled")
+            return
+        ids[0, length] = picked.token_id
+        logits = forward(model, ids[:, length : length + 1], cache)[:, -1]  # [1, V]
+        transcript.target_forwards += 1
+        length += 1
+    yield transcript.finished()

@@ -1,0 +1,89 @@
+"""Bookkeeping every strategy shares: the tokens emitted so far, their text, the counters, when to stop.
+
+A strategy owns the model calls and decides *which* tokens to emit; the
+transcript turns each emitted token into a :class:`TokenEmitted` (with its
+text piece and span), decides whether that token ends the run (an EOS id, or
+``max_new_tokens`` reached) and builds the :class:`Finished` event. Because
+the caller holds the transcript, it can also build a ``cancelled`` result
+after it stops consuming a strategy (Ctrl-C), and ask a running strategy to
+stop at its next step boundary from another thread (the TUI's worker).
+
+It knows events and the detokeniser, not models.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from .detokenize import Detokenizer
+from .events import Finished, FinishReason, Mode, TokenEmitted, TokenSource
+
+
+class Transcript:
+    def __init__(self, mode: Mode, prompt_ids: list[int], detokenizer: Detokenizer,
+                 eos_token_ids: frozenset[int], max_new_tokens: int) -> None:
+        if max_new_tokens < 1:
+            raise ValueError("max_new_tokens must be at least 1")
+        self.mode = mode
+        self.prompt_ids = tuple(prompt_ids)
+        self.detokenizer = detokenizer
+        self.eos_token_ids = eos_token_ids
+        self.max_new_tokens = max_new_tokens
+        self.token_ids: list[int] = []
+        self.target_forwards = 0
+        self.finish_reason: FinishReason | None = None
+        self._cancel = threading.Event()
+        self._started = time.perf_counter()
+
+    @property
+    def text(self) -> str:
+        return self.detokenizer.text
+
+    @property
+    def done(self) -> bool:
+        return self.finish_reason is not None
+
+    @property
+    def remaining(self) -> int:
+        return self.max_new_tokens - len(self.token_ids)
+
+    def request_cancel(self) -> None:
+        """Ask the strategy to stop at its next step boundary (safe from any thread)."""
+        self._cancel.set()
+
+    @property
+    def cancel_requested(self) -> bool:
+        return self._cancel.is_set()
+
+    def emit(self, token_id: int, source: TokenSource = "target") -> TokenEmitted:
+        """Record one emitted token; sets ``finish_reason`` when it ends the run."""
+        if self.done:
+            raise RuntimeError("a finished transcript takes no more tokens")
+        self.token_ids.append(token_id)
+        if token_id in self.eos_token_ids:
+            self.finish_reason = "eos"
+        elif len(self.token_ids) >= self.max_new_tokens:
+            self.finish_reason = "length"
+        piece = self.detokenizer.add(token_id, final=self.done)
+        return TokenEmitted(index=len(self.token_ids) - 1, token_id=token_id, text=piece.text,
+                            start=piece.start, end=piece.end, source=source)
+
+    def finished(self, reason: FinishReason | None = None, **extras: Any) -> Finished:
+        """The closing event. ``reason`` defaults to what :meth:`emit` decided."""
+        final = reason or self.finish_reason or "cancelled"
+        self.finish_reason = final
+        elapsed = time.perf_counter() - self._started
+        return Finished(
+            mode=self.mode,
+            prompt_token_ids=self.prompt_ids,
+            token_ids=tuple(self.token_ids),
+            text=self.text,
+            finish_reason=final,
+            new_tokens=len(self.token_ids),
+            target_forwards=self.target_forwards,
+            elapsed_s=elapsed,
+            tokens_per_s=len(self.token_ids) / elapsed if elapsed > 0 else 0.0,
+            **extras,
+        )

@@ -1,0 +1,1 @@
+"""Theme data files for the TUI (``*.toml``), loaded by ``decode_tui.tui``."""
