@@ -223,13 +223,13 @@ def generate(
     max_new_tokens: Annotated[int, typer.Option(min=1, help="Stop after this many new tokens.",
                                                 rich_help_panel="Decoding")] = 128,
     temperature: Annotated[float | None, typer.Option(min=0.0, help="Sampling temperature; 0 is greedy. "
-                                                      "[default: 1.0]", rich_help_panel="Sampling")] = None,
+                                                      "\\[default: 1.0]", rich_help_panel="Sampling")] = None,
     top_k: Annotated[int | None, typer.Option(min=0, help="Keep the k most likely tokens; 0 is off. "
-                                              "[default: 50]", rich_help_panel="Sampling")] = None,
+                                              "\\[default: 50]", rich_help_panel="Sampling")] = None,
     top_p: Annotated[float | None, typer.Option(callback=_check_top_p, help="Nucleus sampling mass in "
-                                                "(0, 1]. [default: 1.0]", rich_help_panel="Sampling")] = None,
+                                                "(0, 1]. \\[default: 1.0]", rich_help_panel="Sampling")] = None,
     repetition_penalty: Annotated[float | None, typer.Option(callback=_check_penalty, help="> 1 discourages "
-                                                             "tokens already seen. [default: 1.0]",
+                                                             "tokens already seen. \\[default: 1.0]",
                                                              rich_help_panel="Sampling")] = None,
     seed: Annotated[int | None, typer.Option(min=0, help="Seed for sampling; the same seed gives the same "
                                              "tokens.", rich_help_panel="Sampling")] = None,

@@ -27,7 +27,7 @@ This module knows tokenizers, not models or strategies.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -59,7 +59,7 @@ class Detokenizer:
             raise ValueError("use_stream=True needs a fast tokenizer without byte fallback")
         if use_stream is None:
             use_stream = backend is not None and not byte_fallback
-        self._backend = backend
+        self._backend: Any = backend
         self._byte_ids = _byte_token_ids(tokenizer) if byte_fallback else frozenset()
         # Special tokens that decode() skips vanish before the ByteFallback
         # decoder runs, so they do not close a run of byte tokens.
@@ -78,10 +78,7 @@ class Detokenizer:
     def add(self, token_id: int, final: bool = False) -> Piece:
         """The piece for the next token. ``final=True`` also flushes any unfinished character."""
         self.ids.append(token_id)
-        if self._stream is not None:
-            piece = self._stream.step(self._backend, token_id) or ""
-        else:
-            piece = self._diff()
+        piece = (self._stream.step(self._backend, token_id) or "") if self._stream is not None else self._diff()
         if final:
             piece += self._remainder(len(self.text) + len(piece))
         start = len(self.text)

@@ -33,4 +33,5 @@ def forward(
     (49152 x T floats for SmolLM2 at prefill).
     """
     out = model(input_ids=input_ids, past_key_values=cache, use_cache=True, logits_to_keep=keep)
-    return out.logits[:, -keep:, :].float()
+    logits: torch.Tensor = out.logits[:, -keep:, :]
+    return logits.float()

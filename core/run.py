@@ -26,6 +26,7 @@ from .params import DecodeConfig
 from .strategies.autoregressive import autoregressive
 from .transcript import Transcript
 
+
 class Run:
     """A prompt checked against the model, ready to decode."""
 

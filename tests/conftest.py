@@ -58,7 +58,7 @@ def _sentencepiece_bpe() -> PreTrainedTokenizerFast:
     vocab = base.get_vocab()
     for byte in range(256):
         vocab.setdefault(f"<0x{byte:02X}>", len(vocab))
-    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in _merges(base)]
+    merges = [(a, b) for a, b in (m.split(" ") if isinstance(m, str) else m for m in _merges(base))]
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", byte_fallback=True, fuse_unk=True))
     tok.normalizer = base.normalizer
     tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
@@ -113,7 +113,7 @@ def tiny_model(arch: str = "llama", vocab_size: int = 420, seed: int = 0, eos_to
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory, byte_bpe: PreTrainedTokenizerFast) -> Path:
     """A tiny Llama and the byte-level tokenizer saved as a local checkpoint folder, for CLI tests."""
     folder = tmp_path_factory.mktemp("tiny-llama")
-    eos = byte_bpe.convert_tokens_to_ids("<|im_end|>")
+    eos = int(byte_bpe.convert_tokens_to_ids("<|im_end|>"))  # type: ignore[arg-type]
     model = tiny_model("llama", vocab_size=len(byte_bpe), eos_token_id=eos, max_positions=4096, seed=3)
     model.generation_config.eos_token_id = eos
     model.save_pretrained(folder)

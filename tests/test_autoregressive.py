@@ -70,7 +70,8 @@ SAMPLE_PARAMS = [
 
 
 @pytest.mark.parametrize("seed", range(12))
-@pytest.mark.parametrize("params", SAMPLE_PARAMS, ids=lambda p: f"t{p.temperature}-k{p.top_k}-p{p.top_p}-r{p.repetition_penalty}")
+@pytest.mark.parametrize(
+    "params", SAMPLE_PARAMS, ids=lambda p: f"t{p.temperature}-k{p.top_k}-p{p.top_p}-r{p.repetition_penalty}")
 def test_sampling_with_a_seed_equals_generate_with_that_seed(byte_bpe: Any, seed: int,
                                                              params: SamplingParams) -> None:
     arch, prompt, max_new = case(seed)
@@ -156,11 +157,11 @@ def test_run_with_a_seed_is_reproducible_and_reports_it(byte_bpe: Any) -> None:
     lm = loaded(tiny_model("llama", vocab_size=len(byte_bpe), seed=4), byte_bpe, 2)
     config = DecodeConfig(mode="sample", max_new_tokens=25, seed=1234)
     runs = [list(Run(lm, "Hello world", config).events()) for _ in range(2)]
-    assert runs[0][-1].token_ids == runs[1][-1].token_ids  # type: ignore[attr-defined]
+    assert runs[0][-1].token_ids == runs[1][-1].token_ids
     started = runs[0][0]
     assert isinstance(started, Started) and started.params["seed"] == 1234
     other = list(Run(lm, "Hello world", DecodeConfig(mode="sample", max_new_tokens=25, seed=99)).events())
-    assert other[-1].token_ids != runs[0][-1].token_ids  # type: ignore[attr-defined]
+    assert other[-1].token_ids != runs[0][-1].token_ids
 
 
 def test_run_applies_the_chat_template_unless_told_not_to(byte_bpe: Any) -> None:
@@ -182,4 +183,4 @@ def test_run_rejects_a_prompt_longer_than_the_context_and_caps_new_tokens(byte_b
 @pytest.mark.parametrize("mode", ["beam", "speculative", "pld"])
 def test_modes_that_are_not_built_yet_say_so(mode: str) -> None:
     with pytest.raises(UsageError, match="not available yet"):
-        DecodeConfig(mode=mode)  # type: ignore[arg-type]
+        DecodeConfig(mode=mode)

@@ -16,7 +16,7 @@ HARD_TEXT = st.text(
         st.sampled_from(["👋", "🏽", "🇫", "🇷", "\u200d", "👨", "👩", "🎉", "❤", "\ufe0f", "😀"]),  # emoji parts
         st.sampled_from(list("東京日本語中文测试한국어")),  # CJK and Hangul
         st.sampled_from(["\u0301", "\u0303", "\u0308", "e", "n", "a"]),  # combining marks
-        st.characters(min_codepoint=0x20, max_codepoint=0x2FFFF, exclude_categories=("Cs",),
+        st.characters(min_codepoint=0x20, max_codepoint=0x2FFFF, exclude_categories=["Cs"],
                       exclude_characters=REPLACEMENT),
     ),
     max_size=40,
@@ -94,7 +94,7 @@ def test_byte_fallback_holds_a_byte_run_until_the_next_token_closes_it(sp_bpe: A
 
 def test_unfinished_character_at_the_end_is_flushed_as_the_reference_decode(byte_bpe: Any) -> None:
     ids = byte_bpe.encode("a東", add_special_tokens=False)[:-1]  # cut inside 東's bytes
-    detok, pieces = pieces_for(byte_bpe, ids, None)
+    detok, _ = pieces_for(byte_bpe, ids, None)
     assert detok.text == byte_bpe.decode(ids) and detok.text.endswith(REPLACEMENT)
 
 

@@ -129,5 +129,5 @@ def test_same_generator_seed_gives_the_same_draws() -> None:
 )
 def test_bad_parameters_say_what_to_do(kwargs: dict[str, float], fragment: str) -> None:
     with pytest.raises(UsageError) as err:
-        SamplingParams(**kwargs)  # type: ignore[arg-type]
+        SamplingParams(**kwargs)
     assert fragment in err.value.message and "Use" in err.value.message

@@ -1,0 +1,59 @@
+"""Architecture rules checked in fresh interpreters: the core is headless, the CLI starts without torch."""
+
+from __future__ import annotations
+
+import json
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import decode_tui.core
+
+UI_PACKAGES = ("textual", "rich", "typer")
+HEAVY_PACKAGES = ("torch", "transformers")
+
+
+def modules_loaded_by(code: str, cwd: Path | None = None) -> set[str]:
+    script = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=cwd,
+                          timeout=120)
+    return set(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def top_level(modules: set[str]) -> set[str]:
+    return {m.split(".")[0] for m in modules}
+
+
+def test_every_core_module_imports_without_any_ui_package() -> None:
+    names = [m.name for m in pkgutil.walk_packages(decode_tui.core.__path__, "decode_tui.core.")]
+    assert "decode_tui.core.strategies.autoregressive" in names and len(names) > 10
+    loaded = modules_loaded_by("\n".join(f"import {n}" for n in names))
+    assert set(names) <= loaded
+    assert not top_level(loaded) & set(UI_PACKAGES)
+
+
+def run_cli_in_process(*args: str) -> str:
+    return (
+        "import sys\n"
+        f"sys.argv = ['decode-tui', *{list(args)!r}]\n"
+        "from decode_tui.cli.main import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+    )
+
+
+def test_help_imports_neither_torch_nor_transformers() -> None:
+    for args in (["--help"], ["generate", "--help"], ["models", "--help"], ["generate", "--top-p", "7"]):
+        loaded = top_level(modules_loaded_by(run_cli_in_process(*args)))
+        assert not loaded & set(HEAVY_PACKAGES), args
+
+
+def test_the_package_installs_under_one_name(tmp_path: Path) -> None:
+    """No generic top-level `core` or `tui` package leaks into site-packages."""
+    code = ("import importlib.util, json\n"
+            "print(json.dumps({n: importlib.util.find_spec(n) is not None for n in "
+            "['core', 'tui', 'themes', 'cli', 'decode_tui.core', 'decode_tui.tui', 'decode_tui.themes']}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path)
+    found = json.loads(done.stdout)
+    assert found == {"core": False, "tui": False, "themes": False, "cli": False, "decode_tui.core": True,
+                     "decode_tui.tui": True, "decode_tui.themes": True}

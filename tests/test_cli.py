@@ -1,0 +1,190 @@
+"""The real ``decode-tui`` console script: the JSON contract, and a clear message and exit code for each bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from decode_tui.core.errors import EXIT_INTERRUPTED, EXIT_MODEL_UNAVAILABLE, EXIT_USAGE
+
+SCRIPT = str(Path(sys.executable).parent / "decode-tui")
+
+
+@pytest.fixture()
+def isolated_env(tmp_path: Path) -> dict[str, str]:
+    """Empty model caches, so nothing a developer has downloaded changes the outcome."""
+    env = {k: v for k, v in os.environ.items() if k not in {"DECODE_TUI_DEBUG", "HF_HUB_CACHE", "HF_HOME"}}
+    env.update(DECODE_TUI_CACHE=str(tmp_path / "dt-cache"), HF_HOME=str(tmp_path / "hf-home"),
+               HF_HUB_OFFLINE="1", COLUMNS="200")
+    return env
+
+
+def cli(*args: str, env: dict[str, str] | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([SCRIPT, *args], capture_output=True, text=True, env=env, input=stdin, timeout=120)
+
+
+def assert_clean_failure(done: subprocess.CompletedProcess[str], code: int, *fragments: str) -> None:
+    assert done.returncode == code, done.stderr
+    assert "Traceback" not in done.stderr and "Traceback" not in done.stdout
+    message = " ".join(done.stderr.split())  # rich wraps long lines
+    for fragment in fragments:
+        assert fragment in message, message
+
+
+def test_version() -> None:
+    done = cli("--version")
+    assert done.returncode == 0 and done.stdout.startswith("decode-tui ")
+
+
+def test_jsonl_contract(tiny_model_dir: Path, isolated_env: dict[str, str]) -> None:
+    done = cli("generate", "--model", str(tiny_model_dir), "--prompt", "Hello world", "--format", "jsonl",
+               "--max-new-tokens", "12", "--mode", "sample", "--seed", "3", env=isolated_env)
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    assert all("event" in e for e in events)
+    assert events[0]["event"] == "started"
+    emitted = [e for e in events if e["event"] == "token_emitted"]
+    final = events[-1]
+    assert final["event"] == "finished"
+    for key in ("mode", "prompt_token_ids", "token_ids", "text", "finish_reason", "new_tokens", "target_forwards",
+                "elapsed_s", "tokens_per_s"):
+        assert key in final
+    assert final["mode"] == "sample" and final["finish_reason"] in {"eos", "length"}
+    assert [e["token_id"] for e in emitted] == final["token_ids"] and final["new_tokens"] == len(emitted)
+    assert "".join(e["text"] for e in emitted) == final["text"]
+    again = cli("generate", "--model", str(tiny_model_dir), "--prompt", "Hello world", "--format", "jsonl",
+                "--max-new-tokens", "12", "--mode", "sample", "--seed", "3", env=isolated_env)
+    assert json.loads(again.stdout.splitlines()[-1])["token_ids"] == final["token_ids"]
+
+
+def test_text_format_streams_text_and_puts_stats_on_stderr(tiny_model_dir: Path,
+                                                           isolated_env: dict[str, str]) -> None:
+    jsonl = cli("generate", "--model", str(tiny_model_dir), "-p", "Hi", "--format", "jsonl", "--max-new-tokens",
+                "8", env=isolated_env)
+    text = cli("generate", "--model", str(tiny_model_dir), "-p", "Hi", "--max-new-tokens", "8", env=isolated_env)
+    assert text.returncode == 0, text.stderr
+    assert text.stdout == json.loads(jsonl.stdout.splitlines()[-1])["text"] + "\n"
+    assert "tok/s" in text.stderr and "target forwards" in text.stderr
+
+
+def test_prompt_file_and_stdin(tiny_model_dir: Path, isolated_env: dict[str, str], tmp_path: Path) -> None:
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("Hello 東京 👋", encoding="utf-8")
+    by_file = cli("generate", "--model", str(tiny_model_dir), "--prompt-file", str(prompt), "--format", "jsonl",
+                  "--max-new-tokens", "3", env=isolated_env)
+    by_stdin = cli("generate", "--model", str(tiny_model_dir), "--prompt-file", "-", "--format", "jsonl",
+                   "--max-new-tokens", "3", env=isolated_env, stdin="Hello 東京 👋")
+    first = json.loads(by_file.stdout.splitlines()[0])
+    assert first["prompt_text"] == "Hello 東京 👋"
+    assert by_file.stdout.splitlines()[-1].split('"elapsed_s"')[0] == \
+        by_stdin.stdout.splitlines()[-1].split('"elapsed_s"')[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["--prompt", ""], ["prompt", "empty"]),
+        (["--prompt", "   \n"], ["prompt", "empty"]),
+        (["--top-p", "0"], ["top-p", "(0, 1]"]),
+        (["--top-p", "1.5"], ["top-p", "(0, 1]"]),
+        (["--temperature", "-0.5"], ["temperature"]),
+        (["--max-new-tokens", "0"], ["max-new-tokens"]),
+        (["--mode", "telepathy"], ["mode", "telepathy"]),
+        (["--device", "tpu"], ["unknown device", "tpu"]),
+        (["--repetition-penalty", "0"], ["repetition-penalty", "not positive"]),
+        (["--mode", "beam"], ["beam", "not available yet"]),
+        (["--prompt", "a", "--prompt-file", "x.txt"], ["either --prompt or --prompt-file"]),
+        (["--format", "xml"], ["format"]),
+    ],
+)
+def test_bad_options_are_usage_errors(tiny_model_dir: Path, isolated_env: dict[str, str], args: list[str],
+                                      fragments: list[str]) -> None:
+    done = cli("generate", "--model", str(tiny_model_dir), *args, env=isolated_env)
+    assert_clean_failure(done, EXIT_USAGE, *fragments)
+
+
+def test_missing_prompt_file(tiny_model_dir: Path, isolated_env: dict[str, str], tmp_path: Path) -> None:
+    done = cli("generate", "--model", str(tiny_model_dir), "--prompt-file", str(tmp_path / "nope.txt"),
+               env=isolated_env)
+    assert_clean_failure(done, EXIT_USAGE, "nope.txt", "does not exist")
+
+
+def test_non_utf8_prompt_file(tiny_model_dir: Path, isolated_env: dict[str, str], tmp_path: Path) -> None:
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes("café crème".encode("latin-1"))
+    done = cli("generate", "--model", str(tiny_model_dir), "--prompt-file", str(bad), env=isolated_env)
+    assert_clean_failure(done, EXIT_USAGE, "latin1.txt", "not UTF-8")
+
+
+def test_prompt_longer_than_the_context(tiny_model_dir: Path, isolated_env: dict[str, str], tmp_path: Path) -> None:
+    long = tmp_path / "long.txt"
+    long.write_text("lorem ipsum dolor " * 3000, encoding="utf-8")
+    done = cli("generate", "--model", str(tiny_model_dir), "--prompt-file", str(long), env=isolated_env)
+    assert_clean_failure(done, EXIT_USAGE, "reads at most 4096 tokens", "Shorten the prompt")
+
+
+def test_unknown_model(isolated_env: dict[str, str]) -> None:
+    done = cli("generate", "--model", "no-such-model", "-p", "hi", env=isolated_env)
+    assert_clean_failure(done, EXIT_USAGE, "Unknown model", "no-such-model", "decode-tui models")
+
+
+@pytest.mark.parametrize(("spec", "repo"), [("phi3", "microsoft/Phi-3-mini-4k-instruct"),
+                                            ("someone/not-here", "someone/not-here")])
+def test_a_model_not_on_disk_is_reported_with_where_we_looked(isolated_env: dict[str, str], spec: str,
+                                                               repo: str) -> None:
+    done = cli("generate", "--model", spec, "-p", "hi", env=isolated_env)
+    assert_clean_failure(done, EXIT_MODEL_UNAVAILABLE, spec, repo, "not on this machine", "Looked in",
+                         isolated_env["HF_HOME"])
+
+
+def test_cuda_where_there_is_none(tiny_model_dir: Path, isolated_env: dict[str, str]) -> None:
+    done = cli("generate", "--model", str(tiny_model_dir), "-p", "hi", "--device", "cuda", "--max-new-tokens", "2",
+               env=isolated_env)
+    if torch.cuda.is_available():  # on a GPU machine the same call must simply work
+        assert done.returncode == 0, done.stderr
+    else:
+        assert_clean_failure(done, EXIT_USAGE, "no CUDA device", "--device cpu")
+
+
+def test_ctrl_c_prints_what_was_generated_and_exits_130(tiny_model_dir: Path, isolated_env: dict[str, str]) -> None:
+    proc = subprocess.Popen([SCRIPT, "generate", "--model", str(tiny_model_dir), "-p", "Tell me everything",
+                             "--format", "jsonl", "--max-new-tokens", "4000", "--no-chat"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=isolated_env)
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        lines.append(json.loads(line))
+        if lines[-1]["event"] == "token_emitted" and lines[-1]["index"] == 5:
+            proc.send_signal(signal.SIGINT)
+            break
+    rest, err = proc.communicate(timeout=60)
+    lines += [json.loads(x) for x in rest.splitlines()]
+    assert proc.returncode == EXIT_INTERRUPTED, err
+    assert "Traceback" not in err and "interrupted after" in err
+    final: dict[str, Any] = lines[-1]
+    assert final["event"] == "finished" and final["finish_reason"] == "cancelled"
+    emitted = [x for x in lines if x["event"] == "token_emitted"]
+    assert final["token_ids"] == [x["token_id"] for x in emitted] and 6 <= final["new_tokens"] < 4000
+
+
+def test_models_lists_every_alias_with_availability(isolated_env: dict[str, str]) -> None:
+    done = cli("models", env=isolated_env)
+    assert done.returncode == 0, done.stderr
+    for alias in ("smollm2", "smollm2-360m", "smollm2-1.7b", "phi3", "phi3.5", "qwen2.5-0.5b", "qwen2.5-1.5b",
+                  "gpt2", "tinyllama"):
+        assert alias in done.stdout
+    assert "microsoft/Phi-3-mini-4k-instruct" in done.stdout
+    assert "yes" not in done.stdout  # empty caches: nothing is here
+
+
+def test_pulling_a_hub_model_without_the_hub(isolated_env: dict[str, str]) -> None:
+    done = cli("models", "pull", "phi3", env=isolated_env)
+    assert_clean_failure(done, EXIT_MODEL_UNAVAILABLE, "phi3", "hub does not answer")
