@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn, TextIO
 import typer
 
 from ..core.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, DecodeTuiError, UsageError
-from ..core.params import DecodeConfig, SamplingParams
+from ..core.params import BeamParams, DecodeConfig, SamplingParams
 from ..core.registry import ALIASES, DEFAULT_ALIAS, EMBEDDED_ALIASES, describe, resolve
 
 if TYPE_CHECKING:
@@ -62,6 +62,12 @@ class FormatChoice(str, Enum):
     jsonl = "jsonl"
 
 
+class EarlyStoppingChoice(str, Enum):
+    true = "true"
+    false = "false"
+    never = "never"
+
+
 class DtypeChoice(str, Enum):
     auto = "auto"
     float32 = "float32"
@@ -72,7 +78,7 @@ class DtypeChoice(str, Enum):
 def _stderr() -> Console:
     from rich.console import Console
 
-    return Console(stderr=True, highlight=False)
+    return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def _fail(err: DecodeTuiError) -> NoReturn:
@@ -227,6 +233,19 @@ def generate(
                                                              rich_help_panel="Sampling")] = None,
     seed: Annotated[int | None, typer.Option(min=0, help="Seed for sampling; the same seed gives the same "
                                              "tokens.", rich_help_panel="Sampling")] = None,
+    num_beams: Annotated[int | None, typer.Option(min=1, help="Beams kept at each step. \\[default: 4]",
+                                                  rich_help_panel="Beam search")] = None,
+    length_penalty: Annotated[float | None, typer.Option(help="Score = sum log-prob / length ** this; > 0 favours "
+                                                         "longer outputs. \\[default: 1.0]",
+                                                         rich_help_panel="Beam search")] = None,
+    early_stopping: Annotated[EarlyStoppingChoice | None, typer.Option(help="true: stop once num-beams "
+                                                                       "hypotheses are finished; false: when no "
+                                                                       "open beam can win (heuristic); never: the "
+                                                                       "exact test. \\[default: false]",
+                                                                       rich_help_panel="Beam search")] = None,
+    num_return_sequences: Annotated[int | None, typer.Option(min=1, help="Hypotheses to return, best first "
+                                                             "(<= num-beams). \\[default: 1]",
+                                                             rich_help_panel="Beam search")] = None,
     output_format: Annotated[FormatChoice, typer.Option("--format", help="text: the text on stdout, stats "
                                                         "on stderr. jsonl: one JSON event per line.",
                                                         rich_help_panel="Output")] = FormatChoice.text,
@@ -240,8 +259,22 @@ def generate(
             top_p=defaults.top_p if top_p is None else top_p,
             repetition_penalty=defaults.repetition_penalty if repetition_penalty is None else repetition_penalty,
         )
-        config = DecodeConfig(mode=mode.value, max_new_tokens=max_new_tokens, sampling=sampling, seed=seed,
-                              use_chat=not no_chat)
+        beam_options = (num_beams, length_penalty, early_stopping, num_return_sequences)
+        if mode is not ModeChoice.beam and beam_options != (None, None, None, None):
+            raise UsageError(f"--num-beams, --length-penalty, --early-stopping and --num-return-sequences apply to "
+                             f"beam search only, not to --mode {mode.value}. Use --mode beam, or leave them out.")
+        beam_defaults = BeamParams()
+        beam = BeamParams(
+            num_beams=beam_defaults.num_beams if num_beams is None else num_beams,
+            length_penalty=beam_defaults.length_penalty if length_penalty is None else length_penalty,
+            early_stopping=beam_defaults.early_stopping if early_stopping is None else
+            {"true": True, "false": False, "never": "never"}[early_stopping.value],
+            num_return_sequences=1 if num_return_sequences is None else num_return_sequences,
+        )
+        # Beam mode samples its candidates (beam sampling) when a sampling parameter is given.
+        beam_sample = mode is ModeChoice.beam and (temperature, top_k, top_p) != (None, None, None)
+        config = DecodeConfig(mode=mode.value, max_new_tokens=max_new_tokens, sampling=sampling, beam=beam,
+                              beam_sample=beam_sample, seed=seed, use_chat=not no_chat)
         text = read_prompt(prompt, prompt_file)
         if mode is ModeChoice.greedy and (temperature, top_k, top_p) != (None, None, None):
             _stderr().print("decode-tui: note: greedy mode takes the argmax, so --temperature, --top-k and "
@@ -285,6 +318,9 @@ def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: F
     if not jsonl:
         _write(out, "\n")
         if result is not None:
+            for rank, hypothesis in enumerate((result.hypotheses or ())[1:], start=2):
+                _write(out, f"\n[{rank}] score {hypothesis.score:.4f}, sum log-prob {hypothesis.sum_logprobs:.4f}\n"
+                            f"{hypothesis.text}\n")
             _stderr().print(_stats_line(lm, result))
 
 

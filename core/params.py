@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from .errors import UsageError
 from .events import MODES, Mode
 
-IMPLEMENTED_MODES: tuple[Mode, ...] = ("greedy", "sample")
+IMPLEMENTED_MODES: tuple[Mode, ...] = ("greedy", "sample", "beam")
 _COMING = {
-    "beam": "beam search",
     "speculative": "speculative decoding",
     "pld": "prompt lookup decoding",
 }
@@ -52,6 +51,34 @@ class SamplingParams:
         return asdict(self)
 
 
+EarlyStopping = bool | Literal["never"]
+
+
+@dataclass(frozen=True)
+class BeamParams:
+    """Beam search settings, with transformers' defaults."""
+
+    num_beams: int = 4
+    length_penalty: float = 1.0
+    early_stopping: EarlyStopping = False
+    num_return_sequences: int = 1
+
+    def __post_init__(self) -> None:
+        if self.num_beams < 1:
+            raise UsageError(f"num_beams must be at least 1, not {self.num_beams}. Use 4 for a typical beam search.")
+        if not 1 <= self.num_return_sequences <= self.num_beams:
+            raise UsageError(f"num_return_sequences ({self.num_return_sequences}) must be between 1 and num_beams "
+                             f"({self.num_beams}). Ask for fewer sequences or more beams.")
+        if not math.isfinite(self.length_penalty):
+            raise UsageError(f"length_penalty must be a finite number, not {self.length_penalty}. Use 1.0 (the "
+                             "default), above 0 to favour longer outputs, below 0 for shorter ones.")
+        if self.early_stopping not in (True, False, "never"):
+            raise UsageError(f"early_stopping must be true, false or never, not {self.early_stopping!r}.")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
 @dataclass(frozen=True)
 class DecodeConfig:
     """Everything about a run except the model and the prompt."""
@@ -59,6 +86,8 @@ class DecodeConfig:
     mode: Mode = "greedy"
     max_new_tokens: int = 128
     sampling: SamplingParams = field(default_factory=SamplingParams)
+    beam: BeamParams = field(default_factory=BeamParams)
+    beam_sample: bool = False  # beam mode: draw the candidates (beam sampling) instead of taking the top ones
     seed: int | None = None
     use_chat: bool = True
     top_n: int = 10  # candidates per stage in TokenSampled
@@ -68,7 +97,7 @@ class DecodeConfig:
             raise UsageError(f"Unknown mode {self.mode!r}. Use one of: {', '.join(MODES)}.")
         if self.mode not in IMPLEMENTED_MODES:
             raise UsageError(f"--mode {self.mode} ({_COMING[self.mode]}) is not available yet in this version "
-                             "of decode-tui. Use --mode greedy or --mode sample.")
+                             "of decode-tui. Use --mode greedy, sample or beam.")
         if self.max_new_tokens < 1:
             raise UsageError(f"max_new_tokens must be at least 1, not {self.max_new_tokens}.")
         if self.top_n < 1:

@@ -24,6 +24,7 @@ from .events import Event, Finished, Started
 from .loading import LoadedModel
 from .params import DecodeConfig
 from .strategies.autoregressive import autoregressive
+from .strategies.beam import beam_search
 from .transcript import Transcript
 
 
@@ -51,7 +52,7 @@ class Run:
                                      lm.eos_token_ids, max_new)
 
     def params(self) -> dict[str, Any]:
-        return {
+        params = {
             "mode": self.config.mode,
             "max_new_tokens": self.transcript.max_new_tokens,
             "seed": self.seed,
@@ -60,18 +61,34 @@ class Run:
             "dtype": str(self.lm.dtype).removeprefix("torch."),
             **self.config.sampling.to_dict(),
         }
+        if self.config.mode == "beam":
+            params.update(self.config.beam.to_dict(), beam_sample=self.config.beam_sample)
+        return params
 
     def events(self) -> Iterator[Event]:
         yield Started(mode=self.config.mode, model=self.lm.name, prompt_token_ids=tuple(self.prompt_ids),
                       prompt_text=self.prompt, params=self.params())
         generator = torch.Generator(device=self.lm.device).manual_seed(self.seed)
+        label = TokenLabels(self.lm.tokenizer)
+        if self.config.mode == "beam":
+            yield from beam_search(
+                self.lm.model,
+                self.transcript,
+                self.config.beam,
+                self.config.sampling,
+                do_sample=self.config.beam_sample,
+                generator=generator,
+                label=label,
+                decode=self.transcript.detokenizer.decode,
+            )
+            return
         yield from autoregressive(
             self.lm.model,
             self.transcript,
             self.config.sampling,
             greedy=self.config.mode == "greedy",
             generator=generator,
-            label=TokenLabels(self.lm.tokenizer),
+            label=label,
             top_n=self.config.top_n,
         )
 

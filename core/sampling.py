@@ -29,12 +29,14 @@ from .events import Stage
 from .params import SamplingParams
 
 
-def stage_processors(params: SamplingParams, greedy: bool) -> list[tuple[Stage, LogitsProcessor]]:
+def stage_processors(params: SamplingParams, greedy: bool, min_tokens_to_keep: int = 1,
+                     ) -> list[tuple[Stage, LogitsProcessor]]:
     """HF's processors for the active stages, in HF's order.
 
     Greedy decoding in ``generate`` still applies the repetition penalty
     (it is a processor, not a warper); temperature, top-k and top-p are
     warpers that only sampling applies, and none of them moves the argmax.
+    Beam sampling keeps ``#eos + 1`` tokens through top-k and top-p.
     """
     stages: list[tuple[Stage, LogitsProcessor]] = []
     if params.repetition_penalty != 1.0:
@@ -44,9 +46,9 @@ def stage_processors(params: SamplingParams, greedy: bool) -> list[tuple[Stage, 
     if params.temperature != 1.0:
         stages.append(("temperature", TemperatureLogitsWarper(params.temperature)))
     if params.top_k != 0:
-        stages.append(("top_k", TopKLogitsWarper(top_k=params.top_k, min_tokens_to_keep=1)))
+        stages.append(("top_k", TopKLogitsWarper(top_k=params.top_k, min_tokens_to_keep=min_tokens_to_keep)))
     if params.top_p < 1.0:
-        stages.append(("top_p", TopPLogitsWarper(top_p=params.top_p, min_tokens_to_keep=1)))
+        stages.append(("top_p", TopPLogitsWarper(top_p=params.top_p, min_tokens_to_keep=min_tokens_to_keep)))
     return stages
 
 

@@ -50,11 +50,11 @@ def _sentencepiece_bpe() -> PreTrainedTokenizerFast:
     """Llama / Phi-3 style: SentencePiece BPE on '▁'-joined text, unknown characters as <0xNN> byte tokens."""
     base = Tokenizer(models.BPE(unk_token="<unk>"))
     base.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
-    # Only the most common characters get their own token, so CJK and emoji
-    # fall back to byte tokens, as they do in Llama's vocabulary.
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"], limit_alphabet=50,
-                                  show_progress=False)
-    base.train_from_iterator(CORPUS, trainer)
+    # Trained on the ASCII part of the corpus only, so every other character
+    # (CJK, emoji, accents) falls back to byte tokens, as rare ones do in
+    # Llama's vocabulary. (limit_alphabet would break frequency ties at random.)
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"], show_progress=False)
+    base.train_from_iterator(["".join(c for c in text if c.isascii()) for text in CORPUS], trainer)
     vocab = base.get_vocab()
     for byte in range(256):
         vocab.setdefault(f"<0x{byte:02X}>", len(vocab))

@@ -180,7 +180,7 @@ def test_run_rejects_a_prompt_longer_than_the_context_and_caps_new_tokens(byte_b
     assert run.transcript.max_new_tokens == 64 - len(run.prompt_ids) and run.notes
 
 
-@pytest.mark.parametrize("mode", ["beam", "speculative", "pld"])
+@pytest.mark.parametrize("mode", ["speculative", "pld"])
 def test_modes_that_are_not_built_yet_say_so(mode: str) -> None:
     with pytest.raises(UsageError, match="not available yet"):
         DecodeConfig(mode=mode)

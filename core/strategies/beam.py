@@ -1,0 +1,249 @@
+"""Beam search (and beam sampling) that reports every step, deciding exactly as ``generate`` does.
+
+The algorithm is transformers' vectorised ``_beam_search`` (5.x), written for
+one prompt with the same names and the same arithmetic, so the returned
+sequences and their scores match ``generate(num_beams=N, ...)``:
+
+- every step runs one batched forward over the N running beams (the KV cache
+  is reordered with the surviving beams' parents, never recomputed);
+- scores are accumulated log-probabilities: ``log_softmax`` first, then the
+  logits processors (so temperature and top-k/top-p act on log-probs);
+- ``K = max(2, 1 + #eos) * N`` candidates are kept from all beams' N x V
+  continuations (top-K, or K drawn without replacement when sampling), so at
+  least N stay open even if the best ones end;
+- a candidate "hits" when it ends in EOS or reaches ``max_new_tokens``; hits
+  among the top N may enter the N finished slots with the score
+  ``sum_logprobs / generated_len ** length_penalty`` (EOS counted in the
+  length), merged with earlier ones by score. At the length limit every
+  candidate hits, which is how the open beams are finalised;
+- the early-stopping test: ``True`` stops once N hypotheses are finished;
+  ``False`` stops when the best running beam, scored at its current length,
+  cannot beat the worst finished one; ``"never"`` does the same but, with a
+  positive length penalty, scores the running beam at the maximum length.
+
+As in ``generate``, one beam is greedy decoding, not a one-beam search.
+It knows the model call and the scores; the transcript knows the text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Literal
+
+import torch
+
+from ..events import (
+    Beam,
+    BeamCandidate,
+    BeamStepped,
+    EarlyStopCheck,
+    Event,
+    Finished,
+    FinishReason,
+    Hypothesis,
+    TokenSampled,
+)
+from ..forward import forward, new_cache
+from ..params import BeamParams, SamplingParams
+from ..sampling import stage_processors
+from ..transcript import Transcript
+from .autoregressive import autoregressive
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+NEG = -1.0e9  # transformers' "impossible" score
+
+
+def rerank(hypotheses: Sequence[Hypothesis], length_penalty: float) -> tuple[Hypothesis, ...]:
+    """Re-score finished hypotheses for another length penalty, best first, without any forward pass."""
+    rescored = [
+        Hypothesis(h.token_ids, h.text, h.sum_logprobs, h.sum_logprobs / (len(h.token_ids) ** length_penalty))
+        for h in hypotheses
+    ]
+    return tuple(sorted(rescored, key=lambda h: h.score, reverse=True))
+
+
+@torch.inference_mode()
+def beam_search(
+    model: PreTrainedModel,
+    transcript: Transcript,
+    beam: BeamParams,
+    sampling: SamplingParams,
+    *,
+    do_sample: bool = False,
+    generator: torch.Generator | None = None,
+    label: Callable[[int], str] = str,
+    decode: Callable[[list[int]], str] = str,
+) -> Iterator[Event]:
+    """Yield one ``BeamStepped`` per step, then the best hypothesis as ``TokenEmitted`` and ``Finished``."""
+    if beam.num_beams == 1:
+        yield from _one_beam(model, transcript, beam, sampling, do_sample, generator, label, decode)
+        return
+
+    N = beam.num_beams
+    eos = torch.tensor(sorted(transcript.eos_token_ids), dtype=torch.long, device=model.device)
+    K = max(2, 1 + len(eos)) * N  # beams_to_keep
+    lp, early_stopping = beam.length_penalty, beam.early_stopping
+    T0 = len(transcript.prompt_ids)
+    max_length = T0 + transcript.max_new_tokens
+    # Beam sampling keeps one token more than there are EOS ids, as generate does.
+    processors = stage_processors(sampling, greedy=not do_sample, min_tokens_to_keep=len(eos) + 1)
+    device = model.device
+
+    prompt = torch.tensor(transcript.prompt_ids, device=device)
+    running = torch.zeros((N, max_length), dtype=torch.long, device=device)  # [N, L] running_sequences
+    running[:, :T0] = prompt
+    running_scores = torch.full((N,), NEG, device=device)  # [N] running_beam_scores
+    running_scores[0] = 0.0  # only the first beam is live at first, so the beams do not repeat each other
+    finished = running.clone()  # [N, L] sequences
+    finished_scores = torch.full((N,), NEG, device=device)  # [N] beam_scores (length-penalised)
+    finished_sums = torch.full((N,), NEG, device=device)  # [N] their sum log-probs, for display and re-ranking
+    finished_lens = torch.zeros((N,), dtype=torch.long, device=device)  # [N] generated lengths
+    is_sent_finished = torch.zeros((N,), dtype=torch.bool, device=device)  # [N]
+    heuristic_unsatisfied = True  # is_early_stop_heuristic_unsatisfied
+    top_num_beam_mask = torch.arange(K, device=device) < N  # [K]
+
+    cache = new_cache(model)
+    # Prefill the N copies of the prompt in one batch, exactly as generate does.
+    logits = forward(model, running[:, :T0], cache)[:, -1]  # [N, V]
+    transcript.target_forwards += 1
+    for step in range(transcript.max_new_tokens):
+        cur_len = T0 + step
+        log_probs = torch.log_softmax(logits, dim=-1)  # [N, V]
+        for _, processor in processors:
+            log_probs = processor(running[:, :cur_len], log_probs)
+        V = log_probs.shape[-1]
+        accumulated = (log_probs + running_scores[:, None]).view(-1)  # [N*V]
+        if do_sample:
+            topk_indices = torch.multinomial(torch.softmax(accumulated, -1), K, generator=generator)  # [K]
+            topk_log_probs = accumulated[topk_indices]
+        else:
+            topk_log_probs, topk_indices = torch.topk(accumulated, K)  # [K], sorted
+        parents = topk_indices // V  # [K] the beam each candidate extends
+        tokens = topk_indices % V  # [K]
+        candidates = running[parents].clone()  # [K, L]
+        candidates[:, cur_len] = tokens
+        hits = torch.isin(tokens, eos) | (cur_len + 1 >= max_length)  # [K] next_token_hits_stopping_criteria
+
+        # Running beams for the next step: the best N candidates that did not hit.
+        running_log_probs = topk_log_probs + hits.to(torch.float32) * NEG
+        next_indices = torch.topk(running_log_probs, N).indices  # [N]
+        running = candidates[next_indices]
+        running_scores = running_log_probs[next_indices]
+        running_parents = parents[next_indices]
+
+        # Finished slots: hits among the top N, length-penalised, merged with the earlier ones by score.
+        gen_len = cur_len + 1 - T0
+        just_finished = hits & top_num_beam_mask
+        scores = topk_log_probs / (gen_len**lp)
+        full = bool(is_sent_finished.all()) and early_stopping is True
+        scores = scores + float(full) * NEG
+        scores = scores + float(not heuristic_unsatisfied) * NEG
+        scores = scores + (~just_finished).to(torch.float32) * NEG
+        merged_scores = torch.cat((finished_scores, scores))
+        keep = torch.topk(merged_scores, N).indices  # [N]
+        finished = torch.cat((finished, candidates))[keep]
+        finished_scores = merged_scores[keep]
+        finished_sums = torch.cat((finished_sums, topk_log_probs))[keep]
+        finished_lens = torch.cat((finished_lens, torch.full((K,), gen_len, device=device)))[keep]
+        is_sent_finished = torch.cat((is_sent_finished, just_finished))[keep]
+
+        cache.reorder_cache(running_parents)  # type: ignore[arg-type]  # the KV rows follow their beams
+
+        # The early-stopping heuristic, evaluated at the new length.
+        best_len = max_length - T0 if early_stopping == "never" and lp > 0.0 else cur_len + 1 - T0
+        best_possible = running_scores[0] / (best_len**lp)
+        worst_finished = torch.where(is_sent_finished, finished_scores.min(), NEG)  # [N]
+        heuristic_unsatisfied = heuristic_unsatisfied and bool((best_possible > worst_finished).any())
+        exists_open_beam = not (bool(is_sent_finished.all()) and early_stopping is True)
+        valid_continuations = not bool(hits.all())
+        done = not (heuristic_unsatisfied and exists_open_beam and valid_continuations)
+
+        yield _step_event(step, T0, gen_len, lp, running, running_scores, running_parents, candidates, parents,
+                          tokens, topk_log_probs, hits, just_finished, next_indices, finished, finished_scores,
+                          finished_sums, finished_lens, is_sent_finished, early_stopping, best_possible, done,
+                          label, decode)
+        if done:
+            break
+        if transcript.cancel_requested:
+            yield transcript.finished("cancelled")
+            return
+        logits = forward(model, running[:, cur_len : cur_len + 1], cache)[:, -1]  # [N, V]
+        transcript.target_forwards += 1
+
+    hypotheses = _hypotheses(finished, finished_scores, finished_sums, finished_lens, is_sent_finished, T0, decode)
+    yield from _finish(transcript, hypotheses[: beam.num_return_sequences])
+
+
+def _hypotheses(finished: torch.Tensor, scores: torch.Tensor, sums: torch.Tensor, lens: torch.Tensor,
+                done: torch.Tensor, T0: int, decode: Callable[[list[int]], str]) -> list[Hypothesis]:
+    """The finished slots, best first (the merge keeps them sorted), as events."""
+    rows = torch.cat([scores[:, None], sums[:, None], lens[:, None].float(), done[:, None].float()], 1).tolist()
+    seqs = finished.tolist()
+    out = []
+    for (score, total, length, is_done), seq in zip(rows, seqs, strict=True):
+        if is_done:
+            ids = seq[T0 : T0 + int(length)]
+            out.append(Hypothesis(tuple(ids), decode(ids), total, score))
+    return out
+
+
+def _step_event(step: int, T0: int, gen_len: int, lp: float, running: torch.Tensor, running_scores: torch.Tensor,
+                running_parents: torch.Tensor, candidates: torch.Tensor, parents: torch.Tensor, tokens: torch.Tensor,
+                topk_log_probs: torch.Tensor, hits: torch.Tensor, just_finished: torch.Tensor,
+                next_indices: torch.Tensor, finished: torch.Tensor, finished_scores: torch.Tensor,
+                finished_sums: torch.Tensor, finished_lens: torch.Tensor, is_sent_finished: torch.Tensor,
+                early_stopping: bool | Literal["never"], best_possible: torch.Tensor, done: bool,
+                label: Callable[[int], str], decode: Callable[[list[int]], str]) -> BeamStepped:
+    """Everything a viewer needs about one step, gathered on the host in a few transfers."""
+    beam_ids = running[:, T0 : T0 + gen_len].tolist()
+    beam_scores = running_scores.tolist()
+    beam_parents = running_parents.tolist()
+    kept = set(next_indices.tolist())
+    beams = tuple(
+        Beam(beam=i, parent=beam_parents[i], token_ids=tuple(ids), text_tail=decode(ids)[-40:],
+             sum_logprobs=beam_scores[i], score=beam_scores[i] / (gen_len**lp))
+        for i, ids in enumerate(beam_ids)
+    )
+    cand = tuple(
+        BeamCandidate(parent=p, token_id=t, text=label(t), sum_logprobs=s,
+                      verdict="finished" if f else ("kept" if k in kept and not h else "pruned"))
+        for k, (p, t, s, h, f) in enumerate(zip(parents.tolist(), tokens.tolist(), topk_log_probs.tolist(),
+                                                hits.tolist(), just_finished.tolist(), strict=True))
+    )
+    hyps = _hypotheses(finished, finished_scores, finished_sums, finished_lens, is_sent_finished, T0, decode)
+    worst = min((h.score for h in hyps), default=None)
+    best = float(best_possible)
+    check = EarlyStopCheck(early_stopping=early_stopping, best_attainable_score=best if best > NEG / 2 else None,
+                           worst_finished_score=worst, done=done)
+    return BeamStepped(step=step, beams=beams, candidates=cand, finished=tuple(hyps), early_stop=check)
+
+
+def _finish(transcript: Transcript, hypotheses: list[Hypothesis]) -> Iterator[Event]:
+    """Emit the best hypothesis as the run's tokens, then ``Finished`` with all returned hypotheses."""
+    best = hypotheses[0]
+    for token in best.token_ids:
+        yield transcript.emit(token)
+    reason: FinishReason = "eos" if best.token_ids and best.token_ids[-1] in transcript.eos_token_ids else "length"
+    yield transcript.finished(reason, hypotheses=tuple(hypotheses))
+
+
+def _one_beam(model: PreTrainedModel, transcript: Transcript, beam: BeamParams, sampling: SamplingParams,
+              do_sample: bool, generator: torch.Generator | None, label: Callable[[int], str],
+              decode: Callable[[list[int]], str]) -> Iterator[Event]:
+    """``num_beams=1`` is plain greedy decoding (or sampling) in generate; its one hypothesis is the output.
+
+    Its sum log-prob adds the log-probability of each token under the distribution it was picked from.
+    """
+    total = 0.0
+    for event in autoregressive(model, transcript, sampling, greedy=not do_sample, generator=generator, label=label):
+        if isinstance(event, TokenSampled):
+            total += math.log(event.prob) if event.prob > 0 else NEG
+        if isinstance(event, Finished) and event.finish_reason != "cancelled":
+            ids = list(event.token_ids)
+            hypothesis = Hypothesis(tuple(ids), event.text, total, total / (len(ids) ** beam.length_penalty))
+            event = dataclasses.replace(event, hypotheses=(hypothesis,))
+        yield event
