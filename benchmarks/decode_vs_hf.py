@@ -1,18 +1,19 @@
-"""Benchmark: decode-tui's greedy decoding against transformers' ``generate`` on the embedded model.
+"""Benchmark: decode-tui's strategies against transformers' ``generate`` on the embedded model.
 
-Runs ours and HF's alternately in one process on three prompts (an
-input-grounded summary, a code edit, an open-ended story), 128 new tokens
-each with end-of-sequence disabled so both sides do the same work, and
-reports tokens/s, the ratio and whether the tokens are identical. Ours is
-measured through the whole pipeline a user gets (``Run.events()``: candidates
-per step, detokenisation, events), not a bare loop.
+For greedy decoding and for beam search (4 beams), runs ours and HF's
+alternately in one process on three prompts (an input-grounded summary, a
+code edit, an open-ended story), 128 new tokens each with end-of-sequence
+disabled so both sides do the same work, and reports tokens/s, the ratio and
+whether the output is identical. Ours is measured through the whole pipeline
+a user gets (``Run.events()``: candidates per step, detokenisation, events),
+not a bare loop.
 
 It then measures the time from starting ``decode-tui generate`` to its first
 token on stdout (model already cached), next to the floor any
 transformers-based tool pays here: a bare script that imports torch and
 transformers, loads the same checkpoint and computes one token.
 
-    python benchmarks/greedy_vs_hf.py [--repeats 3] [--new-tokens 128] [--json out.json]
+    python benchmarks/decode_vs_hf.py [--only greedy,beam,ttft] [--repeats 3] [--new-tokens 128] [--json out.json]
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import torch
 from decode_tui.core.embedded import pull
 from decode_tui.core.events import Finished
 from decode_tui.core.loading import LoadedModel, load_model
-from decode_tui.core.params import DecodeConfig
+from decode_tui.core.params import BeamParams, DecodeConfig
 from decode_tui.core.registry import resolve
 from decode_tui.core.run import Run
 
@@ -63,8 +64,9 @@ PROMPTS = {
 }
 
 
-def ours(lm: LoadedModel, prompt: str, new_tokens: int) -> tuple[list[int], float]:
-    run = Run(lm, prompt, DecodeConfig(mode="greedy", max_new_tokens=new_tokens))
+def ours(lm: LoadedModel, prompt: str, new_tokens: int, num_beams: int = 1) -> tuple[list[int], float]:
+    mode = "beam" if num_beams > 1 else "greedy"
+    run = Run(lm, prompt, DecodeConfig(mode=mode, max_new_tokens=new_tokens, beam=BeamParams(num_beams=num_beams)))
     start = time.perf_counter()
     final = None
     for event in run.events():
@@ -74,8 +76,9 @@ def ours(lm: LoadedModel, prompt: str, new_tokens: int) -> tuple[list[int], floa
     return list(final.token_ids), elapsed
 
 
-def hf(lm: LoadedModel, prompt_ids: list[int], new_tokens: int, never: int) -> tuple[list[int], float]:
-    """HF greedy; ``never`` is a token id that stands in for EOS so that both sides run the full length.
+def hf(lm: LoadedModel, prompt_ids: list[int], new_tokens: int, never: int, num_beams: int = 1,
+       ) -> tuple[list[int], float]:
+    """HF greedy or beam search; ``never`` stands in for EOS so that both sides run the full length.
 
     (``eos_token_id=None`` makes generate fall back to the model's own EOS.)
     """
@@ -86,7 +89,7 @@ def hf(lm: LoadedModel, prompt_ids: list[int], new_tokens: int, never: int) -> t
     start = time.perf_counter()
     with torch.inference_mode():
         out = lm.model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=gen_config,
-                                max_new_tokens=new_tokens,
+                                max_new_tokens=new_tokens, num_beams=num_beams,
                                 pad_token_id=lm.tokenizer.pad_token_id)
     elapsed = time.perf_counter() - start
     return [int(t) for t in out[0, len(prompt_ids):]], elapsed
@@ -138,43 +141,57 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--ttft-repeats", type=int, default=5)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--only", default="greedy,beam,ttft", help="comma-separated sections to run")
     args = parser.parse_args()
+    sections = set(args.only.split(","))
 
     pull("smollm2")
     lm = load_model(resolve("smollm2"), device="auto", dtype="auto")
     lm = dataclasses.replace(lm, eos_token_ids=frozenset())  # the same 128 tokens on both sides
     results: dict[str, Any] = {"machine": machine(), "device": str(lm.device), "dtype": str(lm.dtype),
-                               "new_tokens": args.new_tokens, "prompts": {}}
+                               "new_tokens": args.new_tokens}
+    for section, num_beams in (("greedy", 1), ("beam", 4)):
+        if section in sections:
+            results[section] = compare(lm, args.new_tokens, args.repeats, num_beams, section)
+    if "ttft" in sections:
+        results["ttft_s"] = ttft(args.ttft_repeats)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+def compare(lm: LoadedModel, new_tokens: int, repeats: int, num_beams: int, section: str) -> dict[str, Any]:
+    rows: dict[str, Any] = {}
     for name, prompt in PROMPTS.items():
-        prompt_ids = Run(lm, prompt, DecodeConfig(max_new_tokens=args.new_tokens)).prompt_ids
-        reference, _ = ours(lm, prompt, args.new_tokens)  # also the warm-up
+        prompt_ids = Run(lm, prompt, DecodeConfig(max_new_tokens=new_tokens)).prompt_ids
+        reference, _ = ours(lm, prompt, new_tokens, num_beams)  # also the warm-up
         never = next(t for t in range(len(lm.tokenizer) - 1, 0, -1) if t not in reference)
-        hf(lm, prompt_ids, 8, never)
+        hf(lm, prompt_ids, 8, never, num_beams)
         ours_tps, hf_tps, identical = [], [], True
-        for _ in range(args.repeats):
-            tokens_ours, t_ours = ours(lm, prompt, args.new_tokens)
-            tokens_hf, t_hf = hf(lm, prompt_ids, args.new_tokens, never)
+        for _ in range(repeats):
+            tokens_ours, t_ours = ours(lm, prompt, new_tokens, num_beams)
+            tokens_hf, t_hf = hf(lm, prompt_ids, new_tokens, never, num_beams)
             identical &= tokens_ours == tokens_hf
             ours_tps.append(len(tokens_ours) / t_ours)
             hf_tps.append(len(tokens_hf) / t_hf)
         row = {"prompt_tokens": len(prompt_ids), "ours_tok_s": statistics.median(ours_tps),
                "hf_tok_s": statistics.median(hf_tps), "identical": identical}
         row["ratio"] = row["ours_tok_s"] / row["hf_tok_s"]
-        results["prompts"][name] = row
-        print(f"{name:>10}: ours {row['ours_tok_s']:6.1f} tok/s  HF {row['hf_tok_s']:6.1f} tok/s  "
+        rows[name] = row
+        print(f"{section:>6} {name:>10}: ours {row['ours_tok_s']:6.2f} tok/s  HF {row['hf_tok_s']:6.2f} tok/s  "
               f"ratio {row['ratio']:.3f}  identical={identical}", flush=True)
+    return rows
 
+
+def ttft(repeats: int) -> dict[str, Any]:
     script = str(Path(sys.executable).parent / "decode-tui")
-    ttft = time_to_first_token([script, "generate", "--prompt", "Tell me a story.", "--format", "jsonl",
-                                "--max-new-tokens", "4"], '"token_emitted"', args.ttft_repeats)
+    runs = time_to_first_token([script, "generate", "--prompt", "Tell me a story.", "--format", "jsonl",
+                                "--max-new-tokens", "4"], '"token_emitted"', repeats)
     floor = time_to_first_token([sys.executable, "-c", FLOOR_SCRIPT, str(resolve("smollm2").path)], "FIRST",
-                                args.ttft_repeats)
-    results["ttft_s"] = {"decode_tui_generate": statistics.median(ttft), "bare_transformers": statistics.median(floor),
-                         "runs": ttft, "floor_runs": floor}
-    print(f"time to first token: decode-tui generate {statistics.median(ttft):.2f} s (median of {len(ttft)}); "
+                                repeats)
+    print(f"time to first token: decode-tui generate {statistics.median(runs):.2f} s (median of {len(runs)}); "
           f"bare transformers script {statistics.median(floor):.2f} s", flush=True)
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
+    return {"decode_tui_generate": statistics.median(runs), "bare_transformers": statistics.median(floor),
+            "runs": runs, "floor_runs": floor}
 
 
 if __name__ == "__main__":
