@@ -65,6 +65,23 @@ def test_jsonl_contract(tiny_model_dir: Path, isolated_env: dict[str, str]) -> N
     assert json.loads(again.stdout.splitlines()[-1])["token_ids"] == final["token_ids"]
 
 
+def test_beam_jsonl_adds_hypotheses_best_first(tiny_model_dir: Path, isolated_env: dict[str, str]) -> None:
+    done = cli("generate", "--model", str(tiny_model_dir), "-p", "Hello", "--format", "jsonl", "--mode", "beam",
+               "--num-beams", "3", "--num-return-sequences", "3", "--max-new-tokens", "6", env=isolated_env)
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    assert any(e["event"] == "beam_stepped" for e in events)
+    final = events[-1]
+    hypotheses = final["hypotheses"]
+    assert len(hypotheses) == 3
+    for h in hypotheses:
+        assert set(h) == {"token_ids", "text", "sum_logprobs", "score"}
+    assert [h["score"] for h in hypotheses] == sorted((h["score"] for h in hypotheses), reverse=True)
+    assert final["token_ids"] == hypotheses[0]["token_ids"] and final["text"] == hypotheses[0]["text"]
+    emitted = [e for e in events if e["event"] == "token_emitted"]
+    assert "".join(e["text"] for e in emitted) == final["text"]
+
+
 def test_text_format_streams_text_and_puts_stats_on_stderr(tiny_model_dir: Path,
                                                            isolated_env: dict[str, str]) -> None:
     jsonl = cli("generate", "--model", str(tiny_model_dir), "-p", "Hi", "--format", "jsonl", "--max-new-tokens",
