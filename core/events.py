@@ -240,8 +240,10 @@ class DraftVerified(Event):
     """Speculative and pld modes: the target verified a draft in one forward pass.
 
     ``extra_token_id`` is the token the target added after the accepted
-    prefix: resampled from max(0, p - q) after a rejection, or the bonus token
-    after a fully accepted draft.
+    prefix: under greedy verification its own argmax where it disagreed
+    (``target``); under sampling one resampled from max(0, p - q) after a
+    rejection (``resampled``); or the bonus token after a fully accepted
+    draft (``bonus``).
     """
 
     name: ClassVar[str] = "draft_verified"
@@ -249,7 +251,7 @@ class DraftVerified(Event):
     verdicts: tuple[PositionVerdict, ...]
     accepted: int
     extra_token_id: int | None
-    extra_kind: Literal["resampled", "bonus"] | None
+    extra_kind: Literal["target", "resampled", "bonus"] | None
 
 
 # ------------------------------------------------------------------ the end
@@ -280,6 +282,9 @@ class Finished(Event):
     accepted: int | None = _optional()
     draft_forwards: int | None = _optional()
     acceptance_rate: float | None = _optional()
+    acceptance_by_position: tuple[float, ...] | None = _optional()
+    draft_time_s: float | None = _optional()
+    verify_time_s: float | None = _optional()
 
 
 EVENT_TYPES: tuple[type[Event], ...] = (

@@ -15,9 +15,24 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 
-def new_cache(model: PreTrainedModel) -> DynamicCache:
-    # Built from the config so sliding-window layers (Phi-3, Mistral) get their own layer type.
-    return DynamicCache(config=model.config)
+def new_cache(model: PreTrainedModel, rollback: bool = False) -> DynamicCache:
+    """A KV cache for ``model``; ``rollback=True`` if it will be cropped (speculative decoding).
+
+    Built from the config so sliding-window layers (Phi-3, Mistral) get their own
+    layer type; those forget what slides out of the window unless told to
+    record it, and then could not be cropped back.
+    """
+    cache = DynamicCache(config=model.config)
+    if rollback:
+        cache.activate_past_recording()
+    return cache
+
+
+def rollback(cache: DynamicCache, length: int) -> None:
+    """Crop ``cache`` back to its first ``length`` tokens (transformers 5 crops by a negative count)."""
+    extra = cache.get_seq_length() - length
+    if extra > 0:
+        cache.crop(-extra)
 
 
 def forward(

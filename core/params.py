@@ -14,12 +14,6 @@ from typing import Any, Literal
 from .errors import UsageError
 from .events import MODES, Mode
 
-IMPLEMENTED_MODES: tuple[Mode, ...] = ("greedy", "sample", "beam")
-_COMING = {
-    "speculative": "speculative decoding",
-    "pld": "prompt lookup decoding",
-}
-
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -80,6 +74,33 @@ class BeamParams:
 
 
 @dataclass(frozen=True)
+class DraftParams:
+    """Speculative and prompt lookup settings.
+
+    ``draft`` is a model spec, ``self`` (the target drafts for itself: greedy
+    acceptance must then be 100 %) or ``int8`` (the target with its Linear
+    layers dynamically quantised, CPU only: the offline default).
+    ``num_draft_tokens`` is the draft length (the most the adaptive mode uses);
+    prompt lookup copies up to ``num_pred_tokens`` after an n-gram of at most
+    ``max_ngram_size`` tokens.
+    """
+
+    draft: str = "int8"
+    num_draft_tokens: int = 5
+    max_ngram_size: int = 3
+    num_pred_tokens: int = 10
+    adaptive: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("num_draft_tokens", "max_ngram_size", "num_pred_tokens"):
+            if getattr(self, name) < 1:
+                raise UsageError(f"{name} must be at least 1, not {getattr(self, name)}.")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class DecodeConfig:
     """Everything about a run except the model and the prompt."""
 
@@ -88,6 +109,8 @@ class DecodeConfig:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     beam: BeamParams = field(default_factory=BeamParams)
     beam_sample: bool = False  # beam mode: draw the candidates (beam sampling) instead of taking the top ones
+    draft: DraftParams = field(default_factory=DraftParams)
+    draft_sample: bool = False  # speculative and pld: sampling verification instead of greedy
     seed: int | None = None
     use_chat: bool = True
     top_n: int = 10  # candidates per stage in TokenSampled
@@ -95,9 +118,6 @@ class DecodeConfig:
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise UsageError(f"Unknown mode {self.mode!r}. Use one of: {', '.join(MODES)}.")
-        if self.mode not in IMPLEMENTED_MODES:
-            raise UsageError(f"--mode {self.mode} ({_COMING[self.mode]}) is not available yet in this version "
-                             "of decode-tui. Use --mode greedy, sample or beam.")
         if self.max_new_tokens < 1:
             raise UsageError(f"max_new_tokens must be at least 1, not {self.max_new_tokens}.")
         if self.top_n < 1:

@@ -14,25 +14,36 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from .detokenize import Detokenizer, TokenLabels
+from .drafters import Drafter, ModelDrafter, PromptLookup, load_draft
 from .errors import UsageError
 from .events import Event, Finished, Started
 from .loading import LoadedModel
 from .params import DecodeConfig
 from .strategies.autoregressive import autoregressive
 from .strategies.beam import beam_search
+from .strategies.speculative import speculative
 from .transcript import Transcript
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 class Run:
     """A prompt checked against the model, ready to decode."""
 
-    def __init__(self, lm: LoadedModel, prompt: str, config: DecodeConfig) -> None:
+    def __init__(self, lm: LoadedModel, prompt: str, config: DecodeConfig,
+                 draft: tuple[PreTrainedModel, int] | None = None) -> None:
+        """``draft``: for speculative mode, the draft model and the vocabulary size it shares with the target
+        (see :func:`~decode_tui.core.drafters.load_draft`); built from ``config.draft`` when not given."""
         self.lm = lm
+        if config.mode == "speculative" and draft is None:
+            draft = load_draft(lm, config.draft.draft)
+        self.draft = draft
         self.config = config
         self.prompt = prompt
         self.prompt_ids = lm.encode_prompt(prompt, config.use_chat)
@@ -63,6 +74,8 @@ class Run:
         }
         if self.config.mode == "beam":
             params.update(self.config.beam.to_dict(), beam_sample=self.config.beam_sample)
+        if self.config.mode in ("speculative", "pld"):
+            params.update(self.config.draft.to_dict(), draft_sample=self.config.draft_sample)
         return params
 
     def events(self) -> Iterator[Event]:
@@ -82,6 +95,20 @@ class Run:
                 decode=self.transcript.detokenizer.decode,
             )
             return
+        if self.config.mode in ("speculative", "pld"):
+            yield from speculative(
+                self.lm.model,
+                self.transcript,
+                self._drafter(),
+                self.config.sampling,
+                greedy=not self.config.draft_sample,
+                num_draft_tokens=self.config.draft.num_draft_tokens,
+                adaptive=self.config.draft.adaptive,
+                vocab_size=self.draft[1] if self.draft else None,
+                generator=generator,
+                label=label,
+            )
+            return
         yield from autoregressive(
             self.lm.model,
             self.transcript,
@@ -91,6 +118,13 @@ class Run:
             label=label,
             top_n=self.config.top_n,
         )
+
+    def _drafter(self) -> Drafter:
+        if self.config.mode == "pld":
+            return PromptLookup(self.config.draft.max_ngram_size, self.config.draft.num_pred_tokens,
+                                self.lm.eos_token_ids)
+        assert self.draft is not None
+        return ModelDrafter(self.draft[0], self.draft[1])
 
     def cancel(self) -> None:
         """Ask the strategy to stop at its next step boundary (thread-safe)."""

@@ -178,9 +178,3 @@ def test_run_rejects_a_prompt_longer_than_the_context_and_caps_new_tokens(byte_b
         Run(lm, "word " * 100, DecodeConfig(use_chat=False))
     run = Run(lm, "word " * 10, DecodeConfig(max_new_tokens=500, use_chat=False))
     assert run.transcript.max_new_tokens == 64 - len(run.prompt_ids) and run.notes
-
-
-@pytest.mark.parametrize("mode", ["speculative", "pld"])
-def test_modes_that_are_not_built_yet_say_so(mode: str) -> None:
-    with pytest.raises(UsageError, match="not available yet"):
-        DecodeConfig(mode=mode)

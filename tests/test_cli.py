@@ -117,7 +117,6 @@ def test_prompt_file_and_stdin(tiny_model_dir: Path, isolated_env: dict[str, str
         (["--mode", "telepathy"], ["mode", "telepathy"]),
         (["--device", "tpu"], ["unknown device", "tpu"]),
         (["--repetition-penalty", "0"], ["repetition-penalty", "not positive"]),
-        (["--mode", "pld"], ["pld", "not available yet"]),
         (["--mode", "beam", "--num-beams", "0"], ["--num-beams"]),
         (["--mode", "beam", "--num-beams", "2", "--num-return-sequences", "3"], ["num_return_sequences (3)",
                                                                                  "num_beams (2)"]),

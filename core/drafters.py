@@ -1,0 +1,193 @@
+"""Drafters: whoever proposes the tokens that the target model then verifies.
+
+Two implementations share one protocol, and the verifier
+(:mod:`decode_tui.core.strategies.speculative`) does not care which one
+proposed:
+
+- :class:`PromptLookup` copies the continuation of an earlier occurrence of
+  the context's last n-gram (prompt lookup decoding, Saxena 2023; the search
+  is transformers' ``PromptLookupCandidateGenerator``: longest n-gram first,
+  first match from the left, never the tail matching itself). Its draft is
+  deterministic, so q is one-hot.
+- :class:`ModelDrafter` samples (or takes the argmax of) a small draft model,
+  token by token, and reports its distributions q.
+
+A drafter keeps whatever state it has (a KV cache) as a cache of a *prefix of
+the context*; after verification the verifier tells it how long the confirmed
+prefix is and it rolls back to it. Drafters know nothing of acceptance.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, Protocol
+
+import torch
+
+from .errors import UsageError
+from .forward import forward, new_cache, rollback
+
+if TYPE_CHECKING:
+    from transformers import LogitsProcessor, PreTrainedModel, PreTrainedTokenizerBase
+
+    from .events import Stage
+    from .loading import LoadedModel
+
+
+@dataclass(frozen=True)
+class Draft:
+    """Proposed tokens. ``q`` holds the draft's full distributions ([k, V]) when it sampled from a model."""
+
+    token_ids: list[int]
+    q: torch.Tensor | None = None  # [k, V]; None for a deterministic copy (q is one-hot)
+    match: tuple[int, int] | None = None  # lookup: the matched n-gram's span in the context
+    copied: tuple[int, int] | None = None  # lookup: the span the draft was copied from
+    forwards: int = 0
+
+
+class Drafter(Protocol):
+    kind: Literal["model", "lookup"]
+
+    def propose(self, context: list[int], k: int, processors: list[tuple[Stage, LogitsProcessor]], greedy: bool,
+                generator: torch.Generator | None) -> Draft:
+        """Up to ``k`` tokens that might follow ``context`` (possibly none)."""
+        ...
+
+    def rollback(self, confirmed: int) -> None:
+        """Forget everything after the first ``confirmed`` context tokens."""
+        ...
+
+
+class PromptLookup:
+    """Prompt lookup decoding: copy what followed the last n-gram the previous time it appeared."""
+
+    kind: Literal["model", "lookup"] = "lookup"
+
+    def __init__(self, max_ngram_size: int = 3, num_pred_tokens: int = 10,
+                 eos_token_ids: frozenset[int] = frozenset()) -> None:
+        if max_ngram_size < 1 or num_pred_tokens < 1:
+            raise UsageError("--max-ngram-size and --num-pred-tokens must be at least 1.")
+        self.max_ngram_size = max_ngram_size
+        self.num_pred_tokens = num_pred_tokens
+        self.eos_token_ids = eos_token_ids
+
+    def propose(self, context: list[int], k: int, processors: list[tuple[Stage, LogitsProcessor]], greedy: bool,
+                generator: torch.Generator | None) -> Draft:
+        k = min(k, self.num_pred_tokens)
+        n = len(context)
+        for size in range(min(self.max_ngram_size, n - 1), 0, -1):
+            tail = context[n - size :]
+            # Left to right; the tail's own window has nothing after it, so it never matches itself.
+            for start in range(n - size):
+                if context[start : start + size] != tail:
+                    continue
+                begin, end = start + size, min(start + size + k, n)
+                tokens = context[begin:end]
+                # Stop the copy before an EOS: the target decides itself whether to end.
+                for i, t in enumerate(tokens):
+                    if t in self.eos_token_ids:
+                        tokens = tokens[:i]
+                        break
+                if tokens:
+                    return Draft(tokens, None, (start, start + size), (begin, begin + len(tokens)))
+        return Draft([])
+
+    def rollback(self, confirmed: int) -> None:
+        pass  # no state: the context is the whole memory
+
+
+class ModelDrafter:
+    """A smaller (or quantised, or identical) model that drafts token by token from its own KV cache."""
+
+    kind: Literal["model", "lookup"] = "model"
+
+    def __init__(self, model: PreTrainedModel, vocab_size: int) -> None:
+        self.model = model
+        self.vocab_size = vocab_size  # logits are sliced to the vocabulary shared with the target
+        self.cache = new_cache(model, rollback=True)
+        self.seen = 0  # context tokens in the cache
+
+    def propose(self, context: list[int], k: int, processors: list[tuple[Stage, LogitsProcessor]], greedy: bool,
+                generator: torch.Generator | None) -> Draft:
+        if k < 1:
+            return Draft([])
+        device = self.model.device
+        ids = torch.tensor([context], device=device)  # [1, T]
+        tokens: list[int] = []
+        qs = []
+        logits = forward(self.model, ids[:, self.seen :], self.cache)[:, -1, : self.vocab_size]  # [1, V]
+        self.seen = len(context)
+        forwards = 1
+        for i in range(k):
+            scores = logits
+            for _, processor in processors:
+                scores = processor(ids, scores)
+            q = torch.softmax(scores, dim=-1)  # [1, V]
+            token = torch.argmax(q, -1) if greedy else torch.multinomial(q, 1, generator=generator).view(1)
+            tokens.append(int(token))
+            qs.append(q[0])
+            ids = torch.cat([ids, token.view(1, 1)], dim=1)
+            if i + 1 < k:
+                logits = forward(self.model, token.view(1, 1), self.cache)[:, -1, : self.vocab_size]
+                self.seen += 1
+                forwards += 1
+        return Draft(tokens, torch.stack(qs), forwards=forwards)
+
+    def rollback(self, confirmed: int) -> None:
+        if self.seen > confirmed:
+            rollback(self.cache, confirmed)
+            self.seen = confirmed
+
+
+def load_draft(target: LoadedModel, spec: str, trust_remote_code: bool = False) -> tuple[PreTrainedModel, int]:
+    """The draft model for ``spec`` and the vocabulary size it shares with the target.
+
+    ``self``: the target's own weights (greedy acceptance is then 100 %);
+    ``int8``: the target with dynamically quantised Linear layers (CPU only);
+    anything else: a model spec, loaded on the target's device and dtype,
+    whose tokenizer must have the target's vocabulary.
+    """
+    width = target.model.get_output_embeddings().weight.shape[0]
+    if spec == "self":
+        return target.model, min(width, len(target.tokenizer))
+    if spec == "int8":
+        if target.device.type != "cpu":
+            raise UsageError(f"The int8 draft uses dynamic quantisation, which runs on the CPU only, and the target "
+                             f"is on {target.device}. Pass --draft self or --draft with a smaller model of the same "
+                             "family.")
+        return int8_copy(target.model), min(width, len(target.tokenizer))
+    from .loading import load_model
+    from .registry import resolve
+
+    draft = load_model(resolve(spec), device=str(target.device), dtype=str(target.dtype).removeprefix("torch."),
+                       trust_remote_code=trust_remote_code)
+    draft_width = draft.model.get_output_embeddings().weight.shape[0]
+    return draft.model, shared_vocab_size(target.tokenizer, draft.tokenizer, width, draft_width)
+
+
+def int8_copy(model: PreTrainedModel) -> PreTrainedModel:
+    """The model with its Linear layers dynamically quantised to int8 (CPU): a cheap offline draft."""
+    from torch.ao.quantization import quantize_dynamic
+
+    clone = copy.deepcopy(model)
+    quantized: PreTrainedModel = quantize_dynamic(clone, {torch.nn.Linear}, dtype=torch.qint8)
+    return quantized
+
+
+def shared_vocab_size(target: PreTrainedTokenizerBase, draft: PreTrainedTokenizerBase, target_logits: int,
+                      draft_logits: int) -> int:
+    """The vocabulary both models speak, or a UsageError if their tokenizers differ.
+
+    Compares the tokenizers' vocabularies, not ``config.vocab_size``: embeddings
+    are often padded (Qwen2.5 0.5B and 7B have different widths but one vocabulary).
+    """
+    a, b = target.get_vocab(), draft.get_vocab()
+    if a != b:
+        differing = sorted(set(a.items()) ^ set(b.items()), key=lambda kv: kv[1])[:3]
+        raise UsageError(
+            f"The draft model's tokenizer differs from the target's ({len(b)} vs {len(a)} tokens; e.g. "
+            f"{', '.join(f'{t!r}->{i}' for t, i in differing)}). Speculative decoding needs the same vocabulary: "
+            "pick a draft from the same model family, or use --mode pld."
+        )
+    return min(len(a), target_logits, draft_logits)

@@ -1,0 +1,297 @@
+"""Speculative decoding and prompt lookup decoding: a drafter proposes, the target verifies in one forward.
+
+One verifier serves every :class:`~decode_tui.core.drafters.Drafter`. Each
+round feeds the target ``[pending, d_1 .. d_k]`` (``pending`` is the last
+emitted token, not yet in the target's KV cache) and gets the k + 1 target
+distributions p_1 .. p_{k+1} in one forward pass. Then:
+
+- greedy: accept the longest prefix of the draft on which the target's
+  argmax agrees, then add the target's own argmax at the first disagreement
+  (or the bonus token after the last position). The output equals plain
+  greedy decoding token for token.
+- sampling (Leviathan et al. 2023, Chen et al. 2023; names as in the papers):
+  accept d_i with probability min(1, p_i(d_i) / q_i(d_i)); on the first
+  rejection draw the replacement from norm(max(0, p_i - q_i)) and stop; if
+  all k are accepted, draw a bonus token from p_{k+1}. The processors
+  (penalty, temperature, top-k, top-p) are applied to p and q alike. A
+  prompt-lookup draft is a copy, so q is one-hot. The output is distributed
+  exactly as the target's own sampling.
+
+The target's cache is cropped back to the confirmed prefix after every round
+(in ``finally:``, so a consumer that stops mid-round leaves it consistent),
+and so is the drafter's. An EOS accepted inside a block ends the run right
+there, and ``max_new_tokens`` is never exceeded. The very first token comes
+from the prefill, exactly as in plain decoding.
+
+It knows verification; the drafter knows drafting, the transcript the text.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+
+from ..drafters import Draft, Drafter
+from ..events import DraftProposed, DraftVerified, Event, PositionVerdict, TokenSource
+from ..forward import forward, new_cache, rollback
+from ..params import SamplingParams
+from ..sampling import stage_processors
+from ..transcript import Transcript
+
+if TYPE_CHECKING:
+    from transformers import LogitsProcessor, PreTrainedModel
+
+    from ..events import Stage
+
+
+@dataclass
+class DraftStats:
+    """Counters for the Finished event: what was drafted, what was accepted, where the time went."""
+
+    drafted: int = 0
+    accepted: int = 0
+    draft_forwards: int = 0
+    draft_time_s: float = 0.0
+    verify_time_s: float = 0.0
+    reached: list[int] = field(default_factory=list)  # drafts that reached position i
+    accepted_at: list[int] = field(default_factory=list)  # ... and were accepted there
+
+    def record(self, k: int, n: int) -> None:
+        self.drafted += k
+        self.accepted += n
+        while len(self.reached) < k:
+            self.reached.append(0)
+            self.accepted_at.append(0)
+        for i in range(k):
+            self.reached[i] += 1
+            self.accepted_at[i] += i < n
+
+    def extras(self) -> dict[str, Any]:
+        return {
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "draft_forwards": self.draft_forwards,
+            "acceptance_rate": self.accepted / self.drafted if self.drafted else 0.0,
+            "acceptance_by_position": tuple(a / r for a, r in zip(self.accepted_at, self.reached, strict=True)),
+            "draft_time_s": self.draft_time_s,
+            "verify_time_s": self.verify_time_s,
+        }
+
+
+class AdaptiveDraftLength:
+    """Chooses how many tokens to draft from the measured acceptance and the measured cost of verifying.
+
+    With acceptance rate a, a round that drafts k tokens emits on average
+    (1 - a^(k+1)) / (1 - a) tokens; it costs the drafting plus one target
+    forward over k + 1 tokens. We pick the k with the most tokens per second,
+    k = 0 being a plain decoding step. On a CPU, verifying 2 tokens already
+    costs about 1.6 plain steps, so with a poor drafter the answer is 0 and
+    the run is plain decoding; on a GPU a k-token verify costs about one step.
+    No library offers this policy, hence the hand-written estimate.
+    Costs are measured per k actually used (exponential moving averages);
+    an unmeasured k is priced as if cost grew linearly in tokens (pessimistic),
+    and every ``probe_every`` rounds one longer draft is tried to learn more.
+    """
+
+    def __init__(self, max_k: int, probe_every: int = 16) -> None:
+        self.max_k = max_k
+        self.probe_every = probe_every
+        self.alpha = 0.6  # prior acceptance rate
+        self.cost: dict[int, float] = {}  # k -> seconds for a round's verify (k = 0: a plain step)
+        self.draft_cost = 0.0  # seconds per drafted token
+        self.rounds = 0
+
+    def _verify_cost(self, k: int) -> float | None:
+        if k in self.cost:
+            return self.cost[k]
+        known = [(kk, c) for kk, c in self.cost.items()]
+        if not known:
+            return None
+        kk, c = min(known, key=lambda kc: abs(kc[0] - k))
+        return c * (k + 1) / (kk + 1) if k > kk else c
+
+    def choose(self) -> int:
+        self.rounds += 1
+        if not self.cost or self.rounds % self.probe_every == 0:
+            return min(self.max_k, max(self.cost, default=0) + 1) if self.cost else min(2, self.max_k)
+        a = min(self.alpha, 0.999)
+        best_k, best_rate = 0, 0.0
+        for k in range(self.max_k + 1):
+            cost = self._verify_cost(k)
+            if cost is None:
+                continue
+            tokens = (1 - a ** (k + 1)) / (1 - a)
+            rate = tokens / (cost + k * self.draft_cost)
+            if rate > best_rate:
+                best_k, best_rate = k, rate
+        return best_k
+
+    def observe(self, k: int, accepted: int, verify_s: float, draft_s: float) -> None:
+        smooth = 0.3
+        self.cost[k] = verify_s if k not in self.cost else (1 - smooth) * self.cost[k] + smooth * verify_s
+        if k > 0:
+            self.alpha = (1 - smooth) * self.alpha + smooth * (accepted / k)
+            self.draft_cost = (1 - smooth) * self.draft_cost + smooth * (draft_s / k)
+
+
+@torch.inference_mode()
+def speculative(
+    model: PreTrainedModel,
+    transcript: Transcript,
+    drafter: Drafter,
+    sampling: SamplingParams,
+    *,
+    greedy: bool,
+    num_draft_tokens: int = 5,
+    adaptive: bool = False,
+    vocab_size: int | None = None,
+    generator: torch.Generator | None = None,
+    label: Callable[[int], str] = str,
+) -> Iterator[Event]:
+    """Yield draft/verify events and the emitted tokens, then ``Finished`` with the draft statistics."""
+    greedy = greedy or sampling.greedy
+    processors = stage_processors(sampling, greedy)
+    stats = DraftStats()
+    policy = AdaptiveDraftLength(num_draft_tokens) if adaptive else None
+    source: TokenSource = "lookup" if drafter.kind == "lookup" else "draft"
+    device = model.device
+    V = vocab_size
+
+    context = list(transcript.prompt_ids)
+    cache = new_cache(model, rollback=True)
+    logits = forward(model, torch.tensor([context], device=device), cache)[0, :, :V]  # [1, V]
+    transcript.target_forwards += 1
+    first = _pick(_distributions(processors, context, [], logits), 0, greedy, generator)
+    yield transcript.emit(first)
+    context.append(first)
+
+    round_ = 0
+    while not transcript.done:
+        if transcript.cancel_requested:
+            yield transcript.finished("cancelled", **stats.extras())
+            return
+        # At most remaining - 1 drafts: the target always adds one token of its own.
+        k = min(policy.choose() if policy else num_draft_tokens, transcript.remaining - 1)
+        started = time.perf_counter()
+        draft = drafter.propose(context, k, processors, greedy, generator) if k > 0 else Draft([])
+        drafted = draft.token_ids[:k]
+        draft_s = time.perf_counter() - started
+        stats.draft_time_s += draft_s
+        stats.draft_forwards += draft.forwards
+        if drafted:
+            yield _proposed(round_, drafter.kind, draft, drafted, label)
+
+        started = time.perf_counter()
+        confirmed = len(context) - 1  # what the caches hold between rounds: everything but the pending token
+        try:
+            feed = torch.tensor([[context[-1], *drafted]], device=device)  # [1, k+1]
+            logits = forward(model, feed, cache, keep=len(drafted) + 1)[0, :, :V]  # [k+1, V]
+            transcript.target_forwards += 1
+            p = _distributions(processors, context, drafted, logits)  # [k+1, V]
+            n, extra, kind, verdicts = _verify(p, draft.q, drafted, greedy, generator)
+            verify_s = time.perf_counter() - started
+            stats.verify_time_s += verify_s
+            stats.record(len(drafted), n)
+            if policy:
+                policy.observe(len(drafted), n, verify_s, draft_s)
+            confirmed = len(context) + n
+            if drafted:
+                yield DraftVerified(round=round_, verdicts=verdicts, accepted=n, extra_token_id=extra,
+                                    extra_kind=kind)
+            for token in drafted[:n]:
+                yield transcript.emit(token, source)
+                context.append(token)
+                if transcript.done:  # an EOS inside the block, or the length limit
+                    break
+            if not transcript.done:
+                yield transcript.emit(extra, "target" if kind in (None, "target") else kind)
+                context.append(extra)
+        finally:
+            # The target's cache holds the context up to (not including) the pending token plus
+            # the draft; keep only what was confirmed. The drafter forgets the rest too.
+            rollback(cache, confirmed)
+            drafter.rollback(confirmed)
+        round_ += 1
+    yield transcript.finished(**stats.extras())
+
+
+def _distributions(processors: list[tuple[Stage, LogitsProcessor]], context: list[int], drafted: list[int],
+                   logits: torch.Tensor) -> torch.Tensor:
+    """Target probabilities at each verified position, each processed with its own prefix ([k+1, V])."""
+    ids = torch.tensor([context + drafted], device=logits.device)  # [1, T+k]
+    rows = []
+    for i in range(logits.shape[0]):
+        scores = logits[i : i + 1]
+        for _, processor in processors:
+            scores = processor(ids[:, : len(context) + i], scores)
+        rows.append(torch.softmax(scores, dim=-1)[0])
+    return torch.stack(rows)
+
+
+def _pick(p: torch.Tensor, i: int, greedy: bool, generator: torch.Generator | None) -> int:
+    if greedy:
+        return int(torch.argmax(p[i]))
+    return int(torch.multinomial(p[i], 1, generator=generator))
+
+
+def _verify(
+    p: torch.Tensor,  # [k+1, V] target distributions
+    q: torch.Tensor | None,  # [k, V] draft distributions; None for a lookup copy (one-hot)
+    drafted: list[int],
+    greedy: bool,
+    generator: torch.Generator | None,
+) -> tuple[int, int, Literal["target", "resampled", "bonus"] | None, tuple[PositionVerdict, ...]]:
+    """The acceptance test. Returns (accepted count n, the extra token, its kind, per-position verdicts)."""
+    k = len(drafted)
+    idx = torch.tensor(drafted, dtype=torch.long, device=p.device)
+    p_d = p[:k].gather(1, idx[:, None])[:, 0].tolist() if k else []  # p_i(d_i)
+    q_d = q[:k].gather(1, idx[:, None])[:, 0].tolist() if (k and q is not None) else [1.0] * k  # q_i(d_i)
+    if greedy:
+        argmax = p.argmax(-1).tolist()
+        n = 0
+        while n < k and drafted[n] == argmax[n]:
+            n += 1
+        extra = argmax[n]
+        verdicts = tuple(PositionVerdict(i, drafted[i], p_d[i], q_d[i], None, "accepted" if i < n else "rejected")
+                         for i in range(k))
+        return n, extra, ("bonus" if n == k else "target") if k else None, verdicts
+
+    draws = torch.rand(k, generator=generator, device=p.device).tolist() if k else []
+    n = 0
+    while n < k:
+        ratio = p_d[n] / q_d[n] if q_d[n] > 0 else 0.0
+        if draws[n] >= min(1.0, ratio):  # accept d_i with probability min(1, p_i(d_i) / q_i(d_i))
+            break
+        n += 1
+    u: list[float | None] = [draws[i] if i <= n else None for i in range(k)]
+    verdicts = tuple(PositionVerdict(i, drafted[i], p_d[i], q_d[i], u[i], "accepted" if i < n else "rejected")
+                     for i in range(k))
+    if n == k:
+        extra = int(torch.multinomial(p[k], 1, generator=generator))
+        return n, extra, "bonus" if k else None, verdicts
+    q_row = q[n] if q is not None else torch.nn.functional.one_hot(idx[n], p.shape[-1]).to(p.dtype)
+    residual = torch.clamp(p[n] - q_row, min=0.0)  # max(0, p - q)
+    total = residual.sum()
+    # p == q exactly leaves nothing to resample from; then rejection had probability 0 and p is the answer.
+    residual = residual / total if total > 0 else p[n]
+    return n, int(torch.multinomial(residual, 1, generator=generator)), "resampled", verdicts
+
+
+def _proposed(round_: int, kind: Literal["model", "lookup"], draft: Draft, drafted: list[int],
+              label: Callable[[int], str]) -> DraftProposed:
+    q_probs = None
+    if draft.q is not None:
+        idx = torch.tensor(drafted, dtype=torch.long, device=draft.q.device)
+        q_probs = tuple(draft.q[: len(drafted)].gather(1, idx[:, None])[:, 0].tolist())
+    match, copied = draft.match, draft.copied
+    return DraftProposed(
+        round=round_, drafter=kind, token_ids=tuple(drafted), texts=tuple(label(t) for t in drafted),
+        q_probs=q_probs,
+        match_start=match[0] if match else None, match_end=match[1] if match else None,
+        copy_start=copied[0] if copied else None,
+        copy_end=copied[0] + len(drafted) if copied else None,
+    )
