@@ -1,0 +1,268 @@
+"""Speculative decoding and prompt lookup: lossless under greedy, target-distributed under sampling."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from typing import Any
+
+import pytest
+import torch
+
+from decode_tui.core.detokenize import Detokenizer
+from decode_tui.core.drafters import ModelDrafter, PromptLookup, int8_copy, shared_vocab_size
+from decode_tui.core.errors import UsageError
+from decode_tui.core.events import DraftProposed, DraftVerified, Event, Finished, TokenEmitted
+from decode_tui.core.params import SamplingParams
+from decode_tui.core.strategies import speculative as spec_module
+from decode_tui.core.strategies.autoregressive import autoregressive
+from decode_tui.core.strategies.speculative import speculative
+from decode_tui.core.transcript import Transcript
+
+from .conftest import tiny_model
+
+V = 420
+ARCHS = ["llama", "qwen2", "gpt2", "phi3"]
+
+
+def transcript(tokenizer: Any, prompt: list[int], max_new: int, eos: int = V - 1) -> Transcript:
+    return Transcript("speculative", prompt, Detokenizer(tokenizer), frozenset({eos}), max_new)
+
+
+def greedy(model: Any, tokenizer: Any, prompt: list[int], max_new: int, eos: int = V - 1,
+           params: SamplingParams | None = None) -> Finished:
+    last = list(autoregressive(model, transcript(tokenizer, prompt, max_new, eos), params or SamplingParams(),
+                               greedy=True))[-1]
+    assert isinstance(last, Finished)
+    return last
+
+
+def run(model: Any, tokenizer: Any, drafter: Any, prompt: list[int], max_new: int, eos: int = V - 1,
+        params: SamplingParams | None = None, k: int = 4, sample: bool = False, seed: int = 0,
+        adaptive: bool = False) -> list[Event]:
+    return list(speculative(model, transcript(tokenizer, prompt, max_new, eos), drafter, params or SamplingParams(),
+                            greedy=not sample, num_draft_tokens=k, adaptive=adaptive,
+                            generator=torch.Generator().manual_seed(seed)))
+
+
+def repetitive_prompt(seed: int, length: int) -> list[int]:
+    g = torch.Generator().manual_seed(seed)
+    base = torch.randint(1, V - 2, (4,), generator=g).tolist()
+    return (base * 8)[:length]
+
+
+def drafters(model: Any, seed: int) -> dict[str, Any]:
+    return {
+        "lookup": PromptLookup(3, 4, frozenset({V - 1})),
+        "other-model": ModelDrafter(tiny_model(ARCHS[seed % 4], vocab_size=V, seed=seed + 1000), V),
+        "self": ModelDrafter(model, V),
+    }
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_greedy_speculative_and_lookup_equal_plain_greedy(byte_bpe: Any, seed: int) -> None:
+    model = tiny_model(ARCHS[seed % 4], vocab_size=V, seed=seed)
+    prompt = repetitive_prompt(seed, 1 + seed % 14)  # lengths 1..14, repetitive so lookups match
+    for max_new, k in itertools.product((1, 2, 4, 5, 6, 19), (1, 4)):  # around k + 1 on both sides
+        for params in (SamplingParams(), SamplingParams(repetition_penalty=1.3)):
+            expected = greedy(model, byte_bpe, prompt, max_new, params=params).token_ids
+            for name, drafter in drafters(model, seed).items():
+                result = run(model, byte_bpe, drafter, prompt, max_new, params=params, k=k)[-1]
+                assert isinstance(result, Finished)
+                assert result.token_ids == expected, (name, max_new, k)
+                assert result.new_tokens <= max_new
+                if name == "self" and result.drafted:
+                    assert result.accepted == result.drafted, "a model drafting for itself is always right"
+
+
+@pytest.mark.parametrize("eos_index", range(1, 8))
+def test_an_eos_inside_an_accepted_block_or_as_the_bonus_ends_the_run_there(byte_bpe: Any, eos_index: int) -> None:
+    model = tiny_model("llama", vocab_size=V, seed=7)
+    prompt = [11, 12, 13]
+    free = greedy(model, byte_bpe, prompt, 12, eos=V - 1).token_ids
+    eos = free[eos_index]
+    expected = greedy(model, byte_bpe, prompt, 12, eos=eos)
+    assert expected.finish_reason == "eos"
+    # Drafting for itself, every block is accepted whole: index 1..4 falls inside the first block, 5 is its bonus.
+    result = run(model, byte_bpe, ModelDrafter(model, V), prompt, 12, eos=eos, k=4)[-1]
+    assert isinstance(result, Finished)
+    assert result.token_ids == expected.token_ids and result.finish_reason == "eos"
+
+
+def test_no_lookup_match_is_plain_decoding(byte_bpe: Any) -> None:
+    model = tiny_model("llama", vocab_size=V, seed=2)
+    prompt = [5, 6, 7, 8, 9, 10]
+    events = run(model, byte_bpe, PromptLookup(3, 4), prompt, 3)
+    result = events[-1]
+    assert isinstance(result, Finished)
+    assert result.token_ids == greedy(model, byte_bpe, prompt, 3).token_ids
+    if result.drafted == 0:
+        assert result.target_forwards == result.new_tokens and not any(isinstance(e, DraftProposed) for e in events)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_greedy_output_equals_transformers_assisted_and_prompt_lookup(byte_bpe: Any, seed: int) -> None:
+    model = tiny_model(ARCHS[seed % 2], vocab_size=V, seed=seed)
+    assistant = tiny_model(ARCHS[seed % 2], vocab_size=V, seed=seed + 1000)
+    prompt = repetitive_prompt(seed, 9)
+    ids = torch.tensor([prompt])
+    common = dict(attention_mask=torch.ones_like(ids), max_new_tokens=20, do_sample=False, eos_token_id=V - 1,
+                  pad_token_id=0)
+    hf_assisted = model.generate(ids, assistant_model=assistant, **common)[0, len(prompt):].tolist()
+    hf_lookup = model.generate(ids, prompt_lookup_num_tokens=4, **common)[0, len(prompt):].tolist()
+    ours_model = run(model, byte_bpe, ModelDrafter(assistant, V), prompt, 20)[-1]
+    ours_lookup = run(model, byte_bpe, PromptLookup(2, 4, frozenset({V - 1})), prompt, 20)[-1]
+    assert isinstance(ours_model, Finished) and isinstance(ours_lookup, Finished)
+    assert list(ours_model.token_ids) == hf_assisted
+    assert list(ours_lookup.token_ids) == hf_lookup
+
+
+def test_events_and_statistics_agree(byte_bpe: Any) -> None:
+    model = tiny_model("llama", vocab_size=V, seed=4)  # a seed whose output repeats some of itself
+    events = run(model, byte_bpe, PromptLookup(3, 4), repetitive_prompt(4, 12), 80)
+    result = events[-1]
+    assert isinstance(result, Finished) and result.drafted is not None and result.drafted > 0
+    proposed = [e for e in events if isinstance(e, DraftProposed)]
+    verified = [e for e in events if isinstance(e, DraftVerified)]
+    emitted = [e for e in events if isinstance(e, TokenEmitted)]
+    assert len(proposed) == len(verified) and sum(len(p.token_ids) for p in proposed) == result.drafted
+    assert sum(v.accepted for v in verified) == result.accepted
+    assert sum(e.source == "lookup" for e in emitted) == result.accepted
+    assert result.acceptance_rate == pytest.approx(result.accepted / result.drafted)
+    assert result.accepted and result.accepted > 0
+    # One forward for the prefill and one per round; accepted copies are tokens that cost no forward of their own.
+    assert 1 + len(verified) <= result.target_forwards == result.new_tokens - result.accepted
+    for p in proposed:  # the copy really follows an earlier occurrence of the matched n-gram
+        assert p.match_start is not None and p.copy_start is not None and p.copy_end is not None
+        assert p.copy_start == p.match_end and p.copy_end - p.copy_start == len(p.token_ids)
+    assert "".join(e.text for e in emitted) == result.text
+    assert len(result.acceptance_by_position or ()) == max(len(p.token_ids) for p in proposed)
+
+
+def test_each_round_is_one_target_forward(byte_bpe: Any) -> None:
+    model = tiny_model("llama", vocab_size=V, seed=4)
+    events = run(model, byte_bpe, ModelDrafter(model, V), [1, 2, 3], 21, k=4)
+    result = events[-1]
+    assert isinstance(result, Finished)
+    rounds = result.new_tokens - 1  # the first token comes from the prefill; then whole blocks of k + 1
+    assert result.target_forwards == 1 + rounds // 5 + (rounds % 5 > 0)
+
+
+def test_adaptive_mode_is_lossless_and_stops_drafting_when_drafts_fail(byte_bpe: Any) -> None:
+    model = tiny_model("llama", vocab_size=V, seed=5)
+    bad_draft = ModelDrafter(tiny_model("llama", vocab_size=V, seed=999), V)
+    prompt = [3, 4, 5]
+    result = run(model, byte_bpe, bad_draft, prompt, 80, k=4, adaptive=True)[-1]
+    assert isinstance(result, Finished) and result.drafted is not None
+    assert result.token_ids == greedy(model, byte_bpe, prompt, 80).token_ids
+    fixed = run(model, byte_bpe, ModelDrafter(tiny_model("llama", vocab_size=V, seed=999), V), prompt, 80, k=4)[-1]
+    assert isinstance(fixed, Finished) and fixed.drafted is not None
+    assert result.drafted < fixed.drafted / 2, "a drafter that is always wrong should mostly be left idle"
+
+
+def test_int8_draft_is_lossless(byte_bpe: Any) -> None:
+    model = tiny_model("llama", vocab_size=V, seed=6)
+    draft = int8_copy(model)
+    prompt = [9, 8, 7, 6]
+    result = run(model, byte_bpe, ModelDrafter(draft, V), prompt, 25)[-1]
+    assert isinstance(result, Finished) and result.drafted
+    assert result.token_ids == greedy(model, byte_bpe, prompt, 25).token_ids
+
+
+def test_mismatched_tokenizers_are_refused(byte_bpe: Any, sp_bpe: Any) -> None:
+    with pytest.raises(UsageError, match="tokenizer differs"):
+        shared_vocab_size(byte_bpe, sp_bpe, V, V)
+    assert shared_vocab_size(byte_bpe, byte_bpe, 512, 448) == min(len(byte_bpe), 448)
+
+
+# ----------------------------------------------------------------- sampling
+
+
+def exact_distribution(model: Any, prompt: list[int], params: SamplingParams,
+                       steps: int) -> dict[tuple[int, ...], float]:
+    """P(t_1 .. t_steps) under the target's own processed sampling, by enumeration."""
+    from decode_tui.core.sampling import stage_processors
+
+    processors = stage_processors(params, greedy=False)
+    out: dict[tuple[int, ...], float] = {(): 1.0}
+    for _ in range(steps):
+        grown: dict[tuple[int, ...], float] = {}
+        for prefix, prob in out.items():
+            ids = torch.tensor([prompt + list(prefix)])
+            with torch.inference_mode():
+                scores = model(ids).logits[:, -1].float()
+            for _, processor in processors:
+                scores = processor(ids, scores)
+            p = torch.softmax(scores, -1)[0]
+            for t in torch.nonzero(p > 0).flatten().tolist():
+                grown[(*prefix, t)] = prob * float(p[t])
+        out = grown
+    return out
+
+
+def chi_square_p_value(samples: Counter[tuple[int, ...]], expected: dict[tuple[int, ...], float]) -> float:
+    n = sum(samples.values())
+    bins: list[tuple[float, float]] = []
+    rest_obs, rest_exp = 0.0, 0.0
+    for outcome, prob in expected.items():
+        if prob * n >= 5:
+            bins.append((samples.get(outcome, 0), prob * n))
+        else:
+            rest_obs += samples.get(outcome, 0)
+            rest_exp += prob * n
+    unexpected = sum(c for o, c in samples.items() if o not in expected)
+    bins.append((rest_obs + unexpected, max(rest_exp, 1e-9)))
+    stat = sum((obs - exp) ** 2 / exp for obs, exp in bins)
+    df = len(bins) - 1
+    return float(torch.special.gammaincc(torch.tensor(df / 2.0), torch.tensor(stat / 2.0)))
+
+
+SAMPLING = SamplingParams(temperature=1.0, top_k=4)
+
+
+def sampled_outcomes(model: Any, tokenizer: Any, drafter_factory: Any, prompt: list[int],
+                     n: int) -> Counter[tuple[int, ...]]:
+    counts: Counter[tuple[int, ...]] = Counter()
+    for seed in range(n):
+        result = run(model, tokenizer, drafter_factory(), prompt, 3, params=SAMPLING, k=2, sample=True,
+                     seed=seed)[-1]
+        assert isinstance(result, Finished)
+        counts[tuple(result.token_ids)] += 1
+    return counts
+
+
+@pytest.fixture(scope="module")
+def sampling_case() -> tuple[Any, Any, list[int], dict[tuple[int, ...], float]]:
+    target = tiny_model("llama", vocab_size=V, seed=21, initializer_range=0.08)
+    draft = tiny_model("llama", vocab_size=V, seed=22, initializer_range=0.08)
+    prompt = [7, 8, 9]
+    return target, draft, prompt, exact_distribution(target, prompt, SAMPLING, 3)
+
+
+def test_speculative_sampling_preserves_the_target_distribution(byte_bpe: Any, sampling_case: Any) -> None:
+    target, draft, prompt, expected = sampling_case
+    counts = sampled_outcomes(target, byte_bpe, lambda: ModelDrafter(draft, V), prompt, 3000)
+    assert chi_square_p_value(counts, expected) > 1e-3
+
+
+def test_lookup_sampling_preserves_the_target_distribution(byte_bpe: Any, sampling_case: Any) -> None:
+    target, _, _, _ = sampling_case
+    prompt = [7, 8, 9, 7, 8, 9, 7, 8]  # the lookup always finds a copy to propose
+    expected = exact_distribution(target, prompt, SAMPLING, 3)
+    counts = sampled_outcomes(target, byte_bpe, lambda: PromptLookup(2, 2), prompt, 3000)
+    assert chi_square_p_value(counts, expected) > 1e-3
+
+
+def test_negative_control_a_verifier_that_accepts_everything_fails_the_same_test(
+        byte_bpe: Any, sampling_case: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    target, draft, prompt, expected = sampling_case
+    honest = spec_module._verify
+
+    def accept_all(p: torch.Tensor, q: Any, drafted: list[int], greedy: bool, generator: Any) -> Any:
+        _, _, _, verdicts = honest(p, q, drafted, greedy, generator)
+        bonus = int(torch.multinomial(p[len(drafted)], 1, generator=generator))
+        return len(drafted), bonus, "bonus", verdicts
+
+    monkeypatch.setattr(spec_module, "_verify", accept_all)
+    counts = sampled_outcomes(target, byte_bpe, lambda: ModelDrafter(draft, V), prompt, 3000)
+    assert chi_square_p_value(counts, expected) < 1e-6
