@@ -18,12 +18,12 @@ from contextlib import contextmanager
 from enum import Enum
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn, TextIO
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TextIO
 
 import typer
 
 from ..core.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, DecodeTuiError, UsageError
-from ..core.params import BeamParams, DecodeConfig, SamplingParams
+from ..core.params import BeamParams, DecodeConfig, DraftParams, SamplingParams
 from ..core.registry import ALIASES, DEFAULT_ALIAS, EMBEDDED_ALIASES, describe, resolve
 
 if TYPE_CHECKING:
@@ -246,6 +246,24 @@ def generate(
     num_return_sequences: Annotated[int | None, typer.Option(min=1, help="Hypotheses to return, best first "
                                                              "(<= num-beams). \\[default: 1]",
                                                              rich_help_panel="Beam search")] = None,
+    draft: Annotated[str | None, typer.Option(help="speculative: the draft model: a model spec, self (the "
+                                              "target's own weights) or int8 (the target quantised, CPU). "
+                                              "\\[default: int8]", rich_help_panel="Speculative and PLD")] = None,
+    num_draft_tokens: Annotated[int | None, typer.Option(min=1, help="Tokens drafted per round (the most, with "
+                                                         "--adaptive). \\[default: 5]",
+                                                         rich_help_panel="Speculative and PLD")] = None,
+    max_ngram_size: Annotated[int | None, typer.Option(min=1, help="pld: the longest n-gram to look up. "
+                                                       "\\[default: 3]", rich_help_panel="Speculative and PLD")
+                              ] = None,
+    num_pred_tokens: Annotated[int | None, typer.Option(min=1, help="pld: the most tokens copied per match. "
+                                                        "\\[default: 10]", rich_help_panel="Speculative and PLD")
+                               ] = None,
+    adaptive: Annotated[bool, typer.Option("--adaptive", help="Choose the draft length from the measured "
+                                           "acceptance and verify cost (never much slower than greedy).",
+                                           rich_help_panel="Speculative and PLD")] = False,
+    compare: Annotated[bool, typer.Option("--compare", help="Also run plain greedy on the same prompt; report "
+                                          "the speedup and whether the outputs are identical.",
+                                          rich_help_panel="Speculative and PLD")] = False,
     output_format: Annotated[FormatChoice, typer.Option("--format", help="text: the text on stdout, stats "
                                                         "on stderr. jsonl: one JSON event per line.",
                                                         rich_help_panel="Output")] = FormatChoice.text,
@@ -271,26 +289,86 @@ def generate(
             {"true": True, "false": False, "never": "never"}[early_stopping.value],
             num_return_sequences=1 if num_return_sequences is None else num_return_sequences,
         )
-        # Beam mode samples its candidates (beam sampling) when a sampling parameter is given.
-        beam_sample = mode is ModeChoice.beam and (temperature, top_k, top_p) != (None, None, None)
+        drafting = mode in (ModeChoice.speculative, ModeChoice.pld)
+        for given, flag, allowed in ((draft, "--draft", {ModeChoice.speculative}),
+                                     (max_ngram_size, "--max-ngram-size", {ModeChoice.pld}),
+                                     (num_pred_tokens, "--num-pred-tokens", {ModeChoice.pld}),
+                                     (num_draft_tokens, "--num-draft-tokens", {ModeChoice.speculative, ModeChoice.pld}),
+                                     (adaptive or None, "--adaptive", {ModeChoice.speculative, ModeChoice.pld}),
+                                     (compare or None, "--compare", {ModeChoice.speculative, ModeChoice.pld})):
+            if given is not None and mode not in allowed:
+                modes = " or ".join(f"--mode {m.value}" for m in sorted(allowed, key=lambda m: m.value))
+                raise UsageError(f"{flag} applies to {modes}, not to --mode {mode.value}.")
+        draft_defaults = DraftParams()
+        draft_params = DraftParams(
+            draft=draft or draft_defaults.draft,
+            num_draft_tokens=num_draft_tokens or draft_defaults.num_draft_tokens,
+            max_ngram_size=max_ngram_size or draft_defaults.max_ngram_size,
+            num_pred_tokens=num_pred_tokens or draft_defaults.num_pred_tokens,
+            adaptive=adaptive,
+        )
+        # Beam, speculative and pld modes sample (beam sampling, sampling verification) when a sampling
+        # parameter is given; otherwise they are greedy.
+        sampling_asked = (temperature, top_k, top_p) != (None, None, None)
         config = DecodeConfig(mode=mode.value, max_new_tokens=max_new_tokens, sampling=sampling, beam=beam,
-                              beam_sample=beam_sample, seed=seed, use_chat=not no_chat)
+                              beam_sample=mode is ModeChoice.beam and sampling_asked, draft=draft_params,
+                              draft_sample=drafting and sampling_asked, seed=seed, use_chat=not no_chat)
         text = read_prompt(prompt, prompt_file)
         if mode is ModeChoice.greedy and (temperature, top_k, top_p) != (None, None, None):
             _stderr().print("decode-tui: note: greedy mode takes the argmax, so --temperature, --top-k and "
                             "--top-p change nothing; use --mode sample to sample.")
         resolved = ensure_model(model)
         lm = _load(resolved, device, dtype.value, trust_remote_code)
-        _decode(lm, text, config, output_format)
+        draft_model = _load_draft(lm, draft_params.draft, trust_remote_code) if mode is ModeChoice.speculative \
+            else None
+        _decode(lm, text, config, output_format, draft_model, compare)
     except DecodeTuiError as err:
         _fail(err)
 
 
-def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: FormatChoice) -> None:
+def _load_draft(lm: LoadedModel, spec: str, trust_remote_code: bool) -> tuple[Any, int]:
+    from ..core.drafters import load_draft
+
+    if spec not in ("self", "int8"):
+        ensure_model(spec)  # a clear message (or the first-run pull) before anything heavy
+    with _status(f"Preparing the draft model ({spec})"):
+        loaded: tuple[Any, int] = load_draft(lm, spec, trust_remote_code)
+    return loaded
+
+
+def _compare(lm: LoadedModel, prompt: str, config: DecodeConfig, result: Finished) -> Finished:
+    """Run plain greedy on the same prompt and attach the speedup and whether the outputs agree."""
+    import dataclasses
+
+    from ..core.events import Finished
+    from ..core.run import Run
+
+    plain = DecodeConfig(mode="greedy", max_new_tokens=config.max_new_tokens, sampling=config.sampling,
+                         use_chat=config.use_chat)
+    greedy = None
+    with _status("Running plain greedy decoding to compare"):
+        for event in Run(lm, prompt, plain).events():
+            greedy = event
+    assert isinstance(greedy, Finished)
+    ours, theirs = result.token_ids, greedy.token_ids
+    divergence = next((i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), None)
+    if divergence is None and len(ours) != len(theirs):
+        divergence = min(len(ours), len(theirs))
+    comparison = {
+        "greedy_tokens_per_s": greedy.tokens_per_s,
+        "speedup": result.tokens_per_s / greedy.tokens_per_s if greedy.tokens_per_s else 0.0,
+        "identical": ours == theirs,
+        "first_divergence": divergence,
+    }
+    return dataclasses.replace(result, comparison=comparison)
+
+
+def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: FormatChoice,
+            draft: tuple[Any, int] | None = None, compare: bool = False) -> None:
     from ..core.events import Finished, TokenEmitted
     from ..core.run import Run
 
-    run = Run(lm, prompt, config)
+    run = Run(lm, prompt, config, draft)
     for note in run.notes:
         _stderr().print(f"decode-tui: note: {note}")
     out = sys.stdout
@@ -299,6 +377,8 @@ def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: F
     result: Finished | None = None
     try:
         for event in events:
+            if isinstance(event, Finished) and compare:
+                event = _compare(lm, prompt, config, event)
             if jsonl:
                 _write(out, event.to_json() + "\n")
             elif isinstance(event, TokenEmitted):
@@ -322,6 +402,17 @@ def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: F
                 _write(out, f"\n[{rank}] score {hypothesis.score:.4f}, sum log-prob {hypothesis.sum_logprobs:.4f}\n"
                             f"{hypothesis.text}\n")
             _stderr().print(_stats_line(lm, result))
+            if result.drafted is not None:
+                by_position = ", ".join(f"{a:.0%}" for a in result.acceptance_by_position or ())
+                _stderr().print(f"drafted {result.drafted}, accepted {result.accepted} "
+                                f"({result.acceptance_rate or 0:.0%}; by position: {by_position or '-'}), "
+                                f"{result.draft_forwards} draft forwards, drafting {result.draft_time_s or 0:.2f} s, "
+                                f"verifying {result.verify_time_s or 0:.2f} s")
+            if result.comparison is not None:
+                c = result.comparison
+                verdict = "identical" if c["identical"] else f"DIFFERENT from token {c['first_divergence']}"
+                _stderr().print(f"compared with plain greedy: {c['speedup']:.2f}x "
+                                f"({c['greedy_tokens_per_s']:.1f} tok/s), output {verdict}")
 
 
 @models_app.callback()

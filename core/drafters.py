@@ -20,6 +20,7 @@ prefix is and it rolls back to it. Drafters know nothing of acceptance.
 from __future__ import annotations
 
 import copy
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
@@ -168,10 +169,14 @@ def load_draft(target: LoadedModel, spec: str, trust_remote_code: bool = False) 
 
 def int8_copy(model: PreTrainedModel) -> PreTrainedModel:
     """The model with its Linear layers dynamically quantised to int8 (CPU): a cheap offline draft."""
-    from torch.ao.quantization import quantize_dynamic
-
     clone = copy.deepcopy(model)
-    quantized: PreTrainedModel = quantize_dynamic(clone, {torch.nn.Linear}, dtype=torch.qint8)
+    # torch marks its eager quantisation API deprecated (in favour of torchao, which is not a dependency
+    # here); the warnings say nothing a decode-tui user can act on.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from torch.ao.quantization import quantize_dynamic
+
+        quantized: PreTrainedModel = quantize_dynamic(clone, {torch.nn.Linear}, dtype=torch.qint8)
     return quantized
 
 

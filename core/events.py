@@ -285,6 +285,7 @@ class Finished(Event):
     acceptance_by_position: tuple[float, ...] | None = _optional()
     draft_time_s: float | None = _optional()
     verify_time_s: float | None = _optional()
+    comparison: Mapping[str, Any] | None = _optional()
 
 
 EVENT_TYPES: tuple[type[Event], ...] = (

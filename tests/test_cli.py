@@ -82,6 +82,23 @@ def test_beam_jsonl_adds_hypotheses_best_first(tiny_model_dir: Path, isolated_en
     assert "".join(e["text"] for e in emitted) == final["text"]
 
 
+@pytest.mark.parametrize("args", [["--mode", "pld"], ["--mode", "speculative", "--draft", "self"],
+                                  ["--mode", "speculative", "--draft", "int8", "--adaptive"]])
+def test_drafting_modes_report_their_counters_and_compare_with_greedy(tiny_model_dir: Path,
+                                                                      isolated_env: dict[str, str],
+                                                                      args: list[str]) -> None:
+    done = cli("generate", "--model", str(tiny_model_dir), "-p", "one two three one two three one two", "--no-chat",
+               "--format", "jsonl", "--max-new-tokens", "24", "--compare", *args, env=isolated_env)
+    assert done.returncode == 0, done.stderr
+    final = json.loads(done.stdout.splitlines()[-1])
+    for key in ("drafted", "accepted", "draft_forwards", "acceptance_rate"):
+        assert key in final
+    assert final["comparison"]["identical"] is True and final["comparison"]["first_divergence"] is None
+    assert final["comparison"]["speedup"] > 0
+    if "self" in args:
+        assert final["accepted"] == final["drafted"] > 0
+
+
 def test_text_format_streams_text_and_puts_stats_on_stderr(tiny_model_dir: Path,
                                                            isolated_env: dict[str, str]) -> None:
     jsonl = cli("generate", "--model", str(tiny_model_dir), "-p", "Hi", "--format", "jsonl", "--max-new-tokens",
@@ -123,6 +140,11 @@ def test_prompt_file_and_stdin(tiny_model_dir: Path, isolated_env: dict[str, str
         (["--mode", "beam", "--length-penalty", "long"], ["--length-penalty", "number"]),
         (["--mode", "beam", "--early-stopping", "sometimes"], ["--early-stopping"]),
         (["--mode", "speculative", "--num-beams", "4"], ["beam search only", "--mode speculative"]),
+        (["--mode", "greedy", "--draft", "self"], ["--draft applies to --mode speculative"]),
+        (["--mode", "speculative", "--max-ngram-size", "2"], ["--max-ngram-size applies to --mode pld"]),
+        (["--mode", "beam", "--compare"], ["--compare applies to"]),
+        (["--mode", "pld", "--num-pred-tokens", "0"], ["--num-pred-tokens"]),
+        (["--mode", "speculative", "--draft", "no-such-draft"], ["Unknown model", "no-such-draft"]),
         (["--mode", "pld", "--num-beams", "4"], ["beam search only", "--mode pld"]),
         (["--prompt", "a", "--prompt-file", "x.txt"], ["either --prompt or --prompt-file"]),
         (["--format", "xml"], ["format"]),

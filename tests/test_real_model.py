@@ -71,3 +71,14 @@ def test_the_default_command_runs_the_embedded_model(smollm2: Any) -> None:
     final = json.loads(done.stdout.splitlines()[-1])
     run = Run(smollm2, PROMPTS[0], DecodeConfig(max_new_tokens=24))
     assert final["token_ids"] == hf_new_tokens(smollm2, run.prompt_ids, 24, do_sample=False)
+
+
+@pytest.mark.parametrize("mode", ["pld", "speculative"])
+def test_drafting_modes_equal_plain_greedy_on_the_real_model(smollm2: Any, mode: str) -> None:
+    prompt = PROMPTS[1]  # input-grounded: the summary copies from the passage, so lookups match
+    greedy = list(Run(smollm2, prompt, DecodeConfig(max_new_tokens=48)).events())[-1]
+    drafted = list(Run(smollm2, prompt, DecodeConfig(mode=mode, max_new_tokens=48)).events())[-1]
+    assert isinstance(greedy, Finished) and isinstance(drafted, Finished)
+    assert drafted.token_ids == greedy.token_ids
+    assert drafted.drafted and drafted.accepted  # the drafts were used, not just made
+    assert drafted.target_forwards < greedy.target_forwards
