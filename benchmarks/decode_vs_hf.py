@@ -51,14 +51,21 @@ PROMPTS = {
         "Tourism to the reef contributes billions of dollars to the Australian economy every year."
     ),
     "code-edit": (
-        "Rewrite this Python function so that it uses a list comprehension and add type hints. Return only the "
-        "code.\n\n"
-        "def squares_of_evens(numbers):\n"
-        "    result = []\n"
-        "    for n in numbers:\n"
-        "        if n % 2 == 0:\n"
-        "            result.append(n * n)\n"
-        "    return result\n"
+        "In the following Python code, rename the variable `total` to `running_sum` everywhere. Return the whole "
+        "code and nothing else.\n\n"
+        "def summarise(values):\n"
+        "    total = 0\n"
+        "    count = 0\n"
+        "    for value in values:\n"
+        "        if value is None:\n"
+        "            continue\n"
+        "        total += value\n"
+        "        count += 1\n"
+        "    if count == 0:\n"
+        "        return None\n"
+        "    mean = total / count\n"
+        "    print(f\"sum={total} count={count} mean={mean}\")\n"
+        "    return total, count, mean\n"
     ),
     "open-ended": "Write a short story about a lighthouse keeper who finds a message in a bottle.",
 }
@@ -141,18 +148,21 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--ttft-repeats", type=int, default=5)
     parser.add_argument("--json", type=Path)
-    parser.add_argument("--only", default="greedy,beam,ttft", help="comma-separated sections to run")
+    parser.add_argument("--only", default="greedy,beam,drafting,ttft", help="comma-separated sections to run")
     args = parser.parse_args()
     sections = set(args.only.split(","))
 
     pull("smollm2")
     lm = load_model(resolve("smollm2"), device="auto", dtype="auto")
+    lm_natural = lm
     lm = dataclasses.replace(lm, eos_token_ids=frozenset())  # the same 128 tokens on both sides
     results: dict[str, Any] = {"machine": machine(), "device": str(lm.device), "dtype": str(lm.dtype),
                                "new_tokens": args.new_tokens}
     for section, num_beams in (("greedy", 1), ("beam", 4)):
         if section in sections:
             results[section] = compare(lm, args.new_tokens, args.repeats, num_beams, section)
+    if "drafting" in sections:
+        results["drafting"] = drafting(lm_natural, args.new_tokens, args.repeats)
     if "ttft" in sections:
         results["ttft_s"] = ttft(args.ttft_repeats)
     if args.json:
@@ -179,6 +189,84 @@ def compare(lm: LoadedModel, new_tokens: int, repeats: int, num_beams: int, sect
         rows[name] = row
         print(f"{section:>6} {name:>10}: ours {row['ours_tok_s']:6.2f} tok/s  HF {row['hf_tok_s']:6.2f} tok/s  "
               f"ratio {row['ratio']:.3f}  identical={identical}", flush=True)
+    return rows
+
+
+def timed_run(lm: LoadedModel, prompt: str, config: DecodeConfig, draft: Any = None) -> tuple[Finished, float]:
+    run = Run(lm, prompt, config, draft)
+    start = time.perf_counter()
+    final = None
+    for event in run.events():
+        final = event
+    assert isinstance(final, Finished)
+    return final, time.perf_counter() - start
+
+
+def timed_hf(lm: LoadedModel, prompt_ids: list[int], new_tokens: int, **kwargs: Any) -> tuple[list[int], float]:
+    ids = torch.tensor([prompt_ids], device=lm.device)
+    start = time.perf_counter()
+    with torch.inference_mode():
+        out = lm.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, do_sample=False,
+                                eos_token_id=sorted(lm.eos_token_ids), pad_token_id=lm.tokenizer.pad_token_id,
+                                **kwargs)
+    return [int(t) for t in out[0, len(prompt_ids):]], time.perf_counter() - start
+
+
+def drafting(lm: LoadedModel, new_tokens: int, repeats: int) -> dict[str, Any]:
+    """Speculative (int8 draft) and prompt lookup against our greedy, and HF's own against HF greedy.
+
+    End-of-sequence stays on (the drafting modes must give greedy's exact tokens either way).
+    """
+    from decode_tui.core.drafters import int8_copy
+    from decode_tui.core.params import DraftParams
+
+    int8 = int8_copy(lm.model)
+    width = min(lm.model.get_output_embeddings().weight.shape[0], len(lm.tokenizer))
+    variants = {
+        "pld": (DecodeConfig(mode="pld", max_new_tokens=new_tokens), None),
+        "pld adaptive": (DecodeConfig(mode="pld", max_new_tokens=new_tokens,
+                                      draft=DraftParams(adaptive=True, num_draft_tokens=10)), None),
+        "speculative int8 k=5": (DecodeConfig(mode="speculative", max_new_tokens=new_tokens), (int8, width)),
+        "speculative int8 adaptive": (DecodeConfig(mode="speculative", max_new_tokens=new_tokens,
+                                                   draft=DraftParams(adaptive=True)), (int8, width)),
+    }
+    rows: dict[str, Any] = {}
+    for name, prompt in PROMPTS.items():
+        greedy_config = DecodeConfig(mode="greedy", max_new_tokens=new_tokens)
+        prompt_ids = Run(lm, prompt, greedy_config).prompt_ids
+        reference, _ = timed_run(lm, prompt, greedy_config)  # warm-up
+        row: dict[str, Any] = {"new_tokens": reference.new_tokens}
+        times: dict[str, list[float]] = {}
+        same: dict[str, bool] = {}
+        extra: dict[str, Any] = {}
+        for _ in range(repeats):
+            _, t = timed_run(lm, prompt, greedy_config)
+            times.setdefault("greedy", []).append(t)
+            for variant, (config, draft) in variants.items():
+                result, t = timed_run(lm, prompt, config, draft)
+                times.setdefault(variant, []).append(t)
+                same[variant] = same.get(variant, True) and result.token_ids == reference.token_ids
+                extra[variant] = {"acceptance_rate": result.acceptance_rate, "drafted": result.drafted,
+                                  "tokens_per_forward": result.new_tokens / result.target_forwards}
+            hf_greedy, t = timed_hf(lm, prompt_ids, new_tokens)
+            times.setdefault("HF greedy", []).append(t)
+            for variant, kwargs in (("HF prompt lookup", {"prompt_lookup_num_tokens": 10}),
+                                    ("HF assisted int8", {"assistant_model": int8})):
+                tokens, t = timed_hf(lm, prompt_ids, new_tokens, **kwargs)
+                times.setdefault(variant, []).append(t)
+                same[variant] = same.get(variant, True) and tokens == hf_greedy
+        greedy_t = statistics.median(times["greedy"])
+        hf_t = statistics.median(times["HF greedy"])
+        for variant, ts in times.items():
+            if variant in ("greedy", "HF greedy"):
+                continue
+            base = hf_t if variant.startswith("HF") else greedy_t
+            row[variant] = {"speedup": base / statistics.median(ts), "identical": same[variant],
+                            **extra.get(variant, {})}
+            print(f"drafting {name:>10} {variant:>26}: {row[variant]['speedup']:.2f}x  identical={same[variant]}"
+                  + (f"  acceptance {extra[variant]['acceptance_rate']:.0%}  tokens/forward "
+                     f"{extra[variant]['tokens_per_forward']:.2f}" if variant in extra else ""), flush=True)
+        rows[name] = row
     return rows
 
 

@@ -103,9 +103,12 @@ class ModelDrafter:
 
     kind: Literal["model", "lookup"] = "model"
 
-    def __init__(self, model: PreTrainedModel, vocab_size: int) -> None:
+    def __init__(self, model: PreTrainedModel, vocab_size: int, confidence_threshold: float = 0.4) -> None:
         self.model = model
         self.vocab_size = vocab_size  # logits are sliced to the vocabulary shared with the target
+        # Stop drafting once the draft itself gives its token less than this probability: such a token is
+        # likely rejected, and what follows it is wasted work (transformers' assistant_confidence_threshold).
+        self.confidence_threshold = confidence_threshold
         self.cache = new_cache(model, rollback=True)
         self.seen = 0  # context tokens in the cache
 
@@ -129,6 +132,8 @@ class ModelDrafter:
             tokens.append(int(token))
             qs.append(q[0])
             ids = torch.cat([ids, token.view(1, 1)], dim=1)
+            if float(q[0, token]) < self.confidence_threshold:
+                break
             if i + 1 < k:
                 logits = forward(self.model, token.view(1, 1), self.cache)[:, -1, : self.vocab_size]
                 self.seen += 1

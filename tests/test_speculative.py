@@ -84,7 +84,7 @@ def test_an_eos_inside_an_accepted_block_or_as_the_bonus_ends_the_run_there(byte
     expected = greedy(model, byte_bpe, prompt, 12, eos=eos)
     assert expected.finish_reason == "eos"
     # Drafting for itself, every block is accepted whole: index 1..4 falls inside the first block, 5 is its bonus.
-    result = run(model, byte_bpe, ModelDrafter(model, V), prompt, 12, eos=eos, k=4)[-1]
+    result = run(model, byte_bpe, ModelDrafter(model, V, confidence_threshold=0.0), prompt, 12, eos=eos, k=4)[-1]
     assert isinstance(result, Finished)
     assert result.token_ids == expected.token_ids and result.finish_reason == "eos"
 
@@ -141,7 +141,7 @@ def test_events_and_statistics_agree(byte_bpe: Any) -> None:
 
 def test_each_round_is_one_target_forward(byte_bpe: Any) -> None:
     model = tiny_model("llama", vocab_size=V, seed=4)
-    events = run(model, byte_bpe, ModelDrafter(model, V), [1, 2, 3], 21, k=4)
+    events = run(model, byte_bpe, ModelDrafter(model, V, confidence_threshold=0.0), [1, 2, 3], 21, k=4)
     result = events[-1]
     assert isinstance(result, Finished)
     rounds = result.new_tokens - 1  # the first token comes from the prefill; then whole blocks of k + 1
@@ -266,3 +266,96 @@ def test_negative_control_a_verifier_that_accepts_everything_fails_the_same_test
     monkeypatch.setattr(spec_module, "_verify", accept_all)
     counts = sampled_outcomes(target, byte_bpe, lambda: ModelDrafter(draft, V), prompt, 3000)
     assert chi_square_p_value(counts, expected) < 1e-6
+
+
+# ------------------------------------------------------------ toy logits and rollback
+
+
+def toy_p_value(counts: list[int], p: torch.Tensor) -> float:
+    expected: dict[tuple[int, ...], float] = {(i,): float(p[i]) for i in range(p.shape[0])}
+    return chi_square_p_value(Counter({(i,): c for i, c in enumerate(counts) if c}), expected)
+
+
+@pytest.mark.parametrize("accept_all", [False, True], ids=["verifier", "negative-control"])
+def test_toy_logits_first_and_later_tokens_follow_p(accept_all: bool) -> None:
+    """Vocab 8, fixed p and q per position, 20k rounds of k = 2 drafts drawn from q."""
+    g = torch.Generator().manual_seed(0)
+    p = torch.softmax(torch.randn(3, 8, generator=g) * 1.5, -1)  # [k+1, V]
+    q = torch.softmax(torch.randn(2, 8, generator=g) * 1.5, -1)  # [k, V]
+    first, second = [0] * 8, [0] * 8
+    for _ in range(20_000):
+        drafted = [int(torch.multinomial(q[i], 1, generator=g)) for i in range(2)]
+        if accept_all:
+            emitted = drafted
+        else:
+            n, extra, _, _ = spec_module._verify(p, q, drafted, False, g)
+            emitted = [*drafted[:n], extra]
+        first[emitted[0]] += 1
+        if len(emitted) > 1:
+            second[emitted[1]] += 1
+    p_first, p_second = toy_p_value(first, p[0]), toy_p_value(second, p[1])
+    if accept_all:
+        assert p_first < 1e-6 and p_second < 1e-6
+    else:
+        assert p_first > 1e-3 and p_second > 1e-3
+
+
+@pytest.mark.parametrize("arch", ["llama", "mistral-sliding"])
+def test_logits_after_a_rollback_equal_a_fresh_prefill(arch: str) -> None:
+    from decode_tui.core.forward import forward, new_cache, rollback
+
+    if arch == "mistral-sliding":  # a 6-token window, so the rollback reaches past what slid out
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        config = AutoConfig.for_model("mistral", vocab_size=V, hidden_size=64, intermediate_size=128,
+                                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                      sliding_window=6, max_position_embeddings=256, initializer_range=0.2)
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    else:
+        model = tiny_model("llama", vocab_size=V, seed=0)
+    context = torch.randint(1, V, (1, 20))
+    draft = torch.randint(1, V, (1, 5))
+    nxt = torch.randint(1, V, (1, 1))
+    with torch.inference_mode():
+        cache = new_cache(model, rollback=True)
+        forward(model, context, cache)
+        forward(model, draft, cache, keep=5)  # a draft that is then rejected whole
+        rollback(cache, context.shape[1])
+        after = forward(model, nxt, cache)
+        fresh_cache = new_cache(model)
+        fresh = forward(model, torch.cat([context, nxt], 1), fresh_cache)
+    torch.testing.assert_close(after, fresh, atol=1e-5, rtol=0)
+
+
+def test_greedy_lookup_is_lossless_on_a_sliding_window_model(byte_bpe: Any) -> None:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model("mistral", vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                  num_attention_heads=4, num_key_value_heads=2, sliding_window=6,
+                                  max_position_embeddings=256, initializer_range=0.2, eos_token_id=V - 1)
+    torch.manual_seed(1)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    prompt = repetitive_prompt(1, 14)
+    expected = greedy(model, byte_bpe, prompt, 30).token_ids
+    for drafter in (PromptLookup(3, 4), ModelDrafter(model, V)):
+        result = run(model, byte_bpe, drafter, prompt, 30)[-1]
+        assert isinstance(result, Finished) and result.token_ids == expected
+
+
+def test_a_padded_draft_vocabulary_is_sliced_to_the_shared_one(byte_bpe: Any) -> None:
+    model = tiny_model("llama", vocab_size=V, seed=8)
+    padded = tiny_model("llama", vocab_size=V + 28, seed=9)  # embeddings padded past the tokenizer
+    prompt = [4, 5, 6]
+    result = list(speculative(model, transcript(byte_bpe, prompt, 20), ModelDrafter(padded, V), SamplingParams(),
+                              greedy=True, vocab_size=V))[-1]
+    assert isinstance(result, Finished) and result.drafted
+    assert result.token_ids == greedy(model, byte_bpe, prompt, 20).token_ids
+
+
+def test_the_draft_stops_once_it_is_unsure() -> None:
+    model = tiny_model("llama", vocab_size=V, seed=10)
+    sure = ModelDrafter(model, V, confidence_threshold=0.0).propose([1, 2, 3], 4, [], True, None)
+    unsure = ModelDrafter(model, V, confidence_threshold=1.01).propose([1, 2, 3], 4, [], True, None)
+    assert len(sure.token_ids) == 4 and sure.forwards == 4
+    assert unsure.token_ids == sure.token_ids[:1] and unsure.forwards == 1

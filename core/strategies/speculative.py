@@ -86,53 +86,60 @@ class AdaptiveDraftLength:
     """Chooses how many tokens to draft from the measured acceptance and the measured cost of verifying.
 
     With acceptance rate a, a round that drafts k tokens emits on average
-    (1 - a^(k+1)) / (1 - a) tokens; it costs the drafting plus one target
-    forward over k + 1 tokens. We pick the k with the most tokens per second,
-    k = 0 being a plain decoding step. On a CPU, verifying 2 tokens already
-    costs about 1.6 plain steps, so with a poor drafter the answer is 0 and
-    the run is plain decoding; on a GPU a k-token verify costs about one step.
-    No library offers this policy, hence the hand-written estimate.
-    Costs are measured per k actually used (exponential moving averages);
-    an unmeasured k is priced as if cost grew linearly in tokens (pessimistic),
-    and every ``probe_every`` rounds one longer draft is tried to learn more.
+    (1 - a^(k+1)) / (1 - a) tokens and costs k draft steps plus one target
+    forward over k + 1 tokens. We pick the k with the most tokens per second;
+    k = 0 is a plain decoding step. The verify cost is modelled as
+    ``cost(k) = c0 + c1 * k``, fitted by least squares to the rounds seen so
+    far: on this CPU c1 is small next to c0 (a 16-token verify costs about
+    two steps) but a 1-token verify is still cheaper than a 2-token one; on a
+    GPU c1 is nearly 0. With a poor drafter the best k is 0 and the run is
+    plain decoding. No library offers this policy, hence the hand-written
+    estimate. It first measures both ends (k = max, then k = 0) and keeps
+    probing a longer draft now and then so a changing acceptance is noticed.
     """
 
-    def __init__(self, max_k: int, probe_every: int = 16) -> None:
+    def __init__(self, max_k: int, probe_every: int = 8) -> None:
         self.max_k = max_k
         self.probe_every = probe_every
-        self.alpha = 0.6  # prior acceptance rate
-        self.cost: dict[int, float] = {}  # k -> seconds for a round's verify (k = 0: a plain step)
-        self.draft_cost = 0.0  # seconds per drafted token
+        self.alpha = 0.6  # acceptance rate, moving average
+        self.samples: list[tuple[int, float]] = []  # (k, verify seconds), most recent last
+        self.draft_cost = 0.0  # seconds per drafted token, moving average
         self.rounds = 0
 
-    def _verify_cost(self, k: int) -> float | None:
-        if k in self.cost:
-            return self.cost[k]
-        known = [(kk, c) for kk, c in self.cost.items()]
-        if not known:
+    def _fit(self) -> tuple[float, float] | None:
+        recent = self.samples[-64:]
+        ks = {k for k, _ in recent}
+        if len(ks) < 2:
             return None
-        kk, c = min(known, key=lambda kc: abs(kc[0] - k))
-        return c * (k + 1) / (kk + 1) if k > kk else c
+        n = len(recent)
+        mean_k = sum(k for k, _ in recent) / n
+        mean_t = sum(t for _, t in recent) / n
+        var = sum((k - mean_k) ** 2 for k, _ in recent)
+        slope = max(0.0, sum((k - mean_k) * (t - mean_t) for k, t in recent) / var)
+        return max(mean_t - slope * mean_k, 1e-6), slope
 
     def choose(self) -> int:
         self.rounds += 1
-        if not self.cost or self.rounds % self.probe_every == 0:
-            return min(self.max_k, max(self.cost, default=0) + 1) if self.cost else min(2, self.max_k)
+        if self.rounds == 1:
+            return self.max_k
+        if self.rounds == 2:
+            return 0
+        fit = self._fit()
+        if fit is None or self.rounds % self.probe_every == 0:
+            return self.max_k
+        c0, c1 = fit
         a = min(self.alpha, 0.999)
         best_k, best_rate = 0, 0.0
         for k in range(self.max_k + 1):
-            cost = self._verify_cost(k)
-            if cost is None:
-                continue
             tokens = (1 - a ** (k + 1)) / (1 - a)
-            rate = tokens / (cost + k * self.draft_cost)
+            rate = tokens / (c0 + c1 * k + k * self.draft_cost)
             if rate > best_rate:
                 best_k, best_rate = k, rate
         return best_k
 
     def observe(self, k: int, accepted: int, verify_s: float, draft_s: float) -> None:
         smooth = 0.3
-        self.cost[k] = verify_s if k not in self.cost else (1 - smooth) * self.cost[k] + smooth * verify_s
+        self.samples.append((k, verify_s))
         if k > 0:
             self.alpha = (1 - smooth) * self.alpha + smooth * (accepted / k)
             self.draft_cost = (1 - smooth) * self.draft_cost + smooth * (draft_s / k)
