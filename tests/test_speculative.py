@@ -359,3 +359,27 @@ def test_the_draft_stops_once_it_is_unsure() -> None:
     unsure = ModelDrafter(model, V, confidence_threshold=1.01).propose([1, 2, 3], 4, [], True, None)
     assert len(sure.token_ids) == 4 and sure.forwards == 4
     assert unsure.token_ids == sure.token_ids[:1] and unsure.forwards == 1
+
+
+def simulate(policy: spec_module.AdaptiveDraftLength, rounds: int, alpha: float, c0: float, c1: float,
+             draft: float) -> list[int]:
+    """Feed the policy the costs and acceptances of an imaginary device; return its choices."""
+    g = torch.Generator().manual_seed(0)
+    chosen = []
+    for _ in range(rounds):
+        k = policy.choose()
+        accepted = 0
+        while accepted < k and float(torch.rand(1, generator=g)) < alpha:
+            accepted += 1
+        policy.observe(k, accepted, c0 + c1 * k, draft * k)
+        chosen.append(k)
+    return chosen
+
+
+def test_adaptive_policy_drafts_long_when_verifying_is_cheap_and_not_at_all_when_drafts_fail() -> None:
+    gpu_like = simulate(spec_module.AdaptiveDraftLength(8), 200, alpha=0.8, c0=0.010, c1=0.0002, draft=0.0)
+    assert sum(gpu_like[-50:]) / 50 >= 5
+    useless = simulate(spec_module.AdaptiveDraftLength(8), 400, alpha=0.02, c0=0.060, c1=0.005, draft=0.0)
+    assert sum(k > 0 for k in useless[-200:]) <= 5, "probes back off when they never pay"
+    costly_draft = simulate(spec_module.AdaptiveDraftLength(5), 200, alpha=0.5, c0=0.044, c1=0.02, draft=0.025)
+    assert sum(k > 0 for k in costly_draft[-100:]) <= 5
