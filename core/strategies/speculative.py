@@ -162,7 +162,11 @@ class AdaptiveDraftLength:
             decay = 0.9
             self.accepted_sum = decay * self.accepted_sum + accepted
             self.trials_sum = decay * self.trials_sum + accepted + (accepted < k)
-            self.draft_cost = (1 - smooth) * self.draft_cost + smooth * (draft_s / k)
+            # The first draft also prefilled the draft model's cache with the whole prompt: not a per-token cost.
+            if self.rounds > 1:
+                per_token = draft_s / k
+                previous = self.draft_cost or per_token
+                self.draft_cost = (1 - smooth) * previous + smooth * per_token
         if self.probing:  # back off unless the probe changed the decision
             self.probing = False
             self.probe_wait = self.probe_every if self._best() else min(64, 2 * self.probe_wait)
