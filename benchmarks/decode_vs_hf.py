@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from decode_tui.core.embedded import pull
-from decode_tui.core.events import Finished
+from decode_tui.core.events import Finished, Mode
 from decode_tui.core.loading import LoadedModel, load_model
 from decode_tui.core.params import BeamParams, DecodeConfig
 from decode_tui.core.registry import resolve
@@ -72,7 +72,7 @@ PROMPTS = {
 
 
 def ours(lm: LoadedModel, prompt: str, new_tokens: int, num_beams: int = 1) -> tuple[list[int], float]:
-    mode = "beam" if num_beams > 1 else "greedy"
+    mode: Mode = "beam" if num_beams > 1 else "greedy"
     run = Run(lm, prompt, DecodeConfig(mode=mode, max_new_tokens=new_tokens, beam=BeamParams(num_beams=num_beams)))
     start = time.perf_counter()
     final = None
@@ -90,12 +90,13 @@ def hf(lm: LoadedModel, prompt_ids: list[int], new_tokens: int, never: int, num_
     (``eos_token_id=None`` makes generate fall back to the model's own EOS.)
     """
     ids = torch.tensor([prompt_ids], device=lm.device)
+    model: Any = lm.model  # transformers' generate is not typed as callable on PreTrainedModel
     gen_config = copy.deepcopy(lm.model.generation_config)
     gen_config.eos_token_id = never
     gen_config.do_sample = False
     start = time.perf_counter()
     with torch.inference_mode():
-        out = lm.model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=gen_config,
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=gen_config,
                                 max_new_tokens=new_tokens, num_beams=num_beams,
                                 pad_token_id=lm.tokenizer.pad_token_id)
     elapsed = time.perf_counter() - start
@@ -204,9 +205,10 @@ def timed_run(lm: LoadedModel, prompt: str, config: DecodeConfig, draft: Any = N
 
 def timed_hf(lm: LoadedModel, prompt_ids: list[int], new_tokens: int, **kwargs: Any) -> tuple[list[int], float]:
     ids = torch.tensor([prompt_ids], device=lm.device)
+    model: Any = lm.model
     start = time.perf_counter()
     with torch.inference_mode():
-        out = lm.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, do_sample=False,
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, do_sample=False,
                                 eos_token_id=sorted(lm.eos_token_ids), pad_token_id=lm.tokenizer.pad_token_id,
                                 **kwargs)
     return [int(t) for t in out[0, len(prompt_ids):]], time.perf_counter() - start

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TextIO
 import typer
 
 from ..core.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, DecodeTuiError, UsageError
-from ..core.params import BeamParams, DecodeConfig, DraftParams, SamplingParams
+from ..core.params import BeamParams, DecodeConfig, DraftParams, EarlyStopping, SamplingParams
 from ..core.registry import ALIASES, DEFAULT_ALIAS, EMBEDDED_ALIASES, describe, resolve
 
 if TYPE_CHECKING:
@@ -66,6 +66,10 @@ class EarlyStoppingChoice(str, Enum):
     true = "true"
     false = "false"
     never = "never"
+
+
+EARLY_STOPPING: dict[EarlyStoppingChoice, EarlyStopping] = {
+    EarlyStoppingChoice.true: True, EarlyStoppingChoice.false: False, EarlyStoppingChoice.never: "never"}
 
 
 class DtypeChoice(str, Enum):
@@ -285,8 +289,7 @@ def generate(
         beam = BeamParams(
             num_beams=beam_defaults.num_beams if num_beams is None else num_beams,
             length_penalty=beam_defaults.length_penalty if length_penalty is None else length_penalty,
-            early_stopping=beam_defaults.early_stopping if early_stopping is None else
-            {"true": True, "false": False, "never": "never"}[early_stopping.value],
+            early_stopping=beam_defaults.early_stopping if early_stopping is None else EARLY_STOPPING[early_stopping],
             num_return_sequences=1 if num_return_sequences is None else num_return_sequences,
         )
         drafting = mode in (ModeChoice.speculative, ModeChoice.pld)
@@ -413,6 +416,61 @@ def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: F
                 verdict = "identical" if c["identical"] else f"DIFFERENT from token {c['first_divergence']}"
                 _stderr().print(f"compared with plain greedy: {c['speedup']:.2f}x "
                                 f"({c['greedy_tokens_per_s']:.1f} tok/s), output {verdict}")
+
+
+@app.command("run")
+def run_app(
+    model: Annotated[str, typer.Option("--model", "-m", help="Alias, repo id, folder or .gguf file.",
+                                       rich_help_panel="Model")] = DEFAULT_ALIAS,
+    mode: Annotated[ModeChoice, typer.Option(help="Decoding strategy.", rich_help_panel="Decoding")
+                    ] = ModeChoice.greedy,
+    prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="The prompt text (a demo prompt if "
+                                               "none).", rich_help_panel="Prompt")] = None,
+    prompt_file: Annotated[Path | None, typer.Option(help="Read the prompt from a UTF-8 file.",
+                                                     rich_help_panel="Prompt")] = None,
+    no_chat: Annotated[bool, typer.Option("--no-chat", help="Feed the prompt as-is.", rich_help_panel="Prompt")
+                       ] = False,
+    max_new_tokens: Annotated[int, typer.Option(min=1, rich_help_panel="Decoding")] = 128,
+    temperature: Annotated[float, typer.Option(min=0.0, rich_help_panel="Sampling")] = 1.0,
+    top_k: Annotated[int, typer.Option(min=0, rich_help_panel="Sampling")] = 50,
+    top_p: Annotated[float, typer.Option(callback=_check_top_p, rich_help_panel="Sampling")] = 1.0,
+    seed: Annotated[int | None, typer.Option(min=0, rich_help_panel="Sampling")] = None,
+    device: Annotated[str, typer.Option(callback=_check_device, rich_help_panel="Model")] = "auto",
+    start_paused: Annotated[bool, typer.Option("--paused", help="Start paused; step with n.")] = False,
+) -> None:
+    """Open the app: watch the run live; space pauses, n steps, r restarts, q quits.
+
+    This first version of the app shows the text, the sampling candidates and the stats; the
+    per-mode panels for beams and drafts come next.
+    """
+    try:
+        config = DecodeConfig(mode=mode.value, max_new_tokens=max_new_tokens, seed=seed, use_chat=not no_chat,
+                              sampling=SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p))
+        text = read_prompt(prompt, prompt_file)
+    except DecodeTuiError as err:
+        _fail(err)
+
+    def source() -> Iterator[Any]:
+        # Runs in the app's decoder thread, so the UI is usable while the model loads.
+        from ..core.embedded import pull
+        from ..core.errors import ModelUnavailableError
+        from ..core.loading import load_model
+        from ..core.run import Run
+
+        try:
+            resolved = resolve(model)
+        except ModelUnavailableError:
+            if model not in EMBEDDED_ALIASES:
+                raise
+            pull(model)
+            resolved = resolve(model)
+        lm = load_model(resolved, device=device)
+        yield from Run(lm, text, config).events()
+
+    from ..tui.app import DecodeApp
+
+    code = DecodeApp(source, subtitle=f"{model} · {mode.value}", start_paused=start_paused).run()
+    raise typer.Exit(code or 0)
 
 
 @models_app.callback()

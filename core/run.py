@@ -13,7 +13,7 @@ It knows which strategy serves which mode; it knows nothing about display.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -78,7 +78,7 @@ class Run:
             params.update(self.config.draft.to_dict(), draft_sample=self.config.draft_sample)
         return params
 
-    def events(self) -> Iterator[Event]:
+    def events(self) -> Generator[Event, None, None]:
         yield Started(mode=self.config.mode, model=self.lm.name, prompt_token_ids=tuple(self.prompt_ids),
                       prompt_text=self.prompt, params=self.params())
         generator = torch.Generator(device=self.lm.device).manual_seed(self.seed)

@@ -157,11 +157,13 @@ def test_run_with_a_seed_is_reproducible_and_reports_it(byte_bpe: Any) -> None:
     lm = loaded(tiny_model("llama", vocab_size=len(byte_bpe), seed=4), byte_bpe, 2)
     config = DecodeConfig(mode="sample", max_new_tokens=25, seed=1234)
     runs = [list(Run(lm, "Hello world", config).events()) for _ in range(2)]
-    assert runs[0][-1].token_ids == runs[1][-1].token_ids
+    firsts, seconds = runs[0][-1], runs[1][-1]
+    assert isinstance(firsts, Finished) and isinstance(seconds, Finished)
+    assert firsts.token_ids == seconds.token_ids
     started = runs[0][0]
     assert isinstance(started, Started) and started.params["seed"] == 1234
-    other = list(Run(lm, "Hello world", DecodeConfig(mode="sample", max_new_tokens=25, seed=99)).events())
-    assert other[-1].token_ids != runs[0][-1].token_ids
+    other = list(Run(lm, "Hello world", DecodeConfig(mode="sample", max_new_tokens=25, seed=99)).events())[-1]
+    assert isinstance(other, Finished) and other.token_ids != firsts.token_ids
 
 
 def test_run_applies_the_chat_template_unless_told_not_to(byte_bpe: Any) -> None:

@@ -85,8 +85,8 @@ def test_beam_search_with_an_eos_that_the_model_likes(byte_bpe: Any, seed: int) 
     with torch.inference_mode():
         likely = torch.topk(model(torch.tensor([prompt])).logits[0, -1], 6).indices.tolist()
     eos = likely[2 + seed % 3 : 3 + seed % 3]
-    beam = BeamParams(2 + seed % 5, [0.5, 1.0, -1.0, 0.0][seed % 4], [True, False, "never"][seed % 3],
-                      1 + seed % 2)
+    stopping: list[EarlyStopping] = [True, False, "never"]
+    beam = BeamParams(2 + seed % 5, [0.5, 1.0, -1.0, 0.0][seed % 4], stopping[seed % 3], 1 + seed % 2)
     events = ours(model, byte_bpe, prompt, beam, 12, eos)
     assert_same_as_generate(events, hf(model, prompt, beam, 12, eos), prompt, beam, eos)
 
@@ -107,8 +107,11 @@ def test_beam_sampling_equals_generate_under_the_same_seed(byte_bpe: Any, seed: 
 
 def test_beam_sampling_draws_differ_by_seed(byte_bpe: Any) -> None:
     model = tiny_model("llama", vocab_size=V, seed=1, initializer_range=0.05)
-    results = {ours(model, byte_bpe, [7, 8], BeamParams(3), 10, [V - 1], seed=s)[-1].token_ids
-               for s in range(8)}
+    results = set()
+    for s in range(8):
+        last = ours(model, byte_bpe, [7, 8], BeamParams(3), 10, [V - 1], seed=s)[-1]
+        assert isinstance(last, Finished)
+        results.add(last.token_ids)
     assert len(results) > 1
 
 

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,7 +40,7 @@ def test_names_are_past_tense_and_unique() -> None:
 def test_events_are_frozen() -> None:
     event = TokenEmitted(index=0, token_id=1, text="a", start=0, end=1)
     with pytest.raises(dataclasses.FrozenInstanceError):
-        event.text = "b"
+        event.text = "b"  # type: ignore[misc]
 
 
 EXAMPLES = [
@@ -64,8 +65,8 @@ def test_every_mode_event_round_trips_through_json(event: object) -> None:
 
 
 def test_finished_leaves_out_mode_specific_fields_it_does_not_use() -> None:
-    base = dict(mode="greedy", prompt_token_ids=(1,), token_ids=(2,), text="x", finish_reason="eos", new_tokens=1,
-                target_forwards=1, elapsed_s=0.1, tokens_per_s=10.0)
+    base: dict[str, Any] = dict(mode="greedy", prompt_token_ids=(1,), token_ids=(2,), text="x", finish_reason="eos",
+                                new_tokens=1, target_forwards=1, elapsed_s=0.1, tokens_per_s=10.0)
     plain = Finished(**base).to_dict()
     assert "hypotheses" not in plain and "drafted" not in plain
     spec = Finished(**{**base, "mode": "pld", "drafted": 4, "accepted": 3, "draft_forwards": 0,

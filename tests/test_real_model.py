@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from decode_tui.core.events import Finished, TokenEmitted
+from decode_tui.core.events import Finished, Mode, TokenEmitted
 from decode_tui.core.params import DecodeConfig, SamplingParams
 from decode_tui.core.run import Run
 
@@ -74,7 +74,7 @@ def test_the_default_command_runs_the_embedded_model(smollm2: Any) -> None:
 
 
 @pytest.mark.parametrize("mode", ["pld", "speculative"])
-def test_drafting_modes_equal_plain_greedy_on_the_real_model(smollm2: Any, mode: str) -> None:
+def test_drafting_modes_equal_plain_greedy_on_the_real_model(smollm2: Any, mode: Mode) -> None:
     prompt = PROMPTS[1]  # input-grounded: the summary copies from the passage, so lookups match
     greedy = list(Run(smollm2, prompt, DecodeConfig(max_new_tokens=48)).events())[-1]
     drafted = list(Run(smollm2, prompt, DecodeConfig(mode=mode, max_new_tokens=48)).events())[-1]

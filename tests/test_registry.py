@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from decode_tui.core import embedded
+import decode_tui.core.embedded as embedded
 from decode_tui.core.errors import ModelUnavailableError, UsageError
 from decode_tui.core.registry import ALIASES, embedded_dir, resolve
 

@@ -127,7 +127,7 @@ def test_same_generator_seed_gives_the_same_draws() -> None:
         ({"repetition_penalty": 0.0}, "repetition_penalty must be positive"),
     ],
 )
-def test_bad_parameters_say_what_to_do(kwargs: dict[str, float], fragment: str) -> None:
+def test_bad_parameters_say_what_to_do(kwargs: dict[str, Any], fragment: str) -> None:
     with pytest.raises(UsageError) as err:
         SamplingParams(**kwargs)
     assert fragment in err.value.message and "Use" in err.value.message

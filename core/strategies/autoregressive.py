@@ -14,7 +14,7 @@ the tokens' text is and when the run is over.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING
 
 import torch
@@ -39,7 +39,7 @@ def autoregressive(
     generator: torch.Generator | None = None,
     label: Callable[[int], str] = str,
     top_n: int = 10,
-) -> Iterator[Event]:
+) -> Generator[Event, None, None]:
     """Yield ``TokenSampled`` and ``TokenEmitted`` per step, then ``Finished``."""
     greedy = greedy or params.greedy
     processors = stage_processors(params, greedy)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Literal
 
 import torch
@@ -77,7 +77,7 @@ def beam_search(
     generator: torch.Generator | None = None,
     label: Callable[[int], str] = str,
     decode: Callable[[list[int]], str] = str,
-) -> Iterator[Event]:
+) -> Generator[Event, None, None]:
     """Yield one ``BeamStepped`` per step, then the best hypothesis as ``TokenEmitted`` and ``Finished``."""
     if beam.num_beams == 1:
         yield from _one_beam(model, transcript, beam, sampling, do_sample, generator, label, decode)
@@ -222,7 +222,7 @@ def _step_event(step: int, T0: int, gen_len: int, lp: float, running: torch.Tens
     return BeamStepped(step=step, beams=beams, candidates=cand, finished=tuple(hyps), early_stop=check)
 
 
-def _finish(transcript: Transcript, hypotheses: list[Hypothesis]) -> Iterator[Event]:
+def _finish(transcript: Transcript, hypotheses: list[Hypothesis]) -> Generator[Event, None, None]:
     """Emit the best hypothesis as the run's tokens, then ``Finished`` with all returned hypotheses."""
     best = hypotheses[0]
     for token in best.token_ids:
@@ -233,7 +233,7 @@ def _finish(transcript: Transcript, hypotheses: list[Hypothesis]) -> Iterator[Ev
 
 def _one_beam(model: PreTrainedModel, transcript: Transcript, beam: BeamParams, sampling: SamplingParams,
               do_sample: bool, generator: torch.Generator | None, label: Callable[[int], str],
-              decode: Callable[[list[int]], str]) -> Iterator[Event]:
+              decode: Callable[[list[int]], str]) -> Generator[Event, None, None]:
     """``num_beams=1`` is plain greedy decoding (or sampling) in generate; its one hypothesis is the output.
 
     Its sum log-prob adds the log-probability of each token under the distribution it was picked from.

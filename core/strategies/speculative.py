@@ -29,7 +29,7 @@ It knows verification; the drafter knows drafting, the transcript the text.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -186,7 +186,7 @@ def speculative(
     vocab_size: int | None = None,
     generator: torch.Generator | None = None,
     label: Callable[[int], str] = str,
-) -> Iterator[Event]:
+) -> Generator[Event, None, None]:
     """Yield draft/verify events and the emitted tokens, then ``Finished`` with the draft statistics."""
     greedy = greedy or sampling.greedy
     processors = stage_processors(sampling, greedy)
