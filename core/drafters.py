@@ -28,6 +28,7 @@ import torch
 
 from .errors import UsageError
 from .forward import forward, new_cache, rollback
+from .sampling import processed
 
 if TYPE_CHECKING:
     from transformers import LogitsProcessor, PreTrainedModel, PreTrainedTokenizerBase
@@ -124,10 +125,7 @@ class ModelDrafter:
         self.seen = len(context)
         forwards = 1
         for i in range(k):
-            scores = logits
-            for _, processor in processors:
-                scores = processor(ids, scores)
-            q = torch.softmax(scores, dim=-1)  # [1, V]
+            q = torch.softmax(processed(processors, ids, logits), dim=-1)  # [1, V]
             token = torch.argmax(q, -1) if greedy else torch.multinomial(q, 1, generator=generator).view(1)
             tokens.append(int(token))
             qs.append(q[0])

@@ -66,6 +66,17 @@ def staged_scores(
     return out
 
 
+def processed(
+    processors: list[tuple[Stage, LogitsProcessor]],
+    input_ids: torch.Tensor,  # [B, T] the context the scores follow
+    scores: torch.Tensor,  # [B, V]
+) -> torch.Tensor:
+    """The scores after every stage, without the intermediates (what beam search and verification need)."""
+    for _, processor in processors:
+        scores = processor(input_ids, scores)
+    return scores
+
+
 @dataclass(frozen=True)
 class Draw:
     """One step's pick, already on the host: the token, its final probability, the top-N per stage."""

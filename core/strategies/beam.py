@@ -47,7 +47,7 @@ from ..events import (
 )
 from ..forward import forward, new_cache
 from ..params import BeamParams, SamplingParams
-from ..sampling import stage_processors
+from ..sampling import processed, stage_processors
 from ..transcript import Transcript
 from .autoregressive import autoregressive
 
@@ -112,9 +112,8 @@ def beam_search(
     transcript.target_forwards += 1
     for step in range(transcript.max_new_tokens):
         cur_len = T0 + step
-        log_probs = torch.log_softmax(logits, dim=-1)  # [N, V]
-        for _, processor in processors:
-            log_probs = processor(running[:, :cur_len], log_probs)
+        # generate applies the processors to log-probs, not logits
+        log_probs = processed(processors, running[:, :cur_len], torch.log_softmax(logits, dim=-1))  # [N, V]
         V = log_probs.shape[-1]
         accumulated = (log_probs + running_scores[:, None]).view(-1)  # [N*V]
         if do_sample:

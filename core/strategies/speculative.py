@@ -39,7 +39,7 @@ from ..drafters import Draft, Drafter
 from ..events import DraftProposed, DraftVerified, Event, PositionVerdict, TokenSource
 from ..forward import forward, new_cache, rollback
 from ..params import SamplingParams
-from ..sampling import stage_processors
+from ..sampling import processed, stage_processors
 from ..transcript import Transcript
 
 if TYPE_CHECKING:
@@ -260,9 +260,7 @@ def _distributions(processors: list[tuple[Stage, LogitsProcessor]], context: lis
     ids = torch.tensor([context + drafted], device=logits.device)  # [1, T+k]
     rows = []
     for i in range(logits.shape[0]):
-        scores = logits[i : i + 1]
-        for _, processor in processors:
-            scores = processor(ids[:, : len(context) + i], scores)
+        scores = processed(processors, ids[:, : len(context) + i], logits[i : i + 1])
         rows.append(torch.softmax(scores, dim=-1)[0])
     return torch.stack(rows)
 
