@@ -73,13 +73,8 @@ PROMPTS = {
 
 def ours(lm: LoadedModel, prompt: str, new_tokens: int, num_beams: int = 1) -> tuple[list[int], float]:
     mode: Mode = "beam" if num_beams > 1 else "greedy"
-    run = Run(lm, prompt, DecodeConfig(mode=mode, max_new_tokens=new_tokens, beam=BeamParams(num_beams=num_beams)))
-    start = time.perf_counter()
-    final = None
-    for event in run.events():
-        final = event
-    elapsed = time.perf_counter() - start
-    assert isinstance(final, Finished)
+    final, elapsed = timed_run(lm, prompt, DecodeConfig(mode=mode, max_new_tokens=new_tokens,
+                                                        beam=BeamParams(num_beams=num_beams)))
     return list(final.token_ids), elapsed
 
 
