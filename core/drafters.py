@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
     from .events import Stage
     from .loading import LoadedModel
+    from .params import DraftParams
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,10 @@ class Drafter(Protocol):
 
     def rollback(self, confirmed: int) -> None:
         """Forget everything after the first ``confirmed`` context tokens."""
+        ...
+
+    def tune(self, params: DraftParams) -> None:
+        """Take new settings between rounds (a front end changed them mid-run)."""
         ...
 
 
@@ -97,6 +102,10 @@ class PromptLookup:
 
     def rollback(self, confirmed: int) -> None:
         pass  # no state: the context is the whole memory
+
+    def tune(self, params: DraftParams) -> None:
+        self.max_ngram_size = params.max_ngram_size
+        self.num_pred_tokens = params.num_pred_tokens
 
 
 class ModelDrafter:
@@ -142,6 +151,9 @@ class ModelDrafter:
         if self.seen > confirmed:
             rollback(self.cache, confirmed)
             self.seen = confirmed
+
+    def tune(self, params: DraftParams) -> None:
+        pass  # the draft length is the verifier's to choose; the model has no other setting
 
 
 def load_draft(target: LoadedModel, spec: str, trust_remote_code: bool = False) -> tuple[PreTrainedModel, int]:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import types
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -91,6 +93,8 @@ class Started(Event):
     prompt_token_ids: tuple[int, ...]
     prompt_text: str
     params: Mapping[str, Any]
+    # One display label per prompt token (the PLD view highlights matches in the prompt by token index).
+    prompt_pieces: tuple[str, ...] | None = _optional()
 
 
 @dataclass(frozen=True)
@@ -297,3 +301,43 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     DraftVerified,
     Finished,
 )
+
+
+_BY_NAME: dict[str, type[Event]] = {cls.name: cls for cls in EVENT_TYPES}
+
+
+def from_dict(data: Mapping[str, Any]) -> Event:
+    """The event a :meth:`Event.to_dict` object describes (for replaying a recorded run).
+
+    Raises ``ValueError`` for an unknown ``event`` name or missing fields, so a
+    damaged recording is reported, not half-played.
+    """
+    name = data.get("event")
+    cls = _BY_NAME.get(name) if isinstance(name, str) else None
+    if cls is None:
+        raise ValueError(f"unknown event {name!r}")
+    try:
+        return _build(cls, data)  # type: ignore[no-any-return]
+    except (TypeError, KeyError) as exc:
+        raise ValueError(f"a {name!r} event that does not fit its fields: {exc}") from None
+
+
+def _build(tp: Any, value: Any) -> Any:
+    """Rebuild a value of type ``tp`` from its JSON form (dataclasses, tuples, optionals, literals)."""
+    if value is None:
+        return None
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        hints = typing.get_type_hints(tp)
+        kwargs = {f.name: _build(hints[f.name], value[f.name]) for f in dataclasses.fields(tp) if f.name in value}
+        return tp(**kwargs)
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        if len(inner) == 1:
+            return _build(inner[0], value)
+        return value  # e.g. bool | "never": JSON already has the right type
+    if origin is tuple:
+        item = args[0] if args else Any
+        return tuple(_build(item, v) for v in value)
+    return value

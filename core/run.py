@@ -22,6 +22,7 @@ from .detokenize import Detokenizer, TokenLabels
 from .drafters import Drafter, ModelDrafter, PromptLookup, load_draft
 from .errors import UsageError
 from .events import Event, Finished, Started
+from .live import LiveParams
 from .loading import LoadedModel
 from .params import DecodeConfig
 from .strategies.autoregressive import autoregressive
@@ -37,10 +38,12 @@ class Run:
     """A prompt checked against the model, ready to decode."""
 
     def __init__(self, lm: LoadedModel, prompt: str, config: DecodeConfig,
-                 draft: tuple[PreTrainedModel, int] | None = None) -> None:
+                 draft: tuple[PreTrainedModel, int] | None = None, live: LiveParams | None = None) -> None:
         """``draft``: for speculative mode, the draft model and the vocabulary size it shares with the target
-        (see :func:`~decode_tui.core.drafters.load_draft`); built from ``config.draft`` when not given."""
+        (see :func:`~decode_tui.core.drafters.load_draft`); built from ``config.draft`` when not given.
+        ``live``: settings a front end may change mid-run (see :mod:`~decode_tui.core.live`)."""
         self.lm = lm
+        self.live = live
         if config.mode == "speculative" and draft is None:
             draft = load_draft(lm, config.draft.draft)
         self.draft = draft
@@ -79,10 +82,11 @@ class Run:
         return params
 
     def events(self) -> Generator[Event, None, None]:
-        yield Started(mode=self.config.mode, model=self.lm.name, prompt_token_ids=tuple(self.prompt_ids),
-                      prompt_text=self.prompt, params=self.params())
-        generator = torch.Generator(device=self.lm.device).manual_seed(self.seed)
         label = TokenLabels(self.lm.tokenizer)
+        yield Started(mode=self.config.mode, model=self.lm.name, prompt_token_ids=tuple(self.prompt_ids),
+                      prompt_text=self.prompt, params=self.params(),
+                      prompt_pieces=tuple(label(t) for t in self.prompt_ids))
+        generator = torch.Generator(device=self.lm.device).manual_seed(self.seed)
         if self.config.mode == "beam":
             yield from beam_search(
                 self.lm.model,
@@ -93,6 +97,7 @@ class Run:
                 generator=generator,
                 label=label,
                 decode=self.transcript.detokenizer.decode,
+                live=self.live,
             )
             return
         if self.config.mode in ("speculative", "pld"):
@@ -107,6 +112,7 @@ class Run:
                 vocab_size=self.draft[1] if self.draft else None,
                 generator=generator,
                 label=label,
+                live=self.live,
             )
             return
         yield from autoregressive(
@@ -117,6 +123,7 @@ class Run:
             generator=generator,
             label=label,
             top_n=self.config.top_n,
+            live=self.live,
         )
 
     def _drafter(self) -> Drafter:

@@ -25,6 +25,7 @@ from decode_tui.core.events import (
     StageCandidates,
     TokenEmitted,
     TokenSampled,
+    from_dict,
 )
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "events.md"
@@ -80,3 +81,18 @@ def test_every_event_and_field_is_documented() -> None:
         assert f"`{cls.name}`" in docs, cls.name
         for f in dataclasses.fields(cls):
             assert f"`{f.name}`" in docs, f"{cls.name}.{f.name}"
+
+
+@pytest.mark.parametrize("event", [*EXAMPLES, Finished(
+    mode="beam", prompt_token_ids=(1,), token_ids=(2,), text="x", finish_reason="eos", new_tokens=1,
+    target_forwards=1, elapsed_s=0.1, tokens_per_s=10.0, hypotheses=(Hypothesis((2,), "x", -1.0, -1.0),))],
+    ids=lambda e: e.name)
+def test_every_event_is_rebuilt_from_its_json(event: Any) -> None:
+    assert from_dict(json.loads(event.to_json())) == event
+
+
+def test_a_damaged_record_is_reported_not_half_read() -> None:
+    with pytest.raises(ValueError, match="unknown event"):
+        from_dict({"event": "nonsense"})
+    with pytest.raises(ValueError, match="does not fit"):
+        from_dict({"event": "token_emitted", "index": 0})

@@ -21,6 +21,7 @@ import torch
 
 from ..events import Candidate, Event, StageCandidates, TokenSampled
 from ..forward import forward, new_cache
+from ..live import LiveParams
 from ..params import SamplingParams
 from ..sampling import draw, stage_processors, staged_scores
 from ..transcript import Transcript
@@ -39,10 +40,16 @@ def autoregressive(
     generator: torch.Generator | None = None,
     label: Callable[[int], str] = str,
     top_n: int = 10,
+    live: LiveParams | None = None,
 ) -> Generator[Event, None, None]:
-    """Yield ``TokenSampled`` and ``TokenEmitted`` per step, then ``Finished``."""
-    greedy = greedy or params.greedy
+    """Yield ``TokenSampled`` and ``TokenEmitted`` per step, then ``Finished``.
+
+    With ``live``, the sampling parameters are re-read at every step (a front end changed them mid-run).
+    """
+    greedy_mode = greedy
+    greedy = greedy_mode or params.greedy
     processors = stage_processors(params, greedy)
+    version = live.version if live else 0
     device = model.device
     prompt_len = len(transcript.prompt_ids)
     # Prompt and generated ids in one buffer: the repetition penalty looks at both.
@@ -54,6 +61,11 @@ def autoregressive(
     transcript.target_forwards += 1
     length = prompt_len
     for step in range(transcript.max_new_tokens):
+        if live is not None and live.version != version:
+            snapshot = live.snapshot()
+            version, params = snapshot.version, snapshot.sampling
+            greedy = greedy_mode or params.greedy
+            processors = stage_processors(params, greedy)
         staged = staged_scores(processors, ids[:, :length], logits)
         picked = draw(staged, greedy, generator, top_n)
         yield TokenSampled(

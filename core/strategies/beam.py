@@ -46,6 +46,7 @@ from ..events import (
     TokenSampled,
 )
 from ..forward import forward, new_cache
+from ..live import LiveParams
 from ..params import BeamParams, SamplingParams
 from ..sampling import processed, stage_processors
 from ..transcript import Transcript
@@ -77,10 +78,14 @@ def beam_search(
     generator: torch.Generator | None = None,
     label: Callable[[int], str] = str,
     decode: Callable[[list[int]], str] = str,
+    live: LiveParams | None = None,
 ) -> Generator[Event, None, None]:
-    """Yield one ``BeamStepped`` per step, then the best hypothesis as ``TokenEmitted`` and ``Finished``."""
+    """Yield one ``BeamStepped`` per step, then the best hypothesis as ``TokenEmitted`` and ``Finished``.
+
+    With ``live``, the sampling stages are re-read at every step; the beam settings never change mid-run.
+    """
     if beam.num_beams == 1:
-        yield from _one_beam(model, transcript, beam, sampling, do_sample, generator, label, decode)
+        yield from _one_beam(model, transcript, beam, sampling, do_sample, generator, label, decode, live)
         return
 
     N = beam.num_beams
@@ -91,6 +96,7 @@ def beam_search(
     max_length = T0 + transcript.max_new_tokens
     # Beam sampling keeps one token more than there are EOS ids, as generate does.
     processors = stage_processors(sampling, greedy=not do_sample, min_tokens_to_keep=len(eos) + 1)
+    version = live.version if live else 0
     device = model.device
 
     prompt = torch.tensor(transcript.prompt_ids, device=device)
@@ -111,6 +117,10 @@ def beam_search(
     logits = forward(model, running[:, :T0], cache)[:, -1]  # [N, V]
     transcript.target_forwards += 1
     for step in range(transcript.max_new_tokens):
+        if live is not None and live.version != version:
+            snapshot = live.snapshot()
+            version = snapshot.version
+            processors = stage_processors(snapshot.sampling, greedy=not do_sample, min_tokens_to_keep=len(eos) + 1)
         cur_len = T0 + step
         # generate applies the processors to log-probs, not logits
         log_probs = processed(processors, running[:, :cur_len], torch.log_softmax(logits, dim=-1))  # [N, V]
@@ -232,13 +242,14 @@ def _finish(transcript: Transcript, hypotheses: list[Hypothesis]) -> Generator[E
 
 def _one_beam(model: PreTrainedModel, transcript: Transcript, beam: BeamParams, sampling: SamplingParams,
               do_sample: bool, generator: torch.Generator | None, label: Callable[[int], str],
-              decode: Callable[[list[int]], str]) -> Generator[Event, None, None]:
+              decode: Callable[[list[int]], str], live: LiveParams | None) -> Generator[Event, None, None]:
     """``num_beams=1`` is plain greedy decoding (or sampling) in generate; its one hypothesis is the output.
 
     Its sum log-prob adds the log-probability of each token under the distribution it was picked from.
     """
     total = 0.0
-    for event in autoregressive(model, transcript, sampling, greedy=not do_sample, generator=generator, label=label):
+    for event in autoregressive(model, transcript, sampling, greedy=not do_sample, generator=generator, label=label,
+                                live=live):
         if isinstance(event, TokenSampled):
             total += math.log(event.prob) if event.prob > 0 else NEG
         if isinstance(event, Finished) and event.finish_reason != "cancelled":

@@ -38,6 +38,7 @@ import torch
 from ..drafters import Draft, Drafter
 from ..events import DraftProposed, DraftVerified, Event, PositionVerdict, TokenSource
 from ..forward import forward, new_cache, rollback
+from ..live import LiveParams
 from ..params import SamplingParams
 from ..sampling import processed, stage_processors
 from ..transcript import Transcript
@@ -186,10 +187,17 @@ def speculative(
     vocab_size: int | None = None,
     generator: torch.Generator | None = None,
     label: Callable[[int], str] = str,
+    live: LiveParams | None = None,
 ) -> Generator[Event, None, None]:
-    """Yield draft/verify events and the emitted tokens, then ``Finished`` with the draft statistics."""
-    greedy = greedy or sampling.greedy
+    """Yield draft/verify events and the emitted tokens, then ``Finished`` with the draft statistics.
+
+    With ``live``, the sampling stages, the draft length and the drafter's own settings are re-read
+    before every round (a front end changed them mid-run).
+    """
+    greedy_verify = greedy
+    greedy = greedy_verify or sampling.greedy
     processors = stage_processors(sampling, greedy)
+    version = live.version if live else 0
     stats = DraftStats()
     policy = AdaptiveDraftLength(num_draft_tokens) if adaptive else None
     source: TokenSource = "lookup" if drafter.kind == "lookup" else "draft"
@@ -209,6 +217,15 @@ def speculative(
         if transcript.cancel_requested:
             yield transcript.finished("cancelled", **stats.extras())
             return
+        if live is not None and live.version != version:
+            snapshot = live.snapshot()
+            version, sampling = snapshot.version, snapshot.sampling
+            greedy = greedy_verify or sampling.greedy
+            processors = stage_processors(sampling, greedy)
+            num_draft_tokens = snapshot.draft.num_draft_tokens
+            if policy is not None:
+                policy.max_k = num_draft_tokens
+            drafter.tune(snapshot.draft)
         # At most remaining - 1 drafts: the target always adds one token of its own.
         k = min(policy.choose() if policy else num_draft_tokens, transcript.remaining - 1)
         started = time.perf_counter()

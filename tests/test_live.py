@@ -1,0 +1,102 @@
+"""Settings changed mid-run (the TUI's keys) take effect at the next step, never half-applied, never lossy."""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+import torch
+
+from decode_tui.core.detokenize import Detokenizer
+from decode_tui.core.drafters import ModelDrafter, PromptLookup
+from decode_tui.core.events import DraftProposed, Event, Finished, TokenSampled
+from decode_tui.core.live import LiveParams
+from decode_tui.core.params import DraftParams, SamplingParams
+from decode_tui.core.strategies.autoregressive import autoregressive
+from decode_tui.core.strategies.speculative import speculative
+from decode_tui.core.transcript import Transcript
+
+from .conftest import tiny_model
+
+V = 420
+
+
+def transcript(tokenizer: Any, prompt: list[int], max_new: int) -> Transcript:
+    return Transcript("greedy", prompt, Detokenizer(tokenizer), frozenset({V - 1}), max_new)
+
+
+def drive(stream: Generator[Event, None, None], live: LiveParams, at: int, **change: Any) -> list[Event]:
+    """Consume ``stream``; after the ``at``-th step-closing event, apply ``change`` (as the UI thread would)."""
+    events: list[Event] = []
+    steps = 0
+    for event in stream:
+        events.append(event)
+        if isinstance(event, TokenSampled | DraftProposed):
+            steps += 1
+            if steps == at:
+                snap = live.snapshot()
+                live.update(sampling=change.get("sampling", snap.sampling), draft=change.get("draft", snap.draft))
+    return events
+
+
+def test_a_sampling_change_applies_from_the_next_step(byte_bpe: Any) -> None:
+    model = tiny_model("llama", vocab_size=V, seed=3)
+    live = LiveParams(SamplingParams(temperature=1.0, top_k=0))
+    stream = autoregressive(model, transcript(byte_bpe, [5, 6, 7], 8), live.snapshot().sampling, greedy=False,
+                            generator=torch.Generator().manual_seed(0), live=live)
+    events = drive(stream, live, at=3, sampling=SamplingParams(temperature=0.5, top_k=5))
+    steps = [e for e in events if isinstance(e, TokenSampled)]
+    assert [tuple(s.stage for s in e.stages) for e in steps[:3]] == [("raw",)] * 3
+    assert all(tuple(s.stage for s in e.stages) == ("raw", "temperature", "top_k") for e in steps[3:])
+    assert len(steps) == 8
+
+
+def test_temperature_zero_mid_run_turns_sampling_into_greedy(byte_bpe: Any) -> None:
+    model = tiny_model("llama", vocab_size=V, seed=4)
+    live = LiveParams(SamplingParams(temperature=1.5))
+    stream = autoregressive(model, transcript(byte_bpe, [5, 6, 7], 10), live.snapshot().sampling, greedy=False,
+                            generator=torch.Generator().manual_seed(0), live=live)
+    events = drive(stream, live, at=2, sampling=SamplingParams(temperature=0.0))
+    steps = [e for e in events if isinstance(e, TokenSampled)]
+    assert [e.greedy for e in steps] == [False, False] + [True] * 8
+    for e in steps[2:]:
+        assert e.token_id == e.stages[0].candidates[0].token_id  # the argmax
+
+
+def test_draft_length_changes_between_rounds_and_stays_lossless(byte_bpe: Any) -> None:
+    model = tiny_model("llama", vocab_size=V, seed=5)
+    prompt = [11, 12, 13, 14, 15]
+    plain = list(autoregressive(model, transcript(byte_bpe, prompt, 24), SamplingParams(), greedy=True))[-1]
+    live = LiveParams(SamplingParams(), DraftParams(num_draft_tokens=6))
+    drafter = ModelDrafter(model, V, confidence_threshold=0.0)  # always drafts the full length
+    stream = speculative(model, transcript(byte_bpe, prompt, 24), drafter, SamplingParams(), greedy=True,
+                         num_draft_tokens=6, live=live)
+    events = drive(stream, live, at=1, draft=DraftParams(num_draft_tokens=2))
+    drafts = [len(e.token_ids) for e in events if isinstance(e, DraftProposed)]
+    assert drafts[0] == 6 and len(drafts) > 3 and set(drafts[1:]) <= {1, 2} and drafts[1] == 2
+    last = events[-1]
+    assert isinstance(last, Finished) and isinstance(plain, Finished) and last.token_ids == plain.token_ids
+
+
+def test_the_ngram_size_reaches_the_lookup_drafter_and_stays_lossless(byte_bpe: Any) -> None:
+    model = tiny_model("llama", vocab_size=V, seed=10)  # its greedy output repeats itself: lookups match
+    prompt = ([11, 12, 13, 14, 15] * 6)[:28]
+    plain = list(autoregressive(model, transcript(byte_bpe, prompt, 24), SamplingParams(), greedy=True))[-1]
+    live = LiveParams(SamplingParams(), DraftParams(max_ngram_size=3))
+    drafter = PromptLookup(3, 10, frozenset({V - 1}))
+    stream = speculative(model, transcript(byte_bpe, prompt, 24), drafter, SamplingParams(), greedy=True,
+                         num_draft_tokens=6, live=live)
+    events = drive(stream, live, at=1, draft=DraftParams(max_ngram_size=1, num_pred_tokens=4))
+    drafts = [e for e in events if isinstance(e, DraftProposed)]
+    assert len(drafts) > 2 and (drafter.max_ngram_size, drafter.num_pred_tokens) == (1, 4)
+    assert all(d.match_end - d.match_start == 1 for d in drafts[1:])  # type: ignore[operator]
+    last = events[-1]
+    assert isinstance(last, Finished) and isinstance(plain, Finished) and last.token_ids == plain.token_ids
+
+
+def test_updates_are_whole_snapshots_with_rising_versions() -> None:
+    live = LiveParams(SamplingParams())
+    first = live.update(sampling=SamplingParams(temperature=0.7))
+    second = live.update(draft=DraftParams(num_draft_tokens=3))
+    assert (first.version, second.version) == (1, 2)
+    assert second.sampling.temperature == 0.7 and second.draft.num_draft_tokens == 3
