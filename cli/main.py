@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from enum import Enum
+from enum import StrEnum
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TextIO
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TextIO
 import typer
 
 from ..core.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, DecodeTuiError, UsageError
-from ..core.params import BeamParams, DecodeConfig, DraftParams, EarlyStopping, SamplingParams
+from ..core.params import DEMO_PROMPT, BeamParams, DecodeConfig, DraftParams, EarlyStopping, SamplingParams
 from ..core.registry import ALIASES, DEFAULT_ALIAS, EMBEDDED_ALIASES, describe, resolve
 
 if TYPE_CHECKING:
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from ..core.loading import LoadedModel
     from ..core.registry import ResolvedModel
 
-DEMO_PROMPT = "Explain in three short sentences how a language model picks its next word."
 
 app = typer.Typer(
     name="decode-tui",
@@ -49,7 +48,7 @@ models_app = typer.Typer(help="List the model aliases and fetch models.", invoke
 app.add_typer(models_app, name="models")
 
 
-class ModeChoice(str, Enum):
+class ModeChoice(StrEnum):
     greedy = "greedy"
     sample = "sample"
     beam = "beam"
@@ -57,12 +56,12 @@ class ModeChoice(str, Enum):
     pld = "pld"
 
 
-class FormatChoice(str, Enum):
+class FormatChoice(StrEnum):
     text = "text"
     jsonl = "jsonl"
 
 
-class EarlyStoppingChoice(str, Enum):
+class EarlyStoppingChoice(StrEnum):
     true = "true"
     false = "false"
     never = "never"
@@ -72,7 +71,7 @@ EARLY_STOPPING: dict[EarlyStoppingChoice, EarlyStopping] = {
     EarlyStoppingChoice.true: True, EarlyStoppingChoice.false: False, EarlyStoppingChoice.never: "never"}
 
 
-class DtypeChoice(str, Enum):
+class DtypeChoice(StrEnum):
     auto = "auto"
     float32 = "float32"
     bfloat16 = "bfloat16"
@@ -205,117 +204,183 @@ def _stats_line(lm: LoadedModel, result: Finished) -> str:
             f"forwards ({per_forward:.2f} tokens/forward) · finish: {result.finish_reason}")
 
 
-@app.command(no_args_is_help=False)
-def generate(
-    model: Annotated[str, typer.Option("--model", "-m", help="Alias (see `decode-tui models`), Hugging Face "
+def build_config(mode: ModeChoice, max_new_tokens: int, temperature: float | None, top_k: int | None,
+                 top_p: float | None, repetition_penalty: float | None, seed: int | None, num_beams: int | None,
+                 length_penalty: float | None, early_stopping: EarlyStoppingChoice | None,
+                 num_return_sequences: int | None, draft: str | None, num_draft_tokens: int | None,
+                 max_ngram_size: int | None, num_pred_tokens: int | None, adaptive: bool, compare: bool,
+                 no_chat: bool) -> DecodeConfig:
+    """The run's settings from the decoding options (shared by `generate` and `run`); UsageError if they clash."""
+    defaults = SamplingParams()
+    sampling = SamplingParams(
+        temperature=defaults.temperature if temperature is None else temperature,
+        top_k=defaults.top_k if top_k is None else top_k,
+        top_p=defaults.top_p if top_p is None else top_p,
+        repetition_penalty=defaults.repetition_penalty if repetition_penalty is None else repetition_penalty,
+    )
+    beam_options = (num_beams, length_penalty, early_stopping, num_return_sequences)
+    if mode is not ModeChoice.beam and beam_options != (None, None, None, None):
+        raise UsageError(f"--num-beams, --length-penalty, --early-stopping and --num-return-sequences apply to "
+                         f"beam search only, not to --mode {mode.value}. Use --mode beam, or leave them out.")
+    beam_defaults = BeamParams()
+    beam = BeamParams(
+        num_beams=beam_defaults.num_beams if num_beams is None else num_beams,
+        length_penalty=beam_defaults.length_penalty if length_penalty is None else length_penalty,
+        early_stopping=beam_defaults.early_stopping if early_stopping is None else EARLY_STOPPING[early_stopping],
+        num_return_sequences=1 if num_return_sequences is None else num_return_sequences,
+    )
+    drafting = mode in (ModeChoice.speculative, ModeChoice.pld)
+    for given, flag, allowed in ((draft, "--draft", {ModeChoice.speculative}),
+                                 (max_ngram_size, "--max-ngram-size", {ModeChoice.pld}),
+                                 (num_pred_tokens, "--num-pred-tokens", {ModeChoice.pld}),
+                                 (num_draft_tokens, "--num-draft-tokens", {ModeChoice.speculative, ModeChoice.pld}),
+                                 (adaptive or None, "--adaptive", {ModeChoice.speculative, ModeChoice.pld}),
+                                 (compare or None, "--compare", {ModeChoice.speculative, ModeChoice.pld})):
+        if given is not None and mode not in allowed:
+            modes = " or ".join(f"--mode {m.value}" for m in sorted(allowed, key=lambda m: m.value))
+            raise UsageError(f"{flag} applies to {modes}, not to --mode {mode.value}.")
+    draft_defaults = DraftParams()
+    draft_params = DraftParams(
+        draft=draft or draft_defaults.draft,
+        num_draft_tokens=num_draft_tokens or draft_defaults.num_draft_tokens,
+        max_ngram_size=max_ngram_size or draft_defaults.max_ngram_size,
+        num_pred_tokens=num_pred_tokens or draft_defaults.num_pred_tokens,
+        adaptive=adaptive,
+    )
+    # Beam, speculative and pld modes sample (beam sampling, sampling verification) when a sampling
+    # parameter is given; otherwise they are greedy.
+    sampling_asked = (temperature, top_k, top_p) != (None, None, None)
+    config = DecodeConfig(mode=mode.value, max_new_tokens=max_new_tokens, sampling=sampling, beam=beam,
+                          beam_sample=mode is ModeChoice.beam and sampling_asked, draft=draft_params,
+                          draft_sample=drafting and sampling_asked, seed=seed, use_chat=not no_chat)
+    return config
+
+
+# The decoding options, shared by `generate` and `run` so the two always take the same ones.
+ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Alias (see `decode-tui models`), Hugging Face "
                                        "repo id, local folder or .gguf file.", rich_help_panel="Model")
-                     ] = DEFAULT_ALIAS,
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N or mps.", callback=_check_device,
-                                        rich_help_panel="Model")] = "auto",
-    dtype: Annotated[DtypeChoice, typer.Option(help="auto: bf16 on CUDA, fp32 on CPU.",
-                                               rich_help_panel="Model")] = DtypeChoice.auto,
-    trust_remote_code: Annotated[bool, typer.Option("--trust-remote-code", help="Allow a checkpoint's own "
-                                                    "Python code to run.", rich_help_panel="Model")] = False,
-    prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="The prompt text.",
-                                               rich_help_panel="Prompt")] = None,
-    prompt_file: Annotated[Path | None, typer.Option(help="Read the prompt from a UTF-8 file (- for stdin).",
-                                                     rich_help_panel="Prompt")] = None,
-    no_chat: Annotated[bool, typer.Option("--no-chat", help="Feed the prompt as-is, without the chat "
-                                          "template.", rich_help_panel="Prompt")] = False,
-    mode: Annotated[ModeChoice, typer.Option(help="Decoding strategy.", rich_help_panel="Decoding")
-                    ] = ModeChoice.greedy,
-    max_new_tokens: Annotated[int, typer.Option(min=1, help="Stop after this many new tokens.",
-                                                rich_help_panel="Decoding")] = 128,
-    temperature: Annotated[float | None, typer.Option(min=0.0, help="Sampling temperature; 0 is greedy. "
-                                                      "\\[default: 1.0]", rich_help_panel="Sampling")] = None,
-    top_k: Annotated[int | None, typer.Option(min=0, help="Keep the k most likely tokens; 0 is off. "
-                                              "\\[default: 50]", rich_help_panel="Sampling")] = None,
-    top_p: Annotated[float | None, typer.Option(callback=_check_top_p, help="Nucleus sampling mass in "
-                                                "(0, 1]. \\[default: 1.0]", rich_help_panel="Sampling")] = None,
-    repetition_penalty: Annotated[float | None, typer.Option(callback=_check_penalty, help="> 1 discourages "
+                     ]
+
+DeviceOpt = Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N or mps.", callback=_check_device,
+                                        rich_help_panel="Model")]
+
+DtypeOpt = Annotated[DtypeChoice, typer.Option(help="auto: bf16 on CUDA, fp32 on CPU.",
+                                               rich_help_panel="Model")]
+
+TrustRemoteCodeOpt = Annotated[bool, typer.Option("--trust-remote-code", help="Allow a checkpoint's own "
+                                                    "Python code to run.", rich_help_panel="Model")]
+
+PromptOpt = Annotated[str | None, typer.Option("--prompt", "-p", help="The prompt text.",
+                                               rich_help_panel="Prompt")]
+
+PromptFileOpt = Annotated[Path | None, typer.Option(help="Read the prompt from a UTF-8 file (- for stdin).",
+                                                     rich_help_panel="Prompt")]
+
+NoChatOpt = Annotated[bool, typer.Option("--no-chat", help="Feed the prompt as-is, without the chat "
+                                          "template.", rich_help_panel="Prompt")]
+
+ModeOpt = Annotated[ModeChoice, typer.Option(help="Decoding strategy.", rich_help_panel="Decoding")
+                    ]
+
+MaxNewTokensOpt = Annotated[int, typer.Option(min=1, help="Stop after this many new tokens.",
+                                                rich_help_panel="Decoding")]
+
+TemperatureOpt = Annotated[float | None, typer.Option(min=0.0, help="Sampling temperature; 0 is greedy. "
+                                                      "\\[default: 1.0]", rich_help_panel="Sampling")]
+
+TopKOpt = Annotated[int | None, typer.Option(min=0, help="Keep the k most likely tokens; 0 is off. "
+                                              "\\[default: 50]", rich_help_panel="Sampling")]
+
+TopPOpt = Annotated[float | None, typer.Option(callback=_check_top_p, help="Nucleus sampling mass in "
+                                                "(0, 1]. \\[default: 1.0]", rich_help_panel="Sampling")]
+
+RepetitionPenaltyOpt = Annotated[float | None, typer.Option(callback=_check_penalty, help="> 1 discourages "
                                                              "tokens already seen. \\[default: 1.0]",
-                                                             rich_help_panel="Sampling")] = None,
-    seed: Annotated[int | None, typer.Option(min=0, help="Seed for sampling; the same seed gives the same "
-                                             "tokens.", rich_help_panel="Sampling")] = None,
-    num_beams: Annotated[int | None, typer.Option(min=1, help="Beams kept at each step. \\[default: 4]",
-                                                  rich_help_panel="Beam search")] = None,
-    length_penalty: Annotated[float | None, typer.Option(help="Score = sum log-prob / length ** this; > 0 favours "
+                                                             rich_help_panel="Sampling")]
+
+SeedOpt = Annotated[int | None, typer.Option(min=0, help="Seed for sampling; the same seed gives the same "
+                                             "tokens.", rich_help_panel="Sampling")]
+
+NumBeamsOpt = Annotated[int | None, typer.Option(min=1, help="Beams kept at each step. \\[default: 4]",
+                                                  rich_help_panel="Beam search")]
+
+LengthPenaltyOpt = Annotated[float | None, typer.Option(help="Score = sum log-prob / length ** this; > 0 favours "
                                                          "longer outputs. \\[default: 1.0]",
-                                                         rich_help_panel="Beam search")] = None,
-    early_stopping: Annotated[EarlyStoppingChoice | None, typer.Option(help="true: stop once num-beams "
+                                                         rich_help_panel="Beam search")]
+
+EarlyStoppingOpt = Annotated[EarlyStoppingChoice | None, typer.Option(help="true: stop once num-beams "
                                                                        "hypotheses are finished; false: when no "
                                                                        "open beam can win (heuristic); never: the "
                                                                        "exact test. \\[default: false]",
-                                                                       rich_help_panel="Beam search")] = None,
-    num_return_sequences: Annotated[int | None, typer.Option(min=1, help="Hypotheses to return, best first "
+                                                                       rich_help_panel="Beam search")]
+
+NumReturnSequencesOpt = Annotated[int | None, typer.Option(min=1, help="Hypotheses to return, best first "
                                                              "(<= num-beams). \\[default: 1]",
-                                                             rich_help_panel="Beam search")] = None,
-    draft: Annotated[str | None, typer.Option(help="speculative: the draft model: a model spec, self (the "
+                                                             rich_help_panel="Beam search")]
+
+DraftOpt = Annotated[str | None, typer.Option(help="speculative: the draft model: a model spec, self (the "
                                               "target's own weights) or int8 (the target quantised, CPU). "
-                                              "\\[default: int8]", rich_help_panel="Speculative and PLD")] = None,
-    num_draft_tokens: Annotated[int | None, typer.Option(min=1, help="Tokens drafted per round (the most, with "
+                                              "\\[default: int8]", rich_help_panel="Speculative and PLD")]
+
+NumDraftTokensOpt = Annotated[int | None, typer.Option(min=1, help="Tokens drafted per round (the most, with "
                                                          "--adaptive). \\[default: 5]",
-                                                         rich_help_panel="Speculative and PLD")] = None,
-    max_ngram_size: Annotated[int | None, typer.Option(min=1, help="pld: the longest n-gram to look up. "
+                                                         rich_help_panel="Speculative and PLD")]
+
+MaxNgramSizeOpt = Annotated[int | None, typer.Option(min=1, help="pld: the longest n-gram to look up. "
                                                        "\\[default: 3]", rich_help_panel="Speculative and PLD")
-                              ] = None,
-    num_pred_tokens: Annotated[int | None, typer.Option(min=1, help="pld: the most tokens copied per match. "
+                              ]
+
+NumPredTokensOpt = Annotated[int | None, typer.Option(min=1, help="pld: the most tokens copied per match. "
                                                         "\\[default: 10]", rich_help_panel="Speculative and PLD")
-                               ] = None,
-    adaptive: Annotated[bool, typer.Option("--adaptive", help="Choose the draft length from the measured "
+                               ]
+
+AdaptiveOpt = Annotated[bool, typer.Option("--adaptive", help="Choose the draft length from the measured "
                                            "acceptance and verify cost (never much slower than greedy).",
-                                           rich_help_panel="Speculative and PLD")] = False,
-    compare: Annotated[bool, typer.Option("--compare", help="Also run plain greedy on the same prompt; report "
+                                           rich_help_panel="Speculative and PLD")]
+
+CompareOpt = Annotated[bool, typer.Option("--compare", help="Also run plain greedy on the same prompt; report "
                                           "the speedup and whether the outputs are identical.",
-                                          rich_help_panel="Speculative and PLD")] = False,
-    output_format: Annotated[FormatChoice, typer.Option("--format", help="text: the text on stdout, stats "
+                                          rich_help_panel="Speculative and PLD")]
+
+OutputFormatOpt = Annotated[FormatChoice, typer.Option("--format", help="text: the text on stdout, stats "
                                                         "on stderr. jsonl: one JSON event per line.",
-                                                        rich_help_panel="Output")] = FormatChoice.text,
+                                                        rich_help_panel="Output")]
+
+
+@app.command(no_args_is_help=False)
+def generate(
+    model: ModelOpt = DEFAULT_ALIAS,
+    device: DeviceOpt = "auto",
+    dtype: DtypeOpt = DtypeChoice.auto,
+    trust_remote_code: TrustRemoteCodeOpt = False,
+    prompt: PromptOpt = None,
+    prompt_file: PromptFileOpt = None,
+    no_chat: NoChatOpt = False,
+    mode: ModeOpt = ModeChoice.greedy,
+    max_new_tokens: MaxNewTokensOpt = 128,
+    temperature: TemperatureOpt = None,
+    top_k: TopKOpt = None,
+    top_p: TopPOpt = None,
+    repetition_penalty: RepetitionPenaltyOpt = None,
+    seed: SeedOpt = None,
+    num_beams: NumBeamsOpt = None,
+    length_penalty: LengthPenaltyOpt = None,
+    early_stopping: EarlyStoppingOpt = None,
+    num_return_sequences: NumReturnSequencesOpt = None,
+    draft: DraftOpt = None,
+    num_draft_tokens: NumDraftTokensOpt = None,
+    max_ngram_size: MaxNgramSizeOpt = None,
+    num_pred_tokens: NumPredTokensOpt = None,
+    adaptive: AdaptiveOpt = False,
+    compare: CompareOpt = False,
+    output_format: OutputFormatOpt = FormatChoice.text,
 ) -> None:
     """Decode a prompt headlessly, streaming the text (or every event as JSON lines)."""
     try:
-        defaults = SamplingParams()
-        sampling = SamplingParams(
-            temperature=defaults.temperature if temperature is None else temperature,
-            top_k=defaults.top_k if top_k is None else top_k,
-            top_p=defaults.top_p if top_p is None else top_p,
-            repetition_penalty=defaults.repetition_penalty if repetition_penalty is None else repetition_penalty,
-        )
-        beam_options = (num_beams, length_penalty, early_stopping, num_return_sequences)
-        if mode is not ModeChoice.beam and beam_options != (None, None, None, None):
-            raise UsageError(f"--num-beams, --length-penalty, --early-stopping and --num-return-sequences apply to "
-                             f"beam search only, not to --mode {mode.value}. Use --mode beam, or leave them out.")
-        beam_defaults = BeamParams()
-        beam = BeamParams(
-            num_beams=beam_defaults.num_beams if num_beams is None else num_beams,
-            length_penalty=beam_defaults.length_penalty if length_penalty is None else length_penalty,
-            early_stopping=beam_defaults.early_stopping if early_stopping is None else EARLY_STOPPING[early_stopping],
-            num_return_sequences=1 if num_return_sequences is None else num_return_sequences,
-        )
-        drafting = mode in (ModeChoice.speculative, ModeChoice.pld)
-        for given, flag, allowed in ((draft, "--draft", {ModeChoice.speculative}),
-                                     (max_ngram_size, "--max-ngram-size", {ModeChoice.pld}),
-                                     (num_pred_tokens, "--num-pred-tokens", {ModeChoice.pld}),
-                                     (num_draft_tokens, "--num-draft-tokens", {ModeChoice.speculative, ModeChoice.pld}),
-                                     (adaptive or None, "--adaptive", {ModeChoice.speculative, ModeChoice.pld}),
-                                     (compare or None, "--compare", {ModeChoice.speculative, ModeChoice.pld})):
-            if given is not None and mode not in allowed:
-                modes = " or ".join(f"--mode {m.value}" for m in sorted(allowed, key=lambda m: m.value))
-                raise UsageError(f"{flag} applies to {modes}, not to --mode {mode.value}.")
-        draft_defaults = DraftParams()
-        draft_params = DraftParams(
-            draft=draft or draft_defaults.draft,
-            num_draft_tokens=num_draft_tokens or draft_defaults.num_draft_tokens,
-            max_ngram_size=max_ngram_size or draft_defaults.max_ngram_size,
-            num_pred_tokens=num_pred_tokens or draft_defaults.num_pred_tokens,
-            adaptive=adaptive,
-        )
-        # Beam, speculative and pld modes sample (beam sampling, sampling verification) when a sampling
-        # parameter is given; otherwise they are greedy.
-        sampling_asked = (temperature, top_k, top_p) != (None, None, None)
-        config = DecodeConfig(mode=mode.value, max_new_tokens=max_new_tokens, sampling=sampling, beam=beam,
-                              beam_sample=mode is ModeChoice.beam and sampling_asked, draft=draft_params,
-                              draft_sample=drafting and sampling_asked, seed=seed, use_chat=not no_chat)
+        config = build_config(mode, max_new_tokens, temperature, top_k, top_p, repetition_penalty, seed, num_beams,
+                              length_penalty, early_stopping, num_return_sequences, draft, num_draft_tokens,
+                              max_ngram_size, num_pred_tokens, adaptive, compare, no_chat)
+        draft_params = config.draft
         text = read_prompt(prompt, prompt_file)
         if mode is ModeChoice.greedy and (temperature, top_k, top_p) != (None, None, None):
             _stderr().print("decode-tui: note: greedy mode takes the argmax, so --temperature, --top-k and "
@@ -418,59 +483,122 @@ def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: F
                                 f"({c['greedy_tokens_per_s']:.1f} tok/s), output {verdict}")
 
 
+ThemeOpt = Annotated[str | None, typer.Option(help="dark (default), presenter (light, high contrast), colorblind "
+                                              "or mono (the default when NO_COLOR is set).", rich_help_panel="App")]
+
+
+def _theme_name(theme: str | None) -> str | None:
+    if theme is None:
+        return None
+    names = ("dark", "presenter", "colorblind", "mono")
+    name = theme.removeprefix("decode-")
+    if name not in names:
+        raise UsageError(f"Unknown theme {theme!r}. Use one of: {', '.join(names)}.")
+    return f"decode-{name}"
+
+
 @app.command("run")
 def run_app(
-    model: Annotated[str, typer.Option("--model", "-m", help="Alias, repo id, folder or .gguf file.",
-                                       rich_help_panel="Model")] = DEFAULT_ALIAS,
-    mode: Annotated[ModeChoice, typer.Option(help="Decoding strategy.", rich_help_panel="Decoding")
-                    ] = ModeChoice.greedy,
-    prompt: Annotated[str | None, typer.Option("--prompt", "-p", help="The prompt text (a demo prompt if "
-                                               "none).", rich_help_panel="Prompt")] = None,
-    prompt_file: Annotated[Path | None, typer.Option(help="Read the prompt from a UTF-8 file.",
-                                                     rich_help_panel="Prompt")] = None,
-    no_chat: Annotated[bool, typer.Option("--no-chat", help="Feed the prompt as-is.", rich_help_panel="Prompt")
-                       ] = False,
-    max_new_tokens: Annotated[int, typer.Option(min=1, rich_help_panel="Decoding")] = 128,
-    temperature: Annotated[float, typer.Option(min=0.0, rich_help_panel="Sampling")] = 1.0,
-    top_k: Annotated[int, typer.Option(min=0, rich_help_panel="Sampling")] = 50,
-    top_p: Annotated[float, typer.Option(callback=_check_top_p, rich_help_panel="Sampling")] = 1.0,
-    seed: Annotated[int | None, typer.Option(min=0, rich_help_panel="Sampling")] = None,
-    device: Annotated[str, typer.Option(callback=_check_device, rich_help_panel="Model")] = "auto",
-    start_paused: Annotated[bool, typer.Option("--paused", help="Start paused; step with n.")] = False,
+    model: ModelOpt = DEFAULT_ALIAS,
+    device: DeviceOpt = "auto",
+    dtype: DtypeOpt = DtypeChoice.auto,
+    trust_remote_code: TrustRemoteCodeOpt = False,
+    prompt: PromptOpt = None,
+    prompt_file: PromptFileOpt = None,
+    no_chat: NoChatOpt = False,
+    mode: ModeOpt = ModeChoice.greedy,
+    max_new_tokens: MaxNewTokensOpt = 128,
+    temperature: TemperatureOpt = None,
+    top_k: TopKOpt = None,
+    top_p: TopPOpt = None,
+    repetition_penalty: RepetitionPenaltyOpt = None,
+    seed: SeedOpt = None,
+    num_beams: NumBeamsOpt = None,
+    length_penalty: LengthPenaltyOpt = None,
+    early_stopping: EarlyStoppingOpt = None,
+    num_return_sequences: NumReturnSequencesOpt = None,
+    draft: DraftOpt = None,
+    num_draft_tokens: NumDraftTokensOpt = None,
+    max_ngram_size: MaxNgramSizeOpt = None,
+    num_pred_tokens: NumPredTokensOpt = None,
+    adaptive: AdaptiveOpt = False,
+    start_paused: Annotated[bool, typer.Option("--paused", help="Start paused; n steps, space resumes.",
+                                               rich_help_panel="App")] = False,
+    auto_pause: Annotated[bool, typer.Option("--auto-pause", help="Pause by itself on the first rejection, a "
+                                             "lookup miss, a beam finishing and the end of the text.",
+                                             rich_help_panel="App")] = False,
+    slow_motion: Annotated[float, typer.Option(min=0.0, help="Seconds to wait after every step (s/S change it).",
+                                               rich_help_panel="App")] = 0.0,
+    record: Annotated[Path | None, typer.Option(help="Save every event, with the settings, to this .jsonl file "
+                                                "(replay it with `decode-tui replay`).", rich_help_panel="App")
+                      ] = None,
+    theme: ThemeOpt = None,
 ) -> None:
-    """Open the app: watch the run live; space pauses, n steps, r restarts, q quits.
-
-    This first version of the app shows the text, the sampling candidates and the stats; the
-    per-mode panels for beams and drafts come next.
-    """
+    """Open the app and watch the run live (no options: the embedded model on a demo prompt). ? lists the keys."""
     try:
-        config = DecodeConfig(mode=mode.value, max_new_tokens=max_new_tokens, seed=seed, use_chat=not no_chat,
-                              sampling=SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p))
+        config = build_config(mode, max_new_tokens, temperature, top_k, top_p, repetition_penalty, seed, num_beams,
+                              length_penalty, early_stopping, num_return_sequences, draft, num_draft_tokens,
+                              max_ngram_size, num_pred_tokens, adaptive, False, no_chat)
         text = read_prompt(prompt, prompt_file)
+        theme_name = _theme_name(theme)
+        if record is not None and record.parent and not record.parent.exists():
+            raise UsageError(f"Cannot record to {record}: the folder {record.parent} does not exist.")
+        if model not in EMBEDDED_ALIASES:
+            resolve(model)  # a missing model is reported before the app opens (the embedded one is pulled in it)
     except DecodeTuiError as err:
         _fail(err)
+    from ..tui.app import DecodeApp
+    from ..tui.settings import Settings
+    from ..tui.sources import ModelRunner
 
-    def source() -> Iterator[Any]:
-        # Runs in the app's decoder thread, so the UI is usable while the model loads.
-        from ..core.embedded import pull
-        from ..core.errors import ModelUnavailableError
-        from ..core.loading import load_model
-        from ..core.run import Run
+    settings = Settings(model=model, device=device, dtype=dtype.value, trust_remote_code=trust_remote_code,
+                        prompt=text, config=config, slow_motion_s=slow_motion)
+    runner = ModelRunner()
+    app_ = DecodeApp(settings, runner.source, start_paused=start_paused, auto_pause=auto_pause, record=record,
+                     theme=theme_name)
+    _run_app(app_)
 
-        try:
-            resolved = resolve(model)
-        except ModelUnavailableError:
-            if model not in EMBEDDED_ALIASES:
-                raise
-            pull(model)
-            resolved = resolve(model)
-        lm = load_model(resolved, device=device)
-        yield from Run(lm, text, config).events()
 
+def _run_app(app_: Any) -> NoReturn:
+    """Run the app; afterwards make sure no decoder thread outlives it."""
+    import os
+
+    code = app_.run()
+    pump = app_.pump
+    if pump is not None and not pump.finished.wait(5):
+        # Only a model load (which torch cannot interrupt) keeps the decoder busy this long.
+        sys.stderr.write("decode-tui: the model was still loading; exiting without waiting for it.\n")
+        sys.stderr.flush()
+        os._exit(code or 0)
+    if app_.error and code == 0:
+        sys.stderr.write(f"decode-tui: the last run failed: {app_.error}\n")
+    raise typer.Exit(code or 0)
+
+
+@app.command("replay")
+def replay_cmd(
+    recording: Annotated[Path, typer.Argument(help="A .jsonl file from `decode-tui run --record` or the export "
+                                              "key (x).")],
+    speed: Annotated[float, typer.Option(min=0.0, help="Playback speed: 1 is the recorded pace, 2 twice as fast, "
+                                         "0 as fast as possible.")] = 1.0,
+    start_paused: Annotated[bool, typer.Option("--paused", help="Start paused; n steps, space resumes.")] = False,
+    theme: ThemeOpt = None,
+) -> None:
+    """Play a recorded run in the app, with no model and no GPU (pause, step and slow motion work)."""
+    try:
+        theme_name = _theme_name(theme)
+        from ..tui.settings import settings_from_dict
+        from ..tui.sources import read_recording, replay
+
+        header, events = read_recording(recording)
+        settings = settings_from_dict(header.get("settings", {}))
+    except DecodeTuiError as err:
+        _fail(err)
     from ..tui.app import DecodeApp
 
-    code = DecodeApp(source, subtitle=f"{model} · {mode.value}", start_paused=start_paused).run()
-    raise typer.Exit(code or 0)
+    app_ = DecodeApp(settings, lambda _settings, _live: replay(events, speed), start_paused=start_paused,
+                     theme=theme_name, replaying=recording.name)
+    _run_app(app_)
 
 
 @models_app.callback()

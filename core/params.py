@@ -14,6 +14,9 @@ from typing import Any, Literal
 from .errors import UsageError
 from .events import MODES, Mode
 
+# What every front end decodes when the user gives no prompt.
+DEMO_PROMPT = "Explain in three short sentences how a language model picks its next word."
+
 
 @dataclass(frozen=True)
 class SamplingParams:

@@ -4,36 +4,37 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import io
+import json
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any
 
 import pytest
+from textual.binding import Binding
+from textual.widgets import ContentSwitcher, TextArea
 
 from decode_tui.core.errors import UsageError
-from decode_tui.core.events import Candidate, Event, Finished, StageCandidates, Started, TokenEmitted, TokenSampled
+from decode_tui.core.events import Event, TokenSampled
+from decode_tui.core.params import SamplingParams
 from decode_tui.tui.app import DecodeApp
+from decode_tui.tui.pump import EventPump
+from decode_tui.tui.screens.help import HelpScreen
+from decode_tui.tui.settings import KNOBS, Settings, adjust, with_mode
+from decode_tui.tui.sources import read_recording, replay
+from decode_tui.tui.widgets.beam_panel import BeamPanel
 from decode_tui.tui.widgets.candidates import CandidatesPanel
+from decode_tui.tui.widgets.draft_panel import DraftPanel
+from decode_tui.tui.widgets.lookup_panel import LookupPanel
 from decode_tui.tui.widgets.stats_bar import StatsBar
 from decode_tui.tui.widgets.text_pane import TextPane
+from decode_tui.tui.widgets.token_inspector import TokenInspector
+from decode_tui.tui.widgets.too_small import TooSmall
 
-WORDS = ["The", " quick", " brown", " fox", " jumps", " over", " the", " lazy", " dog", "."]
+from .fake_decoder import WORDS, FakeDecoder
 
-
-def fake_run(words: list[str] = WORDS, delay: float = 0.0) -> Iterator[Event]:
-    """The events of a greedy run that emits ``words``, one token each."""
-    yield Started(mode="greedy", model="fake", prompt_token_ids=(1, 2), prompt_text="hi", params={})
-    position = 0
-    for i, word in enumerate(words):
-        if delay:
-            time.sleep(delay)
-        stage = StageCandidates("raw", (Candidate(i, word, 0.6), Candidate(99, " cat", 0.3)))
-        yield TokenSampled(step=i, token_id=i, text=word, prob=0.6, greedy=True, stages=(stage,))
-        yield TokenEmitted(index=i, token_id=i, text=word, start=position, end=position + len(word))
-        position += len(word)
-    yield Finished(mode="greedy", prompt_token_ids=(1, 2), token_ids=tuple(range(len(words))), text="".join(words),
-                   finish_reason="length", new_tokens=len(words), target_forwards=len(words), elapsed_s=0.1,
-                   tokens_per_s=100.0)
+SIZE = (130, 40)
 
 
 def in_event_loop(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
@@ -46,61 +47,382 @@ def in_event_loop(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..
     return wrapper
 
 
-async def settle(pilot: object, app: DecodeApp, until: float = 5.0) -> None:
-    """Let the worker and the drain timer catch up."""
+async def settle(pilot: Any, app: DecodeApp, until: float = 5.0) -> None:
+    """Let the worker and the drain timer catch up with a run that ends by itself."""
     deadline = time.monotonic() + until
     while time.monotonic() < deadline:
-        await pilot.pause(0.05)  # type: ignore[attr-defined]
+        await pilot.pause(0.05)
         if app.pump is not None and app.pump.finished.is_set() and app.pump.events.empty():
-            await pilot.pause(0.05)  # type: ignore[attr-defined]
+            await pilot.pause(0.1)
             return
+    raise AssertionError("the run did not finish")
+
+
+def make(mode: str = "greedy", fake: FakeDecoder | None = None, **kwargs: Any) -> tuple[DecodeApp, FakeDecoder]:
+    fake = fake or FakeDecoder()
+    return DecodeApp(with_mode(Settings(), mode), fake.source, **kwargs), fake  # type: ignore[arg-type]
+
+
+def text(app: DecodeApp) -> str:
+    return app.query_one(TextPane).plain
 
 
 @in_event_loop
 async def test_a_run_streams_to_the_end() -> None:
-    app = DecodeApp(lambda: fake_run())
-    async with app.run_test(size=(120, 30)) as pilot:
+    app, _ = make()
+    async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app)
-        assert app.query_one(TextPane).plain == "".join(WORDS)
+        assert text(app) == "".join(WORDS)
         stats = app.query_one(StatsBar)
-        assert stats.state == "finished" and stats.tokens == len(WORDS)
-        assert app.query_one(CandidatesPanel).last is not None
-        assert app.query_one(CandidatesPanel).last.token_id == len(WORDS) - 1  # type: ignore[union-attr]
+        assert stats.state == "finished" and stats.result is not None and stats.result.new_tokens == len(WORDS)
+        last = app.query_one(CandidatesPanel).last
+        assert last is not None and last.token_id == len(WORDS) - 1
+
+
+@pytest.mark.parametrize("mode", ["greedy", "sample", "beam", "speculative", "pld"])
+@in_event_loop
+async def test_each_mode_shows_its_panel(mode: str) -> None:
+    app, _ = make(mode)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        panel = {"greedy": "panel-candidates", "sample": "panel-candidates", "beam": "panel-beam",
+                 "speculative": "panel-draft", "pld": "panel-pld"}[mode]
+        assert app.query_one(ContentSwitcher).current == panel
+        if mode == "beam":
+            assert app.query_one(BeamPanel).history[-1].step == 2
+        if mode in ("speculative", "pld"):
+            rounds = app.query_one("#pld-rounds" if mode == "pld" else "#panel-draft", DraftPanel).rounds
+            assert [r.verified.accepted for r in rounds] == [3, 1]
+            assert rounds[0].extra_text == " jumps"  # the bonus token's text, not its id
+            assert app.query_one(StatsBar).state == "finished"
+        if mode == "pld":
+            lookup = app.query_one(LookupPanel)
+            assert lookup.last is not None and lookup.last.round == 1 and lookup.last_accepted == 1
 
 
 @in_event_loop
 async def test_paused_run_advances_one_step_per_key() -> None:
-    app = DecodeApp(lambda: fake_run(), start_paused=True)
-    async with app.run_test(size=(120, 30)) as pilot:
+    app, _ = make(start_paused=True)
+    async with app.run_test(size=SIZE) as pilot:
         await pilot.pause(0.3)
-        first = app.query_one(TextPane).plain
-        assert first == WORDS[0]  # a paused run stops at the end of its first step
+        assert text(app) == WORDS[0]  # a paused run stops at the end of its first step
         await pilot.press("n")
         await pilot.pause(0.3)
-        assert app.query_one(TextPane).plain == "".join(WORDS[:2])
+        assert text(app) == "".join(WORDS[:2])
         await pilot.press("n", "n")
         await pilot.pause(0.3)
-        assert app.query_one(TextPane).plain == "".join(WORDS[:4])
+        assert text(app) == "".join(WORDS[:4])
         await pilot.press("space")  # resume
         await settle(pilot, app)
-        assert app.query_one(TextPane).plain == "".join(WORDS)
+        assert text(app) == "".join(WORDS)
+
+
+@in_event_loop
+async def test_a_step_in_speculative_mode_is_a_whole_draft_round() -> None:
+    app, _ = make("speculative", start_paused=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.3)
+        assert text(app) == WORDS[0]  # the prefill's token
+        await pilot.press("n")
+        await pilot.pause(0.3)
+        assert text(app) == "".join(WORDS[:5])  # 3 accepted + the bonus, in one step
+        assert "accepted 3" in str(app.query_one("#caption").render())
+        await pilot.press("n")
+        await pilot.pause(0.3)
+        assert text(app) == "".join(WORDS[:7])
+
+
+@in_event_loop
+async def test_auto_pause_stops_at_the_first_rejection() -> None:
+    app, _ = make("speculative", auto_pause=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.5)
+        assert app.pump is not None and app.pump.paused
+        assert any("first rejection" in m for m in app.messages)
+        assert text(app) == "".join(WORDS[:7])  # the round with the rejection is complete
+        await pilot.press("space")
+        await settle(pilot, app)
+        assert app.query_one(StatsBar).state == "finished"
 
 
 @in_event_loop
 async def test_restart_runs_again_from_the_start() -> None:
-    app = DecodeApp(lambda: fake_run())
-    async with app.run_test(size=(120, 30)) as pilot:
+    app, fake = make()
+    async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app)
         await pilot.press("r")
         await settle(pilot, app)
-        assert app.query_one(TextPane).plain == "".join(WORDS)
-        assert app.query_one(StatsBar).tokens == len(WORDS)
+        assert text(app) == "".join(WORDS) and len(fake.runs) == 2
+
+
+@in_event_loop
+async def test_cycling_the_mode_mid_run_restarts_in_the_next_mode() -> None:
+    app, fake = make(fake=FakeDecoder(delay=0.05))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.15)
+        first = app.pump
+        await pilot.press("m")
+        await settle(pilot, app)
+        assert first is not None and first.finished.wait(2)
+        assert [s.mode for s in fake.runs] == ["greedy", "sample"]
+        assert app.settings.mode == "sample" and text(app) == "".join(WORDS)
+        for _ in range(4):
+            await pilot.press("m")
+        await settle(pilot, app)
+        assert [s.mode for s in fake.runs][-1] == "greedy"
+        assert any("restarts" in m for m in app.messages)
+
+
+@in_event_loop
+async def test_a_sampling_change_applies_at_the_next_step_without_a_restart() -> None:
+    app, fake = make("sample", fake=FakeDecoder(delay=0.08))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.2)
+        await pilot.press("t")  # temperature 1.0 -> 0.9
+        await settle(pilot, app)
+        assert len(fake.runs) == 1, "no restart"
+        sampled = [e for _, e in app.trace if isinstance(e, TokenSampled)]
+        stages = [tuple(s.stage for s in e.stages) for e in sampled]
+        assert stages[0] == ("raw", "top_k") and stages[-1] == ("raw", "temperature", "top_k")
+        assert app.settings.config.sampling.temperature == pytest.approx(0.9)
+        assert any("from the next step" in m for m in app.messages)
+
+
+@pytest.mark.parametrize("knob", KNOBS, ids=lambda k: k.id)
+@in_event_loop
+async def test_every_knob_key_changes_its_setting(knob: Any) -> None:
+    mode = {"num_beams": "beam", "length_penalty": "beam", "num_draft_tokens": "pld", "max_ngram_size": "pld"}.get(
+        knob.id, "sample")
+    app, _ = make(mode)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        before = knob.get(app.settings)
+        down, up = knob.keys
+        await pilot.press(up)
+        await pilot.pause(0.1)
+        raised = knob.get(app.settings)
+        await pilot.press(down, down)
+        await pilot.pause(0.1)
+        lowered = knob.get(app.settings)
+        assert raised > before or (raised == before and "limit" in app.messages[0])
+        assert lowered < raised
+        await settle(pilot, app)
+
+
+@in_event_loop
+async def test_beams_restart_the_run_and_length_penalty_reranks_at_once() -> None:
+    app, fake = make("beam")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        panel = app.query_one(BeamPanel)
+        assert [h.text for h in panel.finished()] == ["The<eos>", "The quick brown"]
+        for _ in range(8):  # lp 1.0 -> 3.0: long hypotheses win
+            await pilot.press("L")
+        await pilot.pause(0.1)
+        assert len(fake.runs) == 1, "re-ranking needs no new run"
+        assert [h.text for h in panel.finished()] == ["The quick brown", "The<eos>"]
+        await pilot.press("W")
+        await settle(pilot, app)
+        assert len(fake.runs) == 2 and fake.runs[-1].config.beam.num_beams == 5
+        assert len(panel.history[-1].beams) == 5
+
+
+@in_event_loop
+async def test_a_knob_that_does_nothing_in_this_mode_says_so() -> None:
+    app, fake = make("greedy")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        await pilot.press("T")
+        await pilot.pause(0.1)
+        assert "no effect in greedy mode" in app.messages[-1]
+        assert len(fake.runs) == 1
+
+
+@in_event_loop
+async def test_slow_motion_reaches_the_decoder_thread() -> None:
+    app, _ = make(fake=FakeDecoder(delay=0.01))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("S", "S")
+        assert app.pump is not None and app.pump.slow_motion_s == 0.1
+        await pilot.press("s", "s")
+        assert app.pump.slow_motion_s == 0.0
+        await settle(pilot, app)
+
+
+@in_event_loop
+async def test_editing_the_prompt_restarts_with_it_and_refuses_an_empty_one() -> None:
+    app, fake = make()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        await pilot.press("e")
+        await pilot.pause(0.1)
+        area = app.screen.query_one(TextArea)
+        area.text = "   "
+        await pilot.press("ctrl+s")
+        await pilot.pause(0.1)
+        assert "empty" in str(app.screen.query_one("#prompt-error").render())
+        area.text = "Tell me about foxes."
+        await pilot.press("ctrl+s")
+        await settle(pilot, app)
+        assert fake.runs[-1].prompt == "Tell me about foxes." and len(fake.runs) == 2
+
+
+@in_event_loop
+async def test_loading_a_missing_model_shows_why_and_keeps_the_current_one(tmp_path: Path) -> None:
+    app, fake = make()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        app.action_load_model()
+        await pilot.pause(0.1)
+        await pilot.press(*"no-such-model", "enter")
+        await pilot.pause(0.2)
+        assert app.settings.model == "smollm2" and len(fake.runs) == 1
+        assert "no-such-model" in app.messages[-1]
+        await pilot.press("r")
+        await settle(pilot, app)
+        assert app.is_running and len(fake.runs) == 2
+
+
+@in_event_loop
+async def test_selecting_a_token_shows_its_alternatives() -> None:
+    app, _ = make()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        await pilot.press("left", "left")
+        inspector = app.query_one(TokenInspector)
+        assert app.query_one(TextPane).selected == len(WORDS) - 2
+        assert inspector.has_class("visible") and "' cat'" in _plain(inspector)
+        await pilot.press("escape")
+        assert app.query_one(TextPane).selected is None and not inspector.has_class("visible")
+        await pilot.press("b")
+        assert app.query_one(TextPane).boundaries
+
+
+@in_event_loop
+async def test_the_theme_key_cycles_all_four_themes() -> None:
+    app, _ = make()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        seen = [app.theme]
+        for _ in range(4):
+            await pilot.press("c")
+            seen.append(app.theme)
+        assert seen == ["decode-dark", "decode-presenter", "decode-colorblind", "decode-mono", "decode-dark"]
+
+
+@in_event_loop
+async def test_no_color_starts_in_the_monochrome_theme(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NO_COLOR", "1")
+    app, _ = make()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        assert app.theme == "decode-mono"
+
+
+@in_event_loop
+async def test_help_lists_every_binding() -> None:
+    app, _ = make()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        await pilot.press("question_mark")
+        await pilot.pause(0.1)
+        assert isinstance(app.screen, HelpScreen)
+        shown = app.screen.bindings_shown
+        assert {b.id for b in shown} == {b.id for b in DecodeApp.BINDINGS if isinstance(b, Binding)}
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+
+
+@pytest.mark.parametrize("binding", DecodeApp.BINDINGS)
+def test_every_binding_has_an_id_and_a_description(binding: object) -> None:
+    assert getattr(binding, "id", None) and getattr(binding, "description", None)
+
+
+def test_binding_ids_and_keys_are_unique() -> None:
+    bindings = [b for b in DecodeApp.BINDINGS if isinstance(b, Binding)]
+    keys = [k for b in bindings for k in b.key.split(",")]
+    assert len({b.id for b in bindings}) == len(bindings) and len(set(keys)) == len(keys)
+
+
+@in_event_loop
+async def test_the_command_palette_offers_every_action_and_loading_a_model() -> None:
+    from decode_tui.tui.commands import DecodeCommands
+
+    app, _ = make()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        provider = DecodeCommands(app.screen)
+        names = [name for name, _, _ in provider._commands()]
+        for binding in app.all_bindings():
+            assert binding.description in names
+        assert "Load another model…" in names and "Mode: pld" in names
+        await pilot.press("ctrl+p")
+        await pilot.pause(0.2)
+        assert type(app.screen).__name__ == "CommandPalette"
+
+
+@in_event_loop
+async def test_export_then_replay_plays_the_same_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    app, _ = make("speculative")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        await pilot.press("x")
+        original = text(app)
+    exported = tmp_path / "decode-tui-trace-speculative-1.jsonl"
+    header, events = read_recording(exported)
+    assert header["settings"]["config"]["mode"] == "speculative"
+    replayed = DecodeApp(with_mode(Settings(), "speculative"), lambda s, live: replay(events, 0.0),
+                         replaying=exported.name)
+    async with replayed.run_test(size=SIZE) as pilot:
+        await settle(pilot, replayed)
+        assert text(replayed) == original
+        rounds = replayed.query_one("#panel-draft", DraftPanel).rounds
+        assert [r.verified.accepted for r in rounds] == [3, 1]
+        await pilot.press("m")  # a replay cannot change mode
+        assert "replay" in replayed.messages[-1] and replayed.settings.mode == "speculative"
+
+
+@in_event_loop
+async def test_record_writes_a_replayable_file(tmp_path: Path) -> None:
+    path = tmp_path / "demo.jsonl"
+    app, _ = make("pld", record=path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert json.loads(lines[0])["event"] == "recording"
+    assert json.loads(lines[-1])["event"] == "finished"
+    _, events = read_recording(path)
+    assert [type(e).__name__ for _, e in events][:2] == ["Started", "TokenEmitted"]
+
+
+@pytest.mark.parametrize("content", ["", "not json\n", '{"event": "recording", "version": 1}\n{"event": "bogus"}\n'])
+def test_a_bad_recording_is_refused_with_a_message(tmp_path: Path, content: str) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text(content, encoding="utf-8")
+    with pytest.raises(UsageError):
+        read_recording(path)
+
+
+@in_event_loop
+async def test_a_replay_pauses_and_steps_like_a_live_run() -> None:
+    app, _ = make()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        recorded = list(app.trace)
+    replayed = DecodeApp(Settings(), lambda s, live: replay(recorded, 0.0), start_paused=True, replaying="x")
+    async with replayed.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.3)
+        assert text(replayed) == WORDS[0]
+        await pilot.press("n")
+        await pilot.pause(0.3)
+        assert text(replayed) == "".join(WORDS[:2])
 
 
 @in_event_loop
 async def test_quit_mid_run_leaves_no_thread_running() -> None:
-    app = DecodeApp(lambda: fake_run(WORDS * 50, delay=0.01))
-    async with app.run_test(size=(120, 30)) as pilot:
+    app, _ = make(fake=FakeDecoder(WORDS * 50, delay=0.01))
+    async with app.run_test(size=SIZE) as pilot:
         await pilot.pause(0.2)
         pump = app.pump
         await pilot.press("q")
@@ -109,23 +431,70 @@ async def test_quit_mid_run_leaves_no_thread_running() -> None:
 
 
 @in_event_loop
-async def test_a_failing_run_shows_its_message_and_the_app_stays_usable() -> None:
-    def failing() -> Iterator[Event]:
-        yield from fake_run(WORDS[:2])
-        raise UsageError("The prompt is 9000 tokens long, but fake reads at most 8192 tokens. Shorten the prompt.")
+async def test_ctrl_c_exits_with_130_and_stops_the_decoder() -> None:
+    app, _ = make(fake=FakeDecoder(WORDS * 50, delay=0.01))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.2)
+        pump = app.pump
+        await pilot.press("ctrl+c")
+    assert pump is not None and pump.finished.wait(5)
+    assert app.return_code == 130
 
-    app = DecodeApp(failing)
-    async with app.run_test(size=(120, 30)) as pilot:
+
+@in_event_loop
+async def test_a_failing_run_shows_its_message_and_the_app_stays_usable() -> None:
+    fake = FakeDecoder(WORDS[:2], fail_with=UsageError("The prompt is 9000 tokens long, but fake reads at most "
+                                                        "8192 tokens. Shorten the prompt."))
+    app, _ = make(fake=fake)
+    async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app)
         assert app.error is not None and "Shorten the prompt" in app.error
         assert app.query_one(StatsBar).state == "error"
-        await pilot.press("space")  # still answers keys
-        assert app.is_running
+        await pilot.press("space", "m")  # still answers keys, and can start another run
+        await settle(pilot, app)
+        assert app.is_running and len(fake.runs) == 2
 
 
-@pytest.mark.parametrize("binding", DecodeApp.BINDINGS)
-def test_every_binding_has_an_id_and_a_description(binding: object) -> None:
-    assert getattr(binding, "id", None) and getattr(binding, "description", None)
+@in_event_loop
+async def test_a_too_small_terminal_shows_a_notice_instead_of_the_layout() -> None:
+    app, _ = make()
+    async with app.run_test(size=(60, 15)) as pilot:
+        await settle(pilot, app)
+        notice = app.query_one(TooSmall)
+        assert notice.display and not app.query_one("#main").display
+        assert "60×15" in _plain(notice)
+        await pilot.resize_terminal(*SIZE)
+        await pilot.pause(0.1)
+        assert not notice.display and app.query_one("#main").display
+
+
+def test_adjust_clamps_at_the_limits_and_validates() -> None:
+    settings = Settings()
+    settings = settings.replace_config(sampling=SamplingParams(top_p=1.0))
+    change = adjust(settings, "top_p", +1)
+    assert change.applies is None and "limit" in change.message
+    low = settings.replace_config(mode="sample", sampling=SamplingParams(temperature=0.0))
+    assert adjust(low, "temperature", -1).applies is None
+
+
+def test_the_pump_runs_a_source_to_its_end_in_order() -> None:
+    def source() -> Any:
+        app, fake = make()
+        return fake.source(with_mode(Settings(), "speculative"), app.live)()
+
+    pump = EventPump(source)
+    pump.run()
+    events: list[Event] = pump.drain()
+    assert type(events[0]).__name__ == "Started" and type(events[-1]).__name__ == "Finished"
+
+
+def _plain(widget: Any) -> str:
+    from rich.console import Console
+
+    console = Console(width=200, record=True, file=io.StringIO())
+    content = widget.content
+    console.print(content)
+    return console.export_text()
 
 
 @pytest.mark.real_model
@@ -133,16 +502,17 @@ def test_the_app_runs_the_embedded_model_end_to_end(smollm2: Any) -> None:
     from decode_tui.core.params import DecodeConfig
     from decode_tui.core.run import Run
 
-    def source() -> Iterator[Event]:
-        return Run(smollm2, "What is the capital of France?", DecodeConfig(max_new_tokens=16)).events()
+    def source(settings: Settings, live: Any) -> Any:
+        return lambda: Run(smollm2, settings.prompt, settings.config, live=live).events()
 
     @in_event_loop
     async def drive() -> None:
-        app = DecodeApp(source)
-        async with app.run_test(size=(120, 30)) as pilot:
+        settings = Settings(prompt="What is the capital of France?", config=DecodeConfig(max_new_tokens=16))
+        app = DecodeApp(settings, source)
+        async with app.run_test(size=SIZE) as pilot:
             await settle(pilot, app, until=60)
             stats = app.query_one(StatsBar)
             assert stats.state == "finished" and stats.result is not None
-            assert app.query_one(TextPane).plain == stats.result.text and "Paris" in stats.result.text
+            assert text(app) == stats.result.text and "Paris" in stats.result.text
 
     drive()

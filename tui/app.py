@@ -1,123 +1,498 @@
 """The Textual app: a decoding run shown live, steered from the keyboard.
 
-This first slice shows the streaming text, the sampling candidates of the
-current step and a stats line, and supports pause/resume, single-step,
-restart and quit. The decoder runs in one thread worker (:class:`EventPump`);
-a ~30 Hz timer drains its queue and updates each widget once per batch.
+Layout: a header (model, device, dtype, mode, live parameters), the streaming
+text with a token inspector, the panel for the current mode (candidates per
+sampling stage; beams; draft rounds; prompt lookup), a caption saying what the
+last step did, a stats bar and the key hints.
 
-The app takes any event source (a real :class:`~decode_tui.core.run.Run`, a
-recorded trace, a deterministic fake in tests); it never decodes itself.
+The decoder runs in one thread worker (:class:`~decode_tui.tui.pump.EventPump`);
+a ~30 Hz timer drains its queue and updates each widget once per batch, so a
+fast decoder never floods the UI. Parameter keys change
+:class:`~decode_tui.tui.settings.Settings`; what can apply mid-run goes to the
+running strategy through :class:`~decode_tui.core.live.LiveParams`, what cannot
+restarts the run, and the app says which.
+
+The app takes a ``make_source`` (a live model run, a recording, a deterministic
+fake in tests); it never decodes itself.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import ClassVar
 
+from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal
-from textual.widgets import Footer, Header
+from textual.containers import Horizontal, Vertical
+from textual.widgets import ContentSwitcher, Footer
 
-from ..core.events import Finished, Started, TokenEmitted, TokenSampled
-from .pump import EventPump, EventSource, Failed
+from ..core.errors import DecodeTuiError
+from ..core.events import (
+    BeamStepped,
+    DraftProposed,
+    DraftVerified,
+    Event,
+    Finished,
+    Mode,
+    PositionVerdict,
+    Started,
+    TokenEmitted,
+    TokenSampled,
+)
+from ..core.live import LiveParams
+from .commands import DecodeCommands
+from .pump import EventPump, EventSource, Failed, Notice
+from .screens.help import HelpScreen
+from .screens.model_picker import ModelPicker
+from .screens.prompt_editor import PromptEditor
+from .settings import KNOBS, Settings, adjust, next_mode, with_mode
+from .sources import recorded, write_trace
+from .teaching import AutoPause, caption
+from .themes import ThemeSpec, initial_theme, load_all
+from .widgets.beam_panel import BeamPanel
 from .widgets.candidates import CandidatesPanel
+from .widgets.caption import Caption
+from .widgets.draft_panel import DraftPanel, Round
+from .widgets.lookup_panel import LookupPanel
+from .widgets.run_header import RunHeader
 from .widgets.stats_bar import StatsBar
 from .widgets.text_pane import TextPane
+from .widgets.token_inspector import TokenInspector
+from .widgets.too_small import MIN_HEIGHT, MIN_WIDTH, TooSmall
 
 DRAIN_HZ = 30
+SourceFactory = Callable[[Settings, LiveParams], EventSource]
+PANEL_FOR_MODE: dict[Mode, str] = {"greedy": "panel-candidates", "sample": "panel-candidates", "beam": "panel-beam",
+                                   "speculative": "panel-draft", "pld": "panel-pld"}
+
+
+def _knob_bindings() -> list[BindingType]:
+    out: list[BindingType] = []
+    for knob in KNOBS:
+        down, up = knob.keys
+        out.append(Binding(down, f"knob('{knob.id}', -1)", f"Lower {knob.label}", show=False, id=f"{knob.id}.down"))
+        out.append(Binding(up, f"knob('{knob.id}', 1)", f"Raise {knob.label}", show=False, id=f"{knob.id}.up"))
+    return out
 
 
 class DecodeApp(App[int]):
     CSS_PATH = "app.tcss"
     TITLE = "decode-tui"
+    COMMANDS = App.COMMANDS | {DecodeCommands}
+    ENABLE_COMMAND_PALETTE = True
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("space", "toggle_pause", "Pause/resume", id="pause"),
-        Binding("n", "step", "Step", id="step"),
+        Binding("n", "step", "Step (a token, beam step or draft round)", id="step"),
         Binding("r", "restart", "Restart", id="restart"),
+        Binding("m", "cycle_mode", "Cycle mode", id="mode"),
+        Binding("e", "edit_prompt", "Edit prompt", id="prompt"),
+        *_knob_bindings(),
+        Binding("left", "select(-1)", "Select previous token", show=False, id="select.previous"),
+        Binding("right", "select(1)", "Select next token", show=False, id="select.next"),
+        Binding("escape", "clear_selection", "Clear token selection", show=False, id="select.clear"),
+        Binding("b", "toggle_boundaries", "Token boundaries", id="boundaries"),
+        Binding("a", "toggle_auto_pause", "Auto-pause on notable events", show=False, id="auto-pause"),
+        Binding("c", "cycle_theme", "Theme", id="theme"),
+        Binding("x", "export", "Export trace", show=False, id="export"),
+        Binding("question_mark,f1", "help", "Help", id="help"),
         Binding("q", "quit", "Quit", id="quit"),
-        Binding("ctrl+c", "quit", "Quit", show=False, priority=True, id="interrupt"),
+        Binding("ctrl+c", "interrupt", "Quit (Ctrl-C)", show=False, priority=True, id="interrupt"),
     ]
 
-    def __init__(self, source: EventSource, subtitle: str = "", start_paused: bool = False) -> None:
+    def __init__(self, settings: Settings, make_source: SourceFactory, *, start_paused: bool = False,
+                 auto_pause: bool = False, record: Path | None = None, theme: str | None = None,
+                 replaying: str | None = None) -> None:
         super().__init__()
-        self.source = source
-        self.sub_title = subtitle
+        self.settings = settings
+        self.make_source = make_source
         self.start_paused = start_paused
+        self.auto_pause = auto_pause
+        self.record = record
+        self.replaying = replaying  # the recording's name when replaying: its settings cannot change
+        self.theme_specs: dict[str, ThemeSpec] = load_all()
+        for spec in self.theme_specs.values():
+            self.register_theme(spec.theme)
+        self.theme = initial_theme(theme) if initial_theme(theme) in self.theme_specs else "decode-dark"
         self.pump: EventPump | None = None
+        self.live = LiveParams(settings.config.sampling, settings.config.draft)
         self.error: str | None = None
+        self.messages: list[str] = []  # everything the app told the user, newest last (tests read it)
+        self.trace: list[tuple[float, Event]] = []
+        self.started: Started | None = None
+        self.exports = 0
+        self._reset_run_state()
 
+    # ------------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:
-        yield Header(show_clock=False)
-        with Horizontal(id="body"):
-            yield TextPane(id="text")
-            yield CandidatesPanel(id="candidates")
-        yield StatsBar(id="stats")
-        yield Footer()
+        yield TooSmall(id="too-small")
+        with Vertical(id="main"):
+            yield RunHeader(id="header")
+            with Horizontal(id="body"):
+                with Vertical(id="left"):
+                    yield TextPane(id="text")
+                    yield TokenInspector(id="inspector")
+                with ContentSwitcher(initial=PANEL_FOR_MODE[self.settings.mode], id="panels"):
+                    yield CandidatesPanel(id="panel-candidates")
+                    yield BeamPanel(id="panel-beam")
+                    yield DraftPanel(id="panel-draft")
+                    with Vertical(id="panel-pld"):
+                        yield LookupPanel(id="lookup")
+                        yield DraftPanel(id="pld-rounds")
+            yield Caption(id="caption")
+            yield StatsBar(id="stats")
+            yield Footer()
 
     def on_mount(self) -> None:
+        self._apply_glyphs()
         self.set_interval(1 / DRAIN_HZ, self.drain)
+        self._check_size(self.size.width, self.size.height)
         self.start_run()
 
-    # -- the run
+    def on_resize(self, event: events.Resize) -> None:
+        self._check_size(event.size.width, event.size.height)
+
+    def _check_size(self, width: int, height: int) -> None:
+        small = width < MIN_WIDTH or height < MIN_HEIGHT
+        self.screen.set_class(small, "too-small")
+        if small:
+            self.query_one(TooSmall).show_size(width, height)
+
+    @property
+    def glyphs(self) -> dict[str, str]:
+        spec = self.theme_specs.get(self.theme)
+        return spec.glyphs if spec else {}
+
+    def _apply_glyphs(self) -> None:
+        glyphs = self.glyphs
+        self.query_one(CandidatesPanel).glyphs = glyphs
+        for panel in self.query(DraftPanel):
+            panel.glyphs = glyphs
+
+    # ------------------------------------------------------------------ the run
+    def _reset_run_state(self) -> None:
+        self.trace = []
+        self.started = None
+        self.run_t0 = time.monotonic()
+        self.pending_round: DraftProposed | None = None
+        self.pending_verdicts: list[PositionVerdict] = []
+        self.open_round: tuple[DraftProposed, DraftVerified] | None = None
+        self.round_emits = 0  # tokens the current draft round still emits
+        self.sampled_at: dict[int, TokenSampled] = {}
+        self.verdict_at: dict[int, PositionVerdict] = {}
+        self.finished: Finished | None = None
+
     def start_run(self) -> None:
-        self.pump = EventPump(self.source)
+        previous = self.pump
+        if previous is not None:
+            previous.stop()
+        self._reset_run_state()
+        self.live = LiveParams(self.settings.config.sampling, self.settings.config.draft)
+        source = self.make_source(self.settings, self.live)
+        if self.record is not None:
+            source = recorded(source, self.record, self.settings)
+        self.pump = EventPump(source, slow_motion_s=self.settings.slow_motion_s,
+                              auto_pause=AutoPause().check if self.auto_pause else None,
+                              after=previous.finished if previous is not None else None)
         if self.start_paused:
             self.pump.pause()
+        self.error = None
+        self.query_one(ContentSwitcher).current = PANEL_FOR_MODE[self.settings.mode]
         self.query_one(TextPane).reset()
+        self.query_one(BeamPanel).reset()
+        for panel in self.query(DraftPanel):
+            panel.reset()
+        self.query_one(LookupPanel).reset(())
+        self.query_one(TokenInspector).update("")
+        self.query_one(Caption).say("")
         stats = self.query_one(StatsBar)
-        stats.state, stats.tokens, stats.result = ("paused" if self.start_paused else "loading"), 0, None
+        stats.reset("paused" if self.start_paused else "starting")
         stats.refresh_stats()
+        self._refresh_header()
         self.run_worker(self.pump.run, thread=True, exclusive=True, group="decoder", name="decoder")
+
+    def _refresh_header(self) -> None:
+        self.query_one(RunHeader).show(self.settings, self.started, self.query_one(StatsBar).state)
+
+    def say(self, message: str, severity: str = "information") -> None:
+        self.messages.append(message)
+        self.notify(message, severity=severity, timeout=6 if severity != "error" else 30)  # type: ignore[arg-type]
 
     def drain(self) -> None:
         """Move everything the decoder produced since the last tick into the widgets, once per widget."""
-        if self.pump is None:
+        found = self.query(StatsBar)
+        if self.pump is None or not found:  # not mounted yet, or shutting down
             return
         batch = self.pump.drain()
+        stats = found.first()
         if not batch:
+            if stats.state == "running":
+                stats.elapsed_s = time.monotonic() - self.run_t0
+                stats.refresh_stats()
             return
-        stats = self.query_one(StatsBar)
-        pieces = [e for e in batch if isinstance(e, TokenEmitted)]
-        self.query_one(TextPane).add(pieces)
-        stats.tokens += len(pieces)
-        sampled = [e for e in batch if isinstance(e, TokenSampled)]
-        if sampled:
-            self.query_one(CandidatesPanel).show(sampled[-1])
+        now = time.monotonic()
+        pieces: list[TokenEmitted] = []
+        steps: list[BeamStepped] = []
+        rounds: list[Round] = []
+        last_sampled: TokenSampled | None = None
+        last_caption: str | None = None
+        lookup_changed = False
         for event in batch:
-            if isinstance(event, Started):
+            if not isinstance(event, Notice | Failed):
+                self.trace.append((now - self.run_t0, event))
+            if isinstance(event, TokenEmitted):
+                pieces.append(event)
+                if self.round_emits > 0:
+                    self.round_emits -= 1
+                    if self.pending_verdicts and event.source in ("draft", "lookup"):
+                        self.verdict_at[event.index] = self.pending_verdicts.pop(0)
+                    if self.round_emits == 0 and self.open_round is not None:
+                        proposed, verified = self.open_round
+                        extra = event.text if event.token_id == verified.extra_token_id else ""
+                        rounds.append(Round(proposed, verified, extra))
+                        self.open_round = None
+                elif self.settings.mode in ("speculative", "pld") and event.index > 0:
+                    stats.forwards += 1  # a plain step between rounds (no draft this time)
+            elif isinstance(event, TokenSampled):
+                last_sampled = event
+                self.sampled_at[event.step] = event
+                stats.forwards += 1
+            elif isinstance(event, BeamStepped):
+                steps.append(event)
+                stats.forwards += 1
+            elif isinstance(event, DraftProposed):
+                self.pending_round = event
+            elif isinstance(event, DraftVerified):
+                stats.forwards += 1
+                stats.drafted += len(event.verdicts)
+                stats.accepted += event.accepted
+                self.round_emits = event.accepted + (event.extra_token_id is not None)
+                self.pending_verdicts = list(event.verdicts[: event.accepted])
+                if self.pending_round is not None:
+                    # The round is shown once its tokens are in, so the extra token has its text.
+                    self.open_round = (self.pending_round, event)
+                    lookup_changed = lookup_changed or self.pending_round.drafter == "lookup"
+            elif isinstance(event, Started):
+                self.started = event
+                self.run_t0 = now
                 stats.state = "paused" if self.pump.paused else "running"
+                if self.settings.mode in ("speculative", "pld"):
+                    stats.forwards = 1  # the prefill
+                self.query_one(LookupPanel).reset(event.prompt_pieces or ())
             elif isinstance(event, Finished):
                 stats.state, stats.result = "finished", event
+                if self.open_round is not None:  # an EOS or the length limit cut the round short
+                    rounds.append(Round(*self.open_round, ""))
+                    self.open_round = None
+                self.finished = event
+            elif isinstance(event, Notice):
+                if event.kind == "loading":
+                    stats.state = event.message
+                elif event.kind == "paused":
+                    stats.state = "paused"
+                    self.say(event.message)
+                else:
+                    self.say(event.message)
             elif isinstance(event, Failed):
                 self.error = event.message
                 stats.state = "error"
-                self.notify(event.message, title="The run failed", severity="error", timeout=30)
+                self.say(event.message, severity="error")
+            text = caption(event, self.pending_round, None)
+            if text is not None:
+                last_caption = text
+        stats.tokens += len(pieces)
+        stats.elapsed_s = now - self.run_t0
+        self.query_one(TextPane).add(pieces)
+        lookup = self.query_one(LookupPanel)
+        lookup.add_tokens([p.text for p in pieces])
+        if last_sampled is not None:
+            self.query_one(CandidatesPanel).show(last_sampled)
+        self.query_one(BeamPanel).add(steps)
+        if rounds:
+            panel_id = "#pld-rounds" if self.settings.mode == "pld" else "#panel-draft"
+            self.query_one(panel_id, DraftPanel).add(rounds)
+            if lookup_changed:
+                last = rounds[-1]
+                lookup.show(last.proposed, last.verified.accepted)
+        if last_caption is not None:
+            self.query_one(Caption).say(last_caption)
         stats.refresh_stats()
+        self._refresh_header()
 
-    # -- actions
+    # ------------------------------------------------------------------ actions
     def action_toggle_pause(self) -> None:
         if self.pump is None:
             return
         stats = self.query_one(StatsBar)
         if self.pump.paused:
             self.pump.resume()
-            stats.state = "running"
+            if stats.state == "paused":
+                stats.state = "running"
         else:
             self.pump.pause()
-            stats.state = "paused"
+            if stats.state == "running":
+                stats.state = "paused"
         stats.refresh_stats()
+        self._refresh_header()
 
     def action_step(self) -> None:
         if self.pump is not None:
             self.pump.step()
 
     def action_restart(self) -> None:
-        if self.pump is not None:
-            self.pump.stop()
         self.start_run()
 
-    async def action_quit(self) -> None:
+    def _replay_refuses(self, what: str) -> bool:
+        if self.replaying is None:
+            return False
+        self.say(f"This is a replay of {self.replaying}: {what} cannot change what was recorded. Record a new run "
+                 "with `decode-tui run --record FILE.jsonl`.", severity="warning")
+        return True
+
+    def action_cycle_mode(self) -> None:
+        if self._replay_refuses("the mode"):
+            return
+        self.settings = next_mode(self.settings)
+        self.say(f"mode → {self.settings.mode}: a new mode is a new run, so it restarts")
+        self.start_run()
+
+    def switch_mode_to(self, mode: Mode) -> None:
+        if self._replay_refuses("the mode"):
+            return
+        self.settings = with_mode(self.settings, mode)
+        self.say(f"mode → {mode}: a new mode is a new run, so it restarts")
+        self.start_run()
+
+    def action_knob(self, knob_id: str, direction: int) -> None:
+        if knob_id != "slow_motion" and self._replay_refuses("parameters"):
+            return
+        change = adjust(self.settings, knob_id, direction)
+        if change.applies is None:
+            self.say(change.message, severity="warning")
+            return
+        self.settings = change.settings
+        self.say(change.message)
+        if change.applies == "live":
+            self.live.update(sampling=self.settings.config.sampling, draft=self.settings.config.draft)
+        elif change.applies == "restart":
+            self.start_run()
+        elif change.applies == "rerank":
+            self.query_one(BeamPanel).rerank_finished(self.settings.config.beam.length_penalty)
+        elif knob_id == "slow_motion" and self.pump is not None:
+            self.pump.slow_motion_s = self.settings.slow_motion_s
+        self._refresh_header()
+
+    def action_edit_prompt(self) -> None:
+        if self._replay_refuses("the prompt"):
+            return
+
+        def done(prompt: str | None) -> None:
+            if prompt is not None and prompt != self.settings.prompt:
+                self.settings = dataclasses.replace(self.settings, prompt=prompt)
+                self.say("new prompt: the run restarts")
+                self.start_run()
+
+        self.push_screen(PromptEditor(self.settings.prompt), done)
+
+    def action_load_model(self) -> None:
+        if self._replay_refuses("the model"):
+            return
+        from ..core.registry import ALIASES, resolve
+
+        def done(spec: str | None) -> None:
+            if spec is None or spec == self.settings.model:
+                return
+            try:
+                resolve(spec)
+            except DecodeTuiError as err:
+                from ..core.registry import EMBEDDED_ALIASES
+
+                if spec not in EMBEDDED_ALIASES:
+                    self.say(err.message, severity="error")
+                    return
+            self.settings = dataclasses.replace(self.settings, model=spec)
+            self.say(f"model → {spec}: loading it restarts the run")
+            self.start_run()
+
+        self.push_screen(ModelPicker(self.settings.model, list(ALIASES)), done)
+
+    def action_select(self, delta: int) -> None:
+        piece = self.query_one(TextPane).select(delta)
+        inspector = self.query_one(TokenInspector)
+        if piece is None:
+            return
+        inspector.show(piece, self.sampled_at.get(piece.index), self.verdict_at.get(piece.index), self.glyphs)
+        inspector.add_class("visible")
+
+    def action_clear_selection(self) -> None:
+        self.query_one(TextPane).clear_selection()
+        self.query_one(TokenInspector).remove_class("visible")
+
+    def action_toggle_boundaries(self) -> None:
+        pane = self.query_one(TextPane)
+        pane.boundaries = not pane.boundaries
+        pane.redraw()
+
+    def action_toggle_auto_pause(self) -> None:
+        self.auto_pause = not self.auto_pause
+        if self.pump is not None:
+            self.pump.auto_pause = AutoPause().check if self.auto_pause else None
+        self.say("auto-pause on: the run pauses on the first rejection, a lookup miss, a beam finishing and the end "
+                 "of the text" if self.auto_pause else "auto-pause off")
+
+    def set_theme(self, name: str) -> None:
+        self.theme = name
+        self._apply_glyphs()
+        self.call_after_refresh(self._redraw_all)
+
+    def action_cycle_theme(self) -> None:
+        names = list(self.theme_specs)
+        name = names[(names.index(self.theme) + 1) % len(names)] if self.theme in names else names[0]
+        self.set_theme(name)
+        self.say(f"theme → {self.theme_specs[name].description}")
+
+    def _redraw_all(self) -> None:
+        self.query_one(TextPane).redraw()
+        self.query_one(CandidatesPanel).redraw()
+        self.query_one(BeamPanel).redraw()
+        self.query_one(LookupPanel).redraw()
+        for panel in self.query(DraftPanel):
+            panel.redraw()
+
+    def action_export(self) -> None:
+        self.exports += 1
+        path = Path.cwd() / f"decode-tui-trace-{self.settings.mode}-{self.exports}.jsonl"
+        try:
+            write_trace(path, self.settings, self.trace)
+        except OSError as exc:
+            self.say(f"Could not write {path}: {exc.strerror}", severity="error")
+            return
+        self.say(f"trace of {len(self.trace)} events saved to {path.name}; play it with `decode-tui replay "
+                 f"{path.name}`")
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(self.all_bindings(), self.glyphs))
+
+    def all_bindings(self) -> list[Binding]:
+        return [b for b in self.BINDINGS if isinstance(b, Binding)]
+
+    def _stop(self) -> None:
         if self.pump is not None:
             self.pump.stop()
+
+    def on_unmount(self) -> None:
+        # However the app ends (quit, Ctrl-C, an error, a test leaving run_test), a paused decoder is woken and told
+        # to stop, so no thread is left waiting.
+        self._stop()
+
+    async def action_quit(self) -> None:
+        self._stop()
         self.exit(0)
+
+    def action_interrupt(self) -> None:
+        self._stop()
+        self.exit(130, return_code=130)

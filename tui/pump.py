@@ -6,6 +6,9 @@ batch, so a fast decoder never floods the message loop (no ``call_from_thread``
 or ``post_message`` per token). Pausing and single-stepping happen here, at
 token boundaries, so the strategies stay unaware of them; stopping closes the
 strategy's generator, which runs its ``finally:`` blocks (KV rollback).
+Slow motion (a delay after every step) and automatic pauses on notable events
+also act here, in the decoder thread, so they stop the run exactly at the
+step boundary, not a drain tick later.
 
 It knows the core's events, nothing about widgets.
 """
@@ -16,14 +19,35 @@ import queue
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from ..core.events import BeamStepped, DraftVerified, Event, TokenEmitted
 
 EventSource = Callable[[], Iterator[Event]]
 
-# Events after which a paused run waits: one decoding step, one beam step or one draft-verify round.
-_STEP_ENDS = (TokenEmitted, BeamStepped, DraftVerified)
+
+
+class StepTracker:
+    """Which event closes a step: a token (greedy, sample), a beam step, or a whole draft-verify round.
+
+    A round is ``DraftVerified`` followed by the tokens it emits (accepted + the
+    target's extra one), so a paused speculative run stops after a whole round,
+    and the strategy is suspended before it reads the settings for the next one.
+    """
+
+    def __init__(self) -> None:
+        self.pending = 0  # tokens the current round still has to emit
+
+    def closes_step(self, event: Event) -> bool:
+        if isinstance(event, DraftVerified):
+            self.pending = event.accepted + (event.extra_token_id is not None)
+            return False
+        if isinstance(event, TokenEmitted):
+            if self.pending > 0:
+                self.pending -= 1
+                return self.pending == 0
+            return True
+        return isinstance(event, BeamStepped)
 
 
 @dataclass(frozen=True)
@@ -34,9 +58,23 @@ class Failed(Event):
     message: str
 
 
+@dataclass(frozen=True)
+class Notice(Event):
+    """Not a core event: something the app should show (loading progress, a note, an automatic pause)."""
+
+    name: ClassVar[str] = "notice"
+    kind: Literal["loading", "note", "paused"]
+    message: str
+
+
 class EventPump:
-    def __init__(self, source: EventSource) -> None:
+    def __init__(self, source: EventSource, slow_motion_s: float = 0.0,
+                 auto_pause: Callable[[Event], str | None] | None = None,
+                 after: threading.Event | None = None) -> None:
         self.source = source
+        self.after = after  # the previous run's end: a restart never decodes beside the run it replaces
+        self.slow_motion_s = slow_motion_s  # read at every step end, so the UI can change it mid-run
+        self.auto_pause = auto_pause
         self.events: queue.SimpleQueue[Event] = queue.SimpleQueue()
         self._running = threading.Event()
         self._running.set()
@@ -79,12 +117,22 @@ class EventPump:
     def run(self) -> None:
         stream = None
         try:
+            if self.after is not None:
+                self.after.wait()
+            if self._stop.is_set():
+                return
             stream = self.source()
+            steps = StepTracker()
             for event in stream:
                 self.events.put(event)
                 if self._stop.is_set():
                     break
-                if isinstance(event, _STEP_ENDS):
+                check = self.auto_pause
+                reason = check(event) if check is not None else None
+                if reason is not None:
+                    self.pause()  # takes hold at the end of this step
+                    self.events.put(Notice("paused", f"paused on the {reason}; space resumes, n steps"))
+                if steps.closes_step(event):
                     self._wait_at_step_end()
                     if self._stop.is_set():
                         break
@@ -97,6 +145,8 @@ class EventPump:
             self.finished.set()
 
     def _wait_at_step_end(self) -> None:
+        if self.slow_motion_s > 0 and self._running.is_set():
+            self._stop.wait(self.slow_motion_s)
         with self._lock:
             if self._steps > 0:
                 self._steps -= 1

@@ -1,0 +1,161 @@
+"""A deterministic fake decoder for the app's tests: the real event types, scripted per mode, no model.
+
+It reads the live parameters at every step like a real strategy does, so
+tests can see a mid-run change land at the next step, and it can be slowed
+down (``delay``) so a test can act while a run is in flight.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Literal
+
+from decode_tui.core.events import (
+    Beam,
+    BeamCandidate,
+    BeamStepped,
+    Candidate,
+    DraftProposed,
+    DraftVerified,
+    EarlyStopCheck,
+    Event,
+    Finished,
+    Hypothesis,
+    PositionVerdict,
+    StageCandidates,
+    Started,
+    TokenEmitted,
+    TokenSampled,
+    TokenSource,
+)
+from decode_tui.core.live import LiveParams
+from decode_tui.tui.pump import EventSource
+from decode_tui.tui.settings import Settings
+
+WORDS = ["The", " quick", " brown", " fox", " jumps", " over", " the", " lazy", " dog", "."]
+PROMPT_PIECES = ("Copy", ":", " the", " quick", " brown", " fox", " jumps", " over", " the", " lazy", " dog")
+
+
+class FakeDecoder:
+    """``FakeDecoder(words, delay).source`` is a ``make_source`` for :class:`DecodeApp`."""
+
+    def __init__(self, words: list[str] | None = None, delay: float = 0.0, fail_with: Exception | None = None) -> None:
+        self.words = words or WORDS
+        self.delay = delay
+        self.fail_with = fail_with
+        self.runs: list[Settings] = []  # the settings of every run started, in order
+
+    def source(self, settings: Settings, live: LiveParams) -> EventSource:
+        self.runs.append(settings)
+        return lambda: self._events(settings, live)
+
+    def _events(self, settings: Settings, live: LiveParams) -> Iterator[Event]:
+        mode = settings.mode
+        yield Started(mode=mode, model="fake", prompt_token_ids=tuple(range(len(PROMPT_PIECES))),
+                      prompt_text=settings.prompt, params={"device": "cpu", "dtype": "float32"},
+                      prompt_pieces=PROMPT_PIECES)
+        emitted = _Emitter()
+        if mode in ("greedy", "sample"):
+            yield from self._sampling(mode == "greedy", live, emitted)
+        elif mode == "beam":
+            yield from self._beam(settings, emitted)
+        else:
+            yield from self._drafting(mode == "pld", emitted)
+        if self.fail_with is not None:
+            raise self.fail_with
+        extras: dict[str, object] = {}
+        if mode in ("speculative", "pld"):
+            extras = dict(drafted=7, accepted=5, draft_forwards=0 if mode == "pld" else 7, acceptance_rate=5 / 7,
+                          acceptance_by_position=(1.0, 1.0, 0.5), draft_time_s=0.01, verify_time_s=0.05)
+        if mode == "beam":
+            extras = dict(hypotheses=(Hypothesis(tuple(range(3)), "".join(self.words[:3]), -1.2, -0.4),))
+        forwards = {"greedy": len(emitted.ids), "sample": len(emitted.ids), "beam": 3, "speculative": 3, "pld": 3}
+        yield Finished(mode=mode, prompt_token_ids=tuple(range(len(PROMPT_PIECES))), token_ids=tuple(emitted.ids),
+                       text=emitted.text, finish_reason="length", new_tokens=len(emitted.ids),
+                       target_forwards=forwards[mode], elapsed_s=0.5, tokens_per_s=len(emitted.ids) / 0.5,
+                       **extras)  # type: ignore[arg-type]
+
+    def _wait(self) -> None:
+        if self.delay:
+            time.sleep(self.delay)
+
+    def _sampling(self, greedy: bool, live: LiveParams, emitted: _Emitter) -> Iterator[Event]:
+        for i, word in enumerate(self.words):
+            self._wait()
+            params = live.snapshot().sampling
+            stages = [StageCandidates("raw", (Candidate(i, word, 0.6), Candidate(99, " cat", 0.3)))]
+            if not greedy and params.temperature != 1.0:
+                stages.append(StageCandidates("temperature", (Candidate(i, word, 0.7), Candidate(99, " cat", 0.2))))
+            if not greedy and params.top_k != 0:
+                stages.append(StageCandidates("top_k", (Candidate(i, word, 0.75), Candidate(99, " cat", 0.25))))
+            yield TokenSampled(step=i, token_id=i, text=word, prob=stages[-1].candidates[0].prob, greedy=greedy,
+                               stages=tuple(stages))
+            yield emitted.emit(i, word)
+
+    def _beam(self, settings: Settings, emitted: _Emitter) -> Iterator[Event]:
+        n = settings.config.beam.num_beams
+        finished: tuple[Hypothesis, ...] = ()
+        for step in range(3):
+            self._wait()
+            ids = tuple(range(step + 1))
+            beams = tuple(Beam(beam=b, parent=0 if step == 0 else b, token_ids=(*ids[:-1], 10 * b + step),
+                               text_tail="".join(self.words[: step + 1]) + f"#{b}", sum_logprobs=-0.5 * (step + 1) - b,
+                               score=(-0.5 * (step + 1) - b) / (step + 1)) for b in range(n))
+            candidates = tuple(BeamCandidate(parent=b.parent, token_id=b.token_ids[-1], text=self.words[step],
+                                             sum_logprobs=b.sum_logprobs, verdict="kept") for b in beams)
+            candidates += (BeamCandidate(parent=0, token_id=77, text=" cat", sum_logprobs=-9.0, verdict="pruned"),)
+            if step == 1:
+                candidates += (BeamCandidate(parent=0, token_id=2, text="<eos>", sum_logprobs=-1.5,
+                                             verdict="finished"),)
+                finished = (Hypothesis((0, 2), self.words[0] + "<eos>", -1.5, -0.75),
+                            Hypothesis((0, 1, 2), "".join(self.words[:3]), -2.4, -0.8))
+            check = EarlyStopCheck(False, -0.6 if finished else None, -0.8 if finished else None, step == 2)
+            yield BeamStepped(step=step, beams=beams, candidates=candidates, finished=finished, early_stop=check)
+        for i, word in enumerate(self.words[:3]):
+            yield emitted.emit(i, word)
+
+    def _drafting(self, lookup: bool, emitted: _Emitter) -> Iterator[Event]:
+        kind: TokenSource = "lookup" if lookup else "draft"
+        drafter: Literal["model", "lookup"] = "lookup" if lookup else "model"
+        w = self.words
+        yield emitted.emit(0, w[0])  # from the prefill
+        # round 0: all 3 accepted, then a bonus token
+        self._wait()
+        yield DraftProposed(round=0, drafter=drafter, token_ids=(1, 2, 3), texts=tuple(w[1:4]),
+                            q_probs=None if lookup else (0.9, 0.8, 0.7),
+                            match_start=2 if lookup else None, match_end=3 if lookup else None,
+                            copy_start=3 if lookup else None, copy_end=6 if lookup else None)
+        verdicts = tuple(PositionVerdict(i, i + 1, 0.9, 1.0 if lookup else 0.8, None if lookup else 0.1, "accepted")
+                         for i in range(3))
+        yield DraftVerified(round=0, verdicts=verdicts, accepted=3, extra_token_id=4, extra_kind="bonus")
+        for i in (1, 2, 3):
+            yield emitted.emit(i, w[i], kind)
+        yield emitted.emit(4, w[4], "bonus")
+        # round 1: first accepted, second rejected, a resampled (or the target's own) token instead
+        self._wait()
+        yield DraftProposed(round=1, drafter=drafter, token_ids=(5, 50, 51), texts=(w[5], " cat", " sat"),
+                            q_probs=None if lookup else (0.9, 0.6, 0.5),
+                            match_start=7 if lookup else None, match_end=8 if lookup else None,
+                            copy_start=8 if lookup else None, copy_end=11 if lookup else None)
+        u = None if lookup else 0.55
+        verdicts = (PositionVerdict(0, 5, 0.8, 1.0 if lookup else 0.9, None if lookup else 0.2, "accepted"),
+                    PositionVerdict(1, 50, 0.12, 1.0 if lookup else 0.6, u, "rejected"),
+                    PositionVerdict(2, 51, 0.3, 1.0 if lookup else 0.5, None, "rejected"))
+        yield DraftVerified(round=1, verdicts=verdicts, accepted=1, extra_token_id=6,
+                            extra_kind="target" if lookup else "resampled")
+        yield emitted.emit(5, w[5], kind)
+        yield emitted.emit(6, w[6], "target" if lookup else "resampled")
+
+
+class _Emitter:
+    def __init__(self) -> None:
+        self.ids: list[int] = []
+        self.text = ""
+
+    def emit(self, token_id: int, text: str, source: TokenSource = "target") -> TokenEmitted:
+        start = len(self.text)
+        self.text += text
+        self.ids.append(token_id)
+        return TokenEmitted(index=len(self.ids) - 1, token_id=token_id, text=text, start=start, end=len(self.text),
+                            source=source)

@@ -1,0 +1,1 @@
+"""Modal screens: help, prompt editor, model picker. Each has its ``.tcss`` beside it."""

@@ -1,0 +1,34 @@
+"""Type a model to load (alias, repo id, folder or .gguf); it is checked on disk before the run restarts."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Input, Label
+
+
+class ModelPicker(ModalScreen[str | None]):
+    CSS_PATH = "model_picker.tcss"
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel", id="model.cancel")]
+
+    def __init__(self, current: str, known: list[str]) -> None:
+        super().__init__()
+        self.current = current
+        self.known = known
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="model-box"):
+            yield Label(f"Load another model (now: {self.current}). Aliases: {', '.join(self.known)}; or a repo "
+                        "id, a folder or a .gguf file. enter loads, esc cancels.", id="model-title")
+            yield Input(placeholder=self.current, id="model-input")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        value = event.value.strip()
+        self.dismiss(value or None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

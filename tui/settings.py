@@ -1,0 +1,241 @@
+"""What the app is set to run, and how each key changes it.
+
+:class:`Settings` is everything a run needs except the loaded model: the model
+spec, the prompt, the :class:`~decode_tui.core.params.DecodeConfig`, and the
+slow-motion delay (a display setting). The knobs are the parameters the
+keyboard raises and lowers; :func:`adjust` returns the new settings and *how*
+the change lands:
+
+- ``live``: the running strategy picks it up at its next step
+  (:class:`~decode_tui.core.live.LiveParams`): temperature, top-k, top-p,
+  repetition penalty, draft length, n-gram size;
+- ``restart``: it changes the search itself (beams), so the run restarts;
+- ``rerank``: the length penalty re-ranks the finished beam hypotheses at once
+  (a pure function of their scores); the search uses it from the next run;
+- ``view``: display only (slow motion).
+
+It also says, in words, when a knob does nothing in the current mode, so the
+app can tell the user instead of silently ignoring the key. Pure logic: no
+widgets, no threads, no torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..core.errors import UsageError
+from ..core.events import MODES, Mode
+from ..core.params import DEMO_PROMPT, DecodeConfig
+from ..core.registry import DEFAULT_ALIAS
+
+Applies = Literal["live", "restart", "rerank", "view"]
+
+SLOW_MOTION_S: tuple[float, ...] = (0.0, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
+TOP_K_LADDER: tuple[int, ...] = (0, 1, 2, 3, 5, 10, 20, 50, 100, 200)
+
+
+@dataclass(frozen=True)
+class Settings:
+    model: str = DEFAULT_ALIAS
+    device: str = "auto"
+    dtype: str = "auto"
+    trust_remote_code: bool = False
+    prompt: str = DEMO_PROMPT
+    config: DecodeConfig = field(default_factory=DecodeConfig)
+    slow_motion_s: float = 0.0  # pause after every step, so a class can follow
+
+    @property
+    def mode(self) -> Mode:
+        return self.config.mode
+
+    def replace_config(self, **changes: object) -> Settings:
+        return dataclasses.replace(self, config=dataclasses.replace(self.config, **changes))  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Knob:
+    id: str
+    label: str
+    keys: tuple[str, str]  # (lower, raise)
+    applies: Applies
+    modes: tuple[Mode, ...]  # where it changes anything
+    get: Callable[[Settings], float]
+    step: Callable[[float, int], float]  # (value, +1/-1) -> new value
+    put: Callable[[Settings, float], Settings]
+    fmt: Callable[[float], str] = field(default=lambda v: f"{v:g}")
+
+
+def _ladder(values: Sequence[float]) -> Callable[[float, int], float]:
+    def step(value: float, direction: int) -> float:
+        if direction > 0:
+            return next((v for v in values if v > value), values[-1])
+        return next((v for v in reversed(values) if v < value), values[0])
+
+    return step
+
+
+def _linear(delta: float, low: float, high: float) -> Callable[[float, int], float]:
+    def step(value: float, direction: int) -> float:
+        return round(min(high, max(low, value + direction * delta)), 4)
+
+    return step
+
+
+def _sampling(**changes: float) -> Callable[[Settings], Settings]:
+    def put(s: Settings) -> Settings:
+        return s.replace_config(sampling=dataclasses.replace(s.config.sampling, **changes))  # type: ignore[arg-type]
+
+    return put
+
+
+def _put_sampling(name: str, cast: type = float) -> Callable[[Settings, float], Settings]:
+    return lambda s, v: _sampling(**{name: cast(v)})(s)
+
+
+def _put_beam(name: str, cast: type = float) -> Callable[[Settings, float], Settings]:
+    return lambda s, v: s.replace_config(beam=dataclasses.replace(s.config.beam, **{name: cast(v)}))
+
+
+def _put_draft(name: str) -> Callable[[Settings, float], Settings]:
+    def put(s: Settings, v: float) -> Settings:
+        changes: dict[str, Any] = {name: int(v)}
+        return s.replace_config(draft=dataclasses.replace(s.config.draft, **changes))
+
+    return put
+
+
+SAMPLING_MODES: tuple[Mode, ...] = ("sample", "beam", "speculative", "pld")
+
+KNOBS: tuple[Knob, ...] = (
+    Knob("temperature", "temperature", ("t", "T"), "live", SAMPLING_MODES,
+         lambda s: s.config.sampling.temperature, _linear(0.1, 0.0, 5.0), _put_sampling("temperature")),
+    Knob("top_k", "top-k", ("k", "K"), "live", SAMPLING_MODES,
+         lambda s: s.config.sampling.top_k, _ladder(TOP_K_LADDER), _put_sampling("top_k", int),
+         fmt=lambda v: "off" if v == 0 else f"{int(v)}"),
+    Knob("top_p", "top-p", ("p", "P"), "live", SAMPLING_MODES,
+         lambda s: s.config.sampling.top_p, _linear(0.05, 0.05, 1.0), _put_sampling("top_p")),
+    Knob("repetition_penalty", "repetition penalty", ("u", "U"), "live", MODES,
+         lambda s: s.config.sampling.repetition_penalty, _linear(0.05, 0.5, 3.0), _put_sampling("repetition_penalty")),
+    Knob("num_beams", "beams", ("w", "W"), "restart", ("beam",),
+         lambda s: s.config.beam.num_beams, _linear(1, 1, 16), _put_beam("num_beams", int), fmt=lambda v: f"{int(v)}"),
+    Knob("length_penalty", "length penalty", ("l", "L"), "rerank", ("beam",),
+         lambda s: s.config.beam.length_penalty, _linear(0.25, -3.0, 3.0), _put_beam("length_penalty")),
+    Knob("num_draft_tokens", "draft length", ("d", "D"), "live", ("speculative", "pld"),
+         lambda s: s.config.draft.num_draft_tokens, _linear(1, 1, 16), _put_draft("num_draft_tokens"),
+         fmt=lambda v: f"{int(v)}"),
+    Knob("max_ngram_size", "n-gram size", ("g", "G"), "live", ("pld",),
+         lambda s: s.config.draft.max_ngram_size, _linear(1, 1, 8), _put_draft("max_ngram_size"),
+         fmt=lambda v: f"{int(v)}"),
+    Knob("slow_motion", "slow motion", ("s", "S"), "view", MODES,
+         lambda s: s.slow_motion_s, _ladder(SLOW_MOTION_S), lambda s, v: dataclasses.replace(s, slow_motion_s=v),
+         fmt=lambda v: "off" if v == 0 else f"{v:g} s/step"),
+)
+KNOBS_BY_ID = {knob.id: knob for knob in KNOBS}
+
+
+@dataclass(frozen=True)
+class Change:
+    settings: Settings
+    applies: Applies | None  # None: nothing changed (already at the limit)
+    message: str
+
+
+def _effective(settings: Settings, knob: Knob) -> str | None:
+    """Why a knob changes nothing right now, or None when it does."""
+    mode = settings.mode
+    if mode not in knob.modes:
+        where = ", ".join(knob.modes)
+        return f"no effect in {mode} mode (it applies to {where}; m cycles the mode)"
+    if knob.id in ("temperature", "top_k", "top_p"):
+        c = settings.config
+        if mode == "beam" and not c.beam_sample:
+            return "no effect: this beam search is not sampling (start it with --temperature to sample beams)"
+        if mode in ("speculative", "pld") and not c.draft_sample:
+            return "no effect: this run verifies greedily (start it with --temperature to verify by sampling)"
+    return None
+
+
+def adjust(settings: Settings, knob_id: str, direction: int) -> Change:
+    """Raise (``direction=+1``) or lower (-1) one knob. Out-of-range values stop at the limit."""
+    knob = KNOBS_BY_ID[knob_id]
+    old = knob.get(settings)
+    new = knob.step(old, direction)
+    if new == old:
+        limit = "upper" if direction > 0 else "lower"
+        return Change(settings, None, f"{knob.label} stays at {knob.fmt(old)} (its {limit} limit)")
+    try:
+        changed = knob.put(settings, new)
+    except UsageError as err:
+        return Change(settings, None, err.message)
+    message = f"{knob.label} {knob.fmt(old)} → {knob.fmt(new)}"
+    why_not = _effective(changed, knob)
+    if why_not:
+        return Change(changed, "view", f"{message}: {why_not}")
+    if knob.applies == "live":
+        message += ", from the next step"
+    elif knob.applies == "restart":
+        message += ": the number of beams shapes the search, so the run restarts"
+    elif knob.applies == "rerank":
+        message += ": finished hypotheses re-ranked now; the search uses it from the next restart (r)"
+    return Change(changed, knob.applies, message)
+
+
+def next_mode(settings: Settings) -> Settings:
+    """The same settings in the next mode (greedy → sample → beam → speculative → pld → greedy)."""
+    mode = MODES[(MODES.index(settings.mode) + 1) % len(MODES)]
+    return with_mode(settings, mode)
+
+
+def with_mode(settings: Settings, mode: Mode) -> Settings:
+    return settings.replace_config(mode=mode)
+
+
+def params_line(settings: Settings) -> str:
+    """The live parameters that matter in the current mode, for the header."""
+    c = settings.config
+    s = c.sampling
+    parts: list[str] = []
+    if settings.mode != "greedy" and (settings.mode == "sample" or c.beam_sample or c.draft_sample):
+        parts += [f"T={s.temperature:g}", f"top-k={'off' if s.top_k == 0 else s.top_k}", f"top-p={s.top_p:g}"]
+    if s.repetition_penalty != 1.0 or settings.mode in ("greedy", "sample"):
+        parts.append(f"rep={s.repetition_penalty:g}")
+    if settings.mode == "beam":
+        parts += [f"beams={c.beam.num_beams}", f"lp={c.beam.length_penalty:g}",
+                  f"early-stop={str(c.beam.early_stopping).lower()}"]
+    if settings.mode == "speculative":
+        parts += [f"draft={c.draft.draft}", f"k={c.draft.num_draft_tokens}"]
+    if settings.mode == "pld":
+        parts += [f"k={c.draft.num_draft_tokens}", f"ngram≤{c.draft.max_ngram_size}"]
+    if settings.mode in ("speculative", "pld"):
+        parts.append("adaptive" if c.draft.adaptive else "fixed k")
+        parts.append("sampling verify" if c.draft_sample else "greedy verify")
+    parts.append(f"max={c.max_new_tokens}")
+    if settings.slow_motion_s:
+        parts.append(f"slow={settings.slow_motion_s:g}s")
+    return "  ".join(parts)
+
+
+
+def settings_from_dict(data: dict[str, object]) -> Settings:
+    """Settings from their ``dataclasses.asdict`` form (a recording's header); unknown keys are ignored."""
+    from ..core.params import BeamParams, DraftParams, SamplingParams
+
+    def pick(cls: type, values: object) -> dict[str, object]:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return {k: v for k, v in (values if isinstance(values, dict) else {}).items() if k in names}
+
+    try:
+        raw = data.get("config", {})
+        config_values = pick(DecodeConfig, raw)
+        nested = raw if isinstance(raw, dict) else {}
+        config_values["sampling"] = SamplingParams(**pick(SamplingParams, nested.get("sampling")))  # type: ignore[arg-type]
+        config_values["beam"] = BeamParams(**pick(BeamParams, nested.get("beam")))  # type: ignore[arg-type]
+        config_values["draft"] = DraftParams(**pick(DraftParams, nested.get("draft")))  # type: ignore[arg-type]
+        config = DecodeConfig(**config_values)  # type: ignore[arg-type]
+        top = {k: v for k, v in pick(Settings, data).items() if k != "config"}
+        return Settings(**top, config=config)  # type: ignore[arg-type]
+    except TypeError as exc:
+        raise UsageError(f"The recording's settings do not fit this decode-tui ({exc}).") from None

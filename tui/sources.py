@@ -1,0 +1,191 @@
+"""Where the app's events come from: a live run on a model, or a recorded file.
+
+:class:`ModelRunner` turns :class:`~decode_tui.tui.settings.Settings` into an
+event source. The source runs in the decoder thread: it pulls the embedded
+model the first time, loads the model (announcing it with a ``Notice`` so the
+UI shows a loading state and stays usable), keeps loaded models for the next
+restart, and yields the run's events. :func:`replay` reads a recording back
+with its original pacing (scaled by the slow-motion setting), so a demo
+recorded on a GPU machine plays on a laptop with no model at all;
+:func:`recorded` writes the events of a run as they happen.
+
+A recording is JSON lines: a ``recording`` header with the run's settings,
+then one event per line with ``t``, the seconds since the run started.
+It knows the core's loading and run API; nothing about widgets.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Generator, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..core.errors import ModelUnavailableError, UsageError
+from ..core.events import Event, from_dict
+from ..core.live import LiveParams
+from ..core.registry import EMBEDDED_ALIASES, resolve
+from .pump import EventSource, Notice
+from .settings import Settings
+
+if TYPE_CHECKING:
+    from ..core.loading import LoadedModel
+
+RECORDING_VERSION = 1
+
+
+class ModelRunner:
+    """Builds live event sources, keeping the loaded models between runs (a restart must not reload)."""
+
+    def __init__(self) -> None:
+        self._models: dict[tuple[str, str, str], LoadedModel] = {}
+        self._drafts: dict[tuple[str, str, str, str], tuple[Any, int]] = {}
+        self._lock = threading.Lock()  # one decoder thread at a time, but a restart may overlap the old one's end
+
+    def source(self, settings: Settings, live: LiveParams) -> EventSource:
+        def events() -> Iterator[Event]:
+            lm = yield from self._model(settings)
+            draft = None
+            if settings.mode == "speculative":
+                draft = yield from self._draft(settings, lm)
+            from ..core.run import Run
+
+            run = Run(lm, settings.prompt, settings.config, draft, live)
+            for note in run.notes:
+                yield Notice("note", note)
+            yield from run.events()
+
+        return events
+
+    def _model(self, settings: Settings) -> Generator[Event, None, LoadedModel]:
+        key = (settings.model, settings.device, settings.dtype)
+        with self._lock:
+            cached = self._models.get(key)
+        if cached is not None:
+            return cached
+        try:
+            resolved = resolve(settings.model)
+        except ModelUnavailableError:
+            if settings.model not in EMBEDDED_ALIASES:
+                raise
+            from ..core.embedded import pull
+
+            yield Notice("loading", f"first run: fetching {settings.model} into decode-tui's cache (about 30 s)")
+            pull(settings.model)
+            resolved = resolve(settings.model)
+        yield Notice("loading", f"loading {resolved.display_name}…")
+        from ..core.loading import load_model
+
+        lm = load_model(resolved, device=settings.device, dtype=settings.dtype,
+                        trust_remote_code=settings.trust_remote_code)
+        with self._lock:
+            self._models = {key: lm}  # keep one model: switching models frees the old one
+            self._drafts.clear()
+        return lm
+
+    def _draft(self, settings: Settings, lm: LoadedModel) -> Generator[Event, None, tuple[Any, int]]:
+        """The draft model and the vocabulary size it shares with the target, announced while it is built."""
+        spec = settings.config.draft.draft
+        key = (settings.model, settings.device, settings.dtype, spec)
+        with self._lock:
+            cached = self._drafts.get(key)
+        if cached is not None:
+            return cached
+        if spec not in ("self", "int8"):
+            resolve(spec)  # a clear message for a draft that is not on disk, before anything heavy
+        yield Notice("loading", f"preparing the draft model ({spec})…")
+        from ..core.drafters import load_draft
+
+        draft = load_draft(lm, spec, settings.trust_remote_code)
+        with self._lock:
+            self._drafts[key] = draft
+        return draft
+
+
+def recorded(source: EventSource, path: Path, settings: Settings) -> EventSource:
+    """The same events, also written to ``path`` as they pass (the file is rewritten for each run)."""
+
+    def events() -> Iterator[Event]:
+        with path.open("w", encoding="utf-8") as out:
+            out.write(json.dumps({"event": "recording", "version": RECORDING_VERSION,
+                                  "settings": settings_dict(settings)}) + "\n")
+            started = time.perf_counter()
+            for event in source():
+                if not isinstance(event, Notice):
+                    line = {"t": round(time.perf_counter() - started, 4), **event.to_dict()}
+                    out.write(json.dumps(line, ensure_ascii=False) + "\n")
+                    out.flush()  # a crash or Ctrl-C keeps what was recorded so far
+                yield event
+
+    return events
+
+
+def write_trace(path: Path, settings: Settings, events: list[tuple[float, Event]]) -> None:
+    """Save an already-seen run (the export key) in the recording format, so it can be replayed."""
+    with path.open("w", encoding="utf-8") as out:
+        out.write(json.dumps({"event": "recording", "version": RECORDING_VERSION,
+                              "settings": settings_dict(settings)}) + "\n")
+        for t, event in events:
+            out.write(json.dumps({"t": round(t, 4), **event.to_dict()}, ensure_ascii=False) + "\n")
+
+
+def settings_dict(settings: Settings) -> dict[str, Any]:
+    import dataclasses
+
+    return dataclasses.asdict(settings)
+
+
+def read_recording(path: Path) -> tuple[dict[str, Any], list[tuple[float, Event]]]:
+    """The header and the timed events of a recording; a UsageError that says what is wrong otherwise."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise UsageError(f"The recording {path} does not exist. Record one with `decode-tui run --record "
+                         f"{path.name}`.") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"Cannot read the recording {path}: {exc}.") from None
+    if not lines:
+        raise UsageError(f"The recording {path} is empty.")
+    try:
+        header = json.loads(lines[0])
+    except json.JSONDecodeError:
+        header = None
+    if not isinstance(header, dict) or header.get("event") != "recording":
+        raise UsageError(f"{path} is not a decode-tui recording (its first line should be the recording header). "
+                         "Record one with `decode-tui run --record FILE.jsonl`.")
+    if header.get("version") != RECORDING_VERSION:
+        raise UsageError(f"{path} is a version {header.get('version')} recording; this decode-tui reads version "
+                         f"{RECORDING_VERSION}.")
+    events: list[tuple[float, Event]] = []
+    for number, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+            events.append((float(data.pop("t", 0.0)), from_dict(data)))
+        except (json.JSONDecodeError, ValueError, AttributeError) as exc:
+            raise UsageError(f"{path}, line {number}: not a decode-tui event ({exc}). The file is damaged; "
+                             "record it again.") from None
+    if not events:
+        raise UsageError(f"The recording {path} holds no events.")
+    return header, events
+
+
+def replay(events: list[tuple[float, Event]], speed: float = 1.0) -> EventSource:
+    """A source that plays recorded events with their original pacing divided by ``speed`` (0: no waiting).
+
+    Gaps are capped at one second, so a recording with a long model load does not stall the replay.
+    """
+
+    def play() -> Iterator[Event]:
+        previous = 0.0
+        for t, event in events:
+            gap = max(0.0, t - previous)
+            previous = t
+            if speed > 0 and gap > 0:
+                time.sleep(min(gap / speed, 1.0))
+            yield event
+
+    return play

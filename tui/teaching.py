@@ -1,0 +1,111 @@
+"""One-line captions that say what a step just did, and which events are worth pausing on.
+
+A caption turns the last step's event into a sentence a student can read in
+step mode ("drafted 5; target accepted 3; 4th rejected: p=0.12 < u·q=0.31;
+resampled 'nikkei' from max(0, p-q)"). :class:`AutoPause` decides when the
+decoder should stop by itself on a notable event: the first rejected draft, a
+prompt-lookup miss, a beam finishing, the end of the text. Each kind pauses
+once per run, so a long run is not stopped every few tokens.
+
+Pure functions of the core's events: no widgets, no threads.
+"""
+
+from __future__ import annotations
+
+from ..core.events import (
+    BeamStepped,
+    DraftProposed,
+    DraftVerified,
+    Event,
+    Finished,
+    TokenSampled,
+)
+
+
+def ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def caption(event: Event, proposed: DraftProposed | None = None, label: dict[int, str] | None = None) -> str | None:
+    """What ``event`` did, in one line; None for events that close no step."""
+    if isinstance(event, TokenSampled):
+        final = event.stages[-1]
+        alternatives = [c for c in final.candidates if c.token_id != event.token_id][:1]
+        runner_up = f"; runner-up {alternatives[0].text!r} {alternatives[0].prob:.0%}" if alternatives else ""
+        if event.greedy:
+            return f"step {event.step}: took the argmax {event.text!r} (p={event.prob:.2f}){runner_up}"
+        stages = " → ".join(s.stage.replace("_", " ") for s in event.stages)
+        return f"step {event.step}: {stages}; drew {event.text!r} with p={event.prob:.2f}{runner_up}"
+    if isinstance(event, DraftVerified):
+        k = len(event.verdicts)
+        drafted = "copied" if proposed is not None and proposed.drafter == "lookup" else "drafted"
+        parts = [f"round {event.round}: {drafted} {k}; target accepted {event.accepted}"]
+        rejected = next((v for v in event.verdicts if v.verdict == "rejected"), None)
+        if rejected is not None:
+            nth = ordinal(rejected.position + 1)
+            if rejected.u is None:
+                parts.append(f"{nth} rejected: the target's argmax differs (p={rejected.p:.2f})")
+            else:
+                parts.append(f"{nth} rejected: p={rejected.p:.2f} < u·q={rejected.u * rejected.q:.2f}")
+        extra = (label or {}).get(event.extra_token_id or -1, str(event.extra_token_id))
+        if event.extra_kind == "resampled":
+            parts.append(f"resampled {extra!r} from max(0, p-q)")
+        elif event.extra_kind == "bonus":
+            parts.append(f"all accepted: bonus token {extra!r} from p")
+        elif event.extra_kind == "target":
+            parts.append(f"target's own token {extra!r}")
+        return "; ".join(parts)
+    if isinstance(event, BeamStepped):
+        best = event.beams[0] if event.beams else None
+        pruned = sum(c.verdict == "pruned" for c in event.candidates)
+        ended = sum(c.verdict == "finished" for c in event.candidates)
+        text = f"beam step {event.step}: {len(event.candidates)} candidates, {len(event.beams)} kept, {pruned} pruned"
+        if ended:
+            text += f", {ended} finished"
+        if best is not None:
+            text += f"; best open beam score {best.score:.3f}"
+        check = event.early_stop
+        if check.done:
+            text += "; search done"
+        elif check.best_attainable_score is not None and check.worst_finished_score is not None:
+            text += (f"; early stop? best possible {check.best_attainable_score:.3f} vs worst finished "
+                     f"{check.worst_finished_score:.3f}")
+        return text
+    if isinstance(event, Finished):
+        why = {"eos": "the model ended the text (EOS)", "length": "max new tokens reached",
+               "cancelled": "stopped"}[event.finish_reason]
+        return f"finished: {why}; {event.new_tokens} tokens in {event.target_forwards} target forwards"
+    return None
+
+
+class AutoPause:
+    """Which notable events pause the run (each kind once per run)."""
+
+    KINDS = ("first rejection", "lookup miss", "beam finished", "end of text")
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        self.drafter: str | None = None
+
+    def check(self, event: Event) -> str | None:
+        """The kind of notable event ``event`` is, the first time that kind is seen in the run; else None."""
+        kind = self._kind(event)
+        if kind is None or kind in self.seen:
+            return None
+        self.seen.add(kind)
+        return kind
+
+    def _kind(self, event: Event) -> str | None:
+        if isinstance(event, DraftProposed):
+            self.drafter = event.drafter
+        elif isinstance(event, DraftVerified):
+            if self.drafter == "lookup" and event.accepted == 0:
+                return "lookup miss"
+            if event.accepted < len(event.verdicts):
+                return "first rejection"
+        elif isinstance(event, BeamStepped) and any(c.verdict == "finished" for c in event.candidates):
+            return "beam finished"
+        elif isinstance(event, Finished) and event.finish_reason == "eos":
+            return "end of text"
+        return None

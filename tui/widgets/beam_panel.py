@@ -1,0 +1,112 @@
+"""Beam search live: the open beams, the finished hypotheses, the ancestry tree and the early-stopping test.
+
+The finished hypotheses can be re-ranked for another length penalty at once
+(:func:`~decode_tui.core.strategies.beam.rerank` is a pure function of their
+scores), which is why the panel keeps its own copy of the last step.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from rich.tree import Tree
+from textual.widgets import Static
+
+from ...core.events import BeamStepped, Hypothesis
+
+TREE_STEPS = 6  # the ancestry tree shows this many most recent steps
+
+
+def rerank(hypotheses: tuple[Hypothesis, ...], length_penalty: float) -> tuple[Hypothesis, ...]:
+    """Same as the core's rerank; repeated here because core.strategies imports torch and replay needs none."""
+    rescored = [Hypothesis(h.token_ids, h.text, h.sum_logprobs, h.sum_logprobs / (len(h.token_ids) ** length_penalty))
+                for h in hypotheses]
+    return tuple(sorted(rescored, key=lambda h: h.score, reverse=True))
+
+
+class BeamPanel(Static):
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"beam-panel--best", "beam-panel--finished", "beam-panel--pruned"}
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__("waiting for the first beam step", **kwargs)  # type: ignore[arg-type]
+        self.history: list[BeamStepped] = []
+        self.length_penalty: float | None = None  # set when the user re-ranks with another penalty
+
+    def reset(self) -> None:
+        self.history, self.length_penalty = [], None
+        self.update("waiting for the first beam step")
+
+    def add(self, steps: list[BeamStepped]) -> None:
+        if steps:
+            self.history.extend(steps)
+            self.history = self.history[-TREE_STEPS:]
+            self.redraw()
+
+    def rerank_finished(self, length_penalty: float) -> tuple[Hypothesis, ...]:
+        self.length_penalty = length_penalty
+        self.redraw()
+        return self.finished()
+
+    def finished(self) -> tuple[Hypothesis, ...]:
+        if not self.history:
+            return ()
+        hyps = self.history[-1].finished
+        return rerank(hyps, self.length_penalty) if self.length_penalty is not None else hyps
+
+    def redraw(self) -> None:
+        if not self.history:
+            return
+        step = self.history[-1]
+        best = self.get_component_rich_style("beam-panel--best")
+        beams = Table(title=f"step {step.step}: open beams", title_justify="left", expand=True, padding=(0, 1))
+        for name, justify in (("#", "right"), ("slot←parent", "left"), ("text tail", "left"),
+                              ("Σ log p", "right"), ("score", "right")):
+            beams.add_column(name, justify=justify, no_wrap=name != "text tail")  # type: ignore[arg-type]
+        for rank, b in enumerate(sorted(step.beams, key=lambda b: b.score, reverse=True), start=1):
+            beams.add_row(str(rank), f"{b.beam}←{b.parent}", repr(b.text_tail[-28:]), f"{b.sum_logprobs:.3f}",
+                          f"{b.score:.3f}", style=best if rank == 1 else "")
+        lp = self.length_penalty
+        title = "finished hypotheses" + (f" (re-ranked for lp={lp:g})" if lp is not None else "")
+        finished = Table(title=title, title_justify="left", expand=True, padding=(0, 1))
+        for name, justify in (("#", "right"), ("text", "left"), ("len", "right"), ("Σ log p", "right"),
+                              ("score", "right")):
+            finished.add_column(name, justify=justify)  # type: ignore[arg-type]
+        for rank, h in enumerate(self.finished(), start=1):
+            finished.add_row(str(rank), repr(h.text[-32:]), str(len(h.token_ids)), f"{h.sum_logprobs:.3f}",
+                             f"{h.score:.3f}")
+        pruned = [c for c in step.candidates if c.verdict == "pruned"]
+        pruned_line = Text("pruned: " + ", ".join(f"{c.text!r} (from {c.parent}, {c.sum_logprobs:.2f})"
+                                                  for c in pruned[:4]) if pruned else "pruned: none",
+                           style=self.get_component_rich_style("beam-panel--pruned"))
+        check = step.early_stop
+        if check.best_attainable_score is not None and check.worst_finished_score is not None:
+            verdict = "stop" if check.done else "go on"
+            stop_line = (f"early stop ({check.early_stopping}): best attainable {check.best_attainable_score:.3f} vs "
+                         f"worst finished {check.worst_finished_score:.3f} → {verdict}")
+        else:
+            stop_line = f"early stop ({check.early_stopping}): {'done' if check.done else 'no finished hypothesis yet'}"
+        self.update(Group(beams, finished, pruned_line, Text(stop_line), self._tree()))
+
+    def _tree(self) -> Tree:
+        """Ancestry of the open beams over the last steps: dead branches are left out."""
+        steps = self.history
+        alive = [{b.beam for b in steps[-1].beams}]
+        for later in reversed(steps[1:]):
+            alive.insert(0, {b.parent for b in later.beams if b.beam in alive[0]})
+        tree = Tree(f"ancestry (last {len(steps)} steps)")
+        nodes: dict[int, Tree] = {}
+        for depth, step in enumerate(steps):
+            texts = {(c.parent, c.token_id): c.text for c in step.candidates}
+            new_nodes: dict[int, Tree] = {}
+            for b in step.beams:
+                if b.beam not in alive[depth]:
+                    continue
+                token = b.token_ids[-1] if b.token_ids else -1
+                label = f"{texts.get((b.parent, token), str(token))!r} [{b.beam}] {b.sum_logprobs:.2f}"
+                parent = nodes.get(b.parent, tree) if depth else tree
+                new_nodes[b.beam] = parent.add(label)
+            nodes = new_nodes
+        return tree

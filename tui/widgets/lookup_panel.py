@@ -1,0 +1,67 @@
+"""Prompt lookup: where the last copy came from, shown in the prompt and the output so far.
+
+The context (prompt tokens, then generated ones) is shown around the matched
+n-gram and the span copied after it, both highlighted with theme styles,
+with the tail of the context (the n-gram that was looked up) marked too.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.text import Text
+from textual.widgets import Static
+
+from ...core.events import DraftProposed
+
+WINDOW = 24  # tokens shown either side of the copy
+
+
+class LookupPanel(Static):
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"lookup-panel--match", "lookup-panel--copy"}
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__("waiting for the first lookup", **kwargs)  # type: ignore[arg-type]
+        self.prompt_len = 0
+        self.context: list[str] = []  # one label per context token: the prompt's, then each emitted token's text
+        self.last: DraftProposed | None = None
+        self.last_accepted: int | None = None
+        self.misses = 0
+
+    def reset(self, prompt_pieces: tuple[str, ...]) -> None:
+        self.context, self.prompt_len = list(prompt_pieces), len(prompt_pieces)
+        self.last, self.last_accepted, self.misses = None, None, 0
+        self.update("waiting for the first lookup")
+
+    def add_tokens(self, texts: list[str]) -> None:
+        self.context.extend(texts)
+
+    def show(self, proposed: DraftProposed | None, accepted: int | None) -> None:
+        if proposed is not None:
+            self.last = proposed
+        self.last_accepted = accepted
+        self.redraw()
+
+    def redraw(self) -> None:
+        p = self.last
+        if p is None or p.match_start is None or p.copy_start is None:
+            return
+        match_style = self.get_component_rich_style("lookup-panel--match")
+        copy_style = self.get_component_rich_style("lookup-panel--copy")
+        m0, m1, c0, c1 = p.match_start, p.match_end or p.match_start, p.copy_start, p.copy_end or p.copy_start
+        n = m1 - m0
+        where = "the prompt" if c0 < self.prompt_len else "the earlier output"
+        head = Text(f"round {p.round}: the last {n}-gram ")
+        head.append(repr("".join(self.context[m0:m1])), style=match_style)
+        head.append(f" was found at token {m0} of {where}; copied {len(p.token_ids)} tokens after it")
+        if self.last_accepted is not None:
+            head.append(f"; target accepted {self.last_accepted}")
+        head.append("\n\n")
+        lo, hi = max(0, m0 - WINDOW), min(len(self.context), c1 + WINDOW)
+        body = Text("…" if lo > 0 else "")
+        for i in range(lo, hi):
+            style = match_style if m0 <= i < m1 else copy_style if c0 <= i < c1 else ""
+            body.append(self.context[i], style=style)
+        if hi < len(self.context):
+            body.append("…")
+        self.update(head + body)

@@ -1,0 +1,33 @@
+"""Details of the selected token: its alternatives at that step, or the verdict on it if it was drafted."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from textual.widgets import Static
+
+from ...core.events import PositionVerdict, TokenEmitted, TokenSampled
+
+BAR = 16
+
+
+class TokenInspector(Static):
+    def show(self, piece: TokenEmitted, sampled: TokenSampled | None, verdict: PositionVerdict | None,
+             glyphs: dict[str, str]) -> None:
+        title = f"token {piece.index}: {piece.text!r} (id {piece.token_id}, {piece.source})"
+        if sampled is not None:
+            table = Table(title=title, title_justify="left", box=None, padding=(0, 1), show_header=False)
+            final = sampled.stages[-1]
+            for c in final.candidates[:6]:
+                mark = glyphs.get("chosen", ">") if c.token_id == sampled.token_id else " "
+                table.add_row(mark, repr(c.text), "█" * max(1, round(c.prob * BAR)), f"{c.prob:6.1%}")
+            self.update(table)
+        elif verdict is not None:
+            u = "-" if verdict.u is None else f"{verdict.u:.3f}"
+            self.update(f"{title}\n  drafted; p={verdict.p:.3f}  q={verdict.q:.3f}  u={u}  → {verdict.verdict}")
+        elif piece.source in ("resampled", "bonus", "target"):
+            how = {"resampled": "resampled from max(0, p - q) after a rejection",
+                   "bonus": "the bonus token, drawn from p after a fully accepted draft",
+                   "target": "the target's own choice"}[piece.source]
+            self.update(f"{title}\n  {how}")
+        else:
+            self.update(title)

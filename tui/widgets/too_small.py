@@ -1,0 +1,13 @@
+"""Shown instead of the layout when the terminal is too small to draw it legibly."""
+
+from __future__ import annotations
+
+from textual.widgets import Static
+
+MIN_WIDTH, MIN_HEIGHT = 80, 20
+
+
+class TooSmall(Static):
+    def show_size(self, width: int, height: int) -> None:
+        self.update(f"The terminal is {width}×{height}; decode-tui needs at least {MIN_WIDTH}×{MIN_HEIGHT}.\n"
+                    "Enlarge the window or reduce the font size. (q quits)")
