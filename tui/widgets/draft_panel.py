@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from rich import box
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -78,16 +79,18 @@ class DraftPanel(Static):
             rows.add_row(f"r{r.verified.round}", f"{who} {r.verified.accepted}/{len(r.verified.verdicts)}", line)
         last = self.rounds[-1]
         test = Table(title=f"round {last.verified.round}: the acceptance test", title_justify="left",
-                     padding=(0, 1), expand=True)
-        for name in ("i", "token", "q", "p", "u", "test", "verdict"):
-            test.add_column(name, justify="left" if name in ("token", "test", "verdict") else "right")
+                     padding=(0, 1), box=box.SIMPLE_HEAD)
+        # test: u against min(1, p/q) under sampling; whether the target's argmax agrees under greedy
+        for name, width in (("i", 1), ("token", 7), ("q", 4), ("p", 4), ("u", 4), ("test", 8), ("verdict", 10)):
+            test.add_column(name, justify="left" if name in ("token", "verdict") else "right", no_wrap=True,
+                            min_width=width, max_width=width if name == "token" else None)
         for v, text in zip(last.verified.verdicts, last.proposed.texts, strict=False):
-            if v.u is None:
-                rule = "argmax agrees" if v.verdict == "accepted" else "argmax differs"
+            if v.u is None:  # greedy verification: the target's argmax decides, there is no draw
+                rule = "argmax =" if v.verdict == "accepted" else "argmax ≠"
                 u = "-"
             else:
                 ratio = v.p / v.q if v.q > 0 else 0.0
-                rule = f"u {'<' if v.u < min(1.0, ratio) else '≥'} min(1, p/q)={min(1.0, ratio):.2f}"
+                rule = f"u{'<' if v.u < min(1.0, ratio) else '≥'}{min(1.0, ratio):.2f}"
                 u = f"{v.u:.2f}"
             test.add_row(str(v.position + 1), repr(text), f"{v.q:.2f}", f"{v.p:.2f}", u, rule,
                          Text(f"{self._glyph(v.verdict)}{v.verdict}", style=style[v.verdict]))
