@@ -233,3 +233,33 @@ def test_models_lists_every_alias_with_availability(isolated_env: dict[str, str]
 def test_pulling_a_hub_model_without_the_hub(isolated_env: dict[str, str]) -> None:
     done = cli("models", "pull", "phi3", env=isolated_env)
     assert_clean_failure(done, EXIT_MODEL_UNAVAILABLE, "phi3", "hub does not answer")
+
+
+@pytest.mark.parametrize(("args", "code", "fragments"), [
+    (["run", "--model", "no-such-model-here"], 2, ["no-such-model-here", "Known aliases"]),
+    (["run", "--model", "phi3", "--mode", "pld"], 3, ["phi3"]),
+    (["run", "--theme", "neon"], 2, ["Unknown theme", "presenter"]),
+    (["run", "--prompt", "  "], 2, ["empty"]),
+    (["run", "--mode", "greedy", "--num-beams", "3"], 2, ["--mode beam"]),
+    (["run", "--record", "/no/such/folder/x.jsonl"], 2, ["does not exist"]),
+    (["replay", "/no/such/recording.jsonl"], 2, ["does not exist"]),
+])
+def test_bad_app_input_fails_before_the_app_opens(args: list[str], code: int, fragments: list[str],
+                                                  isolated_env: dict[str, str]) -> None:
+    assert_clean_failure(cli(*args, env=isolated_env), code, *fragments)
+
+
+def test_a_damaged_recording_is_refused(tmp_path: Path, isolated_env: dict[str, str]) -> None:
+    path = tmp_path / "damaged.jsonl"
+    path.write_text('{"event": "recording", "version": 1, "settings": {}}\n{"t": 0, "event": "token_emitted"}\n',
+                    encoding="utf-8")
+    assert_clean_failure(cli("replay", str(path), env=isolated_env), 2, "line 2", "damaged")
+
+
+def test_run_and_generate_take_the_same_decoding_options() -> None:
+    import inspect
+
+    from decode_tui.cli.main import generate, run_app
+
+    decoding = set(inspect.signature(generate).parameters) - {"compare", "output_format"}
+    assert decoding <= set(inspect.signature(run_app).parameters)

@@ -516,3 +516,16 @@ def test_the_app_runs_the_embedded_model_end_to_end(smollm2: Any) -> None:
             assert text(app) == stats.result.text and "Paris" in stats.result.text
 
     drive()
+
+
+@in_event_loop
+async def test_the_auto_pause_key_arms_the_running_decoder() -> None:
+    app, _ = make("speculative", fake=FakeDecoder(delay=0.3))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("a")
+        assert app.auto_pause and app.pump is not None and app.pump.auto_pause is not None
+        await pilot.pause(1.2)
+        assert app.pump.paused and any("first rejection" in m for m in app.messages)
+        await pilot.press("a", "space")
+        assert app.pump.auto_pause is None
+        await settle(pilot, app)

@@ -13,9 +13,9 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
-from textual.widgets import Static
 
 from ...core.events import BeamStepped, Hypothesis
+from .live_panel import LivePanel
 
 TREE_STEPS = 6  # the ancestry tree shows this many most recent steps
 
@@ -27,11 +27,12 @@ def rerank(hypotheses: tuple[Hypothesis, ...], length_penalty: float) -> tuple[H
     return tuple(sorted(rescored, key=lambda h: h.score, reverse=True))
 
 
-class BeamPanel(Static):
+class BeamPanel(LivePanel):
+    min_repaint_s = 0.1  # readable, and cheaper for the decoder (see LivePanel)
     COMPONENT_CLASSES: ClassVar[set[str]] = {"beam-panel--best", "beam-panel--finished", "beam-panel--pruned"}
 
     def __init__(self, **kwargs: object) -> None:
-        super().__init__("waiting for the first beam step", **kwargs)  # type: ignore[arg-type]
+        super().__init__("waiting for the first beam step", **kwargs)
         self.history: list[BeamStepped] = []
         self.length_penalty: float | None = None  # set when the user re-ranks with another penalty
 

@@ -6,22 +6,23 @@ from typing import ClassVar
 
 from rich.table import Table
 from rich.text import Text
-from textual.widgets import Static
 
 from ...core.events import TokenSampled
+from .live_panel import LivePanel
 
 BAR_WIDTH = 20
 STAGE_NAMES = {"raw": "raw logits", "repetition_penalty": "repetition penalty", "temperature": "temperature",
                "top_k": "top-k", "top_p": "top-p"}
 
 
-class CandidatesPanel(Static):
+class CandidatesPanel(LivePanel):
     """Top candidates after each sampling stage (raw, penalty, temperature, top-k, top-p) as bars."""
 
+    min_repaint_s = 0.1  # readable, and cheaper for the decoder (see LivePanel)
     COMPONENT_CLASSES: ClassVar[set[str]] = {"candidates--bar", "candidates--chosen", "candidates--stage"}
 
     def __init__(self, top: int = 5, **kwargs: object) -> None:
-        super().__init__("waiting for the first step", **kwargs)  # type: ignore[arg-type]
+        super().__init__("waiting for the first step", **kwargs)
         self.top = top
         self.last: TokenSampled | None = None
         self.glyphs: dict[str, str] = {}

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from textual.widgets import Static
+from .live_panel import LivePanel
 
 
-class Caption(Static):
+class Caption(LivePanel):
     def say(self, text: str) -> None:
         self.update(text)

@@ -14,9 +14,9 @@ from rich import box
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
-from textual.widgets import Static
 
 from ...core.events import DraftProposed, DraftVerified
+from .live_panel import LivePanel
 
 ROWS = 10
 
@@ -28,12 +28,13 @@ class Round:
     extra_text: str
 
 
-class DraftPanel(Static):
+class DraftPanel(LivePanel):
+    min_repaint_s = 0.1  # readable, and cheaper for the decoder (see LivePanel)
     COMPONENT_CLASSES: ClassVar[set[str]] = {"draft-panel--accepted", "draft-panel--rejected",
                                              "draft-panel--resampled", "draft-panel--bonus", "draft-panel--target"}
 
     def __init__(self, **kwargs: object) -> None:
-        super().__init__("waiting for the first draft", **kwargs)  # type: ignore[arg-type]
+        super().__init__("waiting for the first draft", **kwargs)
         self.rounds: list[Round] = []
         self.reached: list[int] = []
         self.accepted_at: list[int] = []
@@ -81,7 +82,7 @@ class DraftPanel(Static):
         test = Table(title=f"round {last.verified.round}: the acceptance test", title_justify="left",
                      padding=(0, 1), box=box.SIMPLE_HEAD)
         # test: u against min(1, p/q) under sampling; whether the target's argmax agrees under greedy
-        for name, width in (("i", 1), ("token", 7), ("q", 4), ("p", 4), ("u", 4), ("test", 8), ("verdict", 10)):
+        for name, width in (("token", 8), ("q", 4), ("p", 4), ("u", 4), ("test", 8), ("verdict", 10)):
             test.add_column(name, justify="left" if name in ("token", "verdict") else "right", no_wrap=True,
                             min_width=width, max_width=width if name == "token" else None)
         for v, text in zip(last.verified.verdicts, last.proposed.texts, strict=False):
@@ -92,7 +93,7 @@ class DraftPanel(Static):
                 ratio = v.p / v.q if v.q > 0 else 0.0
                 rule = f"u{'<' if v.u < min(1.0, ratio) else '≥'}{min(1.0, ratio):.2f}"
                 u = f"{v.u:.2f}"
-            test.add_row(str(v.position + 1), repr(text), f"{v.q:.2f}", f"{v.p:.2f}", u, rule,
+            test.add_row(repr(text), f"{v.q:.2f}", f"{v.p:.2f}", u, rule,
                          Text(f"{self._glyph(v.verdict)}{v.verdict}", style=style[v.verdict]))
         rates = "  ".join(f"{i + 1}:{a / r:.0%}" for i, (a, r) in enumerate(zip(self.accepted_at, self.reached,
                                                                                strict=True)) if r)

@@ -10,18 +10,19 @@ from __future__ import annotations
 from typing import ClassVar
 
 from rich.text import Text
-from textual.widgets import Static
 
 from ...core.events import DraftProposed
+from .live_panel import LivePanel
 
 WINDOW = 24  # tokens shown either side of the copy
 
 
-class LookupPanel(Static):
+class LookupPanel(LivePanel):
+    min_repaint_s = 0.1  # readable, and cheaper for the decoder (see LivePanel)
     COMPONENT_CLASSES: ClassVar[set[str]] = {"lookup-panel--match", "lookup-panel--copy"}
 
     def __init__(self, **kwargs: object) -> None:
-        super().__init__("waiting for the first lookup", **kwargs)  # type: ignore[arg-type]
+        super().__init__("waiting for the first lookup", **kwargs)
         self.prompt_len = 0
         self.context: list[str] = []  # one label per context token: the prompt's, then each emitted token's text
         self.last: DraftProposed | None = None

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
 
 from ...core.events import Started
 from ..settings import Settings, params_line
+from .live_panel import LivePanel
 
 
-class RunHeader(Static):
+class RunHeader(LivePanel):
     def show(self, settings: Settings, started: Started | None, state: str) -> None:
         params = started.params if started is not None else {}
         device = params.get("device", settings.device)
@@ -20,4 +20,8 @@ class RunHeader(Static):
         line.append(settings.mode.upper(), style="bold")
         line.append(f"  ·  {state}\n")
         line.append(f" {params_line(settings)}")
-        self.update(line)
+        if line.plain != self._shown:  # the header changes rarely; skip the repaint otherwise
+            self._shown = line.plain
+            self.update(line)
+
+    _shown = ""

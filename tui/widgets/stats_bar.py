@@ -6,14 +6,13 @@ finishes they are the core's exact ``Finished`` figures.
 
 from __future__ import annotations
 
-from textual.widgets import Static
-
 from ...core.events import Finished
+from .live_panel import LivePanel
 
 
-class StatsBar(Static):
+class StatsBar(LivePanel):
     def __init__(self, **kwargs: object) -> None:
-        super().__init__("loading…", **kwargs)  # type: ignore[arg-type]
+        super().__init__("loading…", **kwargs)
         self.state = "loading"
         self.tokens = 0
         self.forwards = 0

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from rich.table import Table
-from textual.widgets import Static
 
 from ...core.events import PositionVerdict, TokenEmitted, TokenSampled
+from .live_panel import LivePanel
 
 BAR = 16
 
 
-class TokenInspector(Static):
+class TokenInspector(LivePanel):
     def show(self, piece: TokenEmitted, sampled: TokenSampled | None, verdict: PositionVerdict | None,
              glyphs: dict[str, str]) -> None:
         title = f"token {piece.index}: {piece.text!r} (id {piece.token_id}, {piece.source})"

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from textual.widgets import Static
+from .live_panel import LivePanel
 
 MIN_WIDTH, MIN_HEIGHT = 80, 20
 
 
-class TooSmall(Static):
+class TooSmall(LivePanel):
     def show_size(self, width: int, height: int) -> None:
         self.update(f"The terminal is {width}×{height}; decode-tui needs at least {MIN_WIDTH}×{MIN_HEIGHT}.\n"
                     "Enlarge the window or reduce the font size. (q quits)")

@@ -1,0 +1,138 @@
+"""Benchmark: the app's decoding throughput against headless decoding, and how fast it answers keys.
+
+Throughput: the same prompt and settings decoded headlessly (``Run.events()``,
+what ``decode-tui generate`` does) and inside the app (Textual, headless
+driver, the decoder in its thread worker, the 30 Hz drain updating every
+widget), alternately, ``--repeats`` times each; the figure is the core's own
+``Finished.tokens_per_s`` on both sides, medians. End of sequence is disabled
+so both sides decode the same number of tokens.
+
+Key latency: while the app decodes, a key is pressed every 150 ms (``b``,
+which toggles token boundaries and redraws the whole text pane, the most
+expensive key that does not restart the run); we time from posting the key to
+the end of its handler, and the whole ``pilot.press`` round trip.
+
+    python benchmarks/app_vs_headless.py [--repeats 3] [--new-tokens 128] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from decode_tui.core.embedded import pull
+from decode_tui.core.events import Finished
+from decode_tui.core.live import LiveParams
+from decode_tui.core.loading import LoadedModel, load_model
+from decode_tui.core.params import DecodeConfig
+from decode_tui.core.registry import resolve
+from decode_tui.core.run import Run
+from decode_tui.tui.app import DecodeApp
+from decode_tui.tui.pump import EventSource
+from decode_tui.tui.settings import Settings
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from decode_vs_hf import PROMPTS, machine  # noqa: E402
+
+SIZE = (120, 36)
+
+
+def headless(lm: LoadedModel, prompt: str, config: DecodeConfig) -> Finished:
+    final = None
+    for event in Run(lm, prompt, config).events():
+        final = event
+    assert isinstance(final, Finished)
+    return final
+
+
+def in_app(lm: LoadedModel, prompt: str, config: DecodeConfig, press_every: float | None = None
+           ) -> tuple[Finished, list[float], list[float]]:
+    """One run in the app; returns its result and, when pressing keys, the handler and round-trip latencies."""
+
+    def source(settings: Settings, live: LiveParams) -> EventSource:
+        return lambda: Run(lm, settings.prompt, settings.config, live=live).events()
+
+    app = DecodeApp(Settings(prompt=prompt, config=config), source)
+    handled: list[float] = []
+    original = app.action_toggle_boundaries
+
+    def timed_toggle() -> None:
+        original()
+        handled.append(time.perf_counter())
+
+    app.action_toggle_boundaries = timed_toggle  # type: ignore[method-assign]
+    handler_s: list[float] = []
+    round_trip_s: list[float] = []
+
+    async def drive() -> Finished:
+        async with app.run_test(size=SIZE) as pilot:
+            while app.finished is None:
+                if press_every is not None and app.pump is not None and app.started is not None:
+                    sent = time.perf_counter()
+                    before = len(handled)
+                    await pilot.press("b")
+                    done = time.perf_counter()
+                    if len(handled) > before:
+                        handler_s.append(handled[-1] - sent)
+                        round_trip_s.append(done - sent)
+                    await pilot.pause(press_every)
+                else:
+                    await pilot.pause(0.05)
+            assert app.finished is not None
+            return app.finished
+
+    return asyncio.run(drive()), handler_s, round_trip_s
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+
+    pull("smollm2")
+    lm = load_model(resolve("smollm2"), device="auto", dtype="auto")
+    lm = dataclasses.replace(lm, eos_token_ids=frozenset())  # the same number of tokens on both sides
+    results: dict[str, Any] = {"machine": machine(), "device": str(lm.device), "new_tokens": args.new_tokens,
+                               "throughput": {}}
+    cases = [(name, "greedy") for name in PROMPTS] + [("summarise", "pld")]
+    for name, mode in cases:
+        config = DecodeConfig(mode=mode, max_new_tokens=args.new_tokens)  # type: ignore[arg-type]
+        headless(lm, PROMPTS[name], config)  # warm-up
+        ours, app = [], []
+        for _ in range(args.repeats):
+            ours.append(headless(lm, PROMPTS[name], config).tokens_per_s)
+            app.append(in_app(lm, PROMPTS[name], config)[0].tokens_per_s)
+        row = {"headless_tok_s": statistics.median(ours), "app_tok_s": statistics.median(app)}
+        row["ratio"] = row["app_tok_s"] / row["headless_tok_s"]
+        results["throughput"][f"{mode}/{name}"] = row
+        print(f"{mode:>6} {name:>10}: headless {row['headless_tok_s']:6.2f} tok/s  app {row['app_tok_s']:6.2f} tok/s"
+              f"  ratio {row['ratio']:.3f}", flush=True)
+
+    config = DecodeConfig(max_new_tokens=2 * args.new_tokens)
+    _, handler_s, round_trip_s = in_app(lm, PROMPTS["open-ended"], config, press_every=0.15)
+    handler_s.sort()
+    round_trip_s.sort()
+    latency = {"presses": len(handler_s), "handler_median_ms": 1000 * statistics.median(handler_s),
+               "handler_max_ms": 1000 * handler_s[-1], "round_trip_median_ms": 1000 * statistics.median(round_trip_s),
+               "round_trip_p95_ms": 1000 * round_trip_s[int(0.95 * (len(round_trip_s) - 1))],
+               "round_trip_max_ms": 1000 * round_trip_s[-1]}
+    results["key_latency"] = latency
+    print(f"key latency over {latency['presses']} presses while decoding: handler median "
+          f"{latency['handler_median_ms']:.1f} ms, max {latency['handler_max_ms']:.1f} ms; round trip median "
+          f"{latency['round_trip_median_ms']:.1f} ms, p95 {latency['round_trip_p95_ms']:.1f} ms, max "
+          f"{latency['round_trip_max_ms']:.1f} ms", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
