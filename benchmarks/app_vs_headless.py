@@ -39,7 +39,7 @@ from decode_tui.tui.pump import EventSource
 from decode_tui.tui.settings import Settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from decode_vs_hf import PROMPTS, machine  # noqa: E402
+from decode_vs_hf import PROMPTS, machine
 
 SIZE = (120, 36)
 
