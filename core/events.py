@@ -16,7 +16,7 @@ import dataclasses
 import json
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -178,6 +178,19 @@ class Hypothesis:
     text: str
     sum_logprobs: float
     score: float
+
+
+def rerank(hypotheses: Sequence[Hypothesis], length_penalty: float) -> tuple[Hypothesis, ...]:
+    """Re-score finished beam hypotheses for another length penalty, best first, without any forward pass.
+
+    The score is ``sum_logprobs / len ** length_penalty``, as in beam search; it lives here, beside the
+    record it rescores, so a viewer can re-rank without importing torch.
+    """
+    rescored = [
+        Hypothesis(h.token_ids, h.text, h.sum_logprobs, h.sum_logprobs / (len(h.token_ids) ** length_penalty))
+        for h in hypotheses
+    ]
+    return tuple(sorted(rescored, key=lambda h: h.score, reverse=True))
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from decode_tui.core.detokenize import Detokenizer
-from decode_tui.core.events import BeamStepped, Event, Finished, TokenEmitted
+from decode_tui.core.events import BeamStepped, Event, Finished, TokenEmitted, rerank
 from decode_tui.core.params import BeamParams, SamplingParams
-from decode_tui.core.strategies.beam import beam_search, rerank
+from decode_tui.core.strategies.beam import beam_search
 from decode_tui.core.transcript import Transcript
 
 from .conftest import tiny_model

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Literal
 
 import torch
@@ -56,15 +56,6 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 NEG = -1.0e9  # transformers' "impossible" score
-
-
-def rerank(hypotheses: Sequence[Hypothesis], length_penalty: float) -> tuple[Hypothesis, ...]:
-    """Re-score finished hypotheses for another length penalty, best first, without any forward pass."""
-    rescored = [
-        Hypothesis(h.token_ids, h.text, h.sum_logprobs, h.sum_logprobs / (len(h.token_ids) ** length_penalty))
-        for h in hypotheses
-    ]
-    return tuple(sorted(rescored, key=lambda h: h.score, reverse=True))
 
 
 @torch.inference_mode()

@@ -14,17 +14,10 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from ...core.events import BeamStepped, Hypothesis
+from ...core.events import BeamStepped, Hypothesis, rerank
 from .live_panel import LivePanel
 
 TREE_STEPS = 6  # the ancestry tree shows this many most recent steps
-
-
-def rerank(hypotheses: tuple[Hypothesis, ...], length_penalty: float) -> tuple[Hypothesis, ...]:
-    """Same as the core's rerank; repeated here because core.strategies imports torch and replay needs none."""
-    rescored = [Hypothesis(h.token_ids, h.text, h.sum_logprobs, h.sum_logprobs / (len(h.token_ids) ** length_penalty))
-                for h in hypotheses]
-    return tuple(sorted(rescored, key=lambda h: h.score, reverse=True))
 
 
 class BeamPanel(LivePanel):
