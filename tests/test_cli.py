@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -16,15 +15,6 @@ import torch
 from decode_tui.core.errors import EXIT_INTERRUPTED, EXIT_MODEL_UNAVAILABLE, EXIT_USAGE
 
 SCRIPT = str(Path(sys.executable).parent / "decode-tui")
-
-
-@pytest.fixture()
-def isolated_env(tmp_path: Path) -> dict[str, str]:
-    """Empty model caches, so nothing a developer has downloaded changes the outcome."""
-    env = {k: v for k, v in os.environ.items() if k not in {"DECODE_TUI_DEBUG", "HF_HUB_CACHE", "HF_HOME"}}
-    env.update(DECODE_TUI_CACHE=str(tmp_path / "dt-cache"), HF_HOME=str(tmp_path / "hf-home"),
-               HF_HUB_OFFLINE="1", COLUMNS="200")
-    return env
 
 
 def cli(*args: str, env: dict[str, str] | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
