@@ -23,6 +23,7 @@ import dataclasses
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
@@ -67,6 +68,20 @@ from .widgets.token_inspector import TokenInspector
 from .widgets.too_small import MIN_HEIGHT, MIN_WIDTH, TooSmall
 
 DRAIN_HZ = 30
+PAINT_HZ = 8
+
+
+@dataclass
+class Pending:
+    """What arrived since the last paint, waiting for the next one."""
+
+    pieces: list[TokenEmitted] = field(default_factory=list)
+    steps: list[BeamStepped] = field(default_factory=list)
+    rounds: list[Round] = field(default_factory=list)
+    sampled: TokenSampled | None = None
+    caption: str | None = None
+    lookup_changed: bool = False
+
 SourceFactory = Callable[[Settings, LiveParams], EventSource]
 PANEL_FOR_MODE: dict[Mode, str] = {"greedy": "panel-candidates", "sample": "panel-candidates", "beam": "panel-beam",
                                    "speculative": "panel-draft", "pld": "panel-pld"}
@@ -193,6 +208,8 @@ class DecodeApp(App[int]):
         self.sampled_at: dict[int, TokenSampled] = {}
         self.verdict_at: dict[int, PositionVerdict] = {}
         self.finished: Finished | None = None
+        self.pending = Pending()
+        self.painted_at = 0.0
 
     def start_run(self) -> None:
         previous = self.pump
@@ -231,29 +248,27 @@ class DecodeApp(App[int]):
         self.notify(message, severity=severity, timeout=6 if severity != "error" else 30)  # type: ignore[arg-type]
 
     def drain(self) -> None:
-        """Move everything the decoder produced since the last tick into the widgets, once per widget."""
+        """Take everything the decoder produced since the last tick; paint when a paint is due.
+
+        Events are read at DRAIN_HZ, so the queue never grows and pauses land at once, but the widgets
+        are painted together, in one batch, at most PAINT_HZ times a second while a run streams (and at
+        once on any change of state). Every paint holds the interpreter lock for several milliseconds, and
+        the decoder thread needs that lock between torch ops: painting at 30 Hz on two cores cost a
+        third of the decoding speed (BENCHMARKS.md).
+        """
         found = self.query(StatsBar)
         if self.pump is None or not found:  # not mounted yet, or shutting down
             return
         batch = self.pump.drain()
         stats = found.first()
-        if not batch:
-            if stats.state == "running":
-                stats.elapsed_s = time.monotonic() - self.run_t0
-                stats.refresh_stats()
-            return
         now = time.monotonic()
-        pieces: list[TokenEmitted] = []
-        steps: list[BeamStepped] = []
-        rounds: list[Round] = []
-        last_sampled: TokenSampled | None = None
-        last_caption: str | None = None
-        lookup_changed = False
+        pending = self.pending
+        urgent = self.pump.paused or self.pump.finished.is_set()
         for event in batch:
             if not isinstance(event, Notice | Failed):
                 self.trace.append((now - self.run_t0, event))
             if isinstance(event, TokenEmitted):
-                pieces.append(event)
+                pending.pieces.append(event)
                 if self.round_emits > 0:
                     self.round_emits -= 1
                     if self.pending_verdicts and event.source in ("draft", "lookup"):
@@ -261,16 +276,16 @@ class DecodeApp(App[int]):
                     if self.round_emits == 0 and self.open_round is not None:
                         proposed, verified = self.open_round
                         extra = event.text if event.token_id == verified.extra_token_id else ""
-                        rounds.append(Round(proposed, verified, extra))
+                        pending.rounds.append(Round(proposed, verified, extra))
                         self.open_round = None
                 elif self.settings.mode in ("speculative", "pld") and event.index > 0:
                     stats.forwards += 1  # a plain step between rounds (no draft this time)
             elif isinstance(event, TokenSampled):
-                last_sampled = event
+                pending.sampled = event
                 self.sampled_at[event.step] = event
                 stats.forwards += 1
             elif isinstance(event, BeamStepped):
-                steps.append(event)
+                pending.steps.append(event)
                 stats.forwards += 1
             elif isinstance(event, DraftProposed):
                 self.pending_round = event
@@ -283,8 +298,9 @@ class DecodeApp(App[int]):
                 if self.pending_round is not None:
                     # The round is shown once its tokens are in, so the extra token has its text.
                     self.open_round = (self.pending_round, event)
-                    lookup_changed = lookup_changed or self.pending_round.drafter == "lookup"
+                    pending.lookup_changed |= self.pending_round.drafter == "lookup"
             elif isinstance(event, Started):
+                urgent = True
                 self.started = event
                 self.run_t0 = now
                 stats.state = "paused" if self.pump.paused else "running"
@@ -292,12 +308,14 @@ class DecodeApp(App[int]):
                     stats.forwards = 1  # the prefill
                 self.query_one(LookupPanel).reset(event.prompt_pieces or ())
             elif isinstance(event, Finished):
+                urgent = True
                 stats.state, stats.result = "finished", event
                 if self.open_round is not None:  # an EOS or the length limit cut the round short
-                    rounds.append(Round(*self.open_round, ""))
+                    pending.rounds.append(Round(*self.open_round, ""))
                     self.open_round = None
                 self.finished = event
             elif isinstance(event, Notice):
+                urgent = True
                 if event.kind == "loading":
                     stats.state = event.message
                 elif event.kind == "paused":
@@ -306,28 +324,40 @@ class DecodeApp(App[int]):
                 else:
                     self.say(event.message)
             elif isinstance(event, Failed):
+                urgent = True
                 self.error = event.message
                 stats.state = "error"
                 self.say(event.message, severity="error")
             text = caption(event, self.pending_round, None)
             if text is not None:
-                last_caption = text
-        stats.tokens += len(pieces)
-        stats.elapsed_s = now - self.run_t0
-        self.query_one(TextPane).add(pieces)
+                pending.caption = text
+        if stats.state == "running":
+            stats.elapsed_s = now - self.run_t0
+        news = bool(batch or pending.pieces or pending.steps or pending.rounds or pending.caption)
+        due = now - self.painted_at >= 1 / PAINT_HZ
+        if (urgent and batch) or (due and (news or stats.state == "running")):
+            self.painted_at = now
+            self.pending = Pending()
+            with self.batch_update():
+                self._paint(pending, stats)
+
+    def _paint(self, pending: Pending, stats: StatsBar) -> None:
+        """Hand what arrived since the last paint to the widgets, each once."""
+        stats.tokens += len(pending.pieces)
+        self.query_one(TextPane).add(pending.pieces)
         lookup = self.query_one(LookupPanel)
-        lookup.add_tokens([p.text for p in pieces])
-        if last_sampled is not None:
-            self.query_one(CandidatesPanel).show(last_sampled)
-        self.query_one(BeamPanel).add(steps)
-        if rounds:
+        lookup.add_tokens([p.text for p in pending.pieces])
+        if pending.sampled is not None:
+            self.query_one(CandidatesPanel).show(pending.sampled)
+        self.query_one(BeamPanel).add(pending.steps)
+        if pending.rounds:
             panel_id = "#pld-rounds" if self.settings.mode == "pld" else "#panel-draft"
-            self.query_one(panel_id, DraftPanel).add(rounds)
-            if lookup_changed:
-                last = rounds[-1]
+            self.query_one(panel_id, DraftPanel).add(pending.rounds)
+            if pending.lookup_changed:
+                last = pending.rounds[-1]
                 lookup.show(last.proposed, last.verified.accepted)
-        if last_caption is not None:
-            self.query_one(Caption).say(last_caption)
+        if pending.caption is not None:
+            self.query_one(Caption).say(pending.caption)
         stats.refresh_stats()
         self._refresh_header()
 

@@ -21,7 +21,6 @@ TREE_STEPS = 6  # the ancestry tree shows this many most recent steps
 
 
 class BeamPanel(LivePanel):
-    min_repaint_s = 0.1  # readable, and cheaper for the decoder (see LivePanel)
     COMPONENT_CLASSES: ClassVar[set[str]] = {"beam-panel--best", "beam-panel--finished", "beam-panel--pruned"}
 
     def __init__(self, **kwargs: object) -> None:

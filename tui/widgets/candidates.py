@@ -18,7 +18,6 @@ STAGE_NAMES = {"raw": "raw logits", "repetition_penalty": "repetition penalty", 
 class CandidatesPanel(LivePanel):
     """Top candidates after each sampling stage (raw, penalty, temperature, top-k, top-p) as bars."""
 
-    min_repaint_s = 0.1  # readable, and cheaper for the decoder (see LivePanel)
     COMPONENT_CLASSES: ClassVar[set[str]] = {"candidates--bar", "candidates--chosen", "candidates--stage"}
 
     def __init__(self, top: int = 5, **kwargs: object) -> None:

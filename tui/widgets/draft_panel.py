@@ -29,7 +29,6 @@ class Round:
 
 
 class DraftPanel(LivePanel):
-    min_repaint_s = 0.1  # readable, and cheaper for the decoder (see LivePanel)
     COMPONENT_CLASSES: ClassVar[set[str]] = {"draft-panel--accepted", "draft-panel--rejected",
                                              "draft-panel--resampled", "draft-panel--bonus", "draft-panel--target"}
 

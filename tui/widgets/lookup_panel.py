@@ -18,7 +18,6 @@ WINDOW = 24  # tokens shown either side of the copy
 
 
 class LookupPanel(LivePanel):
-    min_repaint_s = 0.1  # readable, and cheaper for the decoder (see LivePanel)
     COMPONENT_CLASSES: ClassVar[set[str]] = {"lookup-panel--match", "lookup-panel--copy"}
 
     def __init__(self, **kwargs: object) -> None:
