@@ -130,6 +130,8 @@ async def test_a_step_in_speculative_mode_is_a_whole_draft_round() -> None:
         await pilot.press("n")
         await pilot.pause(0.3)
         assert text(app) == "".join(WORDS[:7])
+        line = str(app.query_one("#caption").render())
+        assert "2nd rejected: p=0.12 < u·q=0.33" in line and "resampled ' the' from max(0, p-q)" in line, line
 
 
 @in_event_loop

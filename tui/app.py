@@ -277,6 +277,7 @@ class DecodeApp(App[int]):
                         proposed, verified = self.open_round
                         extra = event.text if event.token_id == verified.extra_token_id else ""
                         pending.rounds.append(Round(proposed, verified, extra))
+                        pending.caption = caption(verified, proposed, extra)
                         self.open_round = None
                 elif self.settings.mode in ("speculative", "pld") and event.index > 0:
                     stats.forwards += 1  # a plain step between rounds (no draft this time)
@@ -328,9 +329,10 @@ class DecodeApp(App[int]):
                 self.error = event.message
                 stats.state = "error"
                 self.say(event.message, severity="error")
-            text = caption(event, self.pending_round, None)
-            if text is not None:
-                pending.caption = text
+            if not isinstance(event, DraftVerified):  # a round is captioned once its tokens are in (above)
+                text = caption(event)
+                if text is not None:
+                    pending.caption = text
         if stats.state == "running":
             stats.elapsed_s = now - self.run_t0
         news = bool(batch or pending.pieces or pending.steps or pending.rounds or pending.caption)

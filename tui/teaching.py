@@ -27,8 +27,12 @@ def ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
-def caption(event: Event, proposed: DraftProposed | None = None, label: dict[int, str] | None = None) -> str | None:
-    """What ``event`` did, in one line; None for events that close no step."""
+def caption(event: Event, proposed: DraftProposed | None = None, extra_text: str | None = None) -> str | None:
+    """What ``event`` did, in one line; None for events that close no step.
+
+    For a ``DraftVerified``, ``extra_text`` is the text of the token the target added (known once it is
+    emitted); without it the token id is shown.
+    """
     if isinstance(event, TokenSampled):
         final = event.stages[-1]
         alternatives = [c for c in final.candidates if c.token_id != event.token_id][:1]
@@ -48,7 +52,7 @@ def caption(event: Event, proposed: DraftProposed | None = None, label: dict[int
                 parts.append(f"{nth} rejected: the target's argmax differs (p={rejected.p:.2f})")
             else:
                 parts.append(f"{nth} rejected: p={rejected.p:.2f} < u·q={rejected.u * rejected.q:.2f}")
-        extra = (label or {}).get(event.extra_token_id or -1, str(event.extra_token_id))
+        extra = extra_text if extra_text is not None else f"#{event.extra_token_id}"
         if event.extra_kind == "resampled":
             parts.append(f"resampled {extra!r} from max(0, p-q)")
         elif event.extra_kind == "bonus":

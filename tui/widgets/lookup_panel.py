@@ -26,11 +26,10 @@ class LookupPanel(LivePanel):
         self.context: list[str] = []  # one label per context token: the prompt's, then each emitted token's text
         self.last: DraftProposed | None = None
         self.last_accepted: int | None = None
-        self.misses = 0
 
     def reset(self, prompt_pieces: tuple[str, ...]) -> None:
         self.context, self.prompt_len = list(prompt_pieces), len(prompt_pieces)
-        self.last, self.last_accepted, self.misses = None, None, 0
+        self.last, self.last_accepted = None, None
         self.update("waiting for the first lookup")
 
     def add_tokens(self, texts: list[str]) -> None:

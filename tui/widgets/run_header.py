@@ -10,6 +10,10 @@ from .live_panel import LivePanel
 
 
 class RunHeader(LivePanel):
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__("", **kwargs)
+        self._shown = ""  # the plain text on screen: the header changes rarely, so most calls skip the repaint
+
     def show(self, settings: Settings, started: Started | None, state: str) -> None:
         params = started.params if started is not None else {}
         device = params.get("device", settings.device)
@@ -23,5 +27,3 @@ class RunHeader(LivePanel):
         if line.plain != self._shown:  # the header changes rarely; skip the repaint otherwise
             self._shown = line.plain
             self.update(line)
-
-    _shown = ""
