@@ -29,7 +29,7 @@ from ..core.registry import ALIASES, DEFAULT_ALIAS, EMBEDDED_ALIASES, describe, 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from ..core.events import Finished
+    from ..core.events import Finished, TokenEmitted
     from ..core.loading import LoadedModel
     from ..core.registry import ResolvedModel
 
@@ -431,6 +431,22 @@ def _compare(lm: LoadedModel, prompt: str, config: DecodeConfig, result: Finishe
     return dataclasses.replace(result, comparison=comparison)
 
 
+def _unwritten(result: Finished, written: list[TokenEmitted]) -> list[TokenEmitted]:
+    """Events for the tokens in ``result`` past the ``written`` ones; the rest of the text goes with the last."""
+    from ..core.events import TokenEmitted
+
+    done_text = "".join(e.text for e in written)
+    missing = result.token_ids[len(written):]
+    out = []
+    start = len(done_text)
+    for i, token_id in enumerate(missing):
+        text = result.text[start:] if i == len(missing) - 1 else ""
+        out.append(TokenEmitted(index=len(written) + i, token_id=token_id, text=text, start=start,
+                                end=start + len(text)))
+        start += len(text)
+    return out
+
+
 def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: FormatChoice,
             draft: tuple[Any, int] | None = None, compare: bool = False) -> None:
     from ..core.events import Finished, TokenEmitted
@@ -443,19 +459,25 @@ def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: F
     jsonl = output_format is FormatChoice.jsonl
     events = run.events()
     result: Finished | None = None
+    written: list[TokenEmitted] = []  # the tokens whose output is out, for a clean cut on Ctrl-C
     try:
         for event in events:
             if isinstance(event, Finished) and compare:
                 event = _compare(lm, prompt, config, event)
-            if jsonl:
-                _write(out, event.to_json() + "\n")
-            elif isinstance(event, TokenEmitted):
-                _write(out, event.text)
+            line = event.to_json() + "\n" if jsonl else event.text if isinstance(event, TokenEmitted) else ""
+            if isinstance(event, TokenEmitted):
+                written.append(event)  # counted just before the write: Ctrl-C mostly lands in the slow parts
+            if line:
+                _write(out, line)
             if isinstance(event, Finished):
                 result = event
     except KeyboardInterrupt:
         events.close()  # runs the strategy's finally blocks; nothing keeps decoding
         result = run.cancelled()
+        # Ctrl-C can land after the core emitted a token but before its output was written (while it is being
+        # turned into JSON): write those tokens first, so the output still adds up to the `finished` event.
+        for event in _unwritten(result, written):
+            _write(out, event.to_json() + "\n" if jsonl else event.text)
         if jsonl:
             _write(out, result.to_json() + "\n")
         else:

@@ -253,3 +253,17 @@ def test_run_and_generate_take_the_same_decoding_options() -> None:
 
     decoding = set(inspect.signature(generate).parameters) - {"compare", "output_format"}
     assert decoding <= set(inspect.signature(run_app).parameters)
+
+
+def test_tokens_emitted_but_not_yet_written_at_ctrl_c_are_written_before_finished() -> None:
+    from decode_tui.cli.main import _unwritten
+    from decode_tui.core.events import Finished, TokenEmitted
+
+    written = [TokenEmitted(index=0, token_id=5, text="Hel", start=0, end=3)]
+    result = Finished(mode="greedy", prompt_token_ids=(1,), token_ids=(5, 6, 7), text="Hello!",
+                      finish_reason="cancelled", new_tokens=3, target_forwards=3, elapsed_s=0.1, tokens_per_s=30.0)
+    missing = _unwritten(result, written)
+    assert [e.token_id for e in written + missing] == list(result.token_ids)
+    assert "".join(e.text for e in written + missing) == result.text
+    assert [e.index for e in missing] == [1, 2] and missing[-1].end == len(result.text)
+    assert _unwritten(result, [*written, *missing]) == []
