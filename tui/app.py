@@ -48,7 +48,7 @@ from ..core.events import (
 )
 from ..core.live import LiveParams
 from .commands import DecodeCommands
-from .pump import EventPump, EventSource, Failed, Notice
+from .pump import EventPump, EventSource, Failed, Notice, StepTracker
 from .screens.help import HelpScreen
 from .screens.model_picker import ModelPicker
 from .screens.prompt_editor import PromptEditor
@@ -81,6 +81,7 @@ class Pending:
     sampled: TokenSampled | None = None
     caption: str | None = None
     lookup_changed: bool = False
+
 
 SourceFactory = Callable[[Settings, LiveParams], EventSource]
 PANEL_FOR_MODE: dict[Mode, str] = {"greedy": "panel-candidates", "sample": "panel-candidates", "beam": "panel-beam",
@@ -204,7 +205,7 @@ class DecodeApp(App[int]):
         self.pending_round: DraftProposed | None = None
         self.pending_verdicts: list[PositionVerdict] = []
         self.open_round: tuple[DraftProposed, DraftVerified] | None = None
-        self.round_emits = 0  # tokens the current draft round still emits
+        self.steps = StepTracker()  # the pump's own rule for where a step (a draft round) ends
         self.sampled_at: dict[int, TokenSampled] = {}
         self.verdict_at: dict[int, PositionVerdict] = {}
         self.finished: Finished | None = None
@@ -267,13 +268,14 @@ class DecodeApp(App[int]):
         for event in batch:
             if not isinstance(event, Notice | Failed):
                 self.trace.append((now - self.run_t0, event))
+            in_round = self.steps.pending > 0  # a draft round's tokens are still arriving
+            closes_step = self.steps.closes_step(event)
             if isinstance(event, TokenEmitted):
                 pending.pieces.append(event)
-                if self.round_emits > 0:
-                    self.round_emits -= 1
+                if in_round:
                     if self.pending_verdicts and event.source in ("draft", "lookup"):
                         self.verdict_at[event.index] = self.pending_verdicts.pop(0)
-                    if self.round_emits == 0 and self.open_round is not None:
+                    if closes_step and self.open_round is not None:
                         proposed, verified = self.open_round
                         extra = event.text if event.token_id == verified.extra_token_id else ""
                         pending.rounds.append(Round(proposed, verified, extra))
@@ -294,7 +296,6 @@ class DecodeApp(App[int]):
                 stats.forwards += 1
                 stats.drafted += len(event.verdicts)
                 stats.accepted += event.accepted
-                self.round_emits = event.accepted + (event.extra_token_id is not None)
                 self.pending_verdicts = list(event.verdicts[: event.accepted])
                 if self.pending_round is not None:
                     # The round is shown once its tokens are in, so the extra token has its text.

@@ -84,25 +84,13 @@ def _linear(delta: float, low: float, high: float) -> Callable[[float, int], flo
     return step
 
 
-def _sampling(**changes: float) -> Callable[[Settings], Settings]:
-    def put(s: Settings) -> Settings:
-        return s.replace_config(sampling=dataclasses.replace(s.config.sampling, **changes))  # type: ignore[arg-type]
+def _put(part: Literal["sampling", "beam", "draft"], name: str, cast: type = float,
+         ) -> Callable[[Settings, float], Settings]:
+    """A setter for one field of the config's ``sampling``, ``beam`` or ``draft`` parameters."""
 
-    return put
-
-
-def _put_sampling(name: str, cast: type = float) -> Callable[[Settings, float], Settings]:
-    return lambda s, v: _sampling(**{name: cast(v)})(s)
-
-
-def _put_beam(name: str, cast: type = float) -> Callable[[Settings, float], Settings]:
-    return lambda s, v: s.replace_config(beam=dataclasses.replace(s.config.beam, **{name: cast(v)}))
-
-
-def _put_draft(name: str) -> Callable[[Settings, float], Settings]:
     def put(s: Settings, v: float) -> Settings:
-        changes: dict[str, Any] = {name: int(v)}
-        return s.replace_config(draft=dataclasses.replace(s.config.draft, **changes))
+        changes: dict[str, Any] = {name: cast(v)}
+        return s.replace_config(**{part: dataclasses.replace(getattr(s.config, part), **changes)})
 
     return put
 
@@ -111,23 +99,25 @@ SAMPLING_MODES: tuple[Mode, ...] = ("sample", "beam", "speculative", "pld")
 
 KNOBS: tuple[Knob, ...] = (
     Knob("temperature", "temperature", ("t", "T"), "live", SAMPLING_MODES,
-         lambda s: s.config.sampling.temperature, _linear(0.1, 0.0, 5.0), _put_sampling("temperature")),
+         lambda s: s.config.sampling.temperature, _linear(0.1, 0.0, 5.0), _put("sampling", "temperature")),
     Knob("top_k", "top-k", ("k", "K"), "live", SAMPLING_MODES,
-         lambda s: s.config.sampling.top_k, _ladder(TOP_K_LADDER), _put_sampling("top_k", int),
+         lambda s: s.config.sampling.top_k, _ladder(TOP_K_LADDER), _put("sampling", "top_k", int),
          fmt=lambda v: "off" if v == 0 else f"{int(v)}"),
     Knob("top_p", "top-p", ("p", "P"), "live", SAMPLING_MODES,
-         lambda s: s.config.sampling.top_p, _linear(0.05, 0.05, 1.0), _put_sampling("top_p")),
+         lambda s: s.config.sampling.top_p, _linear(0.05, 0.05, 1.0), _put("sampling", "top_p")),
     Knob("repetition_penalty", "repetition penalty", ("u", "U"), "live", MODES,
-         lambda s: s.config.sampling.repetition_penalty, _linear(0.05, 0.5, 3.0), _put_sampling("repetition_penalty")),
+         lambda s: s.config.sampling.repetition_penalty, _linear(0.05, 0.5, 3.0),
+         _put("sampling", "repetition_penalty")),
     Knob("num_beams", "beams", ("w", "W"), "restart", ("beam",),
-         lambda s: s.config.beam.num_beams, _linear(1, 1, 16), _put_beam("num_beams", int), fmt=lambda v: f"{int(v)}"),
+         lambda s: s.config.beam.num_beams, _linear(1, 1, 16), _put("beam", "num_beams", int),
+         fmt=lambda v: f"{int(v)}"),
     Knob("length_penalty", "length penalty", ("l", "L"), "rerank", ("beam",),
-         lambda s: s.config.beam.length_penalty, _linear(0.25, -3.0, 3.0), _put_beam("length_penalty")),
+         lambda s: s.config.beam.length_penalty, _linear(0.25, -3.0, 3.0), _put("beam", "length_penalty")),
     Knob("num_draft_tokens", "draft length", ("d", "D"), "live", ("speculative", "pld"),
-         lambda s: s.config.draft.num_draft_tokens, _linear(1, 1, 16), _put_draft("num_draft_tokens"),
+         lambda s: s.config.draft.num_draft_tokens, _linear(1, 1, 16), _put("draft", "num_draft_tokens", int),
          fmt=lambda v: f"{int(v)}"),
     Knob("max_ngram_size", "n-gram size", ("g", "G"), "live", ("pld",),
-         lambda s: s.config.draft.max_ngram_size, _linear(1, 1, 8), _put_draft("max_ngram_size"),
+         lambda s: s.config.draft.max_ngram_size, _linear(1, 1, 8), _put("draft", "max_ngram_size", int),
          fmt=lambda v: f"{int(v)}"),
     Knob("slow_motion", "slow motion", ("s", "S"), "view", MODES,
          lambda s: s.slow_motion_s, _ladder(SLOW_MOTION_S), lambda s, v: dataclasses.replace(s, slow_motion_s=v),

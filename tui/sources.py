@@ -16,8 +16,8 @@ It knows the core's loading and run API; nothing about widgets.
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import threading
 import time
 from collections.abc import Generator, Iterator
 from pathlib import Path
@@ -37,12 +37,14 @@ RECORDING_VERSION = 1
 
 
 class ModelRunner:
-    """Builds live event sources, keeping the loaded models between runs (a restart must not reload)."""
+    """Builds live event sources, keeping the loaded models between runs (a restart must not reload).
+
+    Needs no lock: runs never overlap (the pump starts a run only after the previous one has ended).
+    """
 
     def __init__(self) -> None:
         self._models: dict[tuple[str, str, str], LoadedModel] = {}
         self._drafts: dict[tuple[str, str, str, str], tuple[Any, int]] = {}
-        self._lock = threading.Lock()  # one decoder thread at a time, but a restart may overlap the old one's end
 
     def source(self, settings: Settings, live: LiveParams) -> EventSource:
         def events() -> Iterator[Event]:
@@ -61,8 +63,7 @@ class ModelRunner:
 
     def _model(self, settings: Settings) -> Generator[Event, None, LoadedModel]:
         key = (settings.model, settings.device, settings.dtype)
-        with self._lock:
-            cached = self._models.get(key)
+        cached = self._models.get(key)
         if cached is not None:
             return cached
         try:
@@ -80,17 +81,15 @@ class ModelRunner:
 
         lm = load_model(resolved, device=settings.device, dtype=settings.dtype,
                         trust_remote_code=settings.trust_remote_code)
-        with self._lock:
-            self._models = {key: lm}  # keep one model: switching models frees the old one
-            self._drafts.clear()
+        self._models = {key: lm}  # keep one model: switching models frees the old one
+        self._drafts.clear()
         return lm
 
     def _draft(self, settings: Settings, lm: LoadedModel) -> Generator[Event, None, tuple[Any, int]]:
         """The draft model and the vocabulary size it shares with the target, announced while it is built."""
         spec = settings.config.draft.draft
         key = (settings.model, settings.device, settings.dtype, spec)
-        with self._lock:
-            cached = self._drafts.get(key)
+        cached = self._drafts.get(key)
         if cached is not None:
             return cached
         if spec not in ("self", "int8"):
@@ -99,8 +98,7 @@ class ModelRunner:
         from ..core.drafters import load_draft
 
         draft = load_draft(lm, spec, settings.trust_remote_code)
-        with self._lock:
-            self._drafts[key] = draft
+        self._drafts[key] = draft
         return draft
 
 
@@ -109,13 +107,11 @@ def recorded(source: EventSource, path: Path, settings: Settings) -> EventSource
 
     def events() -> Iterator[Event]:
         with path.open("w", encoding="utf-8") as out:
-            out.write(json.dumps({"event": "recording", "version": RECORDING_VERSION,
-                                  "settings": settings_dict(settings)}) + "\n")
+            out.write(_header_line(settings))
             started = time.perf_counter()
             for event in source():
                 if not isinstance(event, Notice):
-                    line = {"t": round(time.perf_counter() - started, 4), **event.to_dict()}
-                    out.write(json.dumps(line, ensure_ascii=False) + "\n")
+                    out.write(_event_line(time.perf_counter() - started, event))
                     out.flush()  # a crash or Ctrl-C keeps what was recorded so far
                 yield event
 
@@ -125,16 +121,19 @@ def recorded(source: EventSource, path: Path, settings: Settings) -> EventSource
 def write_trace(path: Path, settings: Settings, events: list[tuple[float, Event]]) -> None:
     """Save an already-seen run (the export key) in the recording format, so it can be replayed."""
     with path.open("w", encoding="utf-8") as out:
-        out.write(json.dumps({"event": "recording", "version": RECORDING_VERSION,
-                              "settings": settings_dict(settings)}) + "\n")
+        out.write(_header_line(settings))
         for t, event in events:
-            out.write(json.dumps({"t": round(t, 4), **event.to_dict()}, ensure_ascii=False) + "\n")
+            out.write(_event_line(t, event))
 
 
-def settings_dict(settings: Settings) -> dict[str, Any]:
-    import dataclasses
+def _header_line(settings: Settings) -> str:
+    header = {"event": "recording", "version": RECORDING_VERSION, "settings": dataclasses.asdict(settings)}
+    return json.dumps(header) + "\n"
 
-    return dataclasses.asdict(settings)
+
+def _event_line(t: float, event: Event) -> str:
+    """One recorded event: ``t`` (seconds since the run started) and the event's JSON fields."""
+    return json.dumps({"t": round(t, 4), **event.to_dict()}, ensure_ascii=False) + "\n"
 
 
 def read_recording(path: Path) -> tuple[dict[str, Any], list[tuple[float, Event]]]:
