@@ -25,6 +25,7 @@ from decode_tui.tui.settings import KNOBS, Settings, adjust, with_mode
 from decode_tui.tui.sources import read_recording, replay
 from decode_tui.tui.widgets.beam_panel import BeamPanel
 from decode_tui.tui.widgets.candidates import CandidatesPanel
+from decode_tui.tui.widgets.caption import Caption
 from decode_tui.tui.widgets.draft_panel import DraftPanel
 from decode_tui.tui.widgets.lookup_panel import LookupPanel
 from decode_tui.tui.widgets.stats_bar import StatsBar
@@ -126,11 +127,11 @@ async def test_a_step_in_speculative_mode_is_a_whole_draft_round() -> None:
         await pilot.press("n")
         await pilot.pause(0.3)
         assert text(app) == "".join(WORDS[:5])  # 3 accepted + the bonus, in one step
-        assert "accepted 3" in str(app.query_one("#caption").render())
+        assert "accepted 3" in str(app.query_one("#caption", Caption).content)
         await pilot.press("n")
         await pilot.pause(0.3)
         assert text(app) == "".join(WORDS[:7])
-        line = str(app.query_one("#caption").render())
+        line = str(app.query_one("#caption", Caption).content)
         assert "2nd rejected: p=0.12 < u·q=0.33" in line and "resampled ' the' from max(0, p-q)" in line, line
 
 

@@ -137,6 +137,7 @@ class DecodeApp(App[int]):
             self.register_theme(spec.theme)
         self.theme = initial_theme(theme) if initial_theme(theme) in self.theme_specs else "decode-dark"
         self.pump: EventPump | None = None
+        self.stats_bar: StatsBar | None = None  # set on mount
         self.live = LiveParams(settings.config.sampling, settings.config.draft)
         self.error: str | None = None
         self.messages: list[str] = []  # everything the app told the user, newest last (tests read it)
@@ -173,6 +174,7 @@ class DecodeApp(App[int]):
         asyncio.get_running_loop().set_default_executor(
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode-tui-decoder"))
         self._apply_glyphs()
+        self.stats_bar = self.query_one(StatsBar)
         self.set_interval(1 / DRAIN_HZ, self.drain)
         self._check_size(self.size.width, self.size.height)
         self.start_run()
@@ -257,11 +259,10 @@ class DecodeApp(App[int]):
         the decoder thread needs that lock between torch ops: painting at 30 Hz on two cores cost a
         third of the decoding speed (BENCHMARKS.md).
         """
-        found = self.query(StatsBar)
-        if self.pump is None or not found:  # not mounted yet, or shutting down
+        stats = self.stats_bar  # not queried: a DOM query per tick was a tenth of the UI thread's time
+        if self.pump is None or stats is None or not stats.is_attached:  # not mounted yet, or shutting down
             return
         batch = self.pump.drain()
-        stats = found.first()
         now = time.monotonic()
         pending = self.pending
         urgent = self.pump.paused or self.pump.finished.is_set()

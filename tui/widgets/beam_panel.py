@@ -53,7 +53,7 @@ class BeamPanel(LivePanel):
         if not self.history:
             return
         step = self.history[-1]
-        best = self.get_component_rich_style("beam-panel--best")
+        best = self.style_of("beam-panel--best")
         beams = Table(title=f"step {step.step}: open beams", title_justify="left", expand=True, padding=(0, 1))
         for name, justify in (("#", "right"), ("slot←parent", "left"), ("text tail", "left"),
                               ("Σ log p", "right"), ("score", "right")):
@@ -73,7 +73,7 @@ class BeamPanel(LivePanel):
         pruned = [c for c in step.candidates if c.verdict == "pruned"]
         pruned_line = Text("pruned: " + ", ".join(f"{c.text!r} (from {c.parent}, {c.sum_logprobs:.2f})"
                                                   for c in pruned[:4]) if pruned else "pruned: none",
-                           style=self.get_component_rich_style("beam-panel--pruned"))
+                           style=self.style_of("beam-panel--pruned"))
         check = step.early_stop
         if check.best_attainable_score is not None and check.worst_finished_score is not None:
             verdict = "stop" if check.done else "go on"

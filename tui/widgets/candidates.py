@@ -1,16 +1,23 @@
-"""The candidate distribution of the current step, stage by stage, with the drawn token marked."""
+"""The candidate distribution of the current step, stage by stage, with the drawn token marked.
+
+The rows are laid out by hand into one ``Text`` rather than a ``rich.table.Table``:
+a table measures every cell on every render, and this panel is redrawn at
+every paint while a run streams; as a table it was 70% of the app's paint
+time and the largest cost the UI put on the decoder (BENCHMARKS.md).
+"""
 
 from __future__ import annotations
 
 from typing import ClassVar
 
-from rich.table import Table
+from rich.cells import cell_len, set_cell_size
 from rich.text import Text
 
 from ...core.events import TokenSampled
 from .live_panel import LivePanel
 
 BAR_WIDTH = 20
+LABEL_MAX = 24  # a longer token label is cut, so the bars stay in one column
 STAGE_NAMES = {"raw": "raw logits", "repetition_penalty": "repetition penalty", "temperature": "temperature",
                "top_k": "top-k", "top_p": "top-p"}
 
@@ -34,18 +41,24 @@ class CandidatesPanel(LivePanel):
         step = self.last
         if step is None:
             return
-        bar_style = self.get_component_rich_style("candidates--bar")
-        chosen_style = self.get_component_rich_style("candidates--chosen")
-        stage_style = self.get_component_rich_style("candidates--stage")
-        table = Table.grid(padding=(0, 1))
+        bar_style = self.style_of("candidates--bar")
+        chosen_style = self.style_of("candidates--chosen")
+        stage_style = self.style_of("candidates--stage")
         how = "argmax" if step.greedy else "drawn"
-        table.add_row(Text(f"step {step.step}: {how} {step.text!r}  p={step.prob:.3f}", style=chosen_style), "", "")
-        for stage in step.stages:
-            table.add_row(Text(STAGE_NAMES[stage.stage], style=stage_style), "", "")
-            for candidate in stage.candidates[: self.top]:
+        text = Text(f"step {step.step}: {how} {step.text!r}  p={step.prob:.3f}", style=chosen_style)
+        mark = self.glyphs.get("chosen", ">")
+        rows = [(stage, [(c, f"{mark if c.token_id == step.token_id else ' '} {c.text!r}")
+                         for c in stage.candidates[: self.top]]) for stage in step.stages]
+        width = min(LABEL_MAX, max((cell_len(label) for _, shown in rows for _, label in shown), default=1))
+        for stage, shown in rows:
+            text.append("\n")
+            text.append(STAGE_NAMES[stage.stage], style=stage_style)
+            for candidate, label in shown:
                 chosen = candidate.token_id == step.token_id
-                marker = self.glyphs.get("chosen", ">") if chosen else " "
-                label = Text(f"{marker} {candidate.text!r}", style=chosen_style if chosen else "")
-                bar = Text("█" * max(1, round(candidate.prob * BAR_WIDTH)), style=bar_style)
-                table.add_row(label, bar, f"{candidate.prob:6.1%}")
-        self.update(table)
+                text.append("\n")
+                text.append(set_cell_size(label, width), style=chosen_style if chosen else "")
+                text.append(" ")
+                bar = "█" * max(1, round(candidate.prob * BAR_WIDTH))
+                text.append(bar.ljust(BAR_WIDTH), style=bar_style)
+                text.append(f" {candidate.prob:6.1%}")
+        self.update(text)

@@ -3,6 +3,10 @@
 One row per round (newest last) with a glyph per status, the latest round's
 per-position test (p, q, the uniform draw u and whether u < p/q), and the
 acceptance rate by draft position so far.
+
+Laid out by hand into one ``Text``, not with ``rich.table.Table``: a table
+measures every cell on every render, and in PLD mode, where rounds arrive
+many times a second, the tables were most of the UI thread's time.
 """
 
 from __future__ import annotations
@@ -10,15 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from rich import box
-from rich.console import Group
-from rich.table import Table
+from rich.cells import set_cell_size
 from rich.text import Text
 
 from ...core.events import DraftProposed, DraftVerified
 from .live_panel import LivePanel
 
 ROWS = 10
+TOKEN_W = 8  # the token column of the acceptance test; longer tokens are cut
 
 
 @dataclass(frozen=True)
@@ -62,29 +65,28 @@ class DraftPanel(LivePanel):
     def redraw(self) -> None:
         if not self.rounds:
             return
-        style = {name: self.get_component_rich_style(f"draft-panel--{name}")
+        style = {name: self.style_of(f"draft-panel--{name}")
                  for name in ("accepted", "rejected", "resampled", "bonus", "target")}
-        rows = Table.grid(padding=(0, 1))
-        for r in self.rounds:
-            line = Text()
-            for v, text in zip(r.verified.verdicts, r.proposed.texts, strict=False):
-                line.append(f"{self._glyph(v.verdict)}{text}", style=style[v.verdict])
-                line.append(" ")
+        labels = [(f"r{r.verified.round}", f"{'copy' if r.proposed.drafter == 'lookup' else 'draft'} "
+                                            f"{r.verified.accepted}/{len(r.verified.verdicts)}") for r in self.rounds]
+        round_w, count_w = max(len(a) for a, _ in labels), max(len(b) for _, b in labels)
+        text = Text()
+        for r, (label, count) in zip(self.rounds, labels, strict=True):
+            text.append(f"{label:<{round_w}} {count:<{count_w}} ")
+            for v, piece in zip(r.verified.verdicts, r.proposed.texts, strict=False):
+                text.append(f"{self._glyph(v.verdict)}{piece}", style=style[v.verdict])
+                text.append(" ")
             kind = r.verified.extra_kind
             if kind is not None and r.verified.extra_token_id is not None:
-                line.append("→ ")
+                text.append("→ ")
                 glyph = self._glyph(kind) if kind in ("resampled", "bonus") else ""
-                line.append(f"{glyph}{r.extra_text}", style=style[kind])
-            who = "copy" if r.proposed.drafter == "lookup" else "draft"
-            rows.add_row(f"r{r.verified.round}", f"{who} {r.verified.accepted}/{len(r.verified.verdicts)}", line)
+                text.append(f"{glyph}{r.extra_text}", style=style[kind])
+            text.append("\n")
         last = self.rounds[-1]
-        test = Table(title=f"round {last.verified.round}: the acceptance test", title_justify="left",
-                     padding=(0, 1), box=box.SIMPLE_HEAD)
         # test: u against min(1, p/q) under sampling; whether the target's argmax agrees under greedy
-        for name, width in (("token", 8), ("q", 4), ("p", 4), ("u", 4), ("test", 8), ("verdict", 10)):
-            test.add_column(name, justify="left" if name in ("token", "verdict") else "right", no_wrap=True,
-                            min_width=width, max_width=width if name == "token" else None)
-        for v, text in zip(last.verified.verdicts, last.proposed.texts, strict=False):
+        header = f"  {'token':<{TOKEN_W}} {'q':>6} {'p':>6} {'u':>6} {'test':>10}   verdict"
+        text.append(f"round {last.verified.round}: the acceptance test\n\n{header}\n {'─' * (len(header) + 1)}\n")
+        for v, piece in zip(last.verified.verdicts, last.proposed.texts, strict=False):
             if v.u is None:  # greedy verification: the target's argmax decides, there is no draw
                 rule = "argmax =" if v.verdict == "accepted" else "argmax ≠"
                 u = "-"
@@ -92,8 +94,10 @@ class DraftPanel(LivePanel):
                 ratio = v.p / v.q if v.q > 0 else 0.0
                 rule = f"u{'<' if v.u < min(1.0, ratio) else '≥'}{min(1.0, ratio):.2f}"
                 u = f"{v.u:.2f}"
-            test.add_row(repr(text), f"{v.q:.2f}", f"{v.p:.2f}", u, rule,
-                         Text(f"{self._glyph(v.verdict)}{v.verdict}", style=style[v.verdict]))
+            text.append(f"  {set_cell_size(repr(piece), TOKEN_W)} {v.q:>6.2f} {v.p:>6.2f} {u:>6} {rule:>10}   ")
+            text.append(f"{self._glyph(v.verdict)}{v.verdict}", style=style[v.verdict])
+            text.append("\n")
         rates = "  ".join(f"{i + 1}:{a / r:.0%}" for i, (a, r) in enumerate(zip(self.accepted_at, self.reached,
                                                                                strict=True)) if r)
-        self.update(Group(rows, test, Text(f"acceptance by position  {rates}")))
+        text.append(f"\nacceptance by position  {rates}")
+        self.update(text)

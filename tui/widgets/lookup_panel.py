@@ -45,8 +45,8 @@ class LookupPanel(LivePanel):
         p = self.last
         if p is None or p.match_start is None or p.copy_start is None:
             return
-        match_style = self.get_component_rich_style("lookup-panel--match")
-        copy_style = self.get_component_rich_style("lookup-panel--copy")
+        match_style = self.style_of("lookup-panel--match")
+        copy_style = self.style_of("lookup-panel--copy")
         m0, m1, c0, c1 = p.match_start, p.match_end or p.match_start, p.copy_start, p.copy_end or p.copy_start
         n = m1 - m0
         where = "the prompt" if c0 < self.prompt_len else "the earlier output"

@@ -9,18 +9,88 @@ The pane shows the lines that fit: the newest ones, or those around the
 selected token. It does its own windowing instead of Textual scrolling
 because a scrollable widget needs a layout pass for every new batch of text
 (see :mod:`.live_panel`).
+
+New pieces are appended to the styled text, only the tail is wrapped again
+(:func:`rewrap`) and only the lines wrapped again are rendered again, so a
+paint costs the same at token 2000 as at token 20 (the way toolong keeps a
+line cache); restyling (boundaries, a selection, a theme) rebuilds it all.
 """
 
 from __future__ import annotations
 
+import re
+from bisect import bisect_right
 from typing import ClassVar
 
-from rich.console import RenderableType
+from rich._wrap import divide_line
 from rich.style import Style
 from rich.text import Text
+from textual.strip import Strip
 
 from ...core.events import TokenEmitted
 from .live_panel import LivePanel
+
+_LAST_RUN = re.compile(r"\S+\s*\Z")
+
+
+def _last_word_start(plain: str, end: int) -> int:
+    r"""Where ``divide_line`` starts the last word of ``plain[:end]``.
+
+    Its words are ``\s*\S+\s*`` within a paragraph: a word owns the spaces after it, and the first
+    word of a paragraph also owns the spaces before it.
+    """
+    paragraph = plain.rfind("\n", 0, end) + 1
+    run = _LAST_RUN.search(plain, paragraph, end)
+    if run is None or not plain[paragraph : run.start()].strip():
+        return paragraph
+    return run.start()
+
+
+def wrap_from(text: Text, start: int, width: int) -> tuple[list[Text], list[int]]:
+    """Word-wrap ``text[start:]`` (``start`` a line start) as ``Text.wrap`` does, with each line's offset.
+
+    Written out because Rich's ``Text.wrap`` wraps a whole text and does not say where each line
+    starts, which incremental wrapping needs. The steps are Rich's own: split at newlines,
+    ``divide_line`` each paragraph (folding words longer than a line), trim what overhangs.
+    """
+    lines: list[Text] = []
+    starts: list[int] = []
+    offset = start
+    for paragraph in text[start:].split("\n", allow_blank=True):
+        breaks = divide_line(paragraph.plain, width, fold=True)
+        for line, line_start in zip(paragraph.divide(breaks), [0, *breaks], strict=True):
+            line.rstrip_end(width)
+            line.truncate(width, overflow="fold")
+            lines.append(line)
+            starts.append(offset + line_start)
+        offset += len(paragraph) + 1
+    return lines, starts
+
+
+def _starts_a_word(plain: str, i: int) -> bool:
+    """Whether ``divide_line`` would start a word at ``i`` (a line may also start inside a folded word)."""
+    return i == 0 or plain[i - 1] == "\n" or (plain[i - 1].isspace() and not plain[i].isspace())
+
+
+def rewrap(text: Text, lines: list[Text], starts: list[int], wrapped: int, width: int
+           ) -> tuple[list[Text], list[int]]:
+    """The wrapped ``lines`` (with their ``starts``) of ``text[:wrapped]``, brought up to all of ``text``.
+
+    Wrapping is greedy, so a line's break depends on the words up to it alone; appending can change
+    only the old text's last word (it may grow, or gain spaces), so the lines before the one where
+    that word starts stay as they are and only the rest is wrapped again, from a line that starts
+    at a word (wrapping from inside a folded word would cut the words differently).
+    """
+    if not lines:
+        return wrap_from(text, 0, width)
+    if len(text) == wrapped:
+        return lines, starts
+    plain = text.plain
+    j = max(0, bisect_right(starts, _last_word_start(plain, wrapped)) - 1)
+    while j > 0 and not _starts_a_word(plain, starts[j]):  # a long word was folded here: start at the word
+        j -= 1
+    tail, tail_starts = wrap_from(text, starts[j], width)
+    return lines[:j] + tail, starts[:j] + tail_starts
 
 
 class TextPane(LivePanel):
@@ -35,16 +105,25 @@ class TextPane(LivePanel):
         self.boundaries = False
         self.selected: int | None = None  # index into pieces
         self.selected_offset = 0  # its character offset in the text
+        self._text = Text()
+        self._lines: list[Text] = []  # self._text wrapped at self._width, up to self._wrapped characters
+        self._starts: list[int] = []  # where each of those lines starts in self._text
+        self._width = 0
+        self._wrapped = 0
+        # Rendered strips by line number, kept while the line is the same object (not wrapped again).
+        self._line_strips: dict[int, tuple[Text, Style, Strip]] = {}
 
     def reset(self) -> None:
         self.pieces, self.selected = [], None
-        self.update("")
+        self.redraw()
 
     def add(self, pieces: list[TokenEmitted]) -> None:
         """Append a batch of pieces and redraw once."""
         if pieces:
+            for i, piece in enumerate(pieces, start=len(self.pieces)):
+                self._append(i, piece)
             self.pieces.extend(pieces)
-            self.redraw()
+            self.update(self._text)
 
     def select(self, delta: int) -> TokenEmitted | None:
         """Move the selection by ``delta`` tokens (from the last token when nothing is selected)."""
@@ -60,39 +139,55 @@ class TextPane(LivePanel):
         self.redraw()
 
     def redraw(self) -> None:
-        styles = {name: self.get_component_rich_style(f"text-pane--{name}")
-                  for name in ("target", "draft", "lookup", "resampled", "bonus")}
-        shades = (self.get_component_rich_style("text-pane--boundary-a"),
-                  self.get_component_rich_style("text-pane--boundary-b"))
-        selected = self.get_component_rich_style("text-pane--selected")
-        text = Text()
+        """Style every piece again (after a change of boundaries, selection or theme)."""
+        self._text = Text()
+        self._lines, self._starts, self._wrapped = [], [], 0
         self.selected_offset = 0
         for i, piece in enumerate(self.pieces):
-            if i == self.selected:
-                self.selected_offset = len(text)
-            style: Style = styles[piece.source]
-            if self.boundaries:
-                style = style + shades[i % 2]
-            if i == self.selected:
-                style = style + selected
-            # A token whose piece is empty (it ends inside a character) still gets a visible mark when selected.
-            text.append(piece.text or ("·" if i == self.selected or self.boundaries else ""), style=style)
-        self.update(text)
+            self._append(i, piece)
+        self.update(self._text)
 
-    def render(self) -> RenderableType:
-        text = self.content
-        width, height = self.content_size.width, self.content_size.height
-        if not isinstance(text, Text) or width < 1 or height < 1:
-            return text
-        lines = text.wrap(self.app.console, width)
+    def _append(self, i: int, piece: TokenEmitted) -> None:
+        style: Style = self.style_of(f"text-pane--{piece.source}")
+        if self.boundaries:
+            style = style + self.style_of("text-pane--boundary-a" if i % 2 == 0 else "text-pane--boundary-b")
+        if i == self.selected:
+            self.selected_offset = len(self._text)
+            style = style + self.style_of("text-pane--selected")
+        # A token whose piece is empty (it ends inside a character) still gets a visible mark when selected.
+        self._text.append(piece.text or ("·" if i == self.selected or self.boundaries else ""), style=style)
+
+    def _wrap(self, width: int) -> list[Text]:
+        if width != self._width or not self._lines:
+            self._line_strips.clear()
+            self._lines, self._starts = wrap_from(self._text, 0, width)
+        else:
+            self._lines, self._starts = rewrap(self._text, self._lines, self._starts, self._wrapped, width)
+        self._width, self._wrapped = width, len(self._text)
+        return self._lines
+
+    def render_strips(self, width: int, height: int) -> list[Strip]:
+        """The shown lines as strips, each rendered once: only lines that were wrapped again are new."""
+        if width < 1 or height < 1:
+            return []
+        lines = self._wrap(width)
         if len(lines) <= height:
-            return text
-        if self.selected is None:
+            start = 0
+        elif self.selected is None:
             start = len(lines) - height
         else:  # keep the selected token's line in the middle
-            line = len(text[: self.selected_offset].wrap(self.app.console, width)) - 1
+            line = bisect_right(self._starts, self.selected_offset) - 1
             start = max(0, min(len(lines) - height, line - height // 2))
-        return Text("\n").join(lines[start : start + height])
+        self._style = style = self.rich_style
+        console, cache = self.app.console, self._line_strips
+        strips = []
+        for i in range(start, min(len(lines), start + height)):
+            hit = cache.get(i)
+            if hit is None or hit[0] is not lines[i] or hit[1] != style:
+                strip = Strip(lines[i].render(console), lines[i].cell_len).crop_extend(0, width, style)
+                hit = cache[i] = (lines[i], style, strip.apply_style(style))
+            strips.append(hit[2])
+        return strips
 
     @property
     def plain(self) -> str:
