@@ -47,6 +47,7 @@ class Draft:
     match: tuple[int, int] | None = None  # lookup: the matched n-gram's span in the context
     copied: tuple[int, int] | None = None  # lookup: the span the draft was copied from
     forwards: int = 0
+    q_probs: tuple[float, ...] | None = None  # q_i(d_i) on the host, with q
 
 
 class Drafter(Protocol):
@@ -129,6 +130,7 @@ class ModelDrafter:
         device = self.model.device
         ids = torch.tensor([context], device=device)  # [1, T]
         tokens: list[int] = []
+        q_probs: list[float] = []
         qs = []
         logits = forward(self.model, ids[:, self.seen :], self.cache)[:, -1, : self.vocab_size]  # [1, V]
         self.seen = len(context)
@@ -136,16 +138,20 @@ class ModelDrafter:
         for i in range(k):
             q = torch.softmax(processed(processors, ids, logits), dim=-1)  # [1, V]
             token = torch.argmax(q, -1) if greedy else torch.multinomial(q, 1, generator=generator).view(1)
-            tokens.append(int(token))
+            # One device-to-host copy per draft token: the token and its probability together (the id is
+            # exact in the float32 of q up to 2**24, far above any vocabulary).
+            token_id, q_prob = torch.cat([token.to(q.dtype), q[0].gather(0, token)]).tolist()
+            tokens.append(int(token_id))
+            q_probs.append(q_prob)
             qs.append(q[0])
             ids = torch.cat([ids, token.view(1, 1)], dim=1)
-            if float(q[0, token]) < self.confidence_threshold:
+            if q_prob < self.confidence_threshold:
                 break
             if i + 1 < k:
                 logits = forward(self.model, token.view(1, 1), self.cache)[:, -1, : self.vocab_size]
                 self.seen += 1
                 forwards += 1
-        return Draft(tokens, torch.stack(qs), forwards=forwards)
+        return Draft(tokens, torch.stack(qs), q_probs=tuple(q_probs), forwards=forwards)
 
     def rollback(self, confirmed: int) -> None:
         if self.seen > confirmed:

@@ -100,7 +100,8 @@ def beam_search(
     finished_sums = torch.full((N,), NEG, device=device)  # [N] their sum log-probs, for display and re-ranking
     finished_lens = torch.zeros((N,), dtype=torch.long, device=device)  # [N] generated lengths
     is_sent_finished = torch.zeros((N,), dtype=torch.bool, device=device)  # [N]
-    heuristic_unsatisfied = True  # is_early_stop_heuristic_unsatisfied
+    # The stopping flags stay on the device, so a step's only host transfer is the one that builds its event.
+    heuristic_unsatisfied = torch.tensor(True, device=device)  # [] is_early_stop_heuristic_unsatisfied
     top_num_beam_mask = torch.arange(K, device=device) < N  # [K]
 
     cache = new_cache(model)
@@ -139,9 +140,9 @@ def beam_search(
         gen_len = cur_len + 1 - T0
         just_finished = hits & top_num_beam_mask
         scores = topk_log_probs / (gen_len**lp)
-        full = bool(is_sent_finished.all()) and early_stopping is True
-        scores = scores + float(full) * NEG
-        scores = scores + float(not heuristic_unsatisfied) * NEG
+        full = is_sent_finished.all() & (early_stopping is True)  # []
+        scores = scores + full.to(torch.float32) * NEG
+        scores = scores + (~heuristic_unsatisfied).to(torch.float32) * NEG
         scores = scores + (~just_finished).to(torch.float32) * NEG
         merged_scores = torch.cat((finished_scores, scores))
         keep = torch.topk(merged_scores, N).indices  # [N]
@@ -157,16 +158,17 @@ def beam_search(
         best_len = max_length - T0 if early_stopping == "never" and lp > 0.0 else cur_len + 1 - T0
         best_possible = running_scores[0] / (best_len**lp)
         worst_finished = torch.where(is_sent_finished, finished_scores.min(), NEG)  # [N]
-        heuristic_unsatisfied = heuristic_unsatisfied and bool((best_possible > worst_finished).any())
-        exists_open_beam = not (bool(is_sent_finished.all()) and early_stopping is True)
-        valid_continuations = not bool(hits.all())
-        done = not (heuristic_unsatisfied and exists_open_beam and valid_continuations)
+        heuristic_unsatisfied = heuristic_unsatisfied & (best_possible > worst_finished).any()
+        exists_open_beam = ~(is_sent_finished.all() & (early_stopping is True))
+        valid_continuations = ~hits.all()
+        done = ~(heuristic_unsatisfied & exists_open_beam & valid_continuations)  # []
 
-        yield _step_event(step, T0, gen_len, lp, running, running_scores, running_parents, candidates, parents,
-                          tokens, topk_log_probs, hits, just_finished, next_indices, finished, finished_scores,
-                          finished_sums, finished_lens, is_sent_finished, early_stopping, best_possible, done,
-                          label, decode)
-        if done:
+        event = _step_event(step, T0, gen_len, lp, running, running_scores, running_parents, parents, tokens,
+                            topk_log_probs, hits, just_finished, next_indices, finished, finished_scores,
+                            finished_sums, finished_lens, is_sent_finished, early_stopping, best_possible, done,
+                            label, decode)
+        yield event
+        if event.early_stop.done:
             break
         if transcript.cancel_requested:
             yield transcript.finished("cancelled")
@@ -181,44 +183,71 @@ def beam_search(
 def _hypotheses(finished: torch.Tensor, scores: torch.Tensor, sums: torch.Tensor, lens: torch.Tensor,
                 done: torch.Tensor, T0: int, decode: Callable[[list[int]], str]) -> list[Hypothesis]:
     """The finished slots, best first (the merge keeps them sorted), as events."""
-    rows = torch.cat([scores[:, None], sums[:, None], lens[:, None].float(), done[:, None].float()], 1).tolist()
-    seqs = finished.tolist()
+    N, g = finished.shape[0], finished.shape[1] - T0
+    host = _to_host([finished[:, T0 : T0 + g], scores, sums, lens, done])
+    ids = [[int(x) for x in host[i * g : (i + 1) * g]] for i in range(N)]
+    scores_h, sums_h, lens_h, done_h = (host[N * g + j * N : N * g + (j + 1) * N] for j in range(4))
+    return _host_hypotheses(ids, scores_h, sums_h, lens_h, done_h, decode)
+
+
+def _host_hypotheses(ids: list[list[int]], scores: list[float], sums: list[float], lens: list[float],
+                     done: list[float], decode: Callable[[list[int]], str]) -> list[Hypothesis]:
     out = []
-    for (score, total, length, is_done), seq in zip(rows, seqs, strict=True):
+    for seq, score, total, length, is_done in zip(ids, scores, sums, lens, done, strict=True):
         if is_done:
-            ids = seq[T0 : T0 + int(length)]
-            out.append(Hypothesis(tuple(ids), decode(ids), total, score))
+            kept = seq[: int(length)]
+            out.append(Hypothesis(tuple(kept), decode(kept), total, score))
     return out
 
 
+def _to_host(tensors: list[torch.Tensor]) -> list[float]:
+    """All of ``tensors``, flattened and concatenated, in one device-to-host copy.
+
+    float64 holds every token id and length exactly and the float32 scores unchanged.
+    """
+    return torch.cat([t.reshape(-1).to(torch.float64) for t in tensors]).tolist()
+
+
 def _step_event(step: int, T0: int, gen_len: int, lp: float, running: torch.Tensor, running_scores: torch.Tensor,
-                running_parents: torch.Tensor, candidates: torch.Tensor, parents: torch.Tensor, tokens: torch.Tensor,
+                running_parents: torch.Tensor, parents: torch.Tensor, tokens: torch.Tensor,
                 topk_log_probs: torch.Tensor, hits: torch.Tensor, just_finished: torch.Tensor,
                 next_indices: torch.Tensor, finished: torch.Tensor, finished_scores: torch.Tensor,
                 finished_sums: torch.Tensor, finished_lens: torch.Tensor, is_sent_finished: torch.Tensor,
-                early_stopping: bool | Literal["never"], best_possible: torch.Tensor, done: bool,
+                early_stopping: bool | Literal["never"], best_possible: torch.Tensor, done: torch.Tensor,
                 label: Callable[[int], str], decode: Callable[[list[int]], str]) -> BeamStepped:
-    """Everything a viewer needs about one step, gathered on the host in a few transfers."""
-    beam_ids = running[:, T0 : T0 + gen_len].tolist()
-    beam_scores = running_scores.tolist()
-    beam_parents = running_parents.tolist()
-    kept = set(next_indices.tolist())
+    """Everything a viewer needs about one step, and whether the search is done, in one host transfer."""
+    N, K, g = running.shape[0], tokens.shape[0], gen_len
+    host = _to_host([running[:, T0 : T0 + g], finished[:, T0 : T0 + g], running_scores, running_parents,
+                     next_indices, finished_scores, finished_sums, finished_lens, is_sent_finished, parents, tokens,
+                     topk_log_probs, hits, just_finished, best_possible.view(1), done.view(1)])
+    cursor = 0
+
+    def take(count: int) -> list[float]:
+        nonlocal cursor
+        cursor += count
+        return host[cursor - count : cursor]
+
+    beam_ids = [[int(x) for x in take(g)] for _ in range(N)]
+    finished_ids = [[int(x) for x in take(g)] for _ in range(N)]
+    beam_scores, beam_parents, kept_rows = take(N), take(N), take(N)
+    hyp_scores, hyp_sums, hyp_lens, hyp_done = take(N), take(N), take(N), take(N)
+    c_parents, c_tokens, c_sums, c_hits, c_finished = take(K), take(K), take(K), take(K), take(K)
+    best, is_done = take(2)
+    kept = {int(k) for k in kept_rows}
     beams = tuple(
-        Beam(beam=i, parent=beam_parents[i], token_ids=tuple(ids), text_tail=decode(ids)[-40:],
+        Beam(beam=i, parent=int(beam_parents[i]), token_ids=tuple(ids), text_tail=decode(ids)[-40:],
              sum_logprobs=beam_scores[i], score=beam_scores[i] / (gen_len**lp))
         for i, ids in enumerate(beam_ids)
     )
     cand = tuple(
-        BeamCandidate(parent=p, token_id=t, text=label(t), sum_logprobs=s,
+        BeamCandidate(parent=int(p), token_id=int(t), text=label(int(t)), sum_logprobs=s,
                       verdict="finished" if f else ("kept" if k in kept and not h else "pruned"))
-        for k, (p, t, s, h, f) in enumerate(zip(parents.tolist(), tokens.tolist(), topk_log_probs.tolist(),
-                                                hits.tolist(), just_finished.tolist(), strict=True))
+        for k, (p, t, s, h, f) in enumerate(zip(c_parents, c_tokens, c_sums, c_hits, c_finished, strict=True))
     )
-    hyps = _hypotheses(finished, finished_scores, finished_sums, finished_lens, is_sent_finished, T0, decode)
+    hyps = _host_hypotheses(finished_ids, hyp_scores, hyp_sums, hyp_lens, hyp_done, decode)
     worst = min((h.score for h in hyps), default=None)
-    best = float(best_possible)
     check = EarlyStopCheck(early_stopping=early_stopping, best_attainable_score=best if best > NEG / 2 else None,
-                           worst_finished_score=worst, done=done)
+                           worst_finished_score=worst, done=bool(is_done))
     return BeamStepped(step=step, beams=beams, candidates=cand, finished=tuple(hyps), early_stop=check)
 
 

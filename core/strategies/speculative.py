@@ -295,48 +295,53 @@ def _verify(
     greedy: bool,
     generator: torch.Generator | None,
 ) -> tuple[int, int, Literal["target", "resampled", "bonus"] | None, tuple[PositionVerdict, ...]]:
-    """The acceptance test. Returns (accepted count n, the extra token, its kind, per-position verdicts)."""
-    k = len(drafted)
-    idx = torch.tensor(drafted, dtype=torch.long, device=p.device)
-    p_d = p[:k].gather(1, idx[:, None])[:, 0].tolist() if k else []  # p_i(d_i)
-    q_d = q[:k].gather(1, idx[:, None])[:, 0].tolist() if (k and q is not None) else [1.0] * k  # q_i(d_i)
-    if greedy:
-        argmax = p.argmax(-1).tolist()
-        n = 0
-        while n < k and drafted[n] == argmax[n]:
-            n += 1
-        extra = argmax[n]
-        verdicts = tuple(PositionVerdict(i, drafted[i], p_d[i], q_d[i], None, "accepted" if i < n else "rejected")
-                         for i in range(k))
-        return n, extra, ("bonus" if n == k else "target") if k else None, verdicts
+    """The acceptance test. Returns (accepted count n, the extra token, its kind, per-position verdicts).
 
-    draws = torch.rand(k, generator=generator, device=p.device).tolist() if k else []
-    n = 0
-    while n < k:
-        ratio = p_d[n] / q_d[n] if q_d[n] > 0 else 0.0
-        if draws[n] >= min(1.0, ratio):  # accept d_i with probability min(1, p_i(d_i) / q_i(d_i))
-            break
-        n += 1
-    u: list[float | None] = [draws[i] if i <= n else None for i in range(k)]
-    verdicts = tuple(PositionVerdict(i, drafted[i], p_d[i], q_d[i], u[i], "accepted" if i < n else "rejected")
-                     for i in range(k))
+    Speculative sampling (Leviathan et al. 2023, Algorithm 1; Chen et al. 2023): accept d_i while
+    u_i < min(1, p_i(d_i) / q_i(d_i)); at the first rejection draw from max(0, p_n - q_n), normalised;
+    if all k pass, draw a bonus token from p_k. Greedy verification accepts while d_i is p_i's argmax.
+    Everything is computed on the device, and what decides the round (n, the extra token) is copied to
+    the host together with what the viewer shows (p_i(d_i), q_i(d_i), u_i): one transfer per round.
+    """
+    k = len(drafted)
+    V = p.shape[-1]
+    idx = torch.tensor(drafted, dtype=torch.long, device=p.device)  # [k]
+    q_k = q[:k] if q is not None else torch.nn.functional.one_hot(idx, V).to(p.dtype)  # [k, V]
+    p_d = p[:k].gather(1, idx[:, None])[:, 0]  # [k] p_i(d_i)
+    q_d = q_k.gather(1, idx[:, None])[:, 0]  # [k] q_i(d_i)
+    draws = None
+    if greedy:
+        argmax = p.argmax(-1)  # [k+1]
+        accepted = argmax[:k] == idx  # [k]
+    else:
+        draws = torch.rand(k, generator=generator, device=p.device) if k else p.new_zeros(0)  # [k] u_i
+        ratio = torch.where(q_d > 0, p_d / q_d, torch.zeros_like(p_d))
+        accepted = draws < ratio.clamp(max=1.0)  # accept d_i with probability min(1, p_i(d_i) / q_i(d_i))
+    n_t = accepted.long().cumprod(0).sum()  # [] how many lead the row unbroken
+    if greedy:
+        extra_t = argmax[n_t]
+    else:
+        q_pad = torch.cat([q_k, q_k.new_zeros(1, V)])  # [k+1, V]: nothing to subtract after the last draft
+        residual = torch.clamp(p[n_t] - q_pad[n_t], min=0.0)  # max(0, p - q)
+        total = residual.sum()
+        # p == q exactly leaves nothing to resample from; then rejection had probability 0 and p is the answer.
+        resample = torch.where(total > 0, residual / total, p[n_t])
+        extra_t = torch.multinomial(torch.where(n_t == k, p[n_t], resample), 1, generator=generator)[0]
+    # float64 holds every token id exactly, and the float32 probabilities unchanged.
+    parts = [n_t.view(1), extra_t.view(1), p_d, q_d] + ([draws] if draws is not None else [])
+    host = torch.cat([t.to(torch.float64) for t in parts]).tolist()  # the round's one device-to-host copy
+    n, extra = int(host[0]), int(host[1])
+    p_h, q_h, u_h = host[2 : 2 + k], host[2 + k : 2 + 2 * k], host[2 + 2 * k :]
+    verdicts = tuple(PositionVerdict(i, drafted[i], p_h[i], q_h[i], u_h[i] if u_h and i <= n else None,
+                                     "accepted" if i < n else "rejected") for i in range(k))
     if n == k:
-        extra = int(torch.multinomial(p[k], 1, generator=generator))
         return n, extra, "bonus" if k else None, verdicts
-    q_row = q[n] if q is not None else torch.nn.functional.one_hot(idx[n], p.shape[-1]).to(p.dtype)
-    residual = torch.clamp(p[n] - q_row, min=0.0)  # max(0, p - q)
-    total = residual.sum()
-    # p == q exactly leaves nothing to resample from; then rejection had probability 0 and p is the answer.
-    residual = residual / total if total > 0 else p[n]
-    return n, int(torch.multinomial(residual, 1, generator=generator)), "resampled", verdicts
+    return n, extra, "target" if greedy else "resampled", verdicts
 
 
 def _proposed(round_: int, kind: Literal["model", "lookup"], draft: Draft, drafted: list[int],
               label: Callable[[int], str]) -> DraftProposed:
-    q_probs = None
-    if draft.q is not None:
-        idx = torch.tensor(drafted, dtype=torch.long, device=draft.q.device)
-        q_probs = tuple(draft.q[: len(drafted)].gather(1, idx[:, None])[:, 0].tolist())
+    q_probs = tuple(draft.q_probs[: len(drafted)]) if draft.q_probs is not None else None
     match, copied = draft.match, draft.copied
     return DraftProposed(
         round=round_, drafter=kind, token_ids=tuple(drafted), texts=tuple(label(t) for t in drafted),

@@ -1,0 +1,117 @@
+"""At most one device-to-host transfer per decoding step, counted where the core asks for one.
+
+On a GPU every ``.tolist()``, ``.item()``, ``int(t)``, ``float(t)`` or ``bool(t)`` waits for the
+device to finish its queue, so the core gathers what a step decides and what the viewer shows on the
+device and copies it once. These tests count such calls made from the core's own files (not from
+transformers' model code) on CPU, where the same calls would be syncs on CUDA.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import decode_tui.core
+from decode_tui.core.detokenize import Detokenizer
+from decode_tui.core.drafters import ModelDrafter, PromptLookup
+from decode_tui.core.events import BeamStepped, DraftProposed, Finished
+from decode_tui.core.params import BeamParams, SamplingParams
+from decode_tui.core.strategies.autoregressive import autoregressive
+from decode_tui.core.strategies.beam import beam_search
+from decode_tui.core.strategies.speculative import speculative
+from decode_tui.core.transcript import Transcript
+
+from .conftest import tiny_model
+
+V = 420
+CORE = str(Path(decode_tui.core.__file__).parent)
+SYNCS = ("tolist", "item", "__int__", "__float__", "__bool__", "__index__", "cpu", "numpy")
+
+
+@contextmanager
+def host_transfers(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Record every tensor-to-host call whose caller is a file of the core, as 'file:line method'."""
+    calls: list[str] = []
+    for name in SYNCS:
+        original = getattr(torch.Tensor, name)
+
+        def counted(self: torch.Tensor, *args: Any, __original: Any = original, __name: str = name,
+                    **kwargs: Any) -> Any:
+            caller = sys._getframe(1).f_code.co_filename
+            if caller.startswith(CORE):
+                calls.append(f"{Path(caller).name}:{sys._getframe(1).f_lineno} {__name}")
+            return __original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    try:
+        yield calls
+    finally:
+        monkeypatch.undo()
+
+
+def transcript(tokenizer: Any, prompt: list[int], max_new: int) -> Transcript:
+    return Transcript("greedy", prompt, Detokenizer(tokenizer), frozenset(), max_new)
+
+
+PROMPT = [5, 6, 7, 8, 5, 6, 7, 8, 5, 6]
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_autoregressive_copies_once_per_step(byte_bpe: Any, monkeypatch: pytest.MonkeyPatch, greedy: bool) -> None:
+    model = tiny_model("llama", vocab_size=V, seed=1)
+    params = SamplingParams(temperature=0.8, top_k=50, top_p=0.9, repetition_penalty=1.2)
+    with host_transfers(monkeypatch) as calls:
+        events = list(autoregressive(model, transcript(byte_bpe, PROMPT, 12), params, greedy=greedy,
+                                     generator=torch.Generator().manual_seed(0)))
+    final = events[-1]
+    assert isinstance(final, Finished) and final.new_tokens == 12
+    assert len(calls) <= final.target_forwards, calls
+
+
+@pytest.mark.parametrize("sample", [False, True])
+@pytest.mark.parametrize("drafter_kind", ["model", "lookup"])
+def test_speculative_copies_once_per_target_forward_and_per_draft_token(
+        byte_bpe: Any, monkeypatch: pytest.MonkeyPatch, sample: bool, drafter_kind: str) -> None:
+    model = tiny_model("llama", vocab_size=V, seed=2)
+    drafter: Any = (ModelDrafter(tiny_model("llama", vocab_size=V, seed=3), V, confidence_threshold=0.0)
+                    if drafter_kind == "model" else PromptLookup(1, 4, frozenset()))  # 1-grams: many matches
+    # For lookup, a prompt holding most of the vocabulary, so the last token is nearly always found in it.
+    prompt = PROMPT if drafter_kind == "model" else list(range(1, V - 20))
+    with host_transfers(monkeypatch) as calls:
+        events = list(speculative(model, transcript(byte_bpe, prompt, 20), drafter, SamplingParams(temperature=0.9),
+                                  greedy=not sample, num_draft_tokens=4,
+                                  generator=torch.Generator().manual_seed(0)))
+    final = events[-1]
+    assert isinstance(final, Finished) and final.new_tokens == 20
+    draft_steps = sum(len(e.token_ids) for e in events if isinstance(e, DraftProposed)) if drafter_kind == "model" \
+        else 0
+    rounds = sum(isinstance(e, DraftProposed) for e in events)
+    assert rounds >= 2  # the test means something only if there were rounds to verify
+    assert len(calls) <= final.target_forwards + draft_steps, calls
+
+
+@pytest.mark.parametrize("num_beams", [2, 4])
+def test_beam_search_copies_once_per_step(byte_bpe: Any, monkeypatch: pytest.MonkeyPatch, num_beams: int) -> None:
+    model = tiny_model("llama", vocab_size=V, seed=4)
+    with host_transfers(monkeypatch) as calls:
+        events = list(beam_search(model, transcript(byte_bpe, PROMPT, 10),
+                                  BeamParams(num_beams=num_beams, length_penalty=1.0), SamplingParams()))
+    steps = sum(isinstance(e, BeamStepped) for e in events)
+    assert steps == 10
+    assert len(calls) <= steps + 1, calls  # and one for the final hypotheses
+
+
+def test_the_counter_sees_a_transfer_made_in_the_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The negative control: a core function that reads a tensor on the host is counted."""
+    from decode_tui.core import sampling
+
+    with host_transfers(monkeypatch) as calls:
+        sampling.draw([("raw", torch.randn(1, 30))], greedy=True, generator=None, top_n=3)
+        int(torch.tensor(3))  # made here, in a test file: not counted
+    assert len(calls) == 1 and "tolist" in calls[0]
