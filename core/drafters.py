@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 import torch
 
 from .errors import UsageError
-from .forward import forward, new_cache, rollback
+from .forward import forward, new_cache, rollback, to_host
 from .sampling import processed
 
 if TYPE_CHECKING:
@@ -138,9 +138,7 @@ class ModelDrafter:
         for i in range(k):
             q = torch.softmax(processed(processors, ids, logits), dim=-1)  # [1, V]
             token = torch.argmax(q, -1) if greedy else torch.multinomial(q, 1, generator=generator).view(1)
-            # One device-to-host copy per draft token: the token and its probability together (the id is
-            # exact in the float32 of q up to 2**24, far above any vocabulary).
-            token_id, q_prob = torch.cat([token.to(q.dtype), q[0].gather(0, token)]).tolist()
+            token_id, q_prob = to_host([token, q[0].gather(0, token)])  # one copy per draft token
             tokens.append(int(token_id))
             q_probs.append(q_prob)
             qs.append(q[0])

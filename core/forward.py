@@ -50,3 +50,13 @@ def forward(
     out = model(input_ids=input_ids, past_key_values=cache, use_cache=True, logits_to_keep=keep)
     logits: torch.Tensor = out.logits[:, -keep:, :]
     return logits.float()
+
+
+def to_host(tensors: list[torch.Tensor]) -> list[float]:
+    """All of ``tensors``, flattened and concatenated, in one device-to-host copy.
+
+    Each such copy waits for the device to finish its queue, so a step gathers everything it decides
+    and shows on the device and copies it once. float64 holds every token id and count exactly and
+    the float32 probabilities and scores unchanged.
+    """
+    return torch.cat([t.reshape(-1).to(torch.float64) for t in tensors]).tolist()

@@ -26,6 +26,7 @@ from transformers.generation.logits_process import (
 )
 
 from .events import Stage
+from .forward import to_host
 from .params import SamplingParams
 
 
@@ -109,8 +110,7 @@ def draw(
     top_probs, top_ids = torch.topk(probs, n, dim=-1)  # [S, N]
     chosen_prob = probs[-1].gather(0, token)  # [1]
     # One device-to-host copy per step: token, its probability and the candidates together.
-    packed = torch.cat([token.to(probs.dtype), chosen_prob, top_ids.flatten().to(probs.dtype),
-                        top_probs.flatten()]).tolist()
+    packed = to_host([token, chosen_prob, top_ids, top_probs])
     s = probs.shape[0]
     ids_flat = packed[2 : 2 + s * n]
     probs_flat = packed[2 + s * n :]

@@ -45,7 +45,7 @@ from ..events import (
     Hypothesis,
     TokenSampled,
 )
-from ..forward import forward, new_cache
+from ..forward import forward, new_cache, to_host
 from ..live import LiveParams
 from ..params import BeamParams, SamplingParams
 from ..sampling import processed, stage_processors
@@ -184,7 +184,7 @@ def _hypotheses(finished: torch.Tensor, scores: torch.Tensor, sums: torch.Tensor
                 done: torch.Tensor, T0: int, decode: Callable[[list[int]], str]) -> list[Hypothesis]:
     """The finished slots, best first (the merge keeps them sorted), as events."""
     N, g = finished.shape[0], finished.shape[1] - T0
-    host = _to_host([finished[:, T0 : T0 + g], scores, sums, lens, done])
+    host = to_host([finished[:, T0 : T0 + g], scores, sums, lens, done])
     ids = [[int(x) for x in host[i * g : (i + 1) * g]] for i in range(N)]
     scores_h, sums_h, lens_h, done_h = (host[N * g + j * N : N * g + (j + 1) * N] for j in range(4))
     return _host_hypotheses(ids, scores_h, sums_h, lens_h, done_h, decode)
@@ -200,14 +200,6 @@ def _host_hypotheses(ids: list[list[int]], scores: list[float], sums: list[float
     return out
 
 
-def _to_host(tensors: list[torch.Tensor]) -> list[float]:
-    """All of ``tensors``, flattened and concatenated, in one device-to-host copy.
-
-    float64 holds every token id and length exactly and the float32 scores unchanged.
-    """
-    return torch.cat([t.reshape(-1).to(torch.float64) for t in tensors]).tolist()
-
-
 def _step_event(step: int, T0: int, gen_len: int, lp: float, running: torch.Tensor, running_scores: torch.Tensor,
                 running_parents: torch.Tensor, parents: torch.Tensor, tokens: torch.Tensor,
                 topk_log_probs: torch.Tensor, hits: torch.Tensor, just_finished: torch.Tensor,
@@ -217,7 +209,7 @@ def _step_event(step: int, T0: int, gen_len: int, lp: float, running: torch.Tens
                 label: Callable[[int], str], decode: Callable[[list[int]], str]) -> BeamStepped:
     """Everything a viewer needs about one step, and whether the search is done, in one host transfer."""
     N, K, g = running.shape[0], tokens.shape[0], gen_len
-    host = _to_host([running[:, T0 : T0 + g], finished[:, T0 : T0 + g], running_scores, running_parents,
+    host = to_host([running[:, T0 : T0 + g], finished[:, T0 : T0 + g], running_scores, running_parents,
                      next_indices, finished_scores, finished_sums, finished_lens, is_sent_finished, parents, tokens,
                      topk_log_probs, hits, just_finished, best_possible.view(1), done.view(1)])
     cursor = 0

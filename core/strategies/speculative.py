@@ -37,7 +37,7 @@ import torch
 
 from ..drafters import Draft, Drafter
 from ..events import DraftProposed, DraftVerified, Event, PositionVerdict, TokenSource
-from ..forward import forward, new_cache, rollback
+from ..forward import forward, new_cache, rollback, to_host
 from ..live import LiveParams
 from ..params import SamplingParams
 from ..sampling import processed, stage_processors
@@ -327,9 +327,7 @@ def _verify(
         # p == q exactly leaves nothing to resample from; then rejection had probability 0 and p is the answer.
         resample = torch.where(total > 0, residual / total, p[n_t])
         extra_t = torch.multinomial(torch.where(n_t == k, p[n_t], resample), 1, generator=generator)[0]
-    # float64 holds every token id exactly, and the float32 probabilities unchanged.
-    parts = [n_t.view(1), extra_t.view(1), p_d, q_d] + ([draws] if draws is not None else [])
-    host = torch.cat([t.to(torch.float64) for t in parts]).tolist()  # the round's one device-to-host copy
+    host = to_host([n_t, extra_t, p_d, q_d] + ([draws] if draws is not None else []))  # the round's one copy
     n, extra = int(host[0]), int(host[1])
     p_h, q_h, u_h = host[2 : 2 + k], host[2 + k : 2 + 2 * k], host[2 + 2 * k :]
     verdicts = tuple(PositionVerdict(i, drafted[i], p_h[i], q_h[i], u_h[i] if u_h and i <= n else None,
