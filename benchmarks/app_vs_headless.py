@@ -28,6 +28,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import random
 import statistics
 import subprocess
 import sys
@@ -159,6 +160,18 @@ def app_rates(mode: str, prompt_name: str, new_tokens: int, runs: int) -> list[f
     return rates
 
 
+def ratio_interval(headless: list[float], app: list[float], draws: int = 10_000) -> tuple[float, float]:
+    """A bootstrap 95 % interval for median(app) / median(headless).
+
+    Single runs on a shared machine vary by as much as the effect measured, so the ratio is given
+    with the spread that resampling the runs shows, not as a bare number.
+    """
+    rng = random.Random(0)
+    ratios = sorted(statistics.median(rng.choices(app, k=len(app))) /
+                    statistics.median(rng.choices(headless, k=len(headless))) for _ in range(draws))
+    return ratios[int(0.025 * draws)], ratios[int(0.975 * draws) - 1]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
@@ -185,11 +198,14 @@ def main() -> None:
         for _ in range(args.repeats):  # alternate, so a drift in machine speed hits both sides alike
             ours += [headless(lm, PROMPTS[name], config).tokens_per_s for _ in range(2)]
             app += app_rates(mode, name, args.new_tokens, 2)
-        row = {"headless_tok_s": statistics.median(ours), "app_tok_s": statistics.median(app)}
+        row: dict[str, Any] = {"headless_tok_s": statistics.median(ours), "app_tok_s": statistics.median(app)}
         row["ratio"] = row["app_tok_s"] / row["headless_tok_s"]
+        row["ratio_95ci"] = ratio_interval(ours, app)
+        row["headless_runs"], row["app_runs"] = sorted(ours), sorted(app)
         results["throughput"][f"{mode}/{name}"] = row
+        low, high = row["ratio_95ci"]
         print(f"{mode:>6} {name:>10}: headless {row['headless_tok_s']:6.2f} tok/s  app {row['app_tok_s']:6.2f} tok/s"
-              f"  ratio {row['ratio']:.3f}", flush=True)
+              f"  ratio {row['ratio']:.3f} (95% interval {low:.2f}-{high:.2f})", flush=True)
 
     config = DecodeConfig(max_new_tokens=2 * args.new_tokens)
     _, handler_s, round_trip_s = in_app(PROMPTS["open-ended"], config, press_every=0.15)
