@@ -117,6 +117,9 @@ class DecodeConfig:
     seed: int | None = None
     use_chat: bool = True
     top_n: int = 10  # candidates per stage in TokenSampled
+    # The fast path for decoding steps and verification: a static KV cache and compiled forward passes
+    # (see core/forward.py). Beam search always takes the plain path.
+    fast: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:

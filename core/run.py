@@ -64,6 +64,9 @@ class Run:
         self.seed = config.seed if config.seed is not None else random.SystemRandom().randrange(2**31)
         self.transcript = Transcript(config.mode, self.prompt_ids, Detokenizer(lm.tokenizer),
                                      lm.eos_token_ids, max_new)
+        if config.fast and config.mode == "beam":
+            self.notes.append("the fast path covers greedy, sampling and draft verification; beam search runs on "
+                              "the plain path")
 
     def params(self) -> dict[str, Any]:
         params = {
@@ -73,6 +76,7 @@ class Run:
             "chat": self.config.use_chat and self.lm.chat,
             "device": str(self.lm.device),
             "dtype": str(self.lm.dtype).removeprefix("torch."),
+            "fast": self.config.fast and self.config.mode != "beam",
             **self.config.sampling.to_dict(),
         }
         if self.config.mode == "beam":
@@ -113,6 +117,7 @@ class Run:
                 generator=generator,
                 label=label,
                 live=self.live,
+                fast=self.config.fast,
             )
             return
         yield from autoregressive(
@@ -124,6 +129,7 @@ class Run:
             label=label,
             top_n=self.config.top_n,
             live=self.live,
+            fast=self.config.fast,
         )
 
     def _drafter(self) -> Drafter:

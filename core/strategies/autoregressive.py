@@ -41,10 +41,12 @@ def autoregressive(
     label: Callable[[int], str] = str,
     top_n: int = 10,
     live: LiveParams | None = None,
+    fast: bool = False,
 ) -> Generator[Event, None, None]:
     """Yield ``TokenSampled`` and ``TokenEmitted`` per step, then ``Finished``.
 
     With ``live``, the sampling parameters are re-read at every step (a front end changed them mid-run).
+    ``fast``: a static cache and a compiled step (see :mod:`decode_tui.core.forward`); the same tokens.
     """
     greedy_mode = greedy
     greedy = greedy_mode or params.greedy
@@ -56,7 +58,7 @@ def autoregressive(
     ids = torch.empty((1, prompt_len + transcript.max_new_tokens), dtype=torch.long, device=device)  # [1, T+N]
     ids[0, :prompt_len] = torch.tensor(transcript.prompt_ids, device=device)
 
-    cache = new_cache(model)
+    cache = new_cache(model, fast=fast, max_len=ids.shape[1])
     logits = forward(model, ids[:, :prompt_len], cache)[:, -1]  # [1, V] prefill
     transcript.target_forwards += 1
     length = prompt_len

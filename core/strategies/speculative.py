@@ -188,11 +188,14 @@ def speculative(
     generator: torch.Generator | None = None,
     label: Callable[[int], str] = str,
     live: LiveParams | None = None,
+    fast: bool = False,
 ) -> Generator[Event, None, None]:
     """Yield draft/verify events and the emitted tokens, then ``Finished`` with the draft statistics.
 
     With ``live``, the sampling stages, the draft length and the drafter's own settings are re-read
-    before every round (a front end changed them mid-run).
+    before every round (a front end changed them mid-run). ``fast``: the target runs on a static cache
+    with compiled passes (see :mod:`decode_tui.core.forward`), and every verification is padded to the
+    longest draft, so one compiled graph serves every round whatever the drafter proposed.
     """
     greedy_verify = greedy
     greedy = greedy_verify or sampling.greedy
@@ -205,7 +208,9 @@ def speculative(
     V = vocab_size
 
     context = list(transcript.prompt_ids)
-    cache = new_cache(model, rollback=True)
+    # Room for the prompt, every new token and a padded verification past the last of them.
+    max_len = len(context) + transcript.max_new_tokens + num_draft_tokens + 1
+    cache = new_cache(model, rollback=True, fast=fast, max_len=max_len)
     logits = forward(model, torch.tensor([context], device=device), cache)[0, :, :V]  # [1, V]
     transcript.target_forwards += 1
     first = _pick(_distributions(processors, context, [], logits), 0, greedy, generator)
@@ -240,8 +245,16 @@ def speculative(
         started = time.perf_counter()
         confirmed = len(context) - 1  # what the caches hold between rounds: everything but the pending token
         try:
-            feed = torch.tensor([[context[-1], *drafted]], device=device)  # [1, k+1]
-            logits = forward(model, feed, cache, keep=len(drafted) + 1)[0, :, :V]  # [k+1, V]
+            # Fast path: padded to W = num_draft_tokens + 1 with copies of the pending token. The pads
+            # come after the real positions, which attend only to what precedes them; the rollback in
+            # `finally` forgets the pads with the rejected drafts. (Unpadded if a draft length raised
+            # mid-run would overrun the static cache: the real positions always fit.)
+            width = len(drafted) + 1
+            if fast and confirmed + num_draft_tokens + 1 <= max_len:
+                width = max(width, num_draft_tokens + 1)
+            feed = torch.tensor([[context[-1], *drafted] + [context[-1]] * (width - len(drafted) - 1)],
+                                device=device)  # [1, W]
+            logits = forward(model, feed, cache, keep=width)[0, : len(drafted) + 1, :V]  # [k+1, V]
             transcript.target_forwards += 1
             p = _distributions(processors, context, drafted, logits)  # [k+1, V]
             n, extra, kind, verdicts = _verify(p, draft.q, drafted, greedy, generator)
