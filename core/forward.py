@@ -41,11 +41,10 @@ class StaticKV(Cache):
     layers have no ``crop``, hence :func:`rollback` does this by hand.
     """
 
-    def __init__(self, model: PreTrainedModel, max_len: int, compiled: bool) -> None:
+    def __init__(self, model: PreTrainedModel, max_len: int) -> None:
         config = model.config.get_text_config(decoder=True)
         super().__init__(layers=[StaticLayer(max_cache_len=max_len) for _ in range(config.num_hidden_layers)])
         self.max_len = max_len
-        self.compiled = compiled
         self.prefilled = False  # the first pass (the prompt) is never compiled
 
 
@@ -63,7 +62,7 @@ def new_cache(model: PreTrainedModel, rollback: bool = False, *, fast: bool = Fa
             raise ValueError("a static cache needs max_len: the prompt, the new tokens and the longest draft")
         # Rounded up to a power of two: the compiled graphs are specialised to the cache's shape, so
         # runs of similar length (another prompt, a restart) reuse them instead of compiling again.
-        return StaticKV(model, max(256, 1 << (max_len - 1).bit_length()), compiled=True)
+        return StaticKV(model, max(256, 1 << (max_len - 1).bit_length()))
     cache = DynamicCache(config=model.config)
     if rollback:
         cache.activate_past_recording()
@@ -112,7 +111,7 @@ def forward(
     """
     call: Any = model
     if isinstance(cache, StaticKV):
-        if cache.prefilled and cache.compiled and input_ids.shape[1] <= COMPILED_UP_TO:
+        if cache.prefilled and input_ids.shape[1] <= COMPILED_UP_TO:
             call = _compiled(model)
             # A slice keeps its buffer's strides, which the graph is guarded on: one graph per buffer.
             input_ids = input_ids.clone(memory_format=torch.contiguous_format)

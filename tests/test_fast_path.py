@@ -117,14 +117,13 @@ def test_verification_on_a_static_cache_equals_the_plain_path(byte_bpe: Any, eag
 
 
 @pytest.mark.parametrize("sliding", [False, True], ids=["llama", "phi3-window-8"])
-def test_a_rolled_back_static_cache_gives_a_fresh_prefills_logits(sliding: bool) -> None:
+def test_a_rolled_back_static_cache_gives_a_fresh_prefills_logits(eager: None, sliding: bool) -> None:
     model = sliding_phi3(0) if sliding else tiny_model("llama", vocab_size=V, seed=0)
     context, rejected, nxt = torch.randint(1, V, (1, 20)), torch.randint(1, V, (1, 7)), torch.randint(1, V, (1, 3))
     with torch.inference_mode():
         cache = new_cache(model, rollback=True, fast=True, max_len=40)
         assert isinstance(cache, StaticKV)
         assert cache.max_len == 256, "rounded up, so runs of similar length share graphs"
-        cache.compiled = False
         forward(model, context, cache)
         forward(model, rejected, cache, keep=7)  # written, then forgotten
         rollback(cache, 20)
