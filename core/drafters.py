@@ -121,19 +121,28 @@ class ModelDrafter:
         # likely rejected, and what follows it is wasted work (transformers' assistant_confidence_threshold).
         self.confidence_threshold = confidence_threshold
         self.cache = new_cache(model, rollback=True)
-        self.seen = 0  # context tokens in the cache
+        self.cached: list[int] = []  # the tokens whose keys and values the cache holds, in order
 
     def propose(self, context: list[int], k: int, processors: list[tuple[Stage, LogitsProcessor]], greedy: bool,
                 generator: torch.Generator | None) -> Draft:
         if k < 1:
             return Draft([])
         device = self.model.device
+        # Reuse the cache as far as it agrees with the context, at least one token short of it (the last
+        # one must be fed to get logits). Checked rather than assumed: the same drafter may serve a new
+        # run (a restart, another prompt), whose context shares little or nothing with the last one.
+        same = 0
+        for a, b in zip(self.cached, context[:-1], strict=False):
+            if a != b:
+                break
+            same += 1
+        rollback(self.cache, same)
         ids = torch.tensor([context], device=device)  # [1, T]
         tokens: list[int] = []
         q_probs: list[float] = []
         qs = []
-        logits = forward(self.model, ids[:, self.seen :], self.cache)[:, -1, : self.vocab_size]  # [1, V]
-        self.seen = len(context)
+        logits = forward(self.model, ids[:, same:], self.cache)[:, -1, : self.vocab_size]  # [1, V]
+        self.cached = list(context)
         forwards = 1
         for i in range(k):
             q = torch.softmax(processed(processors, ids, logits), dim=-1)  # [1, V]
@@ -147,14 +156,14 @@ class ModelDrafter:
                 break
             if i + 1 < k:
                 logits = forward(self.model, token.view(1, 1), self.cache)[:, -1, : self.vocab_size]
-                self.seen += 1
+                self.cached.append(tokens[-1])
                 forwards += 1
         return Draft(tokens, torch.stack(qs), q_probs=tuple(q_probs), forwards=forwards)
 
     def rollback(self, confirmed: int) -> None:
-        if self.seen > confirmed:
+        if len(self.cached) > confirmed:
             rollback(self.cache, confirmed)
-            self.seen = confirmed
+            del self.cached[confirmed:]
 
     def tune(self, params: DraftParams) -> None:
         pass  # the draft length is the verifier's to choose; the model has no other setting

@@ -75,6 +75,21 @@ def test_greedy_speculative_and_lookup_equal_plain_greedy(byte_bpe: Any, seed: i
                     assert result.accepted == result.drafted, "a model drafting for itself is always right"
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_one_model_drafter_serves_run_after_run(byte_bpe: Any, seed: int) -> None:
+    """A drafter kept across runs (a restart, a new prompt) reuses only the cache it can trust."""
+    model = tiny_model(ARCHS[seed % 4], vocab_size=V, seed=seed)
+    drafter = ModelDrafter(tiny_model("llama", vocab_size=V, seed=seed + 1000), V)
+    first, other = repetitive_prompt(seed, 9), repetitive_prompt(seed + 50, 5)
+    for prompt, k in ((first, 4), (other, 1), (first, 8), (first[:6], 4), (first, 4)):
+        expected = greedy(model, byte_bpe, prompt, 20).token_ids
+        fresh = run(model, byte_bpe, ModelDrafter(drafter.model, V), prompt, 20, k=k)[-1]
+        reused = run(model, byte_bpe, drafter, prompt, 20, k=k)[-1]
+        assert isinstance(fresh, Finished) and isinstance(reused, Finished)
+        assert reused.token_ids == fresh.token_ids == expected
+        assert (reused.drafted, reused.accepted) == (fresh.drafted, fresh.accepted)
+
+
 @pytest.mark.parametrize("eos_index", range(1, 8))
 def test_an_eos_inside_an_accepted_block_or_as_the_bonus_ends_the_run_there(byte_bpe: Any, eos_index: int) -> None:
     model = tiny_model("llama", vocab_size=V, seed=7)
