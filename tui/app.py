@@ -48,6 +48,7 @@ from ..core.events import (
 )
 from ..core.live import LiveParams
 from .commands import DecodeCommands
+from .pacing import PaintPacer
 from .pump import EventPump, EventSource, Failed, Notice, StepTracker
 from .screens.help import HelpScreen
 from .screens.model_picker import ModelPicker
@@ -68,7 +69,7 @@ from .widgets.token_inspector import TokenInspector
 from .widgets.too_small import MIN_HEIGHT, MIN_WIDTH, TooSmall
 
 DRAIN_HZ = 30
-PAINT_HZ = 8
+PAINT_HZ = 8  # at most; the pacer slows painting where paints are dear (tui/pacing.py)
 
 
 @dataclass
@@ -137,6 +138,7 @@ class DecodeApp(App[int]):
             self.register_theme(spec.theme)
         self.theme = initial_theme(theme) if initial_theme(theme) in self.theme_specs else "decode-dark"
         self.pump: EventPump | None = None
+        self.pacer = PaintPacer(max_hz=PAINT_HZ)
         self.stats_bar: StatsBar | None = None  # set on mount
         self.live = LiveParams(settings.config.sampling, settings.config.draft)
         self.error: str | None = None
@@ -212,7 +214,7 @@ class DecodeApp(App[int]):
         self.verdict_at: dict[int, PositionVerdict] = {}
         self.finished: Finished | None = None
         self.pending = Pending()
-        self.painted_at = 0.0
+        self.paint_at_once = True  # a new run's first events are shown as soon as they come
 
     def start_run(self) -> None:
         previous = self.pump
@@ -254,10 +256,10 @@ class DecodeApp(App[int]):
         """Take everything the decoder produced since the last tick; paint when a paint is due.
 
         Events are read at DRAIN_HZ, so the queue never grows and pauses land at once, but the widgets
-        are painted together, in one batch, at most PAINT_HZ times a second while a run streams (and at
-        once on any change of state). Every paint holds the interpreter lock for several milliseconds, and
-        the decoder thread needs that lock between torch ops: painting at 30 Hz on two cores cost a
-        third of the decoding speed (BENCHMARKS.md).
+        are painted together, in one batch, at most PAINT_HZ times a second while a run streams, as
+        the pacer allows (and at once on any change of state). Every paint holds the interpreter lock for
+        several milliseconds, and the decoder thread needs that lock between torch ops: painting at 30 Hz
+        on two cores cost a third of the decoding speed (BENCHMARKS.md).
         """
         stats = self.stats_bar  # not queried: a DOM query per tick was a tenth of the UI thread's time
         if self.pump is None or stats is None or not stats.is_attached:  # not mounted yet, or shutting down
@@ -265,7 +267,7 @@ class DecodeApp(App[int]):
         batch = self.pump.drain()
         now = time.monotonic()
         pending = self.pending
-        urgent = self.pump.paused or self.pump.finished.is_set()
+        urgent = self.pump.paused or self.pump.finished.is_set() or self.paint_at_once
         for event in batch:
             if not isinstance(event, Notice | Failed):
                 self.trace.append((now - self.run_t0, event))
@@ -338,9 +340,10 @@ class DecodeApp(App[int]):
         if stats.state == "running":
             stats.elapsed_s = now - self.run_t0
         news = bool(batch or pending.pieces or pending.steps or pending.rounds or pending.caption)
-        due = now - self.painted_at >= 1 / PAINT_HZ
+        due = self.pacer.due(now)
         if (urgent and batch) or (due and (news or stats.state == "running")):
-            self.painted_at = now
+            self.pacer.painted(now)
+            self.paint_at_once = False
             self.pending = Pending()
             with self.batch_update():
                 self._paint(pending, stats)
