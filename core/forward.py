@@ -130,4 +130,30 @@ def to_host(tensors: list[torch.Tensor]) -> list[float]:
     and shows on the device and copies it once. float64 holds every token id and count exactly and
     the float32 probabilities and scores unchanged.
     """
-    return torch.cat([t.reshape(-1).to(torch.float64) for t in tensors]).tolist()
+    return HostCopy(tensors).wait()
+
+
+class HostCopy:
+    """:func:`to_host` in two halves: the copy is queued now, and :meth:`wait` waits for it alone.
+
+    On CUDA the copy goes to pinned memory without blocking, and an event marks its end. Work queued
+    on the device after it (the next step's forward pass) then runs while the host waits for this
+    copy and reports the step: the device is not left idle while Python turns a step into events.
+    On a CPU it is the plain copy; there is nothing to overlap.
+    """
+
+    def __init__(self, tensors: list[torch.Tensor]) -> None:
+        packed = torch.cat([t.reshape(-1).to(torch.float64) for t in tensors])
+        self.event: torch.cuda.Event | None = None
+        if packed.device.type == "cuda":
+            self.host = packed.to("cpu", non_blocking=True)  # into pinned memory from torch's host cache
+            self.event = torch.cuda.Event()  # type: ignore[no-untyped-call]
+            self.event.record()
+        else:
+            self.host = packed
+
+    def wait(self) -> list[float]:
+        if self.event is not None:
+            self.event.synchronize()
+        values: list[float] = self.host.tolist()
+        return values

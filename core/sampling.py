@@ -26,7 +26,7 @@ from transformers.generation.logits_process import (
 )
 
 from .events import Stage
-from .forward import to_host
+from .forward import HostCopy
 from .params import SamplingParams
 
 
@@ -87,6 +87,7 @@ class Draw:
     stages: tuple[Stage, ...]
     top_ids: list[list[int]]  # [S][N]
     top_probs: list[list[float]]  # [S][N]
+    token: torch.Tensor  # [1] the same token, left on the device: feeding it back to the model needs no copy
 
 
 def draw(
@@ -100,6 +101,40 @@ def draw(
     Greedy takes the argmax; sampling draws with ``torch.multinomial`` from the
     softmax, as ``generate`` does, so the same seed gives the same tokens.
     """
+    return draw_later(staged, greedy, generator, top_n).wait()
+
+
+class PendingDraw:
+    """A pick made on the device whose host copy is under way: ``token`` can be fed to the model now."""
+
+    def __init__(self, token: torch.Tensor, stages: tuple[Stage, ...], n: int, copy: HostCopy) -> None:
+        self.token = token  # [1]
+        self.stages = stages
+        self.n = n
+        self.copy = copy
+
+    def wait(self) -> Draw:
+        packed = self.copy.wait()
+        s, n = len(self.stages), self.n
+        ids_flat = packed[2 : 2 + s * n]
+        probs_flat = packed[2 + s * n :]
+        return Draw(
+            token_id=int(packed[0]),
+            prob=float(packed[1]),
+            stages=self.stages,
+            top_ids=[[int(x) for x in ids_flat[i * n : (i + 1) * n]] for i in range(s)],
+            top_probs=[probs_flat[i * n : (i + 1) * n] for i in range(s)],
+            token=self.token,
+        )
+
+
+def draw_later(
+    staged: list[tuple[Stage, torch.Tensor]],
+    greedy: bool,
+    generator: torch.Generator | None,
+    top_n: int,
+) -> PendingDraw:
+    """:func:`draw` with the host copy queued but not waited for (see :class:`~decode_tui.core.forward.HostCopy`)."""
     final = staged[-1][1]  # [1, V]
     probs = torch.stack([torch.softmax(s[0], dim=-1) for _, s in staged])  # [S, V]
     if greedy:
@@ -110,14 +145,5 @@ def draw(
     top_probs, top_ids = torch.topk(probs, n, dim=-1)  # [S, N]
     chosen_prob = probs[-1].gather(0, token)  # [1]
     # One device-to-host copy per step: token, its probability and the candidates together.
-    packed = to_host([token, chosen_prob, top_ids, top_probs])
-    s = probs.shape[0]
-    ids_flat = packed[2 : 2 + s * n]
-    probs_flat = packed[2 + s * n :]
-    return Draw(
-        token_id=int(packed[0]),
-        prob=float(packed[1]),
-        stages=tuple(stage for stage, _ in staged),
-        top_ids=[[int(x) for x in ids_flat[i * n : (i + 1) * n]] for i in range(s)],
-        top_probs=[probs_flat[i * n : (i + 1) * n] for i in range(s)],
-    )
+    copy = HostCopy([token, chosen_prob, top_ids, top_probs])
+    return PendingDraw(token, tuple(stage for stage, _ in staged), n, copy)

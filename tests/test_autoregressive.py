@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -145,6 +146,28 @@ def test_cancel_request_ends_the_run_at_the_next_step(byte_bpe: Any) -> None:
     finished = events[-1]
     assert isinstance(finished, Finished)
     assert finished.finish_reason == "cancelled" and finished.new_tokens == 5
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_running_one_forward_ahead_changes_nothing_a_consumer_sees(byte_bpe: Any, seed: int) -> None:
+    """The GPU's loop order (next pass queued before the step is read back), forced on the CPU."""
+    arch, prompt, max_new = case(seed)
+    model = tiny_model(arch, vocab_size=V, seed=seed)
+    params = [SamplingParams(), SamplingParams(temperature=0.8, top_k=20, repetition_penalty=1.2)][seed % 2]
+    eos = (seed * 31) % V  # some runs end at an EOS, where the pass queued ahead is discarded
+    streams = []
+    for ahead in (False, True):
+        transcript = Transcript("sample", prompt, Detokenizer(byte_bpe), frozenset({eos}), max_new)
+        gen = torch.Generator().manual_seed(seed)
+        events = []
+        for event in autoregressive(model, transcript, params, greedy=seed % 2 == 0, generator=gen,
+                                    run_ahead=ahead):
+            events.append(event)
+            if isinstance(event, TokenEmitted) and event.index == 6 and seed % 3 == 0:
+                transcript.request_cancel()
+        streams.append([dataclasses.replace(e, elapsed_s=0.0, tokens_per_s=0.0) if isinstance(e, Finished) else e
+                        for e in events])
+    assert streams[0] == streams[1]
 
 
 def loaded(model: Any, tokenizer: Any, eos: int) -> LoadedModel:
