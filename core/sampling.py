@@ -87,7 +87,6 @@ class Draw:
     stages: tuple[Stage, ...]
     top_ids: list[list[int]]  # [S][N]
     top_probs: list[list[float]]  # [S][N]
-    token: torch.Tensor  # [1] the same token, left on the device: feeding it back to the model needs no copy
 
 
 def draw(
@@ -124,7 +123,6 @@ class PendingDraw:
             stages=self.stages,
             top_ids=[[int(x) for x in ids_flat[i * n : (i + 1) * n]] for i in range(s)],
             top_probs=[probs_flat[i * n : (i + 1) * n] for i in range(s)],
-            token=self.token,
         )
 
 
