@@ -172,6 +172,21 @@ def ratio_interval(headless: list[float], app: list[float], draws: int = 10_000)
     return ratios[int(0.025 * draws)], ratios[int(0.975 * draws) - 1]
 
 
+def throughput(lm: LoadedModel, prompt_name: str, mode: str, new_tokens: int, repeats: int) -> dict[str, Any]:
+    """Headless and in-app tokens/s on one prompt, ``repeats`` alternating rounds of two runs a side."""
+    config = DecodeConfig(mode=mode, max_new_tokens=new_tokens)  # type: ignore[arg-type]
+    headless(lm, PROMPTS[prompt_name], config)  # warm-up
+    ours, app = [], []
+    for _ in range(repeats):  # alternate, so a drift in machine speed hits both sides alike
+        ours += [headless(lm, PROMPTS[prompt_name], config).tokens_per_s for _ in range(2)]
+        app += app_rates(mode, prompt_name, new_tokens, 2)
+    row: dict[str, Any] = {"headless_tok_s": statistics.median(ours), "app_tok_s": statistics.median(app)}
+    row["ratio"] = row["app_tok_s"] / row["headless_tok_s"]
+    row["ratio_95ci"] = ratio_interval(ours, app)
+    row["headless_runs"], row["app_runs"] = sorted(ours), sorted(app)
+    return row
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
@@ -192,16 +207,7 @@ def main() -> None:
                                "throughput": {}}
     cases = [] if args.latency_only else [(name, "greedy") for name in PROMPTS] + [("summarise", "pld")]
     for name, mode in cases:
-        config = DecodeConfig(mode=mode, max_new_tokens=args.new_tokens)  # type: ignore[arg-type]
-        headless(lm, PROMPTS[name], config)  # warm-up
-        ours, app = [], []
-        for _ in range(args.repeats):  # alternate, so a drift in machine speed hits both sides alike
-            ours += [headless(lm, PROMPTS[name], config).tokens_per_s for _ in range(2)]
-            app += app_rates(mode, name, args.new_tokens, 2)
-        row: dict[str, Any] = {"headless_tok_s": statistics.median(ours), "app_tok_s": statistics.median(app)}
-        row["ratio"] = row["app_tok_s"] / row["headless_tok_s"]
-        row["ratio_95ci"] = ratio_interval(ours, app)
-        row["headless_runs"], row["app_runs"] = sorted(ours), sorted(app)
+        row = throughput(lm, name, mode, args.new_tokens, args.repeats)
         results["throughput"][f"{mode}/{name}"] = row
         low, high = row["ratio_95ci"]
         print(f"{mode:>6} {name:>10}: headless {row['headless_tok_s']:6.2f} tok/s  app {row['app_tok_s']:6.2f} tok/s"

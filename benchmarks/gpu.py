@@ -313,16 +313,7 @@ def main() -> None:
             lm = dataclasses.replace(smol, eos_token_ids=frozenset())
             rows: dict[str, Any] = {}
             for mode in ("greedy", "pld"):
-                config = DecodeConfig(mode=mode, max_new_tokens=128)
-                app_vs_headless.headless(lm, PROMPTS["summarise"], config)
-                mine, app = [], []
-                for _ in range(args.repeats):
-                    mine += [app_vs_headless.headless(lm, PROMPTS["summarise"], config).tokens_per_s
-                             for _ in range(2)]
-                    app += app_vs_headless.app_rates(mode, "summarise", 128, 2)
-                rows[mode] = {"headless_tok_s": statistics.median(mine), "app_tok_s": statistics.median(app),
-                              "ratio": statistics.median(app) / statistics.median(mine),
-                              "ratio_95ci": app_vs_headless.ratio_interval(mine, app)}
+                rows[mode] = app_vs_headless.throughput(lm, "summarise", mode, 128, args.repeats)
                 print(f"app {mode}: headless {rows[mode]['headless_tok_s']:.1f} tok/s, app "
                       f"{rows[mode]['app_tok_s']:.1f}, ratio {rows[mode]['ratio']:.3f}", flush=True)
             results["app"] = rows
