@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rich._wrap import words
 from rich.console import Console
 from rich.text import Text
 
-from decode_tui.tui.widgets.text_pane import rewrap, wrap_from
+from decode_tui.tui.widgets.text_pane import _last_word_start, rewrap, tail, wrap_from
 
 # Token-like pieces: letters, spaces, newlines, wide and accented characters, words longer than a line.
 PIECES = st.lists(st.one_of(st.text(alphabet="ab \n日é", max_size=6), st.sampled_from(["xyzzy", "loooooooooong"])),
@@ -20,6 +21,24 @@ def test_wrap_from_the_start_is_rich_s_own_wrap(pieces: list[str], width: int) -
     lines, starts = wrap_from(text, 0, width)
     assert [line.plain for line in lines] == [line.plain for line in text.wrap(Console(), width)]
     assert starts == sorted(starts) and (not starts or starts[0] == 0)
+
+
+@given(pieces=PIECES, data=st.data())
+def test_the_tail_of_the_pane_s_text_is_rich_s_slice(pieces: list[str], data: st.DataObject) -> None:
+    text = Text(justify="left")
+    for i, piece in enumerate(pieces):
+        text.append(piece, style=("bold", "italic", None)[i % 3])
+    start = data.draw(st.integers(0, len(text)))
+    expected, got = text[start:], tail(text, start)
+    assert (got.plain, got.spans, got.justify) == (expected.plain, expected.spans, expected.justify)
+
+
+@given(plain=st.text(alphabet="ab \n\t日é\u3000", max_size=30), data=st.data())
+def test_the_last_word_starts_where_rich_s_words_say(plain: str, data: st.DataObject) -> None:
+    end = data.draw(st.integers(0, len(plain)))
+    paragraph = plain.rfind("\n", 0, end) + 1
+    starts = [start for start, _, _ in words(plain[paragraph:end])]
+    assert _last_word_start(plain, end) == paragraph + (starts[-1] if starts else 0)
 
 
 @settings(max_examples=300)
