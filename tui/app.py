@@ -80,8 +80,19 @@ class Pending:
     steps: list[BeamStepped] = field(default_factory=list)
     rounds: list[Round] = field(default_factory=list)
     sampled: TokenSampled | None = None
-    caption: str | None = None
+    caption: str | None = None  # a draft round's caption, written when its tokens are in
+    captioned: Event | None = None  # or the newest event with a caption, written only if it is shown
     lookup_changed: bool = False
+
+    def say(self, text: str | None) -> None:
+        self.caption, self.captioned = text, None
+
+    def caption_later(self, event: Event) -> None:
+        # A batch holds a step's event per token; only the newest one's caption is ever seen.
+        self.caption, self.captioned = None, event
+
+    def caption_text(self) -> str | None:
+        return caption(self.captioned) if self.captioned is not None else self.caption
 
 
 SourceFactory = Callable[[Settings, LiveParams], EventSource]
@@ -282,7 +293,7 @@ class DecodeApp(App[int]):
                         proposed, verified = self.open_round
                         extra = event.text if event.token_id == verified.extra_token_id else ""
                         pending.rounds.append(Round(proposed, verified, extra))
-                        pending.caption = caption(verified, proposed, extra)
+                        pending.say(caption(verified, proposed, extra))
                         self.open_round = None
                 elif self.settings.mode in ("speculative", "pld") and event.index > 0:
                     stats.forwards += 1  # a plain step between rounds (no draft this time)
@@ -333,13 +344,11 @@ class DecodeApp(App[int]):
                 self.error = event.message
                 stats.state = "error"
                 self.say(event.message, severity="error")
-            if not isinstance(event, DraftVerified):  # a round is captioned once its tokens are in (above)
-                text = caption(event)
-                if text is not None:
-                    pending.caption = text
+            if isinstance(event, TokenSampled | BeamStepped | Finished):  # a round's caption is written above
+                pending.caption_later(event)
         if stats.state == "running":
             stats.elapsed_s = now - self.run_t0
-        news = bool(batch or pending.pieces or pending.steps or pending.rounds or pending.caption)
+        news = bool(batch or pending.pieces or pending.steps or pending.rounds or pending.caption or pending.captioned)
         due = self.pacer.due(now)
         if (urgent and batch) or (due and (news or stats.state == "running")):
             self.pacer.painted(now)
@@ -363,8 +372,9 @@ class DecodeApp(App[int]):
             if pending.lookup_changed:
                 last = pending.rounds[-1]
                 lookup.show(last.proposed, last.verified.accepted)
-        if pending.caption is not None:
-            self.query_one(Caption).say(pending.caption)
+        text = pending.caption_text()
+        if text is not None:
+            self.query_one(Caption).say(text)
         stats.refresh_stats()
         self._refresh_header()
 
