@@ -53,9 +53,9 @@ class LivePanel(Widget):
             return
         old, new = self._strips, self.render_strips(width, height)
         self._strips = new
-        for y in range(max(len(old), len(new))):
-            if y >= len(old) or y >= len(new) or old[y] != new[y]:
-                self.refresh(Region(0, y, width, 1))
+        changed = [y for y in range(max(len(old), len(new))) if y >= len(old) or y >= len(new) or old[y] != new[y]]
+        if changed:  # one region from the first changed line to the last: a refresh per line cost more
+            self.refresh(Region(0, changed[0], width, changed[-1] - changed[0] + 1))
 
     def render_strips(self, width: int, height: int) -> list[Strip]:
         """The lines a content area of this size shows: the content's top, cut at the bottom.

@@ -67,8 +67,9 @@ def wrap_from(text: Text, start: int, width: int) -> tuple[list[Text], list[int]
     """Word-wrap ``text[start:]`` (``start`` a line start) as ``Text.wrap`` does, with each line's offset.
 
     Written out because Rich's ``Text.wrap`` wraps a whole text and does not say where each line
-    starts, which incremental wrapping needs. ``text`` is the pane's (see :func:`tail`). The steps are Rich's own: split at newlines,
+    starts, which incremental wrapping needs. The steps are Rich's own: split at newlines,
     ``divide_line`` each paragraph (folding words longer than a line), trim what overhangs.
+    ``text`` is built as the pane builds its own (see :func:`tail`).
     """
     lines: list[Text] = []
     starts: list[int] = []
