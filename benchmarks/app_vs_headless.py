@@ -33,13 +33,14 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from textual import events
 
 from decode_tui.core.embedded import pull
-from decode_tui.core.events import Finished
+from decode_tui.core.events import Event, Finished
 from decode_tui.core.live import LiveParams
 from decode_tui.core.loading import LoadedModel, load_model
 from decode_tui.core.params import DecodeConfig
@@ -56,9 +57,35 @@ from decode_vs_hf import PROMPTS, machine
 SIZE = (120, 36)
 
 
-def headless(lm: LoadedModel, prompt: str, config: DecodeConfig) -> Finished:
+@dataclasses.dataclass
+class DecoderClock:
+    """The decoding thread's own CPU time against the wall clock, from a run's first event to its last.
+
+    Where the app is slower, this says why: a decoder whose CPU time per token is unchanged but whose
+    wall time grew was waiting (for the interpreter lock, mostly); one whose CPU time grew did more
+    work (garbage collection over the UI's objects, a colder cache).
+    """
+
+    cpu_s: float = 0.0
+    wall_s: float = 0.0
+
+    def watch(self, events: Iterator[Event]) -> Iterator[Event]:
+        cpu, wall = time.thread_time(), time.perf_counter()
+        try:
+            yield from events
+        finally:
+            self.cpu_s, self.wall_s = time.thread_time() - cpu, time.perf_counter() - wall
+
+    @property
+    def waiting(self) -> float:
+        """The share of the run's wall time the decoding thread was not running."""
+        return 1 - self.cpu_s / self.wall_s if self.wall_s else 0.0
+
+
+def headless(lm: LoadedModel, prompt: str, config: DecodeConfig, clock: DecoderClock | None = None) -> Finished:
     final = None
-    for event in Run(lm, prompt, config).events():
+    events = Run(lm, prompt, config).events()
+    for event in (clock or DecoderClock()).watch(events):  # watched on both sides alike
         final = event
     assert isinstance(final, Finished)
     return final
@@ -67,26 +94,68 @@ def headless(lm: LoadedModel, prompt: str, config: DecodeConfig) -> Finished:
 _LOADED: list[LoadedModel] = []
 
 
-def _model_in_this_thread() -> LoadedModel:
-    """The embedded model with EOS disabled, loaded on first use by the calling (decoder) thread."""
+def python_bound(lm: LoadedModel) -> LoadedModel:
+    """A CPU stand-in for decoding on a GPU: SmolLM2's tokenizer and depth, random weights 64 wide, one thread.
+
+    On a GPU the plain step's time is the Python that launches the kernels, not the arithmetic, so the
+    decoder thread holds the interpreter lock nearly all the time and whatever the UI thread does with
+    the lock comes out of decoding. A model this narrow makes the same true on the CPU: its 30 layers
+    cost a few microseconds of arithmetic each, and one torch thread leaves the other core to the UI, as
+    a GPU machine's spare cores do.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    torch.set_num_threads(1)
+    config = AutoConfig.for_model("llama", vocab_size=lm.model.config.vocab_size, hidden_size=64,
+                                  intermediate_size=128, num_hidden_layers=lm.model.config.num_hidden_layers,
+                                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8192,
+                                  tie_word_embeddings=True)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    return dataclasses.replace(lm, model=model, device=torch.device("cpu"), dtype=torch.float32)
+
+
+PROXY: dict[str, Callable[[LoadedModel], LoadedModel]] = {"none": lambda lm: lm, "python-bound": python_bound}
+
+
+def embedded(proxy: str = "none") -> LoadedModel:
+    """The embedded model (or its stand-in) with EOS disabled, so both sides decode the same number of tokens."""
+    lm = load_model(resolve("smollm2"), device="cpu" if proxy != "none" else "auto", dtype="auto")
+    return dataclasses.replace(PROXY[proxy](lm), eos_token_ids=frozenset())
+
+
+def _model_in_this_thread(proxy: str = "none") -> LoadedModel:
+    """The model, loaded on first use by the calling (decoder) thread."""
     if not _LOADED:
-        lm = load_model(resolve("smollm2"), device="auto", dtype="auto")
-        _LOADED.append(dataclasses.replace(lm, eos_token_ids=frozenset()))
+        _LOADED.append(embedded(proxy))
     return _LOADED[0]
 
 
-def in_app(prompt: str, config: DecodeConfig, runs: int = 1, press_every: float | None = None
-           ) -> tuple[list[Finished], list[float], list[float]]:
+@dataclasses.dataclass
+class AppRun:
+    """A timed run in the app: its result and where the time went."""
+
+    finished: Finished
+    decoder_waiting: float  # see DecoderClock.waiting
+    ui_cpu: float  # the UI thread's CPU time over the run's wall time
+    paint_hz: float  # how often the pacer let the app paint, at the run's end
+
+
+def in_app(prompt: str, config: DecodeConfig, runs: int = 1, press_every: float | None = None, proxy: str = "none"
+           ) -> tuple[list[AppRun], list[float], list[float]]:
     """``runs`` runs in one app, each started with the restart key's action after a first, untimed run.
 
     The first run starts while the app is still mounting (styles, layout, the first full paint) and
     its model may still be warming up; a user sees that once per session, so it is not timed. The
-    timed runs are what ``r`` gives. Returns their results and, when pressing keys, the handler and
-    round-trip latencies.
+    timed runs are what ``r`` gives. Returns them and, when pressing keys, the handler and round-trip
+    latencies.
     """
+    clock = DecoderClock()
 
     def source(settings: Settings, live: LiveParams) -> EventSource:
-        return lambda: Run(_model_in_this_thread(), settings.prompt, settings.config, live=live).events()
+        return lambda: clock.watch(Run(_model_in_this_thread(proxy), settings.prompt, settings.config,
+                                       live=live).events())
 
     app = DecodeApp(Settings(prompt=prompt, config=config), source)
     handled: list[float] = []
@@ -131,13 +200,18 @@ def in_app(prompt: str, config: DecodeConfig, runs: int = 1, press_every: float 
                 round_trip_s.append(paint - at)
         return app.finished
 
-    async def drive() -> list[Finished]:
+    async def drive() -> list[AppRun]:
         async with app.run_test(size=SIZE):
             await one_run(timed=False)  # the app mounts meanwhile
             results = []
             for _ in range(runs):
+                ui_cpu, wall = time.thread_time(), time.perf_counter()
                 app.action_restart()
-                results.append(await one_run())
+                finished = await one_run()
+                ui_cpu, wall = time.thread_time() - ui_cpu, time.perf_counter() - wall
+                assert app.pump is not None
+                app.pump.finished.wait()  # the clock is read when the decoder's generator closes
+                results.append(AppRun(finished, clock.waiting, ui_cpu / wall, app.pacer.hz))
             return results
 
     try:
@@ -146,18 +220,19 @@ def in_app(prompt: str, config: DecodeConfig, runs: int = 1, press_every: float 
         TextPane.render_line = pane_line  # type: ignore[method-assign]
 
 
-def app_child(mode: str, prompt_name: str, new_tokens: int, runs: int) -> None:
+def app_child(mode: str, prompt_name: str, new_tokens: int, runs: int, proxy: str) -> None:
     """In the child process: ``runs`` timed runs in one app; tokens/s as JSON on stdout."""
     config = DecodeConfig(mode=mode, max_new_tokens=new_tokens)  # type: ignore[arg-type]
-    results, _, _ = in_app(PROMPTS[prompt_name], config, runs=runs)
-    print(json.dumps([r.tokens_per_s for r in results]))
+    results, _, _ = in_app(PROMPTS[prompt_name], config, runs=runs, proxy=proxy)
+    print(json.dumps([{"tokens_per_s": r.finished.tokens_per_s, "decoder_waiting": r.decoder_waiting,
+                       "ui_cpu": r.ui_cpu, "paint_hz": r.paint_hz} for r in results]))
 
 
-def app_rates(mode: str, prompt_name: str, new_tokens: int, runs: int) -> list[float]:
-    done = subprocess.run([sys.executable, __file__, "--app-child", mode, prompt_name, str(new_tokens), str(runs)],
-                          capture_output=True, text=True, check=True)
-    rates: list[float] = json.loads(done.stdout.strip().splitlines()[-1])
-    return rates
+def app_rates(mode: str, prompt_name: str, new_tokens: int, runs: int, proxy: str = "none") -> list[dict[str, float]]:
+    done = subprocess.run([sys.executable, __file__, "--app-child", mode, prompt_name, str(new_tokens), str(runs),
+                           "--proxy", proxy], capture_output=True, text=True, check=True)
+    rows: list[dict[str, float]] = json.loads(done.stdout.strip().splitlines()[-1])
+    return rows
 
 
 def ratio_interval(headless: list[float], app: list[float], draws: int = 10_000) -> tuple[float, float]:
@@ -172,18 +247,29 @@ def ratio_interval(headless: list[float], app: list[float], draws: int = 10_000)
     return ratios[int(0.025 * draws)], ratios[int(0.975 * draws) - 1]
 
 
-def throughput(lm: LoadedModel, prompt_name: str, mode: str, new_tokens: int, repeats: int) -> dict[str, Any]:
+def throughput(lm: LoadedModel, prompt_name: str, mode: str, new_tokens: int, repeats: int, proxy: str = "none"
+               ) -> dict[str, Any]:
     """Headless and in-app tokens/s on one prompt, ``repeats`` alternating rounds of two runs a side."""
     config = DecodeConfig(mode=mode, max_new_tokens=new_tokens)  # type: ignore[arg-type]
     headless(lm, PROMPTS[prompt_name], config)  # warm-up
-    ours, app = [], []
+    ours: list[float] = []
+    waiting: list[float] = []
+    app_runs: list[dict[str, float]] = []
     for _ in range(repeats):  # alternate, so a drift in machine speed hits both sides alike
-        ours += [headless(lm, PROMPTS[prompt_name], config).tokens_per_s for _ in range(2)]
-        app += app_rates(mode, prompt_name, new_tokens, 2)
+        for _ in range(2):
+            clock = DecoderClock()
+            ours.append(headless(lm, PROMPTS[prompt_name], config, clock).tokens_per_s)
+            waiting.append(clock.waiting)
+        app_runs += app_rates(mode, prompt_name, new_tokens, 2, proxy)
+    app = [r["tokens_per_s"] for r in app_runs]
     row: dict[str, Any] = {"headless_tok_s": statistics.median(ours), "app_tok_s": statistics.median(app)}
     row["ratio"] = row["app_tok_s"] / row["headless_tok_s"]
     row["ratio_95ci"] = ratio_interval(ours, app)
     row["headless_runs"], row["app_runs"] = sorted(ours), sorted(app)
+    # Where the app's time went (medians): see DecoderClock and AppRun.
+    row["headless_decoder_waiting"] = statistics.median(waiting)
+    for key in ("decoder_waiting", "ui_cpu", "paint_hz"):
+        row[f"app_{key}"] = statistics.median(r[key] for r in app_runs)
     return row
 
 
@@ -193,28 +279,37 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--latency-only", action="store_true", help="skip the throughput comparison")
+    parser.add_argument("--proxy", choices=sorted(PROXY), default="none",
+                        help="python-bound: a narrow random model on one thread, standing in for a GPU's decoding")
+    parser.add_argument("--cases", help="comma-separated MODE/PROMPT rows to run (default: every row)")
     parser.add_argument("--app-child", nargs=4, metavar=("MODE", "PROMPT", "TOKENS", "RUNS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.app_child:
         mode, prompt_name, tokens, runs = args.app_child
-        app_child(mode, prompt_name, int(tokens), int(runs))
+        app_child(mode, prompt_name, int(tokens), int(runs), args.proxy)
         return
 
     pull("smollm2")
-    lm = load_model(resolve("smollm2"), device="auto", dtype="auto")
-    lm = dataclasses.replace(lm, eos_token_ids=frozenset())  # the same number of tokens on both sides
-    results: dict[str, Any] = {"machine": machine(), "device": str(lm.device), "new_tokens": args.new_tokens,
+    lm = embedded(args.proxy)
+    results: dict[str, Any] = {"machine": machine(), "device": str(lm.device), "proxy": args.proxy,
+                               "new_tokens": args.new_tokens,
                                "throughput": {}}
     cases = [] if args.latency_only else [(name, "greedy") for name in PROMPTS] + [("summarise", "pld")]
+    if args.cases:
+        wanted = [tuple(case.split("/")) for case in args.cases.split(",")]
+        cases = [(name, mode) for mode, name in wanted]
     for name, mode in cases:
-        row = throughput(lm, name, mode, args.new_tokens, args.repeats)
+        row = throughput(lm, name, mode, args.new_tokens, args.repeats, args.proxy)
         results["throughput"][f"{mode}/{name}"] = row
         low, high = row["ratio_95ci"]
         print(f"{mode:>6} {name:>10}: headless {row['headless_tok_s']:6.2f} tok/s  app {row['app_tok_s']:6.2f} tok/s"
-              f"  ratio {row['ratio']:.3f} (95% interval {low:.2f}-{high:.2f})", flush=True)
+              f"  ratio {row['ratio']:.3f} (95% interval {low:.2f}-{high:.2f}); decoder waiting "
+              f"{row['headless_decoder_waiting']:.1%} headless, {row['app_decoder_waiting']:.1%} in the app; "
+              f"UI thread {row['app_ui_cpu']:.1%} of a core, painting at {row['app_paint_hz']:.1f} Hz", flush=True)
 
     config = DecodeConfig(max_new_tokens=2 * args.new_tokens)
-    _, handler_s, round_trip_s = in_app(PROMPTS["open-ended"], config, press_every=0.15)
+    _LOADED.append(lm)  # the app below runs in this process, on the model already loaded
+    _, handler_s, round_trip_s = in_app(PROMPTS["open-ended"], config, press_every=0.15, proxy=args.proxy)
     handler_s.sort()
     round_trip_s.sort()
     latency = {"presses": len(handler_s), "handler_median_ms": 1000 * statistics.median(handler_s),
