@@ -7,6 +7,7 @@ down (``delay``) so a test can act while a run is in flight.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from typing import Literal
@@ -30,7 +31,7 @@ from decode_tui.core.events import (
     TokenSource,
 )
 from decode_tui.core.live import LiveParams
-from decode_tui.tui.pump import EventSource
+from decode_tui.tui.pump import EventSource, Notice
 from decode_tui.tui.settings import Settings
 
 WORDS = ["The", " quick", " brown", " fox", " jumps", " over", " the", " lazy", " dog", "."]
@@ -40,10 +41,12 @@ PROMPT_PIECES = ("Copy", ":", " the", " quick", " brown", " fox", " jumps", " ov
 class FakeDecoder:
     """``FakeDecoder(words, delay).source`` is a ``make_source`` for :class:`DecodeApp`."""
 
-    def __init__(self, words: list[str] | None = None, delay: float = 0.0, fail_with: Exception | None = None) -> None:
+    def __init__(self, words: list[str] | None = None, delay: float = 0.0, fail_with: Exception | None = None,
+                 loading: threading.Event | None = None) -> None:
         self.words = words or WORDS
         self.delay = delay
         self.fail_with = fail_with
+        self.loading = loading  # if given, every run "loads a model" (announces it, then waits) until it is set
         self.runs: list[Settings] = []  # the settings of every run started, in order
 
     def source(self, settings: Settings, live: LiveParams) -> EventSource:
@@ -52,6 +55,9 @@ class FakeDecoder:
 
     def _events(self, settings: Settings, live: LiveParams) -> Iterator[Event]:
         mode = settings.mode
+        if self.loading is not None:
+            yield Notice("loading", "loading fake…")
+            self.loading.wait(timeout=10)
         yield Started(mode=mode, model="fake", prompt_token_ids=tuple(range(len(PROMPT_PIECES))),
                       prompt_text=settings.prompt, params={"device": "cpu", "dtype": "float32"},
                       prompt_pieces=PROMPT_PIECES)

@@ -6,6 +6,7 @@ import asyncio
 import functools
 import io
 import json
+import threading
 import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -284,6 +285,36 @@ async def test_loading_a_missing_model_shows_why_and_keeps_the_current_one(tmp_p
         await pilot.press("r")
         await settle(pilot, app)
         assert app.is_running and len(fake.runs) == 2
+
+
+@in_event_loop
+async def test_help_themes_and_prompt_editing_work_while_the_model_loads() -> None:
+    loaded = threading.Event()
+    app, fake = make(fake=FakeDecoder(loading=loaded))
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause(0.2)
+            stats = app.query_one(StatsBar)
+            assert stats.state == "loading fake…" and text(app) == ""
+            await pilot.press("question_mark")
+            await pilot.pause(0.1)
+            assert isinstance(app.screen, HelpScreen)
+            await pilot.press("escape")
+            await pilot.press("c")
+            assert app.theme == "decode-presenter"
+            await pilot.press("e")
+            await pilot.pause(0.1)
+            app.screen.query_one(TextArea).text = "Tell me about foxes."
+            await pilot.press("ctrl+s")
+            await pilot.pause(0.1)
+            # Still "loading": the edited run waits for the load to end, and nothing is lost.
+            assert app.pump is not None and not app.pump.finished.is_set()
+            loaded.set()
+            await settle(pilot, app)
+            assert [run.prompt for run in fake.runs][-1] == "Tell me about foxes." and len(fake.runs) == 2
+            assert text(app) == "".join(WORDS) and stats.state == "finished"
+    finally:
+        loaded.set()  # a failed assertion must not leave the fake's thread waiting
 
 
 @in_event_loop
