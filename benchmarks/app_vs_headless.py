@@ -273,6 +273,15 @@ def throughput(lm: LoadedModel, prompt_name: str, mode: str, new_tokens: int, re
     return row
 
 
+def summary(row: dict[str, Any]) -> str:
+    """One throughput row in a line: the ratio with its interval, and where the app's time went."""
+    low, high = row["ratio_95ci"]
+    return (f"headless {row['headless_tok_s']:6.2f} tok/s  app {row['app_tok_s']:6.2f} tok/s  ratio "
+            f"{row['ratio']:.3f} (95% interval {low:.2f}-{high:.2f}); decoder waiting "
+            f"{row['headless_decoder_waiting']:.1%} headless, {row['app_decoder_waiting']:.1%} in the app; "
+            f"UI thread {row['app_ui_cpu']:.1%} of a core, painting at {row['app_paint_hz']:.1f} Hz")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
@@ -301,11 +310,7 @@ def main() -> None:
     for name, mode in cases:
         row = throughput(lm, name, mode, args.new_tokens, args.repeats, args.proxy)
         results["throughput"][f"{mode}/{name}"] = row
-        low, high = row["ratio_95ci"]
-        print(f"{mode:>6} {name:>10}: headless {row['headless_tok_s']:6.2f} tok/s  app {row['app_tok_s']:6.2f} tok/s"
-              f"  ratio {row['ratio']:.3f} (95% interval {low:.2f}-{high:.2f}); decoder waiting "
-              f"{row['headless_decoder_waiting']:.1%} headless, {row['app_decoder_waiting']:.1%} in the app; "
-              f"UI thread {row['app_ui_cpu']:.1%} of a core, painting at {row['app_paint_hz']:.1f} Hz", flush=True)
+        print(f"{mode:>6} {name:>10}: {summary(row)}", flush=True)
 
     config = DecodeConfig(max_new_tokens=2 * args.new_tokens)
     _LOADED.append(lm)  # the app below runs in this process, on the model already loaded

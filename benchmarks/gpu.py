@@ -314,11 +314,7 @@ def main() -> None:
             rows: dict[str, Any] = {}
             for mode in ("greedy", "pld"):
                 rows[mode] = app_vs_headless.throughput(lm, "summarise", mode, 128, args.repeats)
-                row = rows[mode]
-                print(f"app {mode}: headless {row['headless_tok_s']:.1f} tok/s, app {row['app_tok_s']:.1f}, ratio "
-                      f"{row['ratio']:.3f}; decoder waiting {row['headless_decoder_waiting']:.1%} headless, "
-                      f"{row['app_decoder_waiting']:.1%} in the app; UI thread {row['app_ui_cpu']:.1%}, "
-                      f"painting at {row['app_paint_hz']:.1f} Hz", flush=True)
+                print(f"app {mode}: {app_vs_headless.summary(rows[mode])}", flush=True)
             results["app"] = rows
     save()
 

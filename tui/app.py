@@ -55,7 +55,7 @@ from .screens.model_picker import ModelPicker
 from .screens.prompt_editor import PromptEditor
 from .settings import KNOBS, Settings, adjust, next_mode, with_mode
 from .sources import recorded, write_trace
-from .teaching import AutoPause, caption
+from .teaching import CAPTIONED_ALONE, AutoPause, caption
 from .themes import ThemeSpec, initial_theme, load_all
 from .widgets.beam_panel import BeamPanel
 from .widgets.candidates import CandidatesPanel
@@ -344,7 +344,7 @@ class DecodeApp(App[int]):
                 self.error = event.message
                 stats.state = "error"
                 self.say(event.message, severity="error")
-            if isinstance(event, TokenSampled | BeamStepped | Finished):  # a round's caption is written above
+            if isinstance(event, CAPTIONED_ALONE):  # a round's caption is written above
                 pending.caption_later(event)
         if stats.state == "running":
             stats.elapsed_s = now - self.run_t0

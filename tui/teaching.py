@@ -27,6 +27,10 @@ def ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
+# The events caption() describes on their own; a DraftVerified also needs its round's proposal and extra token.
+CAPTIONED_ALONE = (TokenSampled, BeamStepped, Finished)
+
+
 def caption(event: Event, proposed: DraftProposed | None = None, extra_text: str | None = None) -> str | None:
     """What ``event`` did, in one line; None for events that close no step.
 
