@@ -12,12 +12,25 @@ verification of up to :data:`COMPILED_UP_TO` tokens) through ``torch.compile``;
 on CUDA in ``reduce-overhead`` mode, which replays them as CUDA graphs. The
 prompt's prefill stays eager: its length differs every run and would compile
 a new graph each time.
+
+The default on CUDA (``graphs=True``) keeps the static cache but compiles
+nothing: each short forward pass of the *eager* model is captured once as a
+``torch.cuda.CUDAGraph`` and replayed, the way vLLM's model runner and
+llama.cpp do. A capture takes tens of milliseconds where compiling takes tens
+of seconds, and removes the same cost: the Python and the kernel launches of
+a few hundred modules per step. No library offers this for a transformers
+model on a cache that must roll back (transformers' own static-cache path
+goes through ``torch.compile``), hence :class:`_Captured`, written by hand.
+Static caches, and the graphs captured on them, are pooled per model and
+reused by the next run of similar length, so a graph is captured once per
+model and cache size, usually during the warm-up that follows loading.
 """
 
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from transformers import DynamicCache
@@ -27,6 +40,10 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 COMPILED_UP_TO = 17  # the longest input the fast path compiles: a verification of 16 drafts plus the pending token
+GRAPH_DEVICES = frozenset({"cuda"})  # where the default path captures CUDA graphs; elsewhere it is the plain path
+CAPTURED_UP_TO = COMPILED_UP_TO  # the longest input replayed as a graph; a longer one runs eagerly
+
+StaticPath = Literal["graphs", "compiled"]
 
 
 class StaticKV(Cache):
@@ -41,36 +58,80 @@ class StaticKV(Cache):
     layers have no ``crop``, hence :func:`rollback` does this by hand.
     """
 
-    def __init__(self, model: PreTrainedModel, max_len: int) -> None:
+    def __init__(self, model: PreTrainedModel, max_len: int, path: StaticPath = "compiled") -> None:
         config = model.config.get_text_config(decoder=True)
         super().__init__(layers=[StaticLayer(max_cache_len=max_len) for _ in range(config.num_hidden_layers)])
         self.max_len = max_len
-        self.prefilled = False  # the first pass (the prompt) is never compiled
+        self.path = path  # how its short passes run: replayed CUDA graphs or torch.compile
+        self.prefilled = False  # the first pass (the prompt) is never compiled or captured
+        self.graphs: dict[tuple[int, ...], _Captured] = {}  # by (batch, width, logits kept)
+        self.leased = False  # a run is using it; the pool hands it to nobody else until released
 
 
-def new_cache(model: PreTrainedModel, rollback: bool = False, *, fast: bool = False,
+# Static caches by model, then by (length, path): a finished run's cache (and its captured graphs) serves
+# the next run of the same size. Weak keys: the caches die with their model.
+_POOL: weakref.WeakKeyDictionary[Any, dict[tuple[int, StaticPath], list[StaticKV]]] = weakref.WeakKeyDictionary()
+_POOLED_PER_SIZE = 2  # enough for a run and a drafter or a comparison; more would only hold memory
+
+
+def new_cache(model: PreTrainedModel, rollback: bool = False, *, fast: bool = False, graphs: bool = False,
               max_len: int | None = None) -> Cache:
     """A KV cache for ``model``; ``rollback=True`` if it will be cropped (speculative decoding).
 
     The plain cache is built from the config so sliding-window layers (Phi-3, Mistral) get their own
     layer type; those forget what slides out of the window unless told to record it, and then could
-    not be cropped back. ``fast=True`` gives a :class:`StaticKV` for ``max_len`` positions (the prompt,
-    every new token and the longest verification), used with compiled forward passes.
+    not be cropped back. ``fast=True`` (compiled passes) or ``graphs=True`` (captured passes) gives a
+    :class:`StaticKV` for at least ``max_len`` positions (the prompt, every new token and the longest
+    verification), from the model's pool when one is free; hand it back with :func:`release`.
     """
-    if fast:
+    if fast or graphs:
         if max_len is None:
             raise ValueError("a static cache needs max_len: the prompt, the new tokens and the longest draft")
-        # Rounded up to a power of two: the compiled graphs are specialised to the cache's shape, so
-        # runs of similar length (another prompt, a restart) reuse them instead of compiling again.
-        return StaticKV(model, max(256, 1 << (max_len - 1).bit_length()))
+        # Rounded up to a power of two: compiled and captured graphs are specialised to the cache's
+        # shape and address, so runs of similar length (another prompt, a restart) reuse them.
+        size = max(256, 1 << (max_len - 1).bit_length())
+        path: StaticPath = "compiled" if fast else "graphs"
+        pooled = _POOL.setdefault(model, {}).setdefault((size, path), [])
+        cache = next((c for c in pooled if not c.leased), None)
+        if cache is None:
+            cache = StaticKV(model, size, path)
+            if len(pooled) < _POOLED_PER_SIZE:
+                pooled.append(cache)
+        _forget(cache, 0)  # (the argument `rollback` hides the function of that name here)
+        cache.prefilled = False
+        cache.leased = True
+        return cache
     cache = DynamicCache(config=model.config)
     if rollback:
         cache.activate_past_recording()
     return cache
 
 
+def release(cache: Cache) -> None:
+    """A run is done with ``cache``: a pooled static cache may serve the next one (no-op for a plain cache)."""
+    if isinstance(cache, StaticKV):
+        cache.leased = False
+
+
+def graphs_available(model: PreTrainedModel) -> bool:
+    """Whether the default path replays CUDA graphs for ``model``: on CUDA, on one device, unless capture failed."""
+    if model.device.type not in GRAPH_DEVICES or model in _GRAPH_FAILURES:
+        return False
+    devices = set((getattr(model, "hf_device_map", None) or {}).values())
+    return len(devices) <= 1  # layers spread by accelerate move tensors between devices in their hooks
+
+
+def graph_failure(model: PreTrainedModel) -> str | None:
+    """Why capturing a CUDA graph of ``model`` failed, if it did (its runs then go eagerly on the static cache)."""
+    return _GRAPH_FAILURES.get(model)
+
+
 def rollback(cache: Cache, length: int) -> None:
     """Forget every position of ``cache`` from ``length`` on."""
+    _forget(cache, length)
+
+
+def _forget(cache: Cache, length: int) -> None:
     if isinstance(cache, StaticKV):
         for layer in cache.layers:  # a device tensor set in place: no copy to the host, no new address
             assert isinstance(layer, StaticLayer)
@@ -97,6 +158,96 @@ def _compiled(model: PreTrainedModel) -> Any:
     return fn
 
 
+_GRAPH_FAILURES: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+_GRAPH_POOLS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+class CudaGraphs:
+    """Captures and replays with ``torch.cuda.CUDAGraph``; the one backend outside tests."""
+
+    @staticmethod
+    def capture(model: PreTrainedModel, run: Callable[[], torch.Tensor], put_back: Callable[[], None],
+                ) -> tuple[Callable[[], None], torch.Tensor]:
+        # One warm-up pass on a side stream first, as torch's capture recipe asks (lazy initialisation
+        # inside a capture would be recorded, or fail). It writes keys and values where the next real
+        # pass writes them anyway; put_back() restores the cache's write position it advanced.
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):  # type: ignore[arg-type]
+            run()
+            put_back()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        # The graphs of one model share a memory pool: they never replay at the same time (vLLM does the same).
+        pool = _GRAPH_POOLS.get(model)
+        if pool is None:
+            pool = _GRAPH_POOLS[model] = torch.cuda.graph_pool_handle()
+        with torch.cuda.graph(graph, pool=pool):
+            out = run()  # recorded, not run: the cache is untouched
+        return graph.replay, out
+
+
+GraphBackend: Any = CudaGraphs  # tests swap in an eager stand-in to run this module's bookkeeping on the CPU
+
+
+class _Captured:
+    """One forward pass of a fixed shape on one static cache, captured: static input ids in, static logits out.
+
+    Everything the pass reads is a device tensor at a fixed address: the ids buffer (filled before each
+    replay), the cache's keys and values, and its write position, which the recorded pass advances in
+    place as an eager pass would. So replaying after a rollback (which sets that position) is correct.
+    """
+
+    def __init__(self, model: PreTrainedModel, cache: StaticKV, shape: tuple[int, int], keep: int) -> None:
+        self.ids = torch.zeros(shape, dtype=torch.long, device=model.device)  # [B, W]
+        starts = [layer.cumulative_length.clone() for layer in cache.layers]  # type: ignore[attr-defined]
+
+        def put_back() -> None:
+            for layer, start in zip(cache.layers, starts, strict=True):
+                layer.cumulative_length.copy_(start)  # type: ignore[attr-defined]
+
+        def run() -> torch.Tensor:
+            out: torch.Tensor = model(input_ids=self.ids, past_key_values=cache, use_cache=True,
+                                      logits_to_keep=keep).logits
+            return out
+
+        self.replay, self.logits = GraphBackend.capture(model, run, put_back)  # [B, keep, V]
+
+    def __call__(self, input_ids: torch.Tensor) -> torch.Tensor:
+        self.ids.copy_(input_ids)
+        self.replay()
+        return self.logits
+
+
+def _replayed(model: PreTrainedModel, cache: StaticKV, input_ids: torch.Tensor, keep: int) -> torch.Tensor | None:
+    """The logits of a replayed graph for this shape (captured on first use), or None if it cannot be captured."""
+    captured = cache.graphs.get((*input_ids.shape, keep)) or _capture(model, cache, tuple(input_ids.shape), keep)
+    return captured(input_ids) if captured is not None else None
+
+
+def _capture(model: PreTrainedModel, cache: StaticKV, shape: tuple[int, ...], keep: int) -> _Captured | None:
+    if model in _GRAPH_FAILURES:
+        return None
+    try:
+        captured = cache.graphs[(*shape, keep)] = _Captured(model, cache, (shape[0], shape[1]), keep)
+    except Exception as exc:  # whatever failed, the eager pass on the same cache gives the same logits
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        _GRAPH_FAILURES[model] = f"{type(exc).__name__}: {first_line[:200]}"
+        return None
+    return captured
+
+
+def prepare(model: PreTrainedModel, cache: Cache, width: int, keep: int) -> None:
+    """Capture, now, the graph that later passes of ``width`` tokens will replay (a no-op off the graph path).
+
+    A verification's first round should not pay for its capture mid-run; the strategies call this
+    right after the prefill. Capturing leaves the cache as it was.
+    """
+    if isinstance(cache, StaticKV) and cache.path == "graphs" and cache.prefilled and width <= CAPTURED_UP_TO \
+            and (1, width, keep) not in cache.graphs:
+        _capture(model, cache, (1, width), keep)
+
+
 def forward(
     model: PreTrainedModel,
     input_ids: torch.Tensor,  # [B, T_new] tokens not yet in the cache
@@ -111,7 +262,12 @@ def forward(
     """
     call: Any = model
     if isinstance(cache, StaticKV):
-        if cache.prefilled and input_ids.shape[1] <= COMPILED_UP_TO:
+        if cache.prefilled and cache.path == "graphs" and input_ids.shape[1] <= CAPTURED_UP_TO:
+            replayed = _replayed(model, cache, input_ids, keep)
+            if replayed is not None:  # a graph's output is overwritten by its next replay: return a copy
+                out = replayed[:, -keep:, :]
+                return out.float() if out.dtype != torch.float32 else out.clone()
+        elif cache.prefilled and cache.path == "compiled" and input_ids.shape[1] <= COMPILED_UP_TO:
             call = _compiled(model)
             # A slice keeps its buffer's strides, which the graph is guarded on: one graph per buffer.
             input_ids = input_ids.clone(memory_format=torch.contiguous_format)

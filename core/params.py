@@ -120,6 +120,9 @@ class DecodeConfig:
     # The fast path for decoding steps and verification: a static KV cache and compiled forward passes
     # (see core/forward.py). Beam search always takes the plain path.
     fast: bool = False
+    # On CUDA, decoding steps and verifications replay CUDA graphs of the eager model on a static KV cache
+    # (captured in milliseconds, see core/forward.py). Off: the plain path everywhere. Ignored elsewhere.
+    cuda_graphs: bool = True
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:

@@ -22,6 +22,7 @@ from .detokenize import Detokenizer, TokenLabels
 from .drafters import Drafter, ModelDrafter, PromptLookup, load_draft
 from .errors import UsageError
 from .events import Event, Finished, Started
+from .forward import graphs_available
 from .live import LiveParams
 from .loading import LoadedModel
 from .params import DecodeConfig
@@ -67,6 +68,16 @@ class Run:
         if config.fast and config.mode == "beam":
             self.notes.append("the fast path covers greedy, sampling and draft verification; beam search runs on "
                               "the plain path")
+        # CUDA graphs of the eager model: the default on CUDA for the modes that decode one sequence.
+        self.graphs = (config.cuda_graphs and not config.fast and config.mode != "beam"
+                       and graphs_available(lm.model))
+
+    @property
+    def path(self) -> str:
+        """How the decoding steps run: ``plain``, ``cuda-graphs`` or ``compiled`` (``--fast``)."""
+        if self.config.fast and self.config.mode != "beam":
+            return "compiled"
+        return "cuda-graphs" if self.graphs else "plain"
 
     def params(self) -> dict[str, Any]:
         params = {
@@ -77,6 +88,7 @@ class Run:
             "device": str(self.lm.device),
             "dtype": str(self.lm.dtype).removeprefix("torch."),
             "fast": self.config.fast and self.config.mode != "beam",
+            "path": self.path,
             **self.config.sampling.to_dict(),
         }
         if self.config.mode == "beam":
@@ -118,6 +130,7 @@ class Run:
                 label=label,
                 live=self.live,
                 fast=self.config.fast,
+                graphs=self.graphs,
             )
             return
         yield from autoregressive(
@@ -130,6 +143,7 @@ class Run:
             top_n=self.config.top_n,
             live=self.live,
             fast=self.config.fast,
+            graphs=self.graphs,
         )
 
     def _drafter(self) -> Drafter:

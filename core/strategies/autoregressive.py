@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..events import Candidate, Event, StageCandidates, TokenSampled
-from ..forward import forward, new_cache
+from ..forward import forward, new_cache, release
 from ..live import LiveParams
 from ..params import SamplingParams
 from ..sampling import draw_later, stage_processors, staged_scores
@@ -42,12 +42,14 @@ def autoregressive(
     top_n: int = 10,
     live: LiveParams | None = None,
     fast: bool = False,
+    graphs: bool = False,
     run_ahead: bool | None = None,
 ) -> Generator[Event, None, None]:
     """Yield ``TokenSampled`` and ``TokenEmitted`` per step, then ``Finished``.
 
     With ``live``, the sampling parameters are re-read at every step (a front end changed them mid-run).
     ``fast``: a static cache and a compiled step (see :mod:`decode_tui.core.forward`); the same tokens.
+    ``graphs``: a static cache and the step replayed as a captured CUDA graph; the same tokens.
     ``run_ahead``: queue each step's forward pass before the last step is read back (default: on CUDA).
     """
     greedy_mode = greedy
@@ -60,51 +62,54 @@ def autoregressive(
     ids = torch.empty((1, prompt_len + transcript.max_new_tokens), dtype=torch.long, device=device)  # [1, T+N]
     ids[0, :prompt_len] = torch.tensor(transcript.prompt_ids, device=device)
 
-    cache = new_cache(model, fast=fast, max_len=ids.shape[1])
-    logits = forward(model, ids[:, :prompt_len], cache)[:, -1]  # [1, V] prefill
-    transcript.target_forwards += 1
-    # On a GPU, run one forward pass ahead: the next step's pass is queued before this step is read
-    # back, so the device computes it while the host waits for the copy and turns the step into
-    # events. Otherwise the device idles through every copy and every event (about 20 % of a fast-path
-    # step on an H100, see BENCHMARKS.md). The price: at an EOS or a cancel one queued pass is wasted,
-    # and not counted. On a CPU nothing would overlap, so the loop stays in order there.
-    if run_ahead is None:
-        run_ahead = device.type == "cuda"
-    length = prompt_len
-    for step in range(transcript.max_new_tokens):
-        if live is not None and live.version != version:
-            snapshot = live.snapshot()
-            version, params = snapshot.version, snapshot.sampling
-            greedy = greedy_mode or params.greedy
-            processors = stage_processors(params, greedy)
-        staged = staged_scores(processors, ids[:, :length], logits)
-        pending = draw_later(staged, greedy, generator, top_n)
-        # From the device copy: a Python int written into a CUDA tensor is a host-to-device copy, which
-        # waits for the device like the step's one read back (CUDA's sync debug mode counts both).
-        ids[:, length] = pending.token
-        more = step + 1 < transcript.max_new_tokens
-        if run_ahead and more:
-            logits = forward(model, ids[:, length : length + 1], cache)[:, -1]  # [1, V] queued behind the copy
-        picked = pending.wait()
-        yield TokenSampled(
-            step=step,
-            token_id=picked.token_id,
-            text=label(picked.token_id),
-            prob=picked.prob,
-            greedy=greedy,
-            stages=tuple(
-                StageCandidates(stage, tuple(Candidate(t, label(t), p) for t, p in zip(tids, tprobs, strict=True)))
-                for stage, tids, tprobs in zip(picked.stages, picked.top_ids, picked.top_probs, strict=True)
-            ),
-        )
-        yield transcript.emit(picked.token_id)
-        if transcript.done:
-            break
-        if transcript.cancel_requested:
-            yield transcript.finished("cancelled")
-            return
-        if not run_ahead:
-            logits = forward(model, ids[:, length : length + 1], cache)[:, -1]  # [1, V]
+    cache = new_cache(model, fast=fast, graphs=graphs, max_len=ids.shape[1])
+    try:
+        logits = forward(model, ids[:, :prompt_len], cache)[:, -1]  # [1, V] prefill
         transcript.target_forwards += 1
-        length += 1
-    yield transcript.finished()
+        # On a GPU, run one forward pass ahead: the next step's pass is queued before this step is read
+        # back, so the device computes it while the host waits for the copy and turns the step into
+        # events. Otherwise the device idles through every copy and every event (about 20 % of a fast-path
+        # step on an H100, see BENCHMARKS.md). The price: at an EOS or a cancel one queued pass is wasted,
+        # and not counted. On a CPU nothing would overlap, so the loop stays in order there.
+        if run_ahead is None:
+            run_ahead = device.type == "cuda"
+        length = prompt_len
+        for step in range(transcript.max_new_tokens):
+            if live is not None and live.version != version:
+                snapshot = live.snapshot()
+                version, params = snapshot.version, snapshot.sampling
+                greedy = greedy_mode or params.greedy
+                processors = stage_processors(params, greedy)
+            staged = staged_scores(processors, ids[:, :length], logits)
+            pending = draw_later(staged, greedy, generator, top_n)
+            # From the device copy: a Python int written into a CUDA tensor is a host-to-device copy, which
+            # waits for the device like the step's one read back (CUDA's sync debug mode counts both).
+            ids[:, length] = pending.token
+            more = step + 1 < transcript.max_new_tokens
+            if run_ahead and more:
+                logits = forward(model, ids[:, length : length + 1], cache)[:, -1]  # [1, V] queued behind the copy
+            picked = pending.wait()
+            yield TokenSampled(
+                step=step,
+                token_id=picked.token_id,
+                text=label(picked.token_id),
+                prob=picked.prob,
+                greedy=greedy,
+                stages=tuple(
+                    StageCandidates(stage, tuple(Candidate(t, label(t), p) for t, p in zip(tids, tprobs, strict=True)))
+                    for stage, tids, tprobs in zip(picked.stages, picked.top_ids, picked.top_probs, strict=True)
+                ),
+            )
+            yield transcript.emit(picked.token_id)
+            if transcript.done:
+                break
+            if transcript.cancel_requested:
+                yield transcript.finished("cancelled")
+                return
+            if not run_ahead:
+                logits = forward(model, ids[:, length : length + 1], cache)[:, -1]  # [1, V]
+            transcript.target_forwards += 1
+            length += 1
+        yield transcript.finished()
+    finally:
+        release(cache)  # back to the model's pool, with its captured graphs, for the next run

@@ -37,7 +37,7 @@ import torch
 
 from ..drafters import Draft, Drafter
 from ..events import DraftProposed, DraftVerified, Event, PositionVerdict, TokenSource
-from ..forward import forward, new_cache, rollback, to_host
+from ..forward import forward, new_cache, prepare, release, rollback, to_host
 from ..live import LiveParams
 from ..params import SamplingParams
 from ..sampling import processed, stage_processors
@@ -189,13 +189,15 @@ def speculative(
     label: Callable[[int], str] = str,
     live: LiveParams | None = None,
     fast: bool = False,
+    graphs: bool = False,
 ) -> Generator[Event, None, None]:
     """Yield draft/verify events and the emitted tokens, then ``Finished`` with the draft statistics.
 
     With ``live``, the sampling stages, the draft length and the drafter's own settings are re-read
     before every round (a front end changed them mid-run). ``fast``: the target runs on a static cache
     with compiled passes (see :mod:`decode_tui.core.forward`), and every verification is padded to the
-    longest draft, so one compiled graph serves every round whatever the drafter proposed.
+    longest draft, so one compiled graph serves every round whatever the drafter proposed. ``graphs``: the
+    same, with the passes captured as CUDA graphs of the eager model instead of compiled.
     """
     greedy_verify = greedy
     greedy = greedy_verify or sampling.greedy
@@ -206,82 +208,88 @@ def speculative(
     source: TokenSource = "lookup" if drafter.kind == "lookup" else "draft"
     device = model.device
     V = vocab_size
+    static = fast or graphs  # a static cache: every verification padded to one width, for one graph
 
     context = list(transcript.prompt_ids)
     # Room for the prompt, every new token and a padded verification past the last of them.
     max_len = len(context) + transcript.max_new_tokens + num_draft_tokens + 1
-    cache = new_cache(model, rollback=True, fast=fast, max_len=max_len)
-    logits = forward(model, torch.tensor([context], device=device), cache)[0, :, :V]  # [1, V]
-    transcript.target_forwards += 1
-    first = _pick(_distributions(processors, context, [], logits), 0, greedy, generator)
-    yield transcript.emit(first)
-    context.append(first)
+    cache = new_cache(model, rollback=True, fast=fast, graphs=graphs, max_len=max_len)
+    try:
+        logits = forward(model, torch.tensor([context], device=device), cache)[0, :, :V]  # [1, V]
+        transcript.target_forwards += 1
+        if static and len(context) + num_draft_tokens + 1 <= max_len:
+            prepare(model, cache, num_draft_tokens + 1, keep=num_draft_tokens + 1)  # the verification's graph, now
+        first = _pick(_distributions(processors, context, [], logits), 0, greedy, generator)
+        yield transcript.emit(first)
+        context.append(first)
 
-    round_ = 0
-    while not transcript.done:
-        if transcript.cancel_requested:
-            yield transcript.finished("cancelled", **stats.extras())
-            return
-        if live is not None and live.version != version:
-            snapshot = live.snapshot()
-            version, sampling = snapshot.version, snapshot.sampling
-            greedy = greedy_verify or sampling.greedy
-            processors = stage_processors(sampling, greedy)
-            num_draft_tokens = snapshot.draft.num_draft_tokens
-            if policy is not None:
-                policy.max_k = num_draft_tokens
-            drafter.tune(snapshot.draft)
-        # At most remaining - 1 drafts: the target always adds one token of its own.
-        k = min(policy.choose() if policy else num_draft_tokens, transcript.remaining - 1)
-        started = time.perf_counter()
-        draft = drafter.propose(context, k, processors, greedy, generator) if k > 0 else Draft([])
-        drafted = draft.token_ids[:k]
-        draft_s = time.perf_counter() - started
-        stats.draft_time_s += draft_s
-        stats.draft_forwards += draft.forwards
-        if drafted:
-            yield _proposed(round_, drafter.kind, draft, drafted, label)
-
-        started = time.perf_counter()
-        confirmed = len(context) - 1  # what the caches hold between rounds: everything but the pending token
-        try:
-            # Fast path: padded to W = num_draft_tokens + 1 with copies of the pending token. The pads
-            # come after the real positions, which attend only to what precedes them; the rollback in
-            # `finally` forgets the pads with the rejected drafts. (Unpadded if a draft length raised
-            # mid-run would overrun the static cache: the real positions always fit.)
-            width = len(drafted) + 1
-            if fast and confirmed + num_draft_tokens + 1 <= max_len:
-                width = max(width, num_draft_tokens + 1)
-            feed = torch.tensor([[context[-1], *drafted] + [context[-1]] * (width - len(drafted) - 1)],
-                                device=device)  # [1, W]
-            logits = forward(model, feed, cache, keep=width)[0, : len(drafted) + 1, :V]  # [k+1, V]
-            transcript.target_forwards += 1
-            p = _distributions(processors, context, drafted, logits)  # [k+1, V]
-            n, extra, kind, verdicts = _verify(p, draft.q, drafted, greedy, generator)
-            verify_s = time.perf_counter() - started
-            stats.verify_time_s += verify_s
-            stats.record(len(drafted), n)
-            if policy:
-                policy.observe(len(drafted), n, verify_s, draft_s)
-            confirmed = len(context) + n
+        round_ = 0
+        while not transcript.done:
+            if transcript.cancel_requested:
+                yield transcript.finished("cancelled", **stats.extras())
+                return
+            if live is not None and live.version != version:
+                snapshot = live.snapshot()
+                version, sampling = snapshot.version, snapshot.sampling
+                greedy = greedy_verify or sampling.greedy
+                processors = stage_processors(sampling, greedy)
+                num_draft_tokens = snapshot.draft.num_draft_tokens
+                if policy is not None:
+                    policy.max_k = num_draft_tokens
+                drafter.tune(snapshot.draft)
+            # At most remaining - 1 drafts: the target always adds one token of its own.
+            k = min(policy.choose() if policy else num_draft_tokens, transcript.remaining - 1)
+            started = time.perf_counter()
+            draft = drafter.propose(context, k, processors, greedy, generator) if k > 0 else Draft([])
+            drafted = draft.token_ids[:k]
+            draft_s = time.perf_counter() - started
+            stats.draft_time_s += draft_s
+            stats.draft_forwards += draft.forwards
             if drafted:
-                yield DraftVerified(round=round_, verdicts=verdicts, accepted=n, extra_token_id=extra,
-                                    extra_kind=kind)
-            for token in drafted[:n]:
-                yield transcript.emit(token, source)
-                context.append(token)
-                if transcript.done:  # an EOS inside the block, or the length limit
-                    break
-            if not transcript.done:
-                yield transcript.emit(extra, "target" if kind in (None, "target") else kind)
-                context.append(extra)
-        finally:
-            # The target's cache holds the context up to (not including) the pending token plus
-            # the draft; keep only what was confirmed. The drafter forgets the rest too.
-            rollback(cache, confirmed)
-            drafter.rollback(confirmed)
-        round_ += 1
-    yield transcript.finished(**stats.extras())
+                yield _proposed(round_, drafter.kind, draft, drafted, label)
+
+            started = time.perf_counter()
+            confirmed = len(context) - 1  # what the caches hold between rounds: everything but the pending token
+            try:
+                # Fast path: padded to W = num_draft_tokens + 1 with copies of the pending token. The pads
+                # come after the real positions, which attend only to what precedes them; the rollback in
+                # `finally` forgets the pads with the rejected drafts. (Unpadded if a draft length raised
+                # mid-run would overrun the static cache: the real positions always fit.)
+                width = len(drafted) + 1
+                if static and confirmed + num_draft_tokens + 1 <= max_len:
+                    width = max(width, num_draft_tokens + 1)
+                feed = torch.tensor([[context[-1], *drafted] + [context[-1]] * (width - len(drafted) - 1)],
+                                    device=device)  # [1, W]
+                logits = forward(model, feed, cache, keep=width)[0, : len(drafted) + 1, :V]  # [k+1, V]
+                transcript.target_forwards += 1
+                p = _distributions(processors, context, drafted, logits)  # [k+1, V]
+                n, extra, kind, verdicts = _verify(p, draft.q, drafted, greedy, generator)
+                verify_s = time.perf_counter() - started
+                stats.verify_time_s += verify_s
+                stats.record(len(drafted), n)
+                if policy:
+                    policy.observe(len(drafted), n, verify_s, draft_s)
+                confirmed = len(context) + n
+                if drafted:
+                    yield DraftVerified(round=round_, verdicts=verdicts, accepted=n, extra_token_id=extra,
+                                        extra_kind=kind)
+                for token in drafted[:n]:
+                    yield transcript.emit(token, source)
+                    context.append(token)
+                    if transcript.done:  # an EOS inside the block, or the length limit
+                        break
+                if not transcript.done:
+                    yield transcript.emit(extra, "target" if kind in (None, "target") else kind)
+                    context.append(extra)
+            finally:
+                # The target's cache holds the context up to (not including) the pending token plus
+                # the draft; keep only what was confirmed. The drafter forgets the rest too.
+                rollback(cache, confirmed)
+                drafter.rollback(confirmed)
+            round_ += 1
+        yield transcript.finished(**stats.extras())
+    finally:
+        release(cache)  # back to the model's pool, with its captured graphs, for the next run
 
 
 def _distributions(processors: list[tuple[Stage, LogitsProcessor]], context: list[int], drafted: list[int],

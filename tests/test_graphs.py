@@ -1,0 +1,193 @@
+"""The default CUDA path (captured graphs of the eager model on a pooled static cache), checked on the CPU.
+
+A CUDA graph cannot be captured without CUDA, so these tests swap ``torch.cuda.CUDAGraph`` for an eager
+stand-in with a graph's contract: static input ids, one static output that every replay overwrites, the
+cache's write position advanced by the recorded pass. Everything else runs as it does on a GPU: the
+pool that hands a cache and its graphs to the next run, the capture's warm-up that must leave the cache
+as it was, the copy that protects a replay's output from the next replay (run-ahead), the padded
+verification and the fallback when capture fails. The real capture is tested in tests/test_gpu.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from decode_tui.core import forward as forward_module
+from decode_tui.core.drafters import ModelDrafter, PromptLookup
+from decode_tui.core.events import Event, Finished
+from decode_tui.core.forward import StaticKV, graph_failure, graphs_available, new_cache, release
+from decode_tui.core.params import SamplingParams
+from decode_tui.core.strategies.autoregressive import autoregressive
+from decode_tui.core.strategies.speculative import speculative
+
+from .conftest import tiny_model
+from .test_fast_path import ARCHS, V, assert_same_events, sliding_phi3, transcript
+from .test_speculative import repetitive_prompt
+
+
+class EagerGraphs:
+    """Stands in for CudaGraphs: 'capture' records the pass, 'replay' runs it again into the same output."""
+
+    captures = 0
+
+    @classmethod
+    def capture(cls, model: Any, run: Callable[[], torch.Tensor], put_back: Callable[[], None],
+                ) -> tuple[Callable[[], None], torch.Tensor]:
+        cls.captures += 1
+        warm = run()  # the warm-up pass, as on CUDA: it advances the cache, which put_back() must undo
+        put_back()
+        out = torch.full_like(warm, float("nan"))  # a graph's output holds nothing until it is replayed
+
+        def replay() -> None:
+            out.copy_(run())
+
+        return replay, out
+
+
+class FailingGraphs:
+    @staticmethod
+    def capture(model: Any, run: Callable[[], torch.Tensor], put_back: Callable[[], None]) -> Any:
+        raise RuntimeError("operation not permitted when stream is capturing\nmore detail")
+
+
+@pytest.fixture
+def cpu_graphs(monkeypatch: pytest.MonkeyPatch) -> type[EagerGraphs]:
+    monkeypatch.setattr(forward_module, "GRAPH_DEVICES", frozenset({"cpu"}))
+    monkeypatch.setattr(forward_module, "GraphBackend", EagerGraphs)
+    EagerGraphs.captures = 0
+    return EagerGraphs
+
+
+def model_for(seed: int) -> Any:
+    return sliding_phi3(seed) if seed == 7 else tiny_model(ARCHS[seed % 4], vocab_size=V, seed=seed)
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("sample", [False, True], ids=["greedy", "sample"])
+@pytest.mark.parametrize("run_ahead", [False, True], ids=["in-order", "run-ahead"])
+def test_replayed_steps_give_the_plain_paths_events(byte_bpe: Any, cpu_graphs: type[EagerGraphs], seed: int,
+                                                    sample: bool, run_ahead: bool) -> None:
+    model = model_for(seed)
+    prompt = repetitive_prompt(seed, 1 + 3 * seed)
+    params = SamplingParams(repetition_penalty=1.2, top_k=20) if seed % 2 else SamplingParams()
+
+    def go(graphs: bool) -> list[Event]:
+        return list(autoregressive(model, transcript(byte_bpe, prompt, 24), params, greedy=not sample,
+                                   generator=torch.Generator().manual_seed(seed), graphs=graphs,
+                                   run_ahead=run_ahead))
+
+    plain = go(False)
+    assert cpu_graphs.captures == 0
+    assert_same_events(plain, go(True))
+    assert cpu_graphs.captures == 1, "one graph for the step"
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("drafter", ["lookup", "model"])
+@pytest.mark.parametrize("sample", [False, True], ids=["greedy", "sample"])
+def test_replayed_verifications_give_the_plain_paths_events(byte_bpe: Any, cpu_graphs: type[EagerGraphs], seed: int,
+                                                            drafter: str, sample: bool) -> None:
+    model = model_for(seed)
+    prompt = repetitive_prompt(seed, 4 + seed)
+    k = 1 + seed % 6
+
+    def go(graphs: bool) -> list[Event]:
+        proposer = PromptLookup(3, 6) if drafter == "lookup" else \
+            ModelDrafter(tiny_model("llama", vocab_size=V, seed=seed + 50), V)
+        return list(speculative(model, transcript(byte_bpe, prompt, 2 + 5 * seed), proposer,
+                                SamplingParams(top_k=30) if sample else SamplingParams(), greedy=not sample,
+                                num_draft_tokens=k, generator=torch.Generator().manual_seed(seed), graphs=graphs))
+
+    plain, replayed = go(False), go(True)
+    assert_same_events(plain, replayed)
+    # The verification of k + 1 tokens is captured right after the prefill, whatever the rounds proposed.
+    assert cpu_graphs.captures == 1
+
+
+def test_a_second_run_reuses_the_pooled_cache_and_its_graphs(byte_bpe: Any, cpu_graphs: type[EagerGraphs]) -> None:
+    model = tiny_model("llama", vocab_size=V, seed=3)
+    prompt = repetitive_prompt(3, 14)
+    runs = [list(autoregressive(model, transcript(byte_bpe, p, 20), SamplingParams(), greedy=True, graphs=True))
+            for p in (prompt, prompt[:9], prompt)]
+    assert cpu_graphs.captures == 1, "captured once, replayed by every run of the same cache size"
+    assert runs[0][-1] == runs[2][-1] or (
+        isinstance(runs[0][-1], Finished) and isinstance(runs[2][-1], Finished)
+        and runs[0][-1].token_ids == runs[2][-1].token_ids), "a reused cache forgets the last run"
+    plain = list(autoregressive(model, transcript(byte_bpe, prompt[:9], 20), SamplingParams(), greedy=True))
+    assert_same_events(plain, runs[1])
+
+
+def test_a_leased_cache_is_never_handed_to_a_second_run(byte_bpe: Any, cpu_graphs: type[EagerGraphs]) -> None:
+    """Two runs of one model interleaved (a drafter, a comparison, an abandoned generator): two caches."""
+    model = tiny_model("llama", vocab_size=V, seed=5)
+    prompt = repetitive_prompt(5, 12)
+    plain = list(autoregressive(model, transcript(byte_bpe, prompt, 16), SamplingParams(), greedy=True))
+    a = autoregressive(model, transcript(byte_bpe, prompt, 16), SamplingParams(), greedy=True, graphs=True)
+    b = autoregressive(model, transcript(byte_bpe, prompt, 16), SamplingParams(), greedy=True, graphs=True)
+    events_a: list[Event] = []
+    events_b: list[Event] = []
+    for ea, eb in zip(a, b, strict=True):  # step by step, alternately
+        events_a.append(ea)
+        events_b.append(eb)
+    assert_same_events(plain, events_a)
+    assert_same_events(plain, events_b)
+
+
+def test_release_returns_a_cache_and_a_stopped_run_releases_its_own(byte_bpe: Any,
+                                                                     cpu_graphs: type[EagerGraphs]) -> None:
+    model = tiny_model("llama", vocab_size=V, seed=6)
+    cache = new_cache(model, graphs=True, max_len=40)
+    assert isinstance(cache, StaticKV) and cache.leased and cache.path == "graphs"
+    other = new_cache(model, graphs=True, max_len=40)
+    assert other is not cache, "leased: another run gets another cache"
+    release(cache)
+    assert new_cache(model, graphs=True, max_len=40) is cache
+    release(cache)
+    release(other)
+    run = autoregressive(model, transcript(byte_bpe, [5, 6, 7], 30), SamplingParams(), greedy=True, graphs=True)
+    next(run)
+    run.close()  # the consumer stopped: the strategy's finally hands the cache back
+    assert not any(c.leased for caches in forward_module._POOL[model].values() for c in caches)
+
+
+def test_a_failed_capture_falls_back_to_eager_passes_with_the_same_tokens(
+        byte_bpe: Any, cpu_graphs: type[EagerGraphs], monkeypatch: pytest.MonkeyPatch) -> None:
+    model = tiny_model("qwen2", vocab_size=V, seed=2)
+    prompt = repetitive_prompt(2, 10)
+    plain = list(speculative(model, transcript(byte_bpe, prompt, 20), PromptLookup(3, 6), SamplingParams(),
+                             greedy=True, num_draft_tokens=4))
+    monkeypatch.setattr(forward_module, "GraphBackend", FailingGraphs)
+    assert graphs_available(model)
+    fallback = list(speculative(model, transcript(byte_bpe, prompt, 20), PromptLookup(3, 6), SamplingParams(),
+                                greedy=True, num_draft_tokens=4, graphs=True))
+    assert_same_events(plain, fallback)
+    reason = graph_failure(model)
+    assert reason is not None and reason.startswith("RuntimeError: operation not permitted") and "\n" not in reason
+    assert not graphs_available(model), "a model whose capture failed is not tried again"
+
+
+@pytest.mark.parametrize("mode", ["greedy", "sample", "pld", "beam"])
+def test_a_run_replays_graphs_only_where_the_device_has_them(byte_bpe: Any, monkeypatch: pytest.MonkeyPatch,
+                                                             mode: str) -> None:
+    from decode_tui.core.params import DecodeConfig
+    from decode_tui.core.run import Run
+
+    from .test_autoregressive import loaded
+
+    lm = loaded(tiny_model("llama", vocab_size=len(byte_bpe), seed=4), byte_bpe, 2)
+    config = DecodeConfig(mode=mode, max_new_tokens=12, seed=5)  # type: ignore[arg-type]
+    assert Run(lm, "ab ab ab ab", config).path == "plain", "no CUDA here: the plain path"
+    monkeypatch.setattr(forward_module, "GRAPH_DEVICES", frozenset({"cpu"}))
+    monkeypatch.setattr(forward_module, "GraphBackend", EagerGraphs)
+    run = Run(lm, "ab ab ab ab", config)
+    assert run.path == ("plain" if mode == "beam" else "cuda-graphs")
+    assert run.params()["path"] == run.path
+    off = Run(lm, "ab ab ab ab", DecodeConfig(mode=mode, max_new_tokens=12, seed=5, cuda_graphs=False))  # type: ignore[arg-type]
+    assert off.path == "plain"
+    events = list(run.events())
+    assert isinstance(events[-1], Finished)
+    assert events[-1].token_ids == [e for e in off.events() if isinstance(e, Finished)][0].token_ids
