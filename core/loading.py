@@ -140,14 +140,25 @@ def load_tokenizer(resolved: ResolvedModel, trust_remote_code: bool = False) -> 
         raise _load_error(resolved, "tokenizer", exc, trust_remote_code) from exc
 
 
+DEVICE_MAPS = ("auto", "balanced", "sequential")
+
+
 def load_model(
     resolved: ResolvedModel,
     device: str = "auto",
     dtype: str = "auto",
     trust_remote_code: bool = False,
     tokenizer: PreTrainedTokenizerBase | None = None,
+    device_map: str | None = None,
+    max_memory: dict[int | str, int | str] | None = None,
 ) -> LoadedModel:
     """Load a resolved model (and its tokenizer unless given) in eval mode on the chosen device.
+
+    The weights go straight to the device in the dtype asked for, tensor by tensor (transformers'
+    ``device_map``), never as a whole fp32 copy in host memory first. ``device_map`` (auto, balanced,
+    sequential) instead spreads the layers over every GPU of the host with accelerate's big-model
+    inference, the CPU and then the disk taking what does not fit (``max_memory`` caps each device);
+    the run's input ids then go to the first layer's device, and the logits come from the last.
 
     Everything alive once the model is in (the model, torch, transformers) is then moved out of the
     cyclic garbage collector's sight with ``gc.freeze()``: otherwise every full collection walks
@@ -160,18 +171,29 @@ def load_model(
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
+    if device_map is not None and device_map not in DEVICE_MAPS:
+        raise UsageError(f"Unknown device map {device_map!r}. Use one of: {', '.join(DEVICE_MAPS)}.")
     dev = resolve_device(device)
+    if device_map is not None and device != "auto":
+        raise UsageError(f"--device-map {device_map} places the model itself; it replaces --device {device}.")
     dt = resolve_dtype(dtype, dev)
     gc.unfreeze()  # what an earlier load froze may be about to be dropped (a model switch)
     if tokenizer is None:
         tokenizer = load_tokenizer(resolved, trust_remote_code)
+    placement: dict[str, Any] = {"device_map": {"": str(dev)}}  # every tensor straight to the device
+    if device_map is not None:
+        from .registry import cache_root
+
+        placement = {"device_map": device_map, "max_memory": max_memory,
+                     "offload_folder": str(cache_root() / "offload" / resolved.display_name.replace("/", "--"))}
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            resolved.path, gguf_file=resolved.gguf_file, dtype=dt, trust_remote_code=trust_remote_code
+            resolved.path, gguf_file=resolved.gguf_file, dtype=dt, trust_remote_code=trust_remote_code, **placement
         )
     except Exception as exc:
         raise _load_error(resolved, "model", exc, trust_remote_code) from exc
-    model.to(dev)  # type: ignore[arg-type]
+    if device_map is not None:
+        dev = input_device(model)
     model.eval()
     _settle_heap()
     return LoadedModel(
@@ -184,6 +206,18 @@ def load_model(
         context_length=context_length(model),
         chat=bool(getattr(tokenizer, "chat_template", None)),
     )
+
+
+def input_device(model: PreTrainedModel) -> torch.device:
+    """Where a model's input ids go: its input embeddings' device (the first layer's, when it is spread)."""
+    embeddings = model.get_input_embeddings()
+    weight = getattr(embeddings, "weight", None)
+    if weight is not None and weight.device.type != "meta":
+        return torch.device(weight.device)
+    device_map = getattr(model, "hf_device_map", None) or {}
+    first = next(iter(device_map.values()), "cpu")  # offloaded: accelerate's hook brings it to its execution device
+    return torch.device(first if isinstance(first, str) and first not in ("disk", "meta") else
+                        f"cuda:{first}" if isinstance(first, int) else "cpu")
 
 
 def _settle_heap() -> None:

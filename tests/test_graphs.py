@@ -190,4 +190,4 @@ def test_a_run_replays_graphs_only_where_the_device_has_them(byte_bpe: Any, monk
     assert off.path == "plain"
     events = list(run.events())
     assert isinstance(events[-1], Finished)
-    assert events[-1].token_ids == [e for e in off.events() if isinstance(e, Finished)][0].token_ids
+    assert events[-1].token_ids == next(e for e in off.events() if isinstance(e, Finished)).token_ids

@@ -44,6 +44,7 @@ class Settings:
     dtype: str = "auto"
     trust_remote_code: bool = False
     prompt: str = DEMO_PROMPT
+    device_map: str | None = None  # auto|balanced|sequential: the model spread over devices (replaces device)
     config: DecodeConfig = field(default_factory=DecodeConfig)
     slow_motion_s: float = 0.0  # pause after every step, so a class can follow
 

@@ -43,8 +43,9 @@ class ModelRunner:
     """
 
     def __init__(self) -> None:
-        self._models: dict[tuple[str, str, str], LoadedModel] = {}
+        self._models: dict[tuple[str, str, str, str | None], LoadedModel] = {}
         self._drafts: dict[tuple[str, str, str, str], tuple[Any, int]] = {}
+        self._warm: set[tuple[str, str]] = set()  # (mode, draft) warmed up on the loaded model
 
     def source(self, settings: Settings, live: LiveParams) -> EventSource:
         def events() -> Iterator[Event]:
@@ -52,6 +53,7 @@ class ModelRunner:
             draft = None
             if settings.mode == "speculative":
                 draft = yield from self._draft(settings, lm)
+            yield from self._warm_up(settings, lm, draft)
             from ..core.run import Run
 
             run = Run(lm, settings.prompt, settings.config, draft, live)
@@ -61,8 +63,21 @@ class ModelRunner:
 
         return events
 
+    def _warm_up(self, settings: Settings, lm: LoadedModel, draft: tuple[Any, int] | None,
+                 ) -> Generator[Event, None, None]:
+        """A mode's first run on a model is warmed up first, so its speed is not a cold start's (core/warmup.py)."""
+        key = (settings.mode, settings.config.draft.draft if settings.mode == "speculative" else "")
+        if key in self._warm:
+            return
+        graphs = " and capturing CUDA graphs" if lm.device.type == "cuda" and settings.config.cuda_graphs else ""
+        yield Notice("loading", f"warming up {settings.mode}{graphs}…")
+        from ..core.warmup import warm_up
+
+        warm_up(lm, settings.prompt, settings.config, draft)
+        self._warm.add(key)
+
     def _model(self, settings: Settings) -> Generator[Event, None, LoadedModel]:
-        key = (settings.model, settings.device, settings.dtype)
+        key = (settings.model, settings.device, settings.dtype, settings.device_map)
         cached = self._models.get(key)
         if cached is not None:
             return cached
@@ -80,9 +95,10 @@ class ModelRunner:
         from ..core.loading import load_model
 
         lm = load_model(resolved, device=settings.device, dtype=settings.dtype,
-                        trust_remote_code=settings.trust_remote_code)
+                        trust_remote_code=settings.trust_remote_code, device_map=settings.device_map)
         self._models = {key: lm}  # keep one model: switching models frees the old one
         self._drafts.clear()
+        self._warm.clear()
         return lm
 
     def _draft(self, settings: Settings, lm: LoadedModel) -> Generator[Event, None, tuple[Any, int]]:

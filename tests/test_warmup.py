@@ -1,0 +1,142 @@
+"""Warm-up after loading, the fair comparison protocol, and a model spread over devices (--device-map).
+
+The speed side of these (a first run at >= 0.9x the third; greedy against itself at 0.95-1.05x) is
+measured by benchmarks/first_run.py and tests/test_gpu.py, not asserted here: what the CPU can check is
+that the warm-up does the work a first run would otherwise do (the graphs are captured before the run,
+not in it), that the comparison times only warm runs, alternated, and that a spread model gives the
+tokens of the model on one device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from decode_tui.core import forward as forward_module
+from decode_tui.core.events import DraftVerified, Finished
+from decode_tui.core.loading import load_model
+from decode_tui.core.params import DecodeConfig, DraftParams
+from decode_tui.core.registry import resolve
+from decode_tui.core.run import Run
+from decode_tui.core.warmup import compare, warm_up
+
+from .conftest import tiny_model
+from .test_autoregressive import loaded
+from .test_graphs import EagerGraphs
+
+PROMPT = "ab ab ab cd ab ab ab cd ab ab ab cd"
+
+
+@pytest.fixture
+def lm(byte_bpe: Any) -> Any:
+    return loaded(tiny_model("llama", vocab_size=len(byte_bpe), seed=4), byte_bpe, 2)
+
+
+@pytest.mark.parametrize("mode", ["greedy", "sample", "pld", "beam"])
+def test_the_warm_up_captures_what_the_first_run_replays(lm: Any, monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+    monkeypatch.setattr(forward_module, "GRAPH_DEVICES", frozenset({"cpu"}))
+    monkeypatch.setattr(forward_module, "GraphBackend", EagerGraphs)
+    EagerGraphs.captures = 0
+    config = DecodeConfig(mode=mode, max_new_tokens=40, seed=3)  # type: ignore[arg-type]
+    seconds = warm_up(lm, PROMPT, config)
+    assert seconds > 0
+    captured = EagerGraphs.captures
+    assert captured == (0 if mode == "beam" else 1)  # pld: every round, even an empty draft, is one padded width
+    events = list(Run(lm, PROMPT, config).events())
+    assert EagerGraphs.captures == captured, "the first real run captured nothing: the warm-up did it"
+    assert isinstance(events[-1], Finished) and events[-1].finish_reason != "cancelled"
+    if mode == "pld":
+        assert any(isinstance(e, DraftVerified) for e in events)
+    pools = forward_module._POOL.get(lm.model, {})
+    assert not any(c.leased for caches in pools.values() for c in caches), "every cache handed back"
+
+
+def test_a_warm_up_stops_early_and_changes_nothing_a_run_sees(lm: Any) -> None:
+    config = DecodeConfig(mode="sample", max_new_tokens=60, seed=11)
+    before = list(Run(lm, PROMPT, config).events())
+    started: list[int] = []
+    original = Run.events
+
+    def counting(self: Run) -> Any:
+        for event in original(self):
+            started.append(1)
+            yield event
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Run, "events", counting)
+        warm_up(lm, PROMPT, config)
+    assert 0 < len(started) < len(before) / 2, "the warm-up decoded a few steps, not the whole run"
+    after = list(Run(lm, PROMPT, config).events())
+    assert isinstance(before[-1], Finished) and isinstance(after[-1], Finished)
+    assert before[-1].token_ids == after[-1].token_ids
+
+
+def test_compare_times_warm_runs_alternated_and_reports_the_spread(lm: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Warm-ups first (closed early, not timed), then AB, BA, AB; the speed-up is the median ratio."""
+    order: list[tuple[str, bool]] = []
+    original = Run.events
+
+    def spy(self: Run) -> Any:
+        timed = True
+        try:
+            for event in original(self):
+                yield event
+        except GeneratorExit:
+            timed = False
+            raise
+        finally:
+            order.append((self.config.mode, timed))
+
+    monkeypatch.setattr(Run, "events", spy)
+    pld = DecodeConfig(mode="pld", max_new_tokens=30, draft=DraftParams(num_draft_tokens=4))
+    greedy = DecodeConfig(mode="greedy", max_new_tokens=30)
+    result = compare(lm, PROMPT, pld, greedy, runs=3)
+    assert order == [("greedy", False), ("pld", False),
+                     ("greedy", True), ("pld", True), ("pld", True), ("greedy", True), ("greedy", True), ("pld", True)]
+    assert result["runs"] == 3 and result["baseline"] == "greedy"
+    assert result["speedup_low"] <= result["speedup"] <= result["speedup_high"]
+    assert result["identical"] is True and result["first_divergence"] is None, "greedy PLD equals greedy"
+    with pytest.raises(ValueError, match="at least one run"):
+        compare(lm, PROMPT, pld, greedy, runs=0)
+
+
+def test_compare_finds_where_two_outputs_part(lm: Any) -> None:
+    sample = DecodeConfig(mode="sample", max_new_tokens=30, seed=1)
+    result = compare(lm, PROMPT, sample, dataclasses.replace(sample, seed=2), runs=1)
+    assert result["identical"] is False and isinstance(result["first_divergence"], int)
+
+
+@pytest.mark.parametrize("mode", ["greedy", "pld", "beam", "speculative"])
+def test_a_model_spread_by_max_memory_gives_the_tokens_of_one_on_a_device(
+        tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+    """accelerate's big-model inference on the CPU: what does not fit max_memory goes to the disk, and the
+    layers there are brought in by hooks at each forward. The same code path spreads layers over GPUs."""
+    monkeypatch.setenv("DECODE_TUI_CACHE", str(tmp_path))
+    resolved = resolve(str(tiny_model_dir))
+    whole = load_model(resolved, device="cpu")
+    spread = load_model(resolved, device_map="sequential", max_memory={"cpu": 450_000})
+    placed = set(spread.model.hf_device_map.values())
+    assert "disk" in placed and "cpu" in placed, f"the model was not split: {spread.model.hf_device_map}"
+    assert spread.device == torch.device("cpu")
+    config = DecodeConfig(mode=mode, max_new_tokens=24, seed=0,  # type: ignore[arg-type]
+                          draft=DraftParams(draft="self", num_draft_tokens=3))
+    results = []
+    for lm in (whole, spread):
+        draft = (lm.model, len(lm.tokenizer)) if mode == "speculative" else None
+        events = list(Run(lm, "def add(a, b): return a + b\n" * 3, config, draft).events())
+        assert isinstance(events[-1], Finished)
+        results.append(events[-1].token_ids)
+    assert results[0] == results[1]
+
+
+def test_a_device_map_that_does_not_exist_or_clashes_with_a_device_is_refused(tiny_model_dir: Path) -> None:
+    from decode_tui.core.errors import UsageError
+
+    with pytest.raises(UsageError, match="Unknown device map 'everywhere'"):
+        load_model(resolve(str(tiny_model_dir)), device_map="everywhere")
+    with pytest.raises(UsageError, match="replaces --device cpu"):
+        load_model(resolve(str(tiny_model_dir)), device="cpu", device_map="auto")
