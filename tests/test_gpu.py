@@ -17,6 +17,7 @@ benchmarks. What is checked:
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from pathlib import Path
 from typing import Any
@@ -211,3 +212,82 @@ def test_one_copy_per_step_and_no_other_wait_from_the_core(byte_bpe: Any, monkey
     syncs = [w for w in caught if "synchroniz" in str(w.message).lower()]
     from_core = [f"{Path(w.filename).name}:{w.lineno}" for w in syncs if w.filename.startswith(CORE)]
     assert len(from_core) <= 1, (len(syncs), sorted(set(from_core)))
+
+
+# ------------------------------------------------- the default path: CUDA graphs of the eager model (issue 17)
+
+
+def ours_on(model: Any, tokenizer: Any, prompt: list[int], max_new: int, *, graphs: bool, sample: bool = False,
+            drafter: Drafter | None = None, k: int = 4) -> list[Event]:
+    params = SamplingParams(top_k=20, repetition_penalty=1.1) if sample else SamplingParams()
+    generator = torch.Generator(device=CUDA).manual_seed(0)
+    if drafter is not None:
+        return list(speculative(model, transcript(tokenizer, prompt, max_new), drafter, params, greedy=not sample,
+                                num_draft_tokens=k, generator=generator, graphs=graphs))
+    return list(autoregressive(model, transcript(tokenizer, prompt, max_new), params, greedy=not sample,
+                               generator=generator, graphs=graphs))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_replayed_cuda_graphs_give_the_plain_paths_tokens(byte_bpe: Any, seed: int) -> None:
+    """Really captured: steps (greedy and sampled, run-ahead on) and padded verifications (lookup and a draft
+    model), over three runs and two prompt lengths that share the pooled cache and its graphs."""
+    from decode_tui.core.forward import graph_failure
+
+    model = on_cuda(tiny_model(ARCHS[seed], vocab_size=V, seed=seed))
+    for prompt in (prompt_for(seed, 7), prompt_for(seed + 1, 19), prompt_for(seed, 7)):
+        for sample in (False, True):
+            plain = ours_on(model, byte_bpe, prompt, 48, graphs=False, sample=sample)
+            replayed = ours_on(model, byte_bpe, prompt, 48, graphs=True, sample=sample)
+            assert graph_failure(model) is None
+            assert isinstance(plain[-1], Finished) and isinstance(replayed[-1], Finished)
+            assert plain[-1].token_ids == replayed[-1].token_ids, (prompt, sample)
+        for drafter in (PromptLookup(3, 6, frozenset({V - 1})),
+                        ModelDrafter(on_cuda(tiny_model("llama", vocab_size=V, seed=seed + 100)), V)):
+            greedy = ours_on(model, byte_bpe, prompt, 40, graphs=False)[-1]
+            verified = ours_on(model, byte_bpe, prompt, 40, graphs=True, drafter=drafter)[-1]
+            assert isinstance(greedy, Finished) and isinstance(verified, Finished)
+            assert verified.token_ids == greedy.token_ids, drafter.kind
+
+
+def test_a_run_on_cuda_takes_the_graph_path_by_default(byte_bpe: Any) -> None:
+    from decode_tui.core.loading import LoadedModel, context_length
+    from decode_tui.core.run import Run
+
+    model = on_cuda(tiny_model("llama", vocab_size=len(byte_bpe), seed=4))
+    lm = LoadedModel(name="tiny", model=model, tokenizer=byte_bpe, device=CUDA, dtype=torch.float32,
+                     eos_token_ids=frozenset({2}), context_length=context_length(model), chat=True)
+    for mode in ("greedy", "sample", "pld"):
+        config = DecodeConfig(mode=mode, max_new_tokens=12, seed=5)
+        run = Run(lm, "ab ab ab ab", config)
+        assert run.path == "cuda-graphs"
+        final = list(run.events())[-1]
+        plain = list(Run(lm, "ab ab ab ab", dataclasses.replace(config, cuda_graphs=False)).events())[-1]
+        assert isinstance(final, Finished) and isinstance(plain, Finished)
+        assert final.token_ids == plain.token_ids
+
+
+def test_smollm2_first_run_after_the_warm_up_is_warm(smollm2_bf16: Any) -> None:
+    """The warm-up does the first run's one-off work: the first timed run is at least 0.9x the third."""
+    from decode_tui.core.run import Run
+    from decode_tui.core.warmup import warm_up
+
+    lm = smollm2_bf16
+    config = DecodeConfig(max_new_tokens=96, seed=0)
+    prompt = "Write a Python function that reverses a list, and explain it."
+    warm_up(lm, prompt, config)
+    rates = []
+    for _ in range(3):
+        final = list(Run(lm, prompt, config).events())[-1]
+        assert isinstance(final, Finished)
+        rates.append(final.tokens_per_s)
+    assert rates[0] >= 0.9 * rates[2], rates
+
+
+def test_smollm2_compare_is_fair_greedy_against_itself_is_about_1x(smollm2_bf16: Any) -> None:
+    from decode_tui.core.warmup import compare
+
+    config = DecodeConfig(max_new_tokens=96, seed=0)
+    result = compare(smollm2_bf16, "Tell me a story about a robot.", config, config, runs=5)
+    assert 0.95 <= result["speedup"] <= 1.05, result
+    assert result["identical"]

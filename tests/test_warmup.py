@@ -83,8 +83,7 @@ def test_compare_times_warm_runs_alternated_and_reports_the_spread(lm: Any, monk
     def spy(self: Run) -> Any:
         timed = True
         try:
-            for event in original(self):
-                yield event
+            yield from original(self)
         except GeneratorExit:
             timed = False
             raise
@@ -119,8 +118,8 @@ def test_a_model_spread_by_max_memory_gives_the_tokens_of_one_on_a_device(
     resolved = resolve(str(tiny_model_dir))
     whole = load_model(resolved, device="cpu")
     spread = load_model(resolved, device_map="sequential", max_memory={"cpu": 450_000})
-    placed = set(spread.model.hf_device_map.values())
-    assert "disk" in placed and "cpu" in placed, f"the model was not split: {spread.model.hf_device_map}"
+    device_map: dict[str, str] = spread.model.hf_device_map  # type: ignore[assignment]
+    assert {"cpu", "disk"} <= set(device_map.values()), f"the model was not split: {device_map}"
     assert spread.device == torch.device("cpu")
     config = DecodeConfig(mode=mode, max_new_tokens=24, seed=0,  # type: ignore[arg-type]
                           draft=DraftParams(draft="self", num_draft_tokens=3))
