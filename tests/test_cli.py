@@ -251,7 +251,7 @@ def test_run_and_generate_take_the_same_decoding_options() -> None:
 
     from decode_tui.cli.main import generate, run_app
 
-    decoding = set(inspect.signature(generate).parameters) - {"compare", "output_format"}
+    decoding = set(inspect.signature(generate).parameters) - {"compare", "compare_runs", "output_format"}
     assert decoding <= set(inspect.signature(run_app).parameters)
 
 
