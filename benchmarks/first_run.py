@@ -78,7 +78,7 @@ def smol(new_tokens: int, device: str) -> None:
     prompt = PROMPTS["code-edit"]
     base = DecodeConfig(max_new_tokens=new_tokens, seed=0)
     for mode in ("greedy", "pld", "beam"):
-        config = dataclasses.replace(base, mode=mode)  # type: ignore[arg-type]
+        config = dataclasses.replace(base, mode=mode)
         first_vs_third("smol", lm, prompt, config, "default")
         if lm.device.type == "cuda" and mode != "beam":
             first_vs_third("smol", lm, prompt, dataclasses.replace(config, cuda_graphs=False), "plain")
