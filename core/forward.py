@@ -67,6 +67,13 @@ class StaticKV(Cache):
         self.graphs: dict[tuple[int, ...], _Captured] = {}  # by (batch, width, logits kept)
         self.leased = False  # a run is using it; the pool hands it to nobody else until released
 
+    def move_end(self, length: int) -> None:
+        """Forget every position from ``length`` on: each layer's write position, a device tensor, is set in
+        place (no copy to the host, no new address, so compiled and captured graphs stay valid)."""
+        for layer in self.layers:
+            assert isinstance(layer, StaticLayer)
+            layer.cumulative_length.fill_(min(length, self.max_len))
+
 
 # Static caches by model, then by (length, path): a finished run's cache (and its captured graphs) serves
 # the next run of the same size. Weak keys: the caches die with their model.
@@ -97,7 +104,7 @@ def new_cache(model: PreTrainedModel, rollback: bool = False, *, fast: bool = Fa
             static = StaticKV(model, size, path)
             if len(pooled) < _POOLED_PER_SIZE:
                 pooled.append(static)
-        _forget(static, 0)  # (the argument `rollback` hides the function of that name here)
+        static.move_end(0)
         static.prefilled = False
         static.leased = True
         return static
@@ -128,14 +135,8 @@ def graph_failure(model: PreTrainedModel) -> str | None:
 
 def rollback(cache: Cache, length: int) -> None:
     """Forget every position of ``cache`` from ``length`` on."""
-    _forget(cache, length)
-
-
-def _forget(cache: Cache, length: int) -> None:
     if isinstance(cache, StaticKV):
-        for layer in cache.layers:  # a device tensor set in place: no copy to the host, no new address
-            assert isinstance(layer, StaticLayer)
-            layer.cumulative_length.fill_(min(length, cache.max_len))
+        cache.move_end(length)
         return
     extra = cache.get_seq_length() - length
     if extra > 0:
@@ -272,22 +273,23 @@ def forward(
     (49152 x T floats for SmolLM2 at prefill).
     """
     call: Any = model
+    replayed = None
     if isinstance(cache, StaticKV):
         if cache.prefilled and cache.path == "graphs" and input_ids.shape[1] <= CAPTURED_UP_TO:
-            replayed = _replayed(model, cache, input_ids, keep)
-            if replayed is not None:  # a graph's output is overwritten by its next replay: return a copy
-                out = replayed[:, -keep:, :]
-                return out.float() if out.dtype != torch.float32 else out.clone()
+            replayed = _replayed(model, cache, input_ids, keep)  # None: not capturable, run it eagerly
         elif cache.prefilled and cache.path == "compiled" and input_ids.shape[1] <= COMPILED_UP_TO:
             call = _compiled(model)
             # A slice keeps its buffer's strides, which the graph is guarded on: one graph per buffer.
             input_ids = input_ids.clone(memory_format=torch.contiguous_format)
         cache.prefilled = True
-    out = call(input_ids=input_ids, past_key_values=cache, use_cache=True, logits_to_keep=keep)
-    logits: torch.Tensor = out.logits[:, -keep:, :]
-    if logits.device != input_ids.device:  # a model spread over devices: its last layer's, [B, keep, V] across
-        logits = logits.to(input_ids.device)
-    if call is not model:  # a CUDA graph's output is overwritten by its next replay: keep a copy
+    if replayed is not None:
+        logits: torch.Tensor = replayed[:, -keep:, :]
+    else:
+        logits = call(input_ids=input_ids, past_key_values=cache, use_cache=True, logits_to_keep=keep).logits
+        logits = logits[:, -keep:, :]
+        if logits.device != input_ids.device:  # a model spread over devices: its last layer's, [B, keep, V] across
+            logits = logits.to(input_ids.device)
+    if replayed is not None or call is not model:  # a CUDA graph's output is overwritten by its next replay
         return logits.float().clone() if logits.dtype == torch.float32 else logits.float()
     return logits.float()
 

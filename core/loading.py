@@ -214,10 +214,11 @@ def input_device(model: PreTrainedModel) -> torch.device:
     weight = getattr(embeddings, "weight", None)
     if weight is not None and weight.device.type != "meta":
         return torch.device(weight.device)
-    device_map = getattr(model, "hf_device_map", None) or {}
-    first = next(iter(device_map.values()), "cpu")  # offloaded: accelerate's hook brings it to its execution device
-    return torch.device(first if isinstance(first, str) and first not in ("disk", "meta") else
-                        f"cuda:{first}" if isinstance(first, int) else "cpu")
+    # Offloaded (its weight on "meta"): where accelerate placed the first module, a GPU index or a name.
+    first = next(iter((getattr(model, "hf_device_map", None) or {}).values()), "cpu")
+    if isinstance(first, int):
+        return torch.device("cuda", first)
+    return torch.device("cpu" if first in ("disk", "meta") else first)
 
 
 def _settle_heap() -> None:
