@@ -142,8 +142,8 @@ class AppRun:
     paint_hz: float  # how often the pacer let the app paint, at the run's end
 
 
-def in_app(prompt: str, config: DecodeConfig, runs: int = 1, press_every: float | None = None, proxy: str = "none"
-           ) -> tuple[list[AppRun], list[float], list[float]]:
+def in_app(prompt: str, config: DecodeConfig, runs: int = 1, press_every: float | None = None, proxy: str = "none",
+           switch_interval_s: float | None = None) -> tuple[list[AppRun], list[float], list[float]]:
     """``runs`` runs in one app, each started with the restart key's action after a first, untimed run.
 
     The first run starts while the app is still mounting (styles, layout, the first full paint) and
@@ -158,6 +158,8 @@ def in_app(prompt: str, config: DecodeConfig, runs: int = 1, press_every: float 
                                        live=live).events())
 
     app = DecodeApp(Settings(prompt=prompt, config=config), source)
+    if switch_interval_s is not None:
+        app.switch_interval_s = switch_interval_s
     handled: list[float] = []
     original = app.action_toggle_boundaries
 
@@ -220,17 +222,20 @@ def in_app(prompt: str, config: DecodeConfig, runs: int = 1, press_every: float 
         TextPane.render_line = pane_line  # type: ignore[method-assign]
 
 
-def app_child(mode: str, prompt_name: str, new_tokens: int, runs: int, proxy: str) -> None:
+def app_child(mode: str, prompt_name: str, new_tokens: int, runs: int, proxy: str,
+              switch_interval_s: float | None = None) -> None:
     """In the child process: ``runs`` timed runs in one app; tokens/s as JSON on stdout."""
     config = DecodeConfig(mode=mode, max_new_tokens=new_tokens)  # type: ignore[arg-type]
-    results, _, _ = in_app(PROMPTS[prompt_name], config, runs=runs, proxy=proxy)
+    results, _, _ = in_app(PROMPTS[prompt_name], config, runs=runs, proxy=proxy, switch_interval_s=switch_interval_s)
     print(json.dumps([{"tokens_per_s": r.finished.tokens_per_s, "decoder_waiting": r.decoder_waiting,
                        "ui_cpu": r.ui_cpu, "paint_hz": r.paint_hz} for r in results]))
 
 
-def app_rates(mode: str, prompt_name: str, new_tokens: int, runs: int, proxy: str = "none") -> list[dict[str, float]]:
+def app_rates(mode: str, prompt_name: str, new_tokens: int, runs: int, proxy: str = "none",
+              switch_interval_s: float | None = None) -> list[dict[str, float]]:
+    switch = ["--switch-interval", str(switch_interval_s)] if switch_interval_s is not None else []
     done = subprocess.run([sys.executable, __file__, "--app-child", mode, prompt_name, str(new_tokens), str(runs),
-                           "--proxy", proxy], capture_output=True, text=True, check=True)
+                           "--proxy", proxy, *switch], capture_output=True, text=True, check=True)
     rows: list[dict[str, float]] = json.loads(done.stdout.strip().splitlines()[-1])
     return rows
 
@@ -247,9 +252,12 @@ def ratio_interval(headless: list[float], app: list[float], draws: int = 10_000)
     return ratios[int(0.025 * draws)], ratios[int(0.975 * draws) - 1]
 
 
-def throughput(lm: LoadedModel, prompt_name: str, mode: str, new_tokens: int, repeats: int, proxy: str = "none"
-               ) -> dict[str, Any]:
-    """Headless and in-app tokens/s on one prompt, ``repeats`` alternating rounds of two runs a side."""
+def throughput(lm: LoadedModel, prompt_name: str, mode: str, new_tokens: int, repeats: int, proxy: str = "none",
+               switch_interval_s: float | None = None) -> dict[str, Any]:
+    """Headless and in-app tokens/s on one prompt, ``repeats`` alternating rounds of two runs a side.
+
+    ``switch_interval_s``: the app's interpreter switch interval, if not its own (``SWITCH_INTERVAL_S``).
+    """
     config = DecodeConfig(mode=mode, max_new_tokens=new_tokens)  # type: ignore[arg-type]
     headless(lm, PROMPTS[prompt_name], config)  # warm-up
     ours: list[float] = []
@@ -260,7 +268,7 @@ def throughput(lm: LoadedModel, prompt_name: str, mode: str, new_tokens: int, re
             clock = DecoderClock()
             ours.append(headless(lm, PROMPTS[prompt_name], config, clock).tokens_per_s)
             waiting.append(clock.waiting)
-        app_runs += app_rates(mode, prompt_name, new_tokens, 2, proxy)
+        app_runs += app_rates(mode, prompt_name, new_tokens, 2, proxy, switch_interval_s)
     app = [r["tokens_per_s"] for r in app_runs]
     row: dict[str, Any] = {"headless_tok_s": statistics.median(ours), "app_tok_s": statistics.median(app)}
     row["ratio"] = row["app_tok_s"] / row["headless_tok_s"]
@@ -291,11 +299,13 @@ def main() -> None:
     parser.add_argument("--proxy", choices=sorted(PROXY), default="none",
                         help="python-bound: a narrow random model on one thread, standing in for a GPU's decoding")
     parser.add_argument("--cases", help="comma-separated MODE/PROMPT rows to run (default: every row)")
+    parser.add_argument("--switch-interval", type=float, help="the app's interpreter switch interval in seconds "
+                        "(default: the app's own; Python's is 0.005)")
     parser.add_argument("--app-child", nargs=4, metavar=("MODE", "PROMPT", "TOKENS", "RUNS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.app_child:
         mode, prompt_name, tokens, runs = args.app_child
-        app_child(mode, prompt_name, int(tokens), int(runs), args.proxy)
+        app_child(mode, prompt_name, int(tokens), int(runs), args.proxy, args.switch_interval)
         return
 
     pull("smollm2")
@@ -308,7 +318,7 @@ def main() -> None:
         wanted = [tuple(case.split("/")) for case in args.cases.split(",")]
         cases = [(name, mode) for mode, name in wanted]
     for name, mode in cases:
-        row = throughput(lm, name, mode, args.new_tokens, args.repeats, args.proxy)
+        row = throughput(lm, name, mode, args.new_tokens, args.repeats, args.proxy, args.switch_interval)
         results["throughput"][f"{mode}/{name}"] = row
         print(f"{mode:>6} {name:>10}: {summary(row)}", flush=True)
 

@@ -67,6 +67,19 @@ class StaticKV(Cache):
         self.graphs: dict[tuple[int, ...], _Captured] = {}  # by (batch, width, logits kept)
         self.leased = False  # a run is using it; the pool hands it to nobody else until released
 
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        """Beam search: row ``i`` of every layer becomes row ``beam_idx[i]``, copied in place.
+
+        transformers' static layer rebinds its tensors to the reordered copies, which would leave a captured
+        graph reading the old addresses; here the reordered rows are written back into the same storage.
+        """
+        for layer in self.layers:
+            keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+            if keys is not None and values is not None:  # allocated by the first pass
+                index = beam_idx.to(keys.device)
+                keys.copy_(keys.index_select(0, index))
+                values.copy_(values.index_select(0, index))
+
     def move_end(self, length: int) -> None:
         """Forget every position from ``length`` on: each layer's write position, a device tensor, is set in
         place (no copy to the host, no new address, so compiled and captured graphs stay valid)."""
@@ -75,21 +88,23 @@ class StaticKV(Cache):
             layer.cumulative_length.fill_(min(length, self.max_len))
 
 
-# Static caches by model, then by (length, path): a finished run's cache (and its captured graphs) serves
-# the next run of the same size. Weak keys: the caches die with their model.
-_POOL: weakref.WeakKeyDictionary[Any, dict[tuple[int, StaticPath], list[StaticKV]]] = weakref.WeakKeyDictionary()
+# Static caches by model, then by (length, path, batch): a finished run's cache (and its captured graphs) serves
+# the next run of the same size; beam search's cache holds a row per beam. Weak keys: they die with their model.
+_POOL: weakref.WeakKeyDictionary[Any, dict[tuple[int, StaticPath, int], list[StaticKV]]] = \
+    weakref.WeakKeyDictionary()
 _POOLED_PER_SIZE = 2  # enough for a run and a drafter or a comparison; more would only hold memory
 
 
 def new_cache(model: PreTrainedModel, rollback: bool = False, *, fast: bool = False, graphs: bool = False,
-              max_len: int | None = None) -> Cache:
+              max_len: int | None = None, batch: int = 1) -> Cache:
     """A KV cache for ``model``; ``rollback=True`` if it will be cropped (speculative decoding).
 
     The plain cache is built from the config so sliding-window layers (Phi-3, Mistral) get their own
     layer type; those forget what slides out of the window unless told to record it, and then could
     not be cropped back. ``fast=True`` (compiled passes) or ``graphs=True`` (captured passes) gives a
     :class:`StaticKV` for at least ``max_len`` positions (the prompt, every new token and the longest
-    verification), from the model's pool when one is free; hand it back with :func:`release`.
+    verification), from the model's pool when one is free; hand it back with :func:`release`. ``batch``:
+    the rows it will hold (beam search's beams), which its first pass fixes.
     """
     if fast or graphs:
         if max_len is None:
@@ -98,7 +113,7 @@ def new_cache(model: PreTrainedModel, rollback: bool = False, *, fast: bool = Fa
         # shape and address, so runs of similar length (another prompt, a restart) reuse them.
         size = max(256, 1 << (max_len - 1).bit_length())
         path: StaticPath = "compiled" if fast else "graphs"
-        pooled = _POOL.setdefault(model, {}).setdefault((size, path), [])
+        pooled = _POOL.setdefault(model, {}).setdefault((size, path, batch), [])
         static = next((c for c in pooled if not c.leased), None)
         if static is None:
             static = StaticKV(model, size, path)

@@ -65,12 +65,11 @@ class Run:
         self.seed = config.seed if config.seed is not None else random.SystemRandom().randrange(2**31)
         self.transcript = Transcript(config.mode, self.prompt_ids, Detokenizer(lm.tokenizer),
                                      lm.eos_token_ids, max_new)
+        # CUDA graphs of the eager model: the default on CUDA, in every mode (beam search's batched step too).
+        self.graphs = config.cuda_graphs and not (config.fast and config.mode != "beam") and graphs_available(lm.model)
         if config.fast and config.mode == "beam":
             self.notes.append("the fast path covers greedy, sampling and draft verification; beam search runs on "
-                              "the plain path")
-        # CUDA graphs of the eager model: the default on CUDA for the modes that decode one sequence.
-        self.graphs = (config.cuda_graphs and not config.fast and config.mode != "beam"
-                       and graphs_available(lm.model))
+                              + ("CUDA graphs of the eager model" if self.graphs else "the plain path"))
 
     @property
     def path(self) -> str:
@@ -114,6 +113,7 @@ class Run:
                 label=label,
                 decode=self.transcript.detokenizer.decode,
                 live=self.live,
+                graphs=self.graphs,
             )
             return
         if self.config.mode in ("speculative", "pld"):

@@ -92,16 +92,18 @@ def test_greedy_equals_generate_in_fp32_on_cuda(byte_bpe: Any, seed: int) -> Non
     assert list(finished.token_ids) == expected
 
 
+@pytest.mark.parametrize("graphs", [False, True], ids=["plain", "cuda-graphs"])
 @pytest.mark.parametrize(("seed", "num_beams", "length_penalty", "early_stopping"),
                          [(0, 2, 1.0, False), (1, 3, 0.0, True), (2, 4, 2.0, "never"), (3, 4, -0.5, False)])
 def test_beam_search_equals_generate_in_fp32_on_cuda(byte_bpe: Any, seed: int, num_beams: int,
-                                                     length_penalty: float, early_stopping: Any) -> None:
+                                                     length_penalty: float, early_stopping: Any, graphs: bool) -> None:
+    """On both paths: the plain one, and the beams' batched step replayed as a CUDA graph (reordered in place)."""
     model = on_cuda(tiny_model(ARCHS[seed % 4], vocab_size=V, seed=seed, initializer_range=0.05))
     prompt = prompt_for(seed, 6)
     eos = [V - 1, V - 2]
     beam = BeamParams(num_beams, length_penalty, early_stopping, num_beams)
     events = list(beam_search(model, Transcript("beam", prompt, Detokenizer(byte_bpe), frozenset(eos), 12), beam,
-                              SamplingParams(), decode=byte_bpe.decode))
+                              SamplingParams(), decode=byte_bpe.decode, graphs=graphs))
     ids = torch.tensor([prompt], device=CUDA)
     out = model.generate(ids, attention_mask=torch.ones_like(ids), num_beams=num_beams, length_penalty=length_penalty,
                          early_stopping=early_stopping, num_return_sequences=num_beams, max_new_tokens=12,

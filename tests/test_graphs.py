@@ -18,10 +18,11 @@ import torch
 
 from decode_tui.core import forward as forward_module
 from decode_tui.core.drafters import ModelDrafter, PromptLookup
-from decode_tui.core.events import Event, Finished
+from decode_tui.core.events import BeamStepped, Event, Finished
 from decode_tui.core.forward import StaticKV, graph_failure, graphs_available, new_cache, release
-from decode_tui.core.params import SamplingParams
+from decode_tui.core.params import BeamParams, SamplingParams
 from decode_tui.core.strategies.autoregressive import autoregressive
+from decode_tui.core.strategies.beam import beam_search
 from decode_tui.core.strategies.speculative import speculative
 
 from .conftest import tiny_model
@@ -184,10 +185,85 @@ def test_a_run_replays_graphs_only_where_the_device_has_them(byte_bpe: Any, monk
     monkeypatch.setattr(forward_module, "GRAPH_DEVICES", frozenset({"cpu"}))
     monkeypatch.setattr(forward_module, "GraphBackend", EagerGraphs)
     run = Run(lm, "ab ab ab ab", config)
-    assert run.path == ("plain" if mode == "beam" else "cuda-graphs")
+    assert run.path == "cuda-graphs"
     assert run.params()["path"] == run.path
     off = Run(lm, "ab ab ab ab", DecodeConfig(mode=mode, max_new_tokens=12, seed=5, cuda_graphs=False))  # type: ignore[arg-type]
     assert off.path == "plain"
     events = list(run.events())
     assert isinstance(events[-1], Finished)
     assert events[-1].token_ids == next(e for e in off.events() if isinstance(e, Finished)).token_ids
+
+
+def assert_same_beam_events(plain: list[Event], replayed: list[Event]) -> None:
+    """Same beams, parents, candidates and verdicts at every step; scores equal to float32 rounding."""
+    assert [type(e) for e in plain] == [type(e) for e in replayed]
+    for a, b in zip(plain, replayed, strict=True):
+        if isinstance(a, BeamStepped):
+            assert isinstance(b, BeamStepped)
+            assert [(x.token_ids, x.parent) for x in a.beams] == [(x.token_ids, x.parent) for x in b.beams]
+            assert [(c.parent, c.token_id, c.verdict) for c in a.candidates] == \
+                [(c.parent, c.token_id, c.verdict) for c in b.candidates]
+            assert [c.sum_logprobs for c in a.candidates] == \
+                pytest.approx([c.sum_logprobs for c in b.candidates], abs=1e-4)
+            assert [h.token_ids for h in a.finished] == [h.token_ids for h in b.finished]
+            assert a.early_stop.done == b.early_stop.done
+        elif isinstance(a, Finished):
+            assert isinstance(b, Finished) and a.token_ids == b.token_ids
+            assert [h.token_ids for h in a.hypotheses or ()] == [h.token_ids for h in b.hypotheses or ()]
+            assert [h.score for h in a.hypotheses or ()] == \
+                pytest.approx([h.score for h in b.hypotheses or ()], abs=1e-4)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_replayed_beam_steps_give_the_plain_paths_search(byte_bpe: Any, cpu_graphs: type[EagerGraphs],
+                                                         seed: int) -> None:
+    """The N beams' batched step replayed on a static cache, its rows reordered in place after every step."""
+    model = model_for(seed)
+    prompt = repetitive_prompt(seed, 3 + 2 * seed)
+    beam = BeamParams(num_beams=2 + seed % 3, num_return_sequences=2, length_penalty=(1.0, 0.5, -0.5)[seed % 3],
+                      early_stopping=(True, False, "never")[seed % 3])
+
+    def go(graphs: bool) -> list[Event]:
+        return list(beam_search(model, transcript(byte_bpe, prompt, 6 + 2 * seed), beam, SamplingParams(),
+                                do_sample=seed % 4 == 3, generator=torch.Generator().manual_seed(seed),
+                                decode=byte_bpe.decode, graphs=graphs))
+
+    plain = go(False)
+    assert sum(isinstance(e, BeamStepped) for e in plain) > 2
+    assert_same_beam_events(plain, go(True))
+    assert cpu_graphs.captures == 1, "one graph for the beams' batched step"
+    again = go(True)
+    assert_same_beam_events(plain, again)
+    assert cpu_graphs.captures == 1, "the second search replays the pooled cache's graph"
+
+
+def test_beam_and_single_sequence_runs_never_share_a_pooled_cache(byte_bpe: Any,
+                                                                   cpu_graphs: type[EagerGraphs]) -> None:
+    """A cache's first pass fixes its rows: a beam search's N-row cache is pooled apart from greedy's one-row one."""
+    model = tiny_model("llama", vocab_size=V, seed=9)
+    prompt = repetitive_prompt(9, 10)
+    greedy_plain = list(autoregressive(model, transcript(byte_bpe, prompt, 12), SamplingParams(), greedy=True))
+    beam_plain = list(beam_search(model, transcript(byte_bpe, prompt, 12), BeamParams(3), SamplingParams(),
+                                  decode=byte_bpe.decode))
+    for _ in range(2):
+        assert_same_events(greedy_plain, list(autoregressive(model, transcript(byte_bpe, prompt, 12),
+                                                             SamplingParams(), greedy=True, graphs=True)))
+        assert_same_beam_events(beam_plain, list(beam_search(model, transcript(byte_bpe, prompt, 12), BeamParams(3),
+                                                             SamplingParams(), decode=byte_bpe.decode, graphs=True)))
+    assert cpu_graphs.captures == 2, "one graph for greedy's step, one for the beams'"
+
+
+def test_a_static_cache_reorders_its_rows_in_place() -> None:
+    """Beam search's reorder must keep every layer's storage (a captured graph reads those addresses)."""
+    model = tiny_model("llama", vocab_size=V, seed=1)
+    cache = new_cache(model, graphs=True, max_len=16, batch=3)
+    assert isinstance(cache, StaticKV)
+    with torch.no_grad():
+        model(input_ids=torch.tensor([[1, 2], [3, 4], [5, 6]]), past_key_values=cache, use_cache=True)
+    layer: Any = cache.layers[0]
+    before = layer.keys.clone()
+    address = layer.keys.data_ptr()
+    cache.reorder_cache(torch.tensor([2, 2, 0]))  # type: ignore[arg-type]
+    assert layer.keys.data_ptr() == address
+    assert torch.equal(layer.keys, before[[2, 2, 0]])
+    release(cache)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -70,6 +71,11 @@ from .widgets.too_small import MIN_HEIGHT, MIN_WIDTH, TooSmall
 
 DRAIN_HZ = 30
 PAINT_HZ = 8  # at most; the pacer slows painting where paints are dear (tui/pacing.py)
+# How long a thread may hold the interpreter lock while another waits for it (Python's default is 5 ms). The
+# decoder thread lets go of the lock while it waits for the GPU, once a step; when it wakes, it must wait for
+# the UI thread to let go in turn, up to a whole interval. At 3.5 ms a step on a GPU, 5 ms could cost more
+# than a step (the "convoy effect"), so the app shortens it while it runs (see BENCHMARKS.md for the figures).
+SWITCH_INTERVAL_S = 0.0005
 
 
 @dataclass
@@ -114,6 +120,7 @@ class DecodeApp(App[int]):
     TITLE = "decode-tui"
     COMMANDS = App.COMMANDS | {DecodeCommands}
     ENABLE_COMMAND_PALETTE = True
+    switch_interval_s: float = SWITCH_INTERVAL_S  # see SWITCH_INTERVAL_S; benchmarks set it to compare
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("space", "toggle_pause", "Pause/resume", id="pause"),
@@ -186,6 +193,8 @@ class DecodeApp(App[int]):
         # overlap anyway: a restart stops the old run before the new one starts.
         asyncio.get_running_loop().set_default_executor(
             ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode-tui-decoder"))
+        self._switch_interval = sys.getswitchinterval()  # put back on unmount: tests run many apps in one process
+        sys.setswitchinterval(self.switch_interval_s)
         self._apply_glyphs()
         self.stats_bar = self.query_one(StatsBar)
         self.set_interval(1 / DRAIN_HZ, self.drain)
@@ -543,6 +552,7 @@ class DecodeApp(App[int]):
         # However the app ends (quit, Ctrl-C, an error, a test leaving run_test), a paused decoder is woken and told
         # to stop, so no thread is left waiting.
         self._stop()
+        sys.setswitchinterval(getattr(self, "_switch_interval", sys.getswitchinterval()))
 
     async def action_quit(self) -> None:
         self._stop()

@@ -43,9 +43,10 @@ from ..events import (
     Finished,
     FinishReason,
     Hypothesis,
+    Stage,
     TokenSampled,
 )
-from ..forward import forward, new_cache, to_host
+from ..forward import forward, new_cache, release, to_host
 from ..live import LiveParams
 from ..params import BeamParams, SamplingParams
 from ..sampling import processed, stage_processors
@@ -53,7 +54,8 @@ from ..transcript import Transcript
 from .autoregressive import autoregressive
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel
+    from transformers import LogitsProcessor, PreTrainedModel
+    from transformers.cache_utils import Cache
 
 NEG = -1.0e9  # transformers' "impossible" score
 
@@ -70,23 +72,39 @@ def beam_search(
     label: Callable[[int], str] = str,
     decode: Callable[[list[int]], str] = str,
     live: LiveParams | None = None,
+    graphs: bool = False,
 ) -> Generator[Event, None, None]:
     """Yield one ``BeamStepped`` per step, then the best hypothesis as ``TokenEmitted`` and ``Finished``.
 
     With ``live``, the sampling stages are re-read at every step; the beam settings never change mid-run.
+    ``graphs``: the batched step of the N beams replayed as a captured CUDA graph on a static cache
+    (reordered in place); the same scores and sequences.
     """
     if beam.num_beams == 1:
-        yield from _one_beam(model, transcript, beam, sampling, do_sample, generator, label, decode, live)
+        yield from _one_beam(model, transcript, beam, sampling, do_sample, generator, label, decode, live, graphs)
         return
 
+    # Beam sampling keeps one token more than there are EOS ids, as generate does.
+    processors = stage_processors(sampling, greedy=not do_sample, min_tokens_to_keep=len(transcript.eos_token_ids) + 1)
+    max_length = len(transcript.prompt_ids) + transcript.max_new_tokens
+    cache = new_cache(model, graphs=graphs, max_len=max_length, batch=beam.num_beams)
+    try:
+        yield from _search(model, transcript, beam, cache, processors, do_sample, generator, label, decode, live)
+    finally:
+        release(cache)  # a pooled static cache (and its graph) goes back for the next run
+
+
+def _search(model: PreTrainedModel, transcript: Transcript, beam: BeamParams, cache: Cache,
+            processors: list[tuple[Stage, LogitsProcessor]], do_sample: bool, generator: torch.Generator | None,
+            label: Callable[[int], str], decode: Callable[[list[int]], str], live: LiveParams | None,
+            ) -> Generator[Event, None, None]:
+    """The search itself, on a cache of N rows; :func:`beam_search` owns the cache."""
     N = beam.num_beams
     eos = torch.tensor(sorted(transcript.eos_token_ids), dtype=torch.long, device=model.device)
     K = max(2, 1 + len(eos)) * N  # beams_to_keep
     lp, early_stopping = beam.length_penalty, beam.early_stopping
     T0 = len(transcript.prompt_ids)
     max_length = T0 + transcript.max_new_tokens
-    # Beam sampling keeps one token more than there are EOS ids, as generate does.
-    processors = stage_processors(sampling, greedy=not do_sample, min_tokens_to_keep=len(eos) + 1)
     version = live.version if live else 0
     device = model.device
 
@@ -104,7 +122,6 @@ def beam_search(
     heuristic_unsatisfied = torch.tensor(True, device=device)  # [] is_early_stop_heuristic_unsatisfied
     top_num_beam_mask = torch.arange(K, device=device) < N  # [K]
 
-    cache = new_cache(model)
     # Prefill the N copies of the prompt in one batch, exactly as generate does.
     logits = forward(model, running[:, :T0], cache)[:, -1]  # [N, V]
     transcript.target_forwards += 1
@@ -254,14 +271,15 @@ def _finish(transcript: Transcript, hypotheses: list[Hypothesis]) -> Generator[E
 
 def _one_beam(model: PreTrainedModel, transcript: Transcript, beam: BeamParams, sampling: SamplingParams,
               do_sample: bool, generator: torch.Generator | None, label: Callable[[int], str],
-              decode: Callable[[list[int]], str], live: LiveParams | None) -> Generator[Event, None, None]:
+              decode: Callable[[list[int]], str], live: LiveParams | None, graphs: bool,
+              ) -> Generator[Event, None, None]:
     """``num_beams=1`` is plain greedy decoding (or sampling) in generate; its one hypothesis is the output.
 
     Its sum log-prob adds the log-probability of each token under the distribution it was picked from.
     """
     total = 0.0
     for event in autoregressive(model, transcript, sampling, greedy=not do_sample, generator=generator, label=label,
-                                live=live):
+                                live=live, graphs=graphs):
         if isinstance(event, TokenSampled):
             total += math.log(event.prob) if event.prob > 0 else NEG
         if isinstance(event, Finished) and event.finish_reason != "cancelled":
