@@ -222,7 +222,7 @@ def drafting(lm: LoadedModel, new_tokens: int, repeats: int) -> dict[str, Any]:
     variants = {
         "pld": (DecodeConfig(mode="pld", max_new_tokens=new_tokens), None),
         "pld adaptive": (DecodeConfig(mode="pld", max_new_tokens=new_tokens,
-                                      draft=DraftParams(adaptive=True, num_draft_tokens=10)), None),
+                                      draft=DraftParams(adaptive=True)), None),
         "speculative int8 k=5": (DecodeConfig(mode="speculative", max_new_tokens=new_tokens), (int8, width)),
         "speculative int8 adaptive": (DecodeConfig(mode="speculative", max_new_tokens=new_tokens,
                                                    draft=DraftParams(adaptive=True)), (int8, width)),

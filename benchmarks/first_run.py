@@ -73,8 +73,11 @@ def smol(new_tokens: int, device: str) -> None:
     started = time.perf_counter()
     lm = load_model(resolve("smollm2"), device=device)
     sync(lm.device)
+    # load_model's own phases: transformers' lazily imported model code, CUDA's start, tokenizer, weights.
     emit({"section": "smol", "what": "load", "device": str(lm.device), "dtype": str(lm.dtype),
-          "load_s_after_imports": round(time.perf_counter() - started, 2)})
+          "load_s_in_all": round(time.perf_counter() - started, 2), "phases_s": lm.timings,
+          "load_s_after_imports": round(sum(v for k, v in lm.timings.items() if k != "model code"), 2),
+          "tokenizer_and_weights_s": round(lm.timings.get("tokenizer", 0) + lm.timings["weights"], 2)})
     prompt = PROMPTS["code-edit"]
     base = DecodeConfig(max_new_tokens=new_tokens, seed=0)
     for mode in ("greedy", "pld", "beam"):
@@ -88,7 +91,9 @@ def smol(new_tokens: int, device: str) -> None:
     emit({"section": "smol", "what": "HF generate greedy, warm", "tok_s_runs": rates})
     for label, config, baseline in (
             ("greedy vs greedy", base, base),
-            ("pld vs greedy", dataclasses.replace(base, mode="pld", draft=DraftParams()), base)):
+            ("pld vs greedy", dataclasses.replace(base, mode="pld", draft=DraftParams()), base),
+            # The draft length PLD had before it became num_pred_tokens (10), for comparison.
+            ("pld k=5 vs greedy", dataclasses.replace(base, mode="pld", draft=DraftParams(num_pred_tokens=5)), base)):
         result = compare(lm, prompt, config, baseline, runs=5 if label.startswith("greedy") else 3)
         emit({"section": "smol", "what": f"compare {label}", **result})
 

@@ -209,7 +209,7 @@ def drafting_section(lm: LoadedModel, new_tokens: int, repeats: int, draft_layer
     variants: dict[str, tuple[DecodeConfig, Any]] = {
         "pld": (DecodeConfig(mode="pld", max_new_tokens=new_tokens), None),
         "pld adaptive": (DecodeConfig(mode="pld", max_new_tokens=new_tokens,
-                                      draft=DraftParams(adaptive=True, num_draft_tokens=10)), None),
+                                      draft=DraftParams(adaptive=True)), None),
         f"speculative ({draft_layers}-layer draft) k=5": (DecodeConfig(mode="speculative",
                                                                        max_new_tokens=new_tokens), draft),
         f"speculative ({draft_layers}-layer draft) adaptive": (

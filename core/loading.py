@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import gc
 import re
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -84,6 +86,8 @@ class LoadedModel:
     eos_token_ids: frozenset[int]
     context_length: int | None
     chat: bool = field(default=False)  # whether a chat template is available
+    # Seconds per loading phase ("model code", "cuda", "tokenizer", "weights"), for benchmarks and the curious.
+    timings: dict[str, float] = field(default_factory=dict)
 
     def encode_prompt(self, prompt: str, use_chat: bool = True) -> list[int]:
         """Token ids for a prompt: the chat template applied when the model has one, unless use_chat is off."""
@@ -151,6 +155,7 @@ def load_model(
     tokenizer: PreTrainedTokenizerBase | None = None,
     device_map: str | None = None,
     max_memory: dict[int | str, int | str] | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> LoadedModel:
     """Load a resolved model (and its tokenizer unless given) in eval mode on the chosen device.
 
@@ -165,9 +170,28 @@ def load_model(
     those objects again, and one that lands mid-run stalls decoding, and the app's thread with it,
     for 120-270 ms (measured on the embedded model; after freezing, 20-30 ms). The next load
     unfreezes first, so a model that is replaced can still be collected.
+
+    ``progress`` hears each phase as it starts (a front end shows it: no wait is silent); the seconds
+    each took end up in ``LoadedModel.timings``.
     """
+    say = progress or (lambda _message: None)
+    timings: dict[str, float] = {}
+    clock = time.perf_counter()
+
+    def lap(phase: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        timings[phase] = round(now - clock, 3)
+        clock = now
+
+    # transformers imports its model code lazily, on first use: 3-4 s on a 2-core machine, more than reading
+    # the embedded model's weights. Named as its own phase so nobody mistakes it for the weights.
+    say(f"Loading {resolved.display_name}: importing transformers' model code")
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
+
+    _import_model_code(resolved, trust_remote_code)
+    lap("model code")
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
@@ -177,9 +201,16 @@ def load_model(
     if device_map is not None and device != "auto":
         raise UsageError(f"--device-map {device_map} places the model itself; it replaces --device {device}.")
     dt = resolve_dtype(dtype, dev)
+    if dev.type == "cuda":
+        say(f"Loading {resolved.display_name}: starting CUDA on {dev}")
+        torch.empty(0, device=dev)  # the context, made now so that the weights' phase is only the weights
+        lap("cuda")
     gc.unfreeze()  # what an earlier load froze may be about to be dropped (a model switch)
     if tokenizer is None:
+        say(f"Loading {resolved.display_name}: tokenizer")
         tokenizer = load_tokenizer(resolved, trust_remote_code)
+        lap("tokenizer")
+    say(f"Loading {resolved.display_name}: weights onto {device_map or dev} in {str(dt).removeprefix('torch.')}")
     placement: dict[str, Any] = {"device_map": {"": str(dev)}}  # every tensor straight to the device
     if device_map is not None:
         from .registry import cache_root
@@ -196,6 +227,9 @@ def load_model(
         dev = input_device(model)
     model.eval()
     _settle_heap()
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)  # copies still queued belong to the weights' phase
+    lap("weights")
     return LoadedModel(
         name=resolved.display_name,
         model=model,
@@ -205,7 +239,23 @@ def load_model(
         eos_token_ids=eos_token_ids(model, tokenizer),
         context_length=context_length(model),
         chat=bool(getattr(tokenizer, "chat_template", None)),
+        timings=timings,
     )
+
+
+def _import_model_code(resolved: ResolvedModel, trust_remote_code: bool) -> None:
+    """Import the modelling module of ``resolved``'s architecture (what ``from_pretrained`` would import lazily)."""
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    if resolved.gguf_file is not None:  # its config is read from the weights file: leave that to from_pretrained
+        return
+    try:
+        config = AutoConfig.from_pretrained(resolved.path, gguf_file=resolved.gguf_file,
+                                            trust_remote_code=trust_remote_code)
+        MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]  # the lookup imports the module
+    except Exception:  # only an early import: from_pretrained reports whatever is wrong, in full
+        pass
 
 
 def input_device(model: PreTrainedModel) -> torch.device:

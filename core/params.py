@@ -83,9 +83,9 @@ class DraftParams:
     ``draft`` is a model spec, ``self`` (the target drafts for itself: greedy
     acceptance must then be 100 %) or ``int8`` (the target with its Linear
     layers dynamically quantised, CPU only: the offline default).
-    ``num_draft_tokens`` is the draft length (the most the adaptive mode uses);
-    prompt lookup copies up to ``num_pred_tokens`` after an n-gram of at most
-    ``max_ngram_size`` tokens.
+    ``num_draft_tokens`` is a draft model's draft length (the most the adaptive
+    mode uses); prompt lookup copies up to ``num_pred_tokens`` after an n-gram
+    of at most ``max_ngram_size`` tokens, its draft length (see :meth:`length`).
     """
 
     draft: str = "int8"
@@ -98,6 +98,12 @@ class DraftParams:
         for name in ("num_draft_tokens", "max_ngram_size", "num_pred_tokens"):
             if getattr(self, name) < 1:
                 raise UsageError(f"{name} must be at least 1, not {getattr(self, name)}.")
+
+    def length(self, drafter: Literal["model", "lookup"]) -> int:
+        """The most tokens a round drafts: ``num_pred_tokens`` for prompt lookup (transformers'
+        ``prompt_lookup_num_tokens``, 10: a copy costs nothing to draft, and verifying 10 tokens costs a
+        GPU about what verifying 5 does), ``num_draft_tokens`` for a draft model (each token one of its steps)."""
+        return self.num_pred_tokens if drafter == "lookup" else self.num_draft_tokens
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -123,7 +123,7 @@ class Run:
                 self._drafter(),
                 self.config.sampling,
                 greedy=not self.config.draft_sample,
-                num_draft_tokens=self.config.draft.num_draft_tokens,
+                num_draft_tokens=self.config.draft.length("lookup" if self.config.mode == "pld" else "model"),
                 adaptive=self.config.draft.adaptive,
                 vocab_size=self.draft[1] if self.draft else None,
                 generator=generator,

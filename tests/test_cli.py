@@ -134,6 +134,7 @@ def test_prompt_file_and_stdin(tiny_model_dir: Path, isolated_env: dict[str, str
         (["--mode", "speculative", "--max-ngram-size", "2"], ["--max-ngram-size applies to --mode pld"]),
         (["--mode", "beam", "--compare"], ["--compare applies to"]),
         (["--mode", "pld", "--num-pred-tokens", "0"], ["--num-pred-tokens"]),
+        (["--mode", "pld", "--num-draft-tokens", "4"], ["draft length is --num-pred-tokens"]),
         (["--mode", "speculative", "--draft", "no-such-draft"], ["Unknown model", "no-such-draft"]),
         (["--mode", "pld", "--num-beams", "4"], ["beam search only", "--mode pld"]),
         (["--prompt", "a", "--prompt-file", "x.txt"], ["either --prompt or --prompt-file"]),

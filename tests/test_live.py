@@ -100,3 +100,20 @@ def test_updates_are_whole_snapshots_with_rising_versions() -> None:
     second = live.update(draft=DraftParams(num_draft_tokens=3))
     assert (first.version, second.version) == (1, 2)
     assert second.sampling.temperature == 0.7 and second.draft.num_draft_tokens == 3
+
+
+def test_prompt_lookups_draft_length_is_its_copy_length(byte_bpe: Any) -> None:
+    """PLD drafts up to num_pred_tokens (transformers' prompt_lookup_num_tokens), not a draft model's length."""
+    from decode_tui.core.params import DecodeConfig
+    from decode_tui.core.run import Run
+
+    from .test_autoregressive import loaded
+
+    lm = loaded(tiny_model("llama", vocab_size=len(byte_bpe), seed=10), byte_bpe, 2)
+    text = "abcdefghijklmnop " * 6
+    for pred, speculative_k in ((7, 2), (3, 9)):
+        config = DecodeConfig(mode="pld", max_new_tokens=40, seed=1,
+                              draft=DraftParams(num_draft_tokens=speculative_k, num_pred_tokens=pred))
+        events = list(Run(lm, text, config, draft=None).events())
+        lengths = [len(e.token_ids) for e in events if isinstance(e, DraftProposed)]
+        assert lengths and max(lengths) == pred, (pred, lengths)

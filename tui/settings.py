@@ -98,6 +98,11 @@ def _put(part: Literal["sampling", "beam", "draft"], name: str, cast: type = flo
 
 SAMPLING_MODES: tuple[Mode, ...] = ("sample", "beam", "speculative", "pld")
 
+
+def _drafter(settings: Settings) -> Literal["model", "lookup"]:
+    return "lookup" if settings.mode == "pld" else "model"
+
+
 KNOBS: tuple[Knob, ...] = (
     Knob("temperature", "temperature", ("t", "T"), "live", SAMPLING_MODES,
          lambda s: s.config.sampling.temperature, _linear(0.1, 0.0, 5.0), _put("sampling", "temperature")),
@@ -114,8 +119,10 @@ KNOBS: tuple[Knob, ...] = (
          fmt=lambda v: f"{int(v)}"),
     Knob("length_penalty", "length penalty", ("l", "L"), "rerank", ("beam",),
          lambda s: s.config.beam.length_penalty, _linear(0.25, -3.0, 3.0), _put("beam", "length_penalty")),
+    # One key for the draft length in both modes; prompt lookup's is its copy length (DraftParams.length).
     Knob("num_draft_tokens", "draft length", ("d", "D"), "live", ("speculative", "pld"),
-         lambda s: s.config.draft.num_draft_tokens, _linear(1, 1, 16), _put("draft", "num_draft_tokens", int),
+         lambda s: s.config.draft.length(_drafter(s)), _linear(1, 1, 16),
+         lambda s, v: _put("draft", "num_pred_tokens" if s.mode == "pld" else "num_draft_tokens", int)(s, v),
          fmt=lambda v: f"{int(v)}"),
     Knob("max_ngram_size", "n-gram size", ("g", "G"), "live", ("pld",),
          lambda s: s.config.draft.max_ngram_size, _linear(1, 1, 8), _put("draft", "max_ngram_size", int),
@@ -199,7 +206,7 @@ def params_line(settings: Settings) -> str:
     if settings.mode == "speculative":
         parts += [f"draft={c.draft.draft}", f"k={c.draft.num_draft_tokens}"]
     if settings.mode == "pld":
-        parts += [f"k={c.draft.num_draft_tokens}", f"ngram≤{c.draft.max_ngram_size}"]
+        parts += [f"k={c.draft.num_pred_tokens}", f"ngram≤{c.draft.max_ngram_size}"]
     if settings.mode in ("speculative", "pld"):
         parts.append("adaptive" if c.draft.adaptive else "fixed k")
         parts.append("sampling verify" if c.draft_sample else "greedy verify")

@@ -233,7 +233,7 @@ def speculative(
                 version, sampling = snapshot.version, snapshot.sampling
                 greedy = greedy_verify or sampling.greedy
                 processors = stage_processors(sampling, greedy)
-                num_draft_tokens = snapshot.draft.num_draft_tokens
+                num_draft_tokens = snapshot.draft.length(drafter.kind)
                 if policy is not None:
                     policy.max_k = num_draft_tokens
                 drafter.tune(snapshot.draft)
@@ -295,6 +295,12 @@ def speculative(
 def _distributions(processors: list[tuple[Stage, LogitsProcessor]], context: list[int], drafted: list[int],
                    logits: torch.Tensor) -> torch.Tensor:
     """Target probabilities at each verified position, each processed with its own prefix ([k+1, V])."""
+    if all(stage != "repetition_penalty" for stage, _ in processors):
+        # Temperature, top-k and top-p act on each row alone and never read the context: all k + 1 rows at
+        # once, a few kernels a round instead of a few per position (at hundreds of tokens a second on a
+        # GPU, each launch counts).
+        no_context = torch.empty((logits.shape[0], 0), dtype=torch.long, device=logits.device)
+        return torch.softmax(processed(processors, no_context, logits), dim=-1)
     ids = torch.tensor([context + drafted], device=logits.device)  # [1, T+k]
     rows = []
     for i in range(logits.shape[0]):
@@ -327,9 +333,10 @@ def _verify(
     k = len(drafted)
     V = p.shape[-1]
     idx = torch.tensor(drafted, dtype=torch.long, device=p.device)  # [k]
-    q_k = q[:k] if q is not None else torch.nn.functional.one_hot(idx, V).to(p.dtype)  # [k, V]
     p_d = p[:k].gather(1, idx[:, None])[:, 0]  # [k] p_i(d_i)
-    q_d = q_k.gather(1, idx[:, None])[:, 0]  # [k] q_i(d_i)
+    # A lookup copy's q is one-hot on the copied token: q_i(d_i) = 1, and the [k, V] rows are only built
+    # where the residual max(0, p - q) needs them (sampling).
+    q_d = q[:k].gather(1, idx[:, None])[:, 0] if q is not None else p.new_ones(k)  # [k] q_i(d_i)
     draws = None
     if greedy:
         argmax = p.argmax(-1)  # [k+1]
@@ -342,6 +349,7 @@ def _verify(
     if greedy:
         extra_t = argmax[n_t]
     else:
+        q_k = q[:k] if q is not None else torch.nn.functional.one_hot(idx, V).to(p.dtype)  # [k, V]
         q_pad = torch.cat([q_k, q_k.new_zeros(1, V)])  # [k+1, V]: nothing to subtract after the last draft
         residual = torch.clamp(p[n_t] - q_pad[n_t], min=0.0)  # max(0, p - q)
         total = residual.sum()
