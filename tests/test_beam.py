@@ -154,7 +154,8 @@ def test_events_tell_the_same_story_as_the_result(byte_bpe: Any) -> None:
     assert last.finished[0] == finished.hypotheses[0]
     assert "".join(e.text for e in emitted) == finished.text == finished.hypotheses[0].text
     for previous, step in itertools.pairwise(steps):
-        assert len(step.beams) == 4 and len(step.candidates) == 3 * 4  # K = (1 + #eos) * N
+        at_the_limit = step.step == 9  # every candidate finishes there: no beam stays open
+        assert len(step.beams) == (0 if at_the_limit else 4) and len(step.candidates) == 3 * 4  # K = (1 + #eos) * N
         for b in step.beams:  # every live beam extends a beam of the step before
             parent = previous.beams[b.parent]
             assert b.token_ids[:-1] == parent.token_ids
@@ -164,6 +165,40 @@ def test_events_tell_the_same_story_as_the_result(byte_bpe: Any) -> None:
         assert scores == sorted(scores, reverse=True)
         if step.finished and len(step.finished) == 4:
             assert step.early_stop.worst_finished_score == pytest.approx(min(scores))
+
+
+def _numbers(value: Any) -> list[float]:
+    """Every number inside an event, however deep (dataclasses, tuples, dicts)."""
+    import dataclasses
+
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, int | float):
+        return [float(value)]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [x for f in dataclasses.fields(value) for x in _numbers(getattr(value, f.name))]
+    if isinstance(value, dict):
+        return [x for v in value.values() for x in _numbers(v)]
+    if isinstance(value, list | tuple):
+        return [x for v in value for x in _numbers(v)]
+    return []
+
+
+@pytest.mark.parametrize("num_beams", [2, 3, 4])
+def test_a_search_that_hits_the_length_limit_shows_no_placeholder_score(byte_bpe: Any, num_beams: int) -> None:
+    """No -1e9 ("impossible") anywhere: not in the beams, candidates, hypotheses, early-stop test or the jsonl."""
+    import json
+
+    model = tiny_model("llama", vocab_size=V, seed=3, initializer_range=0.05)
+    events = ours(model, byte_bpe, [5, 6, 7], BeamParams(num_beams, 1.0, "never", num_beams), 6, [V - 1])
+    steps = [e for e in events if isinstance(e, BeamStepped)]
+    assert len(steps) == 6, "ran to the length limit"
+    assert steps[-1].beams == () and steps[-1].early_stop.done
+    assert all(len(s.beams) == num_beams for s in steps[:-1])
+    numbers = [x for e in events for x in _numbers(e)]
+    assert numbers and min(numbers) > -1e8
+    lines = [json.loads(e.to_json()) for e in events]
+    assert min(x for line in lines for x in _numbers(line)) > -1e8
 
 
 def test_cancel_request_stops_beam_search(byte_bpe: Any) -> None:

@@ -522,6 +522,21 @@ def test_the_pump_runs_a_source_to_its_end_in_order() -> None:
     assert type(events[0]).__name__ == "Started" and type(events[-1]).__name__ == "Finished"
 
 
+def test_a_queued_run_that_is_stopped_never_waits_for_the_run_before_it() -> None:
+    """A burst of restarts queues runs behind runs; stopping one that waits must free its thread at once."""
+    import threading
+
+    never = threading.Event()  # the previous run's end, which never comes (a decoder stuck elsewhere)
+    started: list[int] = []
+    pump = EventPump(lambda: iter(started.append(1) or ()), after=never)
+    thread = threading.Thread(target=pump.run)
+    thread.start()
+    pump.stop()
+    thread.join(timeout=2)
+    assert not thread.is_alive(), "the queued run still waits after stop()"
+    assert pump.finished.is_set() and started == [], "stopped before it started: it never decoded"
+
+
 def _plain(widget: Any) -> str:
     from rich.console import Console
 

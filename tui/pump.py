@@ -117,8 +117,11 @@ class EventPump:
     def run(self) -> None:
         stream = None
         try:
-            if self.after is not None:
-                self.after.wait()
+            # The run it replaces must end first, but a stop must not wait for that: a burst of restarts queues
+            # runs behind one another, and quitting stops them all (a plain wait() here once hung the exit).
+            while self.after is not None and not self.after.wait(0.05):
+                if self._stop.is_set():
+                    return
             if self._stop.is_set():
                 return
             stream = self.source()

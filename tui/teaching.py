@@ -73,6 +73,8 @@ def caption(event: Event, proposed: DraftProposed | None = None, extra_text: str
             text += f", {ended} finished"
         if best is not None:
             text += f"; best open beam score {best.score:.3f}"
+        else:
+            text += "; no beam left open (each candidate finished)"
         check = event.early_stop
         if check.done:
             text += "; search done"

@@ -243,10 +243,13 @@ def _step_event(step: int, T0: int, gen_len: int, lp: float, running: torch.Tens
     c_parents, c_tokens, c_sums, c_hits, c_finished = take(K), take(K), take(K), take(K), take(K)
     best, is_done = take(2)
     kept = {int(k) for k in kept_rows}
+    # A slot whose score is the "impossible" NEG holds no open beam: at the length limit every candidate hit and
+    # went to the finished slots (scored there as BeamHypotheses would), and nothing stays open. Such slots are
+    # left out, so the placeholder never reaches a viewer, a caption or a recording.
     beams = tuple(
         Beam(beam=i, parent=int(beam_parents[i]), token_ids=tuple(ids), text_tail=decode(ids)[-40:],
              sum_logprobs=beam_scores[i], score=beam_scores[i] / (gen_len**lp))
-        for i, ids in enumerate(beam_ids)
+        for i, ids in enumerate(beam_ids) if beam_scores[i] > NEG / 2
     )
     cand = tuple(
         BeamCandidate(parent=int(p), token_id=int(t), text=label(int(t)), sum_logprobs=s,
@@ -255,7 +258,7 @@ def _step_event(step: int, T0: int, gen_len: int, lp: float, running: torch.Tens
     )
     hyps = _host_hypotheses(finished_ids, hyp_scores, hyp_sums, hyp_lens, hyp_done, decode)
     worst = min((h.score for h in hyps), default=None)
-    check = EarlyStopCheck(early_stopping=early_stopping, best_attainable_score=best if best > NEG / 2 else None,
+    check = EarlyStopCheck(early_stopping=early_stopping, best_attainable_score=best if beams else None,
                            worst_finished_score=worst, done=bool(is_done))
     return BeamStepped(step=step, beams=beams, candidates=cand, finished=tuple(hyps), early_stop=check)
 
