@@ -248,8 +248,9 @@ class PositionVerdict:
     token_id: int
     p: float  # target probability of the drafted token
     q: float  # draft probability of the drafted token (1.0 for a lookup copy)
-    u: float | None  # the uniform draw (None under greedy verification)
-    verdict: Literal["accepted", "rejected"]
+    u: float | None  # the uniform draw (None under greedy verification, and for an untested position)
+    # "untested": after the first rejection; discarded with it, never tested (p and q are still shown)
+    verdict: Literal["accepted", "rejected", "untested"]
 
 
 @dataclass(frozen=True)

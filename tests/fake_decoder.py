@@ -147,7 +147,7 @@ class FakeDecoder:
         u = None if lookup else 0.55
         verdicts = (PositionVerdict(0, 5, 0.8, 1.0 if lookup else 0.9, None if lookup else 0.2, "accepted"),
                     PositionVerdict(1, 50, 0.12, 1.0 if lookup else 0.6, u, "rejected"),
-                    PositionVerdict(2, 51, 0.3, 1.0 if lookup else 0.5, None, "rejected"))
+                    PositionVerdict(2, 51, 0.3, 1.0 if lookup else 0.5, None, "untested"))
         yield DraftVerified(round=1, verdicts=verdicts, accepted=1, extra_token_id=6,
                             extra_kind="target" if lookup else "resampled")
         yield emitted.emit(5, w[5], kind)

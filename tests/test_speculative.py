@@ -398,3 +398,22 @@ def test_adaptive_policy_drafts_long_when_verifying_is_cheap_and_not_at_all_when
     assert sum(k > 0 for k in useless[-200:]) <= 5, "probes back off when they never pay"
     costly_draft = simulate(spec_module.AdaptiveDraftLength(5), 200, alpha=0.5, c0=0.044, c1=0.02, draft=0.025)
     assert sum(k > 0 for k in costly_draft[-100:]) <= 5
+
+
+@pytest.mark.parametrize("sample", [False, True], ids=["greedy", "sample"])
+def test_positions_after_a_rejection_are_untested_not_rejected(byte_bpe: Any, sample: bool) -> None:
+    """A round tests its positions in order and stops at the first rejection: the rest were never tested."""
+    target = tiny_model("llama", vocab_size=V, seed=2)
+    drafter = ModelDrafter(tiny_model("llama", vocab_size=V, seed=3), V, confidence_threshold=0.0)  # drafts all k
+    events = list(speculative(target, transcript(byte_bpe, [5, 6, 7, 8], 40), drafter,
+                              SamplingParams(top_k=50) if sample else SamplingParams(), greedy=not sample,
+                              num_draft_tokens=6, generator=torch.Generator().manual_seed(1)))
+    rounds = [e for e in events if isinstance(e, DraftVerified)]
+    assert any(0 < r.accepted + 1 < len(r.verdicts) for r in rounds), "a round rejected before its last position"
+    for r in rounds:
+        kinds = [v.verdict for v in r.verdicts]
+        n = r.accepted
+        assert kinds[:n] == ["accepted"] * n
+        if n < len(kinds):
+            assert kinds[n] == "rejected" and kinds[n + 1:] == ["untested"] * (len(kinds) - n - 1)
+        assert all(v.u is None for v in r.verdicts[n + 1:]), "no draw for a position never tested"

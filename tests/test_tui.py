@@ -528,7 +528,12 @@ def test_a_queued_run_that_is_stopped_never_waits_for_the_run_before_it() -> Non
 
     never = threading.Event()  # the previous run's end, which never comes (a decoder stuck elsewhere)
     started: list[int] = []
-    pump = EventPump(lambda: iter(started.append(1) or ()), after=never)
+
+    def source() -> Any:
+        started.append(1)
+        return iter(())
+
+    pump = EventPump(source, after=never)
     thread = threading.Thread(target=pump.run)
     thread.start()
     pump.stop()

@@ -27,7 +27,7 @@ VARIABLES = (
     "match-background", "copy-background", "match-style", "copy-style",
     "boundary-a", "boundary-b", "boundary-b-style", "bar", "chosen",
 )
-GLYPHS = ("accepted", "rejected", "resampled", "bonus", "chosen")
+GLYPHS = ("accepted", "rejected", "untested", "resampled", "bonus", "chosen")
 COLORS = ("primary", "secondary", "accent", "success", "warning", "error", "foreground", "background", "surface",
           "panel")
 ORDER = ("decode-dark", "decode-presenter", "decode-colorblind", "decode-mono")

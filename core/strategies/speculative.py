@@ -359,8 +359,10 @@ def _verify(
     host = to_host([n_t, extra_t, p_d, q_d] + ([draws] if draws is not None else []))  # the round's one copy
     n, extra = int(host[0]), int(host[1])
     p_h, q_h, u_h = host[2 : 2 + k], host[2 + k : 2 + 2 * k], host[2 + 2 * k :]
+    # Positions after the first rejection were never tested: the round discards them with it.
     verdicts = tuple(PositionVerdict(i, drafted[i], p_h[i], q_h[i], u_h[i] if u_h and i <= n else None,
-                                     "accepted" if i < n else "rejected") for i in range(k))
+                                     "accepted" if i < n else "rejected" if i == n else "untested")
+                     for i in range(k))
     if n == k:
         return n, extra, "bonus" if k else None, verdicts
     return n, extra, "target" if greedy else "resampled", verdicts

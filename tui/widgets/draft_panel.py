@@ -1,4 +1,4 @@
-"""Speculative and prompt lookup rounds: each draft token accepted, rejected (struck), resampled or bonus.
+"""Speculative and prompt lookup rounds: each draft token accepted, rejected (struck), untested, resampled or bonus.
 
 One row per round (newest last) with a glyph per status, the latest round's
 per-position test (p, q, the uniform draw u and whether u < p/q), and the
@@ -14,14 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from rich.cells import set_cell_size
+from rich.cells import cell_len, set_cell_size
 from rich.text import Text
 
 from ...core.events import DraftProposed, DraftVerified
 from .live_panel import LivePanel
 
 ROWS = 10
-TOKEN_W = 8  # the token column of the acceptance test; longer tokens are cut
+TOKEN_W = 24  # the acceptance test's token column at its widest; it fits the round's longest token up to this
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,8 @@ class Round:
 
 class DraftPanel(LivePanel):
     COMPONENT_CLASSES: ClassVar[set[str]] = {"draft-panel--accepted", "draft-panel--rejected",
-                                             "draft-panel--resampled", "draft-panel--bonus", "draft-panel--target"}
+                                             "draft-panel--untested", "draft-panel--resampled", "draft-panel--bonus",
+                                             "draft-panel--target"}
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__("waiting for the first draft", **kwargs)
@@ -66,7 +67,7 @@ class DraftPanel(LivePanel):
         if not self.rounds:
             return
         style = {name: self.style_of(f"draft-panel--{name}")
-                 for name in ("accepted", "rejected", "resampled", "bonus", "target")}
+                 for name in ("accepted", "rejected", "untested", "resampled", "bonus", "target")}
         labels = [(f"r{r.verified.round}", f"{'copy' if r.proposed.drafter == 'lookup' else 'draft'} "
                                             f"{r.verified.accepted}/{len(r.verified.verdicts)}") for r in self.rounds]
         round_w, count_w = max(len(a) for a, _ in labels), max(len(b) for _, b in labels)
@@ -83,20 +84,30 @@ class DraftPanel(LivePanel):
                 text.append(f"{glyph}{r.extra_text}", style=style[kind])
             text.append("\n")
         last = self.rounds[-1]
+        pieces = [repr(piece) for piece in last.proposed.texts]
+        token_w = min(TOKEN_W, max([len("token"), *(cell_len(p) for p in pieces)]))
         # test: u against min(1, p/q) under sampling; whether the target's argmax agrees under greedy
-        header = f"  {'token':<{TOKEN_W}} {'q':>6} {'p':>6} {'u':>6} {'test':>10}   verdict"
+        header = f"  {'token':<{token_w}} {'q':>6} {'p':>6} {'u':>6} {'test':>10}   verdict"
         text.append(f"round {last.verified.round}: the acceptance test\n\n{header}\n {'─' * (len(header) + 1)}\n")
-        for v, piece in zip(last.verified.verdicts, last.proposed.texts, strict=False):
-            if v.u is None:  # greedy verification: the target's argmax decides, there is no draw
+        for v, piece in zip(last.verified.verdicts, pieces, strict=False):
+            if v.verdict == "untested":  # discarded with the rejection before it: there was no test
+                rule, u = "-", "-"
+            elif v.u is None:  # greedy verification: the target's argmax decides, there is no draw
                 rule = "argmax =" if v.verdict == "accepted" else "argmax ≠"
                 u = "-"
             else:
                 ratio = v.p / v.q if v.q > 0 else 0.0
                 rule = f"u{'<' if v.u < min(1.0, ratio) else '≥'}{min(1.0, ratio):.2f}"
                 u = f"{v.u:.2f}"
-            text.append(f"  {set_cell_size(repr(piece), TOKEN_W)} {v.q:>6.2f} {v.p:>6.2f} {u:>6} {rule:>10}   ")
-            text.append(f"{self._glyph(v.verdict)}{v.verdict}", style=style[v.verdict])
+            if cell_len(piece) > token_w:
+                piece = set_cell_size(piece, token_w - 1) + "…"
+            text.append(f"  {set_cell_size(piece, token_w)} {v.q:>6.2f} {v.p:>6.2f} {u:>6} {rule:>10}   ")
+            verdict = "not tested" if v.verdict == "untested" else v.verdict
+            text.append(f"{self._glyph(v.verdict)}{verdict}", style=style[v.verdict])
             text.append("\n")
+        if any(v.verdict == "untested" for v in last.verified.verdicts):
+            text.append(f"  {self._glyph('untested')}not tested: discarded with the rejection before it\n",
+                        style=style["untested"])
         rates = "  ".join(f"{i + 1}:{a / r:.0%}" for i, (a, r) in enumerate(zip(self.accepted_at, self.reached,
                                                                                strict=True)) if r)
         text.append(f"\nacceptance by position  {rates}")
