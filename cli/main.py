@@ -217,7 +217,8 @@ def build_config(mode: ModeChoice, max_new_tokens: int, temperature: float | Non
                  length_penalty: float | None, early_stopping: EarlyStoppingChoice | None,
                  num_return_sequences: int | None, draft: str | None, num_draft_tokens: int | None,
                  max_ngram_size: int | None, num_pred_tokens: int | None, adaptive: bool, compare: bool,
-                 no_chat: bool, fast: bool = False, *, cuda_graphs: bool = True) -> DecodeConfig:
+                 no_chat: bool, fast: bool = False, *, cuda_graphs: bool = True,
+                 draft_confidence: float | None = None) -> DecodeConfig:
     """The run's settings from the decoding options (shared by `generate` and `run`); UsageError if they clash."""
     defaults = SamplingParams()
     sampling = SamplingParams(
@@ -242,6 +243,7 @@ def build_config(mode: ModeChoice, max_new_tokens: int, temperature: float | Non
                                  (max_ngram_size, "--max-ngram-size", {ModeChoice.pld}),
                                  (num_pred_tokens, "--num-pred-tokens", {ModeChoice.pld}),
                                  (num_draft_tokens, "--num-draft-tokens", {ModeChoice.speculative}),
+                                 (draft_confidence, "--draft-confidence", {ModeChoice.speculative}),
                                  (adaptive or None, "--adaptive", {ModeChoice.speculative, ModeChoice.pld}),
                                  (compare or None, "--compare", {ModeChoice.speculative, ModeChoice.pld})):
         if given is not None and flag == "--num-draft-tokens" and mode is ModeChoice.pld:
@@ -257,6 +259,7 @@ def build_config(mode: ModeChoice, max_new_tokens: int, temperature: float | Non
         max_ngram_size=max_ngram_size or draft_defaults.max_ngram_size,
         num_pred_tokens=num_pred_tokens or draft_defaults.num_pred_tokens,
         adaptive=adaptive,
+        confidence_threshold=draft_defaults.confidence_threshold if draft_confidence is None else draft_confidence,
     )
     # Beam, speculative and pld modes sample (beam sampling, sampling verification) when a sampling
     # parameter is given; otherwise they are greedy.
@@ -347,6 +350,10 @@ NumPredTokensOpt = Annotated[int | None, typer.Option(min=1, help="pld: the most
                                                         rich_help_panel="Speculative and PLD")
                                ]
 
+DraftConfidenceOpt = Annotated[float | None, typer.Option(
+    help="speculative: the draft model stops a round's draft once it gives its own token less than this "
+         "probability (transformers' assistant_confidence_threshold; 0 always drafts the full length). "
+         "\\[default: 0.4]", rich_help_panel="Speculative and PLD")]
 AdaptiveOpt = Annotated[bool, typer.Option("--adaptive", help="Choose the draft length from the measured "
                                            "acceptance and verify cost (never much slower than greedy).",
                                            rich_help_panel="Speculative and PLD")]
@@ -404,6 +411,7 @@ def generate(
     num_draft_tokens: NumDraftTokensOpt = None,
     max_ngram_size: MaxNgramSizeOpt = None,
     num_pred_tokens: NumPredTokensOpt = None,
+    draft_confidence: DraftConfidenceOpt = None,
     adaptive: AdaptiveOpt = False,
     compare: CompareOpt = False,
     compare_runs: CompareRunsOpt = 3,
@@ -417,7 +425,7 @@ def generate(
         config = build_config(mode, max_new_tokens, temperature, top_k, top_p, repetition_penalty, seed, num_beams,
                               length_penalty, early_stopping, num_return_sequences, draft, num_draft_tokens,
                               max_ngram_size, num_pred_tokens, adaptive, compare, no_chat, fast,
-                              cuda_graphs=cuda_graphs)
+                              cuda_graphs=cuda_graphs, draft_confidence=draft_confidence)
         _check_device_map(device, device_map)
         draft_params = config.draft
         text = read_prompt(prompt, prompt_file)
@@ -594,6 +602,7 @@ def run_app(
     num_draft_tokens: NumDraftTokensOpt = None,
     max_ngram_size: MaxNgramSizeOpt = None,
     num_pred_tokens: NumPredTokensOpt = None,
+    draft_confidence: DraftConfidenceOpt = None,
     adaptive: AdaptiveOpt = False,
     fast: FastOpt = False,
     cuda_graphs: CudaGraphsOpt = True,
@@ -615,7 +624,7 @@ def run_app(
         config = build_config(mode, max_new_tokens, temperature, top_k, top_p, repetition_penalty, seed, num_beams,
                               length_penalty, early_stopping, num_return_sequences, draft, num_draft_tokens,
                               max_ngram_size, num_pred_tokens, adaptive, False, no_chat, fast,
-                              cuda_graphs=cuda_graphs)
+                              cuda_graphs=cuda_graphs, draft_confidence=draft_confidence)
         _check_device_map(device, device_map)
         text = read_prompt(prompt, prompt_file)
         theme_name = _theme_name(theme)

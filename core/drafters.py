@@ -48,6 +48,7 @@ class Draft:
     copied: tuple[int, int] | None = None  # lookup: the span the draft was copied from
     forwards: int = 0
     q_probs: tuple[float, ...] | None = None  # q_i(d_i) on the host, with q
+    stopped: str | None = None  # why fewer than the k asked for were drafted, in words a viewer can show
 
 
 class Drafter(Protocol):
@@ -92,14 +93,15 @@ class PromptLookup:
                     continue
                 begin, end = start + size, min(start + size + k, n)
                 tokens = context[begin:end]
+                stopped = "the copy reached the end of the text" if end - begin < k else None
                 # Stop the copy before an EOS: the target decides itself whether to end.
                 for i, t in enumerate(tokens):
                     if t in self.eos_token_ids:
-                        tokens = tokens[:i]
+                        tokens, stopped = tokens[:i], "an end-of-text token in the copy"
                         break
                 if tokens:
-                    return Draft(tokens, None, (start, start + size), (begin, begin + len(tokens)))
-        return Draft([])
+                    return Draft(tokens, None, (start, start + size), (begin, begin + len(tokens)), stopped=stopped)
+        return Draft([], stopped="no n-gram of the text's end appears earlier")
 
     def rollback(self, confirmed: int) -> None:
         pass  # no state: the context is the whole memory
@@ -141,6 +143,7 @@ class ModelDrafter:
         tokens: list[int] = []
         q_probs: list[float] = []
         qs = []
+        stopped = None
         logits = forward(self.model, ids[:, same:], self.cache)[:, -1, : self.vocab_size]  # [1, V]
         self.cached = list(context)
         forwards = 1
@@ -152,13 +155,14 @@ class ModelDrafter:
             q_probs.append(q_prob)
             qs.append(q[0])
             ids = torch.cat([ids, token.view(1, 1)], dim=1)
-            if q_prob < self.confidence_threshold:
+            if q_prob < self.confidence_threshold and i + 1 < k:
+                stopped = f"draft q {q_prob:.2f} < {self.confidence_threshold:g}"
                 break
             if i + 1 < k:
                 logits = forward(self.model, token.view(1, 1), self.cache)[:, -1, : self.vocab_size]
                 self.cached.append(tokens[-1])
                 forwards += 1
-        return Draft(tokens, torch.stack(qs), q_probs=tuple(q_probs), forwards=forwards)
+        return Draft(tokens, torch.stack(qs), q_probs=tuple(q_probs), forwards=forwards, stopped=stopped)
 
     def rollback(self, confirmed: int) -> None:
         if len(self.cached) > confirmed:
@@ -166,7 +170,7 @@ class ModelDrafter:
             del self.cached[confirmed:]
 
     def tune(self, params: DraftParams) -> None:
-        pass  # the draft length is the verifier's to choose; the model has no other setting
+        self.confidence_threshold = params.confidence_threshold  # the draft length is the verifier's to choose
 
 
 def load_draft(target: LoadedModel, spec: str, trust_remote_code: bool = False) -> tuple[PreTrainedModel, int]:

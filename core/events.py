@@ -225,7 +225,10 @@ class DraftProposed(Event):
     For a draft model ``q_probs`` holds q(x_i) of each drafted token; for
     prompt lookup the draft is a copy (q is one-hot), ``match_start/end`` is
     the matched n-gram's span in the context token ids and ``copy_start/end``
-    the span the draft was copied from.
+    the span the draft was copied from. ``max_tokens`` is the most the round
+    could draft (the draft length in force), and ``stopped`` says why it
+    drafted fewer, when it did (a draft model's confidence cut-off, the end of
+    what could be copied, an EOS in the copy).
     """
 
     name: ClassVar[str] = "draft_proposed"
@@ -238,6 +241,8 @@ class DraftProposed(Event):
     match_end: int | None = _optional()
     copy_start: int | None = _optional()
     copy_end: int | None = _optional()
+    max_tokens: int | None = _optional()
+    stopped: str | None = _optional()
 
 
 @dataclass(frozen=True)

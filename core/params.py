@@ -93,11 +93,17 @@ class DraftParams:
     max_ngram_size: int = 3
     num_pred_tokens: int = 10
     adaptive: bool = False
+    # A draft model stops a round's draft once it gives its own token less than this probability: such a token
+    # is likely rejected, and drafting past it wasted work (transformers' assistant_confidence_threshold, 0.4).
+    confidence_threshold: float = 0.4
 
     def __post_init__(self) -> None:
         for name in ("num_draft_tokens", "max_ngram_size", "num_pred_tokens"):
             if getattr(self, name) < 1:
                 raise UsageError(f"{name} must be at least 1, not {getattr(self, name)}.")
+        if not 0.0 <= self.confidence_threshold <= 1.0:
+            raise UsageError(f"The draft confidence cut-off must be between 0 and 1 (0 drafts every token), not "
+                             f"{self.confidence_threshold}.")
 
     def length(self, drafter: Literal["model", "lookup"]) -> int:
         """The most tokens a round drafts: ``num_pred_tokens`` for prompt lookup (transformers'

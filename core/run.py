@@ -151,7 +151,7 @@ class Run:
             return PromptLookup(self.config.draft.max_ngram_size, self.config.draft.num_pred_tokens,
                                 self.lm.eos_token_ids)
         assert self.draft is not None
-        return ModelDrafter(self.draft[0], self.draft[1])
+        return ModelDrafter(self.draft[0], self.draft[1], self.config.draft.confidence_threshold)
 
     def cancel(self) -> None:
         """Ask the strategy to stop at its next step boundary (thread-safe)."""

@@ -131,7 +131,7 @@ class FakeDecoder:
         yield DraftProposed(round=0, drafter=drafter, token_ids=(1, 2, 3), texts=tuple(w[1:4]),
                             q_probs=None if lookup else (0.9, 0.8, 0.7),
                             match_start=2 if lookup else None, match_end=3 if lookup else None,
-                            copy_start=3 if lookup else None, copy_end=6 if lookup else None)
+                            copy_start=3 if lookup else None, copy_end=6 if lookup else None, max_tokens=3)
         verdicts = tuple(PositionVerdict(i, i + 1, 0.9, 1.0 if lookup else 0.8, None if lookup else 0.1, "accepted")
                          for i in range(3))
         yield DraftVerified(round=0, verdicts=verdicts, accepted=3, extra_token_id=4, extra_kind="bonus")
@@ -143,7 +143,8 @@ class FakeDecoder:
         yield DraftProposed(round=1, drafter=drafter, token_ids=(5, 50, 51), texts=(w[5], " cat", " sat"),
                             q_probs=None if lookup else (0.9, 0.6, 0.5),
                             match_start=7 if lookup else None, match_end=8 if lookup else None,
-                            copy_start=8 if lookup else None, copy_end=11 if lookup else None)
+                            copy_start=8 if lookup else None, copy_end=11 if lookup else None, max_tokens=5,
+                            stopped="the copy reached the end of the text" if lookup else "draft q 0.31 < 0.4")
         u = None if lookup else 0.55
         verdicts = (PositionVerdict(0, 5, 0.8, 1.0 if lookup else 0.9, None if lookup else 0.2, "accepted"),
                     PositionVerdict(1, 50, 0.12, 1.0 if lookup else 0.6, u, "rejected"),

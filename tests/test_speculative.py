@@ -417,3 +417,22 @@ def test_positions_after_a_rejection_are_untested_not_rejected(byte_bpe: Any, sa
         if n < len(kinds):
             assert kinds[n] == "rejected" and kinds[n + 1:] == ["untested"] * (len(kinds) - n - 1)
         assert all(v.u is None for v in r.verdicts[n + 1:]), "no draw for a position never tested"
+
+
+def test_a_draft_cut_short_says_why_and_how_long_it_could_have_been(byte_bpe: Any) -> None:
+    """The draft length shown is the one drafted, with the most it could be and the rule that stopped it."""
+    target = tiny_model("llama", vocab_size=V, seed=2)
+    draft = tiny_model("llama", vocab_size=V, seed=3)
+
+    def rounds(threshold: float) -> list[DraftProposed]:
+        events = speculative(target, transcript(byte_bpe, [5, 6, 7, 8], 30), ModelDrafter(draft, V, threshold),
+                             SamplingParams(), greedy=True, num_draft_tokens=6)
+        return [e for e in events if isinstance(e, DraftProposed)]
+
+    cut = rounds(0.99)  # a random tiny draft model is never that sure: every draft stops after one token
+    assert cut[0].max_tokens == 6, "the draft length in force (it shrinks only near the length limit)"
+    assert all(len(r.token_ids) == 1 for r in cut)
+    assert all(r.stopped is not None and r.stopped.startswith("draft q ") and r.stopped.endswith("< 0.99")
+               for r in cut if r.max_tokens and r.max_tokens > 1)
+    full = rounds(0.0)  # 0: always the full length, and nothing to explain
+    assert all(len(r.token_ids) == r.max_tokens and r.stopped is None for r in full)

@@ -195,8 +195,8 @@ async def test_a_sampling_change_applies_at_the_next_step_without_a_restart() ->
 @pytest.mark.parametrize("knob", KNOBS, ids=lambda k: k.id)
 @in_event_loop
 async def test_every_knob_key_changes_its_setting(knob: Any) -> None:
-    mode = {"num_beams": "beam", "length_penalty": "beam", "num_draft_tokens": "pld", "max_ngram_size": "pld"}.get(
-        knob.id, "sample")
+    mode = {"num_beams": "beam", "length_penalty": "beam", "num_draft_tokens": "pld", "max_ngram_size": "pld",
+            "confidence_threshold": "speculative"}.get(knob.id, "sample")
     app, _ = make(mode)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app)
@@ -246,9 +246,11 @@ async def test_a_knob_that_does_nothing_in_this_mode_says_so() -> None:
 async def test_slow_motion_reaches_the_decoder_thread() -> None:
     app, _ = make(fake=FakeDecoder(delay=0.01))
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.press("S", "S")
+        await pilot.press("s", "s")  # the README: s slower, S faster
         assert app.pump is not None and app.pump.slow_motion_s == 0.1
-        await pilot.press("s", "s")
+        await pilot.press("S")
+        assert app.pump.slow_motion_s == 0.05
+        await pilot.press("S")
         assert app.pump.slow_motion_s == 0.0
         await settle(pilot, app)
 

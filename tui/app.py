@@ -110,8 +110,8 @@ def _knob_bindings() -> list[BindingType]:
     out: list[BindingType] = []
     for knob in KNOBS:
         down, up = knob.keys
-        out.append(Binding(down, f"knob('{knob.id}', -1)", f"Lower {knob.label}", show=False, id=f"{knob.id}.down"))
-        out.append(Binding(up, f"knob('{knob.id}', 1)", f"Raise {knob.label}", show=False, id=f"{knob.id}.up"))
+        out.append(Binding(down, f"knob('{knob.id}', -1)", knob.describe(-1), show=False, id=f"{knob.id}.down"))
+        out.append(Binding(up, f"knob('{knob.id}', 1)", knob.describe(1), show=False, id=f"{knob.id}.up"))
     return out
 
 

@@ -67,6 +67,12 @@ class Knob:
     step: Callable[[float, int], float]  # (value, +1/-1) -> new value
     put: Callable[[Settings, float], Settings]
     fmt: Callable[[float], str] = field(default=lambda v: f"{v:g}")
+    says: tuple[str, str] | None = None  # what its two keys do, where "Lower/Raise <label>" would mislead
+
+    def describe(self, direction: int) -> str:
+        if self.says is not None:
+            return self.says[direction > 0]
+        return f"{'Raise' if direction > 0 else 'Lower'} {self.label}"
 
 
 def _ladder(values: Sequence[float]) -> Callable[[float, int], float]:
@@ -124,12 +130,17 @@ KNOBS: tuple[Knob, ...] = (
          lambda s: s.config.draft.length(_drafter(s)), _linear(1, 1, 16),
          lambda s, v: _put("draft", "num_pred_tokens" if s.mode == "pld" else "num_draft_tokens", int)(s, v),
          fmt=lambda v: f"{int(v)}"),
+    Knob("confidence_threshold", "draft confidence cut-off", ("o", "O"), "live", ("speculative",),
+         lambda s: s.config.draft.confidence_threshold, _linear(0.05, 0.0, 1.0), _put("draft", "confidence_threshold"),
+         fmt=lambda v: f"{v:.2f}"),
     Knob("max_ngram_size", "n-gram size", ("g", "G"), "live", ("pld",),
          lambda s: s.config.draft.max_ngram_size, _linear(1, 1, 8), _put("draft", "max_ngram_size", int),
          fmt=lambda v: f"{int(v)}"),
-    Knob("slow_motion", "slow motion", ("s", "S"), "view", MODES,
+    # s slows the run down (more slow motion), S speeds it up: the README's order, and what "s" suggests.
+    Knob("slow_motion", "slow motion", ("S", "s"), "view", MODES,
          lambda s: s.slow_motion_s, _ladder(SLOW_MOTION_S), lambda s, v: dataclasses.replace(s, slow_motion_s=v),
-         fmt=lambda v: "off" if v == 0 else f"{v:g} s/step"),
+         fmt=lambda v: "off" if v == 0 else f"{v:g} s/step",
+         says=("Faster: less slow motion", "Slower: more slow motion")),
 )
 KNOBS_BY_ID = {knob.id: knob for knob in KNOBS}
 
@@ -204,9 +215,10 @@ def params_line(settings: Settings) -> str:
         parts += [f"beams={c.beam.num_beams}", f"lp={c.beam.length_penalty:g}",
                   f"early-stop={str(c.beam.early_stopping).lower()}"]
     if settings.mode == "speculative":
-        parts += [f"draft={c.draft.draft}", f"k={c.draft.num_draft_tokens}"]
+        parts += [f"draft={c.draft.draft}", f"k≤{c.draft.num_draft_tokens}",
+                  f"stop at q<{c.draft.confidence_threshold:g}"]
     if settings.mode == "pld":
-        parts += [f"k={c.draft.num_pred_tokens}", f"ngram≤{c.draft.max_ngram_size}"]
+        parts += [f"k≤{c.draft.num_pred_tokens}", f"ngram≤{c.draft.max_ngram_size}"]
     if settings.mode in ("speculative", "pld"):
         parts.append("adaptive" if c.draft.adaptive else "fixed k")
         parts.append("sampling verify" if c.draft_sample else "greedy verify")

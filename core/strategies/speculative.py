@@ -246,7 +246,7 @@ def speculative(
             stats.draft_time_s += draft_s
             stats.draft_forwards += draft.forwards
             if drafted:
-                yield _proposed(round_, drafter.kind, draft, drafted, label)
+                yield _proposed(round_, drafter.kind, draft, drafted, label, k)
 
             started = time.perf_counter()
             confirmed = len(context) - 1  # what the caches hold between rounds: everything but the pending token
@@ -369,7 +369,7 @@ def _verify(
 
 
 def _proposed(round_: int, kind: Literal["model", "lookup"], draft: Draft, drafted: list[int],
-              label: Callable[[int], str]) -> DraftProposed:
+              label: Callable[[int], str], k: int) -> DraftProposed:
     q_probs = tuple(draft.q_probs[: len(drafted)]) if draft.q_probs is not None else None
     match, copied = draft.match, draft.copied
     return DraftProposed(
@@ -378,4 +378,5 @@ def _proposed(round_: int, kind: Literal["model", "lookup"], draft: Draft, draft
         match_start=match[0] if match else None, match_end=match[1] if match else None,
         copy_start=copied[0] if copied else None,
         copy_end=copied[0] + len(drafted) if copied else None,
+        max_tokens=k, stopped=draft.stopped if len(drafted) < k else None,
     )

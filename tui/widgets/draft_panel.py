@@ -31,6 +31,12 @@ class Round:
     extra_text: str
 
 
+def _of(proposed: DraftProposed) -> str:
+    """' of ≤k' where a round drafted fewer than it could: the draft length shown is the one drafted."""
+    limit = proposed.max_tokens
+    return f" of ≤{limit}" if limit is not None and len(proposed.token_ids) < limit else ""
+
+
 class DraftPanel(LivePanel):
     COMPONENT_CLASSES: ClassVar[set[str]] = {"draft-panel--accepted", "draft-panel--rejected",
                                              "draft-panel--untested", "draft-panel--resampled", "draft-panel--bonus",
@@ -69,7 +75,8 @@ class DraftPanel(LivePanel):
         style = {name: self.style_of(f"draft-panel--{name}")
                  for name in ("accepted", "rejected", "untested", "resampled", "bonus", "target")}
         labels = [(f"r{r.verified.round}", f"{'copy' if r.proposed.drafter == 'lookup' else 'draft'} "
-                                            f"{r.verified.accepted}/{len(r.verified.verdicts)}") for r in self.rounds]
+                                            f"{r.verified.accepted}/{len(r.verified.verdicts)}{_of(r.proposed)}")
+                  for r in self.rounds]
         round_w, count_w = max(len(a) for a, _ in labels), max(len(b) for _, b in labels)
         text = Text()
         for r, (label, count) in zip(self.rounds, labels, strict=True):
@@ -88,7 +95,12 @@ class DraftPanel(LivePanel):
         token_w = min(TOKEN_W, max([len("token"), *(cell_len(p) for p in pieces)]))
         # test: u against min(1, p/q) under sampling; whether the target's argmax agrees under greedy
         header = f"  {'token':<{token_w}} {'q':>6} {'p':>6} {'u':>6} {'test':>10}   verdict"
-        text.append(f"round {last.verified.round}: the acceptance test\n\n{header}\n {'─' * (len(header) + 1)}\n")
+        drafted = len(last.proposed.token_ids)
+        limit = last.proposed.max_tokens
+        why = f" (stopped: {last.proposed.stopped})" if last.proposed.stopped else ""
+        length = f"{drafted} drafted of at most {limit}{why}" if limit is not None else f"{drafted} drafted"
+        text.append(f"round {last.verified.round}: {length}; the acceptance test\n\n{header}\n"
+                    f" {'─' * (len(header) + 1)}\n")
         for v, piece in zip(last.verified.verdicts, pieces, strict=False):
             if v.verdict == "untested":  # discarded with the rejection before it: there was no test
                 rule, u = "-", "-"
