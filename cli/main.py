@@ -200,8 +200,16 @@ def _load(resolved: ResolvedModel, device: str, dtype: str, trust_remote_code: b
 
 
 def _write(out: TextIO, text: str) -> None:
-    out.write(text)
-    out.flush()
+    try:
+        out.write(text)
+        out.flush()
+    except BrokenPipeError:
+        # The reader went away (`| head -3`): stop decoding and exit 0, quietly, as Unix tools do. (click would
+        # exit 1.) stdout is pointed at /dev/null so that the interpreter's last flush does not fail again.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())
+        raise typer.Exit(0) from None
 
 
 def _stats_line(lm: LoadedModel, result: Finished) -> str:
@@ -432,6 +440,8 @@ def generate(
         if mode is ModeChoice.greedy and (temperature, top_k, top_p) != (None, None, None):
             _stderr().print("decode-tui: note: greedy mode takes the argmax, so --temperature, --top-k and "
                             "--top-p change nothing; use --mode sample to sample.")
+        if mode is ModeChoice.speculative and draft_params.draft not in ("self", "int8"):
+            ensure_model(draft_params.draft)  # a missing draft is refused now, not after the target's load
         resolved = ensure_model(model)
         lm = _load(resolved, device, dtype.value, trust_remote_code, device_map.value if device_map else None)
         draft_model = _load_draft(lm, draft_params.draft, trust_remote_code) if mode is ModeChoice.speculative \
@@ -506,7 +516,7 @@ def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: F
             draft: tuple[Any, int] | None = None, compare_runs: int = 0) -> None:
     """Stream one run; with ``compare_runs``, then time it against plain greedy (not the streamed run: its
     speed includes writing the output)."""
-    from ..core.events import Finished, TokenEmitted
+    from ..core.events import BeamStepped, Finished, TokenEmitted
     from ..core.run import Run
 
     run = Run(lm, prompt, config, draft)
@@ -517,10 +527,21 @@ def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: F
     events = run.events()
     result: Finished | None = None
     written: list[TokenEmitted] = []  # the tokens whose output is out, for a clean cut on Ctrl-C
+    last_step: BeamStepped | None = None
+    ended = False  # the text's closing newline is out
     try:
         for event in events:
+            if isinstance(event, BeamStepped):
+                last_step = event
+            if isinstance(event, Finished) and not jsonl:
+                _write(out, "\n")  # the text ends before anything else is said (the comparison's progress)
+                ended = True
             if isinstance(event, Finished) and compare_runs:
                 event = _compare(lm, prompt, config, event, compare_runs, draft)
+            if (not jsonl and isinstance(event, TokenEmitted) and event.index == 0 and last_step is not None
+                    and config.beam.num_return_sequences > 1 and last_step.finished):
+                best = last_step.finished[0]  # the hypothesis about to stream: headed like the others below
+                _write(out, f"[1] score {best.score:.4f}, sum log-prob {best.sum_logprobs:.4f}\n")
             line = event.to_json() + "\n" if jsonl else event.text if isinstance(event, TokenEmitted) else ""
             if isinstance(event, TokenEmitted):
                 written.append(event)  # counted just before the write: Ctrl-C mostly lands in the slow parts
@@ -543,7 +564,8 @@ def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: F
                         f"{_stats_line(lm, result)}")
         raise typer.Exit(EXIT_INTERRUPTED) from None
     if not jsonl:
-        _write(out, "\n")
+        if not ended:
+            _write(out, "\n")
         if result is not None:
             for rank, hypothesis in enumerate((result.hypotheses or ())[1:], start=2):
                 _write(out, f"\n[{rank}] score {hypothesis.score:.4f}, sum log-prob {hypothesis.sum_logprobs:.4f}\n"
@@ -632,6 +654,8 @@ def run_app(
             raise UsageError(f"Cannot record to {record}: the folder {record.parent} does not exist.")
         if model not in EMBEDDED_ALIASES:
             resolve(model)  # a missing model is reported before the app opens (the embedded one is pulled in it)
+        if mode is ModeChoice.speculative and config.draft.draft not in ("self", "int8", *EMBEDDED_ALIASES):
+            resolve(config.draft.draft)  # and so is a missing draft
     except DecodeTuiError as err:
         _fail(err)
     from ..tui.app import DecodeApp

@@ -20,6 +20,7 @@ from ..core.events import (
     Finished,
     TokenSampled,
 )
+from .numbers import prob
 
 
 def ordinal(n: int) -> str:
@@ -42,9 +43,9 @@ def caption(event: Event, proposed: DraftProposed | None = None, extra_text: str
         alternatives = [c for c in final.candidates if c.token_id != event.token_id][:1]
         runner_up = f"; runner-up {alternatives[0].text!r} {alternatives[0].prob:.0%}" if alternatives else ""
         if event.greedy:
-            return f"step {event.step}: took the argmax {event.text!r} (p={event.prob:.2f}){runner_up}"
+            return f"step {event.step}: took the argmax {event.text!r} (p={prob(event.prob)}){runner_up}"
         stages = " → ".join(s.stage.replace("_", " ") for s in event.stages)
-        return f"step {event.step}: {stages}; drew {event.text!r} with p={event.prob:.2f}{runner_up}"
+        return f"step {event.step}: {stages}; drew {event.text!r} with p={prob(event.prob)}{runner_up}"
     if isinstance(event, DraftVerified):
         k = len(event.verdicts)
         drafted = "copied" if proposed is not None and proposed.drafter == "lookup" else "drafted"
@@ -53,9 +54,9 @@ def caption(event: Event, proposed: DraftProposed | None = None, extra_text: str
         if rejected is not None:
             nth = ordinal(rejected.position + 1)
             if rejected.u is None:
-                parts.append(f"{nth} rejected: the target's argmax differs (p={rejected.p:.2f})")
+                parts.append(f"{nth} rejected: the target's argmax differs (p={prob(rejected.p)})")
             else:
-                parts.append(f"{nth} rejected: p={rejected.p:.2f} < u·q={rejected.u * rejected.q:.2f}")
+                parts.append(f"{nth} rejected: p={prob(rejected.p)} < u·q={prob(rejected.u * rejected.q)}")
         extra = extra_text if extra_text is not None else f"#{event.extra_token_id}"
         if event.extra_kind == "resampled":
             parts.append(f"resampled {extra!r} from max(0, p-q)")

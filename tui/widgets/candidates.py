@@ -14,6 +14,7 @@ from rich.cells import cell_len, set_cell_size
 from rich.text import Text
 
 from ...core.events import TokenSampled
+from ..numbers import percent, prob
 from .live_panel import LivePanel
 
 BAR_WIDTH = 20
@@ -45,7 +46,7 @@ class CandidatesPanel(LivePanel):
         chosen_style = self.style_of("candidates--chosen")
         stage_style = self.style_of("candidates--stage")
         how = "argmax" if step.greedy else "drawn"
-        text = Text(f"step {step.step}: {how} {step.text!r}  p={step.prob:.3f}", style=chosen_style)
+        text = Text(f"step {step.step}: {how} {step.text!r}  p={prob(step.prob)}", style=chosen_style)
         mark = self.glyphs.get("chosen", ">")
         rows = [(stage, [(c, f"{mark if c.token_id == step.token_id else ' '} {c.text!r}")
                          for c in stage.candidates[: self.top]]) for stage in step.stages]
@@ -60,5 +61,5 @@ class CandidatesPanel(LivePanel):
                 text.append(" ")
                 bar = "█" * max(1, round(candidate.prob * BAR_WIDTH))
                 text.append(bar.ljust(BAR_WIDTH), style=bar_style)
-                text.append(f" {candidate.prob:6.1%}")
+                text.append(f" {percent(candidate.prob)}")
         self.update(text)

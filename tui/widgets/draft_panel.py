@@ -18,6 +18,7 @@ from rich.cells import cell_len, set_cell_size
 from rich.text import Text
 
 from ...core.events import DraftProposed, DraftVerified
+from ..numbers import prob
 from .live_panel import LivePanel
 
 ROWS = 10
@@ -94,7 +95,7 @@ class DraftPanel(LivePanel):
         pieces = [repr(piece) for piece in last.proposed.texts]
         token_w = min(TOKEN_W, max([len("token"), *(cell_len(p) for p in pieces)]))
         # test: u against min(1, p/q) under sampling; whether the target's argmax agrees under greedy
-        header = f"  {'token':<{token_w}} {'q':>6} {'p':>6} {'u':>6} {'test':>10}   verdict"
+        header = f"  {'token':<{token_w}} {'q':>7} {'p':>7} {'u':>6} {'test':>10}   verdict"
         drafted = len(last.proposed.token_ids)
         limit = last.proposed.max_tokens
         why = f" (stopped: {last.proposed.stopped})" if last.proposed.stopped else ""
@@ -113,7 +114,7 @@ class DraftPanel(LivePanel):
                 u = f"{v.u:.2f}"
             if cell_len(piece) > token_w:
                 piece = set_cell_size(piece, token_w - 1) + "…"
-            text.append(f"  {set_cell_size(piece, token_w)} {v.q:>6.2f} {v.p:>6.2f} {u:>6} {rule:>10}   ")
+            text.append(f"  {set_cell_size(piece, token_w)} {prob(v.q):>7} {prob(v.p):>7} {u:>6} {rule:>10}   ")
             verdict = "not tested" if v.verdict == "untested" else v.verdict
             text.append(f"{self._glyph(v.verdict)}{verdict}", style=style[v.verdict])
             text.append("\n")

@@ -1,4 +1,4 @@
-"""The header: what is running (model, device, dtype, mode) and its live parameters."""
+"""The header: what is running (model, device, dtype, mode), its live parameters and the prompt, on one line each."""
 
 from __future__ import annotations
 
@@ -23,7 +23,14 @@ class RunHeader(LivePanel):
         line.append(f"  {settings.model}  ·  {device} {dtype}  ·  ")
         line.append(settings.mode.upper(), style="bold")
         line.append(f"  ·  {state}\n")
-        line.append(f" {params_line(settings)}")
+        line.append(f" {params_line(settings)}\n")
+        # The prompt in every mode (PLD also shows it, token by token, around each match): one line, cut to fit.
+        prompt = " ".join(settings.prompt.split())
+        tokens = f" ({len(started.prompt_token_ids)} tokens)" if started is not None else ""
+        width = max(20, self.size.width - len(tokens) - 12)
+        shown = prompt if len(prompt) <= width else prompt[: width - 1] + "…"
+        line.append(" prompt: ", style="bold")
+        line.append(f"{shown}{tokens}")
         if line.plain != self._shown:  # the header changes rarely; skip the repaint otherwise
             self._shown = line.plain
             self.update(line)

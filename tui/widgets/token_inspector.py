@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from ...core.events import PositionVerdict, TokenEmitted, TokenSampled
+from ..numbers import percent
 from .live_panel import LivePanel
 
 BAR = 16
@@ -19,7 +20,7 @@ class TokenInspector(LivePanel):
             final = sampled.stages[-1]
             for c in final.candidates[:6]:
                 mark = glyphs.get("chosen", ">") if c.token_id == sampled.token_id else " "
-                table.add_row(mark, repr(c.text), "█" * max(1, round(c.prob * BAR)), f"{c.prob:6.1%}")
+                table.add_row(mark, repr(c.text), "█" * max(1, round(c.prob * BAR)), percent(c.prob))
             self.update(table)
         elif verdict is not None:
             u = "-" if verdict.u is None else f"{verdict.u:.3f}"
