@@ -724,10 +724,11 @@ def models(ctx: typer.Context) -> None:
     from ..core.errors import ModelUnavailableError
 
     table = Table(title="decode-tui models", title_justify="left")
-    table.add_column("alias")
-    table.add_column("resolves to")
+    # Folded, never cut with an ellipsis: a repo id or path is copied from here, so every character must show.
+    table.add_column("alias", overflow="fold")
+    table.add_column("resolves to", overflow="fold")
     table.add_column("here?")
-    table.add_column("where / how to get it")
+    table.add_column("where / how to get it", overflow="fold")
     for alias, repo in ALIASES.items():
         try:
             found = resolve(alias)

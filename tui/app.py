@@ -482,7 +482,7 @@ class DecodeApp(App[int]):
             self.say(f"model → {spec}: loading it restarts the run")
             self.start_run()
 
-        self.push_screen(ModelPicker(self.settings.model, list(ALIASES)), done)
+        self.push_screen(ModelPicker(self.settings.model, dict(ALIASES)), done)
 
     def action_select(self, delta: int) -> None:
         piece = self.query_one(TextPane).select(delta)

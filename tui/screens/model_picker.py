@@ -15,15 +15,17 @@ class ModelPicker(ModalScreen[str | None]):
     CSS_PATH = "model_picker.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel", id="model.cancel")]
 
-    def __init__(self, current: str, known: list[str]) -> None:
+    def __init__(self, current: str, known: dict[str, str]) -> None:
+        """``known``: alias -> the repo id it stands for, each shown whole (a line each, wrapped, never cut)."""
         super().__init__()
         self.current = current
         self.known = known
 
     def compose(self) -> ComposeResult:
         with Vertical(id="model-box"):
-            yield Label(f"Load another model (now: {self.current}). Aliases: {', '.join(self.known)}; or a repo "
-                        "id, a folder or a .gguf file. enter loads, esc cancels.", id="model-title")
+            yield Label(f"Load another model (now: {self.current}): an alias below, or a repo id, a folder or a "
+                        ".gguf file. enter loads, esc cancels.", id="model-title")
+            yield Label("\n".join(f"  {alias:<14} {repo}" for alias, repo in self.known.items()), id="model-aliases")
             yield Input(placeholder=self.current, id="model-input")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:

@@ -31,7 +31,8 @@ class StatsBar(LivePanel):
         forwards = r.target_forwards if r else self.forwards
         elapsed = r.elapsed_s if r else self.elapsed_s
         rate = r.tokens_per_s if r else (tokens / elapsed if elapsed > 0 else 0.0)
-        parts = [self.state, f"{tokens} token{'' if tokens == 1 else 's'}", f"{rate:.1f} tok/s", f"{forwards} target forwards"]
+        noun = "token" if tokens == 1 else "tokens"
+        parts = [self.state, f"{tokens} {noun}", f"{rate:.1f} tok/s", f"{forwards} target forwards"]
         if forwards:
             parts.append(f"{tokens / forwards:.2f} tok/forward")
         drafted = r.drafted if r and r.drafted is not None else self.drafted
