@@ -36,7 +36,7 @@ import torch
 from decode_tui.core.embedded import pull
 from decode_tui.core.events import Finished, Mode
 from decode_tui.core.loading import LoadedModel, load_model
-from decode_tui.core.params import BeamParams, DecodeConfig
+from decode_tui.core.params import CODE_EDIT_PROMPT, BeamParams, DecodeConfig
 from decode_tui.core.registry import resolve
 from decode_tui.core.run import Run
 
@@ -50,23 +50,7 @@ PROMPTS = {
         "that without cuts to greenhouse gas emissions the reef could lose most of its coral cover this century. "
         "Tourism to the reef contributes billions of dollars to the Australian economy every year."
     ),
-    "code-edit": (
-        "In the following Python code, rename the variable `total` to `running_sum` everywhere. Return the whole "
-        "code and nothing else.\n\n"
-        "def summarise(values):\n"
-        "    total = 0\n"
-        "    count = 0\n"
-        "    for value in values:\n"
-        "        if value is None:\n"
-        "            continue\n"
-        "        total += value\n"
-        "        count += 1\n"
-        "    if count == 0:\n"
-        "        return None\n"
-        "    mean = total / count\n"
-        "    print(f\"sum={total} count={count} mean={mean}\")\n"
-        "    return total, count, mean\n"
-    ),
+    "code-edit": CODE_EDIT_PROMPT,  # PLD's demo prompt in the app
     "open-ended": "Write a short story about a lighthouse keeper who finds a message in a bottle.",
 }
 

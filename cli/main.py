@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TextIO
 import typer
 
 from ..core.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, DecodeTuiError, UsageError
-from ..core.params import DEMO_PROMPT, BeamParams, DecodeConfig, DraftParams, EarlyStopping, SamplingParams
+from ..core.params import BeamParams, DecodeConfig, DraftParams, EarlyStopping, SamplingParams, demo_prompt
 from ..core.registry import ALIASES, DEFAULT_ALIAS, EMBEDDED_ALIASES, describe, resolve
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from ..core.events import Finished, TokenEmitted
+    from ..core.events import BeamStepped, Finished, TokenEmitted
     from ..core.loading import LoadedModel
     from ..core.registry import ResolvedModel
 
@@ -132,7 +132,7 @@ def _check_device(value: str) -> str:
     return value
 
 
-def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
+def read_prompt(prompt: str | None, prompt_file: Path | None, mode: str = "greedy") -> str:
     """The prompt text from --prompt, --prompt-file (``-`` for stdin) or the built-in demo prompt."""
     if prompt is not None and prompt_file is not None:
         raise UsageError("Pass either --prompt or --prompt-file, not both.")
@@ -156,7 +156,7 @@ def read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
     elif prompt is not None:
         text, source = prompt, "--prompt"
     else:
-        return DEMO_PROMPT
+        return demo_prompt(mode)  # the mode's own demo prompt (core/params.py)
     if not text.strip():
         raise UsageError(f"The prompt from {source} is empty. Give the model some text to continue.")
     return text
@@ -373,7 +373,8 @@ CompareOpt = Annotated[bool, typer.Option("--compare", help="Also run plain gree
 FastOpt = Annotated[bool, typer.Option("--fast", help="Static KV cache and compiled decoding steps and "
                                        "verifications (torch.compile; CUDA graphs on a GPU): the same tokens, "
                                        "faster on a GPU once compiled (the first run compiles for tens of "
-                                       "seconds). Not for beam search.", rich_help_panel="Decoding")]
+                                       "seconds). On a CPU it does not pay for a demo: 96 s of compiling for "
+                                       "at best 1.4x (README). Not for beam search.", rich_help_panel="Decoding")]
 
 CompareRunsOpt = Annotated[int, typer.Option("--compare-runs", min=1, help="With --compare: timed runs a side, "
                                              "alternated, after a warm-up of each; the speed-up is their median "
@@ -436,7 +437,7 @@ def generate(
                               cuda_graphs=cuda_graphs, draft_confidence=draft_confidence)
         _check_device_map(device, device_map)
         draft_params = config.draft
-        text = read_prompt(prompt, prompt_file)
+        text = read_prompt(prompt, prompt_file, mode.value)
         if mode is ModeChoice.greedy and (temperature, top_k, top_p) != (None, None, None):
             _stderr().print("decode-tui: note: greedy mode takes the argmax, so --temperature, --top-k and "
                             "--top-p change nothing; use --mode sample to sample.")
@@ -464,8 +465,14 @@ def _warm_up(lm: LoadedModel, prompt: str, config: DecodeConfig, draft: tuple[An
     from ..core.warmup import warm_up
 
     what = "capturing CUDA graphs, " if lm.device.type == "cuda" and config.cuda_graphs else ""
+    compiling = config.fast and config.mode != "beam"
+    if compiling:
+        what = ("compiling the steps with torch.compile: tens of seconds on a GPU, a minute or more on a CPU, "
+                "less once Inductor's cache in decode-tui's cache folder has them; ")
     with _status(f"Warming up {lm.name} ({what}{config.mode})"):
-        warm_up(lm, prompt, config, draft)
+        seconds = warm_up(lm, prompt, config, draft)
+    if compiling:
+        _stderr().print(f"decode-tui: compiled and warmed up in {seconds:.1f} s")
     failure = graph_failure(lm.model)
     if failure is not None:
         _stderr().print(f"decode-tui: note: CUDA graphs could not be captured ({failure}); decoding eagerly on "
@@ -494,6 +501,25 @@ def _compare(lm: LoadedModel, prompt: str, config: DecodeConfig, result: Finishe
     with _status(f"Comparing with plain greedy decoding ({runs} warm runs a side, alternated)") as progress:
         comparison = compare(lm, prompt, config, plain, runs=runs, draft=draft, progress=progress)
     return dataclasses.replace(result, comparison=comparison)
+
+
+def _beam_progress(config: DecodeConfig) -> Callable[[BeamStepped | None], None] | None:
+    """Where stderr is a terminal: a live line per beam step (step, best open score, finished); None ends it."""
+    console = _stderr()
+    if not console.is_terminal:
+        return None
+    status = console.status("beam search: prefill")
+    status.start()
+
+    def show(step: BeamStepped | None) -> None:
+        if step is None:
+            status.stop()
+            return
+        best = f"best open beam score {step.beams[0].score:.3f}" if step.beams else "no beam open"
+        status.update(f"beam search: step {step.step + 1} of at most {config.max_new_tokens}, {best}, "
+                      f"{len(step.finished)} of {config.beam.num_beams} finished")
+
+    return show
 
 
 def _unwritten(result: Finished, written: list[TokenEmitted]) -> list[TokenEmitted]:
@@ -529,10 +555,16 @@ def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: F
     written: list[TokenEmitted] = []  # the tokens whose output is out, for a clean cut on Ctrl-C
     last_step: BeamStepped | None = None
     ended = False  # the text's closing newline is out
+    # Beam search writes its text only at the end: on a terminal, a progress line says how the search goes.
+    progress = _beam_progress(config) if not jsonl and config.mode == "beam" else None
     try:
         for event in events:
             if isinstance(event, BeamStepped):
                 last_step = event
+                if progress is not None:
+                    progress(event)
+            elif progress is not None and isinstance(event, TokenEmitted | Finished):
+                progress(None)
             if isinstance(event, Finished) and not jsonl:
                 _write(out, "\n")  # the text ends before anything else is said (the comparison's progress)
                 ended = True
@@ -550,6 +582,8 @@ def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: F
             if isinstance(event, Finished):
                 result = event
     except KeyboardInterrupt:
+        if progress is not None:
+            progress(None)
         events.close()  # runs the strategy's finally blocks; nothing keeps decoding
         result = run.cancelled()
         # Ctrl-C can land after the core emitted a token but before its output was written (while it is being
@@ -648,7 +682,7 @@ def run_app(
                               max_ngram_size, num_pred_tokens, adaptive, False, no_chat, fast,
                               cuda_graphs=cuda_graphs, draft_confidence=draft_confidence)
         _check_device_map(device, device_map)
-        text = read_prompt(prompt, prompt_file)
+        text = read_prompt(prompt, prompt_file, mode.value)
         theme_name = _theme_name(theme)
         if record is not None and record.parent and not record.parent.exists():
             raise UsageError(f"Cannot record to {record}: the folder {record.parent} does not exist.")

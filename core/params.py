@@ -17,6 +17,42 @@ from .events import MODES, Mode
 # What every front end decodes when the user gives no prompt.
 DEMO_PROMPT = "Explain in three short sentences how a language model picks its next word."
 
+# The prompt each mode shows when none is given: one that shows what the mode is for. Drafting pays where the
+# target would say what the drafter guesses: PLD on an edit of text that is in the prompt (it copies from it),
+# speculative decoding on a text the draft model agrees with (a list to repeat). An open-ended prompt, where nothing can
+# be copied, teaches the opposite lesson (see the lessons in the README). Beam search on a question with many
+# good short answers, so the beams diverge.
+CODE_EDIT_PROMPT = (
+    "In the following Python code, rename the variable `total` to `running_sum` everywhere. Return the whole "
+    "code and nothing else.\n\n"
+    "def summarise(values):\n"
+    "    total = 0\n"
+    "    count = 0\n"
+    "    for value in values:\n"
+    "        if value is None:\n"
+    "            continue\n"
+    "        total += value\n"
+    "        count += 1\n"
+    "    if count == 0:\n"
+    "        return None\n"
+    "    mean = total / count\n"
+    "    print(f\"sum={total} count={count} mean={mean}\")\n"
+    "    return total, count, mean\n"
+)
+DEMO_PROMPTS: dict[str, str] = {
+    "greedy": DEMO_PROMPT,
+    "sample": DEMO_PROMPT,
+    "beam": "Suggest a name for a small coffee shop by the sea, and say why in one sentence.",
+    "speculative": ("Repeat this list exactly, one item per line: apple, banana, cherry, date, elderberry, fig, "
+                    "grape, honeydew, kiwi, lemon, mango, nectarine."),
+    "pld": CODE_EDIT_PROMPT,
+}
+
+
+def demo_prompt(mode: str) -> str:
+    """The prompt ``mode`` shows when the user gives none (see ``DEMO_PROMPTS``)."""
+    return DEMO_PROMPTS.get(mode, DEMO_PROMPT)
+
 
 @dataclass(frozen=True)
 class SamplingParams:

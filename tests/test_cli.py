@@ -268,3 +268,29 @@ def test_tokens_emitted_but_not_yet_written_at_ctrl_c_are_written_before_finishe
     assert "".join(e.text for e in written + missing) == result.text
     assert [e.index for e in missing] == [1, 2] and missing[-1].end == len(result.text)
     assert _unwritten(result, [*written, *missing]) == []
+
+
+@pytest.mark.real_model
+def test_every_readme_generate_example_runs_as_written(smollm2: Any, tiny_model_dir: Path, tmp_path: Path) -> None:
+    """Each `decode-tui generate` line of the README, as written (a few tokens): exit 0 and some output."""
+    import shlex
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    examples = [line for line in readme.splitlines() if line.startswith("decode-tui generate ")]
+    assert len(examples) >= 8
+    # The files the examples name, in the folder they run in.
+    (tmp_path / "edit-this-code.txt").write_text("Rename x to y: def f(x):\n    return x + x\n", encoding="utf-8")
+    (tmp_path / "notes.txt").write_text("Notes: the meeting moved to Tuesday.", encoding="utf-8")
+    (tmp_path / "my-checkpoint").symlink_to(tiny_model_dir, target_is_directory=True)
+    for example in examples:
+        args = shlex.split(example, comments=True)[1:]
+        redirect = args.index(">") if ">" in args else None
+        if redirect is not None:
+            args = args[:redirect]
+        done = subprocess.run([SCRIPT, *args, "--max-new-tokens", "6"], capture_output=True, text=True,
+                              cwd=tmp_path, timeout=300)
+        assert done.returncode == 0, (example, done.stderr[-2000:])
+        assert done.stdout.strip(), (example, "no output")
+        assert "Traceback" not in done.stderr, example
+        if "--format jsonl" in example:
+            assert json.loads(done.stdout.splitlines()[-1])["event"] == "finished"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import io
 import json
@@ -29,6 +30,7 @@ from decode_tui.tui.widgets.candidates import CandidatesPanel
 from decode_tui.tui.widgets.caption import Caption
 from decode_tui.tui.widgets.draft_panel import DraftPanel
 from decode_tui.tui.widgets.lookup_panel import LookupPanel
+from decode_tui.tui.widgets.run_header import RunHeader
 from decode_tui.tui.widgets.stats_bar import StatsBar
 from decode_tui.tui.widgets.text_pane import TextPane
 from decode_tui.tui.widgets.token_inspector import TokenInspector
@@ -456,6 +458,45 @@ async def test_a_replay_pauses_and_steps_like_a_live_run() -> None:
 
 
 @in_event_loop
+async def test_a_replay_of_a_mid_run_export_is_labelled_and_ends_with_the_recorded_figures() -> None:
+    app, _ = make()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        # Exported mid-run: the first few tokens, not the finished event; t as recorded, 0.5 s a token.
+        cut = [(0.5 * i, e) for i, (_, e) in enumerate(app.trace[:5])]
+    assert not any(type(e).__name__ == "Finished" for _, e in cut)
+    tokens = sum(type(e).__name__ == "TokenEmitted" for _, e in cut)
+    replayed = DecodeApp(Settings(), lambda s, live: replay(cut, 0.0), replaying="mid-run.jsonl")
+    async with replayed.run_test(size=SIZE) as pilot:
+        await settle(pilot, replayed)
+        stats = replayed.query_one(StatsBar)
+        assert stats.state == "recording ends here", "a replay that stops mid-run ends; it is not left 'running'"
+        assert stats.elapsed_s == pytest.approx(0.5 * (len(cut) - 1)), "the recorded time, not the wall clock"
+        await pilot.pause(0.3)
+        assert stats.elapsed_s == pytest.approx(0.5 * (len(cut) - 1)), "and the clock stopped"
+        assert any(f"{tokens} tokens" in m and "recording ends here" in m for m in replayed.messages)
+        assert "REPLAY of mid-run.jsonl" in _plain(replayed.query_one(RunHeader))
+
+
+@in_event_loop
+async def test_a_slow_step_shows_a_busy_indicator_that_goes_when_the_step_comes() -> None:
+    app, _ = make("speculative", fake=FakeDecoder(delay=1.5))
+    async with app.run_test(size=SIZE) as pilot:
+        panels = app.query_one("#panels")
+        deadline = time.monotonic() + 5
+        while "busy" not in str(panels.border_subtitle) and time.monotonic() < deadline:
+            await pilot.pause(0.05)
+        label = str(panels.border_subtitle)
+        assert label.startswith("busy ") and "verifying" in label, label
+        before = len(app.trace)
+        while len(app.trace) == before and time.monotonic() < deadline + 3:
+            await pilot.pause(0.05)
+        await pilot.pause(0.1)
+        assert "busy" not in str(panels.border_subtitle), "the indicator goes once the step's events arrive"
+        await pilot.press("q")
+
+
+@in_event_loop
 async def test_quit_mid_run_leaves_no_thread_running() -> None:
     app, _ = make(fake=FakeDecoder(WORDS * 50, delay=0.01))
     async with app.run_test(size=SIZE) as pilot:
@@ -585,3 +626,38 @@ async def test_the_auto_pause_key_arms_the_running_decoder() -> None:
         await pilot.press("a", "space")
         assert app.pump.auto_pause is None
         await settle(pilot, app)
+
+
+def test_each_mode_opens_on_its_own_demo_prompt_but_keeps_the_users() -> None:
+    from decode_tui.cli.main import read_prompt
+    from decode_tui.core.params import CODE_EDIT_PROMPT, DEMO_PROMPTS
+
+    settings = Settings()
+    assert settings.prompt == DEMO_PROMPTS["greedy"]
+    pld = with_mode(settings, "pld")
+    assert pld.prompt == CODE_EDIT_PROMPT, "PLD's demo edits text that is in the prompt: there is something to copy"
+    assert with_mode(pld, "beam").prompt == DEMO_PROMPTS["beam"] != DEMO_PROMPTS["greedy"]
+    mine = dataclasses.replace(settings, prompt="my own words")
+    assert with_mode(mine, "pld").prompt == "my own words"
+    assert read_prompt(None, None, "speculative") == DEMO_PROMPTS["speculative"]
+    assert read_prompt("hello", None, "pld") == "hello"
+
+
+def test_the_readmes_keys_table_is_the_apps_bindings() -> None:
+    """Every key the README lists is bound, and every binding is listed (the help screen shows the bindings)."""
+    import re
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    table = readme[readme.index("| keys | does |"):]
+    table = table[: table.index("\n\n")]
+    names = {"←": "left", "→": "right", "esc": "escape", "?": "question_mark"}
+    listed: set[str] = set()
+    for row in table.splitlines()[2:]:
+        keys_cell = row.split("|")[1]
+        for group in re.findall(r"`([^`]+)`", keys_cell):
+            listed.update(names.get(key, key) for key in group.split())
+    bound = {key for binding in DecodeApp(Settings(), FakeDecoder().source).all_bindings()
+             for key in binding.key.split(",")}
+    textual_own = {"ctrl+p"}  # the command palette is Textual's
+    unlisted_on_purpose = {"f1", "ctrl+c"}  # the same as ? and q
+    assert listed - textual_own == bound - unlisted_on_purpose

@@ -102,6 +102,12 @@ class Pending:
 
 
 SourceFactory = Callable[[Settings, LiveParams], EventSource]
+BUSY_AFTER_S = 0.5  # a run that shows nothing new for this long says, on its panel, what it is doing
+# What a run is doing between two events, by mode (a slow CPU, a big model, slow motion off).
+WORKING_ON: dict[Mode, str] = {"greedy": "the next token's forward pass", "sample": "the next token's forward pass",
+                               "beam": "the next beam step (one forward over every beam)",
+                               "speculative": "drafting, then verifying the draft in one target forward",
+                               "pld": "looking up a copy, then verifying it in one target forward"}
 PANEL_FOR_MODE: dict[Mode, str] = {"greedy": "panel-candidates", "sample": "panel-candidates", "beam": "panel-beam",
                                    "speculative": "panel-draft", "pld": "panel-pld"}
 
@@ -197,6 +203,7 @@ class DecodeApp(App[int]):
         sys.setswitchinterval(self.switch_interval_s)
         self._apply_glyphs()
         self.stats_bar = self.query_one(StatsBar)
+        self.panels = self.query_one("#panels", ContentSwitcher)
         self.set_interval(1 / DRAIN_HZ, self.drain)
         self._check_size(self.size.width, self.size.height)
         self.start_run()
@@ -235,6 +242,7 @@ class DecodeApp(App[int]):
         self.finished: Finished | None = None
         self.pending = Pending()
         self.paint_at_once = True  # a new run's first events are shown as soon as they come
+        self.last_event_at = time.monotonic()  # for the busy indicator
 
     def start_run(self) -> None:
         previous = self.pump
@@ -266,7 +274,7 @@ class DecodeApp(App[int]):
         self.run_worker(self.pump.run, thread=True, exclusive=True, group="decoder", name="decoder")
 
     def _refresh_header(self) -> None:
-        self.query_one(RunHeader).show(self.settings, self.started, self.query_one(StatsBar).state)
+        self.query_one(RunHeader).show(self.settings, self.started, self.query_one(StatsBar).state, self.replaying)
 
     def say(self, message: str, severity: str = "information") -> None:
         self.messages.append(message)
@@ -343,6 +351,11 @@ class DecodeApp(App[int]):
                 urgent = True
                 if event.kind == "loading":
                     stats.state = event.message
+                elif event.kind == "ended":  # a replay whose recording stops mid-run: its figures, frozen
+                    stats.state = "recording ends here"
+                    if event.elapsed_s is not None:
+                        stats.elapsed_s = event.elapsed_s
+                    self.say(event.message)
                 elif event.kind == "paused":
                     stats.state = "paused"
                     self.say(event.message)
@@ -357,6 +370,7 @@ class DecodeApp(App[int]):
                 pending.caption_later(event)
         if stats.state == "running":
             stats.elapsed_s = now - self.run_t0
+        self._show_busy(now, bool(batch), stats.state == "running" and not self.pump.paused)
         news = bool(batch or pending.pieces or pending.steps or pending.rounds or pending.caption or pending.captioned)
         due = self.pacer.due(now)
         if (urgent and batch) or (due and (news or stats.state == "running")):
@@ -365,6 +379,15 @@ class DecodeApp(App[int]):
             self.pending = Pending()
             with self.batch_update():
                 self._paint(pending, stats)
+
+    def _show_busy(self, now: float, news: bool, running: bool) -> None:
+        """On the mode's panel, after BUSY_AFTER_S without an event: what the run is doing, and for how long."""
+        if news:
+            self.last_event_at = now
+        waited = now - self.last_event_at
+        label = f"busy {waited:.1f} s: {WORKING_ON[self.settings.mode]}" if running and waited > BUSY_AFTER_S else ""
+        if self.panels.border_subtitle != label:
+            self.panels.border_subtitle = label
 
     def _paint(self, pending: Pending, stats: StatsBar) -> None:
         """Hand what arrived since the last paint to the widgets, each once."""

@@ -63,8 +63,9 @@ class Notice(Event):
     """Not a core event: something the app should show (loading progress, a note, an automatic pause)."""
 
     name: ClassVar[str] = "notice"
-    kind: Literal["loading", "note", "paused"]
+    kind: Literal["loading", "note", "paused", "ended"]  # ended: a replayed recording stops before its end
     message: str
+    elapsed_s: float | None = None  # ended: the recorded run's time at its last event
 
 
 class EventPump:

@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from ..core.errors import UsageError
 from ..core.events import MODES, Mode
-from ..core.params import DEMO_PROMPT, DecodeConfig
+from ..core.params import DEMO_PROMPT, DEMO_PROMPTS, DecodeConfig, demo_prompt
 from ..core.registry import DEFAULT_ALIAS
 
 Applies = Literal["live", "restart", "rerank", "view"]
@@ -199,7 +199,11 @@ def next_mode(settings: Settings) -> Settings:
 
 
 def with_mode(settings: Settings, mode: Mode) -> Settings:
-    return settings.replace_config(mode=mode)
+    """``settings`` in ``mode``; a demo prompt (none was given) becomes the new mode's own demo prompt."""
+    changed = settings.replace_config(mode=mode)
+    if settings.prompt in DEMO_PROMPTS.values():
+        changed = dataclasses.replace(changed, prompt=demo_prompt(mode))
+    return changed
 
 
 def params_line(settings: Settings) -> str:

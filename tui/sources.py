@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import ModelUnavailableError, UsageError
-from ..core.events import Event, from_dict
+from ..core.events import Event, Finished, TokenEmitted, from_dict
 from ..core.live import LiveParams
 from ..core.registry import EMBEDDED_ALIASES, resolve
 from .pump import EventSource, Notice
@@ -70,10 +70,15 @@ class ModelRunner:
         if key in self._warm:
             return
         graphs = " and capturing CUDA graphs" if lm.device.type == "cuda" and settings.config.cuda_graphs else ""
+        compiling = settings.config.fast and settings.mode != "beam"
+        if compiling:
+            graphs = " and compiling its steps with torch.compile (a minute or more on a CPU, once)"
         yield Notice("loading", f"warming up {settings.mode}{graphs}…")
         from ..core.warmup import warm_up
 
-        warm_up(lm, settings.prompt, settings.config, draft)
+        seconds = warm_up(lm, settings.prompt, settings.config, draft)
+        if compiling:
+            yield Notice("note", f"compiled and warmed up in {seconds:.1f} s")
         self._warm.add(key)
 
     def _model(self, settings: Settings) -> Generator[Event, None, LoadedModel]:
@@ -196,11 +201,19 @@ def replay(events: list[tuple[float, Event]], speed: float = 1.0) -> EventSource
 
     def play() -> Iterator[Event]:
         previous = 0.0
+        tokens = 0
         for t, event in events:
             gap = max(0.0, t - previous)
             previous = t
             if speed > 0 and gap > 0:
                 time.sleep(min(gap / speed, 1.0))
+            tokens += isinstance(event, TokenEmitted)
             yield event
+        if not any(isinstance(event, Finished) for _, event in events[-1:]):
+            # Exported mid-run: the run went on, the recording did not. Say so, with the recorded figures, rather
+            # than leave the replay "running" with a clock that keeps ticking.
+            rate = f", {tokens / previous:.1f} tok/s" if previous > 0 else ""
+            yield Notice("ended", f"recording ends here: {tokens} tokens in {previous:.1f} s recorded{rate}",
+                         elapsed_s=previous)
 
     return play

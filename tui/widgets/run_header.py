@@ -14,12 +14,15 @@ class RunHeader(LivePanel):
         super().__init__("", **kwargs)
         self._shown = ""  # the plain text on screen: the header changes rarely, so most calls skip the repaint
 
-    def show(self, settings: Settings, started: Started | None, state: str) -> None:
+    def show(self, settings: Settings, started: Started | None, state: str, replaying: str | None = None) -> None:
+        """``replaying``: the recording's name, when this is a replay (said first: nothing here is live)."""
         params = started.params if started is not None else {}
         device = params.get("device", settings.device)
         dtype = params.get("dtype", settings.dtype)
         line = Text()
         line.append(" decode-tui ", style="bold reverse")
+        if replaying is not None:
+            line.append(f" REPLAY of {replaying} ", style="bold reverse")
         line.append(f"  {settings.model}  ·  {device} {dtype}  ·  ")
         line.append(settings.mode.upper(), style="bold")
         line.append(f"  ·  {state}\n")

@@ -1,0 +1,51 @@
+"""Benchmark: each drafting mode on its own demo prompt against plain greedy, on this machine (the README's figures).
+
+Fair by construction (``core.warmup.compare``: warm runs, alternated, the median ratio with its range), on the
+embedded model. Speculative decoding uses the default draft (the target quantised to int8, CPU only).
+
+    python benchmarks/demo_prompts.py [--runs 3] [--new-tokens 64] [--out results.jsonl]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+
+from decode_tui.core.drafters import load_draft
+from decode_tui.core.embedded import pull
+from decode_tui.core.events import Mode
+from decode_tui.core.loading import load_model
+from decode_tui.core.params import DEMO_PROMPTS, DecodeConfig
+from decode_tui.core.registry import resolve
+from decode_tui.core.warmup import compare
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    pull("smollm2")
+    lm = load_model(resolve("smollm2"))
+    base = DecodeConfig(max_new_tokens=args.new_tokens, seed=0)
+    rows = []
+    cases: tuple[tuple[Mode, str], ...] = (("pld", "pld"), ("speculative", "speculative"), ("pld", "greedy"),
+                                           ("speculative", "greedy"))
+    for mode, prompt_of in cases:
+        draft = load_draft(lm, "int8") if mode == "speculative" and lm.device.type == "cpu" else None
+        if mode == "speculative" and draft is None:
+            continue  # the int8 draft is CPU-only; on a GPU, speculative decoding needs --draft MODEL
+        result = compare(lm, DEMO_PROMPTS[prompt_of], dataclasses.replace(base, mode=mode), base, runs=args.runs,
+                         draft=draft)
+        row = {"mode": mode, "prompt": f"{prompt_of}'s demo prompt", "device": str(lm.device), **result}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        if args.out:
+            args.out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+if __name__ == "__main__":
+    main()
