@@ -508,6 +508,81 @@ async def test_quit_mid_run_leaves_no_thread_running() -> None:
 
 
 @in_event_loop
+async def test_quitting_right_after_a_burst_of_restarts_exits_within_a_second() -> None:
+    """m, w, W, r within a second queue runs behind runs; q must still end every one of them at once."""
+    import threading
+
+    pumps: list[EventPump] = []
+    app, _ = make("beam", fake=FakeDecoder(WORDS * 50, delay=0.2))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.1)
+        for key in ("m", "w", "W", "r", "m", "r"):
+            await pilot.press(key)
+            if app.pump is not None and app.pump not in pumps:
+                pumps.append(app.pump)
+        started = time.monotonic()
+        await pilot.press("q")
+    assert all(p.finished.wait(1.0) for p in pumps), "a queued run's thread was left waiting"
+    assert time.monotonic() - started < 2.0
+    assert app.return_code == 0
+    assert not [t for t in threading.enumerate() if t.name.startswith("decode-tui-decoder") and t.is_alive()
+                and not t.daemon and any(not p.finished.is_set() for p in pumps)]
+
+
+@in_event_loop
+async def test_the_last_run_of_a_burst_of_restarts_runs_to_its_end() -> None:
+    """Runs replaced while still queued never start; the one queued behind them must not wait for them."""
+    app, _ = make("greedy", fake=FakeDecoder(delay=0.05))
+    async with app.run_test(size=SIZE) as pilot:
+        for key in ("r", "r", "m", "r", "m"):
+            await pilot.press(key)
+        await settle(pilot, app, until=10)
+        assert app.query_one(StatsBar).state == "finished"
+        assert app.settings.mode == "beam"
+
+
+@in_event_loop
+async def test_a_mode_change_shows_the_new_panel_at_once_and_empty() -> None:
+    app, _ = make("speculative", fake=FakeDecoder(delay=0.3))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        assert app.query_one("#panel-draft", DraftPanel).rounds
+        await pilot.press("m")  # speculative -> pld
+        switcher = app.query_one("#panels", ContentSwitcher)
+        assert switcher.current == "panel-pld", "switched in the key's handler, not after the old run ends"
+        assert app.query_one("#pld-rounds", DraftPanel).rounds == []
+        await pilot.press("q")
+
+
+@pytest.mark.parametrize("num_beams", [2, 4])
+@in_event_loop
+async def test_a_beam_run_to_the_length_limit_shows_no_placeholder_on_screen(byte_bpe: Any, num_beams: int) -> None:
+    """The real beam search on a tiny model, to max_new_tokens: nothing below -1e8 in the events or on screen."""
+    import re
+
+    from decode_tui.core.params import BeamParams, DecodeConfig
+    from decode_tui.core.run import Run
+
+    from .conftest import tiny_model
+    from .test_autoregressive import loaded
+
+    lm = loaded(tiny_model("llama", vocab_size=len(byte_bpe), seed=3, initializer_range=0.05), byte_bpe, 2)
+    lm = dataclasses.replace(lm, eos_token_ids=frozenset())  # no EOS: the search must run to the limit
+    config = DecodeConfig(mode="beam", max_new_tokens=6, beam=BeamParams(num_beams, 1.0, "never", num_beams))
+    settings = dataclasses.replace(Settings(), config=config)
+    app = DecodeApp(settings, lambda s, live: lambda: Run(lm, s.prompt, s.config, live=live).events())
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app, until=30)
+        screen = " ".join(_plain(w) for w in (app.query_one(BeamPanel), app.query_one(Caption)))
+        numbers = [float(x) for x in re.findall(r"-?\d+\.\d+", screen)]
+        assert numbers and min(numbers) > -1e8, screen
+        assert "no beam left open" in _plain(app.query_one(Caption)) or "finished" in _plain(app.query_one(Caption))
+    events = [e for _, e in app.trace]
+    assert any(type(e).__name__ == "BeamStepped" for e in events)
+    assert "-1000000000" not in "".join(e.to_json() for e in events)
+
+
+@in_event_loop
 async def test_ctrl_c_exits_with_130_and_stops_the_decoder() -> None:
     app, _ = make(fake=FakeDecoder(WORDS * 50, delay=0.01))
     async with app.run_test(size=SIZE) as pilot:

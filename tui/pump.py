@@ -82,6 +82,7 @@ class EventPump:
         self._stop = threading.Event()
         self._steps = 0  # steps allowed while paused
         self._lock = threading.Lock()
+        self._began = False  # run() has started: from then on, run() itself sets `finished` when it ends
         self.finished = threading.Event()
 
     # -- called from the UI thread
@@ -104,6 +105,11 @@ class EventPump:
     def stop(self) -> None:
         self._stop.set()
         self._running.set()  # wake a paused producer so it can see the stop
+        with self._lock:
+            if not self._began:
+                # Never started (a restart replaced it while its worker was still queued, and Textual may never
+                # run a cancelled worker): it is over now, so the run queued behind it does not wait for it.
+                self.finished.set()
 
     def drain(self, limit: int = 10_000) -> list[Event]:
         batch: list[Event] = []
@@ -116,6 +122,11 @@ class EventPump:
 
     # -- runs in the worker thread
     def run(self) -> None:
+        with self._lock:
+            if self._stop.is_set():
+                self.finished.set()
+                return
+            self._began = True
         stream = None
         try:
             # The run it replaces must end first, but a stop must not wait for that: a burst of restarts queues
