@@ -67,11 +67,12 @@ def test_draft_length_changes_between_rounds_and_stays_lossless(byte_bpe: Any) -
     model = tiny_model("llama", vocab_size=V, seed=5)
     prompt = [11, 12, 13, 14, 15]
     plain = list(autoregressive(model, transcript(byte_bpe, prompt, 24), SamplingParams(), greedy=True))[-1]
-    live = LiveParams(SamplingParams(), DraftParams(num_draft_tokens=6))
-    drafter = ModelDrafter(model, V, confidence_threshold=0.0)  # always drafts the full length
+    # A confidence cut-off of 0: the drafter always drafts the full length (the live settings carry it too).
+    live = LiveParams(SamplingParams(), DraftParams(num_draft_tokens=6, confidence_threshold=0.0))
+    drafter = ModelDrafter(model, V, confidence_threshold=0.0)
     stream = speculative(model, transcript(byte_bpe, prompt, 24), drafter, SamplingParams(), greedy=True,
                          num_draft_tokens=6, live=live)
-    events = drive(stream, live, at=1, draft=DraftParams(num_draft_tokens=2))
+    events = drive(stream, live, at=1, draft=DraftParams(num_draft_tokens=2, confidence_threshold=0.0))
     drafts = [len(e.token_ids) for e in events if isinstance(e, DraftProposed)]
     assert drafts[0] == 6 and len(drafts) > 3 and set(drafts[1:]) <= {1, 2} and drafts[1] == 2
     last = events[-1]
@@ -117,3 +118,15 @@ def test_prompt_lookups_draft_length_is_its_copy_length(byte_bpe: Any) -> None:
         events = list(Run(lm, text, config, draft=None).events())
         lengths = [len(e.token_ids) for e in events if isinstance(e, DraftProposed)]
         assert lengths and max(lengths) == pred, (pred, lengths)
+
+
+def test_the_draft_confidence_cut_off_reaches_the_draft_model_between_rounds(byte_bpe: Any) -> None:
+    model = tiny_model("llama", vocab_size=V, seed=5)
+    live = LiveParams(SamplingParams(), DraftParams(num_draft_tokens=6, confidence_threshold=0.0))
+    drafter = ModelDrafter(model, V, confidence_threshold=0.0)
+    stream = speculative(model, transcript(byte_bpe, [11, 12, 13, 14, 15], 24), drafter, SamplingParams(),
+                         greedy=True, num_draft_tokens=6, live=live)
+    events = drive(stream, live, at=1, draft=DraftParams(num_draft_tokens=6, confidence_threshold=1.0))
+    drafts = [e for e in events if isinstance(e, DraftProposed)]
+    assert len(drafts[0].token_ids) == 6 and drafter.confidence_threshold == 1.0
+    assert all(len(d.token_ids) == 1 for d in drafts[1:]), "a cut-off of 1 stops every draft after one token"

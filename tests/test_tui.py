@@ -736,3 +736,15 @@ def test_the_readmes_keys_table_is_the_apps_bindings() -> None:
     textual_own = {"ctrl+p"}  # the command palette is Textual's
     unlisted_on_purpose = {"f1", "ctrl+c"}  # the same as ? and q
     assert listed - textual_own == bound - unlisted_on_purpose
+
+
+@in_event_loop
+async def test_a_long_draft_token_is_shown_in_full_somewhere() -> None:
+    long = " a_very_long_identifier_name_that_no_column_holds"
+    words = [*WORDS[:5], long, *WORDS[6:]]
+    app, _ = make("speculative", fake=FakeDecoder(words))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        shown = " ".join(_plain(app.query_one("#panel-draft", DraftPanel)).split())
+        assert "…" in shown and "in full:" in shown
+        assert repr(long) in shown.replace(" ", "") or long.strip() in shown.replace(" ", "")

@@ -118,6 +118,9 @@ class DraftPanel(LivePanel):
             verdict = "not tested" if v.verdict == "untested" else v.verdict
             text.append(f"{self._glyph(v.verdict)}{verdict}", style=style[v.verdict])
             text.append("\n")
+        cut = [(i, piece) for i, piece in enumerate(pieces) if cell_len(piece) > token_w]
+        if cut:  # nothing is only ever shown cut: the long ones in full, wrapped
+            text.append("  in full: " + "; ".join(f"#{i + 1} {piece}" for i, piece in cut) + "\n")
         if any(v.verdict == "untested" for v in last.verified.verdicts):
             text.append(f"  {self._glyph('untested')}not tested: discarded with the rejection before it\n",
                         style=style["untested"])
