@@ -541,6 +541,30 @@ async def test_the_last_run_of_a_burst_of_restarts_runs_to_its_end() -> None:
         assert app.settings.mode == "beam"
 
 
+def test_quitting_while_a_run_loads_a_model_exits_within_a_second() -> None:
+    """A run inside a load (from_pretrained: seconds, or minutes for a big model) cannot stop at a step boundary;
+    the app's exit must not wait for it."""
+    loading = threading.Event()
+
+    def source(settings: Settings, live: Any) -> Any:
+        def events() -> Any:
+            loading.set()
+            time.sleep(6)  # a model load that nothing can interrupt
+            yield from ()
+        return events
+
+    async def drive() -> None:
+        app = DecodeApp(Settings(), source)
+        async with app.run_test(size=SIZE) as pilot:
+            while not loading.is_set():
+                await pilot.pause(0.05)
+            await pilot.press("q")
+
+    started = time.monotonic()
+    asyncio.run(drive())  # including the event loop's shutdown, which joins its default executor
+    assert time.monotonic() - started < 3.0
+
+
 @in_event_loop
 async def test_a_mode_change_shows_the_new_panel_at_once_and_empty() -> None:
     app, _ = make("speculative", fake=FakeDecoder(delay=0.3))

@@ -23,7 +23,6 @@ import dataclasses
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -49,6 +48,7 @@ from ..core.events import (
 )
 from ..core.live import LiveParams
 from .commands import DecodeCommands
+from .decoder_thread import DecoderThread
 from .pacing import PaintPacer
 from .pump import EventPump, EventSource, Failed, Notice, StepTracker
 from .screens.help import HelpScreen
@@ -193,12 +193,8 @@ class DecodeApp(App[int]):
             yield Footer()
 
     def on_mount(self) -> None:
-        # Every run's worker goes to the same single thread. torch's OpenMP keeps a thread team per calling
-        # thread; a second team on a small machine oversubscribes the cores, and libgomp then throttles its
-        # spin-waits for every team, which cost 12-25 % of decoding speed on 2 cores (measured). Runs never
-        # overlap anyway: a restart stops the old run before the new one starts.
-        asyncio.get_running_loop().set_default_executor(
-            ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode-tui-decoder"))
+        # Every run's worker goes to the same single thread, which a quit never waits for (tui/decoder_thread.py).
+        asyncio.get_running_loop().set_default_executor(DecoderThread())
         self._switch_interval = sys.getswitchinterval()  # put back on unmount: tests run many apps in one process
         sys.setswitchinterval(self.switch_interval_s)
         self._apply_glyphs()
