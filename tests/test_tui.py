@@ -567,10 +567,14 @@ def test_quitting_while_a_run_loads_a_model_exits_within_a_second() -> None:
 
 @in_event_loop
 async def test_a_mode_change_shows_the_new_panel_at_once_and_empty() -> None:
-    app, _ = make("speculative", fake=FakeDecoder(delay=0.3))
+    app, fake = make("speculative", fake=FakeDecoder(delay=0.05))
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app)
+        deadline = time.monotonic() + 5
+        while not app.query_one("#panel-draft", DraftPanel).rounds and time.monotonic() < deadline:
+            await pilot.pause(0.05)
         assert app.query_one("#panel-draft", DraftPanel).rounds
+        fake.delay = 30.0  # the next run shows nothing for a long while: what is on screen is the reset
         await pilot.press("m")  # speculative -> pld
         switcher = app.query_one("#panels", ContentSwitcher)
         assert switcher.current == "panel-pld", "switched in the key's handler, not after the old run ends"
