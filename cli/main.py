@@ -23,7 +23,15 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TextIO
 import typer
 
 from ..core.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, DecodeTuiError, UsageError
-from ..core.params import BeamParams, DecodeConfig, DraftParams, EarlyStopping, SamplingParams, demo_prompt
+from ..core.params import (
+    BeamParams,
+    DecodeConfig,
+    DraftParams,
+    EarlyStopping,
+    SamplingParams,
+    check_device_map,
+    demo_prompt,
+)
 from ..core.registry import ALIASES, DEFAULT_ALIAS, EMBEDDED_ALIASES, describe, resolve
 
 if TYPE_CHECKING:
@@ -435,7 +443,7 @@ def generate(
                               length_penalty, early_stopping, num_return_sequences, draft, num_draft_tokens,
                               max_ngram_size, num_pred_tokens, adaptive, compare, no_chat, fast,
                               cuda_graphs=cuda_graphs, draft_confidence=draft_confidence)
-        _check_device_map(device, device_map)
+        check_device_map(device, device_map.value if device_map else None)
         draft_params = config.draft
         text = read_prompt(prompt, prompt_file, mode.value)
         if mode is ModeChoice.greedy and (temperature, top_k, top_p) != (None, None, None):
@@ -453,25 +461,15 @@ def generate(
         _fail(err)
 
 
-def _check_device_map(device: str, device_map: DeviceMapChoice | None) -> None:
-    if device_map is not None and device != "auto":
-        raise UsageError(f"--device-map {device_map.value} places the model itself; it replaces --device "
-                         f"{device}. Give one of the two.")
-
-
 def _warm_up(lm: LoadedModel, prompt: str, config: DecodeConfig, draft: tuple[Any, int] | None) -> None:
     """Run the first steps of this decode once, so the timed run is not a cold one (see core/warmup.py)."""
     from ..core.forward import graph_failure
-    from ..core.warmup import warm_up
+    from ..core.warmup import describe, warm_up
 
-    what = "capturing CUDA graphs, " if lm.device.type == "cuda" and config.cuda_graphs else ""
-    compiling = config.fast and config.mode != "beam"
-    if compiling:
-        what = ("compiling the steps with torch.compile: tens of seconds on a GPU, a minute or more on a CPU, "
-                "less once Inductor's cache in decode-tui's cache folder has them; ")
-    with _status(f"Warming up {lm.name} ({what}{config.mode})"):
+    what = describe(lm, config)
+    with _status(f"Warming up {lm.name} ({what + '; ' if what else ''}{config.mode})"):
         seconds = warm_up(lm, prompt, config, draft)
-    if compiling:
+    if config.compiles:
         _stderr().print(f"decode-tui: compiled and warmed up in {seconds:.1f} s")
     failure = graph_failure(lm.model)
     if failure is not None:
@@ -681,7 +679,7 @@ def run_app(
                               length_penalty, early_stopping, num_return_sequences, draft, num_draft_tokens,
                               max_ngram_size, num_pred_tokens, adaptive, False, no_chat, fast,
                               cuda_graphs=cuda_graphs, draft_confidence=draft_confidence)
-        _check_device_map(device, device_map)
+        check_device_map(device, device_map.value if device_map else None)
         text = read_prompt(prompt, prompt_file, mode.value)
         theme_name = _theme_name(theme)
         if record is not None and record.parent and not record.parent.exists():

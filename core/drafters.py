@@ -155,13 +155,14 @@ class ModelDrafter:
             q_probs.append(q_prob)
             qs.append(q[0])
             ids = torch.cat([ids, token.view(1, 1)], dim=1)
-            if q_prob < self.confidence_threshold and i + 1 < k:
+            if i + 1 == k:
+                break
+            if q_prob < self.confidence_threshold:
                 stopped = f"draft q {q_prob:.2f} < {self.confidence_threshold:g}"
                 break
-            if i + 1 < k:
-                logits = forward(self.model, token.view(1, 1), self.cache)[:, -1, : self.vocab_size]
-                self.cached.append(tokens[-1])
-                forwards += 1
+            logits = forward(self.model, token.view(1, 1), self.cache)[:, -1, : self.vocab_size]
+            self.cached.append(tokens[-1])
+            forwards += 1
         return Draft(tokens, torch.stack(qs), q_probs=tuple(q_probs), forwards=forwards, stopped=stopped)
 
     def rollback(self, confirmed: int) -> None:

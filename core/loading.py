@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .errors import ModelLoadError, UsageError
+from .params import check_device_map
 from .registry import ResolvedModel
 
 if TYPE_CHECKING:
@@ -144,9 +145,6 @@ def load_tokenizer(resolved: ResolvedModel, trust_remote_code: bool = False) -> 
         raise _load_error(resolved, "tokenizer", exc, trust_remote_code) from exc
 
 
-DEVICE_MAPS = ("auto", "balanced", "sequential")
-
-
 def load_model(
     resolved: ResolvedModel,
     device: str = "auto",
@@ -195,11 +193,8 @@ def load_model(
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
-    if device_map is not None and device_map not in DEVICE_MAPS:
-        raise UsageError(f"Unknown device map {device_map!r}. Use one of: {', '.join(DEVICE_MAPS)}.")
+    check_device_map(device, device_map)
     dev = resolve_device(device)
-    if device_map is not None and device != "auto":
-        raise UsageError(f"--device-map {device_map} places the model itself; it replaces --device {device}.")
     dt = resolve_dtype(dtype, dev)
     if dev.type == "cuda":
         say(f"Loading {resolved.display_name}: starting CUDA on {dev}")
@@ -251,8 +246,7 @@ def _import_model_code(resolved: ResolvedModel, trust_remote_code: bool) -> None
     if resolved.gguf_file is not None:  # its config is read from the weights file: leave that to from_pretrained
         return
     try:
-        config = AutoConfig.from_pretrained(resolved.path, gguf_file=resolved.gguf_file,
-                                            trust_remote_code=trust_remote_code)
+        config = AutoConfig.from_pretrained(resolved.path, trust_remote_code=trust_remote_code)
         MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]  # the lookup imports the module
     except Exception:  # only an early import: from_pretrained reports whatever is wrong, in full
         pass

@@ -49,6 +49,21 @@ DEMO_PROMPTS: dict[str, str] = {
 }
 
 
+DEVICE_MAPS = ("auto", "balanced", "sequential")  # accelerate's placements for a model spread over devices
+
+
+def check_device_map(device: str, device_map: str | None) -> None:
+    """A UsageError unless ``device_map`` is one of DEVICE_MAPS and ``device`` is left to it (front ends call this
+    before loading anything, so the message comes at once)."""
+    if device_map is None:
+        return
+    if device_map not in DEVICE_MAPS:
+        raise UsageError(f"Unknown device map {device_map!r}. Use one of: {', '.join(DEVICE_MAPS)}.")
+    if device != "auto":
+        raise UsageError(f"--device-map {device_map} places the model itself; it replaces --device {device}. "
+                         "Give one of the two.")
+
+
 def demo_prompt(mode: str) -> str:
     """The prompt ``mode`` shows when the user gives none (see ``DEMO_PROMPTS``)."""
     return DEMO_PROMPTS.get(mode, DEMO_PROMPT)
@@ -171,6 +186,11 @@ class DecodeConfig:
     # On CUDA, decoding steps and verifications replay CUDA graphs of the eager model on a static KV cache
     # (captured in milliseconds, see core/forward.py). Off: the plain path everywhere. Ignored elsewhere.
     cuda_graphs: bool = True
+
+    @property
+    def compiles(self) -> bool:
+        """Whether the decoding steps run compiled (``fast``; beam search is never compiled)."""
+        return self.fast and self.mode != "beam"
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:

@@ -66,7 +66,7 @@ class Run:
         self.transcript = Transcript(config.mode, self.prompt_ids, Detokenizer(lm.tokenizer),
                                      lm.eos_token_ids, max_new)
         # CUDA graphs of the eager model: the default on CUDA, in every mode (beam search's batched step too).
-        self.graphs = config.cuda_graphs and not (config.fast and config.mode != "beam") and graphs_available(lm.model)
+        self.graphs = config.cuda_graphs and not config.compiles and graphs_available(lm.model)
         if config.fast and config.mode == "beam":
             self.notes.append("the fast path covers greedy, sampling and draft verification; beam search runs on "
                               + ("CUDA graphs of the eager model" if self.graphs else "the plain path"))
@@ -74,7 +74,7 @@ class Run:
     @property
     def path(self) -> str:
         """How the decoding steps run: ``plain``, ``cuda-graphs`` or ``compiled`` (``--fast``)."""
-        if self.config.fast and self.config.mode != "beam":
+        if self.config.compiles:
             return "compiled"
         return "cuda-graphs" if self.graphs else "plain"
 
@@ -86,7 +86,7 @@ class Run:
             "chat": self.config.use_chat and self.lm.chat,
             "device": str(self.lm.device),
             "dtype": str(self.lm.dtype).removeprefix("torch."),
-            "fast": self.config.fast and self.config.mode != "beam",
+            "fast": self.config.compiles,
             "path": self.path,
             **self.config.sampling.to_dict(),
         }
@@ -117,13 +117,14 @@ class Run:
             )
             return
         if self.config.mode in ("speculative", "pld"):
+            drafter = self._drafter()
             yield from speculative(
                 self.lm.model,
                 self.transcript,
-                self._drafter(),
+                drafter,
                 self.config.sampling,
                 greedy=not self.config.draft_sample,
-                num_draft_tokens=self.config.draft.length("lookup" if self.config.mode == "pld" else "model"),
+                num_draft_tokens=self.config.draft.length(drafter.kind),
                 adaptive=self.config.draft.adaptive,
                 vocab_size=self.draft[1] if self.draft else None,
                 generator=generator,

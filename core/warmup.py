@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .events import BeamStepped, DraftVerified, Finished, TokenEmitted
+from .forward import graphs_available
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -69,6 +70,16 @@ def warm_up(lm: LoadedModel, prompt: str, config: DecodeConfig,
         events.close()
     _synchronize(lm)
     return time.perf_counter() - started
+
+
+def describe(lm: LoadedModel, config: DecodeConfig) -> str:
+    """What the warm-up of ``config`` does besides decoding a few steps, for a progress line ("" if nothing)."""
+    if config.compiles:
+        return ("compiling the steps with torch.compile: tens of seconds on a GPU, a minute or more on a CPU, less "
+                "once Inductor's cache in decode-tui's cache folder has them")
+    if config.cuda_graphs and graphs_available(lm.model):
+        return "capturing CUDA graphs"
+    return ""
 
 
 def _synchronize(lm: LoadedModel) -> None:

@@ -20,6 +20,7 @@ It knows threads and futures, nothing about decoding or widgets.
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 from collections.abc import Callable
@@ -35,8 +36,7 @@ class DecoderThread(ThreadPoolExecutor):
 
     def __init__(self, name: str = "decode-tui-decoder") -> None:
         super().__init__(max_workers=1, thread_name_prefix=name)
-        self._jobs: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]] | None] = \
-            queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[tuple[Future[Any], Callable[[], Any]] | None] = queue.SimpleQueue()
         self._closed = False
         self._thread = threading.Thread(target=self._work, name=name, daemon=True)
         self._thread.start()
@@ -45,16 +45,16 @@ class DecoderThread(ThreadPoolExecutor):
         if self._closed:
             raise RuntimeError("the decoder thread is shut down")
         future: Future[Any] = Future()
-        self._jobs.put((future, lambda *a: fn(*a, **kwargs), args))
+        self._jobs.put((future, functools.partial(fn, *args, **kwargs)))
         return future
 
     def _work(self) -> None:
         while (job := self._jobs.get()) is not None:
-            future, fn, args = job
+            future, call = job
             if not future.set_running_or_notify_cancel():
                 continue
             try:
-                future.set_result(fn(*args))
+                future.set_result(call())
             except BaseException as exc:  # handed to whoever awaits the future, as ThreadPoolExecutor does
                 future.set_exception(exc)
 

@@ -69,15 +69,12 @@ class ModelRunner:
         key = (settings.mode, settings.config.draft.draft if settings.mode == "speculative" else "")
         if key in self._warm:
             return
-        graphs = " and capturing CUDA graphs" if lm.device.type == "cuda" and settings.config.cuda_graphs else ""
-        compiling = settings.config.fast and settings.mode != "beam"
-        if compiling:
-            graphs = " and compiling its steps with torch.compile (a minute or more on a CPU, once)"
-        yield Notice("loading", f"warming up {settings.mode}{graphs}…")
-        from ..core.warmup import warm_up
+        from ..core.warmup import describe, warm_up
 
+        what = describe(lm, settings.config)
+        yield Notice("loading", f"warming up {settings.mode}{' and ' + what if what else ''}…")
         seconds = warm_up(lm, settings.prompt, settings.config, draft)
-        if compiling:
+        if settings.config.compiles:
             yield Notice("note", f"compiled and warmed up in {seconds:.1f} s")
         self._warm.add(key)
 
@@ -209,7 +206,7 @@ def replay(events: list[tuple[float, Event]], speed: float = 1.0) -> EventSource
                 time.sleep(min(gap / speed, 1.0))
             tokens += isinstance(event, TokenEmitted)
             yield event
-        if not any(isinstance(event, Finished) for _, event in events[-1:]):
+        if not events or not isinstance(events[-1][1], Finished):
             # Exported mid-run: the run went on, the recording did not. Say so, with the recorded figures, rather
             # than leave the replay "running" with a clock that keeps ticking.
             rate = f", {tokens / previous:.1f} tok/s" if previous > 0 else ""
