@@ -182,7 +182,7 @@ def in_app(prompt: str, config: DecodeConfig, runs: int = 1, press_every: float 
     async def one_run(timed: bool = True) -> Finished:
         sent: list[float] = []
         before = len(handled)
-        while app.finished is None:
+        while app.view.finished is None:
             # Keys are pressed once the pane shows text: before that, toggling boundaries changes nothing
             # on screen, so nothing is repainted and the "paint" timed would be the next token's.
             if timed and press_every is not None and app.query_one(TextPane).pieces:
@@ -200,7 +200,7 @@ def in_app(prompt: str, config: DecodeConfig, runs: int = 1, press_every: float 
             paint = next((t for t in painted if t >= done), None)
             if paint is not None:
                 round_trip_s.append(paint - at)
-        return app.finished
+        return app.view.finished
 
     async def drive() -> list[AppRun]:
         async with app.run_test(size=SIZE):

@@ -115,6 +115,9 @@ class TokenEmitted(Event):
     start: int
     end: int
     source: TokenSource = "target"
+    # Target forward passes so far, this token's included (the prefill counts as one). Counters in a viewer
+    # come from here, never re-derived. None in recordings made before it existed.
+    target_forwards: int | None = _optional()
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,7 @@ class TokenSampled(Event):
     prob: float
     greedy: bool
     stages: tuple[StageCandidates, ...]
+    target_forwards: int | None = _optional()  # forward passes so far, this step's included
 
 
 # ----------------------------------------------------------------------- beam
@@ -213,6 +217,7 @@ class BeamStepped(Event):
     candidates: tuple[BeamCandidate, ...]
     finished: tuple[Hypothesis, ...]
     early_stop: EarlyStopCheck
+    target_forwards: int | None = _optional()  # forward passes so far (the batched prefill is one)
 
 
 # ------------------------------------------------------ speculative and PLD
@@ -275,6 +280,7 @@ class DraftVerified(Event):
     accepted: int
     extra_token_id: int | None
     extra_kind: Literal["target", "resampled", "bonus"] | None
+    target_forwards: int | None = _optional()  # target forward passes so far, this verification's included
 
 
 # ------------------------------------------------------------------ the end

@@ -45,6 +45,14 @@ class LiveParams:
     def version(self) -> int:
         return self._snapshot.version  # a single attribute read; the lock guards the swap
 
+    def changed_since(self, version: int) -> Snapshot | None:
+        """The current settings if they changed after ``version`` (the caller's last read), else None.
+
+        A strategy calls this once per step: ``if (snap := live.changed_since(version)) is not None: ...``.
+        """
+        snapshot = self._snapshot  # one attribute read: a swap is atomic, so this is never half an update
+        return snapshot if snapshot.version != version else None
+
     def update(self, sampling: SamplingParams | None = None, draft: DraftParams | None = None) -> Snapshot:
         """Swap in new settings (validated by their own constructors); returns the new snapshot."""
         with self._lock:

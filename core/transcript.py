@@ -68,7 +68,7 @@ class Transcript:
             self.finish_reason = "length"
         piece = self.detokenizer.add(token_id, final=self.done)
         return TokenEmitted(index=len(self.token_ids) - 1, token_id=token_id, text=piece.text,
-                            start=piece.start, end=piece.end, source=source)
+                            start=piece.start, end=piece.end, source=source, target_forwards=self.target_forwards)
 
     def finished(self, reason: FinishReason | None = None, **extras: Any) -> Finished:
         """The closing event. ``reason`` defaults to what :meth:`emit` decided."""

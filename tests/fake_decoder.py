@@ -95,8 +95,9 @@ class FakeDecoder:
                 stages.append(StageCandidates("temperature", (Candidate(i, word, 0.7), Candidate(99, " cat", 0.2))))
             if not greedy and params.top_k != 0:
                 stages.append(StageCandidates("top_k", (Candidate(i, word, 0.75), Candidate(99, " cat", 0.25))))
+            emitted.forwards = i + 1  # the prefill gave step 0's distribution
             yield TokenSampled(step=i, token_id=i, text=word, prob=stages[-1].candidates[0].prob, greedy=greedy,
-                               stages=tuple(stages))
+                               stages=tuple(stages), target_forwards=emitted.forwards)
             yield emitted.emit(i, word)
 
     def _beam(self, settings: Settings, emitted: _Emitter) -> Iterator[Event]:
@@ -117,7 +118,9 @@ class FakeDecoder:
                 finished = (Hypothesis((0, 2), self.words[0] + "<eos>", -1.5, -0.75),
                             Hypothesis((0, 1, 2), "".join(self.words[:3]), -2.4, -0.8))
             check = EarlyStopCheck(False, -0.6 if finished else None, -0.8 if finished else None, step == 2)
-            yield BeamStepped(step=step, beams=beams, candidates=candidates, finished=finished, early_stop=check)
+            emitted.forwards = step + 1
+            yield BeamStepped(step=step, beams=beams, candidates=candidates, finished=finished, early_stop=check,
+                              target_forwards=emitted.forwards)
         for i, word in enumerate(self.words[:3]):
             yield emitted.emit(i, word)
 
@@ -125,6 +128,7 @@ class FakeDecoder:
         kind: TokenSource = "lookup" if lookup else "draft"
         drafter: Literal["model", "lookup"] = "lookup" if lookup else "model"
         w = self.words
+        emitted.forwards = 1
         yield emitted.emit(0, w[0])  # from the prefill
         # round 0: all 3 accepted, then a bonus token
         self._wait()
@@ -134,7 +138,9 @@ class FakeDecoder:
                             copy_start=3 if lookup else None, copy_end=6 if lookup else None, max_tokens=3)
         verdicts = tuple(PositionVerdict(i, i + 1, 0.9, 1.0 if lookup else 0.8, None if lookup else 0.1, "accepted")
                          for i in range(3))
-        yield DraftVerified(round=0, verdicts=verdicts, accepted=3, extra_token_id=4, extra_kind="bonus")
+        emitted.forwards = 2
+        yield DraftVerified(round=0, verdicts=verdicts, accepted=3, extra_token_id=4, extra_kind="bonus",
+                            target_forwards=emitted.forwards)
         for i in (1, 2, 3):
             yield emitted.emit(i, w[i], kind)
         yield emitted.emit(4, w[4], "bonus")
@@ -149,8 +155,9 @@ class FakeDecoder:
         verdicts = (PositionVerdict(0, 5, 0.8, 1.0 if lookup else 0.9, None if lookup else 0.2, "accepted"),
                     PositionVerdict(1, 50, 0.12, 1.0 if lookup else 0.6, u, "rejected"),
                     PositionVerdict(2, 51, 0.3, 1.0 if lookup else 0.5, None, "untested"))
+        emitted.forwards = 3
         yield DraftVerified(round=1, verdicts=verdicts, accepted=1, extra_token_id=6,
-                            extra_kind="target" if lookup else "resampled")
+                            extra_kind="target" if lookup else "resampled", target_forwards=emitted.forwards)
         yield emitted.emit(5, w[5], kind)
         yield emitted.emit(6, w[6], "target" if lookup else "resampled")
 
@@ -159,10 +166,11 @@ class _Emitter:
     def __init__(self) -> None:
         self.ids: list[int] = []
         self.text = ""
+        self.forwards = 0  # target forwards so far, as a real strategy counts them
 
     def emit(self, token_id: int, text: str, source: TokenSource = "target") -> TokenEmitted:
         start = len(self.text)
         self.text += text
         self.ids.append(token_id)
         return TokenEmitted(index=len(self.ids) - 1, token_id=token_id, text=text, start=start, end=len(self.text),
-                            source=source)
+                            source=source, target_forwards=self.forwards)

@@ -57,3 +57,52 @@ def test_the_package_installs_under_one_name(tmp_path: Path) -> None:
     found = json.loads(done.stdout)
     assert found == {"core": False, "tui": False, "themes": False, "cli": False, "decode_tui.core": True,
                      "decode_tui.tui": True, "decode_tui.themes": True}
+
+
+def _imports_within(package: Path, name: str) -> dict[str, set[str]]:
+    """Each module of ``package`` (named ``name``) and the modules of the same package it imports, from its AST."""
+    import ast
+
+    graph: dict[str, set[str]] = {}
+    for path in package.rglob("*.py"):
+        module = ".".join((name, *path.relative_to(package).with_suffix("").parts)).removesuffix(".__init__")
+        is_package = path.name == "__init__.py"
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:  # relative: resolve it against this module
+                base = module.split(".")[: len(module.split(".")) - node.level + is_package]
+                target = ".".join(base + ([node.module] if node.module else []))
+                found.add(target)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                found.add(node.module)
+        graph[module] = {t for t in found if t.startswith(name + ".") or t == name}
+    return graph
+
+
+def test_the_ui_and_cli_modules_import_each_other_in_one_direction() -> None:
+    """No import cycles among decode_tui's modules (an app and its palette once imported each other)."""
+    root = Path(decode_tui.core.__file__).resolve().parent.parent
+    graph: dict[str, set[str]] = {}
+    for folder in ("core", "tui", "cli"):
+        graph |= _imports_within(root / folder, f"decode_tui.{folder}")
+    merged = {m: {t for t in targets if t in graph} for m, targets in graph.items()}
+    for m in graph:
+        for t in graph[m]:  # `from ..core.events import X` resolves to the module; `from . import x` to a package
+            if t not in graph and f"{t}.__init__" not in graph:
+                merged[m].discard(t)
+    assert "decode_tui.tui.commands" in merged["decode_tui.tui.app"], "the graph sees the app's own imports"
+
+    def cycle_from(start: str) -> list[str] | None:
+        stack, seen = [(start, [start])], set()
+        while stack:
+            node, path = stack.pop()
+            for nxt in merged.get(node, ()):
+                if nxt == start:
+                    return [*path, nxt]
+                if nxt not in seen:
+                    seen.add(nxt)
+                    stack.append((nxt, [*path, nxt]))
+        return None
+
+    cycles = [c for m in merged if (c := cycle_from(m)) is not None]
+    assert not cycles, f"import cycles: {cycles[:3]}"

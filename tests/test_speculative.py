@@ -15,6 +15,7 @@ from decode_tui.core.errors import UsageError
 from decode_tui.core.events import DraftProposed, DraftVerified, Event, Finished, TokenEmitted
 from decode_tui.core.params import SamplingParams
 from decode_tui.core.strategies import speculative as spec_module
+from decode_tui.core.strategies.adaptive import AdaptiveDraftLength
 from decode_tui.core.strategies.autoregressive import autoregressive
 from decode_tui.core.strategies.speculative import speculative
 from decode_tui.core.transcript import Transcript
@@ -376,7 +377,7 @@ def test_the_draft_stops_once_it_is_unsure() -> None:
     assert unsure.token_ids == sure.token_ids[:1] and unsure.forwards == 1
 
 
-def simulate(policy: spec_module.AdaptiveDraftLength, rounds: int, alpha: float, c0: float, c1: float,
+def simulate(policy: AdaptiveDraftLength, rounds: int, alpha: float, c0: float, c1: float,
              draft: float) -> list[int]:
     """Feed the policy the costs and acceptances of an imaginary device; return its choices."""
     g = torch.Generator().manual_seed(0)
@@ -392,11 +393,11 @@ def simulate(policy: spec_module.AdaptiveDraftLength, rounds: int, alpha: float,
 
 
 def test_adaptive_policy_drafts_long_when_verifying_is_cheap_and_not_at_all_when_drafts_fail() -> None:
-    gpu_like = simulate(spec_module.AdaptiveDraftLength(8), 200, alpha=0.8, c0=0.010, c1=0.0002, draft=0.0)
+    gpu_like = simulate(AdaptiveDraftLength(8), 200, alpha=0.8, c0=0.010, c1=0.0002, draft=0.0)
     assert sum(gpu_like[-50:]) / 50 >= 5
-    useless = simulate(spec_module.AdaptiveDraftLength(8), 400, alpha=0.02, c0=0.060, c1=0.005, draft=0.0)
+    useless = simulate(AdaptiveDraftLength(8), 400, alpha=0.02, c0=0.060, c1=0.005, draft=0.0)
     assert sum(k > 0 for k in useless[-200:]) <= 5, "probes back off when they never pay"
-    costly_draft = simulate(spec_module.AdaptiveDraftLength(5), 200, alpha=0.5, c0=0.044, c1=0.02, draft=0.025)
+    costly_draft = simulate(AdaptiveDraftLength(5), 200, alpha=0.5, c0=0.044, c1=0.02, draft=0.025)
     assert sum(k > 0 for k in costly_draft[-100:]) <= 5
 
 

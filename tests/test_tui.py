@@ -78,7 +78,8 @@ async def test_a_run_streams_to_the_end() -> None:
         await settle(pilot, app)
         assert text(app) == "".join(WORDS)
         stats = app.query_one(StatsBar)
-        assert stats.state == "finished" and stats.result is not None and stats.result.new_tokens == len(WORDS)
+        result = stats.counters.result
+        assert stats.counters.state == "finished" and result is not None and result.new_tokens == len(WORDS)
         last = app.query_one(CandidatesPanel).last
         assert last is not None and last.token_id == len(WORDS) - 1
 
@@ -98,7 +99,7 @@ async def test_each_mode_shows_its_panel(mode: str) -> None:
             rounds = app.query_one("#pld-rounds" if mode == "pld" else "#panel-draft", DraftPanel).rounds
             assert [r.verified.accepted for r in rounds] == [3, 1]
             assert rounds[0].extra_text == " jumps"  # the bonus token's text, not its id
-            assert app.query_one(StatsBar).state == "finished"
+            assert app.query_one(StatsBar).counters.state == "finished"
         if mode == "pld":
             lookup = app.query_one(LookupPanel)
             assert lookup.last is not None and lookup.last.round == 1 and lookup.last_accepted == 1
@@ -148,7 +149,7 @@ async def test_auto_pause_stops_at_the_first_rejection() -> None:
         assert text(app) == "".join(WORDS[:7])  # the round with the rejection is complete
         await pilot.press("space")
         await settle(pilot, app)
-        assert app.query_one(StatsBar).state == "finished"
+        assert app.query_one(StatsBar).counters.state == "finished"
 
 
 @in_event_loop
@@ -187,7 +188,7 @@ async def test_a_sampling_change_applies_at_the_next_step_without_a_restart() ->
         await pilot.press("t")  # temperature 1.0 -> 0.9
         await settle(pilot, app)
         assert len(fake.runs) == 1, "no restart"
-        sampled = [e for _, e in app.trace if isinstance(e, TokenSampled)]
+        sampled = [e for _, e in app.view.trace if isinstance(e, TokenSampled)]
         stages = [tuple(s.stage for s in e.stages) for e in sampled]
         assert stages[0] == ("raw", "top_k") and stages[-1] == ("raw", "temperature", "top_k")
         assert app.settings.config.sampling.temperature == pytest.approx(0.9)
@@ -299,7 +300,7 @@ async def test_help_themes_and_prompt_editing_work_while_the_model_loads() -> No
         async with app.run_test(size=SIZE) as pilot:
             await pilot.pause(0.2)
             stats = app.query_one(StatsBar)
-            assert stats.state == "loading fake…" and text(app) == ""
+            assert stats.counters.state == "loading fake…" and text(app) == ""
             await pilot.press("question_mark")
             await pilot.pause(0.1)
             assert isinstance(app.screen, HelpScreen)
@@ -316,7 +317,7 @@ async def test_help_themes_and_prompt_editing_work_while_the_model_loads() -> No
             loaded.set()
             await settle(pilot, app)
             assert [run.prompt for run in fake.runs][-1] == "Tell me about foxes." and len(fake.runs) == 2
-            assert text(app) == "".join(WORDS) and stats.state == "finished"
+            assert text(app) == "".join(WORDS) and stats.counters.state == "finished"
     finally:
         loaded.set()  # a failed assertion must not leave the fake's thread waiting
 
@@ -447,7 +448,7 @@ async def test_a_replay_pauses_and_steps_like_a_live_run() -> None:
     app, _ = make()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app)
-        recorded = list(app.trace)
+        recorded = list(app.view.trace)
     replayed = DecodeApp(Settings(), lambda s, live: replay(recorded, 0.0), start_paused=True, replaying="x")
     async with replayed.run_test(size=SIZE) as pilot:
         await pilot.pause(0.3)
@@ -463,17 +464,17 @@ async def test_a_replay_of_a_mid_run_export_is_labelled_and_ends_with_the_record
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app)
         # Exported mid-run: the first few tokens, not the finished event; t as recorded, 0.5 s a token.
-        cut = [(0.5 * i, e) for i, (_, e) in enumerate(app.trace[:5])]
+        cut = [(0.5 * i, e) for i, (_, e) in enumerate(app.view.trace[:5])]
     assert not any(type(e).__name__ == "Finished" for _, e in cut)
     tokens = sum(type(e).__name__ == "TokenEmitted" for _, e in cut)
     replayed = DecodeApp(Settings(), lambda s, live: replay(cut, 0.0), replaying="mid-run.jsonl")
     async with replayed.run_test(size=SIZE) as pilot:
         await settle(pilot, replayed)
         stats = replayed.query_one(StatsBar)
-        assert stats.state == "recording ends here", "a replay that stops mid-run ends; it is not left 'running'"
-        assert stats.elapsed_s == pytest.approx(0.5 * (len(cut) - 1)), "the recorded time, not the wall clock"
+        assert stats.counters.state == "recording ends here", "a replay that stops mid-run ends, not left running"
+        assert stats.counters.elapsed_s == pytest.approx(0.5 * (len(cut) - 1)), "the recorded time, not the wall clock"
         await pilot.pause(0.3)
-        assert stats.elapsed_s == pytest.approx(0.5 * (len(cut) - 1)), "and the clock stopped"
+        assert stats.counters.elapsed_s == pytest.approx(0.5 * (len(cut) - 1)), "and the clock stopped"
         assert any(f"{tokens} tokens" in m and "recording ends here" in m for m in replayed.messages)
         assert "REPLAY of mid-run.jsonl" in _plain(replayed.query_one(RunHeader))
 
@@ -488,8 +489,8 @@ async def test_a_slow_step_shows_a_busy_indicator_that_goes_when_the_step_comes(
             await pilot.pause(0.05)
         label = str(panels.border_subtitle)
         assert label.startswith("busy ") and "verifying" in label, label
-        before = len(app.trace)
-        while len(app.trace) == before and time.monotonic() < deadline + 3:
+        before = len(app.view.trace)
+        while len(app.view.trace) == before and time.monotonic() < deadline + 3:
             await pilot.pause(0.05)
         await pilot.pause(0.1)
         assert "busy" not in str(panels.border_subtitle), "the indicator goes once the step's events arrive"
@@ -537,7 +538,7 @@ async def test_the_last_run_of_a_burst_of_restarts_runs_to_its_end() -> None:
         for key in ("r", "r", "m", "r", "m"):
             await pilot.press(key)
         await settle(pilot, app, until=10)
-        assert app.query_one(StatsBar).state == "finished"
+        assert app.query_one(StatsBar).counters.state == "finished"
         assert app.settings.mode == "beam"
 
 
@@ -605,7 +606,7 @@ async def test_a_beam_run_to_the_length_limit_shows_no_placeholder_on_screen(byt
         numbers = [float(x) for x in re.findall(r"-?\d+\.\d+", screen)]
         assert numbers and min(numbers) > -1e8, screen
         assert "no beam left open" in _plain(app.query_one(Caption)) or "finished" in _plain(app.query_one(Caption))
-    events = [e for _, e in app.trace]
+    events = [e for _, e in app.view.trace]
     assert any(type(e).__name__ == "BeamStepped" for e in events)
     assert "-1000000000" not in "".join(e.to_json() for e in events)
 
@@ -629,7 +630,7 @@ async def test_a_failing_run_shows_its_message_and_the_app_stays_usable() -> Non
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app)
         assert app.error is not None and "Shorten the prompt" in app.error
-        assert app.query_one(StatsBar).state == "error"
+        assert app.query_one(StatsBar).counters.state == "error"
         await pilot.press("space", "m")  # still answers keys, and can start another run
         await settle(pilot, app)
         assert app.is_running and len(fake.runs) == 2
@@ -712,8 +713,8 @@ def test_the_app_runs_the_embedded_model_end_to_end(smollm2: Any) -> None:
         async with app.run_test(size=SIZE) as pilot:
             await settle(pilot, app, until=60)
             stats = app.query_one(StatsBar)
-            assert stats.state == "finished" and stats.result is not None
-            assert text(app) == stats.result.text and "Paris" in stats.result.text
+            assert stats.counters.state == "finished" and stats.counters.result is not None
+            assert text(app) == stats.counters.result.text and "Paris" in stats.counters.result.text
 
     drive()
 

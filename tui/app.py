@@ -23,7 +23,6 @@ import dataclasses
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
@@ -34,34 +33,24 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import ContentSwitcher, Footer
 
 from ..core.errors import DecodeTuiError
-from ..core.events import (
-    BeamStepped,
-    DraftProposed,
-    DraftVerified,
-    Event,
-    Finished,
-    Mode,
-    PositionVerdict,
-    Started,
-    TokenEmitted,
-    TokenSampled,
-)
+from ..core.events import Mode
 from ..core.live import LiveParams
 from .commands import DecodeCommands
 from .decoder_thread import DecoderThread
 from .pacing import PaintPacer
-from .pump import EventPump, EventSource, Failed, Notice, StepTracker
+from .pump import EventPump, EventSource
+from .run_view import Pending, RunView, Severity
 from .screens.help import HelpScreen
 from .screens.model_picker import ModelPicker
 from .screens.prompt_editor import PromptEditor
 from .settings import KNOBS, Settings, adjust, next_mode, with_mode
 from .sources import recorded, write_trace
-from .teaching import CAPTIONED_ALONE, AutoPause, caption
+from .teaching import AutoPause
 from .themes import ThemeSpec, initial_theme, load_all
 from .widgets.beam_panel import BeamPanel
 from .widgets.candidates import CandidatesPanel
 from .widgets.caption import Caption
-from .widgets.draft_panel import DraftPanel, Round
+from .widgets.draft_panel import DraftPanel
 from .widgets.lookup_panel import LookupPanel
 from .widgets.run_header import RunHeader
 from .widgets.stats_bar import StatsBar
@@ -76,29 +65,6 @@ PAINT_HZ = 8  # at most; the pacer slows painting where paints are dear (tui/pac
 # the UI thread to let go in turn, up to a whole interval. At 3.5 ms a step on a GPU, 5 ms could cost more
 # than a step (the "convoy effect"), so the app shortens it while it runs (see BENCHMARKS.md for the figures).
 SWITCH_INTERVAL_S = 0.0005
-
-
-@dataclass
-class Pending:
-    """What arrived since the last paint, waiting for the next one."""
-
-    pieces: list[TokenEmitted] = field(default_factory=list)
-    steps: list[BeamStepped] = field(default_factory=list)
-    rounds: list[Round] = field(default_factory=list)
-    sampled: TokenSampled | None = None
-    caption: str | None = None  # a draft round's caption, written when its tokens are in
-    captioned: Event | None = None  # or the newest event with a caption, written only if it is shown
-    lookup_changed: bool = False
-
-    def say(self, text: str | None) -> None:
-        self.caption, self.captioned = text, None
-
-    def caption_later(self, event: Event) -> None:
-        # A batch holds a step's event per token; only the newest one's caption is ever seen.
-        self.caption, self.captioned = None, event
-
-    def caption_text(self) -> str | None:
-        return caption(self.captioned) if self.captioned is not None else self.caption
 
 
 SourceFactory = Callable[[Settings, LiveParams], EventSource]
@@ -165,12 +131,11 @@ class DecodeApp(App[int]):
         self.pacer = PaintPacer(max_hz=PAINT_HZ)
         self.stats_bar: StatsBar | None = None  # set on mount
         self.live = LiveParams(settings.config.sampling, settings.config.draft)
-        self.error: str | None = None
         self.messages: list[str] = []  # everything the app told the user, newest last (tests read it)
-        self.trace: list[tuple[float, Event]] = []
-        self.started: Started | None = None
+        self.view = RunView(paused=start_paused, now=time.monotonic())
         self.exports = 0
-        self._reset_run_state()
+        self.paint_at_once = True  # a new run's first events are shown as soon as they come
+        self.last_event_at = time.monotonic()  # for the busy indicator
 
     # ------------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:
@@ -225,26 +190,13 @@ class DecodeApp(App[int]):
             panel.glyphs = glyphs
 
     # ------------------------------------------------------------------ the run
-    def _reset_run_state(self) -> None:
-        self.trace = []
-        self.started = None
-        self.run_t0 = time.monotonic()
-        self.pending_round: DraftProposed | None = None
-        self.pending_verdicts: list[PositionVerdict] = []
-        self.open_round: tuple[DraftProposed, DraftVerified] | None = None
-        self.steps = StepTracker()  # the pump's own rule for where a step (a draft round) ends
-        self.sampled_at: dict[int, TokenSampled] = {}
-        self.verdict_at: dict[int, PositionVerdict] = {}
-        self.finished: Finished | None = None
-        self.pending = Pending()
-        self.paint_at_once = True  # a new run's first events are shown as soon as they come
-        self.last_event_at = time.monotonic()  # for the busy indicator
-
     def start_run(self) -> None:
         previous = self.pump
         if previous is not None:
             previous.stop()
-        self._reset_run_state()
+        self.view = RunView(paused=self.start_paused, now=time.monotonic())
+        self.paint_at_once = True
+        self.last_event_at = time.monotonic()
         self.live = LiveParams(self.settings.config.sampling, self.settings.config.draft)
         source = self.make_source(self.settings, self.live)
         if self.record is not None:
@@ -254,7 +206,6 @@ class DecodeApp(App[int]):
                               after=previous.finished if previous is not None else None)
         if self.start_paused:
             self.pump.pause()
-        self.error = None
         self.query_one(ContentSwitcher).current = PANEL_FOR_MODE[self.settings.mode]
         self.query_one(TextPane).reset()
         self.query_one(BeamPanel).reset()
@@ -263,18 +214,21 @@ class DecodeApp(App[int]):
         self.query_one(LookupPanel).reset(())
         self.query_one(TokenInspector).update("")
         self.query_one(Caption).say("")
-        stats = self.query_one(StatsBar)
-        stats.reset("paused" if self.start_paused else "starting")
-        stats.refresh_stats()
+        self.query_one(StatsBar).show(self.view.counters)
         self._refresh_header()
         self.run_worker(self.pump.run, thread=True, exclusive=True, group="decoder", name="decoder")
 
     def _refresh_header(self) -> None:
-        self.query_one(RunHeader).show(self.settings, self.started, self.query_one(StatsBar).state, self.replaying)
+        self.query_one(RunHeader).show(self.settings, self.view.started, self.view.counters.state, self.replaying)
 
-    def say(self, message: str, severity: str = "information") -> None:
+    @property
+    def error(self) -> str | None:
+        """The current run's failure, as shown to the user; None while it is well."""
+        return self.view.error
+
+    def say(self, message: str, severity: Severity = "information") -> None:
         self.messages.append(message)
-        self.notify(message, severity=severity, timeout=6 if severity != "error" else 30)  # type: ignore[arg-type]
+        self.notify(message, severity=severity, timeout=6 if severity != "error" else 30)
 
     def drain(self) -> None:
         """Take everything the decoder produced since the last tick; paint when a paint is due.
@@ -290,91 +244,18 @@ class DecodeApp(App[int]):
             return
         batch = self.pump.drain()
         now = time.monotonic()
-        pending = self.pending
-        urgent = self.pump.paused or self.pump.finished.is_set() or self.paint_at_once
-        for event in batch:
-            if not isinstance(event, Notice | Failed):
-                self.trace.append((now - self.run_t0, event))
-            in_round = self.steps.pending > 0  # a draft round's tokens are still arriving
-            closes_step = self.steps.closes_step(event)
-            if isinstance(event, TokenEmitted):
-                pending.pieces.append(event)
-                if in_round:
-                    if self.pending_verdicts and event.source in ("draft", "lookup"):
-                        self.verdict_at[event.index] = self.pending_verdicts.pop(0)
-                    if closes_step and self.open_round is not None:
-                        proposed, verified = self.open_round
-                        extra = event.text if event.token_id == verified.extra_token_id else ""
-                        pending.rounds.append(Round(proposed, verified, extra))
-                        pending.say(caption(verified, proposed, extra))
-                        self.open_round = None
-                elif self.settings.mode in ("speculative", "pld") and event.index > 0:
-                    stats.forwards += 1  # a plain step between rounds (no draft this time)
-            elif isinstance(event, TokenSampled):
-                pending.sampled = event
-                self.sampled_at[event.step] = event
-                stats.forwards += 1
-            elif isinstance(event, BeamStepped):
-                pending.steps.append(event)
-                stats.forwards += 1
-            elif isinstance(event, DraftProposed):
-                self.pending_round = event
-            elif isinstance(event, DraftVerified):
-                stats.forwards += 1
-                stats.drafted += len(event.verdicts)
-                stats.accepted += event.accepted
-                self.pending_verdicts = list(event.verdicts[: event.accepted])
-                if self.pending_round is not None:
-                    # The round is shown once its tokens are in, so the extra token has its text.
-                    self.open_round = (self.pending_round, event)
-                    pending.lookup_changed |= self.pending_round.drafter == "lookup"
-            elif isinstance(event, Started):
-                urgent = True
-                self.started = event
-                self.run_t0 = now
-                stats.state = "paused" if self.pump.paused else "running"
-                if self.settings.mode in ("speculative", "pld"):
-                    stats.forwards = 1  # the prefill
-                self.query_one(LookupPanel).reset(event.prompt_pieces or ())
-            elif isinstance(event, Finished):
-                urgent = True
-                stats.state, stats.result = "finished", event
-                if self.open_round is not None:  # an EOS or the length limit cut the round short
-                    pending.rounds.append(Round(*self.open_round, ""))
-                    self.open_round = None
-                self.finished = event
-            elif isinstance(event, Notice):
-                urgent = True
-                if event.kind == "loading":
-                    stats.state = event.message
-                elif event.kind == "ended":  # a replay whose recording stops mid-run: its figures, frozen
-                    stats.state = "recording ends here"
-                    if event.elapsed_s is not None:
-                        stats.elapsed_s = event.elapsed_s
-                    self.say(event.message)
-                elif event.kind == "paused":
-                    stats.state = "paused"
-                    self.say(event.message)
-                else:
-                    self.say(event.message)
-            elif isinstance(event, Failed):
-                urgent = True
-                self.error = event.message
-                stats.state = "error"
-                self.say(event.message, severity="error")
-            if isinstance(event, CAPTIONED_ALONE):  # a round's caption is written above
-                pending.caption_later(event)
-        if stats.state == "running":
-            stats.elapsed_s = now - self.run_t0
-        self._show_busy(now, bool(batch), stats.state == "running" and not self.pump.paused)
-        news = bool(batch or pending.pieces or pending.steps or pending.rounds or pending.caption or pending.captioned)
+        applied = self.view.apply(batch, now, paused=self.pump.paused)
+        for message, severity in applied.messages:
+            self.say(message, severity)
+        counters = self.view.counters
+        urgent = applied.urgent or self.pump.paused or self.pump.finished.is_set() or self.paint_at_once
+        self._show_busy(now, bool(batch), counters.state == "running" and not self.pump.paused)
         due = self.pacer.due(now)
-        if (urgent and batch) or (due and (news or stats.state == "running")):
+        if (urgent and batch) or (due and (bool(batch) or self.view.pending.news or counters.state == "running")):
             self.pacer.painted(now)
             self.paint_at_once = False
-            self.pending = Pending()
             with self.batch_update():
-                self._paint(pending, stats)
+                self._paint(self.view.take(), stats)
 
     def _show_busy(self, now: float, news: bool, running: bool) -> None:
         """On the mode's panel, after BUSY_AFTER_S without an event: what the run is doing, and for how long."""
@@ -387,39 +268,36 @@ class DecodeApp(App[int]):
 
     def _paint(self, pending: Pending, stats: StatsBar) -> None:
         """Hand what arrived since the last paint to the widgets, each once."""
-        stats.tokens += len(pending.pieces)
-        self.query_one(TextPane).add(pending.pieces)
         lookup = self.query_one(LookupPanel)
+        if pending.started is not None:
+            lookup.reset(pending.started.prompt_pieces or ())
+        self.query_one(TextPane).add(pending.pieces)
         lookup.add_tokens([p.text for p in pending.pieces])
         if pending.sampled is not None:
             self.query_one(CandidatesPanel).show(pending.sampled)
         self.query_one(BeamPanel).add(pending.steps)
         if pending.rounds:
             panel_id = "#pld-rounds" if self.settings.mode == "pld" else "#panel-draft"
-            self.query_one(panel_id, DraftPanel).add(pending.rounds)
+            self.query_one(panel_id, DraftPanel).add(pending.rounds, self.view.draft_stats.by_position())
             if pending.lookup_changed:
                 last = pending.rounds[-1]
                 lookup.show(last.proposed, last.verified.accepted)
         text = pending.caption_text()
         if text is not None:
             self.query_one(Caption).say(text)
-        stats.refresh_stats()
+        stats.show(self.view.counters)
         self._refresh_header()
 
     # ------------------------------------------------------------------ actions
     def action_toggle_pause(self) -> None:
         if self.pump is None:
             return
-        stats = self.query_one(StatsBar)
         if self.pump.paused:
             self.pump.resume()
-            if stats.state == "paused":
-                stats.state = "running"
         else:
             self.pump.pause()
-            if stats.state == "running":
-                stats.state = "paused"
-        stats.refresh_stats()
+        self.view.set_paused(self.pump.paused)
+        self.query_one(StatsBar).show(self.view.counters)
         self._refresh_header()
 
     def action_step(self) -> None:
@@ -508,7 +386,7 @@ class DecodeApp(App[int]):
         inspector = self.query_one(TokenInspector)
         if piece is None:
             return
-        inspector.show(piece, self.sampled_at.get(piece.index), self.verdict_at.get(piece.index), self.glyphs)
+        inspector.show(piece, self.view.sampled_at.get(piece.index), self.view.verdict_at.get(piece.index), self.glyphs)
         inspector.add_class("visible")
 
     def action_clear_selection(self) -> None:
@@ -550,11 +428,11 @@ class DecodeApp(App[int]):
         self.exports += 1
         path = Path.cwd() / f"decode-tui-trace-{self.settings.mode}-{self.exports}.jsonl"
         try:
-            write_trace(path, self.settings, self.trace)
+            write_trace(path, self.settings, self.view.trace)
         except OSError as exc:
             self.say(f"Could not write {path}: {exc.strerror}", severity="error")
             return
-        self.say(f"trace of {len(self.trace)} events saved to {path.name}; play it with `decode-tui replay "
+        self.say(f"trace of {len(self.view.trace)} events saved to {path.name}; play it with `decode-tui replay "
                  f"{path.name}`")
 
     def action_help(self) -> None:

@@ -2,21 +2,32 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
-from typing import TYPE_CHECKING, cast
+from typing import Any, Protocol, cast
 
+from textual.binding import Binding
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
-from ..core.events import MODES
+from ..core.events import MODES, Mode
+from .themes import ThemeSpec
 
-if TYPE_CHECKING:
-    from .app import DecodeApp
+
+class Commandable(Protocol):
+    """What the palette needs of the app. A protocol, so this module never imports the app that lists it."""
+
+    theme_specs: Mapping[str, ThemeSpec]
+
+    def all_bindings(self) -> list[Binding]: ...
+    def run_action(self, action: str) -> Any: ...
+    def switch_mode_to(self, mode: Mode) -> None: ...
+    def set_theme(self, name: str) -> None: ...
+    def action_load_model(self) -> None: ...
 
 
 class DecodeCommands(Provider):
     def _commands(self) -> list[tuple[str, Callable[[], object], str]]:
-        app = cast("DecodeApp", self.app)
+        app = cast(Commandable, self.app)
         entries: list[tuple[str, Callable[[], object], str]] = []
         for binding in app.all_bindings():
             action = binding.action

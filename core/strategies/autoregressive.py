@@ -75,8 +75,7 @@ def autoregressive(
             run_ahead = device.type == "cuda"
         length = prompt_len
         for step in range(transcript.max_new_tokens):
-            if live is not None and live.version != version:
-                snapshot = live.snapshot()
+            if live is not None and (snapshot := live.changed_since(version)) is not None:
                 version, params = snapshot.version, snapshot.sampling
                 greedy = greedy_mode or params.greedy
                 processors = stage_processors(params, greedy)
@@ -99,6 +98,7 @@ def autoregressive(
                     StageCandidates(stage, tuple(Candidate(t, label(t), p) for t, p in zip(tids, tprobs, strict=True)))
                     for stage, tids, tprobs in zip(picked.stages, picked.top_ids, picked.top_probs, strict=True)
                 ),
+                target_forwards=transcript.target_forwards,
             )
             yield transcript.emit(picked.token_id)
             if transcript.done:

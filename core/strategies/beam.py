@@ -30,15 +30,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import torch
 
 from ..events import (
-    Beam,
-    BeamCandidate,
-    BeamStepped,
-    EarlyStopCheck,
     Event,
     Finished,
     FinishReason,
@@ -46,19 +42,17 @@ from ..events import (
     Stage,
     TokenSampled,
 )
-from ..forward import forward, new_cache, release, to_host
+from ..forward import forward, new_cache, release
 from ..live import LiveParams
 from ..params import BeamParams, SamplingParams
 from ..sampling import processed, stage_processors
 from ..transcript import Transcript
 from .autoregressive import autoregressive
+from .beam_state import NEG, BeamState, hypotheses_of, step_event
 
 if TYPE_CHECKING:
     from transformers import LogitsProcessor, PreTrainedModel
     from transformers.cache_utils import Cache
-
-NEG = -1.0e9  # transformers' "impossible" score
-
 
 @torch.inference_mode()
 def beam_search(
@@ -108,33 +102,35 @@ def _search(model: PreTrainedModel, transcript: Transcript, beam: BeamParams, ca
     version = live.version if live else 0
     device = model.device
 
-    prompt = torch.tensor(transcript.prompt_ids, device=device)
-    running = torch.zeros((N, max_length), dtype=torch.long, device=device)  # [N, L] running_sequences
-    running[:, :T0] = prompt
-    running_scores = torch.full((N,), NEG, device=device)  # [N] running_beam_scores
-    running_scores[0] = 0.0  # only the first beam is live at first, so the beams do not repeat each other
-    finished = running.clone()  # [N, L] sequences
-    finished_scores = torch.full((N,), NEG, device=device)  # [N] beam_scores (length-penalised)
-    finished_sums = torch.full((N,), NEG, device=device)  # [N] their sum log-probs, for display and re-ranking
-    finished_lens = torch.zeros((N,), dtype=torch.long, device=device)  # [N] generated lengths
-    is_sent_finished = torch.zeros((N,), dtype=torch.bool, device=device)  # [N]
+    running = torch.zeros((N, max_length), dtype=torch.long, device=device)  # [N, L]
+    running[:, :T0] = torch.tensor(transcript.prompt_ids, device=device)
+    s = BeamState(
+        running=running,
+        running_scores=torch.full((N,), NEG, device=device),
+        running_parents=torch.zeros((N,), dtype=torch.long, device=device),
+        finished=running.clone(),
+        finished_scores=torch.full((N,), NEG, device=device),
+        finished_sums=torch.full((N,), NEG, device=device),
+        finished_lens=torch.zeros((N,), dtype=torch.long, device=device),
+        is_sent_finished=torch.zeros((N,), dtype=torch.bool, device=device),
+    )
+    s.running_scores[0] = 0.0  # only the first beam is live at first, so the beams do not repeat each other
     # The stopping flags stay on the device, so a step's only host transfer is the one that builds its event.
     heuristic_unsatisfied = torch.tensor(True, device=device)  # [] is_early_stop_heuristic_unsatisfied
     top_num_beam_mask = torch.arange(K, device=device) < N  # [K]
 
     # Prefill the N copies of the prompt in one batch, exactly as generate does.
-    logits = forward(model, running[:, :T0], cache)[:, -1]  # [N, V]
+    logits = forward(model, s.running[:, :T0], cache)[:, -1]  # [N, V]
     transcript.target_forwards += 1
     for step in range(transcript.max_new_tokens):
-        if live is not None and live.version != version:
-            snapshot = live.snapshot()
+        if live is not None and (snapshot := live.changed_since(version)) is not None:
             version = snapshot.version
             processors = stage_processors(snapshot.sampling, greedy=not do_sample, min_tokens_to_keep=len(eos) + 1)
         cur_len = T0 + step
         # generate applies the processors to log-probs, not logits
-        log_probs = processed(processors, running[:, :cur_len], torch.log_softmax(logits, dim=-1))  # [N, V]
+        log_probs = processed(processors, s.running[:, :cur_len], torch.log_softmax(logits, dim=-1))  # [N, V]
         V = log_probs.shape[-1]
-        accumulated = (log_probs + running_scores[:, None]).view(-1)  # [N*V]
+        accumulated = (log_probs + s.running_scores[:, None]).view(-1)  # [N*V]
         if do_sample:
             topk_indices = torch.multinomial(torch.softmax(accumulated, -1), K, generator=generator)  # [K]
             topk_log_probs = accumulated[topk_indices]
@@ -142,125 +138,61 @@ def _search(model: PreTrainedModel, transcript: Transcript, beam: BeamParams, ca
             topk_log_probs, topk_indices = torch.topk(accumulated, K)  # [K], sorted
         parents = topk_indices // V  # [K] the beam each candidate extends
         tokens = topk_indices % V  # [K]
-        candidates = running[parents].clone()  # [K, L]
+        candidates = s.running[parents].clone()  # [K, L]
         candidates[:, cur_len] = tokens
         hits = torch.isin(tokens, eos) | (cur_len + 1 >= max_length)  # [K] next_token_hits_stopping_criteria
 
         # Running beams for the next step: the best N candidates that did not hit.
         running_log_probs = topk_log_probs + hits.to(torch.float32) * NEG
         next_indices = torch.topk(running_log_probs, N).indices  # [N]
-        running = candidates[next_indices]
-        running_scores = running_log_probs[next_indices]
-        running_parents = parents[next_indices]
 
         # Finished slots: hits among the top N, length-penalised, merged with the earlier ones by score.
         gen_len = cur_len + 1 - T0
         just_finished = hits & top_num_beam_mask
         scores = topk_log_probs / (gen_len**lp)
-        full = is_sent_finished.all() & (early_stopping is True)  # []
+        full = s.is_sent_finished.all() & (early_stopping is True)  # []
         scores = scores + full.to(torch.float32) * NEG
         scores = scores + (~heuristic_unsatisfied).to(torch.float32) * NEG
         scores = scores + (~just_finished).to(torch.float32) * NEG
-        merged_scores = torch.cat((finished_scores, scores))
+        merged_scores = torch.cat((s.finished_scores, scores))
         keep = torch.topk(merged_scores, N).indices  # [N]
-        finished = torch.cat((finished, candidates))[keep]
-        finished_scores = merged_scores[keep]
-        finished_sums = torch.cat((finished_sums, topk_log_probs))[keep]
-        finished_lens = torch.cat((finished_lens, torch.full((K,), gen_len, device=device)))[keep]
-        is_sent_finished = torch.cat((is_sent_finished, just_finished))[keep]
+        s = BeamState(
+            running=candidates[next_indices],
+            running_scores=running_log_probs[next_indices],
+            running_parents=parents[next_indices],
+            finished=torch.cat((s.finished, candidates))[keep],
+            finished_scores=merged_scores[keep],
+            finished_sums=torch.cat((s.finished_sums, topk_log_probs))[keep],
+            finished_lens=torch.cat((s.finished_lens, torch.full((K,), gen_len, device=device)))[keep],
+            is_sent_finished=torch.cat((s.is_sent_finished, just_finished))[keep],
+            parents=parents, tokens=tokens, topk_log_probs=topk_log_probs, hits=hits, just_finished=just_finished,
+            next_indices=next_indices,
+        )
 
-        cache.reorder_cache(running_parents)  # type: ignore[arg-type]  # the KV rows follow their beams
+        cache.reorder_cache(s.running_parents)  # type: ignore[arg-type]  # the KV rows follow their beams
 
         # The early-stopping heuristic, evaluated at the new length.
         best_len = max_length - T0 if early_stopping == "never" and lp > 0.0 else cur_len + 1 - T0
-        best_possible = running_scores[0] / (best_len**lp)
-        worst_finished = torch.where(is_sent_finished, finished_scores.min(), NEG)  # [N]
+        best_possible = s.running_scores[0] / (best_len**lp)
+        worst_finished = torch.where(s.is_sent_finished, s.finished_scores.min(), NEG)  # [N]
         heuristic_unsatisfied = heuristic_unsatisfied & (best_possible > worst_finished).any()
-        exists_open_beam = ~(is_sent_finished.all() & (early_stopping is True))
+        exists_open_beam = ~(s.is_sent_finished.all() & (early_stopping is True))
         valid_continuations = ~hits.all()
         done = ~(heuristic_unsatisfied & exists_open_beam & valid_continuations)  # []
 
-        event = _step_event(step, T0, gen_len, lp, running, running_scores, running_parents, parents, tokens,
-                            topk_log_probs, hits, just_finished, next_indices, finished, finished_scores,
-                            finished_sums, finished_lens, is_sent_finished, early_stopping, best_possible, done,
-                            label, decode)
+        event = step_event(step, T0, gen_len, lp, s, early_stopping, best_possible, done, label, decode,
+                            transcript.target_forwards)
         yield event
         if event.early_stop.done:
             break
         if transcript.cancel_requested:
             yield transcript.finished("cancelled")
             return
-        logits = forward(model, running[:, cur_len : cur_len + 1], cache)[:, -1]  # [N, V]
+        logits = forward(model, s.running[:, cur_len : cur_len + 1], cache)[:, -1]  # [N, V]
         transcript.target_forwards += 1
 
-    hypotheses = _hypotheses(finished, finished_scores, finished_sums, finished_lens, is_sent_finished, T0, decode)
+    hypotheses = hypotheses_of(s, T0, decode)
     yield from _finish(transcript, hypotheses[: beam.num_return_sequences])
-
-
-def _hypotheses(finished: torch.Tensor, scores: torch.Tensor, sums: torch.Tensor, lens: torch.Tensor,
-                done: torch.Tensor, T0: int, decode: Callable[[list[int]], str]) -> list[Hypothesis]:
-    """The finished slots, best first (the merge keeps them sorted), as events."""
-    N, g = finished.shape[0], finished.shape[1] - T0
-    host = to_host([finished[:, T0 : T0 + g], scores, sums, lens, done])
-    ids = [[int(x) for x in host[i * g : (i + 1) * g]] for i in range(N)]
-    scores_h, sums_h, lens_h, done_h = (host[N * g + j * N : N * g + (j + 1) * N] for j in range(4))
-    return _host_hypotheses(ids, scores_h, sums_h, lens_h, done_h, decode)
-
-
-def _host_hypotheses(ids: list[list[int]], scores: list[float], sums: list[float], lens: list[float],
-                     done: list[float], decode: Callable[[list[int]], str]) -> list[Hypothesis]:
-    out = []
-    for seq, score, total, length, is_done in zip(ids, scores, sums, lens, done, strict=True):
-        if is_done:
-            kept = seq[: int(length)]
-            out.append(Hypothesis(tuple(kept), decode(kept), total, score))
-    return out
-
-
-def _step_event(step: int, T0: int, gen_len: int, lp: float, running: torch.Tensor, running_scores: torch.Tensor,
-                running_parents: torch.Tensor, parents: torch.Tensor, tokens: torch.Tensor,
-                topk_log_probs: torch.Tensor, hits: torch.Tensor, just_finished: torch.Tensor,
-                next_indices: torch.Tensor, finished: torch.Tensor, finished_scores: torch.Tensor,
-                finished_sums: torch.Tensor, finished_lens: torch.Tensor, is_sent_finished: torch.Tensor,
-                early_stopping: bool | Literal["never"], best_possible: torch.Tensor, done: torch.Tensor,
-                label: Callable[[int], str], decode: Callable[[list[int]], str]) -> BeamStepped:
-    """Everything a viewer needs about one step, and whether the search is done, in one host transfer."""
-    N, K, g = running.shape[0], tokens.shape[0], gen_len
-    host = to_host([running[:, T0 : T0 + g], finished[:, T0 : T0 + g], running_scores, running_parents,
-                     next_indices, finished_scores, finished_sums, finished_lens, is_sent_finished, parents, tokens,
-                     topk_log_probs, hits, just_finished, best_possible.view(1), done.view(1)])
-    cursor = 0
-
-    def take(count: int) -> list[float]:
-        nonlocal cursor
-        cursor += count
-        return host[cursor - count : cursor]
-
-    beam_ids = [[int(x) for x in take(g)] for _ in range(N)]
-    finished_ids = [[int(x) for x in take(g)] for _ in range(N)]
-    beam_scores, beam_parents, kept_rows = take(N), take(N), take(N)
-    hyp_scores, hyp_sums, hyp_lens, hyp_done = take(N), take(N), take(N), take(N)
-    c_parents, c_tokens, c_sums, c_hits, c_finished = take(K), take(K), take(K), take(K), take(K)
-    best, is_done = take(2)
-    kept = {int(k) for k in kept_rows}
-    # A slot whose score is the "impossible" NEG holds no open beam: at the length limit every candidate hit and
-    # went to the finished slots (scored there as BeamHypotheses would), and nothing stays open. Such slots are
-    # left out, so the placeholder never reaches a viewer, a caption or a recording.
-    beams = tuple(
-        Beam(beam=i, parent=int(beam_parents[i]), token_ids=tuple(ids), text_tail=decode(ids)[-40:],
-             sum_logprobs=beam_scores[i], score=beam_scores[i] / (gen_len**lp))
-        for i, ids in enumerate(beam_ids) if beam_scores[i] > NEG / 2
-    )
-    cand = tuple(
-        BeamCandidate(parent=int(p), token_id=int(t), text=label(int(t)), sum_logprobs=s,
-                      verdict="finished" if f else ("kept" if k in kept and not h else "pruned"))
-        for k, (p, t, s, h, f) in enumerate(zip(c_parents, c_tokens, c_sums, c_hits, c_finished, strict=True))
-    )
-    hyps = _host_hypotheses(finished_ids, hyp_scores, hyp_sums, hyp_lens, hyp_done, decode)
-    worst = min((h.score for h in hyps), default=None)
-    check = EarlyStopCheck(early_stopping=early_stopping, best_attainable_score=best if beams else None,
-                           worst_finished_score=worst, done=bool(is_done))
-    return BeamStepped(step=step, beams=beams, candidates=cand, finished=tuple(hyps), early_stop=check)
 
 
 def _finish(transcript: Transcript, hypotheses: list[Hypothesis]) -> Generator[Event, None, None]:

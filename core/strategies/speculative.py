@@ -30,11 +30,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 
+from ..draft_stats import DraftStats
 from ..drafters import Draft, Drafter
 from ..events import DraftProposed, DraftVerified, Event, PositionVerdict, TokenSource
 from ..forward import forward, new_cache, prepare, release, rollback, to_host
@@ -42,136 +42,12 @@ from ..live import LiveParams
 from ..params import SamplingParams
 from ..sampling import processed, stage_processors
 from ..transcript import Transcript
+from .adaptive import AdaptiveDraftLength
 
 if TYPE_CHECKING:
     from transformers import LogitsProcessor, PreTrainedModel
 
     from ..events import Stage
-
-
-@dataclass
-class DraftStats:
-    """Counters for the Finished event: what was drafted, what was accepted, where the time went."""
-
-    drafted: int = 0
-    accepted: int = 0
-    draft_forwards: int = 0
-    draft_time_s: float = 0.0
-    verify_time_s: float = 0.0
-    reached: list[int] = field(default_factory=list)  # drafts that reached position i
-    accepted_at: list[int] = field(default_factory=list)  # ... and were accepted there
-
-    def record(self, k: int, n: int) -> None:
-        self.drafted += k
-        self.accepted += n
-        while len(self.reached) < k:
-            self.reached.append(0)
-            self.accepted_at.append(0)
-        for i in range(k):
-            self.reached[i] += 1
-            self.accepted_at[i] += i < n
-
-    def extras(self) -> dict[str, Any]:
-        return {
-            "drafted": self.drafted,
-            "accepted": self.accepted,
-            "draft_forwards": self.draft_forwards,
-            "acceptance_rate": self.accepted / self.drafted if self.drafted else 0.0,
-            "acceptance_by_position": tuple(a / r for a, r in zip(self.accepted_at, self.reached, strict=True)),
-            "draft_time_s": self.draft_time_s,
-            "verify_time_s": self.verify_time_s,
-        }
-
-
-class AdaptiveDraftLength:
-    """Chooses how many tokens to draft from the measured acceptance and the measured cost of verifying.
-
-    With acceptance rate a, a round that drafts k tokens emits on average
-    (1 - a^(k+1)) / (1 - a) tokens and costs k draft steps plus one target
-    forward over k + 1 tokens. We pick the k with the most tokens per second;
-    k = 0 is a plain decoding step. The verify cost is modelled as
-    ``cost(k) = c0 + c1 * k``, fitted by least squares to the rounds seen so
-    far: on this CPU c1 is small next to c0 (a 16-token verify costs about
-    two steps) but a 1-token verify is still cheaper than a 2-token one; on a
-    GPU c1 is nearly 0. With a poor drafter the best k is 0 and the run is
-    plain decoding. No library offers this policy, hence the hand-written
-    estimate. It first measures both ends (k = max, then k = 0) and keeps
-    probing a short draft now and then so a changing acceptance is noticed;
-    a probe that gets nothing accepted doubles the wait before the next one
-    (up to 64 rounds), so a useless drafter costs well under 1 %.
-    """
-
-    def __init__(self, max_k: int, probe_every: int = 8) -> None:
-        self.max_k = max_k
-        self.probe_every = probe_every
-        self.probe_wait = probe_every  # rounds until the next probe; doubles after a fruitless one
-        self.next_probe = probe_every
-        self.probing = False
-        # The per-position acceptance rate a, estimated from decayed counts of trials: each examined position
-        # is one trial (a draft stops being examined at its first rejection, so accepted / k would
-        # underestimate a badly for long drafts).
-        self.accepted_sum, self.trials_sum = 0.6, 1.0
-        self.samples: list[tuple[int, float]] = []  # (k, verify seconds), most recent last
-        self.draft_cost = 0.0  # seconds per drafted token, moving average
-        self.rounds = 0
-
-    def _fit(self) -> tuple[float, float] | None:
-        recent = self.samples[-64:]
-        ks = {k for k, _ in recent}
-        if len(ks) < 2:
-            return None
-        n = len(recent)
-        mean_k = sum(k for k, _ in recent) / n
-        mean_t = sum(t for _, t in recent) / n
-        var = sum((k - mean_k) ** 2 for k, _ in recent)
-        slope = max(0.0, sum((k - mean_k) * (t - mean_t) for k, t in recent) / var)
-        return max(mean_t - slope * mean_k, 1e-6), slope
-
-    def _best(self) -> int | None:
-        """The k with the most expected tokens per second, or None before two draft lengths were timed."""
-        fit = self._fit()
-        if fit is None:
-            return None
-        c0, c1 = fit
-        a = min(self.accepted_sum / self.trials_sum, 0.999)
-        best_k, best_rate = 0, 0.0
-        for k in range(self.max_k + 1):
-            tokens = (1 - a ** (k + 1)) / (1 - a)
-            rate = tokens / (c0 + c1 * k + k * self.draft_cost)
-            if rate > best_rate:
-                best_k, best_rate = k, rate
-        return best_k
-
-    def choose(self) -> int:
-        self.rounds += 1
-        if self.rounds == 1:
-            return self.max_k
-        if self.rounds == 2:
-            return 0
-        best = self._best()
-        if best is None:
-            return self.max_k
-        if best == 0 and self.rounds >= self.next_probe:
-            self.probing = True
-            return min(2, self.max_k)
-        return best
-
-    def observe(self, k: int, accepted: int, verify_s: float, draft_s: float) -> None:
-        smooth = 0.3
-        self.samples.append((k, verify_s))
-        if k > 0:
-            decay = 0.9
-            self.accepted_sum = decay * self.accepted_sum + accepted
-            self.trials_sum = decay * self.trials_sum + accepted + (accepted < k)
-            # The first draft also prefilled the draft model's cache with the whole prompt: not a per-token cost.
-            if self.rounds > 1:
-                per_token = draft_s / k
-                previous = self.draft_cost or per_token
-                self.draft_cost = (1 - smooth) * previous + smooth * per_token
-        if self.probing:  # back off unless the probe changed the decision
-            self.probing = False
-            self.probe_wait = self.probe_every if self._best() else min(64, 2 * self.probe_wait)
-            self.next_probe = self.rounds + self.probe_wait
 
 
 @torch.inference_mode()
@@ -228,8 +104,8 @@ def speculative(
             if transcript.cancel_requested:
                 yield transcript.finished("cancelled", **stats.extras())
                 return
-            if live is not None and live.version != version:
-                snapshot = live.snapshot()
+            # 1. Settings: what a front end changed since the last round applies from this round on.
+            if live is not None and (snapshot := live.changed_since(version)) is not None:
                 version, sampling = snapshot.version, snapshot.sampling
                 greedy = greedy_verify or sampling.greedy
                 processors = stage_processors(sampling, greedy)
@@ -237,7 +113,7 @@ def speculative(
                 if policy is not None:
                     policy.max_k = num_draft_tokens
                 drafter.tune(snapshot.draft)
-            # At most remaining - 1 drafts: the target always adds one token of its own.
+            # 2. Draft: the drafter proposes up to k tokens (at most remaining - 1: the target always adds one).
             k = min(policy.choose() if policy else num_draft_tokens, transcript.remaining - 1)
             started = time.perf_counter()
             draft = drafter.propose(context, k, processors, greedy, generator) if k > 0 else Draft([])
@@ -251,10 +127,11 @@ def speculative(
             started = time.perf_counter()
             confirmed = len(context) - 1  # what the caches hold between rounds: everything but the pending token
             try:
-                # Fast path: padded to W = num_draft_tokens + 1 with copies of the pending token. The pads
-                # come after the real positions, which attend only to what precedes them; the rollback in
-                # `finally` forgets the pads with the rejected drafts. (Unpadded if a draft length raised
-                # mid-run would overrun the static cache: the real positions always fit.)
+                # 3. Verify: one target forward over [pending, d_1 .. d_k] gives p_1 .. p_{k+1}. The fast path
+                # pads it to W = num_draft_tokens + 1 with copies of the pending token. The pads come after the
+                # real positions, which attend only to what precedes them; the rollback in `finally` forgets the
+                # pads with the rejected drafts. (Unpadded if a draft length raised mid-run would overrun the
+                # static cache: the real positions always fit.)
                 width = len(drafted) + 1
                 if static and confirmed + num_draft_tokens + 1 <= max_len:
                     width = max(width, num_draft_tokens + 1)
@@ -262,6 +139,7 @@ def speculative(
                                     device=device)  # [1, W]
                 logits = forward(model, feed, cache, keep=width)[0, : len(drafted) + 1, :V]  # [k+1, V]
                 transcript.target_forwards += 1
+                # 4. Accept: the acceptance test, position by position, and the target's extra token.
                 p = _distributions(processors, context, drafted, logits)  # [k+1, V]
                 n, extra, kind, verdicts = _verify(p, draft.q, drafted, greedy, generator)
                 verify_s = time.perf_counter() - started
@@ -272,7 +150,8 @@ def speculative(
                 confirmed = len(context) + n
                 if drafted:
                     yield DraftVerified(round=round_, verdicts=verdicts, accepted=n, extra_token_id=extra,
-                                        extra_kind=kind)
+                                        extra_kind=kind, target_forwards=transcript.target_forwards)
+                # 5. Emit the accepted prefix, then the extra token (unless an EOS or the limit came first).
                 for token in drafted[:n]:
                     yield transcript.emit(token, source)
                     context.append(token)
@@ -282,7 +161,7 @@ def speculative(
                     yield transcript.emit(extra, "target" if kind in (None, "target") else kind)
                     context.append(extra)
             finally:
-                # The target's cache holds the context up to (not including) the pending token plus
+                # 6. Roll back: the target's cache holds the context up to (not including) the pending token plus
                 # the draft; keep only what was confirmed. The drafter forgets the rest too.
                 rollback(cache, confirmed)
                 drafter.rollback(confirmed)

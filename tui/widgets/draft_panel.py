@@ -11,25 +11,18 @@ many times a second, the tables were most of the UI thread's time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
 from rich.cells import cell_len, set_cell_size
 from rich.text import Text
 
-from ...core.events import DraftProposed, DraftVerified
+from ...core.events import DraftProposed
 from ..numbers import prob
+from ..run_view import Round
 from .live_panel import LivePanel
 
 ROWS = 10
 TOKEN_W = 24  # the acceptance test's token column at its widest; it fits the round's longest token up to this
-
-
-@dataclass(frozen=True)
-class Round:
-    proposed: DraftProposed
-    verified: DraftVerified
-    extra_text: str
 
 
 def _of(proposed: DraftProposed) -> str:
@@ -46,23 +39,16 @@ class DraftPanel(LivePanel):
     def __init__(self, **kwargs: object) -> None:
         super().__init__("waiting for the first draft", **kwargs)
         self.rounds: list[Round] = []
-        self.reached: list[int] = []
-        self.accepted_at: list[int] = []
+        self.by_position: tuple[float, ...] = ()  # acceptance by draft position, from the run's DraftStats
         self.glyphs: dict[str, str] = {}
 
     def reset(self) -> None:
-        self.rounds, self.reached, self.accepted_at = [], [], []
+        self.rounds, self.by_position = [], ()
         self.update("waiting for the first draft")
 
-    def add(self, rounds: list[Round]) -> None:
-        for r in rounds:
-            k = len(r.verified.verdicts)
-            while len(self.reached) < k:
-                self.reached.append(0)
-                self.accepted_at.append(0)
-            for i in range(k):
-                self.reached[i] += 1
-                self.accepted_at[i] += i < r.verified.accepted
+    def add(self, rounds: list[Round], by_position: tuple[float, ...]) -> None:
+        """Show the newest rounds, and the acceptance by position of every round so far."""
+        self.by_position = by_position
         if rounds:
             self.rounds = (self.rounds + rounds)[-ROWS:]
             self.redraw()
@@ -124,7 +110,6 @@ class DraftPanel(LivePanel):
         if any(v.verdict == "untested" for v in last.verified.verdicts):
             text.append(f"  {self._glyph('untested')}not tested: discarded with the rejection before it\n",
                         style=style["untested"])
-        rates = "  ".join(f"{i + 1}:{a / r:.0%}" for i, (a, r) in enumerate(zip(self.accepted_at, self.reached,
-                                                                               strict=True)) if r)
+        rates = "  ".join(f"{i + 1}:{rate:.0%}" for i, rate in enumerate(self.by_position))
         text.append(f"\nacceptance by position  {rates}")
         self.update(text)

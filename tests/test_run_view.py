@@ -1,0 +1,147 @@
+"""The run view without an app: real runs' events in, the counters and rounds a viewer shows out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from decode_tui.core.detokenize import Detokenizer
+from decode_tui.core.drafters import ModelDrafter, PromptLookup
+from decode_tui.core.events import (
+    BeamStepped,
+    DraftProposed,
+    DraftVerified,
+    Event,
+    Finished,
+    PositionVerdict,
+    Started,
+    TokenEmitted,
+    TokenSampled,
+)
+from decode_tui.core.params import BeamParams, SamplingParams
+from decode_tui.core.strategies.autoregressive import autoregressive
+from decode_tui.core.strategies.beam import beam_search
+from decode_tui.core.strategies.speculative import speculative
+from decode_tui.core.transcript import Transcript
+from decode_tui.tui.pump import Failed, Notice
+from decode_tui.tui.run_view import RunView
+
+from .conftest import tiny_model
+from .test_speculative import V, repetitive_prompt
+
+STARTED = Started(mode="pld", model="tiny", prompt_token_ids=(1, 2), prompt_text="x", params={})
+
+
+def view_of(events: list[Event], batch: int) -> RunView:
+    """A view fed ``events`` in batches of ``batch``, as a drain tick would hand them over."""
+    view = RunView(paused=False, now=0.0)
+    for i in range(0, len(events), batch):
+        view.apply(events[i : i + batch], now=float(i), paused=False)
+    return view
+
+
+def speculative_events(tokenizer: Any, drafter: Any, seed: int, sample: bool) -> list[Event]:
+    model = tiny_model("llama", vocab_size=V, seed=seed)
+    transcript = Transcript("pld", repetitive_prompt(seed, 12), Detokenizer(tokenizer), frozenset({V - 1}), 40)
+    events = speculative(model, transcript, drafter(model), SamplingParams(temperature=0.8) if sample else
+                         SamplingParams(), greedy=not sample, num_draft_tokens=4,
+                         generator=torch.Generator().manual_seed(seed))
+    return [STARTED, *events]
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("batch", [1, 3, 1000])
+@pytest.mark.parametrize("kind", ["lookup", "model"])
+def test_counters_and_rounds_equal_the_cores_figures(byte_bpe: Any, seed: int, batch: int, kind: str) -> None:
+    drafter = (lambda m: PromptLookup(2, 4)) if kind == "lookup" else (lambda m: ModelDrafter(m, V))
+    events = speculative_events(byte_bpe, drafter, seed, sample=seed % 2 == 1)
+    finished = events[-1]
+    assert isinstance(finished, Finished)
+    view = view_of(events, batch)
+    rounds = view.take().rounds
+    verified = [e for e in events if isinstance(e, DraftVerified)]
+    assert [r.verified for r in rounds] == verified, "every round shown once, in order, whatever the batching"
+    # The counters a viewer shows while the run goes end where the core's Finished says.
+    assert view.counters.forwards == finished.target_forwards
+    assert view.counters.tokens == finished.new_tokens
+    assert (view.counters.drafted, view.counters.accepted) == (finished.drafted, finished.accepted)
+    assert view.draft_stats.by_position() == finished.acceptance_by_position
+    assert view.counters.state == "finished" and view.finished == finished
+    for r in rounds:  # the extra token's text, once its token was in
+        after = events[events.index(r.verified) + 1 :]
+        emitted = [e for e in after if isinstance(e, TokenEmitted)][: r.verified.accepted + 1]
+        extra = emitted[-1] if len(emitted) == r.verified.accepted + 1 else None  # none: the run ended first
+        assert r.extra_text == (extra.text if extra is not None else "")
+    accepted = [e for e in events if isinstance(e, TokenEmitted) and e.source in ("draft", "lookup")]
+    assert sorted(view.verdict_at) == [e.index for e in accepted], "each accepted token keeps its verdict"
+
+
+def test_forwards_follow_the_events_step_by_step(byte_bpe: Any) -> None:
+    model = tiny_model("qwen2", vocab_size=V, seed=3)
+    transcript = Transcript("greedy", [5, 6, 7], Detokenizer(byte_bpe), frozenset({V - 1}), 12)
+    events: list[Event] = [STARTED, *autoregressive(model, transcript, SamplingParams(), greedy=True)]
+    view = RunView(paused=False, now=0.0)
+    for event in events:
+        view.apply([event], now=1.0, paused=False)
+        if isinstance(event, TokenSampled):  # step i's distribution came from forward i + 1 (the prefill: step 0)
+            assert view.counters.forwards == event.step + 1
+    assert view.counters.forwards == transcript.target_forwards == 12
+
+
+def test_beam_counters_come_from_the_steps(byte_bpe: Any) -> None:
+    model = tiny_model("llama", vocab_size=V, seed=1)
+    transcript = Transcript("beam", [5, 6, 7], Detokenizer(byte_bpe), frozenset({V - 1}), 8)
+    events: list[Event] = [STARTED, *beam_search(model, transcript, BeamParams(num_beams=3), SamplingParams())]
+    view = view_of(events, 2)
+    pending = view.take()
+    steps = [e for e in events if isinstance(e, BeamStepped)]
+    assert pending.steps == steps
+    assert view.counters.forwards == len(steps) == transcript.target_forwards
+
+
+def test_a_round_cut_short_by_the_end_is_still_shown() -> None:
+    events = speculative_events_cut()
+    view = view_of(events, 1000)
+    rounds = view.take().rounds
+    assert len(rounds) == 1 and rounds[0].extra_text == "", "the round closes with the run, without its extra"
+
+
+def speculative_events_cut() -> list[Event]:
+    verdicts = tuple(PositionVerdict(i, 10 + i, 0.9, 1.0, None, "accepted") for i in range(3))
+    return [STARTED,
+            TokenEmitted(index=0, token_id=9, text="a", start=0, end=1, target_forwards=1),
+            DraftProposed(round=0, drafter="lookup", token_ids=(10, 11, 12), texts=("b", "c", "d")),
+            DraftVerified(round=0, verdicts=verdicts, accepted=3, extra_token_id=13, extra_kind="bonus",
+                          target_forwards=2),
+            TokenEmitted(index=1, token_id=10, text="b", start=1, end=2, source="lookup", target_forwards=2),
+            Finished(mode="pld", prompt_token_ids=(1, 2), token_ids=(9, 10), text="ab", finish_reason="length",
+                     new_tokens=2, target_forwards=2, elapsed_s=1.0, tokens_per_s=2.0)]
+
+
+def test_notices_and_failures_are_told_and_change_the_state() -> None:
+    view = RunView(paused=True, now=0.0)
+    assert view.counters.state == "paused"
+    applied = view.apply([Notice("loading", "loading tiny…")], now=0.1, paused=True)
+    assert view.counters.state == "loading tiny…" and applied.urgent and applied.messages == ()
+    applied = view.apply([STARTED], now=0.2, paused=True)
+    assert view.counters.state == "paused" and view.started == STARTED
+    view.set_paused(False)
+    assert view.counters.state == "running"
+    applied = view.apply([Notice("ended", "the recording ends", elapsed_s=4.5)], now=9.0, paused=False)
+    assert view.counters.state == "recording ends here" and view.counters.elapsed_s == 4.5
+    assert applied.messages == (("the recording ends", "information"),)
+    applied = view.apply([Failed("Shorten the prompt")], now=9.5, paused=False)
+    assert view.error == "Shorten the prompt" and view.counters.state == "error"
+    assert applied.messages == (("Shorten the prompt", "error"),)
+    view.set_paused(True)
+    assert view.counters.state == "error", "pausing a failed run does not hide the failure"
+
+
+def test_the_trace_keeps_core_events_with_their_times() -> None:
+    view = RunView(paused=False, now=10.0)
+    view.apply([Notice("note", "hello"), STARTED], now=12.0, paused=False)
+    view.apply(speculative_events_cut()[1:3], now=12.5, paused=False)
+    assert [e for _, e in view.trace] == [STARTED, *speculative_events_cut()[1:3]]
+    assert [t for t, _ in view.trace] == [2.0, 0.5, 0.5], "times from the run's start, notices left out"

@@ -1,0 +1,208 @@
+"""What one run has shown so far, as plain state: the trace, the draft rounds, the counters and the captions.
+
+The app's drain loop hands each batch of events to :meth:`RunView.apply` and
+paints what :meth:`RunView.take` hands back; everything in between (assembling
+a draft round from its proposal, its verdicts and the tokens it emitted, the
+token inspector's lookups, the stats bar's counters, the caption of the last
+step) happens here, with no Textual in it, so it is tested without an app.
+
+Counters come from the core's events: ``target_forwards`` travels on every
+event that changes it and the draft counts are recorded with the core's own
+:class:`~decode_tui.core.draft_stats.DraftStats`, so the stats bar can never
+disagree with the run's ``Finished`` figures. It knows events; it knows
+nothing about widgets, threads or the clock (the caller passes ``now``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ..core.draft_stats import DraftStats
+from ..core.events import (
+    BeamStepped,
+    DraftProposed,
+    DraftVerified,
+    Event,
+    Finished,
+    PositionVerdict,
+    Started,
+    TokenEmitted,
+    TokenSampled,
+)
+from .pump import Failed, Notice, StepTracker
+from .teaching import CAPTIONED_ALONE, caption
+
+Severity = Literal["information", "warning", "error"]
+
+
+@dataclass(frozen=True)
+class Round:
+    """A draft round as the panels show it: what was proposed, the verdicts, the text of the extra token."""
+
+    proposed: DraftProposed
+    verified: DraftVerified
+    extra_text: str
+
+
+@dataclass
+class Counters:
+    """What the stats bar shows. While a run goes, from the events so far; once it ends, ``result``'s."""
+
+    state: str = "loading"
+    tokens: int = 0
+    forwards: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    elapsed_s: float = 0.0
+    result: Finished | None = None
+
+
+@dataclass
+class Pending:
+    """What arrived since the last paint, waiting for the next one."""
+
+    pieces: list[TokenEmitted] = field(default_factory=list)
+    steps: list[BeamStepped] = field(default_factory=list)
+    rounds: list[Round] = field(default_factory=list)
+    sampled: TokenSampled | None = None
+    started: Started | None = None  # a new run's prompt, for the lookup panel
+    caption: str | None = None  # a draft round's caption, written when its tokens are in
+    captioned: Event | None = None  # or the newest event with a caption, written only if it is shown
+    lookup_changed: bool = False
+
+    def say(self, text: str | None) -> None:
+        self.caption, self.captioned = text, None
+
+    def caption_later(self, event: Event) -> None:
+        # A batch holds a step's event per token; only the newest one's caption is ever seen.
+        self.caption, self.captioned = None, event
+
+    def caption_text(self) -> str | None:
+        return caption(self.captioned) if self.captioned is not None else self.caption
+
+    @property
+    def news(self) -> bool:
+        return bool(self.pieces or self.steps or self.rounds or self.caption or self.captioned)
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What a batch asks of the app: paint at once (a change of state), and messages to tell the user."""
+
+    urgent: bool
+    messages: tuple[tuple[str, Severity], ...]
+
+
+class RunView:
+    """One run's state, built from its events. A restart makes a new one."""
+
+    def __init__(self, *, paused: bool, now: float) -> None:
+        self.trace: list[tuple[float, Event]] = []  # what an export or a recording writes
+        self.started: Started | None = None
+        self.finished: Finished | None = None
+        self.error: str | None = None
+        self.counters = Counters(state="paused" if paused else "starting")
+        self.draft_stats = DraftStats()  # the rounds' figures, counted as the core counts them
+        self.sampled_at: dict[int, TokenSampled] = {}  # by step: what the token inspector shows
+        self.verdict_at: dict[int, PositionVerdict] = {}  # by token index
+        self.pending = Pending()
+        self.t0 = now
+        self._steps = StepTracker()  # the pump's own rule for where a step (a draft round) ends
+        self._proposed: DraftProposed | None = None
+        self._verdicts: list[PositionVerdict] = []  # accepted verdicts waiting for their tokens
+        self._open: tuple[DraftProposed, DraftVerified] | None = None  # a round whose tokens are arriving
+
+    def apply(self, batch: list[Event], now: float, *, paused: bool) -> Applied:
+        """Take in one drained batch; say whether it must be painted at once and what to tell the user."""
+        urgent = False
+        messages: list[tuple[str, Severity]] = []
+        c, pending = self.counters, self.pending
+        for event in batch:
+            if not isinstance(event, Notice | Failed):
+                self.trace.append((now - self.t0, event))
+            forwards = getattr(event, "target_forwards", None)
+            if isinstance(forwards, int) and not isinstance(event, Finished):
+                c.forwards = max(c.forwards, forwards)
+            in_round = self._steps.pending > 0  # a draft round's tokens are still arriving
+            closes_step = self._steps.closes_step(event)
+            if isinstance(event, TokenEmitted):
+                c.tokens += 1
+                pending.pieces.append(event)
+                if in_round:
+                    self._round_token(event, closes_step)
+            elif isinstance(event, TokenSampled):
+                pending.sampled = event
+                self.sampled_at[event.step] = event
+            elif isinstance(event, BeamStepped):
+                pending.steps.append(event)
+            elif isinstance(event, DraftProposed):
+                self._proposed = event
+            elif isinstance(event, DraftVerified):
+                self.draft_stats.record(len(event.verdicts), event.accepted)
+                c.drafted, c.accepted = self.draft_stats.drafted, self.draft_stats.accepted
+                self._verdicts = list(event.verdicts[: event.accepted])
+                if self._proposed is not None:
+                    # The round is shown once its tokens are in, so the extra token has its text.
+                    self._open = (self._proposed, event)
+                    pending.lookup_changed |= self._proposed.drafter == "lookup"
+            elif isinstance(event, Started):
+                urgent = True
+                self.started = pending.started = event
+                self.t0 = now
+                c.state = "paused" if paused else "running"
+            elif isinstance(event, Finished):
+                urgent = True
+                c.state, c.result = "finished", event
+                if self._open is not None:  # an EOS or the length limit cut the round short
+                    pending.rounds.append(Round(*self._open, ""))
+                    self._open = None
+                self.finished = event
+            elif isinstance(event, Notice):
+                urgent = True
+                messages.extend(self._notice(event))
+            elif isinstance(event, Failed):
+                urgent = True
+                self.error, c.state = event.message, "error"
+                messages.append((event.message, "error"))
+            if isinstance(event, CAPTIONED_ALONE):  # a round's caption is written when its tokens are in
+                pending.caption_later(event)
+        if c.state == "running":
+            c.elapsed_s = now - self.t0
+        return Applied(urgent, tuple(messages))
+
+    def _round_token(self, event: TokenEmitted, closes_step: bool) -> None:
+        if self._verdicts and event.source in ("draft", "lookup"):
+            self.verdict_at[event.index] = self._verdicts.pop(0)
+        if closes_step and self._open is not None:
+            proposed, verified = self._open
+            extra = event.text if event.token_id == verified.extra_token_id else ""
+            self.pending.rounds.append(Round(proposed, verified, extra))
+            self.pending.say(caption(verified, proposed, extra))
+            self._open = None
+
+    def _notice(self, notice: Notice) -> list[tuple[str, Severity]]:
+        c = self.counters
+        if notice.kind == "loading":
+            c.state = notice.message
+            return []
+        if notice.kind == "ended":  # a replay whose recording stops mid-run: its figures, frozen
+            c.state = "recording ends here"
+            if notice.elapsed_s is not None:
+                c.elapsed_s = notice.elapsed_s
+        elif notice.kind == "paused":
+            c.state = "paused"
+        return [(notice.message, "information")]
+
+    def set_paused(self, paused: bool) -> None:
+        """The user paused or resumed: a running (or paused) run says so; any other state stays."""
+        c = self.counters
+        if paused and c.state == "running":
+            c.state = "paused"
+        elif not paused and c.state == "paused":
+            c.state = "running"
+
+    def take(self) -> Pending:
+        """What to paint now; the view starts collecting the next paint's."""
+        pending, self.pending = self.pending, Pending()
+        return pending
