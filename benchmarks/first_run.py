@@ -29,12 +29,13 @@ from typing import Any
 
 import torch
 
+from decode_tui.core.compare import compare
 from decode_tui.core.events import Finished
 from decode_tui.core.loading import LoadedModel, load_model
 from decode_tui.core.params import DecodeConfig, DraftParams
 from decode_tui.core.registry import resolve
 from decode_tui.core.run import Run
-from decode_tui.core.warmup import compare, warm_up
+from decode_tui.core.warmup import warm_up
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from decode_vs_hf import PROMPTS, machine

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 import torch
 
+from .acquire import Progress, ensure, quiet
 from .errors import UsageError
 from .forward import forward, new_cache, rollback, to_host
 from .sampling import processed
@@ -174,30 +175,42 @@ class ModelDrafter:
         self.confidence_threshold = params.confidence_threshold  # the draft length is the verifier's to choose
 
 
-def load_draft(target: LoadedModel, spec: str, trust_remote_code: bool = False) -> tuple[PreTrainedModel, int]:
-    """The draft model for ``spec`` and the vocabulary size it shares with the target.
+@dataclass(frozen=True)
+class DraftModel:
+    """A draft model ready to draft: the model, the vocabulary it shares with the target, and what it is."""
+
+    model: PreTrainedModel
+    vocab_size: int  # the logits both models speak: rows past it are never drafted nor verified
+    spec: str  # ``self``, ``int8`` or the draft model's spec, for messages
+
+
+def load_draft(target: LoadedModel, spec: str, trust_remote_code: bool = False,
+               progress: Progress = quiet) -> DraftModel:
+    """The draft model for ``spec``, sharing the target's vocabulary.
 
     ``self``: the target's own weights (greedy acceptance is then 100 %);
     ``int8``: the target with dynamically quantised Linear layers (CPU only);
-    anything else: a model spec, loaded on the target's device and dtype,
-    whose tokenizer must have the target's vocabulary.
+    anything else: a model spec, fetched like the target (:func:`~decode_tui.core.acquire.ensure`) and loaded
+    on the target's device and dtype, whose tokenizer must have the target's vocabulary.
     """
     width = target.model.get_output_embeddings().weight.shape[0]
     if spec == "self":
-        return target.model, min(width, len(target.tokenizer))
+        return DraftModel(target.model, min(width, len(target.tokenizer)), spec)
     if spec == "int8":
         if target.device.type != "cpu":
             raise UsageError(f"The int8 draft uses dynamic quantisation, which runs on the CPU only, and the target "
                              f"is on {target.device}. Pass --draft self or --draft with a smaller model of the same "
                              "family.")
-        return int8_copy(target.model), min(width, len(target.tokenizer))
+        progress("Preparing the draft model (int8 copy of the target)")
+        return DraftModel(int8_copy(target.model), min(width, len(target.tokenizer)), spec)
     from .loading import load_model
-    from .registry import resolve
 
-    draft = load_model(resolve(spec), device=str(target.device), dtype=str(target.dtype).removeprefix("torch."),
+    resolved = ensure(spec, progress)
+    progress(f"Loading the draft model {resolved.display_name}")
+    draft = load_model(resolved, device=str(target.device), dtype=str(target.dtype).removeprefix("torch."),
                        trust_remote_code=trust_remote_code)
     draft_width = draft.model.get_output_embeddings().weight.shape[0]
-    return draft.model, shared_vocab_size(target.tokenizer, draft.tokenizer, width, draft_width)
+    return DraftModel(draft.model, shared_vocab_size(target.tokenizer, draft.tokenizer, width, draft_width), spec)
 
 
 def int8_copy(model: PreTrainedModel) -> PreTrainedModel:

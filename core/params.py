@@ -127,6 +127,10 @@ class BeamParams:
         return asdict(self)
 
 
+# Drafts made from the target itself rather than from another model: its own weights, or an int8 copy of them.
+FROM_TARGET = ("self", "int8")
+
+
 @dataclass(frozen=True)
 class DraftParams:
     """Speculative and prompt lookup settings.
@@ -155,6 +159,11 @@ class DraftParams:
         if not 0.0 <= self.confidence_threshold <= 1.0:
             raise UsageError(f"The draft confidence cut-off must be between 0 and 1 (0 drafts every token), not "
                              f"{self.confidence_threshold}.")
+
+    @property
+    def model_spec(self) -> str | None:
+        """The draft model to fetch and load, or None when the draft is made from the target (``self``, ``int8``)."""
+        return None if self.draft in FROM_TARGET else self.draft
 
     def length(self, drafter: Literal["model", "lookup"]) -> int:
         """The most tokens a round drafts: ``num_pred_tokens`` for prompt lookup (transformers'

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import random
 from collections.abc import Generator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from .detokenize import Detokenizer, TokenLabels
-from .drafters import Drafter, ModelDrafter, PromptLookup, load_draft
+from .drafters import Drafter, DraftModel, ModelDrafter, PromptLookup, load_draft
 from .errors import UsageError
 from .events import Event, Finished, Started
 from .forward import graphs_available
@@ -31,17 +31,14 @@ from .strategies.beam import beam_search
 from .strategies.speculative import speculative
 from .transcript import Transcript
 
-if TYPE_CHECKING:
-    from transformers import PreTrainedModel
-
 
 class Run:
     """A prompt checked against the model, ready to decode."""
 
     def __init__(self, lm: LoadedModel, prompt: str, config: DecodeConfig,
-                 draft: tuple[PreTrainedModel, int] | None = None, live: LiveParams | None = None) -> None:
-        """``draft``: for speculative mode, the draft model and the vocabulary size it shares with the target
-        (see :func:`~decode_tui.core.drafters.load_draft`); built from ``config.draft`` when not given.
+                 draft: DraftModel | None = None, live: LiveParams | None = None) -> None:
+        """``draft``: for speculative mode, the draft model (see :func:`~decode_tui.core.drafters.load_draft`);
+        built from ``config.draft`` when not given.
         ``live``: settings a front end may change mid-run (see :mod:`~decode_tui.core.live`)."""
         self.lm = lm
         self.live = live
@@ -126,7 +123,7 @@ class Run:
                 greedy=not self.config.draft_sample,
                 num_draft_tokens=self.config.draft.length(drafter.kind),
                 adaptive=self.config.draft.adaptive,
-                vocab_size=self.draft[1] if self.draft else None,
+                vocab_size=self.draft.vocab_size if self.draft else None,
                 generator=generator,
                 label=label,
                 live=self.live,
@@ -152,7 +149,7 @@ class Run:
             return PromptLookup(self.config.draft.max_ngram_size, self.config.draft.num_pred_tokens,
                                 self.lm.eos_token_ids)
         assert self.draft is not None
-        return ModelDrafter(self.draft[0], self.draft[1], self.config.draft.confidence_threshold)
+        return ModelDrafter(self.draft.model, self.draft.vocab_size, self.config.draft.confidence_threshold)
 
     def cancel(self) -> None:
         """Ask the strategy to stop at its next step boundary (thread-safe)."""

@@ -1,4 +1,4 @@
-"""Warm-up after loading, and a fair speed comparison between two ways of decoding one prompt.
+"""Warm-up after loading: the first decode of a process runs at the speed of the later ones.
 
 A process's first decode is slower than its later ones wherever the device
 does work once: on CUDA, the cuBLAS handles, the kernels loaded on first use
@@ -9,9 +9,7 @@ the decode it is about to run, on the same prompt and settings (so the
 cache size, and the graphs captured for it, are the same), for a few steps,
 and stops. The warm-up's events are thrown away.
 
-A speed-up printed by this tool is teaching material, so :func:`compare`
-times warm runs only, alternates the two sides (ABBA, so a drift in the
-machine's speed falls on both), and reports the median ratio with its range.
+The fair comparison that builds on it is :mod:`~decode_tui.core.compare`.
 
 It knows runs and their results; nothing about how they are shown.
 """
@@ -19,17 +17,14 @@ It knows runs and their results; nothing about how they are shown.
 from __future__ import annotations
 
 import dataclasses
-import statistics
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from .events import BeamStepped, DraftVerified, Finished, TokenEmitted
+from .events import BeamStepped, DraftVerified, TokenEmitted
 from .forward import graphs_available
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel
-
+    from .drafters import DraftModel
     from .loading import LoadedModel
     from .params import DecodeConfig
 
@@ -38,7 +33,7 @@ WARM_ROUNDS = 2  # draft rounds a speculative or PLD warm-up verifies, if the pr
 
 
 def warm_up(lm: LoadedModel, prompt: str, config: DecodeConfig,
-            draft: tuple[PreTrainedModel, int] | None = None) -> float:
+            draft: DraftModel | None = None) -> float:
     """Decode the first few steps of ``prompt`` under ``config`` and stop; the seconds it took.
 
     Prefill, steps, and (speculative, PLD) the verification of the configured draft length, whose
@@ -87,50 +82,3 @@ def _synchronize(lm: LoadedModel) -> None:
         import torch
 
         torch.cuda.synchronize(lm.device)
-
-
-def compare(lm: LoadedModel, prompt: str, config: DecodeConfig, baseline: DecodeConfig, *, runs: int = 3,
-            draft: tuple[PreTrainedModel, int] | None = None,
-            progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """``config``'s speed over ``baseline``'s on ``prompt``: warm runs only, alternated, with the spread.
-
-    Both sides are warmed up first. Then ``runs`` rounds, each timing one run of each side, in the order
-    AB, BA, AB, ... The speed-up is the median of the rounds' ratios; ``speedup_low``/``speedup_high``
-    are the lowest and highest. ``identical`` compares the last runs' tokens.
-    """
-    from .run import Run
-
-    if runs < 1:
-        raise ValueError("compare needs at least one run a side")
-    warm_up(lm, prompt, baseline, draft)
-    warm_up(lm, prompt, config, draft)
-    rates: dict[str, list[float]] = {"ours": [], "base": []}
-    last: dict[str, Finished] = {}
-    for i in range(runs):
-        order = (("base", baseline), ("ours", config)) if i % 2 == 0 else (("ours", config), ("base", baseline))
-        for side, cfg in order:
-            if progress is not None:
-                progress(f"comparing: round {i + 1} of {runs}, {cfg.mode}")
-            result = None
-            for event in Run(lm, prompt, cfg, draft).events():
-                result = event
-            assert isinstance(result, Finished)
-            rates[side].append(result.tokens_per_s)
-            last[side] = result
-    ratios = [a / b if b else 0.0 for a, b in zip(rates["ours"], rates["base"], strict=True)]
-    ours, theirs = last["ours"].token_ids, last["base"].token_ids
-    divergence = next((i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), None)
-    if divergence is None and len(ours) != len(theirs):
-        divergence = min(len(ours), len(theirs))
-    return {
-        "baseline": baseline.mode,
-        "runs": runs,
-        "protocol": "warm runs, alternated (AB, BA, ...), median of the rounds' ratios",
-        "tokens_per_s": statistics.median(rates["ours"]),
-        "greedy_tokens_per_s": statistics.median(rates["base"]),
-        "speedup": statistics.median(ratios),
-        "speedup_low": min(ratios),
-        "speedup_high": max(ratios),
-        "identical": ours == theirs,
-        "first_divergence": divergence,
-    }

@@ -248,16 +248,30 @@ def test_a_damaged_recording_is_refused(tmp_path: Path, isolated_env: dict[str, 
 
 
 def test_run_and_generate_take_the_same_decoding_options() -> None:
+    import dataclasses
     import inspect
 
-    from decode_tui.cli.main import generate, run_app
+    from decode_tui.cli.commands import generate, run_app
+    from decode_tui.cli.options import DecodingOptions
 
-    decoding = set(inspect.signature(generate).parameters) - {"compare", "compare_runs", "output_format"}
-    assert decoding <= set(inspect.signature(run_app).parameters)
+    decoding = [f.name for f in dataclasses.fields(DecodingOptions)]
+    assert len(decoding) > 20
+    for command, own in ((generate, ["compare", "compare_runs", "output_format"]),
+                         (run_app, ["start_paused", "auto_pause", "slow_motion", "record", "theme"])):
+        assert list(inspect.signature(command).parameters) == decoding + own, command.__name__
+
+
+def test_build_config_takes_keywords_only() -> None:
+    from decode_tui.cli.options import ModeChoice, build_config
+
+    with pytest.raises(TypeError):
+        build_config(ModeChoice.sample, 16)  # type: ignore[call-arg]
+    config = build_config(mode=ModeChoice.sample, max_new_tokens=16, temperature=0.5, top_k=7)
+    assert (config.max_new_tokens, config.sampling.temperature, config.sampling.top_k) == (16, 0.5, 7)
 
 
 def test_tokens_emitted_but_not_yet_written_at_ctrl_c_are_written_before_finished() -> None:
-    from decode_tui.cli.main import _unwritten
+    from decode_tui.cli.headless import _unwritten
     from decode_tui.core.events import Finished, TokenEmitted
 
     written = [TokenEmitted(index=0, token_id=5, text="Hel", start=0, end=3)]

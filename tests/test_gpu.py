@@ -287,7 +287,7 @@ def test_smollm2_first_run_after_the_warm_up_is_warm(smollm2_bf16: Any) -> None:
 
 
 def test_smollm2_compare_is_fair_greedy_against_itself_is_about_1x(smollm2_bf16: Any) -> None:
-    from decode_tui.core.warmup import compare
+    from decode_tui.core.compare import compare
 
     config = DecodeConfig(max_new_tokens=96, seed=0)
     result = compare(smollm2_bf16, "Tell me a story about a robot.", config, config, runs=5)

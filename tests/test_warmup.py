@@ -17,12 +17,14 @@ import pytest
 import torch
 
 from decode_tui.core import forward as forward_module
+from decode_tui.core.compare import compare
+from decode_tui.core.drafters import DraftModel
 from decode_tui.core.events import DraftVerified, Finished
 from decode_tui.core.loading import load_model
 from decode_tui.core.params import DecodeConfig, DraftParams
 from decode_tui.core.registry import resolve
 from decode_tui.core.run import Run
-from decode_tui.core.warmup import compare, warm_up
+from decode_tui.core.warmup import warm_up
 
 from .conftest import tiny_model
 from .test_autoregressive import loaded
@@ -125,7 +127,7 @@ def test_a_model_spread_by_max_memory_gives_the_tokens_of_one_on_a_device(
                           draft=DraftParams(draft="self", num_draft_tokens=3))
     results = []
     for lm in (whole, spread):
-        draft = (lm.model, len(lm.tokenizer)) if mode == "speculative" else None
+        draft = DraftModel(lm.model, len(lm.tokenizer), "self") if mode == "speculative" else None
         events = list(Run(lm, "def add(a, b): return a + b\n" * 3, config, draft).events())
         assert isinstance(events[-1], Finished)
         results.append(events[-1].token_ids)

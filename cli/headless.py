@@ -1,0 +1,267 @@
+"""Headless decoding: a run streamed to stdout (text or JSON lines), its figures and progress on stderr.
+
+``generate``'s whole job once its options are checked: fetch and load the
+model (with a spinner on a terminal, plain lines otherwise), warm it up,
+stream the run, and on Ctrl-C close the strategy and print what was decoded
+so far. Output to a closed pipe (``| head``) stops decoding and exits 0.
+
+It turns core calls into output; the decoding, the warm-up and the
+comparison protocol live in :mod:`decode_tui.core`.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, NoReturn, TextIO
+
+import typer
+
+from ..core.errors import EXIT_INTERRUPTED, DecodeTuiError
+from ..core.params import DecodeConfig, check_device_map
+from .options import DecodingOptions, FormatChoice, ModeChoice
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ..core.drafters import DraftModel
+    from ..core.events import BeamStepped, Finished, TokenEmitted
+    from ..core.loading import LoadedModel
+    from ..core.registry import ResolvedModel
+
+
+def generate(options: DecodingOptions, *, compare: bool, compare_runs: int, output_format: FormatChoice) -> None:
+    """Decode ``options``' prompt headlessly; a DecodeTuiError the user can fix ends it with its message."""
+    mode = options.mode
+    try:
+        config = options.config(compare=compare)
+        check_device_map(options.device, options.device_map_name)
+        text = options.prompt_text()
+        if mode is ModeChoice.greedy and (options.temperature, options.top_k, options.top_p) != (None, None, None):
+            stderr().print("decode-tui: note: greedy mode takes the argmax, so --temperature, --top-k and "
+                           "--top-p change nothing; use --mode sample to sample.")
+        draft_spec = config.draft.model_spec if mode is ModeChoice.speculative else None
+        if draft_spec is not None:
+            ensure_model(draft_spec)  # a missing draft is refused now, not after the target's load
+        resolved = ensure_model(options.model)
+        lm = _load(resolved, options.device, options.dtype.value, options.trust_remote_code, options.device_map_name)
+        draft = _load_draft(lm, config.draft.draft, options.trust_remote_code) if mode is ModeChoice.speculative \
+            else None
+        _warm_up(lm, text, config, draft)
+        _decode(lm, text, config, output_format, draft, compare_runs if compare else 0)
+    except DecodeTuiError as err:
+        fail(err)
+
+
+def stderr() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def fail(err: DecodeTuiError) -> NoReturn:
+    stderr().print(f"[bold red]decode-tui:[/] {err.message}", soft_wrap=True, markup=True)
+    raise typer.Exit(err.exit_code)
+
+
+@contextmanager
+def status(message: str) -> Iterator[Callable[[str], None]]:
+    """A spinner on stderr when it is a terminal, plain lines otherwise; yields a callback for progress messages."""
+    console = stderr()
+    if console.is_terminal:
+        with console.status(message) as status:
+            yield lambda msg: status.update(msg)
+    else:
+        console.print(message)
+        yield lambda msg: console.print(msg)
+
+
+def ensure_model(spec: str) -> ResolvedModel:
+    """The files for ``spec`` (core/acquire.py); the embedded model's first fetch shows its progress."""
+    from ..core.acquire import ensure, fetching
+
+    what = fetching(spec)
+    if what is None:
+        return ensure(spec)
+    with status(what) as progress:
+        return ensure(spec, progress)
+
+
+def _load(resolved: ResolvedModel, device: str, dtype: str, trust_remote_code: bool,
+          device_map: str | None = None) -> LoadedModel:
+    with status(f"Loading {resolved.display_name}") as progress:
+        from ..core.loading import load_model
+
+        return load_model(resolved, device=device, dtype=dtype, trust_remote_code=trust_remote_code,
+                          device_map=device_map, progress=progress)
+
+
+def _write(out: TextIO, text: str) -> None:
+    try:
+        out.write(text)
+        out.flush()
+    except BrokenPipeError:
+        # The reader went away (`| head -3`): stop decoding and exit 0, quietly, as Unix tools do. (click would
+        # exit 1.) stdout is pointed at /dev/null so that the interpreter's last flush does not fail again.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())
+        raise typer.Exit(0) from None
+
+
+def _stats_line(lm: LoadedModel, result: Finished) -> str:
+    dtype = str(lm.dtype).removeprefix("torch.")
+    per_forward = result.new_tokens / result.target_forwards if result.target_forwards else 0.0
+    return (f"{lm.name} · {result.mode} · {lm.device.type} {dtype} · {result.new_tokens} tokens in "
+            f"{result.elapsed_s:.2f} s ({result.tokens_per_s:.1f} tok/s) · {result.target_forwards} target "
+            f"forwards ({per_forward:.2f} tokens/forward) · finish: {result.finish_reason}")
+
+
+def _warm_up(lm: LoadedModel, prompt: str, config: DecodeConfig, draft: DraftModel | None) -> None:
+    """Run the first steps of this decode once, so the timed run is not a cold one (see core/warmup.py)."""
+    from ..core.forward import graph_failure
+    from ..core.warmup import describe, warm_up
+
+    what = describe(lm, config)
+    with status(f"Warming up {lm.name} ({what + '; ' if what else ''}{config.mode})"):
+        seconds = warm_up(lm, prompt, config, draft)
+    if config.compiles:
+        stderr().print(f"decode-tui: compiled and warmed up in {seconds:.1f} s")
+    failure = graph_failure(lm.model)
+    if failure is not None:
+        stderr().print(f"decode-tui: note: CUDA graphs could not be captured ({failure}); decoding eagerly on "
+                        "the static cache, with the same tokens. --no-cuda-graphs takes the plain path.")
+
+
+def _load_draft(lm: LoadedModel, spec: str, trust_remote_code: bool) -> DraftModel:
+    from ..core.drafters import load_draft
+
+    with status(f"Preparing the draft model ({spec})") as progress:
+        return load_draft(lm, spec, trust_remote_code, progress)
+
+
+def _compare(lm: LoadedModel, prompt: str, config: DecodeConfig, result: Finished, runs: int,
+             draft: DraftModel | None) -> Finished:
+    """Attach plain greedy's speed on the same prompt, measured by the core's protocol (core/compare.py)."""
+    from ..core.compare import with_comparison
+
+    with status(f"Comparing with plain greedy decoding ({runs} warm runs a side, alternated)") as progress:
+        return with_comparison(lm, prompt, config, result, runs=runs, draft=draft, progress=progress)
+
+
+def _beam_progress(config: DecodeConfig) -> Callable[[BeamStepped | None], None] | None:
+    """Where stderr is a terminal: a live line per beam step (step, best open score, finished); None ends it."""
+    console = stderr()
+    if not console.is_terminal:
+        return None
+    status = console.status("beam search: prefill")
+    status.start()
+
+    def show(step: BeamStepped | None) -> None:
+        if step is None:
+            status.stop()
+            return
+        best = f"best open beam score {step.beams[0].score:.3f}" if step.beams else "no beam open"
+        status.update(f"beam search: step {step.step + 1} of at most {config.max_new_tokens}, {best}, "
+                      f"{len(step.finished)} of {config.beam.num_beams} finished")
+
+    return show
+
+
+def _unwritten(result: Finished, written: list[TokenEmitted]) -> list[TokenEmitted]:
+    """Events for the tokens in ``result`` past the ``written`` ones; the rest of the text goes with the last."""
+    from ..core.events import TokenEmitted
+
+    done_text = "".join(e.text for e in written)
+    missing = result.token_ids[len(written):]
+    out = []
+    start = len(done_text)
+    for i, token_id in enumerate(missing):
+        text = result.text[start:] if i == len(missing) - 1 else ""
+        out.append(TokenEmitted(index=len(written) + i, token_id=token_id, text=text, start=start,
+                                end=start + len(text)))
+        start += len(text)
+    return out
+
+
+def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: FormatChoice,
+            draft: DraftModel | None = None, compare_runs: int = 0) -> None:
+    """Stream one run; with ``compare_runs``, then time it against plain greedy (not the streamed run: its
+    speed includes writing the output)."""
+    from ..core.events import BeamStepped, Finished, TokenEmitted
+    from ..core.run import Run
+
+    run = Run(lm, prompt, config, draft)
+    for note in run.notes:
+        stderr().print(f"decode-tui: note: {note}")
+    out = sys.stdout
+    jsonl = output_format is FormatChoice.jsonl
+    events = run.events()
+    result: Finished | None = None
+    written: list[TokenEmitted] = []  # the tokens whose output is out, for a clean cut on Ctrl-C
+    last_step: BeamStepped | None = None
+    ended = False  # the text's closing newline is out
+    # Beam search writes its text only at the end: on a terminal, a progress line says how the search goes.
+    progress = _beam_progress(config) if not jsonl and config.mode == "beam" else None
+    try:
+        for event in events:
+            if isinstance(event, BeamStepped):
+                last_step = event
+                if progress is not None:
+                    progress(event)
+            elif progress is not None and isinstance(event, TokenEmitted | Finished):
+                progress(None)
+            if isinstance(event, Finished) and not jsonl:
+                _write(out, "\n")  # the text ends before anything else is said (the comparison's progress)
+                ended = True
+            if isinstance(event, Finished) and compare_runs:
+                event = _compare(lm, prompt, config, event, compare_runs, draft)
+            if (not jsonl and isinstance(event, TokenEmitted) and event.index == 0 and last_step is not None
+                    and config.beam.num_return_sequences > 1 and last_step.finished):
+                best = last_step.finished[0]  # the hypothesis about to stream: headed like the others below
+                _write(out, f"[1] score {best.score:.4f}, sum log-prob {best.sum_logprobs:.4f}\n")
+            line = event.to_json() + "\n" if jsonl else event.text if isinstance(event, TokenEmitted) else ""
+            if isinstance(event, TokenEmitted):
+                written.append(event)  # counted just before the write: Ctrl-C mostly lands in the slow parts
+            if line:
+                _write(out, line)
+            if isinstance(event, Finished):
+                result = event
+    except KeyboardInterrupt:
+        if progress is not None:
+            progress(None)
+        events.close()  # runs the strategy's finally blocks; nothing keeps decoding
+        result = run.cancelled()
+        # Ctrl-C can land after the core emitted a token but before its output was written (while it is being
+        # turned into JSON): write those tokens first, so the output still adds up to the `finished` event.
+        for event in _unwritten(result, written):
+            _write(out, event.to_json() + "\n" if jsonl else event.text)
+        if jsonl:
+            _write(out, result.to_json() + "\n")
+        else:
+            _write(out, "\n")
+        stderr().print(f"decode-tui: interrupted after {result.new_tokens} tokens; the text so far is above. "
+                        f"{_stats_line(lm, result)}")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    if not jsonl:
+        if not ended:
+            _write(out, "\n")
+        if result is not None:
+            for rank, hypothesis in enumerate((result.hypotheses or ())[1:], start=2):
+                _write(out, f"\n[{rank}] score {hypothesis.score:.4f}, sum log-prob {hypothesis.sum_logprobs:.4f}\n"
+                            f"{hypothesis.text}\n")
+            stderr().print(_stats_line(lm, result))
+            if result.drafted is not None:
+                by_position = ", ".join(f"{a:.0%}" for a in result.acceptance_by_position or ())
+                stderr().print(f"drafted {result.drafted}, accepted {result.accepted} "
+                                f"({result.acceptance_rate or 0:.0%}; by position: {by_position or '-'}), "
+                                f"{result.draft_forwards} draft forwards, drafting {result.draft_time_s or 0:.2f} s, "
+                                f"verifying {result.verify_time_s or 0:.2f} s")
+            if result.comparison is not None:
+                c = result.comparison
+                verdict = "identical" if c["identical"] else f"DIFFERENT from token {c['first_divergence']}"
+                stderr().print(f"compared with plain greedy: {c['speedup']:.2f}x (range {c['speedup_low']:.2f}-"
+                                f"{c['speedup_high']:.2f} over {c['runs']} warm runs a side, alternated; "
+                                f"{result.mode} {c['tokens_per_s']:.1f} tok/s, greedy "
+                                f"{c['greedy_tokens_per_s']:.1f} tok/s), output {verdict}")

@@ -1,0 +1,395 @@
+"""The command line's options, each defined once, and what they become: a DecodeConfig and a prompt.
+
+Every option a decoding command takes is a field of :class:`DecodingOptions`,
+typed with its Typer annotation; :func:`decoding_command` gives a command all
+of them at once, so ``generate`` and ``run`` can never drift apart. Options
+are checked here and in :mod:`decode_tui.core.params` before torch or
+transformers is imported, so ``--help`` and every bad-option error come back
+in well under a second.
+
+It knows Typer, the core's parameter classes and the theme files' names;
+nothing about models, output or the app.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import sys
+import typing
+from collections.abc import Callable
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from ..core.errors import UsageError
+from ..core.params import BeamParams, DecodeConfig, DraftParams, EarlyStopping, SamplingParams, demo_prompt
+from ..core.registry import DEFAULT_ALIAS
+from ..themes import names as theme_names
+
+R = TypeVar("R")
+
+
+class ModeChoice(StrEnum):
+    greedy = "greedy"
+    sample = "sample"
+    beam = "beam"
+    speculative = "speculative"
+    pld = "pld"
+
+
+class FormatChoice(StrEnum):
+    text = "text"
+    jsonl = "jsonl"
+
+
+class EarlyStoppingChoice(StrEnum):
+    true = "true"
+    false = "false"
+    never = "never"
+
+
+EARLY_STOPPING: dict[EarlyStoppingChoice, EarlyStopping] = {
+    EarlyStoppingChoice.true: True, EarlyStoppingChoice.false: False, EarlyStoppingChoice.never: "never"}
+
+
+class DtypeChoice(StrEnum):
+    auto = "auto"
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+
+
+class DeviceMapChoice(StrEnum):
+    auto = "auto"
+    balanced = "balanced"
+    sequential = "sequential"
+
+
+
+
+def _check_top_p(value: float | None) -> float | None:
+    if value is not None and not (0.0 < value <= 1.0):
+        raise typer.BadParameter(f"{value} is not in (0, 1]. Use 1 to turn nucleus sampling off.")
+    return value
+
+
+def _check_penalty(value: float | None) -> float | None:
+    if value is not None and not value > 0:
+        raise typer.BadParameter(f"{value} is not positive. Use 1 for no penalty, above 1 to discourage repeats.")
+    return value
+
+
+def _check_device(value: str) -> str:
+    import re
+
+    if not re.match(r"^(auto|cpu|mps|cuda(:\d+)?)$", value):
+        raise typer.BadParameter(f"unknown device {value!r}. Use auto, cpu, cuda, cuda:N or mps.")
+    return value
+
+
+def build_config(*, mode: ModeChoice, max_new_tokens: int = 128, temperature: float | None = None,
+                 top_k: int | None = None, top_p: float | None = None, repetition_penalty: float | None = None,
+                 seed: int | None = None, num_beams: int | None = None, length_penalty: float | None = None,
+                 early_stopping: EarlyStoppingChoice | None = None, num_return_sequences: int | None = None,
+                 draft: str | None = None, num_draft_tokens: int | None = None, max_ngram_size: int | None = None,
+                 num_pred_tokens: int | None = None, draft_confidence: float | None = None, adaptive: bool = False,
+                 compare: bool = False, no_chat: bool = False, fast: bool = False,
+                 cuda_graphs: bool = True) -> DecodeConfig:
+    """The run's settings from the decoding options; UsageError if they clash. Keyword-only: many of them are
+    ``float | None`` or ``int | None``, and two swapped positionally would still type-check."""
+    defaults = SamplingParams()
+    sampling = SamplingParams(
+        temperature=defaults.temperature if temperature is None else temperature,
+        top_k=defaults.top_k if top_k is None else top_k,
+        top_p=defaults.top_p if top_p is None else top_p,
+        repetition_penalty=defaults.repetition_penalty if repetition_penalty is None else repetition_penalty,
+    )
+    beam_options = (num_beams, length_penalty, early_stopping, num_return_sequences)
+    if mode is not ModeChoice.beam and beam_options != (None, None, None, None):
+        raise UsageError(f"--num-beams, --length-penalty, --early-stopping and --num-return-sequences apply to "
+                         f"beam search only, not to --mode {mode.value}. Use --mode beam, or leave them out.")
+    beam_defaults = BeamParams()
+    beam = BeamParams(
+        num_beams=beam_defaults.num_beams if num_beams is None else num_beams,
+        length_penalty=beam_defaults.length_penalty if length_penalty is None else length_penalty,
+        early_stopping=beam_defaults.early_stopping if early_stopping is None else EARLY_STOPPING[early_stopping],
+        num_return_sequences=1 if num_return_sequences is None else num_return_sequences,
+    )
+    drafting = mode in (ModeChoice.speculative, ModeChoice.pld)
+    for given, flag, allowed in ((draft, "--draft", {ModeChoice.speculative}),
+                                 (max_ngram_size, "--max-ngram-size", {ModeChoice.pld}),
+                                 (num_pred_tokens, "--num-pred-tokens", {ModeChoice.pld}),
+                                 (num_draft_tokens, "--num-draft-tokens", {ModeChoice.speculative}),
+                                 (draft_confidence, "--draft-confidence", {ModeChoice.speculative}),
+                                 (adaptive or None, "--adaptive", {ModeChoice.speculative, ModeChoice.pld}),
+                                 (compare or None, "--compare", {ModeChoice.speculative, ModeChoice.pld})):
+        if given is not None and flag == "--num-draft-tokens" and mode is ModeChoice.pld:
+            raise UsageError("In --mode pld the draft length is --num-pred-tokens: the most tokens prompt lookup "
+                             "copies in a round (transformers' prompt_lookup_num_tokens, 10 by default).")
+        if given is not None and mode not in allowed:
+            modes = " or ".join(f"--mode {m.value}" for m in sorted(allowed, key=lambda m: m.value))
+            raise UsageError(f"{flag} applies to {modes}, not to --mode {mode.value}.")
+    draft_defaults = DraftParams()
+    draft_params = DraftParams(
+        draft=draft or draft_defaults.draft,
+        num_draft_tokens=num_draft_tokens or draft_defaults.num_draft_tokens,
+        max_ngram_size=max_ngram_size or draft_defaults.max_ngram_size,
+        num_pred_tokens=num_pred_tokens or draft_defaults.num_pred_tokens,
+        adaptive=adaptive,
+        confidence_threshold=draft_defaults.confidence_threshold if draft_confidence is None else draft_confidence,
+    )
+    # Beam, speculative and pld modes sample (beam sampling, sampling verification) when a sampling
+    # parameter is given; otherwise they are greedy.
+    sampling_asked = (temperature, top_k, top_p) != (None, None, None)
+    config = DecodeConfig(mode=mode.value, max_new_tokens=max_new_tokens, sampling=sampling, beam=beam,
+                          beam_sample=mode is ModeChoice.beam and sampling_asked, draft=draft_params,
+                          draft_sample=drafting and sampling_asked, seed=seed, use_chat=not no_chat, fast=fast,
+                          cuda_graphs=cuda_graphs)
+    return config
+
+
+
+
+ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Alias (see `decode-tui models`), Hugging Face "
+                                       "repo id, local folder or .gguf file.", rich_help_panel="Model")
+                     ]
+
+DeviceOpt = Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N or mps.", callback=_check_device,
+                                        rich_help_panel="Model")]
+
+DtypeOpt = Annotated[DtypeChoice, typer.Option(help="auto: bf16 on CUDA, fp32 on CPU.",
+                                               rich_help_panel="Model")]
+
+TrustRemoteCodeOpt = Annotated[bool, typer.Option("--trust-remote-code", help="Allow a checkpoint's own "
+                                                    "Python code to run.", rich_help_panel="Model")]
+
+PromptOpt = Annotated[str | None, typer.Option("--prompt", "-p", help="The prompt text.",
+                                               rich_help_panel="Prompt")]
+
+PromptFileOpt = Annotated[Path | None, typer.Option(help="Read the prompt from a UTF-8 file (- for stdin).",
+                                                     rich_help_panel="Prompt")]
+
+NoChatOpt = Annotated[bool, typer.Option("--no-chat", help="Feed the prompt as-is, without the chat "
+                                          "template.", rich_help_panel="Prompt")]
+
+ModeOpt = Annotated[ModeChoice, typer.Option(help="Decoding strategy.", rich_help_panel="Decoding")
+                    ]
+
+MaxNewTokensOpt = Annotated[int, typer.Option(min=1, help="Stop after this many new tokens.",
+                                                rich_help_panel="Decoding")]
+
+TemperatureOpt = Annotated[float | None, typer.Option(min=0.0, help="Sampling temperature; 0 is greedy. "
+                                                      "\\[default: 1.0]", rich_help_panel="Sampling")]
+
+TopKOpt = Annotated[int | None, typer.Option(min=0, help="Keep the k most likely tokens; 0 is off. "
+                                              "\\[default: 50]", rich_help_panel="Sampling")]
+
+TopPOpt = Annotated[float | None, typer.Option(callback=_check_top_p, help="Nucleus sampling mass in "
+                                                "(0, 1]. \\[default: 1.0]", rich_help_panel="Sampling")]
+
+RepetitionPenaltyOpt = Annotated[float | None, typer.Option(callback=_check_penalty, help="> 1 discourages "
+                                                             "tokens already seen. \\[default: 1.0]",
+                                                             rich_help_panel="Sampling")]
+
+SeedOpt = Annotated[int | None, typer.Option(min=0, help="Seed for sampling; the same seed gives the same "
+                                             "tokens.", rich_help_panel="Sampling")]
+
+NumBeamsOpt = Annotated[int | None, typer.Option(min=1, help="Beams kept at each step. \\[default: 4]",
+                                                  rich_help_panel="Beam search")]
+
+LengthPenaltyOpt = Annotated[float | None, typer.Option(help="Score = sum log-prob / length ** this; > 0 favours "
+                                                         "longer outputs. \\[default: 1.0]",
+                                                         rich_help_panel="Beam search")]
+
+EarlyStoppingOpt = Annotated[EarlyStoppingChoice | None, typer.Option(help="true: stop once num-beams "
+                                                                       "hypotheses are finished; false: when no "
+                                                                       "open beam can win (heuristic); never: the "
+                                                                       "exact test. \\[default: false]",
+                                                                       rich_help_panel="Beam search")]
+
+NumReturnSequencesOpt = Annotated[int | None, typer.Option(min=1, help="Hypotheses to return, best first "
+                                                             "(<= num-beams). \\[default: 1]",
+                                                             rich_help_panel="Beam search")]
+
+DraftOpt = Annotated[str | None, typer.Option(help="speculative: the draft model: a model spec, self (the "
+                                              "target's own weights) or int8 (the target quantised, CPU). "
+                                              "\\[default: int8]", rich_help_panel="Speculative and PLD")]
+
+NumDraftTokensOpt = Annotated[int | None, typer.Option(min=1, help="speculative: tokens drafted per round (the "
+                                                         "most, with --adaptive). \\[default: 5]",
+                                                         rich_help_panel="Speculative and PLD")]
+
+MaxNgramSizeOpt = Annotated[int | None, typer.Option(min=1, help="pld: the longest n-gram to look up. "
+                                                       "\\[default: 3]", rich_help_panel="Speculative and PLD")
+                              ]
+
+NumPredTokensOpt = Annotated[int | None, typer.Option(min=1, help="pld: the most tokens copied per match, its "
+                                                        "draft length (the most, with --adaptive). \\[default: 10]",
+                                                        rich_help_panel="Speculative and PLD")
+                               ]
+
+DraftConfidenceOpt = Annotated[float | None, typer.Option(
+    help="speculative: the draft model stops a round's draft once it gives its own token less than this "
+         "probability (transformers' assistant_confidence_threshold; 0 always drafts the full length). "
+         "\\[default: 0.4]", rich_help_panel="Speculative and PLD")]
+AdaptiveOpt = Annotated[bool, typer.Option("--adaptive", help="Choose the draft length from the measured "
+                                           "acceptance and verify cost (never much slower than greedy).",
+                                           rich_help_panel="Speculative and PLD")]
+
+CompareOpt = Annotated[bool, typer.Option("--compare", help="Also run plain greedy on the same prompt; report "
+                                          "the speedup and whether the outputs are identical.",
+                                          rich_help_panel="Speculative and PLD")]
+
+FastOpt = Annotated[bool, typer.Option("--fast", help="Static KV cache and compiled decoding steps and "
+                                       "verifications (torch.compile; CUDA graphs on a GPU): the same tokens, "
+                                       "faster on a GPU once compiled (the first run compiles for tens of "
+                                       "seconds). On a CPU it does not pay for a demo: 96 s of compiling for "
+                                       "at best 1.4x (README). Not for beam search.", rich_help_panel="Decoding")]
+
+CompareRunsOpt = Annotated[int, typer.Option("--compare-runs", min=1, help="With --compare: timed runs a side, "
+                                             "alternated, after a warm-up of each; the speed-up is their median "
+                                             "ratio, printed with its range.", rich_help_panel="Speculative and PLD")]
+
+CudaGraphsOpt = Annotated[bool, typer.Option("--cuda-graphs/--no-cuda-graphs", help="On CUDA, replay decoding steps "
+                                             "and verifications as CUDA graphs of the model on a static KV cache "
+                                             "(captured in milliseconds while loading; the same tokens). Ignored "
+                                             "elsewhere and for beam search.", rich_help_panel="Decoding")]
+
+DeviceMapOpt = Annotated[DeviceMapChoice | None, typer.Option("--device-map", help="Spread a model too big for one "
+                                                              "GPU over this host's GPUs (accelerate's big-model "
+                                                              "inference; the CPU, then the disk, take what does "
+                                                              "not fit). Replaces --device.",
+                                                              rich_help_panel="Model")]
+
+OutputFormatOpt = Annotated[FormatChoice, typer.Option("--format", help="text: the text on stdout, stats "
+                                                        "on stderr. jsonl: one JSON event per line.",
+                                                        rich_help_panel="Output")]
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodingOptions:
+    """Every option a decoding command takes (``generate``, ``run``): the one place each is defined."""
+
+    model: ModelOpt = DEFAULT_ALIAS
+    device: DeviceOpt = "auto"
+    dtype: DtypeOpt = DtypeChoice.auto
+    device_map: DeviceMapOpt = None
+    trust_remote_code: TrustRemoteCodeOpt = False
+    prompt: PromptOpt = None
+    prompt_file: PromptFileOpt = None
+    no_chat: NoChatOpt = False
+    mode: ModeOpt = ModeChoice.greedy
+    max_new_tokens: MaxNewTokensOpt = 128
+    fast: FastOpt = False
+    cuda_graphs: CudaGraphsOpt = True
+    temperature: TemperatureOpt = None
+    top_k: TopKOpt = None
+    top_p: TopPOpt = None
+    repetition_penalty: RepetitionPenaltyOpt = None
+    seed: SeedOpt = None
+    num_beams: NumBeamsOpt = None
+    length_penalty: LengthPenaltyOpt = None
+    early_stopping: EarlyStoppingOpt = None
+    num_return_sequences: NumReturnSequencesOpt = None
+    draft: DraftOpt = None
+    num_draft_tokens: NumDraftTokensOpt = None
+    max_ngram_size: MaxNgramSizeOpt = None
+    num_pred_tokens: NumPredTokensOpt = None
+    draft_confidence: DraftConfidenceOpt = None
+    adaptive: AdaptiveOpt = False
+
+    def config(self, *, compare: bool = False) -> DecodeConfig:
+        """The run's settings; a UsageError names the options that clash."""
+        return build_config(
+            mode=self.mode, max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_k=self.top_k,
+            top_p=self.top_p, repetition_penalty=self.repetition_penalty, seed=self.seed, num_beams=self.num_beams,
+            length_penalty=self.length_penalty, early_stopping=self.early_stopping,
+            num_return_sequences=self.num_return_sequences, draft=self.draft, num_draft_tokens=self.num_draft_tokens,
+            max_ngram_size=self.max_ngram_size, num_pred_tokens=self.num_pred_tokens,
+            draft_confidence=self.draft_confidence, adaptive=self.adaptive, compare=compare, no_chat=self.no_chat,
+            fast=self.fast, cuda_graphs=self.cuda_graphs)
+
+    def prompt_text(self) -> str:
+        return read_prompt(self.prompt, self.prompt_file, self.mode.value)
+
+    @property
+    def device_map_name(self) -> str | None:
+        return self.device_map.value if self.device_map else None
+
+
+def decoding_command(command: Callable[..., R]) -> Callable[..., R]:
+    """``command(options: DecodingOptions, **its_own)`` as a Typer command taking every decoding option too.
+
+    Typer reads a command's options from its signature; this one is built from the fields of
+    :class:`DecodingOptions` followed by the command's own parameters, and the call gathers the decoding
+    ones back into a :class:`DecodingOptions`. (Typer has no shared-options mechanism of its own: click's
+    decorators would bypass its type annotations.)
+    """
+    hints = typing.get_type_hints(DecodingOptions, include_extras=True)
+    shared = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=hints[f.name])
+              for f in dataclasses.fields(DecodingOptions)]
+    own_hints = typing.get_type_hints(command, include_extras=True)
+    own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=own_hints[name])
+           for name, p in inspect.signature(command).parameters.items() if name != "options"]
+    names = [f.name for f in dataclasses.fields(DecodingOptions)]
+
+    @functools.wraps(command)
+    def wrapper(**kwargs: Any) -> R:
+        options = DecodingOptions(**{name: kwargs.pop(name) for name in names})
+        return command(options, **kwargs)
+
+    wrapper.__signature__ = inspect.Signature(shared + own)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in shared + own}
+    return wrapper
+
+
+def read_prompt(prompt: str | None, prompt_file: Path | None, mode: str = "greedy") -> str:
+    """The prompt text from --prompt, --prompt-file (``-`` for stdin) or the built-in demo prompt."""
+    if prompt is not None and prompt_file is not None:
+        raise UsageError("Pass either --prompt or --prompt-file, not both.")
+    if prompt_file is not None:
+        if str(prompt_file) == "-":
+            text = sys.stdin.read()
+        else:
+            try:
+                text = prompt_file.read_bytes().decode("utf-8")
+            except FileNotFoundError:
+                raise UsageError(f"The prompt file {prompt_file} does not exist. Check the path, or pass the "
+                                 "prompt inline with --prompt.") from None
+            except IsADirectoryError:
+                raise UsageError(f"The prompt file {prompt_file} is a folder. Pass a text file.") from None
+            except UnicodeDecodeError as exc:
+                raise UsageError(f"The prompt file {prompt_file} is not UTF-8 text (bad byte at offset "
+                                 f"{exc.start}). Save it as UTF-8, e.g. `iconv -t utf-8`.") from None
+            except OSError as exc:
+                raise UsageError(f"Cannot read the prompt file {prompt_file}: {exc.strerror}.") from None
+        source = f"the prompt file {prompt_file}"
+    elif prompt is not None:
+        text, source = prompt, "--prompt"
+    else:
+        return demo_prompt(mode)  # the mode's own demo prompt (core/params.py)
+    if not text.strip():
+        raise UsageError(f"The prompt from {source} is empty. Give the model some text to continue.")
+    return text
+
+
+ThemeOpt = Annotated[str | None, typer.Option(help="dark (default), presenter (light, high contrast), colorblind "
+                                              "or mono (the default when NO_COLOR is set).", rich_help_panel="App")]
+
+
+
+
+def theme_name(theme: str | None) -> str | None:
+    """The theme file's name for ``--theme`` (``presenter`` or ``decode-presenter``); UsageError if none has it."""
+    if theme is None:
+        return None
+    known = theme_names()
+    name = theme if theme.startswith("decode-") else f"decode-{theme}"
+    if name not in known:
+        short = ", ".join(n.removeprefix("decode-") for n in known)
+        raise UsageError(f"Unknown theme {theme!r}. Use one of: {short}.")
+    return name
