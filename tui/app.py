@@ -30,11 +30,12 @@ from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
-from textual.widgets import ContentSwitcher, Footer
+from textual.widgets import Footer
 
 from ..core.errors import DecodeTuiError
 from ..core.events import Mode
 from ..core.live import LiveParams
+from .bindings import APP_BINDINGS
 from .commands import DecodeCommands
 from .decoder_thread import DecoderThread
 from .pacing import PaintPacer
@@ -43,15 +44,13 @@ from .run_view import Pending, RunView, Severity
 from .screens.help import HelpScreen
 from .screens.model_picker import ModelPicker
 from .screens.prompt_editor import PromptEditor
-from .settings import KNOBS, Settings, adjust, next_mode, with_mode
+from .settings import Settings, adjust, next_mode, with_mode
 from .sources import recorded, write_trace
 from .teaching import AutoPause
 from .themes import ThemeSpec, initial_theme, load_all
 from .widgets.beam_panel import BeamPanel
-from .widgets.candidates import CandidatesPanel
 from .widgets.caption import Caption
-from .widgets.draft_panel import DraftPanel
-from .widgets.lookup_panel import LookupPanel
+from .widgets.mode_panels import ModePanels
 from .widgets.run_header import RunHeader
 from .widgets.stats_bar import StatsBar
 from .widgets.text_pane import TextPane
@@ -68,23 +67,6 @@ SWITCH_INTERVAL_S = 0.0005
 
 
 SourceFactory = Callable[[Settings, LiveParams], EventSource]
-BUSY_AFTER_S = 0.5  # a run that shows nothing new for this long says, on its panel, what it is doing
-# What a run is doing between two events, by mode (a slow CPU, a big model, slow motion off).
-WORKING_ON: dict[Mode, str] = {"greedy": "the next token's forward pass", "sample": "the next token's forward pass",
-                               "beam": "the next beam step (one forward over every beam)",
-                               "speculative": "drafting, then verifying the draft in one target forward",
-                               "pld": "looking up a copy, then verifying it in one target forward"}
-PANEL_FOR_MODE: dict[Mode, str] = {"greedy": "panel-candidates", "sample": "panel-candidates", "beam": "panel-beam",
-                                   "speculative": "panel-draft", "pld": "panel-pld"}
-
-
-def _knob_bindings() -> list[BindingType]:
-    out: list[BindingType] = []
-    for knob in KNOBS:
-        down, up = knob.keys
-        out.append(Binding(down, f"knob('{knob.id}', -1)", knob.describe(-1), show=False, id=f"{knob.id}.down"))
-        out.append(Binding(up, f"knob('{knob.id}', 1)", knob.describe(1), show=False, id=f"{knob.id}.up"))
-    return out
 
 
 class DecodeApp(App[int]):
@@ -94,24 +76,7 @@ class DecodeApp(App[int]):
     ENABLE_COMMAND_PALETTE = True
     switch_interval_s: float = SWITCH_INTERVAL_S  # see SWITCH_INTERVAL_S; benchmarks set it to compare
 
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("space", "toggle_pause", "Pause/resume", id="pause"),
-        Binding("n", "step", "Step (a token, beam step or draft round)", id="step"),
-        Binding("r", "restart", "Restart", id="restart"),
-        Binding("m", "cycle_mode", "Cycle mode", id="mode"),
-        Binding("e", "edit_prompt", "Edit prompt", id="prompt"),
-        *_knob_bindings(),
-        Binding("left", "select(-1)", "Select previous token", show=False, id="select.previous"),
-        Binding("right", "select(1)", "Select next token", show=False, id="select.next"),
-        Binding("escape", "clear_selection", "Clear token selection", show=False, id="select.clear"),
-        Binding("b", "toggle_boundaries", "Token boundaries", id="boundaries"),
-        Binding("a", "toggle_auto_pause", "Auto-pause on notable events", show=False, id="auto-pause"),
-        Binding("c", "cycle_theme", "Theme", id="theme"),
-        Binding("x", "export", "Export trace", show=False, id="export"),
-        Binding("question_mark,f1", "help", "Help", id="help"),
-        Binding("q", "quit", "Quit", id="quit"),
-        Binding("ctrl+c", "interrupt", "Quit (Ctrl-C)", show=False, priority=True, id="interrupt"),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = list(APP_BINDINGS)
 
     def __init__(self, settings: Settings, make_source: SourceFactory, *, start_paused: bool = False,
                  auto_pause: bool = False, record: Path | None = None, theme: str | None = None,
@@ -135,7 +100,6 @@ class DecodeApp(App[int]):
         self.view = RunView(paused=start_paused, now=time.monotonic())
         self.exports = 0
         self.paint_at_once = True  # a new run's first events are shown as soon as they come
-        self.last_event_at = time.monotonic()  # for the busy indicator
 
     # ------------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:
@@ -146,13 +110,7 @@ class DecodeApp(App[int]):
                 with Vertical(id="left"):
                     yield TextPane(id="text")
                     yield TokenInspector(id="inspector")
-                with ContentSwitcher(initial=PANEL_FOR_MODE[self.settings.mode], id="panels"):
-                    yield CandidatesPanel(id="panel-candidates")
-                    yield BeamPanel(id="panel-beam")
-                    yield DraftPanel(id="panel-draft")
-                    with Vertical(id="panel-pld"):
-                        yield LookupPanel(id="lookup")
-                        yield DraftPanel(id="pld-rounds")
+                yield ModePanels(self.settings.mode, id="panels")
             yield Caption(id="caption")
             yield StatsBar(id="stats")
             yield Footer()
@@ -164,7 +122,7 @@ class DecodeApp(App[int]):
         sys.setswitchinterval(self.switch_interval_s)
         self._apply_glyphs()
         self.stats_bar = self.query_one(StatsBar)
-        self.panels = self.query_one("#panels", ContentSwitcher)
+        self.panels = self.query_one(ModePanels)
         self.set_interval(1 / DRAIN_HZ, self.drain)
         self._check_size(self.size.width, self.size.height)
         self.start_run()
@@ -184,10 +142,7 @@ class DecodeApp(App[int]):
         return spec.glyphs if spec else {}
 
     def _apply_glyphs(self) -> None:
-        glyphs = self.glyphs
-        self.query_one(CandidatesPanel).glyphs = glyphs
-        for panel in self.query(DraftPanel):
-            panel.glyphs = glyphs
+        self.query_one(ModePanels).set_glyphs(self.glyphs)
 
     # ------------------------------------------------------------------ the run
     def start_run(self) -> None:
@@ -196,7 +151,6 @@ class DecodeApp(App[int]):
             previous.stop()
         self.view = RunView(paused=self.start_paused, now=time.monotonic())
         self.paint_at_once = True
-        self.last_event_at = time.monotonic()
         self.live = LiveParams(self.settings.config.sampling, self.settings.config.draft)
         source = self.make_source(self.settings, self.live)
         if self.record is not None:
@@ -206,12 +160,8 @@ class DecodeApp(App[int]):
                               after=previous.finished if previous is not None else None)
         if self.start_paused:
             self.pump.pause()
-        self.query_one(ContentSwitcher).current = PANEL_FOR_MODE[self.settings.mode]
+        self.query_one(ModePanels).start(self.settings.mode)
         self.query_one(TextPane).reset()
-        self.query_one(BeamPanel).reset()
-        for panel in self.query(DraftPanel):
-            panel.reset()
-        self.query_one(LookupPanel).reset(())
         self.query_one(TokenInspector).update("")
         self.query_one(Caption).say("")
         self.query_one(StatsBar).show(self.view.counters)
@@ -249,7 +199,8 @@ class DecodeApp(App[int]):
             self.say(message, severity)
         counters = self.view.counters
         urgent = applied.urgent or self.pump.paused or self.pump.finished.is_set() or self.paint_at_once
-        self._show_busy(now, bool(batch), counters.state == "running" and not self.pump.paused)
+        running = counters.state == "running" and not self.pump.paused
+        self.panels.show_busy(self.view.busy_label(now, bool(batch), running, self.settings.mode))
         due = self.pacer.due(now)
         if (urgent and batch) or (due and (bool(batch) or self.view.pending.news or counters.state == "running")):
             self.pacer.painted(now)
@@ -257,31 +208,10 @@ class DecodeApp(App[int]):
             with self.batch_update():
                 self._paint(self.view.take(), stats)
 
-    def _show_busy(self, now: float, news: bool, running: bool) -> None:
-        """On the mode's panel, after BUSY_AFTER_S without an event: what the run is doing, and for how long."""
-        if news:
-            self.last_event_at = now
-        waited = now - self.last_event_at
-        label = f"busy {waited:.1f} s: {WORKING_ON[self.settings.mode]}" if running and waited > BUSY_AFTER_S else ""
-        if self.panels.border_subtitle != label:
-            self.panels.border_subtitle = label
-
     def _paint(self, pending: Pending, stats: StatsBar) -> None:
         """Hand what arrived since the last paint to the widgets, each once."""
-        lookup = self.query_one(LookupPanel)
-        if pending.started is not None:
-            lookup.reset(pending.started.prompt_pieces or ())
         self.query_one(TextPane).add(pending.pieces)
-        lookup.add_tokens([p.text for p in pending.pieces])
-        if pending.sampled is not None:
-            self.query_one(CandidatesPanel).show(pending.sampled)
-        self.query_one(BeamPanel).add(pending.steps)
-        if pending.rounds:
-            panel_id = "#pld-rounds" if self.settings.mode == "pld" else "#panel-draft"
-            self.query_one(panel_id, DraftPanel).add(pending.rounds, self.view.draft_stats.by_position())
-            if pending.lookup_changed:
-                last = pending.rounds[-1]
-                lookup.show(last.proposed, last.verified.accepted)
+        self.panels.paint(pending, self.view.draft_stats.by_position())
         text = pending.caption_text()
         if text is not None:
             self.query_one(Caption).say(text)
@@ -418,11 +348,7 @@ class DecodeApp(App[int]):
 
     def _redraw_all(self) -> None:
         self.query_one(TextPane).redraw()
-        self.query_one(CandidatesPanel).redraw()
-        self.query_one(BeamPanel).redraw()
-        self.query_one(LookupPanel).redraw()
-        for panel in self.query(DraftPanel):
-            panel.redraw()
+        self.query_one(ModePanels).redraw()
 
     def action_export(self) -> None:
         self.exports += 1

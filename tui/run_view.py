@@ -25,6 +25,7 @@ from ..core.events import (
     DraftVerified,
     Event,
     Finished,
+    Mode,
     PositionVerdict,
     Started,
     TokenEmitted,
@@ -34,6 +35,13 @@ from .pump import Failed, Notice, StepTracker
 from .teaching import CAPTIONED_ALONE, caption
 
 Severity = Literal["information", "warning", "error"]
+
+BUSY_AFTER_S = 0.5  # a run that shows nothing new for this long says, on its panel, what it is doing
+# What a run is doing between two events, by mode (a slow CPU, a big model, slow motion off).
+WORKING_ON: dict[Mode, str] = {"greedy": "the next token's forward pass", "sample": "the next token's forward pass",
+                               "beam": "the next beam step (one forward over every beam)",
+                               "speculative": "drafting, then verifying the draft in one target forward",
+                               "pld": "looking up a copy, then verifying it in one target forward"}
 
 
 @dataclass(frozen=True)
@@ -112,6 +120,7 @@ class RunView:
         self._proposed: DraftProposed | None = None
         self._verdicts: list[PositionVerdict] = []  # accepted verdicts waiting for their tokens
         self._open: tuple[DraftProposed, DraftVerified] | None = None  # a round whose tokens are arriving
+        self._last_event_at = now  # for the busy label
 
     def apply(self, batch: list[Event], now: float, *, paused: bool) -> Applied:
         """Take in one drained batch; say whether it must be painted at once and what to tell the user."""
@@ -201,6 +210,13 @@ class RunView:
             c.state = "paused"
         elif not paused and c.state == "paused":
             c.state = "running"
+
+    def busy_label(self, now: float, news: bool, running: bool, mode: Mode) -> str:
+        """After BUSY_AFTER_S of a running run without an event: what it is doing, and for how long; else ""."""
+        if news:
+            self._last_event_at = now
+        waited = now - self._last_event_at
+        return f"busy {waited:.1f} s: {WORKING_ON[mode]}" if running and waited > BUSY_AFTER_S else ""
 
     def take(self) -> Pending:
         """What to paint now; the view starts collecting the next paint's."""

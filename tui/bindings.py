@@ -1,0 +1,54 @@
+"""The app's key bindings, each with an id and a description: the data a keymap, the help and the palette read.
+
+An id names what a binding does (``pause``, ``temperature.up``), so a user's
+keymap (``[keys]`` in the config file, see cli/config.py) can move it to
+another key without touching code, as posting's does. Textual applies a
+keymap by binding id (``App.set_keymap``); :func:`keys_after` says which key
+each binding ends up on, for the help screen and the palette.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from textual.binding import Binding
+
+from .settings import KNOBS
+
+
+def _knob_bindings() -> list[Binding]:
+    out: list[Binding] = []
+    for knob in KNOBS:
+        down, up = knob.keys
+        out.append(Binding(down, f"knob('{knob.id}', -1)", knob.describe(-1), show=False, id=f"{knob.id}.down"))
+        out.append(Binding(up, f"knob('{knob.id}', 1)", knob.describe(1), show=False, id=f"{knob.id}.up"))
+    return out
+
+
+APP_BINDINGS: tuple[Binding, ...] = (
+    Binding("space", "toggle_pause", "Pause/resume", id="pause"),
+    Binding("n", "step", "Step (a token, beam step or draft round)", id="step"),
+    Binding("r", "restart", "Restart", id="restart"),
+    Binding("m", "cycle_mode", "Cycle mode", id="mode"),
+    Binding("e", "edit_prompt", "Edit prompt", id="prompt"),
+    *_knob_bindings(),
+    Binding("left", "select(-1)", "Select previous token", show=False, id="select.previous"),
+    Binding("right", "select(1)", "Select next token", show=False, id="select.next"),
+    Binding("escape", "clear_selection", "Clear token selection", show=False, id="select.clear"),
+    Binding("b", "toggle_boundaries", "Token boundaries", id="boundaries"),
+    Binding("a", "toggle_auto_pause", "Auto-pause on notable events", show=False, id="auto-pause"),
+    Binding("c", "cycle_theme", "Theme", id="theme"),
+    Binding("x", "export", "Export trace", show=False, id="export"),
+    Binding("question_mark,f1", "help", "Help", id="help"),
+    Binding("q", "quit", "Quit", id="quit"),
+    Binding("ctrl+c", "interrupt", "Quit (Ctrl-C)", show=False, priority=True, id="interrupt"),
+)
+
+
+BINDING_IDS: frozenset[str] = frozenset(b.id for b in APP_BINDINGS if b.id is not None)
+
+
+def keys_after(bindings: list[Binding], keymap: Mapping[str, str]) -> list[Binding]:
+    """``bindings`` with each one's key as a keymap moved it (the binding itself otherwise)."""
+    return [Binding(keymap[b.id], b.action, b.description, show=b.show, priority=b.priority, id=b.id)
+            if b.id is not None and b.id in keymap else b for b in bindings]

@@ -1,0 +1,78 @@
+"""The current mode's panel: candidates by sampling stage, the beams, the draft rounds, or prompt lookup.
+
+One panel per mode family in a ``ContentSwitcher``; a mode change shows its
+panel and a new run clears them all. :meth:`ModePanels.paint` hands one
+paint's worth of a run (a :class:`~decode_tui.tui.run_view.Pending`) to the
+panels that show it, and the border says what a slow step is busy with.
+"""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import ContentSwitcher
+
+from ...core.events import Mode
+from ..run_view import Pending
+from .beam_panel import BeamPanel
+from .candidates import CandidatesPanel
+from .draft_panel import DraftPanel
+from .lookup_panel import LookupPanel
+
+PANEL_FOR_MODE: dict[Mode, str] = {"greedy": "panel-candidates", "sample": "panel-candidates", "beam": "panel-beam",
+                                   "speculative": "panel-draft", "pld": "panel-pld"}
+
+
+class ModePanels(ContentSwitcher):
+    def __init__(self, mode: Mode, *, id: str | None = None) -> None:
+        super().__init__(initial=PANEL_FOR_MODE[mode], id=id)
+        self.mode = mode
+
+    def compose(self) -> ComposeResult:
+        yield CandidatesPanel(id="panel-candidates")
+        yield BeamPanel(id="panel-beam")
+        yield DraftPanel(id="panel-draft")
+        with Vertical(id="panel-pld"):
+            yield LookupPanel(id="lookup")
+            yield DraftPanel(id="pld-rounds")
+
+    def start(self, mode: Mode) -> None:
+        """A new run in ``mode``: its panel shown, every panel cleared."""
+        self.mode = mode
+        self.current = PANEL_FOR_MODE[mode]
+        self.query_one(BeamPanel).reset()
+        for panel in self.query(DraftPanel):
+            panel.reset()
+        self.query_one(LookupPanel).reset(())
+
+    def set_glyphs(self, glyphs: dict[str, str]) -> None:
+        self.query_one(CandidatesPanel).glyphs = glyphs
+        for panel in self.query(DraftPanel):
+            panel.glyphs = glyphs
+
+    def paint(self, pending: Pending, by_position: tuple[float, ...]) -> None:
+        """What arrived since the last paint, each panel once; ``by_position``: the run's acceptance by position."""
+        lookup = self.query_one(LookupPanel)
+        if pending.started is not None:
+            lookup.reset(pending.started.prompt_pieces or ())
+        lookup.add_tokens([p.text for p in pending.pieces])
+        if pending.sampled is not None:
+            self.query_one(CandidatesPanel).show(pending.sampled)
+        self.query_one(BeamPanel).add(pending.steps)
+        if pending.rounds:
+            self.query_one("#pld-rounds" if self.mode == "pld" else "#panel-draft", DraftPanel).add(pending.rounds,
+                                                                                                   by_position)
+            if pending.lookup_changed:
+                last = pending.rounds[-1]
+                lookup.show(last.proposed, last.verified.accepted)
+
+    def show_busy(self, label: str) -> None:
+        if self.border_subtitle != label:
+            self.border_subtitle = label
+
+    def redraw(self) -> None:
+        self.query_one(CandidatesPanel).redraw()
+        self.query_one(BeamPanel).redraw()
+        self.query_one(LookupPanel).redraw()
+        for panel in self.query(DraftPanel):
+            panel.redraw()
