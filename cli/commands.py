@@ -19,6 +19,8 @@ from ..core.errors import DecodeTuiError, UsageError
 from ..core.params import check_device_map
 from ..core.registry import ALIASES, DEFAULT_ALIAS, EMBEDDED_ALIASES, resolve
 from . import headless
+from .config import UserConfig
+from .config import load as load_config
 from .headless import fail, status
 from .options import (
     CompareOpt,
@@ -73,7 +75,30 @@ def generate(
     output_format: OutputFormatOpt = FormatChoice.text,
 ) -> None:
     """Decode a prompt headlessly, streaming the text (or every event as JSON lines)."""
-    headless.generate(options, compare=compare, compare_runs=compare_runs, output_format=output_format)
+    try:
+        user = user_config()
+        configured_model_exists(options, user)
+    except DecodeTuiError as err:
+        fail(err)
+    headless.generate(options.with_default_model(user.model), compare=compare, compare_runs=compare_runs,
+                      output_format=output_format)
+
+
+def configured_model_exists(options: DecodingOptions, user: UserConfig) -> None:
+    """A config file's model that is not on disk is refused naming the file, so the user knows where it came from."""
+    if options.model is None and user.model is not None and user.model not in EMBEDDED_ALIASES:
+        try:
+            resolve(user.model)
+        except DecodeTuiError as err:
+            raise type(err)(f"{user.path} sets model = {user.model!r}. {err.message}") from None
+
+
+def user_config() -> UserConfig:
+    """The user's config file, checked against the app's bindings and the theme files (cli/config.py)."""
+    from ..themes import names
+    from ..tui.bindings import APP_BINDINGS
+
+    return load_config({b.id: b.key for b in APP_BINDINGS if b.id is not None}, names())
 
 
 @app.command("run")
@@ -94,15 +119,18 @@ def run_app(
 ) -> None:
     """Open the app and watch the run live (no options: the embedded model on a demo prompt). ? lists the keys."""
     try:
+        user = user_config()
+        configured_model_exists(options, user)
+        options = options.with_default_model(user.model)
         config = options.config()
         check_device_map(options.device, options.device_map_name)
         text = options.prompt_text()
-        theme_choice = theme_name(theme)
+        theme_choice = theme_name(theme) or user.theme
         if record is not None and record.parent and not record.parent.exists():
             raise UsageError(f"Cannot record to {record}: the folder {record.parent} does not exist.")
         # A missing model is reported before the app opens (the embedded one is fetched in it), and so is a
         # missing draft.
-        for spec in (options.model, config.draft.model_spec if options.mode is ModeChoice.speculative else None):
+        for spec in (options.model_name, config.draft.model_spec if options.mode is ModeChoice.speculative else None):
             if spec is not None and spec not in EMBEDDED_ALIASES:
                 resolve(spec)
     except DecodeTuiError as err:
@@ -111,12 +139,12 @@ def run_app(
     from ..tui.settings import Settings
     from ..tui.sources import ModelRunner
 
-    settings = Settings(model=options.model, device=options.device, dtype=options.dtype.value,
+    settings = Settings(model=options.model_name, device=options.device, dtype=options.dtype.value,
                         trust_remote_code=options.trust_remote_code, prompt=text, config=config,
                         slow_motion_s=slow_motion, device_map=options.device_map_name)
     runner = ModelRunner()
     app_ = DecodeApp(settings, runner.source, start_paused=start_paused, auto_pause=auto_pause, record=record,
-                     theme=theme_choice)
+                     theme=theme_choice, keymap=user.keys)
     _run_app(app_)
 
 
@@ -147,7 +175,8 @@ def replay_cmd(
 ) -> None:
     """Play a recorded run in the app, with no model and no GPU (pause, step and slow motion work)."""
     try:
-        theme_choice = theme_name(theme)
+        user = user_config()
+        theme_choice = theme_name(theme) or user.theme
         from ..tui.settings import settings_from_dict
         from ..tui.sources import read_recording, replay
 
@@ -158,7 +187,7 @@ def replay_cmd(
     from ..tui.app import DecodeApp
 
     app_ = DecodeApp(settings, lambda _settings, _live: replay(events, speed), start_paused=start_paused,
-                     theme=theme_choice, replaying=recording.name)
+                     theme=theme_choice, replaying=recording.name, keymap=user.keys)
     _run_app(app_)
 
 

@@ -44,7 +44,7 @@ def generate(options: DecodingOptions, *, compare: bool, compare_runs: int, outp
         draft_spec = config.draft.model_spec if mode is ModeChoice.speculative else None
         if draft_spec is not None:
             ensure_model(draft_spec)  # a missing draft is refused now, not after the target's load
-        resolved = ensure_model(options.model)
+        resolved = ensure_model(options.model_name)
         lm = _load(resolved, options.device, options.dtype.value, options.trust_remote_code, options.device_map_name)
         draft = _load_draft(lm, config.draft.draft, options.trust_remote_code) if mode is ModeChoice.speculative \
             else None

@@ -154,9 +154,9 @@ def build_config(*, mode: ModeChoice, max_new_tokens: int = 128, temperature: fl
 
 
 
-ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Alias (see `decode-tui models`), Hugging Face "
-                                       "repo id, local folder or .gguf file.", rich_help_panel="Model")
-                     ]
+ModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="Alias (see `decode-tui models`), Hugging "
+                                              "Face repo id, local folder or .gguf file. \\[default: the config "
+                                              f"file's model, else {DEFAULT_ALIAS}]", rich_help_panel="Model")]
 
 DeviceOpt = Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N or mps.", callback=_check_device,
                                         rich_help_panel="Model")]
@@ -274,7 +274,7 @@ OutputFormatOpt = Annotated[FormatChoice, typer.Option("--format", help="text: t
 class DecodingOptions:
     """Every option a decoding command takes (``generate``, ``run``): the one place each is defined."""
 
-    model: ModelOpt = DEFAULT_ALIAS
+    model: ModelOpt = None  # see model_name
     device: DeviceOpt = "auto"
     dtype: DtypeOpt = DtypeChoice.auto
     device_map: DeviceMapOpt = None
@@ -312,6 +312,15 @@ class DecodingOptions:
             max_ngram_size=self.max_ngram_size, num_pred_tokens=self.num_pred_tokens,
             draft_confidence=self.draft_confidence, adaptive=self.adaptive, compare=compare, no_chat=self.no_chat,
             fast=self.fast, cuda_graphs=self.cuda_graphs)
+
+    @property
+    def model_name(self) -> str:
+        """--model, else the default (see :meth:`with_default_model`)."""
+        return self.model or DEFAULT_ALIAS
+
+    def with_default_model(self, configured: str | None) -> DecodingOptions:
+        """The options with the config file's model where --model was not given."""
+        return dataclasses.replace(self, model=self.model or configured or DEFAULT_ALIAS)
 
     def prompt_text(self) -> str:
         return read_prompt(self.prompt, self.prompt_file, self.mode.value)

@@ -87,7 +87,7 @@ def test_snapshots_are_the_top_candidates_of_each_stage(params: SamplingParams, 
 
 
 def test_sampling_never_edits_the_logits_it_is_given() -> None:
-    logits = torch.randn(1, V)
+    logits = torch.randn(1, V, generator=torch.Generator().manual_seed(5))
     before = logits.clone()
     input_ids = torch.arange(10).view(1, -1)
     params = SamplingParams(temperature=0.5, top_k=3, top_p=0.5, repetition_penalty=1.5)

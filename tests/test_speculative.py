@@ -330,9 +330,10 @@ def test_logits_after_a_rollback_equal_a_fresh_prefill(arch: str) -> None:
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
     else:
         model = tiny_model("llama", vocab_size=V, seed=0)
-    context = torch.randint(1, V, (1, 20))
-    draft = torch.randint(1, V, (1, 5))
-    nxt = torch.randint(1, V, (1, 1))
+    g = torch.Generator().manual_seed(3)
+    context = torch.randint(1, V, (1, 20), generator=g)
+    draft = torch.randint(1, V, (1, 5), generator=g)
+    nxt = torch.randint(1, V, (1, 1), generator=g)
     with torch.inference_mode():
         cache = new_cache(model, rollback=True)
         forward(model, context, cache)

@@ -62,6 +62,23 @@ async def settle(pilot: Any, app: DecodeApp, until: float = 5.0) -> None:
     raise AssertionError("the run did not finish")
 
 
+async def until(pilot: Any, condition: Callable[[], object], timeout: float = 5.0) -> None:
+    """Wait, a few milliseconds at a time, until ``condition()`` holds; fail after ``timeout`` seconds.
+
+    A condition wait, not a sleep: it returns as soon as the app got there, however loaded the machine.
+    """
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for the condition")
+        await pilot.pause(0.02)
+
+
+def paused_at(app: DecodeApp, expected: str) -> Callable[[], bool]:
+    """The run stopped at a step end with ``expected`` shown, nothing left to drain."""
+    return lambda: (text(app) == expected and app.pump is not None and app.pump.paused and app.pump.events.empty())
+
+
 def make(mode: str = "greedy", fake: FakeDecoder | None = None, **kwargs: Any) -> tuple[DecodeApp, FakeDecoder]:
     fake = fake or FakeDecoder()
     return DecodeApp(with_mode(Settings(), mode), fake.source, **kwargs), fake  # type: ignore[arg-type]
@@ -109,14 +126,11 @@ async def test_each_mode_shows_its_panel(mode: str) -> None:
 async def test_paused_run_advances_one_step_per_key() -> None:
     app, _ = make(start_paused=True)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause(0.3)
-        assert text(app) == WORDS[0]  # a paused run stops at the end of its first step
+        await until(pilot, paused_at(app, WORDS[0]))  # a paused run stops at the end of its first step
         await pilot.press("n")
-        await pilot.pause(0.3)
-        assert text(app) == "".join(WORDS[:2])
+        await until(pilot, paused_at(app, "".join(WORDS[:2])))
         await pilot.press("n", "n")
-        await pilot.pause(0.3)
-        assert text(app) == "".join(WORDS[:4])
+        await until(pilot, paused_at(app, "".join(WORDS[:4])))
         await pilot.press("space")  # resume
         await settle(pilot, app)
         assert text(app) == "".join(WORDS)
@@ -126,15 +140,12 @@ async def test_paused_run_advances_one_step_per_key() -> None:
 async def test_a_step_in_speculative_mode_is_a_whole_draft_round() -> None:
     app, _ = make("speculative", start_paused=True)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause(0.3)
-        assert text(app) == WORDS[0]  # the prefill's token
+        await until(pilot, paused_at(app, WORDS[0]))  # the prefill's token
         await pilot.press("n")
-        await pilot.pause(0.3)
-        assert text(app) == "".join(WORDS[:5])  # 3 accepted + the bonus, in one step
+        await until(pilot, paused_at(app, "".join(WORDS[:5])))  # 3 accepted + the bonus, in one step
         assert "accepted 3" in str(app.query_one("#caption", Caption).content)
         await pilot.press("n")
-        await pilot.pause(0.3)
-        assert text(app) == "".join(WORDS[:7])
+        await until(pilot, paused_at(app, "".join(WORDS[:7])))
         line = str(app.query_one("#caption", Caption).content)
         assert "2nd rejected: p=0.12 < u·q=0.33" in line and "resampled ' the' from max(0, p-q)" in line, line
 
@@ -143,10 +154,8 @@ async def test_a_step_in_speculative_mode_is_a_whole_draft_round() -> None:
 async def test_auto_pause_stops_at_the_first_rejection() -> None:
     app, _ = make("speculative", auto_pause=True)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause(0.5)
-        assert app.pump is not None and app.pump.paused
-        assert any("first rejection" in m for m in app.messages)
-        assert text(app) == "".join(WORDS[:7])  # the round with the rejection is complete
+        await until(pilot, lambda: any("first rejection" in m for m in app.messages))
+        await until(pilot, paused_at(app, "".join(WORDS[:7])))  # the round with the rejection is complete
         await pilot.press("space")
         await settle(pilot, app)
         assert app.query_one(StatsBar).counters.state == "finished"
@@ -166,7 +175,7 @@ async def test_restart_runs_again_from_the_start() -> None:
 async def test_cycling_the_mode_mid_run_restarts_in_the_next_mode() -> None:
     app, fake = make(fake=FakeDecoder(delay=0.05))
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause(0.15)
+        await until(pilot, lambda: text(app) != "")  # mid-run
         first = app.pump
         await pilot.press("m")
         await settle(pilot, app)
@@ -184,7 +193,7 @@ async def test_cycling_the_mode_mid_run_restarts_in_the_next_mode() -> None:
 async def test_a_sampling_change_applies_at_the_next_step_without_a_restart() -> None:
     app, fake = make("sample", fake=FakeDecoder(delay=0.08))
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause(0.2)
+        await until(pilot, lambda: text(app) != "")  # mid-run
         await pilot.press("t")  # temperature 1.0 -> 0.9
         await settle(pilot, app)
         assert len(fake.runs) == 1, "no restart"
@@ -205,14 +214,16 @@ async def test_every_knob_key_changes_its_setting(knob: Any) -> None:
         await settle(pilot, app)
         before = knob.get(app.settings)
         down, up = knob.keys
-        await pilot.press(up)
-        await pilot.pause(0.1)
-        raised = knob.get(app.settings)
-        await pilot.press(down, down)
-        await pilot.pause(0.1)
-        lowered = knob.get(app.settings)
-        assert raised > before or (raised == before and "limit" in app.messages[0])
-        assert lowered < raised
+        # From the default, move away from the limit it sits at (top-p 1.0 cannot rise), then back.
+        rises = adjust(app.settings, knob.id, 1).applies is not None
+        away, back = (up, down) if rises else (down, up)
+        await pilot.press(away)
+        await until(pilot, lambda: knob.get(app.settings) != before)
+        moved = knob.get(app.settings)
+        assert moved > before if rises else moved < before
+        await pilot.press(back)
+        await until(pilot, lambda: knob.get(app.settings) != moved)
+        assert knob.get(app.settings) < moved if rises else knob.get(app.settings) > moved
         await settle(pilot, app)
 
 
@@ -225,7 +236,7 @@ async def test_beams_restart_the_run_and_length_penalty_reranks_at_once() -> Non
         assert [h.text for h in panel.finished()] == ["The<eos>", "The quick brown"]
         for _ in range(8):  # lp 1.0 -> 3.0: long hypotheses win
             await pilot.press("L")
-        await pilot.pause(0.1)
+        await until(pilot, lambda: app.settings.config.beam.length_penalty == pytest.approx(3.0))
         assert len(fake.runs) == 1, "re-ranking needs no new run"
         assert [h.text for h in panel.finished()] == ["The quick brown", "The<eos>"]
         await pilot.press("W")
@@ -240,8 +251,7 @@ async def test_a_knob_that_does_nothing_in_this_mode_says_so() -> None:
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app)
         await pilot.press("T")
-        await pilot.pause(0.1)
-        assert "no effect in greedy mode" in app.messages[-1]
+        await until(pilot, lambda: any("no effect in greedy mode" in m for m in app.messages))
         assert len(fake.runs) == 1
 
 
@@ -264,12 +274,11 @@ async def test_editing_the_prompt_restarts_with_it_and_refuses_an_empty_one() ->
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app)
         await pilot.press("e")
-        await pilot.pause(0.1)
+        await until(pilot, lambda: app.screen.query(TextArea))
         area = app.screen.query_one(TextArea)
         area.text = "   "
         await pilot.press("ctrl+s")
-        await pilot.pause(0.1)
-        assert "empty" in str(app.screen.query_one("#prompt-error").render())
+        await until(pilot, lambda: "empty" in str(app.screen.query_one("#prompt-error").render()))
         area.text = "Tell me about foxes."
         await pilot.press("ctrl+s")
         await settle(pilot, app)
@@ -282,11 +291,10 @@ async def test_loading_a_missing_model_shows_why_and_keeps_the_current_one(tmp_p
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app)
         app.action_load_model()
-        await pilot.pause(0.1)
+        await until(pilot, lambda: type(app.screen).__name__ == "ModelPicker")
         await pilot.press(*"no-such-model", "enter")
-        await pilot.pause(0.2)
+        await until(pilot, lambda: any("no-such-model" in m for m in app.messages))
         assert app.settings.model == "smollm2" and len(fake.runs) == 1
-        assert "no-such-model" in app.messages[-1]
         await pilot.press("r")
         await settle(pilot, app)
         assert app.is_running and len(fake.runs) == 2
@@ -298,20 +306,19 @@ async def test_help_themes_and_prompt_editing_work_while_the_model_loads() -> No
     app, fake = make(fake=FakeDecoder(loading=loaded))
     try:
         async with app.run_test(size=SIZE) as pilot:
-            await pilot.pause(0.2)
             stats = app.query_one(StatsBar)
-            assert stats.counters.state == "loading fake…" and text(app) == ""
+            await until(pilot, lambda: stats.counters.state == "loading fake…")
+            assert text(app) == ""
             await pilot.press("question_mark")
-            await pilot.pause(0.1)
-            assert isinstance(app.screen, HelpScreen)
+            await until(pilot, lambda: isinstance(app.screen, HelpScreen))
             await pilot.press("escape")
             await pilot.press("c")
             assert app.theme == "decode-presenter"
             await pilot.press("e")
-            await pilot.pause(0.1)
+            await until(pilot, lambda: app.screen.query(TextArea))
             app.screen.query_one(TextArea).text = "Tell me about foxes."
             await pilot.press("ctrl+s")
-            await pilot.pause(0.1)
+            await until(pilot, lambda: len(fake.runs) == 2 or app.settings.prompt == "Tell me about foxes.")
             # Still "loading": the edited run waits for the load to end, and nothing is lost.
             assert app.pump is not None and not app.pump.finished.is_set()
             loaded.set()
@@ -364,7 +371,7 @@ async def test_help_lists_every_binding() -> None:
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app)
         await pilot.press("question_mark")
-        await pilot.pause(0.1)
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen))
         assert isinstance(app.screen, HelpScreen)
         shown = app.screen.bindings_shown
         assert {b.id for b in shown} == {b.id for b in DecodeApp.BINDINGS if isinstance(b, Binding)}
@@ -396,8 +403,7 @@ async def test_the_command_palette_offers_every_action_and_loading_a_model() -> 
             assert binding.description in names
         assert "Load another model…" in names and "Mode: pld" in names
         await pilot.press("ctrl+p")
-        await pilot.pause(0.2)
-        assert type(app.screen).__name__ == "CommandPalette"
+        await until(pilot, lambda: type(app.screen).__name__ == "CommandPalette")
 
 
 @in_event_loop
@@ -451,11 +457,9 @@ async def test_a_replay_pauses_and_steps_like_a_live_run() -> None:
         recorded = list(app.view.trace)
     replayed = DecodeApp(Settings(), lambda s, live: replay(recorded, 0.0), start_paused=True, replaying="x")
     async with replayed.run_test(size=SIZE) as pilot:
-        await pilot.pause(0.3)
-        assert text(replayed) == WORDS[0]
+        await until(pilot, paused_at(replayed, WORDS[0]))
         await pilot.press("n")
-        await pilot.pause(0.3)
-        assert text(replayed) == "".join(WORDS[:2])
+        await until(pilot, paused_at(replayed, "".join(WORDS[:2])))
 
 
 @in_event_loop
@@ -490,10 +494,9 @@ async def test_a_slow_step_shows_a_busy_indicator_that_goes_when_the_step_comes(
         label = str(panels.border_subtitle)
         assert label.startswith("busy ") and "verifying" in label, label
         before = len(app.view.trace)
-        while len(app.view.trace) == before and time.monotonic() < deadline + 3:
-            await pilot.pause(0.05)
-        await pilot.pause(0.1)
-        assert "busy" not in str(panels.border_subtitle), "the indicator goes once the step's events arrive"
+        await until(pilot, lambda: len(app.view.trace) > before)
+        # the indicator goes once the step's events arrive
+        await until(pilot, lambda: "busy" not in str(panels.border_subtitle))
         await pilot.press("q")
 
 
@@ -501,7 +504,7 @@ async def test_a_slow_step_shows_a_busy_indicator_that_goes_when_the_step_comes(
 async def test_quit_mid_run_leaves_no_thread_running() -> None:
     app, _ = make(fake=FakeDecoder(WORDS * 50, delay=0.01))
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause(0.2)
+        await until(pilot, lambda: text(app) != "")  # mid-run
         pump = app.pump
         await pilot.press("q")
     assert pump is not None and pump.finished.wait(5), "the decoder thread stopped"
@@ -516,7 +519,7 @@ async def test_quitting_right_after_a_burst_of_restarts_exits_within_a_second() 
     pumps: list[EventPump] = []
     app, _ = make("beam", fake=FakeDecoder(WORDS * 50, delay=0.2))
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause(0.1)
+        await until(pilot, lambda: app.pump is not None)
         for key in ("m", "w", "W", "r", "m", "r"):
             await pilot.press(key)
             if app.pump is not None and app.pump not in pumps:
@@ -571,10 +574,7 @@ async def test_a_mode_change_shows_the_new_panel_at_once_and_empty() -> None:
     app, fake = make("speculative", fake=FakeDecoder(delay=0.05))
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app)
-        deadline = time.monotonic() + 5
-        while not app.query_one("#panel-draft", DraftPanel).rounds and time.monotonic() < deadline:
-            await pilot.pause(0.05)
-        assert app.query_one("#panel-draft", DraftPanel).rounds
+        await until(pilot, lambda: app.query_one("#panel-draft", DraftPanel).rounds)
         fake.delay = 30.0  # the next run shows nothing for a long while: what is on screen is the reset
         await pilot.press("m")  # speculative -> pld
         switcher = app.query_one("#panels", ContentSwitcher)
@@ -615,7 +615,7 @@ async def test_a_beam_run_to_the_length_limit_shows_no_placeholder_on_screen(byt
 async def test_ctrl_c_exits_with_130_and_stops_the_decoder() -> None:
     app, _ = make(fake=FakeDecoder(WORDS * 50, delay=0.01))
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause(0.2)
+        await until(pilot, lambda: text(app) != "")  # mid-run
         pump = app.pump
         await pilot.press("ctrl+c")
     assert pump is not None and pump.finished.wait(5)
@@ -645,8 +645,7 @@ async def test_a_too_small_terminal_shows_a_notice_instead_of_the_layout() -> No
         assert notice.display and not app.query_one("#main").display
         assert "60×15" in _plain(notice)
         await pilot.resize_terminal(*SIZE)
-        await pilot.pause(0.1)
-        assert not notice.display and app.query_one("#main").display
+        await until(pilot, lambda: not notice.display and app.query_one("#main").display)
 
 
 def test_adjust_clamps_at_the_limits_and_validates() -> None:
@@ -725,8 +724,8 @@ async def test_the_auto_pause_key_arms_the_running_decoder() -> None:
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("a")
         assert app.auto_pause and app.pump is not None and app.pump.auto_pause is not None
-        await pilot.pause(1.2)
-        assert app.pump.paused and any("first rejection" in m for m in app.messages)
+        await until(pilot, lambda: any("first rejection" in m for m in app.messages))
+        await until(pilot, lambda: app.pump is not None and app.pump.paused)
         await pilot.press("a", "space")
         assert app.pump.auto_pause is None
         await settle(pilot, app)

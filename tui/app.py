@@ -22,7 +22,7 @@ import asyncio
 import dataclasses
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import ClassVar
 
@@ -35,7 +35,7 @@ from textual.widgets import Footer
 from ..core.errors import DecodeTuiError
 from ..core.events import Mode
 from ..core.live import LiveParams
-from .bindings import APP_BINDINGS
+from .bindings import APP_BINDINGS, keys_after
 from .commands import DecodeCommands
 from .decoder_thread import DecoderThread
 from .pacing import PaintPacer
@@ -80,8 +80,10 @@ class DecodeApp(App[int]):
 
     def __init__(self, settings: Settings, make_source: SourceFactory, *, start_paused: bool = False,
                  auto_pause: bool = False, record: Path | None = None, theme: str | None = None,
-                 replaying: str | None = None) -> None:
+                 replaying: str | None = None, keymap: Mapping[str, str] | None = None) -> None:
         super().__init__()
+        self.keymap = dict(keymap or {})  # binding id -> key(s), from the user's config file (cli/config.py)
+        self.set_keymap(self.keymap)
         self.settings = settings
         self.make_source = make_source
         self.start_paused = start_paused
@@ -365,7 +367,8 @@ class DecodeApp(App[int]):
         self.push_screen(HelpScreen(self.all_bindings(), self.glyphs))
 
     def all_bindings(self) -> list[Binding]:
-        return [b for b in self.BINDINGS if isinstance(b, Binding)]
+        """Every binding, on the key the user's keymap put it on (the help screen and the palette list these)."""
+        return keys_after([b for b in self.BINDINGS if isinstance(b, Binding)], self.keymap)
 
     def _stop(self) -> None:
         if self.pump is not None:
