@@ -1,6 +1,6 @@
 """Benchmark: each drafting mode on its own demo prompt against plain greedy, on this machine (the README's figures).
 
-Fair by construction (``core.warmup.compare``: warm runs, alternated, the median ratio with its range), on the
+Fair by construction (``core.compare.compare``: warm runs, alternated, the median ratio with its range), on the
 embedded model. Speculative decoding uses the default draft (the target quantised to int8, CPU only).
 
     python benchmarks/demo_prompts.py [--runs 3] [--new-tokens 64] [--out results.jsonl]

@@ -7,7 +7,7 @@ still leaves what it measured. Sections (``--only``, comma-separated):
 - ``smol``: the embedded SmolLM2-135M (bf16 on CUDA, fp32 on the CPU): load time after imports; per mode
   (greedy, pld, beam) and path (the default, and ``plain`` with CUDA graphs off), the warm-up's seconds
   and the tokens/s of runs 1, 2, 3 after it; transformers' ``generate`` warm; greedy against itself and
-  PLD against greedy through :func:`decode_tui.core.warmup.compare` (warm, alternated, with the range).
+  PLD against greedy through :func:`decode_tui.core.compare.compare` (warm, alternated, with the range).
 - ``phi3``: a model of Phi-3-mini's architecture and size with random weights (``--tiny``: a small one,
   to check the script on a CPU): the default path (graphs on CUDA; its warm-up holds the capture), the
   plain path, ``--fast`` (its warm-up holds the compile), and ``generate``; tokens/s of runs 1-3 and each

@@ -65,6 +65,7 @@ def test_the_phi3_alias_decodes_a_local_checkpoint_like_generate(phi3_home: tupl
     assert len(ids[0]) + len(ours) > 8, "the run goes past the sliding window"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", [["--mode", "pld", "--num-pred-tokens", "6"],
                                   ["--mode", "speculative", "--draft", "int8"]], ids=["pld", "speculative"])
 def test_drafting_on_phi3_rolls_the_sliding_window_back_and_stays_lossless(

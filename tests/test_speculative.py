@@ -255,12 +255,14 @@ def sampling_case() -> tuple[Any, Any, list[int], dict[tuple[int, ...], float]]:
     return target, draft, prompt, exact_distribution(target, prompt, SAMPLING, 3)
 
 
+@pytest.mark.slow
 def test_speculative_sampling_preserves_the_target_distribution(byte_bpe: Any, sampling_case: Any) -> None:
     target, draft, prompt, expected = sampling_case
     counts = sampled_outcomes(target, byte_bpe, lambda: ModelDrafter(draft, V), prompt, 3000)
     assert chi_square_p_value(counts, expected) > 1e-3
 
 
+@pytest.mark.slow
 def test_lookup_sampling_preserves_the_target_distribution(byte_bpe: Any, sampling_case: Any) -> None:
     target, _, _, _ = sampling_case
     prompt = [7, 8, 9, 7, 8, 9, 7, 8]  # the lookup always finds a copy to propose
@@ -269,6 +271,7 @@ def test_lookup_sampling_preserves_the_target_distribution(byte_bpe: Any, sampli
     assert chi_square_p_value(counts, expected) > 1e-3
 
 
+@pytest.mark.slow
 def test_negative_control_a_verifier_that_accepts_everything_fails_the_same_test(
         byte_bpe: Any, sampling_case: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     target, draft, prompt, expected = sampling_case
