@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from decode_tui.tui.themes import GLYPHS, ORDER, VARIABLES, ThemeFileError, initial_theme, load_all, parse
+from decode_tui.themes import ORDER
+from decode_tui.tui.themes import GLYPHS, VARIABLES, ThemeFileError, initial_theme, load_all, parse
 
 ROOT = Path(__file__).resolve().parents[1]
 

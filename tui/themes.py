@@ -20,6 +20,8 @@ from importlib.resources import files
 
 from textual.theme import Theme
 
+from ..themes import ORDER
+
 VARIABLES = (
     "token-target", "token-draft", "token-lookup", "token-resampled", "token-bonus",
     "token-draft-style", "token-lookup-style", "token-resampled-style", "token-bonus-style",
@@ -30,7 +32,6 @@ VARIABLES = (
 GLYPHS = ("accepted", "rejected", "untested", "resampled", "bonus", "chosen")
 COLORS = ("primary", "secondary", "accent", "success", "warning", "error", "foreground", "background", "surface",
           "panel")
-ORDER = ("decode-dark", "decode-presenter", "decode-colorblind", "decode-mono")
 DEFAULT = "decode-dark"
 MONOCHROME = "decode-mono"
 
