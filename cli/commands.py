@@ -29,6 +29,7 @@ from .options import (
     FormatChoice,
     ModeChoice,
     OutputFormatOpt,
+    TableFormatChoice,
     ThemeOpt,
     decoding_command,
     theme_name,
@@ -99,6 +100,37 @@ def user_config() -> UserConfig:
     from ..tui.bindings import APP_BINDINGS
 
     return load_config({b.id: b.key for b in APP_BINDINGS if b.id is not None}, names())
+
+
+@app.command("bench")
+@decoding_command
+def bench_cmd(
+    options: DecodingOptions,
+    modes: Annotated[str, typer.Option("--modes", help="Comma-separated modes to time: greedy, sample, beam, "
+                                       "speculative, pld. Greedy is always timed: speed-ups are over it.",
+                                       rich_help_panel="Benchmark")] = "greedy,pld,speculative",
+    repeats: Annotated[int, typer.Option("--repeats", min=1, help="Timed runs a mode, after a warm-up each; the "
+                                         "order alternates from round to round.", rich_help_panel="Benchmark")] = 3,
+    output_format: Annotated[TableFormatChoice, typer.Option("--format", help="text: a table. json: one JSON object "
+                                                             "per mode, a line each.", rich_help_panel="Output")
+                             ] = TableFormatChoice.text,
+) -> None:
+    """Time decoding modes on one prompt: warm, alternated, with the spread; tok/s, speed-up over greedy,
+    target forwards, acceptance, and whether each mode's text is greedy's."""
+    try:
+        user = user_config()
+        configured_model_exists(options, user)
+        if options.mode is not ModeChoice.greedy:
+            raise UsageError("bench times the modes named by --modes (e.g. --modes greedy,pld), not --mode.")
+        chosen = [m.strip() for m in modes.split(",") if m.strip()]
+        unknown = [m for m in chosen if m not in ModeChoice.__members__]
+        if unknown or not chosen:
+            raise UsageError(f"Unknown mode {', '.join(map(repr, unknown)) or '(none given)'} in --modes. Use a "
+                             f"comma-separated list of: {', '.join(ModeChoice.__members__)}.")
+    except DecodeTuiError as err:
+        fail(err)
+    headless.bench(options.with_default_model(user.model), list(dict.fromkeys(ModeChoice(m) for m in chosen)),
+                   runs=repeats, output_format=output_format)
 
 
 @app.command("run")

@@ -20,7 +20,7 @@ import typer
 
 from ..core.errors import EXIT_INTERRUPTED, DecodeTuiError
 from ..core.params import DecodeConfig, check_device_map
-from .options import DecodingOptions, FormatChoice, ModeChoice
+from .options import DecodingOptions, FormatChoice, ModeChoice, TableFormatChoice
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -265,3 +265,56 @@ def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: F
                                 f"{c['speedup_high']:.2f} over {c['runs']} warm runs a side, alternated; "
                                 f"{result.mode} {c['tokens_per_s']:.1f} tok/s, greedy "
                                 f"{c['greedy_tokens_per_s']:.1f} tok/s), output {verdict}")
+
+
+def bench(options: DecodingOptions, modes: list[ModeChoice], *, runs: int, output_format: TableFormatChoice) -> None:
+    """Time ``modes`` on one prompt by the core's protocol (warm, alternated; core/compare.py) and print a table
+    (or one JSON object per mode). Plain greedy is always measured: every speed-up is over it."""
+    import json
+
+    from ..core.compare import bench as run_bench
+
+    try:
+        check_device_map(options.device, options.device_map_name)
+        if ModeChoice.greedy not in modes:
+            modes = [ModeChoice.greedy, *modes]
+        configs = {m.value: options.for_mode(m).config() for m in modes}
+        text = options.prompt_text() if options.prompt or options.prompt_file else _bench_prompt(modes)
+        draft_spec = configs["speculative"].draft.model_spec if "speculative" in configs else None
+        if draft_spec is not None:
+            ensure_model(draft_spec)
+        resolved = ensure_model(options.model_name)
+        lm = _load(resolved, options.device, options.dtype.value, options.trust_remote_code, options.device_map_name)
+        draft = _load_draft(lm, configs["speculative"].draft.draft, options.trust_remote_code) \
+            if "speculative" in configs else None
+        with status(f"Benchmarking {', '.join(configs)}: a warm-up each, then {runs} rounds, alternated") as progress:
+            rows = run_bench(lm, text, configs, runs=runs, draft=draft, progress=progress)
+    except DecodeTuiError as err:
+        fail(err)
+    if output_format is TableFormatChoice.json:
+        for row in rows:
+            _write(sys.stdout, json.dumps(row.to_dict()) + "\n")
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{lm.name} · {lm.device.type} {str(lm.dtype).removeprefix('torch.')} · {runs} warm runs a "
+                        "mode, alternated: median (range)", title_justify="left")
+    for column in ("mode", "tok/s", "speed-up", "forwards", "tok/fwd", "accept", "= greedy"):
+        table.add_column(column, justify="left" if column in ("mode", "= greedy") else "right", no_wrap=True)
+    for r in rows:
+        same = "yes" if r.identical else f"from #{r.first_divergence}"
+        table.add_row(r.mode, f"{r.tokens_per_s:.1f} ({r.tokens_per_s_low:.1f}-{r.tokens_per_s_high:.1f})",
+                      f"{r.speedup:.2f}x ({r.speedup_low:.2f}-{r.speedup_high:.2f})", str(r.target_forwards),
+                      f"{r.tokens_per_forward:.2f}", f"{r.acceptance_rate:.0%}" if r.acceptance_rate is not None
+                      else "-", same)
+    Console(soft_wrap=True).print(table)
+
+
+def _bench_prompt(modes: list[ModeChoice]) -> str:
+    """Without --prompt: the demo prompt of the first drafting mode asked for (it is made to show drafting), else
+    greedy's."""
+    from ..core.params import demo_prompt
+
+    drafting = [m for m in modes if m in (ModeChoice.pld, ModeChoice.speculative)]
+    return demo_prompt((drafting[0] if drafting else ModeChoice.greedy).value)

@@ -46,6 +46,11 @@ class FormatChoice(StrEnum):
     jsonl = "jsonl"
 
 
+class TableFormatChoice(StrEnum):
+    text = "text"
+    json = "json"
+
+
 class EarlyStoppingChoice(StrEnum):
     true = "true"
     false = "false"
@@ -91,6 +96,16 @@ def _check_device(value: str) -> str:
     return value
 
 
+# The options that apply to some modes only (every other decoding option applies to all).
+_BEAM, _DRAFTING = frozenset({ModeChoice.beam}), frozenset({ModeChoice.speculative, ModeChoice.pld})
+ONLY_FOR: dict[str, frozenset[ModeChoice]] = {
+    "num_beams": _BEAM, "length_penalty": _BEAM, "early_stopping": _BEAM, "num_return_sequences": _BEAM,
+    "draft": frozenset({ModeChoice.speculative}), "num_draft_tokens": frozenset({ModeChoice.speculative}),
+    "draft_confidence": frozenset({ModeChoice.speculative}), "max_ngram_size": frozenset({ModeChoice.pld}),
+    "num_pred_tokens": frozenset({ModeChoice.pld}), "adaptive": _DRAFTING, "compare": _DRAFTING,
+}
+
+
 def build_config(*, mode: ModeChoice, max_new_tokens: int = 128, temperature: float | None = None,
                  top_k: int | None = None, top_p: float | None = None, repetition_penalty: float | None = None,
                  seed: int | None = None, num_beams: int | None = None, length_penalty: float | None = None,
@@ -109,7 +124,7 @@ def build_config(*, mode: ModeChoice, max_new_tokens: int = 128, temperature: fl
         repetition_penalty=defaults.repetition_penalty if repetition_penalty is None else repetition_penalty,
     )
     beam_options = (num_beams, length_penalty, early_stopping, num_return_sequences)
-    if mode is not ModeChoice.beam and beam_options != (None, None, None, None):
+    if mode not in ONLY_FOR["num_beams"] and beam_options != (None, None, None, None):
         raise UsageError(f"--num-beams, --length-penalty, --early-stopping and --num-return-sequences apply to "
                          f"beam search only, not to --mode {mode.value}. Use --mode beam, or leave them out.")
     beam_defaults = BeamParams()
@@ -120,14 +135,12 @@ def build_config(*, mode: ModeChoice, max_new_tokens: int = 128, temperature: fl
         num_return_sequences=1 if num_return_sequences is None else num_return_sequences,
     )
     drafting = mode in (ModeChoice.speculative, ModeChoice.pld)
-    for given, flag, allowed in ((draft, "--draft", {ModeChoice.speculative}),
-                                 (max_ngram_size, "--max-ngram-size", {ModeChoice.pld}),
-                                 (num_pred_tokens, "--num-pred-tokens", {ModeChoice.pld}),
-                                 (num_draft_tokens, "--num-draft-tokens", {ModeChoice.speculative}),
-                                 (draft_confidence, "--draft-confidence", {ModeChoice.speculative}),
-                                 (adaptive or None, "--adaptive", {ModeChoice.speculative, ModeChoice.pld}),
-                                 (compare or None, "--compare", {ModeChoice.speculative, ModeChoice.pld})):
-        if given is not None and flag == "--num-draft-tokens" and mode is ModeChoice.pld:
+    given_options = {"draft": draft, "max_ngram_size": max_ngram_size, "num_pred_tokens": num_pred_tokens,
+                     "num_draft_tokens": num_draft_tokens, "draft_confidence": draft_confidence,
+                     "adaptive": adaptive or None, "compare": compare or None}
+    for name, given in given_options.items():
+        allowed, flag = ONLY_FOR[name], "--" + name.replace("_", "-")
+        if given is not None and name == "num_draft_tokens" and mode is ModeChoice.pld:
             raise UsageError("In --mode pld the draft length is --num-pred-tokens: the most tokens prompt lookup "
                              "copies in a round (transformers' prompt_lookup_num_tokens, 10 by default).")
         if given is not None and mode not in allowed:
@@ -157,81 +170,59 @@ def build_config(*, mode: ModeChoice, max_new_tokens: int = 128, temperature: fl
 ModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="Alias (see `decode-tui models`), Hugging "
                                               "Face repo id, local folder or .gguf file. \\[default: the config "
                                               f"file's model, else {DEFAULT_ALIAS}]", rich_help_panel="Model")]
-
 DeviceOpt = Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N or mps.", callback=_check_device,
                                         rich_help_panel="Model")]
-
 DtypeOpt = Annotated[DtypeChoice, typer.Option(help="auto: bf16 on CUDA, fp32 on CPU.",
                                                rich_help_panel="Model")]
-
 TrustRemoteCodeOpt = Annotated[bool, typer.Option("--trust-remote-code", help="Allow a checkpoint's own "
                                                     "Python code to run.", rich_help_panel="Model")]
-
 PromptOpt = Annotated[str | None, typer.Option("--prompt", "-p", help="The prompt text.",
                                                rich_help_panel="Prompt")]
-
 PromptFileOpt = Annotated[Path | None, typer.Option(help="Read the prompt from a UTF-8 file (- for stdin).",
                                                      rich_help_panel="Prompt")]
-
 NoChatOpt = Annotated[bool, typer.Option("--no-chat", help="Feed the prompt as-is, without the chat "
                                           "template.", rich_help_panel="Prompt")]
-
 ModeOpt = Annotated[ModeChoice, typer.Option(help="Decoding strategy.", rich_help_panel="Decoding")
                     ]
-
 MaxNewTokensOpt = Annotated[int, typer.Option(min=1, help="Stop after this many new tokens.",
                                                 rich_help_panel="Decoding")]
-
 TemperatureOpt = Annotated[float | None, typer.Option(min=0.0, help="Sampling temperature; 0 is greedy. "
                                                       "\\[default: 1.0]", rich_help_panel="Sampling")]
-
 TopKOpt = Annotated[int | None, typer.Option(min=0, help="Keep the k most likely tokens; 0 is off. "
                                               "\\[default: 50]", rich_help_panel="Sampling")]
-
 TopPOpt = Annotated[float | None, typer.Option(callback=_check_top_p, help="Nucleus sampling mass in "
                                                 "(0, 1]. \\[default: 1.0]", rich_help_panel="Sampling")]
-
 RepetitionPenaltyOpt = Annotated[float | None, typer.Option(callback=_check_penalty, help="> 1 discourages "
                                                              "tokens already seen. \\[default: 1.0]",
                                                              rich_help_panel="Sampling")]
-
 SeedOpt = Annotated[int | None, typer.Option(min=0, help="Seed for sampling; the same seed gives the same "
                                              "tokens.", rich_help_panel="Sampling")]
-
 NumBeamsOpt = Annotated[int | None, typer.Option(min=1, help="Beams kept at each step. \\[default: 4]",
                                                   rich_help_panel="Beam search")]
-
 LengthPenaltyOpt = Annotated[float | None, typer.Option(help="Score = sum log-prob / length ** this; > 0 favours "
                                                          "longer outputs. \\[default: 1.0]",
                                                          rich_help_panel="Beam search")]
-
 EarlyStoppingOpt = Annotated[EarlyStoppingChoice | None, typer.Option(help="true: stop once num-beams "
                                                                        "hypotheses are finished; false: when no "
                                                                        "open beam can win (heuristic); never: the "
                                                                        "exact test. \\[default: false]",
                                                                        rich_help_panel="Beam search")]
-
 NumReturnSequencesOpt = Annotated[int | None, typer.Option(min=1, help="Hypotheses to return, best first "
                                                              "(<= num-beams). \\[default: 1]",
                                                              rich_help_panel="Beam search")]
-
 DraftOpt = Annotated[str | None, typer.Option(help="speculative: the draft model: a model spec, self (the "
                                               "target's own weights) or int8 (the target quantised, CPU). "
                                               "\\[default: int8]", rich_help_panel="Speculative and PLD")]
-
 NumDraftTokensOpt = Annotated[int | None, typer.Option(min=1, help="speculative: tokens drafted per round (the "
                                                          "most, with --adaptive). \\[default: 5]",
                                                          rich_help_panel="Speculative and PLD")]
-
 MaxNgramSizeOpt = Annotated[int | None, typer.Option(min=1, help="pld: the longest n-gram to look up. "
                                                        "\\[default: 3]", rich_help_panel="Speculative and PLD")
                               ]
-
 NumPredTokensOpt = Annotated[int | None, typer.Option(min=1, help="pld: the most tokens copied per match, its "
                                                         "draft length (the most, with --adaptive). \\[default: 10]",
                                                         rich_help_panel="Speculative and PLD")
                                ]
-
 DraftConfidenceOpt = Annotated[float | None, typer.Option(
     help="speculative: the draft model stops a round's draft once it gives its own token less than this "
          "probability (transformers' assistant_confidence_threshold; 0 always drafts the full length). "
@@ -239,32 +230,26 @@ DraftConfidenceOpt = Annotated[float | None, typer.Option(
 AdaptiveOpt = Annotated[bool, typer.Option("--adaptive", help="Choose the draft length from the measured "
                                            "acceptance and verify cost (never much slower than greedy).",
                                            rich_help_panel="Speculative and PLD")]
-
 CompareOpt = Annotated[bool, typer.Option("--compare", help="Also run plain greedy on the same prompt; report "
                                           "the speedup and whether the outputs are identical.",
                                           rich_help_panel="Speculative and PLD")]
-
 FastOpt = Annotated[bool, typer.Option("--fast", help="Static KV cache and compiled decoding steps and "
                                        "verifications (torch.compile; CUDA graphs on a GPU): the same tokens, "
                                        "faster on a GPU once compiled (the first run compiles for tens of "
                                        "seconds). On a CPU it does not pay for a demo: 96 s of compiling for "
                                        "at best 1.4x (README). Not for beam search.", rich_help_panel="Decoding")]
-
 CompareRunsOpt = Annotated[int, typer.Option("--compare-runs", min=1, help="With --compare: timed runs a side, "
                                              "alternated, after a warm-up of each; the speed-up is their median "
                                              "ratio, printed with its range.", rich_help_panel="Speculative and PLD")]
-
 CudaGraphsOpt = Annotated[bool, typer.Option("--cuda-graphs/--no-cuda-graphs", help="On CUDA, replay decoding steps "
                                              "and verifications as CUDA graphs of the model on a static KV cache "
                                              "(captured in milliseconds while loading; the same tokens). Ignored "
                                              "elsewhere and for beam search.", rich_help_panel="Decoding")]
-
 DeviceMapOpt = Annotated[DeviceMapChoice | None, typer.Option("--device-map", help="Spread a model too big for one "
                                                               "GPU over this host's GPUs (accelerate's big-model "
                                                               "inference; the CPU, then the disk, take what does "
                                                               "not fit). Replaces --device.",
                                                               rich_help_panel="Model")]
-
 OutputFormatOpt = Annotated[FormatChoice, typer.Option("--format", help="text: the text on stdout, stats "
                                                         "on stderr. jsonl: one JSON event per line.",
                                                         rich_help_panel="Output")]
@@ -321,6 +306,12 @@ class DecodingOptions:
     def with_default_model(self, configured: str | None) -> DecodingOptions:
         """The options with the config file's model where --model was not given."""
         return dataclasses.replace(self, model=self.model or configured or DEFAULT_ALIAS)
+
+    def for_mode(self, mode: ModeChoice) -> DecodingOptions:
+        """These options for ``mode``, without the ones that apply to other modes only (a benchmark's modes)."""
+        defaults: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(self)}
+        dropped = {name: defaults[name] for name, modes in ONLY_FOR.items() if name in defaults and mode not in modes}
+        return dataclasses.replace(self, mode=mode, **dropped)
 
     def prompt_text(self) -> str:
         return read_prompt(self.prompt, self.prompt_file, self.mode.value)

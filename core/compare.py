@@ -1,7 +1,7 @@
 """Comparing two ways of decoding one prompt, fairly: warm runs only, alternated, with the spread.
 
-The protocol every speed-up the project prints follows (``generate --compare``
-and the benchmarks): both sides are warmed up first, then timed in rounds
+The protocol every speed-up the project prints follows (``generate --compare``,
+``decode-tui bench`` and the benchmarks): both sides are warmed up first, then timed in rounds
 AB, BA, AB, ..., and the speed-up is the median of the rounds' ratios with
 its lowest and highest. A cold run against a warm one, or all of A before all
 of B, would let the first-run effect or a drifting machine pass for a
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .events import Finished
@@ -37,48 +37,112 @@ def with_comparison(lm: LoadedModel, prompt: str, config: DecodeConfig, result: 
     return dataclasses.replace(result, comparison=comparison)
 
 
-def compare(lm: LoadedModel, prompt: str, config: DecodeConfig, baseline: DecodeConfig, *, runs: int = 3,
-            draft: DraftModel | None = None,
-            progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """``config``'s speed over ``baseline``'s on ``prompt``: warm runs only, alternated, with the spread.
+def timed_rounds(lm: LoadedModel, prompt: str, configs: Mapping[str, DecodeConfig], *, runs: int,
+                 draft: DraftModel | None = None,
+                 progress: Callable[[str], None] | None = None) -> dict[str, list[Finished]]:
+    """The protocol: every config warmed up, then ``runs`` rounds timing one run of each, the order reversed
+    from one round to the next (ABC, CBA, ABC, ...), so a drift in the machine's speed falls on all alike.
 
-    Both sides are warmed up first. Then ``runs`` rounds, each timing one run of each side, in the order
-    AB, BA, AB, ... The speed-up is the median of the rounds' ratios; ``speedup_low``/``speedup_high``
-    are the lowest and highest. ``identical`` compares the last runs' tokens.
+    Returns each config's results, round by round.
     """
     from .run import Run
 
     if runs < 1:
-        raise ValueError("compare needs at least one run a side")
-    warm_up(lm, prompt, baseline, draft)
-    warm_up(lm, prompt, config, draft)
-    rates: dict[str, list[float]] = {"ours": [], "base": []}
-    last: dict[str, Finished] = {}
+        raise ValueError("at least one timed run a side is needed")
+    for config in configs.values():
+        warm_up(lm, prompt, config, draft)
+    names = list(configs)
+    results: dict[str, list[Finished]] = {name: [] for name in names}
     for i in range(runs):
-        order = (("base", baseline), ("ours", config)) if i % 2 == 0 else (("ours", config), ("base", baseline))
-        for side, cfg in order:
+        for name in names if i % 2 == 0 else reversed(names):
             if progress is not None:
-                progress(f"comparing: round {i + 1} of {runs}, {cfg.mode}")
+                progress(f"round {i + 1} of {runs}: {name}")
             result = None
-            for event in Run(lm, prompt, cfg, draft).events():
+            for event in Run(lm, prompt, configs[name], draft).events():
                 result = event
             assert isinstance(result, Finished)
-            rates[side].append(result.tokens_per_s)
-            last[side] = result
-    ratios = [a / b if b else 0.0 for a, b in zip(rates["ours"], rates["base"], strict=True)]
-    ours, theirs = last["ours"].token_ids, last["base"].token_ids
-    divergence = next((i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), None)
-    if divergence is None and len(ours) != len(theirs):
-        divergence = min(len(ours), len(theirs))
+            results[name].append(result)
+    return results
+
+
+def compare(lm: LoadedModel, prompt: str, config: DecodeConfig, baseline: DecodeConfig, *, runs: int = 3,
+            draft: DraftModel | None = None,
+            progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """``config``'s speed over ``baseline``'s on ``prompt`` by :func:`timed_rounds` (AB, BA, AB, ...).
+
+    The speed-up is the median of the rounds' ratios; ``speedup_low``/``speedup_high`` are the lowest and
+    highest. ``identical`` compares the last runs' tokens.
+    """
+    if runs < 1:
+        raise ValueError("compare needs at least one run a side")
+    results = timed_rounds(lm, prompt, {"base": baseline, "ours": config}, runs=runs, draft=draft, progress=progress)
+    ours_rates = [r.tokens_per_s for r in results["ours"]]
+    base_rates = [r.tokens_per_s for r in results["base"]]
+    ratios = [a / b if b else 0.0 for a, b in zip(ours_rates, base_rates, strict=True)]
+    ours, theirs = results["ours"][-1].token_ids, results["base"][-1].token_ids
     return {
         "baseline": baseline.mode,
         "runs": runs,
         "protocol": "warm runs, alternated (AB, BA, ...), median of the rounds' ratios",
-        "tokens_per_s": statistics.median(rates["ours"]),
-        "greedy_tokens_per_s": statistics.median(rates["base"]),
+        "tokens_per_s": statistics.median(ours_rates),
+        "greedy_tokens_per_s": statistics.median(base_rates),
         "speedup": statistics.median(ratios),
         "speedup_low": min(ratios),
         "speedup_high": max(ratios),
         "identical": ours == theirs,
-        "first_divergence": divergence,
+        "first_divergence": first_divergence(ours, theirs),
     }
+
+
+def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
+    """The first index where two token sequences differ (one ending early counts), or None if they are equal."""
+    at = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), None)
+    if at is None and len(a) != len(b):
+        at = min(len(a), len(b))
+    return at
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchRow:
+    """One mode's figures in a benchmark: medians over the timed runs, with their range."""
+
+    mode: str
+    runs: int
+    tokens_per_s: float
+    tokens_per_s_low: float
+    tokens_per_s_high: float
+    speedup: float  # over greedy: the median of the rounds' ratios (1.0 for greedy itself)
+    speedup_low: float
+    speedup_high: float
+    new_tokens: int
+    target_forwards: int
+    tokens_per_forward: float
+    acceptance_rate: float | None  # speculative, pld
+    identical: bool  # the same tokens as greedy's
+    first_divergence: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def bench(lm: LoadedModel, prompt: str, configs: Mapping[str, DecodeConfig], *, runs: int,
+          draft: DraftModel | None = None, progress: Callable[[str], None] | None = None) -> list[BenchRow]:
+    """Every config in ``configs`` (keyed by name; ``greedy`` is the baseline) timed by :func:`timed_rounds`."""
+    if "greedy" not in configs:
+        raise ValueError("a benchmark needs plain greedy as its baseline")
+    results = timed_rounds(lm, prompt, configs, runs=runs, draft=draft, progress=progress)
+    base = results["greedy"]
+    rows = []
+    for name, finished in results.items():
+        rates = [r.tokens_per_s for r in finished]
+        ratios = [r.tokens_per_s / b.tokens_per_s if b.tokens_per_s else 0.0 for r, b in zip(finished, base,
+                                                                                             strict=True)]
+        last = finished[-1]
+        rows.append(BenchRow(
+            mode=name, runs=runs, tokens_per_s=statistics.median(rates), tokens_per_s_low=min(rates),
+            tokens_per_s_high=max(rates), speedup=statistics.median(ratios), speedup_low=min(ratios),
+            speedup_high=max(ratios), new_tokens=last.new_tokens, target_forwards=last.target_forwards,
+            tokens_per_forward=last.new_tokens / last.target_forwards if last.target_forwards else 0.0,
+            acceptance_rate=last.acceptance_rate, identical=last.token_ids == base[-1].token_ids,
+            first_divergence=first_divergence(last.token_ids, base[-1].token_ids)))
+    return rows

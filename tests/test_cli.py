@@ -321,3 +321,30 @@ def test_every_readme_generate_example_runs_as_written(smollm2: Any, tiny_model_
         assert result.stdout.strip(), (example, "no output")
         if "--format jsonl" in example:
             assert json.loads(result.stdout.splitlines()[-1])["event"] == "finished"
+
+
+def test_bench_prints_one_json_object_per_mode_with_greedy_as_the_baseline(tiny_model_dir: Path,
+                                                                            isolated_env: dict[str, str]) -> None:
+    done = cli("bench", "--model", str(tiny_model_dir), "--modes", "pld,sample", "--repeats", "2", "--seed", "1",
+               "--max-new-tokens", "12", "-p", "the quick brown fox the quick brown fox", "--format", "json",
+               env=isolated_env)
+    assert done.returncode == 0, done.stderr
+    rows = {r["mode"]: r for r in map(json.loads, done.stdout.splitlines())}
+    assert list(rows) == ["greedy", "pld", "sample"], "greedy first: every speed-up is over it"
+    for row in rows.values():
+        for key in ("mode", "tokens_per_s", "speedup", "target_forwards", "identical", "runs", "acceptance_rate"):
+            assert key in row
+        assert row["runs"] == 2 and row["speedup_low"] <= row["speedup"] <= row["speedup_high"]
+    assert rows["greedy"]["speedup"] == 1.0 and rows["greedy"]["target_forwards"] == rows["greedy"]["new_tokens"]
+    assert rows["pld"]["identical"] is True and rows["pld"]["acceptance_rate"] is not None
+    assert rows["sample"]["acceptance_rate"] is None
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--modes", "greedy,warp"], "Unknown mode 'warp' in --modes"),
+    (["--modes", ","], "Unknown mode (none given)"),
+    (["--repeats", "0"], "--repeats"),
+    (["--mode", "pld"], "not --mode"),
+])
+def test_bench_refuses_bad_modes_and_repeats(args: list[str], says: str, isolated_env: dict[str, str]) -> None:
+    assert_clean_failure(cli("bench", *args, env=isolated_env), 2, says)

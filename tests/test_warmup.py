@@ -141,3 +141,33 @@ def test_a_device_map_that_does_not_exist_or_clashes_with_a_device_is_refused(ti
         load_model(resolve(str(tiny_model_dir)), device_map="everywhere")
     with pytest.raises(UsageError, match="replaces --device cpu"):
         load_model(resolve(str(tiny_model_dir)), device="cpu", device_map="auto")
+
+
+def test_bench_times_every_mode_alternated_against_greedy(lm: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from decode_tui.core.compare import bench
+
+    order: list[str] = []
+    original = Run.events
+
+    def spy(self: Run) -> Any:
+        yield from original(self)
+        order.append(self.config.mode)  # reached only by a run consumed to its end: a timed one
+
+    monkeypatch.setattr(Run, "events", spy)
+    configs = {"greedy": DecodeConfig(mode="greedy", max_new_tokens=30),
+               "pld": DecodeConfig(mode="pld", max_new_tokens=30, draft=DraftParams(num_pred_tokens=4)),
+               "sample": DecodeConfig(mode="sample", max_new_tokens=30, seed=3)}
+    rows = {r.mode: r for r in bench(lm, PROMPT, configs, runs=2)}
+    # timed (after the warm-ups, which stop early and never finish): forward, then backward
+    assert order == ["greedy", "pld", "sample", "sample", "pld", "greedy"]
+    assert set(rows) == {"greedy", "pld", "sample"}
+    greedy, pld = rows["greedy"], rows["pld"]
+    assert greedy.speedup == 1.0 and greedy.identical and greedy.target_forwards == greedy.new_tokens
+    assert pld.identical and pld.first_divergence is None, "greedy PLD equals greedy"
+    assert pld.target_forwards <= pld.new_tokens and pld.acceptance_rate is not None
+    assert pld.tokens_per_forward == pytest.approx(pld.new_tokens / pld.target_forwards)
+    for r in rows.values():
+        assert r.tokens_per_s_low <= r.tokens_per_s <= r.tokens_per_s_high
+        assert r.speedup_low <= r.speedup <= r.speedup_high and r.runs == 2
+    with pytest.raises(ValueError, match="greedy"):
+        bench(lm, PROMPT, {"pld": configs["pld"]}, runs=1)

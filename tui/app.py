@@ -6,8 +6,9 @@ sampling stage; beams; draft rounds; prompt lookup), a caption saying what the
 last step did, a stats bar and the key hints.
 
 The decoder runs in one thread worker (:class:`~decode_tui.tui.pump.EventPump`);
-a ~30 Hz timer drains its queue and updates each widget once per batch, so a
-fast decoder never floods the UI. Parameter keys change
+a ~30 Hz timer drains its queue into a :class:`~decode_tui.tui.run_view.RunView`
+(the run's state, with no Textual in it) and paints what it collected, each
+widget once per paint, so a fast decoder never floods the UI. Parameter keys change
 :class:`~decode_tui.tui.settings.Settings`; what can apply mid-run goes to the
 running strategy through :class:`~decode_tui.core.live.LiveParams`, what cannot
 restarts the run, and the app says which.
