@@ -66,7 +66,6 @@ def _main(
     """A terminal microscope for LLM decoding."""
 
 
-
 @app.command(no_args_is_help=False)
 @decoding_command
 def generate(
