@@ -41,13 +41,7 @@ def generate(options: DecodingOptions, *, compare: bool, compare_runs: int, outp
         if mode is ModeChoice.greedy and (options.temperature, options.top_k, options.top_p) != (None, None, None):
             stderr().print("decode-tui: note: greedy mode takes the argmax, so --temperature, --top-k and "
                            "--top-p change nothing; use --mode sample to sample.")
-        draft_spec = config.draft.model_spec if mode is ModeChoice.speculative else None
-        if draft_spec is not None:
-            ensure_model(draft_spec)  # a missing draft is refused now, not after the target's load
-        resolved = ensure_model(options.model_name)
-        lm = _load(resolved, options.device, options.dtype.value, options.trust_remote_code, options.device_map_name)
-        draft = _load_draft(lm, config.draft.draft, options.trust_remote_code) if mode is ModeChoice.speculative \
-            else None
+        lm, draft = _load_models(options, config if mode is ModeChoice.speculative else None)
         _warm_up(lm, text, config, draft)
         _decode(lm, text, config, output_format, draft, compare_runs if compare else 0)
     except DecodeTuiError as err:
@@ -86,6 +80,17 @@ def ensure_model(spec: str) -> ResolvedModel:
         return ensure(spec)
     with status(what) as progress:
         return ensure(spec, progress)
+
+
+def _load_models(options: DecodingOptions, speculative: DecodeConfig | None) -> tuple[LoadedModel, DraftModel | None]:
+    """The target model, and the draft model ``speculative``'s settings name (when there is a speculative run)."""
+    draft_spec = speculative.draft.model_spec if speculative is not None else None
+    if draft_spec is not None:
+        ensure_model(draft_spec)  # a missing draft is refused now, not after the target's load
+    resolved = ensure_model(options.model_name)
+    lm = _load(resolved, options.device, options.dtype.value, options.trust_remote_code, options.device_map_name)
+    draft = _load_draft(lm, speculative.draft.draft, options.trust_remote_code) if speculative is not None else None
+    return lm, draft
 
 
 def _load(resolved: ResolvedModel, device: str, dtype: str, trust_remote_code: bool,
@@ -280,13 +285,7 @@ def bench(options: DecodingOptions, modes: list[ModeChoice], *, runs: int, outpu
             modes = [ModeChoice.greedy, *modes]
         configs = {m.value: options.for_mode(m).config() for m in modes}
         text = options.prompt_text() if options.prompt or options.prompt_file else _bench_prompt(modes)
-        draft_spec = configs["speculative"].draft.model_spec if "speculative" in configs else None
-        if draft_spec is not None:
-            ensure_model(draft_spec)
-        resolved = ensure_model(options.model_name)
-        lm = _load(resolved, options.device, options.dtype.value, options.trust_remote_code, options.device_map_name)
-        draft = _load_draft(lm, configs["speculative"].draft.draft, options.trust_remote_code) \
-            if "speculative" in configs else None
+        lm, draft = _load_models(options, configs.get("speculative"))
         with status(f"Benchmarking {', '.join(configs)}: a warm-up each, then {runs} rounds, alternated") as progress:
             rows = run_bench(lm, text, configs, runs=runs, draft=draft, progress=progress)
     except DecodeTuiError as err:

@@ -32,6 +32,7 @@ from .settings import Settings
 if TYPE_CHECKING:
     from ..core.drafters import DraftModel
     from ..core.loading import LoadedModel
+    from ..core.registry import ResolvedModel
 
 RECORDING_VERSION = 1
 
@@ -83,12 +84,7 @@ class ModelRunner:
         cached = self._models.get(key)
         if cached is not None:
             return cached
-        from ..core.acquire import ensure, fetching
-
-        what = fetching(settings.model)
-        if what is not None:  # the first run pulls the embedded model: said before, as the pull cannot yield
-            yield Notice("loading", what)
-        resolved = ensure(settings.model)
+        resolved = yield from _ensure(settings.model)
         yield Notice("loading", f"loading {resolved.display_name}…")
         from ..core.loading import load_model
 
@@ -108,18 +104,24 @@ class ModelRunner:
             return cached
         model_spec = settings.config.draft.model_spec
         if model_spec is not None:
-            from ..core.acquire import ensure, fetching
-
-            what = fetching(model_spec)
-            if what is not None:
-                yield Notice("loading", what)
-            ensure(model_spec)  # a clear message for a draft that is not on disk, before anything heavy
+            yield from _ensure(model_spec)  # a clear message for a draft that is not on disk, before anything heavy
         yield Notice("loading", f"preparing the draft model ({spec})…")
         from ..core.drafters import load_draft
 
         draft = load_draft(lm, spec, settings.trust_remote_code)
         self._drafts[key] = draft
         return draft
+
+
+def _ensure(spec: str) -> Generator[Event, None, ResolvedModel]:
+    """The files for ``spec`` (core/acquire.py); a first fetch of the embedded model is announced before it starts,
+    as the pull cannot yield its progress."""
+    from ..core.acquire import ensure, fetching
+
+    what = fetching(spec)
+    if what is not None:
+        yield Notice("loading", what)
+    return ensure(spec)
 
 
 def recorded(source: EventSource, path: Path, settings: Settings) -> EventSource:
