@@ -1,4 +1,4 @@
-"""The ``decode-tui`` commands: ``generate``, ``run``, ``replay``, ``models`` and ``models pull``.
+"""The ``decode-tui`` commands: ``generate``, ``bench``, ``whatif``, ``run``, ``replay`` and ``models`` (``pull``).
 
 Each command checks its options (cli/options.py), then hands over: to the
 headless output (cli/headless.py) or to the app (decode_tui.tui). Errors the
@@ -26,11 +26,15 @@ from .options import (
     CompareOpt,
     CompareRunsOpt,
     DecodingOptions,
+    DeviceOpt,
+    DtypeChoice,
+    DtypeOpt,
     FormatChoice,
     ModeChoice,
     OutputFormatOpt,
     TableFormatChoice,
     ThemeOpt,
+    TrustRemoteCodeOpt,
     decoding_command,
     theme_name,
 )
@@ -130,6 +134,28 @@ def bench_cmd(
         fail(err)
     headless.bench(options.with_default_model(user.model), list(dict.fromkeys(ModeChoice(m) for m in chosen)),
                    runs=repeats, output_format=output_format)
+
+
+@app.command("whatif")
+def whatif_cmd(
+    trace: Annotated[Path, typer.Argument(help="The JSON lines of a greedy run: `decode-tui generate --format jsonl "
+                                          "> run.jsonl`, or an app recording (--record, the export key).")],
+    model: Annotated[str | None, typer.Option("--model", "-m", help="The model that decoded the trace, to time "
+                                              "its forward passes here. [default: the trace's own]")] = None,
+    device: DeviceOpt = "auto",
+    dtype: DtypeOpt = DtypeChoice.auto,
+    draft: Annotated[str | None, typer.Option(help="Also replay speculative decoding with this draft model (a "
+                                              "model spec, self or int8) for draft lengths 1-12.")] = None,
+    trust_remote_code: TrustRemoteCodeOpt = False,
+    output_format: Annotated[TableFormatChoice, typer.Option("--format", help="text: tables and a recommendation. "
+                                                             "json: one JSON object per setting, a line each.")
+                             ] = TableFormatChoice.text,
+) -> None:
+    """What other drafting settings would have cost on a greedy run: the exact target forwards of PLD for every
+    --max-ngram-size 1-5 and --num-pred-tokens 1-12 (and a draft model's, with --draft), estimated tok/s from this
+    machine's measured forward costs, and the best setting."""
+    headless.whatif(trace, model=model, device=device, dtype=dtype.value, draft=draft,
+                    trust_remote_code=trust_remote_code, output_format=output_format)
 
 
 @app.command("run")

@@ -23,12 +23,15 @@ from ..core.params import DecodeConfig, check_device_map
 from .options import DecodingOptions, FormatChoice, ModeChoice, TableFormatChoice
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from rich.console import Console
 
     from ..core.drafters import DraftModel
     from ..core.events import BeamStepped, Finished, TokenEmitted
     from ..core.loading import LoadedModel
     from ..core.registry import ResolvedModel
+    from ..core.whatif import Costs, Trace, WhatIf
 
 
 def generate(options: DecodingOptions, *, compare: bool, compare_runs: int, output_format: FormatChoice) -> None:
@@ -317,3 +320,107 @@ def _bench_prompt(modes: list[ModeChoice]) -> str:
 
     drafting = [m for m in modes if m in (ModeChoice.pld, ModeChoice.speculative)]
     return demo_prompt((drafting[0] if drafting else ModeChoice.greedy).value)
+
+
+def whatif(path: Path, *, model: str | None, device: str, dtype: str, draft: str | None, trust_remote_code: bool,
+           output_format: TableFormatChoice) -> None:
+    """Replay a greedy trace under every PLD setting (and a draft model's draft lengths) and print the forwards
+    each needs and its estimated speed from this machine's measured costs (core/whatif.py)."""
+    import json
+
+    from ..core import whatif as w
+    from ..core.errors import UsageError
+
+    try:
+        trace = w.read_trace(path)
+        try:
+            resolved = ensure_model(model or trace.model)
+        except DecodeTuiError as err:
+            if model is not None:
+                raise
+            # A folder's trace is named by the folder's base name, which may not resolve from here.
+            raise UsageError(f"{path} was decoded by {trace.model}, which is not a model decode-tui can find from "
+                             f"here ({err}). Pass --model with that model's folder or repo id.") from None
+        lm = _load(resolved, device, dtype, trust_remote_code)
+        if lm.name != trace.model:
+            raise UsageError(f"{path} was decoded by {trace.model}, not {lm.name}: its token ids mean nothing to "
+                             f"{lm.name}. Pass --model with the model that decoded it, or leave --model out.")
+        draft_model = _load_draft(lm, draft, trust_remote_code) if draft is not None else None
+        width = max(w.DRAFT_LENGTHS) + 1
+        with status("Replaying every setting and timing this machine's forward passes") as progress:
+            replays = w.lookup_grid(trace, lm.eos_token_ids)
+            if draft_model is not None:
+                progress("Running the draft model over the text once (teacher-forced)")
+                predicted, confidence = w.teacher_forced(draft_model, trace)
+                replays += [w.replay_draft(trace, lm.eos_token_ids, predicted, confidence, k)
+                            for k in w.DRAFT_LENGTHS]
+            progress(f"Timing a prefill, a step and verifications of 2 to {width} tokens")
+            costs = w.measure_costs(lm, trace, width, draft_model)
+    except DecodeTuiError as err:
+        fail(err)
+    rows = w.table(trace, replays, costs)
+    greedy, settings = rows[0], rows[1:]
+    if output_format is TableFormatChoice.json:
+        for row in settings:
+            _write(sys.stdout, json.dumps(row.to_dict()) + "\n")
+        return
+    _whatif_tables(trace, lm, costs, greedy, settings)
+
+
+def _whatif_tables(trace: Trace, lm: LoadedModel, costs: Costs, greedy: WhatIf, settings: list[WhatIf]) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..core.whatif import DRAFT_LENGTHS, NGRAM_SIZES, best
+
+    console = Console(soft_wrap=True)
+    new = len(trace.token_ids)
+    kind = "greedy" if trace.mode == "greedy" else f"greedy {trace.mode}"
+    console.print(f"[b]What if[/b] · {trace.source} · {trace.model} · {new} new tokens of a {kind} run "
+                  f"({trace.target_forwards} target forwards recorded)")
+    console.print(f"Costs measured here ({lm.device.type}, plain path): prefill {costs.prefill_s * 1e3:.0f} ms, "
+                  f"a step {costs.verify(1) * 1e3:.1f} ms, verifying 2 / 6 / 11 tokens "
+                  f"{costs.verify(3) * 1e3:.1f} / {costs.verify(7) * 1e3:.1f} / {costs.verify(12) * 1e3:.1f} ms"
+                  + (f", a draft step {costs.draft_step_s * 1e3:.1f} ms" if costs.draft_step_s else "")
+                  + f". Greedy: {greedy.target_forwards} forwards, est. {greedy.est_tokens_per_s:.1f} tok/s.")
+    pld = {(r.max_ngram_size, r.draft_length): r for r in settings if r.drafter == "pld"}
+    grids: list[tuple[str, Callable[[WhatIf], str]]] = [
+        ("PLD: target forwards (exact)", lambda r: str(r.target_forwards)),
+        ("PLD: estimated speed-up over greedy", lambda r: f"{r.est_speedup or 0.0:.1f}")]
+    for title, cell in grids:
+        grid = Table(title=title + " · rows --max-ngram-size, columns --num-pred-tokens", title_justify="left",
+                     box=box.SIMPLE_HEAD, pad_edge=False)
+        grid.add_column("n\\k", justify="right")
+        for k in DRAFT_LENGTHS:
+            grid.add_column(str(k), justify="right")
+        for n in NGRAM_SIZES:
+            grid.add_row(str(n), *(cell(pld[(n, k)]) for k in DRAFT_LENGTHS))
+        console.print(grid)
+    drafts = [r for r in settings if r.drafter == "draft"]
+    if drafts:
+        table = Table(title="Draft model: one teacher-forced pass (exact up to near-ties)", title_justify="left")
+        for column in ("--num-draft-tokens", "forwards", "tok/fwd", "accept", "est. tok/s", "est. speed-up"):
+            table.add_column(column, justify="right")
+        for r in drafts:
+            table.add_row(str(r.draft_length), str(r.target_forwards), f"{r.tokens_per_forward:.2f}",
+                          f"{r.acceptance_rate:.0%}" if r.acceptance_rate is not None else "-",
+                          f"{r.est_tokens_per_s:.1f}", f"{r.est_speedup:.2f}x")
+        console.print(table)
+    for label, rows in (("PLD", list(pld.values())), ("the draft model", drafts)):
+        if not rows:
+            continue
+        top = best([greedy, *rows])
+        if top.drafter == "greedy":
+            console.print(f"Best with {label}: none of its settings beats plain greedy here (est. "
+                          f"{greedy.est_tokens_per_s:.1f} tok/s).")
+            continue
+        flags = (f"--mode pld --max-ngram-size {top.max_ngram_size} --num-pred-tokens {top.draft_length}"
+                 if top.drafter == "pld" else f"--mode speculative --num-draft-tokens {top.draft_length}")
+        console.print(f"Best with {label}: [b]{flags}[/b]: {top.target_forwards} forwards, est. "
+                      f"{top.est_tokens_per_s:.1f} tok/s, {top.est_speedup:.2f}x greedy.")
+    params = trace.params
+    if trace.mode == "pld" and (params.get("max_ngram_size"), params.get("num_pred_tokens")) in pld:
+        own = pld[(params["max_ngram_size"], params["num_pred_tokens"])]
+        console.print(f"This run's own setting ({own.max_ngram_size}, {own.draft_length}): {own.target_forwards} "
+                      f"forwards predicted, {trace.target_forwards} recorded.")

@@ -286,9 +286,10 @@ def test_tokens_emitted_but_not_yet_written_at_ctrl_c_are_written_before_finishe
 
 @pytest.mark.slow
 @pytest.mark.real_model
-def test_every_readme_generate_example_runs_as_written(smollm2: Any, tiny_model_dir: Path, tmp_path: Path,
+def test_every_readme_generate_and_whatif_example_runs_as_written(smollm2: Any, tiny_model_dir: Path, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each `decode-tui generate` line of the README, as written (a few tokens): exit 0 and some output."""
+    """Each `decode-tui generate` line of the README, as written (a few tokens): exit 0 and some output; then each
+    `decode-tui whatif` line on the trace one of them wrote."""
     import shlex
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
@@ -321,6 +322,14 @@ def test_every_readme_generate_example_runs_as_written(smollm2: Any, tiny_model_
         assert result.stdout.strip(), (example, "no output")
         if "--format jsonl" in example:
             assert json.loads(result.stdout.splitlines()[-1])["event"] == "finished"
+        if redirect is not None:  # a trace the whatif examples read
+            (tmp_path / shlex.split(example, comments=True)[redirect + 2]).write_text(result.stdout, encoding="utf-8")
+    whatifs = [line for line in readme.splitlines() if line.startswith("decode-tui whatif ")]
+    assert whatifs
+    for example in whatifs:
+        result = CliRunner().invoke(app, shlex.split(example, comments=True)[1:])
+        assert result.exit_code == 0, (example, result.stderr[-2000:])
+        assert "Best with PLD" in result.stdout, example
 
 
 def test_bench_prints_one_json_object_per_mode_with_greedy_as_the_baseline(tiny_model_dir: Path,
@@ -348,3 +357,53 @@ def test_bench_prints_one_json_object_per_mode_with_greedy_as_the_baseline(tiny_
 ])
 def test_bench_refuses_bad_modes_and_repeats(args: list[str], says: str, isolated_env: dict[str, str]) -> None:
     assert_clean_failure(cli("bench", *args, env=isolated_env), 2, says)
+
+
+def test_whatif_predicts_the_forwards_a_real_pld_run_takes(tiny_model_dir: Path, isolated_env: dict[str, str],
+                                                            tmp_path: Path) -> None:
+    prompt = ["--model", str(tiny_model_dir), "-p", "the quick brown fox jumps over the quick brown fox jumps over",
+              "--max-new-tokens", "24", "--format", "jsonl"]
+    greedy = cli("generate", *prompt, env=isolated_env)
+    assert greedy.returncode == 0, greedy.stderr
+    trace = tmp_path / "greedy.jsonl"
+    trace.write_text(greedy.stdout, encoding="utf-8")
+    done = cli("whatif", str(trace), "--model", str(tiny_model_dir), "--format", "json", env=isolated_env)
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(rows) == 5 * 12 and {r["drafter"] for r in rows} == {"pld"}
+    for row in rows:
+        for key in ("drafter", "max_ngram_size", "num_pred_tokens", "target_forwards", "est_tokens_per_s"):
+            assert key in row
+        assert row["est_tokens_per_s"] > 0
+    by_setting = {(r["max_ngram_size"], r["num_pred_tokens"]): r for r in rows}
+    for n, k in ((1, 2), (3, 10)):
+        real = cli("generate", *prompt, "--mode", "pld", "--max-ngram-size", str(n), "--num-pred-tokens", str(k),
+                   env=isolated_env)
+        finished = json.loads(real.stdout.splitlines()[-1])
+        assert by_setting[(n, k)]["target_forwards"] == finished["target_forwards"], (n, k)
+    text = cli("whatif", str(trace), "--model", str(tiny_model_dir), "--draft", "self", env=isolated_env)
+    assert text.returncode == 0, text.stderr
+    assert "PLD: target forwards (exact)" in text.stdout and "Draft model" in text.stdout
+    assert "Best with PLD" in text.stdout
+
+
+def test_whatif_refuses_what_it_cannot_replay(tiny_model_dir: Path, isolated_env: dict[str, str],
+                                              tmp_path: Path) -> None:
+    sampled = cli("generate", "--model", str(tiny_model_dir), "-p", "hello", "--max-new-tokens", "4", "--mode",
+                  "sample", "--seed", "1", "--format", "jsonl", env=isolated_env)
+    (tmp_path / "sampled.jsonl").write_text(sampled.stdout, encoding="utf-8")
+    assert_clean_failure(cli("whatif", str(tmp_path / "sampled.jsonl"), env=isolated_env), 2, "sample run",
+                         "Record a greedy run")
+    (tmp_path / "notes.txt").write_text("not a trace\n", encoding="utf-8")
+    assert_clean_failure(cli("whatif", str(tmp_path / "notes.txt"), env=isolated_env), 2, "not a decode-tui event")
+    greedy = cli("generate", "--model", str(tiny_model_dir), "-p", "hello", "--max-new-tokens", "4", "--format",
+                 "jsonl", env=isolated_env)
+    (tmp_path / "greedy.jsonl").write_text(greedy.stdout, encoding="utf-8")
+    import shutil
+
+    other = shutil.copytree(tiny_model_dir, tmp_path / "other-model")
+    assert_clean_failure(cli("whatif", str(tmp_path / "greedy.jsonl"), "--model", str(other), env=isolated_env), 2,
+                         f"was decoded by {tiny_model_dir.name}, not other-model", "Pass --model with the model")
+    assert_clean_failure(cli("whatif", str(tmp_path / "greedy.jsonl"), env=isolated_env), 2,
+                         f"was decoded by {tiny_model_dir.name}, which is not a model decode-tui can find",
+                         "Pass --model with that model's folder")

@@ -1,0 +1,359 @@
+"""What-if replays: what another drafting setting would have cost on a greedy run that already happened.
+
+A greedy run's output is fixed, and greedy speculative decoding and prompt
+lookup (PLD) give exactly that output whatever they draft. So the only thing
+a drafting setting changes is how many target forward passes the run needs,
+and how wide each one is. That can be computed from the trace alone:
+
+- **PLD** is deterministic: :func:`replay_lookup` runs the real
+  :class:`~decode_tui.core.drafters.PromptLookup` on the same contexts the
+  real loop would see and accepts the longest prefix that equals the
+  recorded tokens. The forwards are exact (a test checks them against real
+  runs for several settings and prompts).
+- **A draft model** drafts greedily from its own distribution. One
+  teacher-forced pass of the draft over prompt + output
+  (:func:`teacher_forced`) gives its prediction at every position; a round at
+  position i drafts those predictions, and the target accepts them while
+  they equal the recorded tokens. Exact up to near-ties in the draft's
+  scores (a batched pass and a cached step may round differently), and the
+  number *drafted* after the first miss is an estimate (the draft is off the
+  recorded path there; it is rejected either way).
+
+Forwards become an estimate of tokens per second through :class:`Costs`,
+measured on this machine by :func:`measure_costs`: the prefill, a verify of
+every width 1 .. k + 1 at the trace's context length, and a draft step.
+
+It knows runs as token lists and the drafters' proposal rules; it does not
+know the verifier's loop beyond what it replicates here, nor any front end.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from .drafters import PromptLookup
+from .errors import UsageError
+from .events import Event, Finished, Started, from_dict
+
+if TYPE_CHECKING:
+    from .drafters import DraftModel
+    from .loading import LoadedModel
+
+NGRAM_SIZES = range(1, 6)  # max_ngram_size settings a PLD what-if tries
+DRAFT_LENGTHS = range(1, 13)  # num_pred_tokens / num_draft_tokens settings
+
+Drafter = Literal["greedy", "pld", "draft"]
+
+
+@dataclass(frozen=True)
+class Trace:
+    """What a what-if needs of a finished greedy run: who decoded what, from which prompt, up to which limit."""
+
+    source: str  # the file it was read from, for messages
+    model: str
+    mode: str
+    prompt_ids: tuple[int, ...]
+    token_ids: tuple[int, ...]  # the new tokens, an EOS that ended the run included
+    max_new_tokens: int
+    target_forwards: int  # the recorded run's own count
+    params: Mapping[str, Any]
+
+
+def trace_from_events(events: Iterable[Event], source: str = "the run") -> Trace:
+    """The :class:`Trace` of a run's events; a UsageError if they are not one whole greedy run."""
+    started = finished = None
+    for event in events:
+        if isinstance(event, Started):
+            started = event
+        elif isinstance(event, Finished):
+            finished = event
+    if started is None or finished is None:
+        raise UsageError(f"{source} is not a whole run: it has no {'start' if started is None else 'end'}. Record "
+                         "one with `decode-tui generate --mode greedy --format jsonl > run.jsonl`.")
+    params = started.params
+    greedy = started.mode == "greedy" or (started.mode in ("pld", "speculative") and not params.get("draft_sample"))
+    if not greedy:
+        what = f"{started.mode} run" + (" with sampled drafts" if started.mode in ("pld", "speculative") else "")
+        raise UsageError(f"{source} is a {what}: a what-if replays greedy output, whose tokens do not depend on "
+                         "how they were drafted. Record a greedy run (or a greedy pld or speculative one).")
+    if finished.finish_reason == "cancelled":
+        raise UsageError(f"{source} was cancelled after {finished.new_tokens} tokens: its length limit is unknown, "
+                         "so its forwards cannot be replayed exactly. Record a run that ends by itself.")
+    return Trace(source=source, model=started.model, mode=started.mode, prompt_ids=started.prompt_token_ids,
+                 token_ids=finished.token_ids, max_new_tokens=int(params.get("max_new_tokens", finished.new_tokens)),
+                 target_forwards=finished.target_forwards, params=params)
+
+
+def read_trace(path: Path) -> Trace:
+    """A trace from ``generate --format jsonl`` output or an app recording (``run --record``, the export key)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise UsageError(f"{path} does not exist. Record a greedy run with `decode-tui generate --format jsonl "
+                         f"> {path.name}`.") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"Cannot read {path}: {exc}.") from None
+    events: list[Event] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+            if data.get("event") == "recording":  # an app recording's header
+                continue
+            data.pop("t", None)  # a recording's timestamp
+            events.append(from_dict(data))
+        except (json.JSONDecodeError, ValueError) as exc:
+            raise UsageError(f"{path}, line {number}: not a decode-tui event ({exc}). A what-if reads the output of "
+                             "`decode-tui generate --format jsonl` or an app recording.") from None
+    if not events:
+        raise UsageError(f"{path} holds no events. Record a greedy run with `decode-tui generate --format jsonl`.")
+    return trace_from_events(events, str(path))
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """One setting replayed on a trace: the target forwards it needs and what each fed the target."""
+
+    drafter: Drafter
+    max_ngram_size: int | None  # pld
+    draft_length: int  # num_pred_tokens (pld) or num_draft_tokens (draft); 0 for greedy
+    target_forwards: int  # the prefill included, as Finished.target_forwards counts
+    widths: tuple[int, ...]  # tokens fed to each forward after the prefill (1: a plain step)
+    drafted: int
+    accepted: int
+    lookup_s: float = 0.0  # the lookups' own time, measured while replaying them (pld)
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+
+Propose = Callable[[list[int], int, int], list[int]]  # (context, emitted so far, k) -> draft tokens
+
+
+def _replay(trace: Trace, eos_token_ids: frozenset[int], k_max: int, propose: Propose) -> tuple[int, list[int],
+                                                                                                   int, int]:
+    """The verifier's greedy loop (core.strategies.speculative) on recorded tokens: forwards, widths, counts."""
+    out = trace.token_ids
+    limit = min(trace.max_new_tokens, len(out))
+    context = [*trace.prompt_ids, out[0]]  # the first token comes from the prefill
+    emitted, forwards, drafted, accepted = 1, 1, 0, 0
+    widths: list[int] = []
+    done = out[0] in eos_token_ids or emitted >= limit
+    while not done:
+        k = min(k_max, limit - emitted - 1)  # the target always adds one token of its own
+        draft = propose(context, emitted, k)[:k] if k > 0 else []
+        n = 0
+        while n < len(draft) and draft[n] == out[emitted + n]:
+            n += 1
+        forwards += 1
+        widths.append(len(draft) + 1)
+        drafted += len(draft)
+        accepted += n
+        # The accepted prefix, then the target's own token, unless an EOS or the limit came first.
+        for token in out[emitted : emitted + n + 1]:
+            context.append(token)
+            emitted += 1
+            if token in eos_token_ids or emitted >= limit:
+                done = True
+                break
+    return forwards, widths, drafted, accepted
+
+
+def replay_greedy(trace: Trace) -> Replayed:
+    """Plain greedy: one forward per token."""
+    n = min(trace.max_new_tokens, len(trace.token_ids))
+    return Replayed("greedy", None, 0, n, (1,) * (n - 1), 0, 0)
+
+
+def replay_lookup(trace: Trace, eos_token_ids: frozenset[int], max_ngram_size: int,
+                  num_pred_tokens: int) -> Replayed:
+    """Greedy PLD with these settings on the trace: exact forwards (the real drafter on the real contexts)."""
+    lookup = PromptLookup(max_ngram_size, num_pred_tokens, eos_token_ids)
+    spent = 0.0
+
+    def propose(context: list[int], _emitted: int, k: int) -> list[int]:
+        nonlocal spent
+        started = time.perf_counter()
+        tokens = lookup.propose(context, k, [], True, None).token_ids
+        spent += time.perf_counter() - started
+        return tokens
+
+    forwards, widths, drafted, accepted = _replay(trace, eos_token_ids, num_pred_tokens, propose)
+    return Replayed("pld", max_ngram_size, num_pred_tokens, forwards, tuple(widths), drafted, accepted, spent)
+
+
+def replay_draft(trace: Trace, eos_token_ids: frozenset[int], predicted: Sequence[int], confidence: Sequence[float],
+                 num_draft_tokens: int, confidence_threshold: float = 0.4) -> Replayed:
+    """Greedy speculative decoding with a draft of this length, from the draft's teacher-forced predictions.
+
+    ``predicted[j]`` is the draft's argmax for new token j given the prompt and the recorded tokens before it,
+    ``confidence[j]`` its probability. A round at position i drafts predicted[i], predicted[i+1], ... and stops
+    after a token it gave less than ``confidence_threshold`` (as ModelDrafter does).
+    """
+
+    def propose(_context: list[int], i: int, k: int) -> list[int]:
+        tokens: list[int] = []
+        for j in range(i, min(i + k, len(predicted))):
+            tokens.append(predicted[j])
+            if confidence[j] < confidence_threshold:
+                break
+        return tokens
+
+    forwards, widths, drafted, accepted = _replay(trace, eos_token_ids, num_draft_tokens, propose)
+    return Replayed("draft", None, num_draft_tokens, forwards, tuple(widths), drafted, accepted)
+
+
+def teacher_forced(draft: DraftModel, trace: Trace) -> tuple[list[int], list[float]]:
+    """The draft's greedy prediction (and its probability) for every new token, from one pass over the text."""
+    import torch
+
+    ids = list(trace.prompt_ids) + list(trace.token_ids)
+    device = next(draft.model.parameters()).device
+    with torch.inference_mode():
+        logits = draft.model(input_ids=torch.tensor([ids[:-1]], device=device)).logits  # [1, T-1, V]
+        tail = logits[0, len(trace.prompt_ids) - 1 :, : draft.vocab_size].float()  # [n, V]: predicts new token j
+        probs = torch.softmax(tail, dim=-1)
+        best = probs.max(dim=-1)
+    return [int(t) for t in best.indices.tolist()], [float(p) for p in best.values.tolist()]
+
+
+@dataclass(frozen=True)
+class Costs:
+    """This machine's measured seconds for the parts of a run (plain path, the trace's context length)."""
+
+    prefill_s: float
+    verify_s: tuple[float, ...]  # verify_s[w - 1]: one target forward over w tokens (w = 1 is a plain step)
+    draft_step_s: float = 0.0  # one draft-model token (0 for PLD, whose lookup time is measured while replaying)
+    draft_prefill_s: float = 0.0  # the draft model's prefill of the prompt, once a run
+
+    def verify(self, width: int) -> float:
+        if width <= len(self.verify_s):
+            return self.verify_s[width - 1]
+        # Past what was measured: extend the last measured slope (a verify's cost is close to linear in width).
+        slope = self.verify_s[-1] - self.verify_s[-2] if len(self.verify_s) > 1 else 0.0
+        return self.verify_s[-1] + slope * (width - len(self.verify_s))
+
+    def seconds(self, replayed: Replayed) -> float:
+        """The estimated duration of a run replayed with ``replayed``'s setting."""
+        total = self.prefill_s + sum(self.verify(w) for w in replayed.widths) + replayed.lookup_s
+        if replayed.drafter == "draft":
+            total += self.draft_prefill_s + replayed.drafted * self.draft_step_s
+        return total
+
+
+def measure_costs(lm: LoadedModel, trace: Trace, max_width: int, draft: DraftModel | None = None,
+                  repeats: int = 5) -> Costs:
+    """Time the prefill, a forward over 1 .. ``max_width`` tokens and (with a draft) a draft step, on this machine.
+
+    At the middle of the trace's text (attention's cost grows with the context), each width timed ``repeats``
+    times in turn and the median kept; the cache is cropped back after each, as a rejected draft's is.
+    """
+    import torch
+
+    from .forward import forward, new_cache, rollback
+
+    device = lm.device
+    half = list(trace.prompt_ids) + list(trace.token_ids[: len(trace.token_ids) // 2])
+    feed = list(trace.token_ids[len(trace.token_ids) // 2 :]) + list(trace.prompt_ids)
+    feed = (feed * (max_width // max(len(feed), 1) + 1))[:max_width]  # any tokens: the cost is what counts
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    def timed(model: Any, cache: Any, ids: list[int], keep: int = 1) -> float:
+        sync()
+        started = time.perf_counter()
+        forward(model, torch.tensor([ids], device=device), cache, keep=keep)
+        sync()
+        return time.perf_counter() - started
+
+    with torch.inference_mode():
+        prefills, samples = [], {w: [] for w in range(1, max_width + 1)}  # type: ignore[var-annotated]
+        for repeat in range(repeats + 1):  # the first pass warms up and is not kept
+            cache = new_cache(lm.model, rollback=True)
+            prefills.append(timed(lm.model, cache, list(trace.prompt_ids)))
+            cache = new_cache(lm.model, rollback=True)
+            forward(lm.model, torch.tensor([half], device=device), cache)
+            for w in samples:
+                seconds = timed(lm.model, cache, feed[:w], keep=w)
+                rollback(cache, len(half))
+                if repeat:
+                    samples[w].append(seconds)
+        prefills = prefills[1:]
+        draft_step = draft_prefill = 0.0
+        if draft is not None:
+            steps, draft_prefills = [], []
+            for _ in range(repeats):
+                cache = new_cache(draft.model, rollback=True)
+                draft_prefills.append(timed(draft.model, cache, half))
+                steps.append(timed(draft.model, cache, feed[:1]))
+            draft_step, draft_prefill = statistics.median(steps), statistics.median(draft_prefills)
+            draft_prefill *= len(trace.prompt_ids) / len(half)  # a run's draft prefills the prompt only
+    verify = [statistics.median(samples[w]) for w in samples]
+    # Feeding fewer tokens never costs more than feeding more: a wider forward that timed faster was noise (another
+    # process, a frequency change), so each width costs at most what the next wider one did.
+    for w in range(len(verify) - 2, -1, -1):
+        verify[w] = min(verify[w], verify[w + 1])
+    return Costs(statistics.median(prefills), tuple(verify), draft_step, draft_prefill)
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """One setting's row: its forwards and, with costs, its estimated speed."""
+
+    drafter: Drafter
+    max_ngram_size: int | None
+    draft_length: int
+    target_forwards: int
+    tokens_per_forward: float
+    acceptance_rate: float | None
+    est_tokens_per_s: float | None
+    est_speedup: float | None  # over greedy's estimate
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form: ``num_pred_tokens`` for PLD, ``num_draft_tokens`` for a draft model."""
+        data = asdict(self)
+        length = data.pop("draft_length")
+        if self.drafter == "pld":
+            data["num_pred_tokens"] = length
+        elif self.drafter == "draft":
+            data["num_draft_tokens"] = length
+        return data
+
+
+def table(trace: Trace, replays: Sequence[Replayed], costs: Costs | None) -> list[WhatIf]:
+    """Rows for ``replays``, greedy's first, each with its estimate over greedy's when ``costs`` are known."""
+    new_tokens = min(trace.max_new_tokens, len(trace.token_ids))
+    greedy = replay_greedy(trace)
+    base = new_tokens / costs.seconds(greedy) if costs else None
+    rows = []
+    for r in [greedy, *replays]:
+        rate = new_tokens / costs.seconds(r) if costs else None
+        rows.append(WhatIf(r.drafter, r.max_ngram_size, r.draft_length, r.target_forwards,
+                           new_tokens / r.target_forwards, r.acceptance_rate, rate,
+                           rate / base if rate is not None and base else None))
+    return rows
+
+
+def best(rows: Sequence[WhatIf]) -> WhatIf:
+    """The fastest setting by estimate, else the one with the fewest forwards (the shorter draft on a tie)."""
+    if all(r.est_tokens_per_s is not None for r in rows):
+        return max(rows, key=lambda r: (r.est_tokens_per_s or 0.0, -r.draft_length))
+    return min(rows, key=lambda r: (r.target_forwards, r.draft_length))
+
+
+def lookup_grid(trace: Trace, eos_token_ids: frozenset[int], ngram_sizes: Iterable[int] = NGRAM_SIZES,
+                lengths: Iterable[int] = DRAFT_LENGTHS) -> list[Replayed]:
+    """:func:`replay_lookup` for every (max_ngram_size, num_pred_tokens) pair."""
+    return [replay_lookup(trace, eos_token_ids, n, k) for n in ngram_sizes for k in lengths]

@@ -1,0 +1,174 @@
+"""What-if replays: predicted forwards equal real runs' (exactly for prompt lookup), and bad traces are refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from decode_tui.core.detokenize import Detokenizer
+from decode_tui.core.drafters import DraftModel, ModelDrafter, PromptLookup
+from decode_tui.core.errors import UsageError
+from decode_tui.core.events import Event, Finished, Mode, Started
+from decode_tui.core.params import SamplingParams
+from decode_tui.core.strategies.autoregressive import autoregressive
+from decode_tui.core.strategies.speculative import speculative
+from decode_tui.core.transcript import Transcript
+from decode_tui.core.whatif import (
+    Costs,
+    best,
+    read_trace,
+    replay_draft,
+    replay_greedy,
+    replay_lookup,
+    table,
+    teacher_forced,
+    trace_from_events,
+)
+
+from .conftest import tiny_model
+from .test_speculative import V, repetitive_prompt
+
+EOS = frozenset({V - 1})
+
+
+def started(prompt: list[int], max_new: int, mode: Mode = "greedy", **params: Any) -> Started:
+    return Started(mode=mode, model="tiny", prompt_token_ids=tuple(prompt), prompt_text="x",
+                   params={"max_new_tokens": max_new, **params})
+
+
+def greedy_trace(model: Any, tokenizer: Any, prompt: list[int], max_new: int) -> Any:
+    transcript = Transcript("greedy", prompt, Detokenizer(tokenizer), EOS, max_new)
+    events: list[Event] = [started(prompt, max_new), *autoregressive(model, transcript, SamplingParams(),
+                                                                     greedy=True)]
+    return trace_from_events(events)
+
+
+def real_forwards(model: Any, tokenizer: Any, drafter: Any, prompt: list[int], max_new: int, k: int) -> Finished:
+    transcript = Transcript("pld", prompt, Detokenizer(tokenizer), EOS, max_new)
+    last = list(speculative(model, transcript, drafter, SamplingParams(), greedy=True, num_draft_tokens=k))[-1]
+    assert isinstance(last, Finished)
+    return last
+
+
+def mixed_prompt(seed: int) -> list[int]:
+    """Repeated phrases among fresh tokens: lookups that hit, miss, and hit the wrong occurrence."""
+    g = torch.Generator().manual_seed(seed)
+    phrase = torch.randint(1, V - 2, (5,), generator=g).tolist()
+    noise = torch.randint(1, V - 2, (30,), generator=g).tolist()
+    return noise[:6] + phrase + noise[6:14] + phrase[:3] + noise[14:22] + phrase + noise[22:]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_predicted_pld_forwards_equal_a_real_runs(byte_bpe: Any, seed: int) -> None:
+    model = tiny_model("llama", vocab_size=V, seed=seed)
+    for prompt in (repetitive_prompt(seed, 14), mixed_prompt(seed)):
+        trace = greedy_trace(model, byte_bpe, prompt, 48)
+        for ngram, k in ((1, 1), (2, 4), (3, 10), (5, 12), (4, 3)):
+            predicted = replay_lookup(trace, EOS, ngram, k)
+            real = real_forwards(model, byte_bpe, PromptLookup(ngram, k, EOS), prompt, 48, k)
+            assert real.token_ids == trace.token_ids  # greedy PLD is lossless, so the trace stands for it
+            assert predicted.target_forwards == real.target_forwards, (seed, ngram, k)
+            assert (predicted.drafted, predicted.accepted) == (real.drafted, real.accepted)
+
+
+def test_predicted_forwards_respect_an_eos_and_the_length_limit(byte_bpe: Any) -> None:
+    model = tiny_model("llama", vocab_size=V, seed=1)
+    prompt = repetitive_prompt(1, 14)
+    probe = greedy_trace(model, byte_bpe, prompt, 30)
+    eos = probe.token_ids[9]  # pretend this token is the end of text: the run stops there
+    transcript = Transcript("greedy", prompt, Detokenizer(byte_bpe), frozenset({eos}), 30)
+    trace = trace_from_events([started(prompt, 30), *autoregressive(model, transcript, SamplingParams(),
+                                                                    greedy=True)])
+    assert trace.token_ids[-1] == eos and len(trace.token_ids) <= 10
+    for max_new in (30, 7):
+        short = trace if max_new == 30 else greedy_trace(model, byte_bpe, prompt, max_new)
+        eos_ids = frozenset({eos}) if max_new == 30 else EOS
+        for k in (2, 6):
+            transcript = Transcript("pld", prompt, Detokenizer(byte_bpe), eos_ids, max_new)
+            last = list(speculative(model, transcript, PromptLookup(2, k, eos_ids), SamplingParams(), greedy=True,
+                                    num_draft_tokens=k))[-1]
+            assert isinstance(last, Finished)
+            assert replay_lookup(short, eos_ids, 2, k).target_forwards == last.target_forwards
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_draft_model_forwards_from_one_teacher_forced_pass(byte_bpe: Any, seed: int) -> None:
+    model = tiny_model("llama", vocab_size=V, seed=seed)
+    draft = tiny_model("qwen2", vocab_size=V, seed=seed + 50)
+    prompt = repetitive_prompt(seed, 14)
+    trace = greedy_trace(model, byte_bpe, prompt, 40)
+    predicted, confidence = teacher_forced(DraftModel(draft, V, "tiny"), trace)
+    assert len(predicted) == len(trace.token_ids)
+    for k in (1, 3, 6):
+        for threshold in (0.0, 0.4):
+            replayed = replay_draft(trace, EOS, predicted, confidence, k, threshold)
+            real = real_forwards(model, byte_bpe, ModelDrafter(draft, V, threshold), prompt, 40, k)
+            assert replayed.target_forwards == real.target_forwards, (seed, k, threshold)
+            assert replayed.accepted == real.accepted
+
+
+def test_the_target_drafting_for_itself_needs_one_forward_per_draft_plus_one() -> None:
+    trace = trace_from_events([started([1, 2, 3], 20), Finished(
+        mode="greedy", prompt_token_ids=(1, 2, 3), token_ids=tuple(range(10, 30)), text="", finish_reason="length",
+        new_tokens=20, target_forwards=20, elapsed_s=1.0, tokens_per_s=20.0)])
+    perfect = replay_draft(trace, EOS, list(trace.token_ids), [1.0] * 20, 4)
+    # The prefill gives token 0; each round then drafts 4 and the target adds a fifth (the last round is cut
+    # short by the limit): 1 + ceil(19 / 5).
+    assert perfect.target_forwards == 1 + 4 and perfect.acceptance_rate == 1.0
+    nothing = replay_draft(trace, EOS, [0] * 20, [1.0] * 20, 4)
+    assert nothing.target_forwards == replay_greedy(trace).target_forwards == 20
+
+
+def test_estimates_rank_settings_by_measured_costs() -> None:
+    trace = trace_from_events([started([1, 2, 3, 4, 5, 6], 12), Finished(
+        mode="greedy", prompt_token_ids=(1, 2, 3, 4, 5, 6), token_ids=(1, 2, 3, 4, 5, 6, 1, 2, 3, 4, 5, 6),
+        text="", finish_reason="length", new_tokens=12, target_forwards=12, elapsed_s=1.0, tokens_per_s=12.0)])
+    replays = [replay_lookup(trace, EOS, 1, k) for k in (1, 10)]
+    flat = Costs(prefill_s=0.0, verify_s=(0.1,) * 11)  # a GPU: verifying 11 costs a step
+    steep = Costs(prefill_s=0.0, verify_s=tuple(0.1 * w for w in range(1, 12)))  # cost grows with every token
+    assert best(table(trace, replays, flat)).draft_length == 10
+    assert best(table(trace, replays, steep)).drafter == "greedy"  # nothing beats a step when width costs that much
+    rows = table(trace, replays, None)
+    assert all(r.est_tokens_per_s is None for r in rows)
+    assert best(rows).target_forwards == min(r.target_forwards for r in rows)
+
+
+def write_jsonl(path: Path, events: list[Event]) -> Path:
+    path.write_text("".join(e.to_json() + "\n" for e in events), encoding="utf-8")
+    return path
+
+
+def test_bad_traces_are_refused_with_what_to_do(tmp_path: Path) -> None:
+    done = Finished(mode="sample", prompt_token_ids=(1,), token_ids=(2,), text="", finish_reason="length",
+                    new_tokens=1, target_forwards=1, elapsed_s=1.0, tokens_per_s=1.0)
+    cases: dict[str, tuple[str | list[Event] | None, str]] = {
+        "missing.jsonl": (None, "does not exist"),
+        "text.jsonl": ("hello\n", "not a decode-tui event"),
+        "empty.jsonl": ("", "holds no events"),
+        "sampled.jsonl": ([started([1], 1, mode="sample"), done], "greedy"),
+        "sampled-pld.jsonl": ([started([1], 1, mode="pld", draft_sample=True), done], "sampled drafts"),
+        "headless.jsonl": ([done], "not a whole run"),
+    }
+    for name, (content, message) in cases.items():
+        path = tmp_path / name
+        if isinstance(content, str):
+            path.write_text(content, encoding="utf-8")
+        elif content is not None:
+            write_jsonl(path, content)
+        with pytest.raises(UsageError, match=message):
+            read_trace(path)
+
+
+def test_a_recording_reads_as_a_trace(tmp_path: Path) -> None:
+    events = [started([1, 2], 3), Finished(mode="greedy", prompt_token_ids=(1, 2), token_ids=(5, 6, 7), text="",
+                                           finish_reason="length", new_tokens=3, target_forwards=3, elapsed_s=1.0,
+                                           tokens_per_s=3.0)]
+    path = tmp_path / "rec.jsonl"
+    header = json.dumps({"event": "recording", "version": 1, "settings": {}})
+    path.write_text(header + "\n" + "".join(json.dumps({"t": 0.5, **e.to_dict()}) + "\n" for e in events))
+    trace = read_trace(path)
+    assert trace.token_ids == (5, 6, 7) and trace.max_new_tokens == 3 and trace.model == "tiny"
