@@ -117,6 +117,9 @@ def bench_cmd(
     output_format: Annotated[TableFormatChoice, typer.Option("--format", help="text: a table. json: one JSON object "
                                                              "per mode, a line each.", rich_help_panel="Output")
                              ] = TableFormatChoice.text,
+    timeline: Annotated[bool, typer.Option("--timeline", help="Also show each mode's last timed run forward by "
+                                           "forward: tokens, k, accepted, draft and verify time.",
+                                           rich_help_panel="Output")] = False,
 ) -> None:
     """Time decoding modes on one prompt: warm, alternated, with the spread; tok/s, speed-up over greedy,
     target forwards, acceptance, and whether each mode's text is greedy's."""
@@ -133,7 +136,7 @@ def bench_cmd(
     except DecodeTuiError as err:
         fail(err)
     headless.bench(options.with_default_model(user.model), list(dict.fromkeys(ModeChoice(m) for m in chosen)),
-                   runs=repeats, output_format=output_format)
+                   runs=repeats, output_format=output_format, timeline=timeline)
 
 
 @app.command("whatif")

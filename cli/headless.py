@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from rich.console import Console
 
+    from ..core.compare import BenchRow
     from ..core.drafters import DraftModel
     from ..core.events import BeamStepped, Finished, TokenEmitted
     from ..core.loading import LoadedModel
@@ -275,7 +276,8 @@ def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: F
                                 f"{c['greedy_tokens_per_s']:.1f} tok/s), output {verdict}")
 
 
-def bench(options: DecodingOptions, modes: list[ModeChoice], *, runs: int, output_format: TableFormatChoice) -> None:
+def bench(options: DecodingOptions, modes: list[ModeChoice], *, runs: int, output_format: TableFormatChoice,
+          timeline: bool = False) -> None:
     """Time ``modes`` on one prompt by the core's protocol (warm, alternated; core/compare.py) and print a table
     (or one JSON object per mode). Plain greedy is always measured: every speed-up is over it."""
     import json
@@ -295,7 +297,7 @@ def bench(options: DecodingOptions, modes: list[ModeChoice], *, runs: int, outpu
         fail(err)
     if output_format is TableFormatChoice.json:
         for row in rows:
-            _write(sys.stdout, json.dumps(row.to_dict()) + "\n")
+            _write(sys.stdout, json.dumps(row.to_dict(timeline)) + "\n")
         return
     from rich.console import Console
     from rich.table import Table
@@ -310,7 +312,42 @@ def bench(options: DecodingOptions, modes: list[ModeChoice], *, runs: int, outpu
                       f"{r.speedup:.2f}x ({r.speedup_low:.2f}-{r.speedup_high:.2f})", str(r.target_forwards),
                       f"{r.tokens_per_forward:.2f}", f"{r.acceptance_rate:.0%}" if r.acceptance_rate is not None
                       else "-", same)
-    Console(soft_wrap=True).print(table)
+    console = Console(soft_wrap=True)
+    console.print(table)
+    for r in rows:
+        _why(console, r, timeline)
+
+
+def _why(console: Console, row: BenchRow, timeline: bool) -> None:
+    """Below the table: a drafting mode's acceptance by draft position, the tokens a forward was expected to
+    give at its acceptance rate next to what it gave, and (``timeline``) its forwards one by one."""
+    from rich import box
+    from rich.table import Table
+
+    from ..core.timeline import expected_tokens_per_forward, per_position_rate, sparkline
+
+    if row.acceptance_by_position:
+        line = (f"{row.mode}: acceptance by draft position 1-{len(row.acceptance_by_position)} "
+                f"{sparkline(row.acceptance_by_position)}")
+        rate, yields = per_position_rate(row.timeline), expected_tokens_per_forward(row.timeline)
+        if rate is not None and yields is not None:
+            line += (f"; per-position acceptance a = {rate:.2f}: expected {yields[0]:.2f} tokens per verifying "
+                     f"forward, observed {yields[1]:.2f}"
+                     + (" (acceptances came in runs)" if yields[1] > 1.1 * yields[0] else ""))
+        console.print(line)
+    if not timeline or not row.timeline:
+        return
+    table = Table(title=f"{row.mode}: one row per target forward (its last timed run)", title_justify="left",
+                  box=box.SIMPLE_HEAD, pad_edge=False)
+    for column in ("fwd", "tokens", "k", "accepted", "draft ms", "verify ms", "wall ms", ""):
+        table.add_column(column, justify="right" if column else "left")
+    for f in row.timeline:
+        table.add_row(str(f.forward), str(f.tokens), "-" if f.k is None else str(f.k),
+                      "-" if f.accepted is None else str(f.accepted),
+                      "-" if f.draft_ms is None else f"{f.draft_ms:.1f}",
+                      "-" if f.verify_ms is None else f"{f.verify_ms:.1f}", f"{f.wall_ms:.1f}",
+                      "█" * f.tokens + ("·" * (f.k - (f.accepted or 0)) if f.k else ""))
+    console.print(table)
 
 
 def _bench_prompt(modes: list[ModeChoice]) -> str:

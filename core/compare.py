@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from .events import Finished
 from .params import DecodeConfig
+from .timeline import ForwardRow, Timeline
 from .warmup import warm_up
 
 if TYPE_CHECKING:
@@ -38,12 +39,13 @@ def with_comparison(lm: LoadedModel, prompt: str, config: DecodeConfig, result: 
 
 
 def timed_rounds(lm: LoadedModel, prompt: str, configs: Mapping[str, DecodeConfig], *, runs: int,
-                 draft: DraftModel | None = None,
-                 progress: Callable[[str], None] | None = None) -> dict[str, list[Finished]]:
+                 draft: DraftModel | None = None, progress: Callable[[str], None] | None = None,
+                 timelines: dict[str, list[ForwardRow]] | None = None) -> dict[str, list[Finished]]:
     """The protocol: every config warmed up, then ``runs`` rounds timing one run of each, the order reversed
     from one round to the next (ABC, CBA, ABC, ...), so a drift in the machine's speed falls on all alike.
 
-    Returns each config's results, round by round.
+    Returns each config's results, round by round; ``timelines`` receives each config's last timed run's
+    forward-pass timeline (:mod:`~decode_tui.core.timeline`).
     """
     from .run import Run
 
@@ -58,10 +60,13 @@ def timed_rounds(lm: LoadedModel, prompt: str, configs: Mapping[str, DecodeConfi
             if progress is not None:
                 progress(f"round {i + 1} of {runs}: {name}")
             result = None
-            for event in Run(lm, prompt, configs[name], draft).events():
+            timeline = Timeline()
+            for event in timeline.watch(Run(lm, prompt, configs[name], draft).events()):
                 result = event
             assert isinstance(result, Finished)
             results[name].append(result)
+            if timelines is not None:
+                timelines[name] = timeline.rows
     return results
 
 
@@ -120,17 +125,25 @@ class BenchRow:
     acceptance_rate: float | None  # speculative, pld
     identical: bool  # the same tokens as greedy's
     first_divergence: int | None
+    acceptance_by_position: tuple[float, ...] | None = None  # speculative, pld: of the last timed run
+    timeline: tuple[ForwardRow, ...] = ()  # the last timed run's, one row per target forward
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+    def to_dict(self, timeline: bool = False) -> dict[str, Any]:
+        """The JSON form; the timeline (a row per forward) only when asked for."""
+        data = dataclasses.asdict(self)
+        if not timeline:
+            del data["timeline"]
+        return data
 
 
 def bench(lm: LoadedModel, prompt: str, configs: Mapping[str, DecodeConfig], *, runs: int,
           draft: DraftModel | None = None, progress: Callable[[str], None] | None = None) -> list[BenchRow]:
-    """Every config in ``configs`` (keyed by name; ``greedy`` is the baseline) timed by :func:`timed_rounds`."""
+    """Every config in ``configs`` (keyed by name; ``greedy`` is the baseline) timed by :func:`timed_rounds`,
+    each row with its last timed run's forward-pass timeline."""
     if "greedy" not in configs:
         raise ValueError("a benchmark needs plain greedy as its baseline")
-    results = timed_rounds(lm, prompt, configs, runs=runs, draft=draft, progress=progress)
+    timelines: dict[str, list[ForwardRow]] = {}
+    results = timed_rounds(lm, prompt, configs, runs=runs, draft=draft, progress=progress, timelines=timelines)
     base = results["greedy"]
     rows = []
     for name, finished in results.items():
@@ -144,5 +157,7 @@ def bench(lm: LoadedModel, prompt: str, configs: Mapping[str, DecodeConfig], *, 
             speedup_high=max(ratios), new_tokens=last.new_tokens, target_forwards=last.target_forwards,
             tokens_per_forward=last.new_tokens / last.target_forwards if last.target_forwards else 0.0,
             acceptance_rate=last.acceptance_rate, identical=last.token_ids == base[-1].token_ids,
-            first_divergence=first_divergence(last.token_ids, base[-1].token_ids)))
+            first_divergence=first_divergence(last.token_ids, base[-1].token_ids),
+            acceptance_by_position=last.acceptance_by_position,
+            timeline=tuple(timelines[name])))
     return rows

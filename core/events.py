@@ -281,6 +281,10 @@ class DraftVerified(Event):
     extra_token_id: int | None
     extra_kind: Literal["target", "resampled", "bonus"] | None
     target_forwards: int | None = _optional()  # target forward passes so far, this verification's included
+    # Seconds the drafter took to propose this round's draft, and the verification took (the target's forward
+    # and the acceptance test). None in recordings made before they existed.
+    draft_s: float | None = _optional()
+    verify_s: float | None = _optional()
 
 
 # ------------------------------------------------------------------ the end

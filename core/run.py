@@ -85,6 +85,8 @@ class Run:
             "dtype": str(self.lm.dtype).removeprefix("torch."),
             "fast": self.config.compiles,
             "path": self.path,
+            # What ends the text: a what-if replay of this trace (core/whatif.py) cuts lookup copies where the run did.
+            "eos_token_ids": sorted(self.lm.eos_token_ids),
             **self.config.sampling.to_dict(),
         }
         if self.config.mode == "beam":

@@ -64,6 +64,12 @@ class Trace:
     target_forwards: int  # the recorded run's own count
     params: Mapping[str, Any]
 
+    @property
+    def eos_token_ids(self) -> frozenset[int] | None:
+        """The end-of-text tokens the run stopped at (None in traces made before runs recorded them)."""
+        ids = self.params.get("eos_token_ids")
+        return frozenset(int(i) for i in ids) if isinstance(ids, list | tuple) else None
+
 
 def trace_from_events(events: Iterable[Event], source: str = "the run") -> Trace:
     """The :class:`Trace` of a run's events; a UsageError if they are not one whole greedy run."""

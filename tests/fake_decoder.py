@@ -59,7 +59,8 @@ class FakeDecoder:
             yield Notice("loading", "loading fake…")
             self.loading.wait(timeout=10)
         yield Started(mode=mode, model="fake", prompt_token_ids=tuple(range(len(PROMPT_PIECES))),
-                      prompt_text=settings.prompt, params={"device": "cpu", "dtype": "float32"},
+                      prompt_text=settings.prompt, params={"device": "cpu", "dtype": "float32", "max_new_tokens": 64,
+                                                           "eos_token_ids": [999]},
                       prompt_pieces=PROMPT_PIECES)
         emitted = _Emitter()
         if mode in ("greedy", "sample"):
@@ -140,7 +141,7 @@ class FakeDecoder:
                          for i in range(3))
         emitted.forwards = 2
         yield DraftVerified(round=0, verdicts=verdicts, accepted=3, extra_token_id=4, extra_kind="bonus",
-                            target_forwards=emitted.forwards)
+                            target_forwards=emitted.forwards, draft_s=0.002, verify_s=0.03)
         for i in (1, 2, 3):
             yield emitted.emit(i, w[i], kind)
         yield emitted.emit(4, w[4], "bonus")
@@ -157,7 +158,8 @@ class FakeDecoder:
                     PositionVerdict(2, 51, 0.3, 1.0 if lookup else 0.5, None, "untested"))
         emitted.forwards = 3
         yield DraftVerified(round=1, verdicts=verdicts, accepted=1, extra_token_id=6,
-                            extra_kind="target" if lookup else "resampled", target_forwards=emitted.forwards)
+                            extra_kind="target" if lookup else "resampled", target_forwards=emitted.forwards,
+                            draft_s=0.002, verify_s=0.03)
         yield emitted.emit(5, w[5], kind)
         yield emitted.emit(6, w[6], "target" if lookup else "resampled")
 

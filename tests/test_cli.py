@@ -347,6 +347,22 @@ def test_bench_prints_one_json_object_per_mode_with_greedy_as_the_baseline(tiny_
     assert rows["greedy"]["speedup"] == 1.0 and rows["greedy"]["target_forwards"] == rows["greedy"]["new_tokens"]
     assert rows["pld"]["identical"] is True and rows["pld"]["acceptance_rate"] is not None
     assert rows["sample"]["acceptance_rate"] is None
+    assert "timeline" not in rows["pld"], "a row per forward only with --timeline"
+
+
+def test_bench_timeline_shows_every_forward(tiny_model_dir: Path, isolated_env: dict[str, str]) -> None:
+    args = ["bench", "--model", str(tiny_model_dir), "--modes", "pld", "--repeats", "1", "--max-new-tokens", "16",
+            "-p", "the quick brown fox the quick brown fox", "--timeline"]
+    done = cli(*args, "--format", "json", env=isolated_env)
+    assert done.returncode == 0, done.stderr
+    for row in map(json.loads, done.stdout.splitlines()):
+        timeline = row["timeline"]
+        assert [f["forward"] for f in timeline] == list(range(1, row["target_forwards"] + 1))
+        assert sum(f["tokens"] for f in timeline) == row["new_tokens"]
+    text = cli(*args, env=isolated_env)
+    assert text.returncode == 0, text.stderr
+    assert "pld: acceptance by draft position" in text.stdout
+    assert "pld: one row per target forward" in text.stdout and "verify ms" in text.stdout
 
 
 @pytest.mark.parametrize(("args", "says"), [

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from textual.binding import Binding
-from textual.widgets import ContentSwitcher, TextArea
+from textual.widgets import ContentSwitcher, Static, TextArea
 
 from decode_tui.core.errors import UsageError
 from decode_tui.core.events import Event, TokenSampled
@@ -776,3 +776,34 @@ async def test_a_long_draft_token_is_shown_in_full_somewhere() -> None:
         shown = " ".join(_plain(app.query_one("#panel-draft", DraftPanel)).split())
         assert "…" in shown and "in full:" in shown
         assert repr(long) in shown.replace(" ", "") or long.strip() in shown.replace(" ", "")
+
+
+@in_event_loop
+async def test_the_forwards_screen_shows_each_forward_and_the_whatif_grid() -> None:
+    from textual.widgets import DataTable
+
+    from decode_tui.tui.screens.forwards import ForwardsScreen
+
+    app, _ = make("pld")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        await pilot.press("f")
+        await until(pilot, lambda: isinstance(app.screen, ForwardsScreen))
+        screen = app.screen
+        table = screen.query_one(DataTable)
+        assert table.row_count == 3  # the prefill and two verifying rounds, as the fake's Finished counts
+        assert [table.get_row_at(i)[2:4] for i in range(3)] == [["-", "-"], ["3", "3"], ["3", "1"]]
+        acceptance = _plain(screen.query_one("#forwards-acceptance", Static))
+        assert "Acceptance by draft position 1-3" in acceptance and "observed" in acceptance
+        whatif = _plain(screen.query_one("#forwards-whatif", Static))
+        assert "What if: target forwards prompt lookup would need" in whatif
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, ForwardsScreen))
+
+    app, _ = make("sample")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        await pilot.press("f")
+        await until(pilot, lambda: isinstance(app.screen, ForwardsScreen))
+        assert "a sample run" in _plain(app.screen.query_one("#forwards-whatif", Static))
+        assert "No draft was verified" in _plain(app.screen.query_one("#forwards-acceptance", Static))

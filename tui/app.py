@@ -364,6 +364,11 @@ class DecodeApp(App[int]):
         self.say(f"trace of {len(self.view.trace)} events saved to {path.name}; play it with `decode-tui replay "
                  f"{path.name}`")
 
+    def action_forwards(self) -> None:
+        from .screens.forwards import ForwardsScreen
+
+        self.push_screen(ForwardsScreen(list(self.view.trace)))
+
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.all_bindings(), self.glyphs))
 

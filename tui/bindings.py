@@ -39,6 +39,7 @@ APP_BINDINGS: tuple[Binding, ...] = (
     Binding("a", "toggle_auto_pause", "Auto-pause on notable events", show=False, id="auto-pause"),
     Binding("c", "cycle_theme", "Theme", id="theme"),
     Binding("x", "export", "Export trace", show=False, id="export"),
+    Binding("f", "forwards", "Forward passes and what-if", id="forwards"),
     Binding("question_mark,f1", "help", "Help", id="help"),
     Binding("q", "quit", "Quit", id="quit"),
     Binding("ctrl+c", "interrupt", "Quit (Ctrl-C)", show=False, priority=True, id="interrupt"),

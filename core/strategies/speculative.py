@@ -150,7 +150,8 @@ def speculative(
                 confirmed = len(context) + n
                 if drafted:
                     yield DraftVerified(round=round_, verdicts=verdicts, accepted=n, extra_token_id=extra,
-                                        extra_kind=kind, target_forwards=transcript.target_forwards)
+                                        extra_kind=kind, target_forwards=transcript.target_forwards,
+                                        draft_s=draft_s, verify_s=verify_s)
                 # 5. Emit the accepted prefix, then the extra token (unless an EOS or the limit came first).
                 for token in drafted[:n]:
                     yield transcript.emit(token, source)

@@ -1,0 +1,125 @@
+"""A forward-pass timeline: one row per target forward of a run, to see why it was fast or slow.
+
+Each row says what one target forward pass produced: how many tokens, the
+draft it verified (k, how many were accepted), the draft's and the
+verification's own time as the strategy measured them, and the wall time
+since the previous forward ended (what the run really spent on it, drafting,
+lookups and events included). Rows are built from the events alone, by
+``target_forwards`` (which every event that changes it carries), so the same
+code serves a live run (:meth:`Timeline.watch` stamps each event as it
+arrives) and a recording (:meth:`Timeline.add` with the recorded times).
+
+:func:`expected_tokens_per_forward` gives what the measured acceptance rate
+predicts a round yields, (1 - a^(k+1)) / (1 - a) (Leviathan et al. 2023,
+eq. 1, with a the per-position acceptance rate), to set beside the observed
+figure: more observed than expected means acceptances come in runs (a copied
+passage), less means they fail together. :func:`sparkline` draws acceptance
+by draft position. It knows events; nothing about how rows are shown.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .events import DraftVerified, Event, Finished, Started, TokenEmitted
+
+BARS = "▁▂▃▄▅▆▇█"
+
+
+@dataclass(frozen=True)
+class ForwardRow:
+    """One target forward pass."""
+
+    forward: int  # its number in the run, from 1 (the prefill)
+    tokens: int  # tokens it added to the output
+    k: int | None  # draft tokens it verified (None: a prefill or a plain step)
+    accepted: int | None
+    draft_ms: float | None  # the drafter's time for this round's draft
+    verify_ms: float | None  # the verification's time (the forward and the acceptance test)
+    wall_ms: float  # since the previous forward's last event: everything this forward cost the run
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Timeline:
+    """Builds :class:`ForwardRow` s from a run's events and the times they arrived."""
+
+    def __init__(self) -> None:
+        self.rows: list[ForwardRow] = []
+        self._reset()
+
+    def _reset(self) -> None:
+        self.rows = []
+        self._forward: int | None = None
+        self._tokens = 0
+        self._verified: DraftVerified | None = None
+        self._began: float | None = None  # when the previous forward ended (or the run started)
+        self._last = 0.0  # the current forward's last event
+
+    def watch(self, events: Iterable[Event]) -> Iterator[Event]:
+        """Pass ``events`` through, stamping each with the moment it arrived."""
+        for event in events:
+            self.add(event, time.perf_counter())
+            yield event
+
+    def add(self, event: Event, now: float) -> None:
+        if isinstance(event, Started):
+            self._reset()  # a new run, a new timeline
+            self._began = now
+            return
+        if isinstance(event, Finished):
+            self._close()
+            return
+        forward = getattr(event, "target_forwards", None)
+        if forward is None:
+            return
+        if forward != self._forward:
+            self._close()
+            self._forward, self._tokens, self._verified = forward, 0, None
+            if self._began is None:
+                self._began = now
+        if isinstance(event, TokenEmitted):
+            self._tokens += 1
+        elif isinstance(event, DraftVerified):
+            self._verified = event
+        self._last = now
+
+    def _close(self) -> None:
+        if self._forward is None or self._began is None:
+            return
+        v = self._verified
+        self.rows.append(ForwardRow(
+            forward=self._forward, tokens=self._tokens, k=len(v.verdicts) if v else None,
+            accepted=v.accepted if v else None,
+            draft_ms=v.draft_s * 1e3 if v and v.draft_s is not None else None,
+            verify_ms=v.verify_s * 1e3 if v and v.verify_s is not None else None,
+            wall_ms=(self._last - self._began) * 1e3))
+        self._began, self._forward = self._last, None
+
+
+def per_position_rate(rows: Sequence[ForwardRow]) -> float | None:
+    """The per-position acceptance rate a: accepted / tested positions (a round tests up to its first rejection)."""
+    accepted = sum(r.accepted or 0 for r in rows if r.k)
+    tested = sum((r.accepted or 0) + ((r.accepted or 0) < (r.k or 0)) for r in rows if r.k)
+    return accepted / tested if tested else None
+
+
+def expected_tokens_per_forward(rows: Sequence[ForwardRow]) -> tuple[float, float] | None:
+    """(expected, observed) tokens per verifying forward: (1 - a^(k+1)) / (1 - a) at each round's k, and k + 1
+    accepted-plus-one as the rounds went; None without a draft round."""
+    rounds = [r for r in rows if r.k]
+    a = per_position_rate(rows)
+    if not rounds or a is None:
+        return None
+    expected = [float(r.k + 1) if a >= 1 else (1 - a ** (r.k + 1)) / (1 - a) for r in rounds if r.k]
+    observed = [(r.accepted or 0) + 1 for r in rounds]
+    return sum(expected) / len(expected), sum(observed) / len(observed)
+
+
+def sparkline(values: Sequence[float]) -> str:
+    """One bar per value in 0..1 (acceptance by draft position): ▁ for 0 up to █ for 1."""
+    return "".join(BARS[min(len(BARS) - 1, max(0, round(v * (len(BARS) - 1))))] for v in values)

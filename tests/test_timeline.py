@@ -1,0 +1,89 @@
+"""The forward-pass timeline: one row per target forward, agreeing with the run's own counters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from decode_tui.core.detokenize import Detokenizer
+from decode_tui.core.drafters import ModelDrafter, PromptLookup
+from decode_tui.core.events import DraftVerified, Event, Finished, Started
+from decode_tui.core.params import SamplingParams
+from decode_tui.core.strategies.autoregressive import autoregressive
+from decode_tui.core.strategies.speculative import speculative
+from decode_tui.core.timeline import (
+    ForwardRow,
+    Timeline,
+    expected_tokens_per_forward,
+    per_position_rate,
+    sparkline,
+)
+from decode_tui.core.transcript import Transcript
+
+from .conftest import tiny_model
+from .test_speculative import V, repetitive_prompt
+
+STARTED = Started(mode="pld", model="tiny", prompt_token_ids=(1,), prompt_text="x", params={})
+
+
+def watched(events: Any) -> tuple[list[ForwardRow], list[Event]]:
+    timeline = Timeline()
+    seen = list(timeline.watch([STARTED, *events]))
+    return timeline.rows, seen
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("kind", ["lookup", "model"])
+def test_a_drafting_runs_rows_add_up_to_its_finished_counters(byte_bpe: Any, seed: int, kind: str) -> None:
+    model = tiny_model("llama", vocab_size=V, seed=seed)
+    drafter = PromptLookup(2, 5) if kind == "lookup" else ModelDrafter(tiny_model("qwen2", vocab_size=V, seed=9), V)
+    transcript = Transcript("pld", repetitive_prompt(seed, 12), Detokenizer(byte_bpe), frozenset({V - 1}), 40)
+    rows, events = watched(speculative(model, transcript, drafter, SamplingParams(), greedy=seed != 1,
+                                       num_draft_tokens=5, generator=torch.Generator().manual_seed(seed)))
+    finished = events[-1]
+    assert isinstance(finished, Finished) and finished.accepted is not None
+    assert [r.forward for r in rows] == list(range(1, finished.target_forwards + 1))
+    assert sum(r.tokens for r in rows) == finished.new_tokens
+    assert sum(r.accepted or 0 for r in rows) == finished.accepted
+    assert sum(r.k or 0 for r in rows) == finished.drafted
+    verified = [e for e in events if isinstance(e, DraftVerified)]
+    assert [r.k for r in rows if r.k is not None] == [len(v.verdicts) for v in verified]
+    for r in rows:
+        assert r.wall_ms >= 0
+        if r.k is not None:  # a verifying forward: the strategy's own times, and accepted + 1 tokens at most
+            assert r.draft_ms is not None and r.verify_ms is not None and r.verify_ms > 0
+            assert r.tokens <= (r.accepted or 0) + 1
+        else:
+            assert r.tokens == 1  # the prefill, or a round with nothing to draft: a plain step
+
+
+def test_a_greedy_run_has_a_row_per_token(byte_bpe: Any) -> None:
+    model = tiny_model("llama", vocab_size=V, seed=0)
+    transcript = Transcript("greedy", [1, 2, 3], Detokenizer(byte_bpe), frozenset({V - 1}), 12)
+    rows, events = watched(autoregressive(model, transcript, SamplingParams(), greedy=True))
+    finished = events[-1]
+    assert isinstance(finished, Finished)
+    assert len(rows) == finished.target_forwards == finished.new_tokens
+    assert all(r.tokens == 1 and r.k is None for r in rows)
+
+
+def row(k: int | None, accepted: int | None) -> ForwardRow:
+    return ForwardRow(1, (accepted or 0) + 1, k, accepted, None, None, 1.0)
+
+
+def test_expected_tokens_per_forward_from_the_per_position_rate() -> None:
+    rows = [row(None, None), row(3, 3), row(3, 0)]
+    # Tested positions: 3 accepted in the first round; the second tested one and rejected it: a = 3 / 4.
+    assert per_position_rate(rows) == pytest.approx(0.75)
+    expected, observed = expected_tokens_per_forward(rows) or (0.0, 0.0)
+    assert expected == pytest.approx((1 - 0.75**4) / 0.25)
+    assert observed == pytest.approx((4 + 1) / 2)
+    assert expected_tokens_per_forward([row(None, None)]) is None
+    assert expected_tokens_per_forward([row(4, 4)]) == (5.0, 5.0)  # everything accepted: k + 1 each round
+
+
+def test_sparkline_draws_a_bar_per_position() -> None:
+    assert sparkline([1.0, 0.0, 0.5]) == "█▁▅"
+    assert sparkline([]) == ""
