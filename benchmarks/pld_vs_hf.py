@@ -1,12 +1,13 @@
 """Benchmark: our prompt lookup (PLD) against transformers' (``generate(prompt_lookup_num_tokens=10)``).
 
 Each side is measured against its own greedy decoding, in one process, on the same prompt ids, by the
-project's protocol: a warm-up of each of the four runs, then ``--repeats`` rounds with the order reversed
-from one round to the next (ours greedy, ours PLD, HF greedy, HF PLD; then backwards), and each side's
+project's protocol: a warm-up of each run, then ``--repeats`` rounds with the order reversed from one round
+to the next (ours greedy, ours PLD, ours adaptive PLD, HF greedy, HF PLD; then backwards), and each side's
 speed-up is the median of the rounds' ratios, with its lowest and highest. It also counts the target's
 forward passes on both sides (HF's by wrapping the model's ``forward``) and checks that all four outputs
 are the same tokens. The prompts are input-grounded, where PLD is meant to help: the benchmarks' summary
-and code edit, a question answered from a passage, and an edit of a JSON object.
+and code edit, a question answered from a passage, and an edit of a JSON object; and, as a control where
+nothing can be copied, an open-ended story. Our adaptive PLD (``--adaptive``) is timed beside the fixed one.
 
     python benchmarks/pld_vs_hf.py [--repeats 5] [--new-tokens 96] [--max-ngram-size 3] [--num-pred-tokens 10]
                                    [--json out.json]
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import time
 from functools import partial
@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from decode_vs_hf import PROMPTS as BENCH_PROMPTS  # run as a script: benchmarks/ is on the path
+from decode_vs_hf import machine
 
 from decode_tui.core.embedded import pull
 from decode_tui.core.events import Finished
@@ -33,15 +35,7 @@ from decode_tui.core.registry import resolve
 from decode_tui.core.run import Run
 
 PROMPTS = {
-    "summarise": (
-        "Summarise the following passage in three sentences.\n\n"
-        "The Great Barrier Reef, off the coast of Queensland, Australia, is the largest coral reef system in the "
-        "world. It stretches for over 2,300 kilometres and is made of nearly 3,000 individual reefs and 900 "
-        "islands. The reef supports a wide diversity of life, including many vulnerable or endangered species. "
-        "Rising sea temperatures have caused several mass coral bleaching events since 1998, and scientists warn "
-        "that without cuts to greenhouse gas emissions the reef could lose most of its coral cover this century. "
-        "Tourism to the reef contributes billions of dollars to the Australian economy every year."
-    ),
+    "summarise": BENCH_PROMPTS["summarise"],
     "code-edit": CODE_EDIT_PROMPT,
     "passage-qa": (
         "Read the passage, then answer the question in full sentences, quoting the passage.\n\n"
@@ -58,6 +52,8 @@ PROMPTS = {
         '"12 Rue de la Paix", "city": "Paris", "postcode": "75002", "country": "France"}, "languages": '
         '["French", "English", "Spanish"], "active": true}'
     ),
+    # A control with nothing in the prompt to copy: drafting can only cost here.
+    "open-ended": BENCH_PROMPTS["open-ended"],
 }
 
 
@@ -105,16 +101,17 @@ def main() -> None:
     parser.add_argument("--only", help="comma-separated prompt names")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    torch.set_num_threads(torch.get_num_threads())
     pull("smollm2")
     lm = load_model(resolve("smollm2"), device="cpu", dtype="float32")
     counter = ForwardCounter(lm.model)
     greedy = DecodeConfig(mode="greedy", max_new_tokens=args.new_tokens)
     pld = DecodeConfig(mode="pld", max_new_tokens=args.new_tokens,
                        draft=DraftParams(max_ngram_size=args.max_ngram_size, num_pred_tokens=args.num_pred_tokens))
+    adaptive = DecodeConfig(mode="pld", max_new_tokens=args.new_tokens,
+                            draft=DraftParams(max_ngram_size=args.max_ngram_size,
+                                              num_pred_tokens=args.num_pred_tokens, adaptive=True))
     results: dict[str, Any] = {
-        "machine": {"python": platform.python_version(), "torch": torch.__version__,
-                    "threads": torch.get_num_threads(), "processor": platform.processor() or platform.machine()},
+        "machine": machine(),
         "protocol": "warm-up each, then rounds alternated (ours greedy, ours PLD, HF greedy, HF PLD; reversed "
                     "every other round); speed-up = median of the rounds' ratios, each side over its own greedy",
         "ours": {"max_ngram_size": args.max_ngram_size, "num_pred_tokens": args.num_pred_tokens},
@@ -128,6 +125,7 @@ def main() -> None:
         sides = {
             "ours greedy": partial(ours, lm, prompt, greedy),
             "ours pld": partial(ours, lm, prompt, pld),
+            "ours pld adaptive": partial(ours, lm, prompt, adaptive),
             "hf greedy": partial(hf, lm, counter, prompt_ids, args.new_tokens),
             "hf pld": partial(hf, lm, counter, prompt_ids, args.new_tokens, prompt_lookup_num_tokens=10),
         }
@@ -142,6 +140,7 @@ def main() -> None:
                 times[side].append(seconds)
         ours_ratios = [g / p for g, p in zip(times["ours greedy"], times["ours pld"], strict=True)]
         hf_ratios = [g / p for g, p in zip(times["hf greedy"], times["hf pld"], strict=True)]
+        adaptive_ratios = [g / p for g, p in zip(times["ours greedy"], times["ours pld adaptive"], strict=True)]
         row: dict[str, Any] = {
             "new_tokens": len(tokens["ours greedy"]),
             "identical": len({tuple(t) for t in tokens.values()}) == 1,
@@ -149,13 +148,17 @@ def main() -> None:
             "median_s": {side: statistics.median(ts) for side, ts in times.items()},
             "ours_speedup": statistics.median(ours_ratios), "ours_range": [min(ours_ratios), max(ours_ratios)],
             "hf_speedup": statistics.median(hf_ratios), "hf_range": [min(hf_ratios), max(hf_ratios)],
+            "ours_adaptive_speedup": statistics.median(adaptive_ratios),
+            "ours_adaptive_range": [min(adaptive_ratios), max(adaptive_ratios)],
         }
         row["ours_over_hf"] = row["ours_speedup"] / row["hf_speedup"]
         results["prompts"][name] = row
         print(f"{name:>11}: {row['new_tokens']} tokens, identical={row['identical']}; ours {row['ours_speedup']:.2f}x "
               f"({min(ours_ratios):.2f}-{max(ours_ratios):.2f}), {forwards['ours pld']} forwards; HF "
               f"{row['hf_speedup']:.2f}x ({min(hf_ratios):.2f}-{max(hf_ratios):.2f}), {forwards['hf pld']} forwards; "
-              f"ours/HF {row['ours_over_hf']:.2f}; greedy ours {row['median_s']['ours greedy']:.2f} s, HF "
+              f"ours/HF {row['ours_over_hf']:.2f}; ours adaptive {row['ours_adaptive_speedup']:.2f}x "
+              f"({min(adaptive_ratios):.2f}-{max(adaptive_ratios):.2f}), {forwards['ours pld adaptive']} forwards; "
+              f"greedy ours {row['median_s']['ours greedy']:.2f} s, HF "
               f"{row['median_s']['hf greedy']:.2f} s", flush=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")

@@ -441,3 +441,31 @@ def test_a_draft_cut_short_says_why_and_how_long_it_could_have_been(byte_bpe: An
                for r in cut if r.max_tokens and r.max_tokens > 1)
     full = rounds(0.0)  # 0: always the full length, and nothing to explain
     assert all(len(r.token_ids) == r.max_tokens and r.stopped is None for r in full)
+
+
+def test_adaptive_lookup_keeps_the_draft_length_an_exact_replay_finds_fastest() -> None:
+    # A made-up history: drafting 4 a round would have needed 15 forwards of width 5, drafting 1 needs 30 of
+    # width 2, not drafting 49 plain steps.
+    history = {0: (1,) * 49, 1: (2,) * 30, 4: (5,) * 15}
+
+    def replay(k: int) -> tuple[int, ...]:
+        return history.get(k, (k + 1,) * 40)  # every other length would have been worse than these
+
+    for c1, expected in ((0.001, 4), (0.06, 1), (0.2, 0)):  # seconds each drafted token adds to a verify
+        policy = AdaptiveDraftLength(6, replay=replay)
+        c0 = 0.1
+        assert policy.choose() == 6  # the longest draft until two widths have been timed
+        policy.observe(6, 2, c0 + 6 * c1, 0.0)
+        policy.observe(6, 2, 10.0, 0.0)  # one very slow round (another process): the median per k ignores it
+        policy.observe(6, 2, c0 + 6 * c1, 0.0)
+        assert policy.choose() == 6
+        policy.observe(0, 0, c0, 0.0)  # a round the lookup had nothing for: a plain step, the second width
+        assert policy.choose() == expected, c1
+
+
+def test_adaptive_lookup_is_lossless(byte_bpe: Any) -> None:
+    model = tiny_model("llama", vocab_size=V, seed=4)
+    prompt = repetitive_prompt(4, 16)
+    result = run(model, byte_bpe, PromptLookup(3, 8, frozenset({V - 1})), prompt, 60, k=8, adaptive=True)[-1]
+    assert isinstance(result, Finished) and result.drafted
+    assert result.token_ids == greedy(model, byte_bpe, prompt, 60).token_ids

@@ -172,3 +172,19 @@ def test_a_recording_reads_as_a_trace(tmp_path: Path) -> None:
     path.write_text(header + "\n" + "".join(json.dumps({"t": 0.5, **e.to_dict()}) + "\n" for e in events))
     trace = read_trace(path)
     assert trace.token_ids == (5, 6, 7) and trace.max_new_tokens == 3 and trace.model == "tiny"
+
+
+@pytest.mark.real_model
+def test_predicted_pld_forwards_equal_real_runs_on_the_embedded_model(smollm2: Any) -> None:
+    from decode_tui.core.params import CODE_EDIT_PROMPT, DecodeConfig, DraftParams
+    from decode_tui.core.run import Run
+
+    events = list(Run(smollm2, CODE_EDIT_PROMPT, DecodeConfig(mode="greedy", max_new_tokens=48)).events())
+    trace = trace_from_events(events)
+    assert trace.eos_token_ids == smollm2.eos_token_ids  # the run recorded what ends its text
+    for ngram, k in ((2, 4), (3, 10)):
+        config = DecodeConfig(mode="pld", max_new_tokens=48, draft=DraftParams(max_ngram_size=ngram,
+                                                                               num_pred_tokens=k))
+        real = list(Run(smollm2, CODE_EDIT_PROMPT, config).events())[-1]
+        assert isinstance(real, Finished) and real.token_ids == trace.token_ids
+        assert replay_lookup(trace, smollm2.eos_token_ids, ngram, k).target_forwards == real.target_forwards

@@ -7,6 +7,14 @@ models, drafters or events.
 
 from __future__ import annotations
 
+import statistics
+import time
+from collections import deque
+from collections.abc import Callable
+
+Replay = Callable[[int], tuple[int, ...]]  # k -> the widths of the forwards a fixed k would have used so far
+MIN_HISTORY = 8  # tokens of the run a replay needs before its choice is trusted
+
 
 class AdaptiveDraftLength:
     """Chooses how many tokens to draft from the measured acceptance and the measured cost of verifying.
@@ -24,10 +32,29 @@ class AdaptiveDraftLength:
     probing a short draft now and then so a changing acceptance is noticed;
     a probe that gets nothing accepted doubles the wait before the next one
     (up to 64 rounds), so a useless drafter costs well under 1 %.
+
+    A drafter whose proposals are known without drafting (prompt lookup:
+    :mod:`~decode_tui.core.whatif` replays it exactly) needs neither the
+    geometric model nor probes. Given ``replay``, the policy replays the run so
+    far under every fixed k (0 .. max), prices each forward with the fitted
+    cost, and keeps the k that would have been fastest (the longer one on a
+    tie). Acceptance in a copy comes in runs, which the geometric model
+    misses, and a k = 0 stretch still shows what the lookup would have
+    offered. It drafts the most until two widths have been timed (a lookup's
+    copies vary in length by themselves) and the run has MIN_HISTORY tokens,
+    and re-evaluates every few rounds, at most one twentieth of the run's time.
+    On the CPU's copy-friendly prompts it settles on 9-10 and needs the fixed
+    length's forwards; on prose, plain steps after the first few rounds
+    (BENCHMARKS.md, issue 20).
     """
 
-    def __init__(self, max_k: int, probe_every: int = 8) -> None:
+    def __init__(self, max_k: int, probe_every: int = 8, replay: Replay | None = None) -> None:
         self.max_k = max_k
+        self.replay = replay
+        self.replayed: int | None = None  # the k the last replay chose
+        self.replay_s = 0.0  # what the last replay cost
+        self.next_replay = 3
+        self.spent_s = 0.0  # the rounds' measured time so far
         self.probe_every = probe_every
         self.probe_wait = probe_every  # rounds until the next probe; doubles after a fruitless one
         self.next_probe = probe_every
@@ -36,20 +63,24 @@ class AdaptiveDraftLength:
         # is one trial (a draft stops being examined at its first rejection, so accepted / k would
         # underestimate a badly for long drafts).
         self.accepted_sum, self.trials_sum = 0.6, 1.0
-        self.samples: list[tuple[int, float]] = []  # (k, verify seconds), most recent last
+        self.times_by_k: dict[int, deque[float]] = {}  # verify seconds of the last 16 rounds of each draft length
         self.draft_cost = 0.0  # seconds per drafted token, moving average
         self.rounds = 0
 
     def _fit(self) -> tuple[float, float] | None:
-        recent = self.samples[-64:]
-        ks = {k for k, _ in recent}
-        if len(ks) < 2:
+        """(c0, c1) of cost(k) = c0 + c1 * k: least squares over the median of each k's last 16 times.
+
+        Medians, so one slow round (another process, a first-time kernel) does not tilt the line; per k, so a
+        long stretch of one length (plain steps on prose) does not make the policy forget what the others cost
+        and measure them again."""
+        if len(self.times_by_k) < 2:
             return None
-        n = len(recent)
-        mean_k = sum(k for k, _ in recent) / n
-        mean_t = sum(t for _, t in recent) / n
-        var = sum((k - mean_k) ** 2 for k, _ in recent)
-        slope = max(0.0, sum((k - mean_k) * (t - mean_t) for k, t in recent) / var)
+        points = [(k, statistics.median(ts)) for k, ts in self.times_by_k.items()]
+        n = len(points)
+        mean_k = sum(k for k, _ in points) / n
+        mean_t = sum(t for _, t in points) / n
+        var = sum((k - mean_k) ** 2 for k, _ in points)
+        slope = max(0.0, sum((k - mean_k) * (t - mean_t) for k, t in points) / var)
         return max(mean_t - slope * mean_k, 1e-6), slope
 
     def _best(self) -> int | None:
@@ -67,12 +98,41 @@ class AdaptiveDraftLength:
                 best_k, best_rate = k, rate
         return best_k
 
+    def _replayed_best(self, c0: float, c1: float) -> int:
+        """The fixed k that would have been fastest on the run so far, by an exact replay of the drafter."""
+        assert self.replay is not None
+        started = time.perf_counter()
+        seconds = {k: sum(c0 + c1 * (w - 1) for w in self.replay(k)) for k in range(self.max_k + 1)}
+        self.replay_s = time.perf_counter() - started
+        return min(seconds, key=lambda k: (seconds[k], -k))  # on a tie the longer draft: copies come in runs
+
     def choose(self) -> int:
         self.rounds += 1
+        if self.replay is not None:
+            return self._choose_by_replay()
         if self.rounds == 1:
             return self.max_k
         if self.rounds == 2:
             return 0
+        return self._choose_by_model()
+
+    def _choose_by_replay(self) -> int:
+        """Draft the most until the costs of two widths are known (a lookup's copies vary in length by themselves:
+        no plain step is forced), then what the replay finds fastest."""
+        assert self.replay is not None
+        fit = self._fit()
+        # A replay of a few tokens says little about the rest of the text: until there are MIN_HISTORY, draft the
+        # most (a copy that fails costs one wider verify; a copy missed costs a forward a token).
+        if fit is not None and len(self.replay(0)) + 1 >= MIN_HISTORY:
+            if self.replayed is None or self.rounds >= self.next_replay:
+                self.replayed = min(self._replayed_best(*fit), self.max_k)
+                # Keep the replays under a twentieth of the run: wait as many rounds as that takes, at least 4.
+                per_round = self.spent_s / max(self.rounds - 1, 1)
+                self.next_replay = self.rounds + max(4, round(20 * self.replay_s / max(per_round, 1e-9)))
+            return min(self.replayed, self.max_k)
+        return self.max_k
+
+    def _choose_by_model(self) -> int:
         best = self._best()
         if best is None:
             return self.max_k
@@ -83,7 +143,8 @@ class AdaptiveDraftLength:
 
     def observe(self, k: int, accepted: int, verify_s: float, draft_s: float) -> None:
         smooth = 0.3
-        self.samples.append((k, verify_s))
+        self.spent_s += verify_s + draft_s
+        self.times_by_k.setdefault(k, deque(maxlen=16)).append(verify_s)
         if k > 0:
             decay = 0.9
             self.accepted_sum = decay * self.accepted_sum + accepted

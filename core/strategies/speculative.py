@@ -35,13 +35,14 @@ from typing import TYPE_CHECKING, Literal
 import torch
 
 from ..draft_stats import DraftStats
-from ..drafters import Draft, Drafter
+from ..drafters import Draft, Drafter, PromptLookup
 from ..events import DraftProposed, DraftVerified, Event, PositionVerdict, TokenSource
 from ..forward import forward, new_cache, prepare, release, rollback, to_host
 from ..live import LiveParams
 from ..params import SamplingParams
 from ..sampling import processed, stage_processors
 from ..transcript import Transcript
+from ..whatif import Trace, replay_lookup
 from .adaptive import AdaptiveDraftLength
 
 if TYPE_CHECKING:
@@ -80,7 +81,7 @@ def speculative(
     processors = stage_processors(sampling, greedy)
     version = live.version if live else 0
     stats = DraftStats()
-    policy = AdaptiveDraftLength(num_draft_tokens) if adaptive else None
+    policy = AdaptiveDraftLength(num_draft_tokens, replay=_lookup_replay(drafter, transcript)) if adaptive else None
     source: TokenSource = "lookup" if drafter.kind == "lookup" else "draft"
     device = model.device
     V = vocab_size
@@ -170,6 +171,23 @@ def speculative(
         yield transcript.finished(**stats.extras())
     finally:
         release(cache)  # back to the model's pool, with its captured graphs, for the next run
+
+
+def _lookup_replay(drafter: Drafter, transcript: Transcript) -> Callable[[int], tuple[int, ...]] | None:
+    """For prompt lookup, what a fixed draft length k would have fed the target so far (an exact replay,
+    core/whatif.py), for the adaptive policy; None for a draft model, whose drafts cannot be replayed free."""
+    if not isinstance(drafter, PromptLookup):
+        return None
+
+    def widths(k: int) -> tuple[int, ...]:
+        so_far = transcript.token_ids
+        if k == 0 or len(so_far) < 2:
+            return (1,) * max(len(so_far) - 1, 0)
+        trace = Trace(source="the run so far", model="", mode="pld", prompt_ids=transcript.prompt_ids,
+                      token_ids=tuple(so_far), max_new_tokens=len(so_far), target_forwards=0, params={})
+        return replay_lookup(trace, transcript.eos_token_ids, drafter.max_ngram_size, k).widths
+
+    return widths
 
 
 def _distributions(processors: list[tuple[Stage, LogitsProcessor]], context: list[int], drafted: list[int],
