@@ -19,8 +19,9 @@ by draft position. It knows events; nothing about how rows are shown.
 
 from __future__ import annotations
 
+import statistics
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -123,3 +124,26 @@ def expected_tokens_per_forward(rows: Sequence[ForwardRow]) -> tuple[float, floa
 def sparkline(values: Sequence[float]) -> str:
     """One bar per value in 0..1 (acceptance by draft position): ▁ for 0 up to █ for 1."""
     return "".join(BARS[min(len(BARS) - 1, max(0, round(v * (len(BARS) - 1))))] for v in values)
+
+
+def cost_line(times_by_k: Mapping[int, Sequence[float]]) -> tuple[float, float] | None:
+    """(c0, c1) of cost(k) = c0 + c1 * k, k the tokens drafted: least squares over the median time of each k
+    (medians, so one slow round does not tilt the line); None before two draft lengths were timed."""
+    points = [(k, statistics.median(ts)) for k, ts in times_by_k.items() if ts]
+    if len(points) < 2:
+        return None
+    n = len(points)
+    mean_k = sum(k for k, _ in points) / n
+    mean_t = sum(t for _, t in points) / n
+    var = sum((k - mean_k) ** 2 for k, _ in points)
+    slope = max(0.0, sum((k - mean_k) * (t - mean_t) for k, t in points) / var)
+    return max(mean_t - slope * mean_k, 1e-6), slope
+
+
+def verify_line(rows: Sequence[ForwardRow]) -> tuple[float, float] | None:
+    """:func:`cost_line` of a run's verifying forwards, in seconds."""
+    by_k: dict[int, list[float]] = {}
+    for r in rows:
+        if r.k is not None and r.verify_ms is not None:
+            by_k.setdefault(r.k, []).append(r.verify_ms / 1e3)
+    return cost_line(by_k)

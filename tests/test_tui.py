@@ -18,7 +18,7 @@ from textual.binding import Binding
 from textual.widgets import ContentSwitcher, Static, TextArea
 
 from decode_tui.core.errors import UsageError
-from decode_tui.core.events import Event, TokenSampled
+from decode_tui.core.events import DraftVerified, Event, TokenSampled
 from decode_tui.core.params import SamplingParams
 from decode_tui.tui.app import DecodeApp
 from decode_tui.tui.pump import EventPump
@@ -807,3 +807,36 @@ async def test_the_forwards_screen_shows_each_forward_and_the_whatif_grid() -> N
         await until(pilot, lambda: isinstance(app.screen, ForwardsScreen))
         assert "a sample run" in _plain(app.screen.query_one("#forwards-whatif", Static))
         assert "No draft was verified" in _plain(app.screen.query_one("#forwards-acceptance", Static))
+
+
+def test_the_whatif_grids_price_settings_with_the_runs_own_verify_times(byte_bpe: Any) -> None:
+    from rich.table import Table
+
+    from decode_tui.core.detokenize import Detokenizer
+    from decode_tui.core.drafters import PromptLookup
+    from decode_tui.core.events import Started
+    from decode_tui.core.params import SamplingParams
+    from decode_tui.core.strategies.speculative import speculative
+    from decode_tui.core.timeline import Timeline
+    from decode_tui.core.transcript import Transcript
+    from decode_tui.tui.screens.forwards import whatif_tables
+
+    from .conftest import tiny_model
+    from .test_speculative import V, repetitive_prompt
+
+    prompt = repetitive_prompt(0, 14)
+    started = Started(mode="pld", model="tiny", prompt_token_ids=tuple(prompt), prompt_text="x",
+                      params={"max_new_tokens": 40, "eos_token_ids": [V - 1]})
+    transcript = Transcript("pld", prompt, Detokenizer(byte_bpe), frozenset({V - 1}), 40)
+    events = [started, *speculative(tiny_model("llama", vocab_size=V, seed=0), transcript, PromptLookup(1, 6),
+                                    SamplingParams(), greedy=True, num_draft_tokens=6)]
+    timeline = Timeline()
+    for i, event in enumerate(events):
+        timeline.add(event, i * 0.01)
+    assert len({r.k for r in timeline.rows if r.k is not None}) >= 2, "the run verified drafts of several lengths"
+    grids = whatif_tables(events, timeline)
+    titles = [str(g.title) for g in grids if isinstance(g, Table)]
+    assert len(titles) == 2 and "Estimated speed-up" in titles[1]
+    greedy_only = [e for e in events if not isinstance(e, DraftVerified)]  # no verify times: forwards only
+    parts = whatif_tables(greedy_only, Timeline())
+    assert any(isinstance(p, str) and "decode-tui whatif" in p for p in parts)

@@ -7,10 +7,11 @@ models, drafters or events.
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections import deque
 from collections.abc import Callable
+
+from ..timeline import cost_line
 
 Replay = Callable[[int], tuple[int, ...]]  # k -> the widths of the forwards a fixed k would have used so far
 MIN_HISTORY = 8  # tokens of the run a replay needs before its choice is trusted
@@ -68,20 +69,10 @@ class AdaptiveDraftLength:
         self.rounds = 0
 
     def _fit(self) -> tuple[float, float] | None:
-        """(c0, c1) of cost(k) = c0 + c1 * k: least squares over the median of each k's last 16 times.
-
-        Medians, so one slow round (another process, a first-time kernel) does not tilt the line; per k, so a
-        long stretch of one length (plain steps on prose) does not make the policy forget what the others cost
-        and measure them again."""
-        if len(self.times_by_k) < 2:
-            return None
-        points = [(k, statistics.median(ts)) for k, ts in self.times_by_k.items()]
-        n = len(points)
-        mean_k = sum(k for k, _ in points) / n
-        mean_t = sum(t for _, t in points) / n
-        var = sum((k - mean_k) ** 2 for k, _ in points)
-        slope = max(0.0, sum((k - mean_k) * (t - mean_t) for k, t in points) / var)
-        return max(mean_t - slope * mean_k, 1e-6), slope
+        """(c0, c1) of cost(k) = c0 + c1 * k (:func:`~decode_tui.core.timeline.cost_line`) over each k's last 16
+        times: per k, so a long stretch of one length (plain steps on prose) does not make the policy forget
+        what the others cost and measure them again."""
+        return cost_line(self.times_by_k)
 
     def _best(self) -> int | None:
         """The k with the most expected tokens per second, or None before two draft lengths were timed."""

@@ -6,14 +6,16 @@ and the verification's own times), acceptance by draft position as a
 sparkline with the tokens per forward that acceptance rate predicts beside
 the observed figure, and for a finished greedy run (or greedy PLD or
 speculative) the what-if grid: the exact target forwards prompt lookup needs
-for each n-gram size and draft length (core/whatif.py). Estimated speeds need
-this machine's measured forward costs: ``decode-tui whatif`` on the exported
-trace gives them. It reads the run view's trace; it decodes nothing.
+for each n-gram size and draft length (core/whatif.py), and, when the run
+verified drafts of several lengths, the estimated speed-up of each priced
+with those verify times. A plain greedy run measured no verify costs:
+``decode-tui whatif`` on its exported trace measures them. It reads the run
+view's trace; it decodes nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 from rich.table import Table
@@ -26,8 +28,8 @@ from textual.widgets import DataTable, Static
 
 from ...core.errors import UsageError
 from ...core.events import Event, Finished
-from ...core.timeline import Timeline, expected_tokens_per_forward, per_position_rate, sparkline
-from ...core.whatif import DRAFT_LENGTHS, NGRAM_SIZES, lookup_grid, trace_from_events
+from ...core.timeline import Timeline, expected_tokens_per_forward, per_position_rate, sparkline, verify_line
+from ...core.whatif import DRAFT_LENGTHS, NGRAM_SIZES, Costs, WhatIf, lookup_grid, table, trace_from_events
 
 
 def acceptance_line(finished: Finished | None, timeline: Timeline) -> str:
@@ -43,29 +45,45 @@ def acceptance_line(finished: Finished | None, timeline: Timeline) -> str:
     return line
 
 
-def whatif_table(events: Sequence[Event]) -> Table | str:
-    """The PLD what-if grid for a finished greedy run, or why there is none."""
+def whatif_tables(events: Sequence[Event], timeline: Timeline) -> list[Table | str]:
+    """The PLD what-if grids for a finished greedy run (forwards; and estimated speed-ups when the run timed
+    verifications of two lengths or more), or why there are none."""
     try:
         trace = trace_from_events(events, "this run")
     except UsageError as err:
-        return f"What if: {err}"
+        return [f"What if: {err}"]
     if trace.eos_token_ids is None:
-        return "What if: this recording does not say which tokens end the text; replay it with `decode-tui whatif`."
-    rows = {(r.max_ngram_size, r.draft_length): r.target_forwards
-            for r in lookup_grid(trace, trace.eos_token_ids)}
-    table = Table(title=f"What if: target forwards prompt lookup would need for these {len(trace.token_ids)} tokens "
-                        f"(exact; greedy needs {len(trace.token_ids)}) · rows --max-ngram-size, columns "
-                        "--num-pred-tokens", title_justify="left")
-    table.add_column("n\\k", justify="right")
-    for k in DRAFT_LENGTHS:
-        table.add_column(str(k), justify="right")
-    fewest = min(rows.values())
-    for n in NGRAM_SIZES:
-        table.add_row(str(n), *(Text(str(rows[(n, k)]), style="bold" if rows[(n, k)] == fewest else "")
-                                for k in DRAFT_LENGTHS))
-    table.caption = ("Bold: the fewest forwards. For estimated tok/s from this machine's measured costs, export "
-                     "the trace (x) and run `decode-tui whatif` on it.")
-    return table
+        return ["What if: this recording does not say which tokens end the text; replay it with `decode-tui whatif`."]
+    line = verify_line(timeline.rows)
+    # The run's own verify times price each forward: a draft run times several widths; plain greedy times none
+    # apart from its steps, so it gets forwards only.
+    costs = Costs(0.0, tuple(line[0] + line[1] * (w - 1) for w in range(1, max(DRAFT_LENGTHS) + 2))) \
+        if line is not None else None
+    rows = {(r.max_ngram_size, r.draft_length): r for r in table(trace, lookup_grid(trace, trace.eos_token_ids),
+                                                                 costs)[1:]}
+    fewest = min(r.target_forwards for r in rows.values())
+    grids: list[Table | str] = []
+    cells: list[tuple[str, Callable[[WhatIf], Text]]] = [(
+        f"What if: target forwards prompt lookup would need for these {len(trace.token_ids)} tokens (exact; greedy "
+        f"needs {len(trace.token_ids)}; bold: the fewest)",
+        lambda r: Text(str(r.target_forwards), style="bold" if r.target_forwards == fewest else ""))]
+    if costs is not None:
+        best = max(r.est_speedup or 0.0 for r in rows.values())
+        cells.append(("Estimated speed-up over greedy, priced with this run's own verify times (bold: the best)",
+                      lambda r: Text(f"{r.est_speedup or 0.0:.1f}",
+                                     style="bold" if (r.est_speedup or 0.0) == best else "")))
+    for title, cell in cells:
+        grid = Table(title=title + " · rows --max-ngram-size, columns --num-pred-tokens", title_justify="left")
+        grid.add_column("n\\k", justify="right")
+        for k in DRAFT_LENGTHS:
+            grid.add_column(str(k), justify="right")
+        for n in NGRAM_SIZES:
+            grid.add_row(str(n), *(cell(rows[(n, k)]) for k in DRAFT_LENGTHS))
+        grids.append(grid)
+    if costs is None:
+        grids.append("Estimated speeds need the cost of verifying drafts of several lengths, which a plain greedy run "
+                     "does not measure: export the trace (x) and run `decode-tui whatif` on it.")
+    return grids
 
 
 class ForwardsScreen(ModalScreen[None]):
@@ -91,7 +109,8 @@ class ForwardsScreen(ModalScreen[None]):
                          f"{self.finished.target_forwards} target forwards", id="forwards-title")
             yield Static(acceptance_line(self.finished, self.timeline), id="forwards-acceptance")
             yield DataTable(id="forwards-table", zebra_stripes=True, cursor_type="row")
-            yield Static(whatif_table(self.events), id="forwards-whatif")
+            for i, part in enumerate(whatif_tables(self.events, self.timeline)):
+                yield Static(part, id="forwards-whatif" if i == 0 else None, classes="forwards-whatif")
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
