@@ -232,6 +232,9 @@ def replay_cmd(
                                          "0 as fast as possible.")] = 1.0,
     start_paused: Annotated[bool, typer.Option("--paused", help="Start paused; n steps, space resumes.")] = False,
     theme: ThemeOpt = None,
+    cast: Annotated[Path | None, typer.Option(help="Instead of playing it, write the run as an asciinema cast "
+                                              "file (the text streaming at the recorded pace, coloured by where "
+                                              "each token came from) and exit.")] = None,
 ) -> None:
     """Play a recorded run in the app, with no model and no GPU (pause, step and slow motion work)."""
     try:
@@ -242,6 +245,15 @@ def replay_cmd(
 
         header, events = read_recording(recording)
         settings = settings_from_dict(header.get("settings", {}))
+        if cast is not None:
+            from ..tui.cast import write_cast
+
+            try:
+                write_cast(cast, events)
+            except OSError as exc:
+                raise UsageError(f"Cannot write the cast {cast}: {exc.strerror}.") from None
+            typer.echo(f"{cast} written: play it with `asciinema play {cast}`")
+            raise typer.Exit(0)
     except DecodeTuiError as err:
         fail(err)
     from ..tui.app import DecodeApp

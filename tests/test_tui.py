@@ -840,3 +840,16 @@ def test_the_whatif_grids_price_settings_with_the_runs_own_verify_times(byte_bpe
     greedy_only = [e for e in events if not isinstance(e, DraftVerified)]  # no verify times: forwards only
     parts = whatif_tables(greedy_only, Timeline())
     assert any(isinstance(p, str) and "decode-tui whatif" in p for p in parts)
+
+
+@in_event_loop
+async def test_the_svg_key_saves_the_screen_for_a_slide(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    app, _ = make("greedy")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        await pilot.press("X")
+        await until(pilot, lambda: list(tmp_path.glob("*.svg")))
+        (svg,) = tmp_path.glob("*.svg")
+        assert svg.name == "decode-tui-greedy-1.svg" and "<svg" in svg.read_text(encoding="utf-8")
+        assert any("screen saved to decode-tui-greedy-1.svg" in m for m in app.messages)

@@ -364,6 +364,16 @@ class DecodeApp(App[int]):
         self.say(f"trace of {len(self.view.trace)} events saved to {path.name}; play it with `decode-tui replay "
                  f"{path.name}`")
 
+    def action_save_svg(self) -> None:
+        self.exports += 1
+        name = f"decode-tui-{self.settings.mode}-{self.exports}.svg"
+        try:
+            saved = self.save_screenshot(filename=name, path=str(Path.cwd()))
+        except OSError as exc:
+            self.say(f"Could not write {name}: {exc.strerror}", severity="error")
+            return
+        self.say(f"screen saved to {Path(saved).name}")
+
     def action_forwards(self) -> None:
         from .screens.forwards import ForwardsScreen
 

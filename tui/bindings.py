@@ -40,6 +40,7 @@ APP_BINDINGS: tuple[Binding, ...] = (
     Binding("c", "cycle_theme", "Theme", id="theme"),
     Binding("x", "export", "Export trace", show=False, id="export"),
     Binding("f", "forwards", "Forward passes and what-if", id="forwards"),
+    Binding("X", "save_svg", "Save the screen as an SVG (for a slide)", show=False, id="screenshot"),
     Binding("question_mark,f1", "help", "Help", id="help"),
     Binding("q", "quit", "Quit", id="quit"),
     Binding("ctrl+c", "interrupt", "Quit (Ctrl-C)", show=False, priority=True, id="interrupt"),
