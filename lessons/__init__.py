@@ -1,0 +1,173 @@
+"""Lessons: data files (``*.toml``) that pick a prompt and settings so a concept shows, and say what to look at.
+
+A lesson names its ``mode``, its ``prompt``, its decoding ``settings`` (the
+options ``decode-tui run`` takes, by their long names with underscores), an
+``intro``, the ``pause`` points where the run stops for the teacher (on a
+notable event, or after a number of tokens) with the text students read
+there, and a closing ``summary``. :func:`load` reads a shipped lesson by name
+or a teacher's own file by path, and refuses a malformed one with the file,
+the line and the field. It knows the format; the decoding options are
+checked by whoever runs the lesson (the same check ``run`` makes), and the
+narration is shown by the app.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+from ..core.events import BeamStepped, DraftProposed, DraftVerified, Event, Finished, TokenEmitted
+
+MODES = ("greedy", "sample", "beam", "speculative", "pld")
+# What a pause can wait for: the app's notable events (tui/teaching.AutoPause), two more, or "token N".
+EVENTS = ("first rejection", "lookup miss", "beam finished", "end of text", "resampled", "bonus")
+FIELDS = {"name", "title", "mode", "prompt", "intro", "summary", "settings", "pause", "recording"}
+
+
+class LessonError(ValueError):
+    """A lesson file that cannot be used: the message names the file, the line and the field."""
+
+
+@dataclass(frozen=True)
+class Pause:
+    on: str  # one of EVENTS, or "token N"
+    text: str
+
+    @property
+    def after_tokens(self) -> int | None:
+        """N for a "token N" pause."""
+        found = re.fullmatch(r"token (\d+)", self.on)
+        return int(found.group(1)) if found else None
+
+
+@dataclass(frozen=True)
+class Lesson:
+    name: str
+    title: str
+    mode: str
+    prompt: str
+    intro: str
+    settings: dict[str, Any]
+    pauses: tuple[Pause, ...]
+    summary: str
+    source: str  # the file it came from
+    recording: str | None = None  # a shipped recording of it, beside the file
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "title": self.title, "mode": self.mode, "pauses": len(self.pauses),
+                "source": self.source}
+
+
+def shipped() -> list[Lesson]:
+    """The lessons that come with decode-tui, in their files' order (01-..., 02-...)."""
+    entries = sorted((e for e in files(__name__).iterdir() if e.name.endswith(".toml")), key=lambda e: e.name)
+    return [parse(e.read_text(encoding="utf-8"), e.name) for e in entries]
+
+
+def load(name_or_path: str) -> Lesson:
+    """A shipped lesson by name, or a lesson file by path; LessonError says what is wrong (and lists the names)."""
+    if name_or_path.endswith(".toml") or "/" in name_or_path:
+        path = Path(name_or_path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise LessonError(f"Cannot read the lesson file {path}: {exc}.") from None
+        return parse(text, str(path))
+    lessons = {lesson.name: lesson for lesson in shipped()}
+    if name_or_path not in lessons:
+        raise LessonError(f"There is no lesson {name_or_path!r}. The lessons are: {', '.join(lessons)} (or give "
+                          "the path of a lesson file, ./my-lesson.toml).")
+    return lessons[name_or_path]
+
+
+def _line(text: str, field: str) -> int:
+    """The line a field is set on (tomllib does not say), for messages; 1 when it is not found."""
+    key = field.split(".")[-1].split("[")[0]
+    for number, line in enumerate(text.splitlines(), start=1):
+        if re.match(rf"\s*(\[+\s*)?{re.escape(key)}\s*[=\]]", line):
+            return number
+    return 1
+
+
+def parse(text: str, source: str) -> Lesson:
+    """A :class:`Lesson` from a TOML text; LessonError with ``source``, the line and the field otherwise."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise LessonError(f"{source}: not valid TOML ({exc}).") from None
+
+    def bad(field: str, why: str) -> LessonError:
+        return LessonError(f"{source}, line {_line(text, field)}: {field} {why}")
+
+    unknown = sorted(set(data) - FIELDS)
+    if unknown:
+        raise bad(unknown[0], f"is not a lesson field (the fields: {', '.join(sorted(FIELDS))}).")
+    for field in ("name", "title", "mode", "prompt", "intro"):
+        if not isinstance(data.get(field), str) or not data[field].strip():
+            raise bad(field, "must be a non-empty string.")
+    if data["mode"] not in MODES:
+        raise bad("mode", f"must be one of {', '.join(MODES)}, not {data['mode']!r}.")
+    settings = data.get("settings", {})
+    if not isinstance(settings, dict):
+        raise bad("settings", "must be a table of decoding options ([settings] max_new_tokens = 48, ...).")
+    pauses = []
+    for i, item in enumerate(data.get("pause", [])):
+        if not isinstance(item, dict) or set(item) != {"on", "text"}:
+            raise bad("pause", f"number {i + 1} must have exactly `on` and `text`.")
+        if not isinstance(item["text"], str) or not item["text"].strip():
+            raise bad("text", f"of pause {i + 1} must be a non-empty string.")
+        pause = Pause(str(item["on"]), item["text"].strip())
+        if pause.on not in EVENTS and pause.after_tokens is None:
+            raise bad("on", f"of pause {i + 1} must be one of {', '.join(map(repr, EVENTS))} or \"token N\", not "
+                      f"{pause.on!r}.")
+        pauses.append(pause)
+    summary = data.get("summary", "")
+    if not isinstance(summary, str):
+        raise bad("summary", "must be a string.")
+    recording = data.get("recording")
+    if recording is not None and not isinstance(recording, str):
+        raise bad("recording", "must be the name of a recording file beside the lesson.")
+    return Lesson(name=data["name"], title=data["title"], mode=data["mode"], prompt=data["prompt"],
+                  intro=data["intro"].strip(), settings=dict(settings), pauses=tuple(pauses),
+                  summary=summary.strip(), source=source, recording=recording)
+
+
+class PauseTracker:
+    """Which of a lesson's pauses an event reaches: each pause once, in the order the run reaches them."""
+
+    def __init__(self, pauses: tuple[Pause, ...]) -> None:
+        self.pending = list(pauses)
+        self.steps = 0  # tokens emitted, or beam steps (beam search emits its tokens at the end)
+        self.drafter: str | None = None
+
+    def check(self, event: Event) -> Pause | None:
+        kinds = self._kinds(event)
+        for pause in self.pending:
+            if pause.on in kinds:
+                self.pending.remove(pause)
+                return pause
+        return None
+
+    def _kinds(self, event: Event) -> set[str]:
+        kinds: set[str] = set()
+        if isinstance(event, TokenEmitted | BeamStepped):
+            self.steps += 1
+            kinds.add(f"token {self.steps}")
+        if isinstance(event, BeamStepped) and any(c.verdict == "finished" for c in event.candidates):
+            kinds.add("beam finished")
+        if isinstance(event, DraftProposed):
+            self.drafter = event.drafter
+        elif isinstance(event, DraftVerified):
+            if self.drafter == "lookup" and event.accepted == 0 and event.verdicts:
+                kinds.add("lookup miss")
+            if event.accepted < len(event.verdicts):
+                kinds.add("first rejection")
+            if event.extra_kind in ("resampled", "bonus"):
+                kinds.add(event.extra_kind)
+        elif isinstance(event, Finished):
+            kinds.add("end of text")
+        return kinds

@@ -1,0 +1,82 @@
+"""Lessons as data: the shipped six parse and their settings are valid options; bad files name file, line, field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from decode_tui.cli.options import ModeChoice, build_config
+from decode_tui.core.events import DraftProposed, DraftVerified, Finished, PositionVerdict, TokenEmitted
+from decode_tui.lessons import LessonError, Pause, PauseTracker, load, parse, shipped
+
+SIX = ["greedy-vs-sampling", "repetition-penalty", "beam-search", "speculative", "prompt-lookup",
+       "when-drafting-does-not-pay"]
+
+
+def test_the_six_lessons_ship_and_their_settings_are_what_run_accepts() -> None:
+    lessons = shipped()
+    assert [lesson.name for lesson in lessons] == SIX
+    for lesson in lessons:
+        config = build_config(mode=ModeChoice(lesson.mode), **lesson.settings)
+        assert config.mode == lesson.mode and lesson.pauses and lesson.intro and lesson.summary
+        assert load(lesson.name) == lesson
+    by_name = {lesson.name: lesson for lesson in lessons}
+    assert by_name["speculative"].settings["temperature"] > 0, "the rejection sampling lesson samples"
+    assert {p.on for p in by_name["speculative"].pauses} == {"first rejection", "resampled", "bonus"}
+
+
+GOOD = '''name = "x"
+title = "X"
+mode = "greedy"
+prompt = "hi"
+intro = "look"
+'''
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    (GOOD + 'colour = "red"\n', "line 6: colour is not a lesson field"),
+    (GOOD.replace('"greedy"', '"warp"'), "line 3: mode must be one of"),
+    (GOOD.replace('prompt = "hi"', 'prompt = ""'), "line 4: prompt must be a non-empty string"),
+    (GOOD + '[[pause]]\non = "sunrise"\ntext = "t"\n', "line 7: on of pause 1 must be one of"),
+    (GOOD + '[[pause]]\non = "token 3"\n', "pause number 1 must have exactly `on` and `text`"),
+    (GOOD + "settings = 3\n", "line 6: settings must be a table"),
+    ("name = \n", "not valid TOML"),
+])
+def test_a_malformed_lesson_names_the_file_the_line_and_the_field(text: str, says: str, tmp_path: Path) -> None:
+    path = tmp_path / "mine.toml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(LessonError, match=str(path)) as err:
+        load(str(path))
+    assert says in str(err.value)
+
+
+def test_an_unknown_lesson_lists_the_lessons() -> None:
+    with pytest.raises(LessonError, match="There is no lesson 'warp'") as err:
+        load("warp")
+    assert all(name in str(err.value) for name in SIX)
+    assert parse(GOOD, "mine.toml").name == "x"
+
+
+def test_pauses_stop_at_the_events_they_wait_for_each_once() -> None:
+    pauses = (Pause("token 2", "two"), Pause("lookup miss", "miss"), Pause("bonus", "bonus"),
+              Pause("end of text", "end"))
+    tracker = PauseTracker(pauses)
+
+    def token(i: int) -> TokenEmitted:
+        return TokenEmitted(index=i, token_id=i, text="a", start=i, end=i + 1)
+
+    def verified(accepted: int, extra: str) -> DraftVerified:
+        verdicts = tuple(PositionVerdict(i, i, 0.5, 1.0, None, "accepted" if i < accepted else "rejected")
+                         for i in range(2))
+        return DraftVerified(round=0, verdicts=verdicts, accepted=accepted, extra_token_id=1,
+                             extra_kind=extra)  # type: ignore[arg-type]
+
+    proposed = DraftProposed(round=0, drafter="lookup", token_ids=(1, 2), texts=("a", "b"), q_probs=None,
+                             match_start=0, match_end=1, copy_start=1, copy_end=3, max_tokens=2)
+    seen = [tracker.check(e) for e in (token(0), token(1), proposed, verified(0, "target"), verified(2, "bonus"),
+                                       token(2), verified(0, "target"))]
+    assert [p.text if p else None for p in seen] == [None, "two", None, "miss", "bonus", None, None]
+    done = Finished(mode="pld", prompt_token_ids=(1,), token_ids=(1,), text="a", finish_reason="eos",
+                    new_tokens=1, target_forwards=1, elapsed_s=1.0, tokens_per_s=1.0)
+    assert tracker.check(done) == pauses[3] and tracker.pending == []
