@@ -11,7 +11,9 @@ comparison protocol live in :mod:`decode_tui.core`.
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, NoReturn, TextIO
@@ -213,6 +215,18 @@ def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: F
     ended = False  # the text's closing newline is out
     # Beam search writes its text only at the end: on a terminal, a progress line says how the search goes.
     progress = _beam_progress(config) if not jsonl and config.mode == "beam" else None
+    # Ctrl-C is taken between events, never in the middle of writing one: the first one sets a flag the loop reads
+    # once an event is out (a token away at most); a second one interrupts at once.
+    interrupted = False
+
+    def on_sigint(signum: int, frame: object) -> None:
+        nonlocal interrupted
+        if interrupted:
+            raise KeyboardInterrupt
+        interrupted = True
+
+    previous = (signal.signal(signal.SIGINT, on_sigint)
+                if threading.current_thread() is threading.main_thread() else None)
     try:
         for event in events:
             if isinstance(event, BeamStepped):
@@ -237,6 +251,8 @@ def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: F
                 _write(out, line)
             if isinstance(event, Finished):
                 result = event
+            if interrupted and result is None:
+                raise KeyboardInterrupt
     except KeyboardInterrupt:
         if progress is not None:
             progress(None)
@@ -253,6 +269,9 @@ def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: F
         stderr().print(f"decode-tui: interrupted after {result.new_tokens} tokens; the text so far is above. "
                         f"{_stats_line(lm, result)}")
         raise typer.Exit(EXIT_INTERRUPTED) from None
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
     if not jsonl:
         if not ended:
             _write(out, "\n")

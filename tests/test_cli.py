@@ -191,8 +191,11 @@ def test_cuda_where_there_is_none(tiny_model_dir: Path, isolated_env: dict[str, 
 
 
 def test_ctrl_c_prints_what_was_generated_and_exits_130(tiny_model_dir: Path, isolated_env: dict[str, str]) -> None:
-    proc = subprocess.Popen([SCRIPT, "generate", "--model", str(tiny_model_dir), "-p", "Tell me everything",
-                             "--format", "jsonl", "--max-new-tokens", "4000", "--no-chat"],
+    # A prompt the tiny model answers at length (its end of text comes after 1,629 tokens, 13 s here): with a short
+    # answer the run could end by itself before the signal lands on a loaded machine (it did, after 48 tokens).
+    proc = subprocess.Popen([SCRIPT, "generate", "--model", str(tiny_model_dir), "-p",
+                             "the quick brown fox the quick brown fox", "--format", "jsonl", "--max-new-tokens",
+                             "4000", "--no-chat"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=isolated_env)
     assert proc.stdout is not None
     lines = []
