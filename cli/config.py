@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.errors import UsageError
+from ..core.toml_lines import line_of
 
 FIELDS = ("model", "theme", "keys")
 # A Textual key name (ctrl+t, question_mark, f1, space, P) or one printable character; several joined with commas.
@@ -73,7 +74,7 @@ def load(bindings: Mapping[str, str], themes: Mapping[str, str], path: Path | No
         raise UsageError(f"The config file {path} is not valid TOML: {exc}. Fix or remove it.") from None
 
     def bad(name: str, problem: str) -> UsageError:
-        return UsageError(f"{path}, line {_line_of(text, name)}: {name}: {problem}")
+        return UsageError(f"{path}, line {line_of(text, name)}: {name}: {problem}")
 
     for name in data:
         if name not in FIELDS:
@@ -112,14 +113,5 @@ def _check_clashes(path: Path, text: str, bindings: Mapping[str, str], keys: Map
             other = owner.setdefault(key, binding_id)
             if other != binding_id:
                 moved = binding_id if binding_id in keys else other
-                raise UsageError(f"{path}, line {_line_of(text, moved)}: {moved}: the key {key!r} is also bound to "
+                raise UsageError(f"{path}, line {line_of(text, moved)}: {moved}: the key {key!r} is also bound to "
                                  f"{other if moved == binding_id else binding_id}. Move one of them to another key.")
-
-
-def _line_of(text: str, name: str) -> int:
-    """The line where ``name`` is set (bare or quoted key), for messages; 1 if it cannot be found."""
-    pattern = re.compile(rf"^[ \t]*(\"{re.escape(name)}\"|'{re.escape(name)}'|{re.escape(name)})[ \t]*=", re.MULTILINE)
-    match = pattern.search(text)
-    if match is None and name == "keys":
-        match = re.search(r"^[ \t]*\[keys\]", text, re.MULTILINE)
-    return text.count("\n", 0, match.start()) + 1 if match else 1

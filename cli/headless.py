@@ -343,29 +343,19 @@ def _why(console: Console, row: BenchRow, timeline: bool) -> None:
     from rich import box
     from rich.table import Table
 
-    from ..core.timeline import expected_tokens_per_forward, per_position_rate, sparkline
+    from ..tui.forward_views import FORWARD_COLUMNS, acceptance_line, forward_cells
 
-    if row.acceptance_by_position:
-        line = (f"{row.mode}: acceptance by draft position 1-{len(row.acceptance_by_position)} "
-                f"{sparkline(row.acceptance_by_position)}")
-        rate, yields = per_position_rate(row.timeline), expected_tokens_per_forward(row.timeline)
-        if rate is not None and yields is not None:
-            line += (f"; per-position acceptance a = {rate:.2f}: expected {yields[0]:.2f} tokens per verifying "
-                     f"forward, observed {yields[1]:.2f}"
-                     + (" (acceptances came in runs)" if yields[1] > 1.1 * yields[0] else ""))
-        console.print(line)
+    line = acceptance_line(row.acceptance_by_position, row.timeline)
+    if row.acceptance_by_position and line is not None:
+        console.print(f"{row.mode}: {line}")
     if not timeline or not row.timeline:
         return
     table = Table(title=f"{row.mode}: one row per target forward (its last timed run)", title_justify="left",
                   box=box.SIMPLE_HEAD, pad_edge=False)
-    for column in ("fwd", "tokens", "k", "accepted", "draft ms", "verify ms", "wall ms", ""):
+    for column in (*FORWARD_COLUMNS, "wall ms", ""):
         table.add_column(column, justify="right" if column else "left")
     for f in row.timeline:
-        table.add_row(str(f.forward), str(f.tokens), "-" if f.k is None else str(f.k),
-                      "-" if f.accepted is None else str(f.accepted),
-                      "-" if f.draft_ms is None else f"{f.draft_ms:.1f}",
-                      "-" if f.verify_ms is None else f"{f.verify_ms:.1f}", f"{f.wall_ms:.1f}",
-                      "█" * f.tokens + ("·" * (f.k - (f.accepted or 0)) if f.k else ""))
+        table.add_row(*forward_cells(f, wall=True))
     console.print(table)
 
 
@@ -424,11 +414,11 @@ def whatif(path: Path, *, model: str | None, device: str, dtype: str, draft: str
 
 
 def _whatif_tables(trace: Trace, lm: LoadedModel, costs: Costs, greedy: WhatIf, settings: list[WhatIf]) -> None:
-    from rich import box
     from rich.console import Console
     from rich.table import Table
 
-    from ..core.whatif import DRAFT_LENGTHS, NGRAM_SIZES, best
+    from ..core.whatif import best
+    from ..tui.forward_views import lookup_grid
 
     console = Console(soft_wrap=True)
     new = len(trace.token_ids)
@@ -445,14 +435,7 @@ def _whatif_tables(trace: Trace, lm: LoadedModel, costs: Costs, greedy: WhatIf, 
         ("PLD: target forwards (exact)", lambda r: str(r.target_forwards)),
         ("PLD: estimated speed-up over greedy", lambda r: f"{r.est_speedup or 0.0:.1f}")]
     for title, cell in grids:
-        grid = Table(title=title + " · rows --max-ngram-size, columns --num-pred-tokens", title_justify="left",
-                     box=box.SIMPLE_HEAD, pad_edge=False)
-        grid.add_column("n\\k", justify="right")
-        for k in DRAFT_LENGTHS:
-            grid.add_column(str(k), justify="right")
-        for n in NGRAM_SIZES:
-            grid.add_row(str(n), *(cell(pld[(n, k)]) for k in DRAFT_LENGTHS))
-        console.print(grid)
+        console.print(lookup_grid(title, pld, cell, compact=True))
     drafts = [r for r in settings if r.drafter == "draft"]
     if drafts:
         table = Table(title="Draft model: one teacher-forced pass (exact up to near-ties)", title_justify="left")

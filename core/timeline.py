@@ -50,11 +50,10 @@ class Timeline:
     """Builds :class:`ForwardRow` s from a run's events and the times they arrived."""
 
     def __init__(self) -> None:
-        self.rows: list[ForwardRow] = []
         self._reset()
 
     def _reset(self) -> None:
-        self.rows = []
+        self.rows: list[ForwardRow] = []
         self._forward: int | None = None
         self._tokens = 0
         self._verified: DraftVerified | None = None

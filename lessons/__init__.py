@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.events import BeamStepped, DraftProposed, DraftVerified, Event, Finished, TokenEmitted
+from ..core.toml_lines import line_of
 
 MODES = ("greedy", "sample", "beam", "speculative", "pld")
 # What a pause can wait for: the app's notable events (tui/teaching.AutoPause), two more, or "token N".
@@ -84,15 +85,6 @@ def load(name_or_path: str) -> Lesson:
     return lessons[name_or_path]
 
 
-def _line(text: str, field: str) -> int:
-    """The line a field is set on (tomllib does not say), for messages; 1 when it is not found."""
-    key = field.split(".")[-1].split("[")[0]
-    for number, line in enumerate(text.splitlines(), start=1):
-        if re.match(rf"\s*(\[+\s*)?{re.escape(key)}\s*[=\]]", line):
-            return number
-    return 1
-
-
 def parse(text: str, source: str) -> Lesson:
     """A :class:`Lesson` from a TOML text; LessonError with ``source``, the line and the field otherwise."""
     try:
@@ -101,7 +93,7 @@ def parse(text: str, source: str) -> Lesson:
         raise LessonError(f"{source}: not valid TOML ({exc}).") from None
 
     def bad(field: str, why: str) -> LessonError:
-        return LessonError(f"{source}, line {_line(text, field)}: {field} {why}")
+        return LessonError(f"{source}, line {line_of(text, field)}: {field} {why}")
 
     unknown = sorted(set(data) - FIELDS)
     if unknown:

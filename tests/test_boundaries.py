@@ -52,11 +52,13 @@ def test_the_package_installs_under_one_name(tmp_path: Path) -> None:
     """No generic top-level `core` or `tui` package leaks into site-packages."""
     code = ("import importlib.util, json\n"
             "print(json.dumps({n: importlib.util.find_spec(n) is not None for n in "
-            "['core', 'tui', 'themes', 'cli', 'decode_tui.core', 'decode_tui.tui', 'decode_tui.themes']}))")
+            "['core', 'tui', 'themes', 'cli', 'lessons', 'decode_tui.core', 'decode_tui.tui', 'decode_tui.themes', "
+            "'decode_tui.lessons']}))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path)
     found = json.loads(done.stdout)
-    assert found == {"core": False, "tui": False, "themes": False, "cli": False, "decode_tui.core": True,
-                     "decode_tui.tui": True, "decode_tui.themes": True}
+    assert found == {"core": False, "tui": False, "themes": False, "cli": False, "lessons": False,
+                     "decode_tui.core": True, "decode_tui.tui": True, "decode_tui.themes": True,
+                     "decode_tui.lessons": True}
 
 
 def _imports_within(package: Path, name: str) -> dict[str, set[str]]:
@@ -83,7 +85,7 @@ def test_the_ui_and_cli_modules_import_each_other_in_one_direction() -> None:
     """No import cycles among decode_tui's modules (an app and its palette once imported each other)."""
     root = Path(decode_tui.core.__file__).resolve().parent.parent
     graph: dict[str, set[str]] = {}
-    for folder in ("core", "tui", "cli"):
+    for folder in ("core", "tui", "cli", "lessons"):
         graph |= _imports_within(root / folder, f"decode_tui.{folder}")
     merged = {m: {t for t in targets if t in graph} for m, targets in graph.items()}
     for m in graph:

@@ -28,21 +28,9 @@ from textual.widgets import DataTable, Static
 
 from ...core.errors import UsageError
 from ...core.events import Event, Finished
-from ...core.timeline import Timeline, expected_tokens_per_forward, per_position_rate, sparkline, verify_line
-from ...core.whatif import DRAFT_LENGTHS, NGRAM_SIZES, Costs, WhatIf, lookup_grid, table, trace_from_events
-
-
-def acceptance_line(finished: Finished | None, timeline: Timeline) -> str:
-    """Acceptance by draft position and the expected against the observed tokens per verifying forward."""
-    by_position = finished.acceptance_by_position if finished is not None else None
-    rate, yields = per_position_rate(timeline.rows), expected_tokens_per_forward(timeline.rows)
-    if rate is None or yields is None:
-        return "No draft was verified in this run: every forward after the prefill was a plain step."
-    line = f"Per-position acceptance a = {rate:.2f}: expected {yields[0]:.2f} tokens per verifying forward " \
-           f"((1 - a^(k+1)) / (1 - a) at each round's k), observed {yields[1]:.2f}."
-    if by_position:
-        line = f"Acceptance by draft position 1-{len(by_position)}: {sparkline(by_position)}   " + line
-    return line
+from ...core.timeline import Timeline, verify_line
+from ...core.whatif import DRAFT_LENGTHS, Costs, WhatIf, lookup_grid, table, trace_from_events
+from .. import forward_views
 
 
 def whatif_tables(events: Sequence[Event], timeline: Timeline) -> list[Table | str]:
@@ -73,13 +61,7 @@ def whatif_tables(events: Sequence[Event], timeline: Timeline) -> list[Table | s
                       lambda r: Text(f"{r.est_speedup or 0.0:.1f}",
                                      style="bold" if (r.est_speedup or 0.0) == best else "")))
     for title, cell in cells:
-        grid = Table(title=title + " · rows --max-ngram-size, columns --num-pred-tokens", title_justify="left")
-        grid.add_column("n\\k", justify="right")
-        for k in DRAFT_LENGTHS:
-            grid.add_column(str(k), justify="right")
-        for n in NGRAM_SIZES:
-            grid.add_row(str(n), *(cell(rows[(n, k)]) for k in DRAFT_LENGTHS))
-        grids.append(grid)
+        grids.append(forward_views.lookup_grid(title, rows, cell))
     if costs is None:
         grids.append("Estimated speeds need the cost of verifying drafts of several lengths, which a plain greedy run "
                      "does not measure: export the trace (x) and run `decode-tui whatif` on it.")
@@ -107,17 +89,17 @@ class ForwardsScreen(ModalScreen[None]):
             yield Static(f"[b]Forward passes[/b] · {len(rows)} target forwards so far" if self.finished is None else
                          f"[b]Forward passes[/b] · {self.finished.new_tokens} tokens in "
                          f"{self.finished.target_forwards} target forwards", id="forwards-title")
-            yield Static(acceptance_line(self.finished, self.timeline), id="forwards-acceptance")
+            line = forward_views.acceptance_line(self.finished.acceptance_by_position if self.finished else None,
+                                                 rows)
+            yield Static(line[0].upper() + line[1:] + "." if line else
+                         "No draft was verified in this run: every forward after the prefill was a plain step.",
+                         id="forwards-acceptance")
             yield DataTable(id="forwards-table", zebra_stripes=True, cursor_type="row")
             for i, part in enumerate(whatif_tables(self.events, self.timeline)):
                 yield Static(part, id="forwards-whatif" if i == 0 else None, classes="forwards-whatif")
 
     def on_mount(self) -> None:
-        table = self.query_one(DataTable)
-        table.add_columns("fwd", "tokens", "k", "accepted", "draft ms", "verify ms", "")
+        forwards = self.query_one(DataTable)
+        forwards.add_columns(*forward_views.FORWARD_COLUMNS, "")
         for r in self.timeline.rows:
-            table.add_row(str(r.forward), str(r.tokens), "-" if r.k is None else str(r.k),
-                          "-" if r.accepted is None else str(r.accepted),
-                          "-" if r.draft_ms is None else f"{r.draft_ms:.1f}",
-                          "-" if r.verify_ms is None else f"{r.verify_ms:.1f}",
-                          "█" * r.tokens + ("·" * (r.k - (r.accepted or 0)) if r.k else ""))
+            forwards.add_row(*forward_views.forward_cells(r, wall=False))
