@@ -1,8 +1,8 @@
 """The ``decode-tui`` entry point: the commands (cli/commands.py), with no traceback for Ctrl-C or a closed pipe.
 
-The command line is three files: cli/options.py (each option defined once,
-and the config they become), cli/headless.py (``generate``'s output) and
-cli/commands.py (the commands themselves).
+The command line is four files: cli/options.py (each option defined once,
+and the config they become), cli/headless.py (``generate``'s output),
+cli/commands.py (the commands themselves) and cli/teaching.py (the lessons).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 
 from ..core.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, DecodeTuiError
+from . import teaching  # noqa: F401  (registers the lessons, lesson and race commands on the app)
 from .commands import app
 from .headless import generate
 from .options import read_prompt

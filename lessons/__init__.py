@@ -4,7 +4,8 @@ A lesson names its ``mode``, its ``prompt``, its decoding ``settings`` (the
 options ``decode-tui run`` takes, by their long names with underscores), an
 ``intro``, the ``pause`` points where the run stops for the teacher (on a
 notable event, or after a number of tokens) with the text students read
-there, and a closing ``summary``. :func:`load` reads a shipped lesson by name
+there (and, optionally, what to ``try`` with the keys), a closing
+``summary``, and the ``recording`` that plays it with no model. :func:`load` reads a shipped lesson by name
 or a teacher's own file by path, and refuses a malformed one with the file,
 the line and the field. It knows the format; the decoding options are
 checked by whoever runs the lesson (the same check ``run`` makes), and the
@@ -36,7 +37,8 @@ class LessonError(ValueError):
 @dataclass(frozen=True)
 class Pause:
     on: str  # one of EVENTS, or "token N"
-    text: str
+    text: str  # what to look at, what just happened: true of the recording and of a live run alike
+    try_: str = ""  # what to try with the keys: a recording cannot change, so it is offered for --live runs
 
     @property
     def after_tokens(self) -> int | None:
@@ -56,17 +58,35 @@ class Lesson:
     pauses: tuple[Pause, ...]
     summary: str
     source: str  # the file it came from
-    recording: str | None = None  # a shipped recording of it, beside the file
+    recording: str | None = None  # a recording of it (the file's name, beside the lesson file)
+
+    @property
+    def ref(self) -> str:
+        """How to name it on the command line: a shipped lesson by its name, a teacher's by its path."""
+        return self.name if Path(self.source).parent == Path(__file__).parent else self.source
+
+    @property
+    def recording_path(self) -> Path | None:
+        """Where the lesson's recording is (None when the lesson names none)."""
+        return Path(self.source).parent / self.recording if self.recording else None
+
+    def error(self, field: str, why: str) -> LessonError:
+        """A LessonError naming this lesson's file, the line where ``field`` is set, and the field."""
+        try:
+            line = line_of(Path(self.source).read_text(encoding="utf-8"), field)
+        except OSError:
+            line = 1
+        return LessonError(f"{self.source}, line {line}: {field} {why}")
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "title": self.title, "mode": self.mode, "pauses": len(self.pauses),
-                "source": self.source}
+                "recorded": self.recording is not None, "source": self.source}
 
 
 def shipped() -> list[Lesson]:
     """The lessons that come with decode-tui, in their files' order (01-..., 02-...)."""
     entries = sorted((e for e in files(__name__).iterdir() if e.name.endswith(".toml")), key=lambda e: e.name)
-    return [parse(e.read_text(encoding="utf-8"), e.name) for e in entries]
+    return [parse(e.read_text(encoding="utf-8"), str(e)) for e in entries]
 
 
 def load(name_or_path: str) -> Lesson:
@@ -108,11 +128,12 @@ def parse(text: str, source: str) -> Lesson:
         raise bad("settings", "must be a table of decoding options ([settings] max_new_tokens = 48, ...).")
     pauses = []
     for i, item in enumerate(data.get("pause", [])):
-        if not isinstance(item, dict) or set(item) != {"on", "text"}:
-            raise bad("pause", f"number {i + 1} must have exactly `on` and `text`.")
-        if not isinstance(item["text"], str) or not item["text"].strip():
-            raise bad("text", f"of pause {i + 1} must be a non-empty string.")
-        pause = Pause(str(item["on"]), item["text"].strip())
+        if not isinstance(item, dict) or not {"on", "text"} <= set(item) <= {"on", "text", "try"}:
+            raise bad("pause", f"number {i + 1} must have `on` and `text`, and may have `try`; nothing else.")
+        for key in ("text", "try"):
+            if key in item and (not isinstance(item[key], str) or not item[key].strip()):
+                raise bad(key, f"of pause {i + 1} must be a non-empty string.")
+        pause = Pause(str(item["on"]), item["text"].strip(), item.get("try", "").strip())
         if pause.on not in EVENTS and pause.after_tokens is None:
             raise bad("on", f"of pause {i + 1} must be one of {', '.join(map(repr, EVENTS))} or \"token N\", not "
                       f"{pause.on!r}.")

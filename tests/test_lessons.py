@@ -39,7 +39,8 @@ intro = "look"
     (GOOD.replace('"greedy"', '"warp"'), "line 3: mode must be one of"),
     (GOOD.replace('prompt = "hi"', 'prompt = ""'), "line 4: prompt must be a non-empty string"),
     (GOOD + '[[pause]]\non = "sunrise"\ntext = "t"\n', "line 7: on of pause 1 must be one of"),
-    (GOOD + '[[pause]]\non = "token 3"\n', "pause number 1 must have exactly `on` and `text`"),
+    (GOOD + '[[pause]]\non = "token 3"\n', "pause number 1 must have `on` and `text`"),
+    (GOOD + '[[pause]]\non = "token 3"\ntext = "t"\ntry = ""\n', "line 9: try of pause 1 must be a non-empty"),
     (GOOD + "settings = 3\n", "line 6: settings must be a table"),
     ("name = \n", "not valid TOML"),
 ])

@@ -34,8 +34,9 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer
 
 from ..core.errors import DecodeTuiError
-from ..core.events import Mode
+from ..core.events import Event, Mode
 from ..core.live import LiveParams
+from ..lessons import Lesson, PauseTracker
 from .bindings import APP_BINDINGS, keys_after
 from .commands import DecodeCommands
 from .decoder_thread import DecoderThread
@@ -52,6 +53,7 @@ from .themes import ThemeSpec, initial_theme, load_all
 from .widgets.beam_panel import BeamPanel
 from .widgets.caption import Caption
 from .widgets.mode_panels import ModePanels
+from .widgets.narration import Narration, pause_text
 from .widgets.run_header import RunHeader
 from .widgets.stats_bar import StatsBar
 from .widgets.text_pane import TextPane
@@ -81,7 +83,8 @@ class DecodeApp(App[int]):
 
     def __init__(self, settings: Settings, make_source: SourceFactory, *, start_paused: bool = False,
                  auto_pause: bool = False, record: Path | None = None, theme: str | None = None,
-                 replaying: str | None = None, keymap: Mapping[str, str] | None = None) -> None:
+                 replaying: str | None = None, keymap: Mapping[str, str] | None = None,
+                 lesson: Lesson | None = None) -> None:
         super().__init__()
         self.keymap = dict(keymap or {})  # binding id -> key(s), from the user's config file (cli/config.py)
         self.set_keymap(self.keymap)
@@ -103,6 +106,9 @@ class DecodeApp(App[int]):
         self.view = RunView(paused=start_paused, now=time.monotonic())
         self.exports = 0
         self.paint_at_once = True  # a new run's first events are shown as soon as they come
+        self.lesson = lesson  # a lesson's narration and pauses (decode_tui.lessons); it starts paused on its intro
+        self.lesson_waiting = lesson is not None  # stopped at a lesson's moment: n goes on to the next one
+        self._narrated: tuple[str | None, bool] = (None, False)  # what the narration panel shows now
 
     # ------------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:
@@ -114,6 +120,8 @@ class DecodeApp(App[int]):
                     yield TextPane(id="text")
                     yield TokenInspector(id="inspector")
                 yield ModePanels(self.settings.mode, id="panels")
+            if self.lesson is not None:
+                yield Narration(self.lesson, live=self.replaying is None, id="narration")
             yield Caption(id="caption")
             yield StatsBar(id="stats")
             yield Footer()
@@ -160,7 +168,9 @@ class DecodeApp(App[int]):
             source = recorded(source, self.record, self.settings)
         self.pump = EventPump(source, slow_motion_s=self.settings.slow_motion_s,
                               auto_pause=AutoPause().check if self.auto_pause else None,
-                              after=previous.finished if previous is not None else None)
+                              after=previous.finished if previous is not None else None,
+                              lesson_pause=self._lesson_pauses(),
+                              hold_first=self.lesson is not None and self.start_paused)
         if self.start_paused:
             self.pump.pause()
         self.query_one(ModePanels).start(self.settings.mode)
@@ -169,7 +179,38 @@ class DecodeApp(App[int]):
         self.query_one(Caption).say("")
         self.query_one(StatsBar).show(self.view.counters)
         self._refresh_header()
+        if self.lesson is not None:
+            self.lesson_waiting, self._narrated = self.start_paused, (None, False)
+            narration = self.query_one(Narration)
+            narration.intro() if self.start_paused else narration.going()
         self.run_worker(self.pump.run, thread=True, exclusive=True, group="decoder", name="decoder")
+
+    def _lesson_pauses(self) -> Callable[[Event], str | None] | None:
+        """The lesson's pauses for the decoder thread: the narration text of each pause an event reaches."""
+        lesson = self.lesson
+        if lesson is None:
+            return None
+        tracker, live = PauseTracker(lesson.pauses), self.replaying is None
+
+        def check(event: Event) -> str | None:
+            pause = tracker.check(event)
+            return pause_text(pause, live, lesson.name) if pause is not None else None
+
+        return check
+
+    def _narrate(self) -> None:
+        """Show the lesson's text for where the run is: a pause's, or at the end the summary with the figures."""
+        view = self.view
+        now = (view.narration, view.finished is not None)
+        if self.lesson is None or now == self._narrated:
+            return
+        self._narrated = now
+        narration = self.query_one(Narration)
+        if view.finished is not None:
+            narration.summary(view.finished, view.narration if view.narration_final else None)
+        elif view.narration is not None:
+            narration.paused(view.narration)
+            self.lesson_waiting = True
 
     def _refresh_header(self) -> None:
         self.query_one(RunHeader).show(self.settings, self.view.started, self.view.counters.state, self.replaying)
@@ -200,6 +241,7 @@ class DecodeApp(App[int]):
         applied = self.view.apply(batch, now, paused=self.pump.paused)
         for message, severity in applied.messages:
             self.say(message, severity)
+        self._narrate()
         counters = self.view.counters
         urgent = applied.urgent or self.pump.paused or self.pump.finished.is_set() or self.paint_at_once
         running = counters.state == "running" and not self.pump.paused
@@ -226,6 +268,7 @@ class DecodeApp(App[int]):
         if self.pump is None:
             return
         if self.pump.paused:
+            self._lesson_goes_on()
             self.pump.resume()
         else:
             self.pump.pause()
@@ -234,8 +277,23 @@ class DecodeApp(App[int]):
         self._refresh_header()
 
     def action_step(self) -> None:
-        if self.pump is not None:
-            self.pump.step()
+        """One step; in a lesson stopped at one of its moments (or its intro), on to the lesson's next moment."""
+        if self.pump is None:
+            return
+        if self.lesson_waiting and self.pump.paused:
+            self._lesson_goes_on()
+            self.pump.resume()
+            self.view.set_paused(False)
+            self.query_one(StatsBar).show(self.view.counters)
+            self._refresh_header()
+            return
+        self.pump.step()
+
+    def _lesson_goes_on(self) -> None:
+        if self.lesson is not None and self.lesson_waiting:
+            self.lesson_waiting = False
+            if self.view.finished is None:
+                self.query_one(Narration).going()
 
     def action_restart(self) -> None:
         self.start_run()
@@ -262,9 +320,10 @@ class DecodeApp(App[int]):
         self.start_run()
 
     def action_knob(self, knob_id: str, direction: int) -> None:
-        if knob_id != "slow_motion" and self._replay_refuses("parameters"):
-            return
         change = adjust(self.settings, knob_id, direction)
+        # A replay can re-rank its finished beams (a pure function of their scores) and change its pace, nothing else.
+        if change.applies in ("live", "restart") and self._replay_refuses("parameters"):
+            return
         if change.applies is None:
             self.say(change.message, severity="warning")
             return

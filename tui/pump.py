@@ -63,7 +63,8 @@ class Notice(Event):
     """Not a core event: something the app should show (loading progress, a note, an automatic pause)."""
 
     name: ClassVar[str] = "notice"
-    kind: Literal["loading", "note", "paused", "ended"]  # ended: a replayed recording stops before its end
+    # ended: a replayed recording stops before its end; lesson: a lesson's pause, with the text to read there
+    kind: Literal["loading", "note", "paused", "ended", "lesson"]
     message: str
     elapsed_s: float | None = None  # ended: the recorded run's time at its last event
 
@@ -71,11 +72,16 @@ class Notice(Event):
 class EventPump:
     def __init__(self, source: EventSource, slow_motion_s: float = 0.0,
                  auto_pause: Callable[[Event], str | None] | None = None,
-                 after: threading.Event | None = None) -> None:
+                 after: threading.Event | None = None,
+                 lesson_pause: Callable[[Event], str | None] | None = None, hold_first: bool = False) -> None:
         self.source = source
         self.after = after  # the previous run's end: a restart never decodes beside the run it replaces
         self.slow_motion_s = slow_motion_s  # read at every step end, so the UI can change it mid-run
         self.auto_pause = auto_pause
+        self.lesson_pause = lesson_pause  # a lesson's pauses: the text students read there (lessons.PauseTracker)
+        # Paused at the start, hold the run's first event (not its loading notices) until resumed: a lesson's
+        # intro is read before anything is decoded, while the model loads behind it.
+        self.hold_first = hold_first
         self.events: queue.SimpleQueue[Event] = queue.SimpleQueue()
         self._running = threading.Event()
         self._running.set()
@@ -139,6 +145,11 @@ class EventPump:
             stream = self.source()
             steps = StepTracker()
             for event in stream:
+                if self.hold_first and not isinstance(event, Notice):
+                    self.hold_first = False
+                    self._running.wait()
+                    if self._stop.is_set():
+                        break
                 self.events.put(event)
                 if self._stop.is_set():
                     break
@@ -147,6 +158,10 @@ class EventPump:
                 if reason is not None:
                     self.pause()  # takes hold at the end of this step
                     self.events.put(Notice("paused", f"paused on the {reason}; space resumes, n steps"))
+                narration = self.lesson_pause(event) if self.lesson_pause is not None else None
+                if narration is not None:
+                    self.pause()
+                    self.events.put(Notice("lesson", narration))
                 if steps.closes_step(event):
                     self._wait_at_step_end()
                     if self._stop.is_set():

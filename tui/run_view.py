@@ -121,6 +121,8 @@ class RunView:
         self._verdicts: list[PositionVerdict] = []  # accepted verdicts waiting for their tokens
         self._open: tuple[DraftProposed, DraftVerified] | None = None  # a round whose tokens are arriving
         self._last_event_at = now  # for the busy label
+        self.narration: str | None = None  # the text of the lesson pause the run stopped at last
+        self.narration_final = False
 
     def apply(self, batch: list[Event], now: float, *, paused: bool) -> Applied:
         """Take in one drained batch; say whether it must be painted at once and what to tell the user."""
@@ -201,6 +203,11 @@ class RunView:
                 c.elapsed_s = notice.elapsed_s
         elif notice.kind == "paused":
             c.state = "paused"
+        elif notice.kind == "lesson":  # shown in the narration panel, not as a toast
+            c.state = "paused"
+            self.narration = notice.message
+            self.narration_final = self.finished is not None  # the pause on the end of the text
+            return []
         return [(notice.message, "information")]
 
     def set_paused(self, paused: bool) -> None:

@@ -130,10 +130,12 @@ def recorded(source: EventSource, path: Path, settings: Settings) -> EventSource
     def events() -> Iterator[Event]:
         with path.open("w", encoding="utf-8") as out:
             out.write(_header_line(settings))
-            started = time.perf_counter()
+            started: float | None = None  # the clock starts at the run's first event: loading is not replayed
             for event in source():
                 if not isinstance(event, Notice):
-                    out.write(_event_line(time.perf_counter() - started, event))
+                    now = time.perf_counter()
+                    started = now if started is None else started
+                    out.write(_event_line(now - started, event))
                     out.flush()  # a crash or Ctrl-C keeps what was recorded so far
                 yield event
 

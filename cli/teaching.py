@@ -1,0 +1,209 @@
+"""The teaching commands: ``lessons`` (the list), ``lesson NAME`` (play or run one).
+
+A lesson (decode_tui.lessons) plays its shipped recording by default: no model,
+no GPU, no network, the same screen in every classroom. ``--live`` runs it on a
+model instead, with the lesson's settings under any decoding option given on
+the command line; ``--live --record FILE`` writes a lesson's recording without
+opening the app (how the shipped ones were made). Errors print one paragraph
+and exit non-zero, as every command does (cli/commands.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from ..core.errors import DecodeTuiError, UsageError
+from ..core.params import DecodeConfig, check_device_map
+from ..core.registry import EMBEDDED_ALIASES, resolve
+from ..lessons import Lesson, LessonError, load, shipped
+from .commands import _run_app, app, configured_model_exists, user_config
+from .headless import fail
+from .options import (
+    ONLY_FOR,
+    DecodingOptions,
+    ModeChoice,
+    TableFormatChoice,
+    ThemeOpt,
+    build_config,
+    decoding_command,
+    theme_name,
+)
+
+if TYPE_CHECKING:
+    from ..tui.app import DecodeApp
+    from ..tui.settings import Settings
+
+# The decoding options a lesson's [settings] may hold: build_config's keywords.
+SETTINGS = ("max_new_tokens", "temperature", "top_k", "top_p", "repetition_penalty", "seed", "num_beams",
+            "length_penalty", "early_stopping", "num_return_sequences", "draft", "num_draft_tokens",
+            "max_ngram_size", "num_pred_tokens", "draft_confidence", "adaptive", "no_chat", "fast", "cuda_graphs")
+
+
+@app.command("lessons")
+def lessons_cmd(
+    output_format: Annotated[TableFormatChoice, typer.Option("--format", help="text: a table. json: a JSON list "
+                                                             "of {name, title, mode, pauses, recorded, source}.")
+                             ] = TableFormatChoice.text,
+) -> None:
+    """List the built-in lessons (play one with `decode-tui lesson NAME`)."""
+    try:
+        lessons = shipped()
+    except LessonError as err:  # a broken install: say which file
+        fail(UsageError(str(err)))
+    if output_format is TableFormatChoice.json:
+        typer.echo(json.dumps([lesson.to_dict() for lesson in lessons], indent=1))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="decode-tui lessons", title_justify="left")
+    table.add_column("name", overflow="fold")
+    table.add_column("mode")
+    table.add_column("title", overflow="fold")
+    for lesson in lessons:
+        table.add_row(lesson.name, lesson.mode, lesson.title)
+    console = Console(soft_wrap=True)
+    console.print(table)
+    console.print("Play one with `decode-tui lesson NAME` (a recording: no model needed), or add --live to run it "
+                  "on a model.")
+
+
+def given(options: DecodingOptions) -> dict[str, Any]:
+    """The decoding options the command line set (those that differ from their defaults)."""
+    return {f.name: getattr(options, f.name) for f in dataclasses.fields(options)
+            if getattr(options, f.name) != f.default}
+
+
+def lesson_config(lesson: Lesson, overrides: dict[str, Any]) -> DecodeConfig:
+    """The lesson's decoding settings, with the command line's ``overrides`` on top; a LessonError or UsageError
+    says what does not fit."""
+    unknown = sorted(set(lesson.settings) - set(SETTINGS))
+    if unknown:
+        raise lesson.error(unknown[0], f"is not a decoding option a lesson can set (those are: {', '.join(SETTINGS)}).")
+    mode = ModeChoice(overrides.get("mode", lesson.mode))
+    # Another mode than the lesson's drops the lesson's settings that only apply to its own mode.
+    settings = {k: v for k, v in lesson.settings.items() if k not in ONLY_FOR or mode in ONLY_FOR[k]}
+    settings.update({k: v for k, v in overrides.items() if k in SETTINGS})
+    try:
+        return build_config(mode=mode, **settings)
+    except UsageError as err:
+        raise UsageError(f"{lesson.source}: {err.message}") from None
+    except (TypeError, ValueError) as err:
+        raise UsageError(f"{lesson.source}: its [settings] do not fit ({err}).") from None
+
+
+@app.command("lesson")
+@decoding_command
+def lesson_cmd(
+    options: DecodingOptions,
+    name: Annotated[str, typer.Argument(help="A lesson's name (see `decode-tui lessons`) or the path of a lesson "
+                                        "file (./my-lesson.toml).", show_default=False)],
+    live: Annotated[bool, typer.Option("--live", help="Run the lesson on a model (the embedded one unless --model) "
+                                       "instead of playing its recording; decoding options change its settings.",
+                                       rich_help_panel="Lesson")] = False,
+    record: Annotated[Path | None, typer.Option(help="With --live: run the lesson without the app and save the run "
+                                                "as the lesson's recording (.jsonl).", rich_help_panel="Lesson")
+                      ] = None,
+    speed: Annotated[float, typer.Option(min=0.0, help="Playback speed of the recording: 1 is the recorded pace.",
+                                         rich_help_panel="Lesson")] = 1.0,
+    theme: ThemeOpt = None,
+) -> None:
+    """Play a lesson: a prompt and settings that show one concept, with narration, pausing at the moments that
+    matter (n goes on). By default it plays the lesson's recording, with no model; --live runs it on a model."""
+    try:
+        user = user_config()
+        theme_choice = theme_name(theme) or user.theme
+        try:
+            lesson = load(name)
+        except LessonError as err:
+            raise UsageError(str(err)) from None
+        overrides = given(options)
+        if not live:
+            if overrides or record is not None:
+                flags = ", ".join("--" + k.replace("_", "-") for k in overrides) or "--record"
+                raise UsageError(f"{flags} changes a live run: add --live to run the lesson on a model. Without it the "
+                                 "lesson plays its recording exactly as it was recorded.")
+            player = playback(lesson, speed=speed, theme=theme_choice, keymap=user.keys)
+        else:
+            settings = _live_settings(lesson, options.with_default_model(user.model), overrides)
+            configured_model_exists(options, user)
+    except DecodeTuiError as err:
+        fail(err)
+    from ..tui.app import DecodeApp
+    from ..tui.sources import ModelRunner
+
+    if not live:
+        _run_app(player)
+    if record is not None:
+        _record(settings, record)
+    app_ = DecodeApp(settings, ModelRunner().source, start_paused=True, theme=theme_choice, keymap=user.keys,
+                     lesson=lesson)
+    _run_app(app_)
+
+
+def playback(lesson: Lesson, *, speed: float = 1.0, theme: str | None = None,
+             keymap: Mapping[str, str] | None = None) -> DecodeApp:
+    """The app playing ``lesson`` from its recording, paused on its intro: no model is loaded or needed.
+    A UsageError says what to do when the lesson has no recording."""
+    from ..tui.app import DecodeApp
+    from ..tui.settings import settings_from_dict
+    from ..tui.sources import read_recording, replay
+
+    path = lesson.recording_path
+    if path is None or not path.exists():
+        missing = f"its recording {path} is missing" if path is not None else "it names no recording"
+        raise UsageError(f"The lesson {lesson.name!r} cannot play without a model: {missing}. Run it on a model with "
+                         f"`decode-tui lesson {lesson.ref} --live`, or record it once with `--live --record "
+                         f"{lesson.name}.jsonl` and add `recording = \"{lesson.name}.jsonl\"` to the lesson file.")
+    header, events = read_recording(path)
+    return DecodeApp(settings_from_dict(header.get("settings", {})), lambda _settings, _live: replay(events, speed),
+                     start_paused=True, theme=theme, replaying=f"the lesson's recording ({path.name})",
+                     keymap=keymap, lesson=lesson)
+
+
+def _live_settings(lesson: Lesson, options: DecodingOptions, overrides: dict[str, Any]) -> Settings:
+    """What a live lesson runs: the lesson's prompt and settings, under the options given; the model checked."""
+    from ..tui.settings import Settings
+
+    config = lesson_config(lesson, overrides)
+    check_device_map(options.device, options.device_map_name)
+    prompt = options.prompt_text() if "prompt" in overrides or "prompt_file" in overrides else lesson.prompt
+    # A missing model (or draft) is reported before the app opens, as `run` does; the embedded one is fetched.
+    for spec in (options.model_name, config.draft.model_spec if config.mode == "speculative" else None):
+        if spec is not None and spec not in EMBEDDED_ALIASES:
+            resolve(spec)
+    return Settings(model=options.model_name, device=options.device, dtype=options.dtype.value,
+                    trust_remote_code=options.trust_remote_code, prompt=prompt, config=config,
+                    device_map=options.device_map_name)
+
+
+def _record(settings: Settings, path: Path) -> None:
+    """Run once to load and warm up, then run again writing the recording: its pace is a warm run's."""
+    from ..core.live import LiveParams
+    from ..tui.pump import Notice
+    from ..tui.sources import ModelRunner, recorded
+
+    if path.parent and not path.parent.exists():
+        fail(UsageError(f"Cannot record to {path}: the folder {path.parent} does not exist."))
+    runner = ModelRunner()
+    try:
+        for event in runner.source(settings, LiveParams(settings.config.sampling, settings.config.draft))():
+            if isinstance(event, Notice):
+                sys.stderr.write(f"decode-tui: {event.message}\n")
+        tokens = 0
+        source = recorded(runner.source(settings, LiveParams(settings.config.sampling, settings.config.draft)),
+                          path, settings)
+        for event in source():
+            tokens += getattr(event, "name", "") == "token_emitted"
+    except DecodeTuiError as err:
+        fail(err)
+    typer.echo(f"{path} written: {tokens} tokens. Play it with `decode-tui lesson` (name it in the lesson file as "
+               f"recording = \"{path.name}\").")
+    raise typer.Exit(0)

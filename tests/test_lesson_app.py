@@ -1,0 +1,117 @@
+"""Every shipped lesson played in the app from its recording, with no model: its narration, its pauses, `n`.
+
+The recordings are the ones that ship (made on the embedded model with
+``decode-tui lesson NAME --live --record``); a test here fails if a lesson's
+pauses are not all reached in its recording, if the recording is not of the
+lesson as written, or if loading a model is attempted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from decode_tui.cli.options import ModeChoice
+from decode_tui.cli.teaching import lesson_config, playback
+from decode_tui.core.events import Finished
+from decode_tui.lessons import Lesson, Pause, PauseTracker, parse, shipped
+from decode_tui.tui.app import DecodeApp
+from decode_tui.tui.settings import Settings, with_mode
+from decode_tui.tui.sources import read_recording
+from decode_tui.tui.widgets.narration import Narration, pause_text
+
+from .fake_decoder import WORDS, FakeDecoder
+from .test_tui import SIZE, in_event_loop, settle, text, until
+
+LESSONS = shipped()
+
+
+def reached(lesson: Lesson) -> tuple[list[Pause], Finished]:
+    """The pauses the lesson's recording reaches, in order, and its last event."""
+    assert lesson.recording_path is not None and lesson.recording_path.exists(), f"{lesson.name} ships a recording"
+    _, events = read_recording(lesson.recording_path)
+    tracker = PauseTracker(lesson.pauses)
+    pauses = [p for p in (tracker.check(event) for _, event in events) if p is not None]
+    last = events[-1][1]
+    assert isinstance(last, Finished)
+    return pauses, last
+
+
+@pytest.mark.parametrize("lesson", LESSONS, ids=lambda lesson: lesson.name)
+def test_each_recording_is_of_its_lesson_and_reaches_every_pause(lesson: Lesson) -> None:
+    pauses, last = reached(lesson)
+    assert sorted(pauses, key=lesson.pauses.index) == list(lesson.pauses), "every pause happens in the recording"
+    assert last.mode == lesson.mode
+    header, _ = read_recording(lesson.recording_path)  # type: ignore[arg-type]
+    settings = header["settings"]
+    assert settings["prompt"] == lesson.prompt and settings["model"] == "smollm2"
+    # Re-record after changing a lesson's settings: the recording must show what the file says.
+    assert settings["config"] == dataclasses.asdict(lesson_config(lesson, {}))
+
+
+@pytest.mark.parametrize("lesson", LESSONS, ids=lambda lesson: lesson.name)
+@in_event_loop
+async def test_each_lesson_plays_from_its_recording_pausing_at_its_moments(lesson: Lesson,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from decode_tui.core import loading
+
+    def no_model(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a lesson played from its recording loads no model")
+
+    monkeypatch.setattr(loading, "load_model", no_model)
+    pauses, last = reached(lesson)
+    app = playback(lesson, speed=0)
+    async with app.run_test(size=SIZE) as pilot:
+        narration = app.query_one(Narration)
+        await pilot.pause(0.2)
+        assert narration.text == lesson.intro and app.pump is not None and app.pump.paused and text(app) == ""
+        for pause in pauses:
+            await pilot.press("n")  # on to the next moment: a whole stretch of the run, not one step
+            said = pause_text(pause, live=False, name=lesson.name)
+            await until(pilot, lambda said=said: said in narration.text)  # type: ignore[misc]
+            if pause.try_:
+                assert f"decode-tui lesson {lesson.name} --live" in narration.text, "a recording cannot try; live can"
+            if lesson.mode == "beam" and pause.on == "beam finished":
+                await pilot.press("L")  # a replay re-ranks its finished hypotheses: that changes no recorded event
+                assert app.settings.config.beam.length_penalty > 1.0
+                assert not any("cannot change" in m for m in app.messages)
+        if app.view.finished is None:
+            await pilot.press("n")
+        await settle(pilot, app)
+        await until(pilot, lambda: "This run:" in narration.text)
+        assert lesson.summary in narration.text and f"{last.new_tokens} tokens" in narration.text
+        assert text(app) == last.text or lesson.mode == "beam"  # beam search shows its hypotheses
+        assert app.error is None
+
+
+@in_event_loop
+async def test_a_live_lesson_offers_what_to_try_and_n_goes_on_to_the_next_pause() -> None:
+    lesson = parse('name = "mine"\ntitle = "Mine"\nmode = "greedy"\nprompt = "p"\nintro = "Look."\n'
+                   '[[pause]]\non = "token 2"\ntext = "Two."\ntry = "Press T."\n'
+                   '[[pause]]\non = "token 5"\ntext = "Five."\n', "mine.toml")
+    fake = FakeDecoder()
+    app = DecodeApp(with_mode(Settings(), "greedy"), fake.source, start_paused=True,
+                    lesson=lesson)
+    async with app.run_test(size=SIZE) as pilot:
+        narration = app.query_one(Narration)
+        await pilot.pause(0.1)
+        assert narration.text == "Look."
+        await pilot.press("n")
+        await until(pilot, lambda: narration.text == "Two.\nTry: Press T.")
+        assert text(app) == "".join(WORDS[:2])
+        await pilot.press("n")
+        await until(pilot, lambda: narration.text == "Five.")
+        assert text(app) == "".join(WORDS[:5])
+        await pilot.press("n")
+        await settle(pilot, app)
+        await until(pilot, lambda: "This run:" in narration.text)
+        await pilot.press("r")  # a restart starts the lesson over, on its intro
+        await until(pilot, lambda: narration.text == "Look." and len(fake.runs) == 2)
+
+
+def test_a_lesson_in_another_mode_drops_the_settings_of_its_own() -> None:
+    beam = next(lesson for lesson in LESSONS if lesson.mode == "beam")
+    config = lesson_config(beam, {"mode": ModeChoice.greedy, "max_new_tokens": 5})
+    assert config.mode == "greedy" and config.max_new_tokens == 5

@@ -1,0 +1,71 @@
+"""The lesson's narration: what to look at now, what just happened, what to try, and the closing summary.
+
+A lesson (decode_tui.lessons) pauses the run at the moments that matter; this
+panel shows the text written for that moment, and what ``n`` does next. It
+shows text it is given; which pause a run has reached is decided by
+``lessons.PauseTracker`` in the decoder thread.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from ...core.events import Finished
+from ...lessons import Lesson, Pause
+
+
+def pause_text(pause: Pause, live: bool, name: str) -> str:
+    """A pause's narration. Its ``try`` line needs a live run: a recording plays as it was recorded."""
+    if not pause.try_:
+        return pause.text
+    if live:
+        return f"{pause.text}\nTry: {pause.try_}"
+    return f"{pause.text}\nLive, you could try this (decode-tui lesson {name} --live): {pause.try_}"
+
+
+def figures(result: Finished) -> str:
+    """The run's own figures, for the summary."""
+    parts = [f"{result.new_tokens} tokens in {result.target_forwards} target forwards "
+             f"({result.new_tokens / max(1, result.target_forwards):.2f} per forward)"]
+    if result.drafted:
+        parts.append(f"{result.accepted or 0} of {result.drafted} drafted tokens accepted "
+                     f"({(result.accepted or 0) / result.drafted:.0%})")
+    parts.append(f"{result.tokens_per_s:.1f} tok/s")
+    return "; ".join(parts)
+
+
+class Narration(Static):
+    """A bordered panel titled with the lesson; its text changes a few times a lesson, not per token."""
+
+    def __init__(self, lesson: Lesson, live: bool, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.lesson = lesson
+        self.live = live
+        self.border_title = f"lesson: {lesson.title}"
+        self.text = ""
+
+    def on_mount(self) -> None:
+        self.intro()
+
+    def _show(self, body: str, hint: str) -> None:
+        self.text = body
+        content = Text(body)
+        content.append(f"\n{hint}", style="dim")
+        self.update(content)
+
+    def intro(self) -> None:
+        self._show(self.lesson.intro, "n: start · space: pause or resume · ?: every key")
+
+    def paused(self, text: str) -> None:
+        self._show(text, "n: go on to the next moment · space: resume")
+
+    def going(self) -> None:
+        """The run goes on: the last text stays, the hint says how to stop it."""
+        self._show(self.text, "running · space: pause · n at a pause: go on")
+
+    def summary(self, result: Finished, last: str | None) -> None:
+        """The end: the last pause's text when the end was one, the lesson's summary, and the run's figures."""
+        body = f"{last}\n\n" if last else ""
+        body += f"{self.lesson.summary}\n\nThis run: {figures(result)}."
+        self._show(body, "r: run it again · q: quit")
