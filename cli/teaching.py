@@ -56,7 +56,7 @@ def lessons_cmd(
     try:
         lessons = shipped()
     except LessonError as err:  # a broken install: say which file
-        fail(UsageError(str(err)))
+        fail(err)
     if output_format is TableFormatChoice.json:
         typer.echo(json.dumps([lesson.to_dict() for lesson in lessons], indent=1))
         return
@@ -120,10 +120,7 @@ def lesson_cmd(
     try:
         user = user_config()
         theme_choice = theme_name(theme) or user.theme
-        try:
-            lesson = load(name)
-        except LessonError as err:
-            raise UsageError(str(err)) from None
+        lesson = load(name)
         overrides = given(options)
         if not live:
             if overrides or record is not None:

@@ -21,6 +21,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from ..core.errors import UsageError
 from ..core.events import BeamStepped, DraftProposed, DraftVerified, Event, Finished, TokenEmitted
 from ..core.toml_lines import line_of
 
@@ -30,8 +31,8 @@ EVENTS = ("first rejection", "lookup miss", "beam finished", "end of text", "res
 FIELDS = {"name", "title", "mode", "prompt", "intro", "summary", "settings", "pause", "recording"}
 
 
-class LessonError(ValueError):
-    """A lesson file that cannot be used: the message names the file, the line and the field."""
+class LessonError(UsageError):
+    """A lesson file that cannot be used: the message names the file, the line and the field (exit 2)."""
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,44 @@ def test_pauses_stop_at_the_events_they_wait_for_each_once() -> None:
     done = Finished(mode="pld", prompt_token_ids=(1,), token_ids=(1,), text="a", finish_reason="eos",
                     new_tokens=1, target_forwards=1, elapsed_s=1.0, tokens_per_s=1.0)
     assert tracker.check(done) == pauses[3] and tracker.pending == []
+
+
+# The commands, through the real console script.
+
+def test_lessons_lists_them_as_json() -> None:
+    from .test_cli import cli
+
+    done = cli("lessons", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    listed = json.loads(done.stdout)
+    assert [item["name"] for item in listed] == SIX
+    assert all({"name", "title", "mode"} <= set(item) and item["recorded"] for item in listed)
+
+
+def test_lesson_bad_input_exits_with_a_message(tmp_path: Path, isolated_env: dict[str, str]) -> None:
+    from decode_tui.core.errors import EXIT_MODEL_UNAVAILABLE, EXIT_USAGE
+
+    from .test_cli import assert_clean_failure, cli
+
+    assert_clean_failure(cli("lesson", "warp"), EXIT_USAGE, "There is no lesson 'warp'", *SIX)
+    bad = tmp_path / "mine.toml"
+    bad.write_text(GOOD.replace('"greedy"', '"warp"'), encoding="utf-8")
+    assert_clean_failure(cli("lesson", str(bad)), EXIT_USAGE, f"{bad}, line 3: mode must be one of")
+    typo = tmp_path / "typo.toml"
+    typo.write_text(GOOD + "[settings]\ntemprature = 0.5\n", encoding="utf-8")
+    assert_clean_failure(cli("lesson", str(typo), "--live"), EXIT_USAGE, f"{typo}, line 7: temprature is not a "
+                         "decoding option")
+    assert_clean_failure(cli("lesson", str(bad.with_name("gone.toml"))), EXIT_USAGE, "Cannot read the lesson file")
+    unrecorded = tmp_path / "unrecorded.toml"
+    unrecorded.write_text(GOOD, encoding="utf-8")
+    assert_clean_failure(cli("lesson", str(unrecorded)), EXIT_USAGE, "cannot play without a model",
+                         f"decode-tui lesson {unrecorded} --live")
+    assert_clean_failure(cli("lesson", "speculative", "--temperature", "0.3"), EXIT_USAGE,
+                         "--temperature changes a live run: add --live")
+    for model in (str(tmp_path / "no-model"), "someone/not-on-disk"):  # unknown; a hub id that is not here
+        run = cli("run", "--model", model, env=isolated_env)
+        assert run.returncode in (EXIT_USAGE, EXIT_MODEL_UNAVAILABLE)
+        assert_clean_failure(cli("lesson", "speculative", "--live", "--model", model, env=isolated_env),
+                             run.returncode, run.stderr.strip())  # exactly what `run` says
+    assert_clean_failure(cli("lesson", "beam-search", "--live", "--num-draft-tokens", "3"), EXIT_USAGE,
+                         "--num-draft-tokens applies to --mode speculative")
