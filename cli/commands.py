@@ -36,6 +36,7 @@ from .options import (
     ThemeOpt,
     TrustRemoteCodeOpt,
     decoding_command,
+    parse_modes,
     theme_name,
 )
 
@@ -126,16 +127,10 @@ def bench_cmd(
     try:
         user = user_config()
         configured_model_exists(options, user)
-        if options.mode is not ModeChoice.greedy:
-            raise UsageError("bench times the modes named by --modes (e.g. --modes greedy,pld), not --mode.")
-        chosen = [m.strip() for m in modes.split(",") if m.strip()]
-        unknown = [m for m in chosen if m not in ModeChoice.__members__]
-        if unknown or not chosen:
-            raise UsageError(f"Unknown mode {', '.join(map(repr, unknown)) or '(none given)'} in --modes. Use a "
-                             f"comma-separated list of: {', '.join(ModeChoice.__members__)}.")
+        chosen = parse_modes(modes, options.mode, "bench")
     except DecodeTuiError as err:
         fail(err)
-    headless.bench(options.with_default_model(user.model), list(dict.fromkeys(ModeChoice(m) for m in chosen)),
+    headless.bench(options.with_default_model(user.model), chosen,
                    runs=repeats, output_format=output_format, timeline=timeline)
 
 
@@ -241,8 +236,16 @@ def replay_cmd(
         user = user_config()
         theme_choice = theme_name(theme) or user.theme
         from ..tui.settings import settings_from_dict
-        from ..tui.sources import read_recording, replay
+        from ..tui.sources import is_race, read_race, read_recording, replay
 
+        if is_race(recording):
+            race_settings, device, lanes = read_race(recording)
+            if cast is not None:
+                raise UsageError("--cast writes a run, not a race. Save one of the race's modes as a run with "
+                                 "`decode-tui run --mode MODE --record FILE.jsonl`, then cast that.")
+            from ..tui.race_app import RaceApp
+
+            _run_app(RaceApp(race_settings, lanes, device, speed=speed, theme=theme_choice, source=recording.name))
         header, events = read_recording(recording)
         settings = settings_from_dict(header.get("settings", {}))
         if cast is not None:

@@ -106,6 +106,23 @@ ONLY_FOR: dict[str, frozenset[ModeChoice]] = {
 }
 
 
+def parse_modes(modes: str, mode: ModeChoice, command: str, *, at_least: int = 1) -> list[ModeChoice]:
+    """``--modes``: greedy first (every speed-up is over it), then the others named, once each; a UsageError for
+    ``--mode`` (these commands take --modes), an unknown mode, or fewer than ``at_least`` distinct modes."""
+    if mode is not ModeChoice.greedy:
+        raise UsageError(f"{command} runs the modes named by --modes (e.g. --modes greedy,pld), not --mode.")
+    chosen = [m.strip() for m in modes.split(",") if m.strip()]
+    unknown = [m for m in chosen if m not in ModeChoice.__members__]
+    if unknown or not chosen:
+        raise UsageError(f"Unknown mode {', '.join(map(repr, unknown)) or '(none given)'} in --modes. Use a "
+                         f"comma-separated list of: {', '.join(ModeChoice.__members__)}.")
+    distinct = list(dict.fromkeys(ModeChoice(m) for m in chosen))
+    if len(distinct) < at_least:
+        raise UsageError(f"A {command} needs at least {at_least} modes; --modes gave "
+                         f"{', '.join(m.value for m in distinct)}. For example: --modes greedy,pld,speculative.")
+    return [ModeChoice.greedy, *(m for m in distinct if m is not ModeChoice.greedy)]
+
+
 def build_config(*, mode: ModeChoice, max_new_tokens: int = 128, temperature: float | None = None,
                  top_k: int | None = None, top_p: float | None = None, repetition_penalty: float | None = None,
                  seed: int | None = None, num_beams: int | None = None, length_penalty: float | None = None,

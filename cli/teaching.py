@@ -33,6 +33,7 @@ from .options import (
     ThemeOpt,
     build_config,
     decoding_command,
+    parse_modes,
     theme_name,
 )
 
@@ -204,3 +205,59 @@ def _record(settings: Settings, path: Path) -> None:
     typer.echo(f"{path} written: {tokens} tokens. Play it with `decode-tui lesson` (name it in the lesson file as "
                f"recording = \"{path.name}\").")
     raise typer.Exit(0)
+
+
+@app.command("race")
+@decoding_command
+def race_cmd(
+    options: DecodingOptions,
+    modes: Annotated[str, typer.Option("--modes", help="Comma-separated modes to race: greedy, sample, beam, "
+                                       "speculative, pld (at least two; greedy joins as the baseline).",
+                                       rich_help_panel="Race")] = "greedy,pld,speculative",
+    record: Annotated[Path | None, typer.Option(help="Save the race (.jsonl) to replay it with `decode-tui replay`, "
+                                                "with no model.", rich_help_panel="Race")] = None,
+    play: Annotated[bool, typer.Option("--play/--no-play", help="Show the race (--no-play: measure and save it "
+                                       "with --record only).", rich_help_panel="Race")] = True,
+    speed: Annotated[float, typer.Option(min=0.0, help="Playback speed: 1 is the measured pace.",
+                                         rich_help_panel="Race")] = 1.0,
+    theme: ThemeOpt = None,
+) -> None:
+    """Race decoding modes side by side on one prompt. Each mode runs alone first (warm, so none slows another),
+    then all are replayed together at the pace each had: text, target forwards, acceptance, speed-up over greedy."""
+    from .headless import _bench_prompt, _load_models, status
+
+    try:
+        user = user_config()
+        configured_model_exists(options, user)
+        options = options.with_default_model(user.model)
+        theme_choice = theme_name(theme) or user.theme
+        chosen = parse_modes(modes, options.mode, "race", at_least=2)
+        if not play and record is None:
+            raise UsageError("--no-play with nothing to save: add --record FILE.jsonl.")
+        if record is not None and record.parent and not record.parent.exists():
+            raise UsageError(f"Cannot record to {record}: the folder {record.parent} does not exist.")
+        check_device_map(options.device, options.device_map_name)
+        configs = {m.value: options.for_mode(m).config() for m in chosen}
+        prompt = options.prompt_text() if options.prompt or options.prompt_file else _bench_prompt(chosen)
+        lm, draft = _load_models(options, configs.get("speculative"))
+        from ..core.race import measure
+
+        with status(f"Racing {', '.join(configs)}: a warm-up each, then each alone") as progress:
+            lanes = measure(lm, prompt, configs, draft=draft, progress=progress)
+    except DecodeTuiError as err:
+        fail(err)
+    from ..tui.settings import Settings
+
+    device = f"{lm.device.type} {str(lm.dtype).removeprefix('torch.')}"
+    settings = Settings(model=options.model_name, device=options.device, dtype=options.dtype.value, prompt=prompt,
+                        config=configs["greedy"], device_map=options.device_map_name)
+    if record is not None:
+        from ..tui.sources import write_race
+
+        write_race(record, settings, lanes, device)
+        typer.echo(f"{record} written: replay it with `decode-tui replay {record}`", err=True)
+    if not play:
+        raise typer.Exit(0)
+    from ..tui.race_app import RaceApp
+
+    _run_app(RaceApp(settings, lanes, device, speed=speed, theme=theme_choice))

@@ -52,3 +52,42 @@ def test_token_selected_with_boundaries(snap_compare: Any, monkeypatch: pytest.M
         await pilot.press("b", "left", "left", "left")
 
     assert snap_compare(app_for("sample"), terminal_size=SIZE, run_before=select)
+
+
+def test_lesson_summary(snap_compare: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lesson played from its shipped recording, at its end: the narration's summary with the recorded figures."""
+    from decode_tui.cli.teaching import playback
+    from decode_tui.lessons import load
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+
+    async def to_the_end(pilot: Any) -> None:
+        app = pilot.app
+        for _ in range(200):
+            if app.view.finished is not None:
+                break
+            await pilot.press("n")
+            await pilot.pause(0.05)
+        await finished(pilot)
+
+    assert snap_compare(playback(load("speculative"), speed=0), terminal_size=SIZE, run_before=to_the_end)
+
+
+def test_race_layout(snap_compare: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three lanes of a race at its end (the fake decoder's runs with fixed times)."""
+    from decode_tui.tui.race_app import RaceApp
+
+    from .test_race import fake_lane
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    lanes = [fake_lane("greedy", 0.1), fake_lane("pld", 0.03), fake_lane("speculative", 0.05)]
+
+    async def done(pilot: Any) -> None:
+        for _ in range(100):
+            await pilot.pause(0.05)
+            if pilot.app.done:
+                break
+        await pilot.pause(0.1)
+
+    app = RaceApp(Settings(prompt="Copy: the quick brown fox jumps over the lazy dog"), lanes, "cpu float32", speed=0)
+    assert snap_compare(app, terminal_size=SIZE, run_before=done)

@@ -46,6 +46,7 @@ from .run_view import Pending, RunView, Severity
 from .screens.help import HelpScreen
 from .screens.model_picker import ModelPicker
 from .screens.prompt_editor import PromptEditor
+from .screenshots import save_svg
 from .settings import Settings, adjust, next_mode, with_mode
 from .sources import recorded, write_trace
 from .teaching import AutoPause
@@ -425,13 +426,8 @@ class DecodeApp(App[int]):
 
     def action_save_svg(self) -> None:
         self.exports += 1
-        name = f"decode-tui-{self.settings.mode}-{self.exports}.svg"
-        try:
-            saved = self.save_screenshot(filename=name, path=str(Path.cwd()))
-        except OSError as exc:
-            self.say(f"Could not write {name}: {exc.strerror}", severity="error")
-            return
-        self.say(f"screen saved to {Path(saved).name}")
+        message, saved = save_svg(self, f"decode-tui-{self.settings.mode}-{self.exports}.svg")
+        self.say(message, severity="information" if saved else "error")
 
     def action_forwards(self) -> None:
         from .screens.forwards import ForwardsScreen

@@ -32,6 +32,7 @@ from .settings import Settings
 if TYPE_CHECKING:
     from ..core.drafters import DraftModel
     from ..core.loading import LoadedModel
+    from ..core.race import Lane
     from ..core.registry import ResolvedModel
 
 RECORDING_VERSION = 1
@@ -220,3 +221,55 @@ def replay(events: list[tuple[float, Event]], speed: float = 1.0) -> EventSource
                          elapsed_s=previous)
 
     return play
+
+
+# A race (core/race.py): a header naming the lanes, then each lane's events tagged with its number.
+RACE_VERSION = 1
+
+
+def write_race(path: Path, settings: Settings, lanes: list[Lane], device: str) -> None:
+    """Save a measured race, so it replays (``decode-tui replay``) with no model, at each lane's measured pace."""
+    header = {"event": "race", "version": RACE_VERSION, "device": device, "settings": dataclasses.asdict(settings),
+              "lanes": [{"name": lane.name, "config": dataclasses.asdict(lane.config)} for lane in lanes]}
+    with path.open("w", encoding="utf-8") as out:
+        out.write(json.dumps(header) + "\n")
+        for number, lane in enumerate(lanes):
+            for t, event in lane.events:
+                out.write(json.dumps({"lane": number, "t": round(t, 4), **event.to_dict()}, ensure_ascii=False) + "\n")
+
+
+def is_race(path: Path) -> bool:
+    """Whether ``path`` holds a race rather than a run (an unreadable file is left to the reader to report)."""
+    try:
+        with path.open(encoding="utf-8") as f:
+            return bool(json.loads(f.readline()).get("event") == "race")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        return False
+
+
+def read_race(path: Path) -> tuple[Settings, str, list[Lane]]:
+    """A saved race's shared settings, device and lanes; a UsageError that says what is wrong otherwise."""
+    from ..core.race import Lane
+    from .settings import settings_from_dict
+
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        header = json.loads(lines[0])
+        if header.get("version") != RACE_VERSION:
+            raise UsageError(f"{path} is a version {header.get('version')} race; this decode-tui reads version "
+                             f"{RACE_VERSION}.")
+        named = [(lane["name"], settings_from_dict({"config": lane["config"]}).config) for lane in header["lanes"]]
+        events: list[list[tuple[float, Event]]] = [[] for _ in named]
+        for line in lines[1:]:
+            if line.strip():
+                data = json.loads(line)
+                number, t = int(data.pop("lane")), float(data.pop("t"))
+                events[number].append((t, from_dict(data)))
+        settings = settings_from_dict(header["settings"])
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"Cannot read the race {path}: {exc}.") from None
+    except (json.JSONDecodeError, KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+        raise UsageError(f"{path} is not a readable decode-tui race ({type(exc).__name__}: {exc}). Record it again "
+                         "with `decode-tui race --record FILE.jsonl`.") from None
+    return settings, str(header.get("device", "")), [Lane(name, config, tuple(lane_events))
+                                                     for (name, config), lane_events in zip(named, events, strict=True)]

@@ -1,0 +1,133 @@
+"""The race: each mode measured alone (core/race.py), saved and read back, and replayed side by side in the app."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from decode_tui.core.events import Finished, Mode, Started, TokenEmitted
+from decode_tui.core.live import LiveParams
+from decode_tui.core.params import DecodeConfig, DraftParams
+from decode_tui.core.race import Lane, measure, speedup
+from decode_tui.tui.race_app import RaceApp
+from decode_tui.tui.settings import Settings, with_mode
+from decode_tui.tui.sources import is_race, read_race, write_race
+from decode_tui.tui.widgets.race_lane import RaceLane
+
+from .conftest import tiny_model
+from .fake_decoder import WORDS, FakeDecoder
+from .test_autoregressive import loaded
+from .test_tui import in_event_loop, until
+
+
+def fake_lane(mode: Mode, step_s: float) -> Lane:
+    """The fake decoder's run of ``mode``, one event every ``step_s`` seconds, its figures to match."""
+    settings = with_mode(Settings(), mode)
+    events = list(FakeDecoder().source(settings, LiveParams(settings.config.sampling, settings.config.draft))())
+    timed = [(i * step_s, e) for i, e in enumerate(events)]
+    last_t, last = timed[-1]
+    assert isinstance(last, Finished)
+    timed[-1] = (last_t, dataclasses.replace(last, elapsed_s=last_t, tokens_per_s=last.new_tokens / last_t))
+    return Lane(mode, settings.config, tuple(timed))
+
+
+def test_each_lane_is_its_mode_run_alone_and_greedy_pld_equals_greedy(byte_bpe: Any) -> None:
+    lm = loaded(tiny_model("llama", vocab_size=len(byte_bpe), seed=4), byte_bpe, 2)
+    configs = {"greedy": DecodeConfig(mode="greedy", max_new_tokens=16, use_chat=False),
+               "pld": DecodeConfig(mode="pld", max_new_tokens=16, use_chat=False,
+                                   draft=DraftParams(max_ngram_size=2, num_pred_tokens=4))}
+    said: list[str] = []
+    lanes = measure(lm, "a b c a b c a b", configs, progress=said.append)
+    assert [lane.name for lane in lanes] == ["greedy", "pld"]
+    assert said == ["warming up greedy", "warming up pld", "running greedy alone", "running pld alone"]
+    for lane in lanes:
+        times = [t for t, _ in lane.events]
+        assert times[0] == 0.0 and times == sorted(times), "seconds since the lane's first event, in order"
+        assert isinstance(lane.events[0][1], Started) and lane.finished is not None
+        assert lane.finished.new_tokens == sum(isinstance(e, TokenEmitted) for _, e in lane.events)
+    greedy, pld = lanes
+    assert pld.finished is not None and greedy.finished is not None
+    assert pld.finished.token_ids == greedy.finished.token_ids
+    assert speedup(pld, greedy) == pytest.approx(pld.finished.tokens_per_s / greedy.finished.tokens_per_s)
+    with pytest.raises(ValueError, match="greedy and at least one other"):
+        measure(lm, "a b", {"pld": configs["pld"]})
+
+
+def test_a_saved_race_reads_back_lane_by_lane(tmp_path: Path) -> None:
+    lanes = [fake_lane("greedy", 0.1), fake_lane("pld", 0.03), fake_lane("speculative", 0.05)]
+    settings = Settings(prompt="Copy: the quick brown fox")
+    path = tmp_path / "race.jsonl"
+    write_race(path, settings, lanes, "cpu float32")
+    assert is_race(path)
+    read_settings, device, read_lanes = read_race(path)
+    assert read_settings.prompt == settings.prompt and device == "cpu float32"
+    assert [lane.name for lane in read_lanes] == ["greedy", "pld", "speculative"]
+    for mine, theirs in zip(lanes, read_lanes, strict=True):
+        assert mine.config == theirs.config
+        assert [e for _, e in mine.events] == [e for _, e in theirs.events]
+        assert [t for t, _ in mine.events] == pytest.approx([t for t, _ in theirs.events], abs=1e-4)
+    path.write_text('{"event": "race", "version": 1, "lanes": [{"name": "greedy"}]}\n', encoding="utf-8")
+    from decode_tui.core.errors import UsageError
+
+    with pytest.raises(UsageError, match="is not a readable decode-tui race"):
+        read_race(path)
+
+
+def race_app(speed: float = 1.0) -> RaceApp:
+    lanes = [fake_lane("greedy", 0.1), fake_lane("pld", 0.03), fake_lane("speculative", 0.05)]
+    return RaceApp(Settings(prompt="Copy: the quick brown fox"), lanes, "cpu float32", speed=speed)
+
+
+@in_event_loop
+async def test_the_race_moves_each_lane_at_its_own_measured_pace() -> None:
+    app = race_app()
+    async with app.run_test(size=(150, 36)) as pilot:
+        app.paused = True  # the test moves the clock itself
+        await pilot.pause(0.1)
+        lanes = list(app.query(RaceLane))
+        assert [lane.mode for lane in lanes] == ["greedy", "pld", "speculative"]
+        pld_end = app.lanes[1].events[-1][0]
+        app.clock = pld_end  # pld has finished; greedy (0.1 s an event) is a third of the way
+        app.tick()
+        await pilot.pause(0.05)
+        greedy, pld, _ = lanes
+        assert pld.view.finished is not None and pld.text == app.lanes[1].finished.text  # type: ignore[union-attr]
+        assert greedy.view.finished is None and 0 < len(greedy.text) < len("".join(WORDS))
+        expected = speedup(app.lanes[1], app.lanes[0])
+        assert expected is not None and expected > 1.5, "the fake pld lane is faster"
+        assert f"{expected:.2f}x greedy's speed" in pld.query_one(".lane-title").content.plain  # type: ignore[attr-defined]
+        app.paused = False
+        await until(pilot, lambda: app.done, timeout=10)
+        await pilot.pause(0.1)
+        assert [lane.text for lane in lanes] == [lane.finished.text for lane in app.lanes]  # type: ignore[union-attr]
+        assert "the baseline" in greedy.query_one(".lane-title").content.plain  # type: ignore[attr-defined]
+        app.action_restart()  # r: again, from the start (no tick runs before the checks: nothing is awaited)
+        assert app.clock == 0.0 and not app.done and all(lane.text == "" for lane in lanes)
+
+
+@pytest.mark.parametrize("modes", ["greedy", "pld,pld", "greedy,warp"])
+def test_a_race_with_one_mode_or_an_unknown_one_is_refused(modes: str) -> None:
+    from decode_tui.core.errors import EXIT_USAGE
+
+    from .test_cli import assert_clean_failure, cli
+
+    says = "Unknown mode 'warp'" if "warp" in modes else "A race needs at least 2 modes"
+    assert_clean_failure(cli("race", "--modes", modes), EXIT_USAGE, says)
+
+
+def test_race_measures_saves_and_the_saved_race_replays(tiny_model_dir: Path, isolated_env: dict[str, str],
+                                                       tmp_path: Path) -> None:
+    from .test_cli import cli
+
+    path = tmp_path / "race.jsonl"
+    done = cli("race", "--model", str(tiny_model_dir), "--modes", "pld,greedy", "-p", "a b c a b c", "--no-chat",
+               "--max-new-tokens", "8", "--record", str(path), "--no-play", env=isolated_env)
+    assert done.returncode == 0, done.stderr
+    _, _, lanes = read_race(path)
+    assert [lane.name for lane in lanes] == ["greedy", "pld"]
+    finished = [lane.finished for lane in lanes]
+    assert all(f is not None for f in finished)
+    assert finished[0].token_ids == finished[1].token_ids  # type: ignore[union-attr]

@@ -1,0 +1,57 @@
+"""One mode's lane in a race: its name, its text streaming in provenance colours, and its figures.
+
+A lane is fed its recorded events as the race clock passes their times (the
+race app does that); it keeps a :class:`~decode_tui.tui.run_view.RunView` of
+them, as the main screen does of a run, so the counts are the same ones. Once
+the lane's run has finished it shows its speed-up over greedy, measured when
+each mode ran alone.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+
+from ...core.events import Event
+from ..run_view import RunView
+from .live_panel import LivePanel
+from .stats_bar import StatsBar
+from .text_pane import TextPane
+
+
+class RaceLane(Vertical):
+    def __init__(self, name: str, speedup: float | None, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.mode = name
+        self.speedup = speedup  # over greedy, shown once the lane has finished
+        self.view = RunView(paused=False, now=0.0)
+
+    def compose(self) -> ComposeResult:
+        yield LivePanel(self.mode, classes="lane-title")
+        yield TextPane()
+        yield StatsBar(classes="lane-stats")
+
+    def reset(self) -> None:
+        self.view = RunView(paused=False, now=0.0)
+        self.query_one(TextPane).reset()
+        self._show()
+
+    def feed(self, events: list[Event], clock: float) -> None:
+        """Take the events whose time has come (``clock``: seconds since the race began) and paint once."""
+        self.view.apply(events, clock, paused=False)
+        self.query_one(TextPane).add(self.view.take().pieces)
+        self._show()
+
+    def _show(self) -> None:
+        title = Text(f" {self.mode} ", style="bold reverse")
+        result = self.view.finished
+        if result is not None and self.speedup is not None:
+            title.append(f"  finished · {self.speedup:.2f}x greedy's speed" if self.mode != "greedy" else
+                         "  finished · the baseline", style="bold")
+        self.query_one(".lane-title", LivePanel).update(title)
+        self.query_one(StatsBar).show(self.view.counters)
+
+    @property
+    def text(self) -> str:
+        return self.query_one(TextPane).plain
