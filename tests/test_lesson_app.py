@@ -9,6 +9,12 @@ lesson as written, or if loading a model is attempted.
 from __future__ import annotations
 
 import dataclasses
+import os
+import shlex
+import shutil
+import subprocess
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -61,6 +67,7 @@ async def test_each_lesson_plays_from_its_recording_pausing_at_its_moments(lesso
         raise AssertionError("a lesson played from its recording loads no model")
 
     monkeypatch.setattr(loading, "load_model", no_model)
+    monkeypatch.setenv("DECODE_TUI_CACHE", "/nonexistent/no-models-here")
     pauses, last = reached(lesson)
     app = playback(lesson, speed=0)
     async with app.run_test(size=SIZE) as pilot:
@@ -115,3 +122,45 @@ def test_a_lesson_in_another_mode_drops_the_settings_of_its_own() -> None:
     beam = next(lesson for lesson in LESSONS if lesson.mode == "beam")
     config = lesson_config(beam, {"mode": ModeChoice.greedy, "max_new_tokens": 5})
     assert config.mode == "greedy" and config.max_new_tokens == 5
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="no tmux here; the Pilot test above plays every lesson")
+@pytest.mark.parametrize("name", ["speculative", "beam-search"])
+def test_two_lessons_play_in_a_real_terminal_with_no_model_on_disk(name: str, tmp_path: Path) -> None:
+    """The console script in tmux, with empty model caches and the hub offline: the intro, `n`, the first
+    pause's narration, `q`, exit 0."""
+    from .test_cli import SCRIPT
+
+    lesson = next(lesson for lesson in LESSONS if lesson.name == name)
+    first, _ = reached(lesson)
+    socket, status = f"decode-tui-test-{os.getpid()}-{name}", tmp_path / "status"
+    env = {**os.environ, "DECODE_TUI_CACHE": str(tmp_path / "empty-cache"), "HF_HOME": str(tmp_path / "empty-hf"),
+           "HF_HUB_OFFLINE": "1", "TERM": "xterm-256color"}
+    env.pop("NO_COLOR", None)
+    command = f"{shlex.quote(SCRIPT)} lesson {name}; echo $? > {shlex.quote(str(status))}"
+    tmux = ["tmux", "-L", socket, "-f", "/dev/null"]
+
+    def screen() -> str:
+        done = subprocess.run([*tmux, "capture-pane", "-p", "-t", "lesson"], capture_output=True, text=True, env=env)
+        return " ".join(done.stdout.replace("│", " ").split())  # the narration panel wraps; compare words
+
+    def wait_for(words: str, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        while " ".join(words.split())[:60] not in screen():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{words[:60]!r} never showed; the screen: {screen()}")
+            time.sleep(0.2)
+
+    subprocess.run([*tmux, "new-session", "-d", "-s", "lesson", "-x", "132", "-y", "42", command], env=env, check=True)
+    try:
+        wait_for(lesson.intro)
+        subprocess.run([*tmux, "send-keys", "-t", "lesson", "n"], env=env, check=True)
+        wait_for(first[0].text)
+        subprocess.run([*tmux, "send-keys", "-t", "lesson", "q"], env=env, check=True)
+        deadline = time.monotonic() + 30
+        while not status.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert status.read_text().strip() == "0"
+    finally:
+        subprocess.run([*tmux, "kill-server"], env=env, capture_output=True)
+    assert not (tmp_path / "empty-cache").exists() or not any((tmp_path / "empty-cache").iterdir()), "nothing fetched"

@@ -123,3 +123,15 @@ def test_lesson_bad_input_exits_with_a_message(tmp_path: Path, isolated_env: dic
                              run.returncode, run.stderr.strip())  # exactly what `run` says
     assert_clean_failure(cli("lesson", "beam-search", "--live", "--num-draft-tokens", "3"), EXIT_USAGE,
                          "--num-draft-tokens applies to --mode speculative")
+
+
+def test_the_readmes_lesson_example_is_a_valid_lesson(tmp_path: Path) -> None:
+    from decode_tui.cli.teaching import lesson_config
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    block = readme.split("**Writing a lesson.**", 1)[1].split("```toml\n", 1)[1].split("```", 1)[0]
+    path = tmp_path / "my-lesson.toml"
+    path.write_text(block, encoding="utf-8")
+    lesson = load(str(path))
+    assert lesson.pauses[0].try_ and lesson.recording_path == tmp_path / "my-lesson.jsonl"
+    assert lesson_config(lesson, {}).sampling.top_p == 0.5

@@ -85,27 +85,28 @@ def race_app(speed: float = 1.0) -> RaceApp:
 async def test_the_race_moves_each_lane_at_its_own_measured_pace() -> None:
     app = race_app()
     async with app.run_test(size=(150, 36)) as pilot:
-        app.paused = True  # the test moves the clock itself
+        race = app.race
+        race.paused = True  # the test moves the clock itself
         await pilot.pause(0.1)
-        lanes = list(app.query(RaceLane))
+        lanes = list(race.query(RaceLane))
         assert [lane.mode for lane in lanes] == ["greedy", "pld", "speculative"]
-        pld_end = app.lanes[1].events[-1][0]
-        app.clock = pld_end  # pld has finished; greedy (0.1 s an event) is a third of the way
-        app.tick()
+        pld_end = race.lanes[1].events[-1][0]
+        race.clock = pld_end  # pld has finished; greedy (0.1 s an event) is a third of the way
+        race.tick()
         await pilot.pause(0.05)
         greedy, pld, _ = lanes
-        assert pld.view.finished is not None and pld.text == app.lanes[1].finished.text  # type: ignore[union-attr]
+        assert pld.view.finished is not None and pld.text == race.lanes[1].finished.text  # type: ignore[union-attr]
         assert greedy.view.finished is None and 0 < len(greedy.text) < len("".join(WORDS))
-        expected = speedup(app.lanes[1], app.lanes[0])
+        expected = speedup(race.lanes[1], race.lanes[0])
         assert expected is not None and expected > 1.5, "the fake pld lane is faster"
         assert f"{expected:.2f}x greedy's speed" in pld.query_one(".lane-title").content.plain  # type: ignore[attr-defined]
-        app.paused = False
-        await until(pilot, lambda: app.done, timeout=10)
+        race.paused = False
+        await until(pilot, lambda: race.done, timeout=10)
         await pilot.pause(0.1)
-        assert [lane.text for lane in lanes] == [lane.finished.text for lane in app.lanes]  # type: ignore[union-attr]
+        assert [lane.text for lane in lanes] == [lane.finished.text for lane in race.lanes]  # type: ignore[union-attr]
         assert "the baseline" in greedy.query_one(".lane-title").content.plain  # type: ignore[attr-defined]
-        app.action_restart()  # r: again, from the start (no tick runs before the checks: nothing is awaited)
-        assert app.clock == 0.0 and not app.done and all(lane.text == "" for lane in lanes)
+        race.action_restart()  # r: again, from the start (no tick runs before the checks: nothing is awaited)
+        assert race.clock == 0.0 and not race.done and all(lane.text == "" for lane in lanes)
 
 
 @pytest.mark.parametrize("modes", ["greedy", "pld,pld", "greedy,warp"])
@@ -131,3 +132,32 @@ def test_race_measures_saves_and_the_saved_race_replays(tiny_model_dir: Path, is
     finished = [lane.finished for lane in lanes]
     assert all(f is not None for f in finished)
     assert finished[0].token_ids == finished[1].token_ids  # type: ignore[union-attr]
+
+
+@in_event_loop
+async def test_the_app_races_its_prompt_on_a_key_and_a_replay_refuses() -> None:
+    from decode_tui.tui.app import DecodeApp
+    from decode_tui.tui.screens.race import RaceScreen
+
+    fake = FakeDecoder()
+    app = DecodeApp(with_mode(Settings(prompt="Copy: the quick brown fox"), "sample"), fake.source)
+    async with app.run_test(size=(150, 40)) as pilot:
+        await until(pilot, lambda: app.view.finished is not None)
+        await pilot.press("R")
+        await until(pilot, lambda: isinstance(app.screen, RaceScreen), timeout=10)
+        race = app.screen
+        assert isinstance(race, RaceScreen)
+        assert [lane.name for lane in race.lanes] == ["greedy", "pld", "speculative", "sample"]
+        assert [s.mode for s in fake.runs[-4:]] == ["greedy", "pld", "speculative", "sample"]
+        assert all(s.prompt == "Copy: the quick brown fox" for s in fake.runs), "every lane races the same prompt"
+        await until(pilot, lambda: race.done)
+        await pilot.pause(0.1)
+        assert [lane.text for lane in race.query(RaceLane)] == [lane.finished.text for lane in race.lanes]  # type: ignore[union-attr]
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, RaceScreen))
+    replay = DecodeApp(Settings(), FakeDecoder().source, replaying="demo.jsonl")
+    async with replay.run_test(size=(150, 40)) as pilot:
+        await pilot.press("R")
+        await pilot.pause(0.2)
+        assert not isinstance(replay.screen, RaceScreen)
+        assert any("a race runs each mode on the model" in m for m in replay.messages)

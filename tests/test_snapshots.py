@@ -85,7 +85,7 @@ def test_race_layout(snap_compare: Any, monkeypatch: pytest.MonkeyPatch) -> None
     async def done(pilot: Any) -> None:
         for _ in range(100):
             await pilot.pause(0.05)
-            if pilot.app.done:
+            if pilot.app.race.done:
                 break
         await pilot.pause(0.1)
 

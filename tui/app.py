@@ -22,8 +22,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import ClassVar
 
@@ -34,18 +36,19 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer
 
 from ..core.errors import DecodeTuiError
-from ..core.events import Event, Mode
+from ..core.events import Event, Mode, Started
 from ..core.live import LiveParams
 from ..lessons import Lesson, PauseTracker
 from .bindings import APP_BINDINGS, keys_after
 from .commands import DecodeCommands
 from .decoder_thread import DecoderThread
 from .pacing import PaintPacer
-from .pump import EventPump, EventSource
+from .pump import EventPump, EventSource, Notice
 from .run_view import Pending, RunView, Severity
 from .screens.help import HelpScreen
 from .screens.model_picker import ModelPicker
 from .screens.prompt_editor import PromptEditor
+from .screens.race import RaceScreen
 from .screenshots import save_svg
 from .settings import Settings, adjust, next_mode, with_mode
 from .sources import recorded, write_trace
@@ -106,6 +109,7 @@ class DecodeApp(App[int]):
         self.messages: list[str] = []  # everything the app told the user, newest last (tests read it)
         self.view = RunView(paused=start_paused, now=time.monotonic())
         self.exports = 0
+        self.race_stop = threading.Event()  # set when a race being measured must stop (quit, a new run)
         self.paint_at_once = True  # a new run's first events are shown as soon as they come
         self.lesson = lesson  # a lesson's narration and pauses (decode_tui.lessons); it starts paused on its intro
         self.lesson_waiting = lesson is not None  # stopped at a lesson's moment: n goes on to the next one
@@ -158,6 +162,7 @@ class DecodeApp(App[int]):
 
     # ------------------------------------------------------------------ the run
     def start_run(self) -> None:
+        self.race_stop.set()  # a race being measured gives way to the new run
         previous = self.pump
         if previous is not None:
             previous.stop()
@@ -429,6 +434,63 @@ class DecodeApp(App[int]):
         message, saved = save_svg(self, f"decode-tui-{self.settings.mode}-{self.exports}.svg")
         self.say(message, severity="information" if saved else "error")
 
+    def action_race(self) -> None:
+        """Race greedy, PLD and speculative (and this mode) on this prompt: each alone, then side by side."""
+        if self.replaying is not None:
+            self.say(f"This is a replay of {self.replaying}, with no model: a race runs each mode on the model. Race "
+                     "this prompt with `decode-tui race -p ...`, or press R in `decode-tui run`.", severity="warning")
+            return
+        modes: list[Mode] = ["greedy", "pld", "speculative"]
+        if self.settings.mode not in modes:
+            modes.append(self.settings.mode)
+        self._stop()  # the run on screen stops: each mode of the race must have the device to itself
+        self.say(f"race: running {', '.join(modes)} on this prompt, each alone and warm; then they are replayed "
+                 "side by side (esc closes the race, r here restarts the run)")
+        self.race_stop.clear()
+        after = self.pump.finished if self.pump is not None else None
+        self.run_worker(partial(self._measure_race, modes, after), thread=True, exclusive=True, group="decoder",
+                        name="race")
+
+    def _measure_race(self, modes: list[Mode], after: threading.Event | None) -> None:
+        """In the decoder thread: each mode's run through the app's own source (warmed up there on its first use),
+        its events timed from its first; then the race screen. Messages go to the UI a few per mode, not per token."""
+        from ..core.race import Lane
+
+        if after is not None:
+            after.wait(30)
+        lanes = []
+        try:
+            for mode in modes:
+                settings = dataclasses.replace(with_mode(self.settings, mode), prompt=self.settings.prompt)
+                source = self.make_source(settings, LiveParams(settings.config.sampling, settings.config.draft))
+                events: list[tuple[float, Event]] = []
+                start: float | None = None
+                stream = source()
+                try:
+                    for event in stream:
+                        if self.race_stop.is_set():
+                            return
+                        if isinstance(event, Notice):
+                            if event.kind == "loading":
+                                self.call_from_thread(self.say, f"race: {event.message}")
+                            continue
+                        now = time.perf_counter()
+                        start = now if start is None else start
+                        events.append((now - start, event))
+                finally:
+                    close = getattr(stream, "close", None)
+                    if close is not None:
+                        close()  # a stopped run's KV cache is rolled back in its finally: blocks
+                lanes.append(Lane(mode, settings.config, tuple(events)))
+        except Exception as exc:  # shown, and the app stays usable
+            message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+            self.call_from_thread(self.say, f"The race stopped: {message}", "error")
+            return
+        first = lanes[0].events[0][1] if lanes[0].events else None
+        params = first.params if isinstance(first, Started) else {}
+        device = f"{params.get('device', '')} {params.get('dtype', '')}"
+        self.call_from_thread(self.push_screen, RaceScreen(self.settings, lanes, device))
+
     def action_forwards(self) -> None:
         from .screens.forwards import ForwardsScreen
 
@@ -442,6 +504,7 @@ class DecodeApp(App[int]):
         return keys_after([b for b in self.BINDINGS if isinstance(b, Binding)], self.keymap)
 
     def _stop(self) -> None:
+        self.race_stop.set()
         if self.pump is not None:
             self.pump.stop()
 

@@ -40,6 +40,7 @@ APP_BINDINGS: tuple[Binding, ...] = (
     Binding("c", "cycle_theme", "Theme", id="theme"),
     Binding("x", "export", "Export trace", show=False, id="export"),
     Binding("f", "forwards", "Forward passes and what-if", id="forwards"),
+    Binding("R", "race", "Race greedy, PLD and speculative on this prompt, side by side", show=False, id="race"),
     Binding("X", "save_svg", "Save the screen as an SVG (for a slide)", show=False, id="screenshot"),
     Binding("question_mark,f1", "help", "Help", id="help"),
     Binding("q", "quit", "Quit", id="quit"),

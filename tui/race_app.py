@@ -1,40 +1,23 @@
-"""The race: decoding modes side by side on one prompt, each moving at the pace it had when it ran alone.
-
-The modes were measured one at a time, warm (core/race.py): run together on
-one device they would slow each other down and the race would show that, not
-the modes. This app replays the lanes from one start, a ~30 Hz timer handing
-each lane the events whose recorded time has come; the screen says so. It
-decodes nothing and needs no model: a saved race plays anywhere.
-"""
+"""A saved or just-measured race on its own (``decode-tui race``, ``decode-tui replay RACE``): the race screen,
+with no model. Closing the race quits."""
 
 from __future__ import annotations
 
-import time
 from typing import ClassVar
 
-from rich.text import Text
-from textual.app import App, ComposeResult
+from textual.app import App
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal
-from textual.widgets import Footer
 
-from ..core.race import BASELINE, Lane, speedup
-from .screenshots import save_svg
+from ..core.race import Lane
+from .screens.race import RaceScreen
 from .settings import Settings
 from .themes import initial_theme, load_all
-from .widgets.live_panel import LivePanel
-from .widgets.race_lane import RaceLane
-
-TICK_HZ = 30
 
 
 class RaceApp(App[int]):
-    CSS_PATH = ["app.tcss", "race_app.tcss"]  # noqa: RUF012 (Textual types it as a list) the text pane, the lanes
+    CSS_PATH = "app.tcss"  # the text pane's provenance colours
     TITLE = "decode-tui race"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("space", "toggle_pause", "Pause/resume", id="pause"),
-        Binding("r", "restart", "Start the race again", id="restart"),
-        Binding("X", "save_svg", "Save the screen as an SVG (for a slide)", show=False, id="screenshot"),
         Binding("q", "quit", "Quit", id="quit"),
         Binding("ctrl+c", "interrupt", "Quit (Ctrl-C)", show=False, priority=True, id="interrupt"),
     ]
@@ -45,73 +28,12 @@ class RaceApp(App[int]):
         for spec in load_all().values():
             self.register_theme(spec.theme)
         self.theme = initial_theme(theme)
-        self.settings = settings
-        self.lanes = lanes
-        self.device = device
-        self.speed = speed  # 1: the measured pace; 0: everything at once
-        self.source = source  # the saved race's name, when replaying one
-        baseline = next(lane for lane in lanes if lane.name == BASELINE)
-        self.speedups = [speedup(lane, baseline) for lane in lanes]
-        self.clock = 0.0  # race seconds shown so far
-        self.paused = False
-        self.shots = 0
-        self._next = [0] * len(lanes)  # each lane's next event
-        self._last_tick: float | None = None
-
-    def compose(self) -> ComposeResult:
-        yield LivePanel(id="race-header")
-        with Horizontal(id="lanes"):
-            for i, lane in enumerate(self.lanes):
-                yield RaceLane(lane.name, self.speedups[i], id=f"lane-{i}")
-        yield Footer()
+        self.race = RaceScreen(settings, lanes, device, speed=speed, source=source)
+        self.pump = None  # no decoder thread (cli/commands._run_app looks for one)
+        self.error: str | None = None
 
     def on_mount(self) -> None:
-        prompt = " ".join(self.settings.prompt.split())
-        header = Text()
-        header.append(" decode-tui race ", style="bold reverse")
-        if self.source:
-            header.append(f" REPLAY of {self.source} ", style="bold reverse")
-        header.append(f"  {self.settings.model} · {self.device} · {', '.join(lane.name for lane in self.lanes)}\n")
-        header.append(" Each mode ran alone on this device, warm; they are replayed side by side at the pace "
-                      "each had.\n", style="italic")
-        header.append(" prompt: ", style="bold")
-        header.append(prompt[:200] + ("…" if len(prompt) > 200 else ""))
-        self.query_one("#race-header", LivePanel).update(header)
-        for lane in self.query(RaceLane):
-            lane.reset()
-        self.set_interval(1 / TICK_HZ, self.tick)
-
-    def tick(self) -> None:
-        """Move the race clock on and hand each lane the events whose time has come, one batch a lane."""
-        now = time.monotonic()
-        if self._last_tick is not None and not self.paused:
-            self.clock += (now - self._last_tick) * self.speed if self.speed > 0 else float("inf")
-        self._last_tick = now
-        for i, (lane, widget) in enumerate(zip(self.lanes, self.query(RaceLane), strict=True)):
-            start = self._next[i]
-            end = start
-            while end < len(lane.events) and lane.events[end][0] <= self.clock:
-                end += 1
-            if end > start:
-                self._next[i] = end
-                widget.feed([event for _, event in lane.events[start:end]], min(self.clock, lane.events[end - 1][0]))
-
-    @property
-    def done(self) -> bool:
-        return all(n == len(lane.events) for n, lane in zip(self._next, self.lanes, strict=True))
-
-    def action_toggle_pause(self) -> None:
-        self.paused = not self.paused
-
-    def action_restart(self) -> None:
-        self.clock, self._next, self.paused = 0.0, [0] * len(self.lanes), False
-        for lane in self.query(RaceLane):
-            lane.reset()
-
-    def action_save_svg(self) -> None:
-        self.shots += 1
-        message, saved = save_svg(self, f"decode-tui-race-{self.shots}.svg")
-        self.notify(message, severity="information" if saved else "error")
+        self.push_screen(self.race, lambda _: self.exit(0))
 
     def action_interrupt(self) -> None:
         self.exit(130, return_code=130)
