@@ -9,6 +9,7 @@ a missing model 3, Ctrl-C 130), never a traceback.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -221,17 +222,17 @@ def _run_app(app_: Any) -> NoReturn:
 
 @app.command("replay")
 def replay_cmd(
-    recording: Annotated[Path, typer.Argument(help="A .jsonl file from `decode-tui run --record` or the export "
-                                              "key (x).")],
+    recording: Annotated[Path, typer.Argument(help="A .jsonl file from `decode-tui run --record`, the export "
+                                              "key (x) or `decode-tui race --record`.")],
     speed: Annotated[float, typer.Option(min=0.0, help="Playback speed: 1 is the recorded pace, 2 twice as fast, "
                                          "0 as fast as possible.")] = 1.0,
     start_paused: Annotated[bool, typer.Option("--paused", help="Start paused; n steps, space resumes.")] = False,
     theme: ThemeOpt = None,
-    cast: Annotated[Path | None, typer.Option(help="Instead of playing it, write the run as an asciinema cast "
-                                              "file (the text streaming at the recorded pace, coloured by where "
-                                              "each token came from) and exit.")] = None,
+    cast: Annotated[Path | None, typer.Option(help="Instead of playing it, write the run (or race) as an "
+                                              "asciinema cast file (the text streaming at the recorded pace, "
+                                              "coloured by where each token came from) and exit.")] = None,
 ) -> None:
-    """Play a recorded run in the app, with no model and no GPU (pause, step and slow motion work)."""
+    """Play a recorded run (or race) in the app, with no model and no GPU (pause, step and slow motion work)."""
     try:
         user = user_config()
         theme_choice = theme_name(theme) or user.theme
@@ -241,8 +242,10 @@ def replay_cmd(
         if is_race(recording):
             race_settings, device, lanes = read_race(recording)
             if cast is not None:
-                raise UsageError("--cast writes a run, not a race. Save one of the race's modes as a run with "
-                                 "`decode-tui run --mode MODE --record FILE.jsonl`, then cast that.")
+                from ..tui.cast import write_race_cast
+
+                title = f"decode-tui race · {race_settings.model} · {device} · each mode ran alone, replayed together"
+                _write_cast(cast, lambda: write_race_cast(cast, lanes, title))
             from ..tui.race_app import RaceApp
 
             _run_app(RaceApp(race_settings, lanes, device, speed=speed, theme=theme_choice, source=recording.name))
@@ -251,12 +254,7 @@ def replay_cmd(
         if cast is not None:
             from ..tui.cast import write_cast
 
-            try:
-                write_cast(cast, events)
-            except OSError as exc:
-                raise UsageError(f"Cannot write the cast {cast}: {exc.strerror}.") from None
-            typer.echo(f"{cast} written: play it with `asciinema play {cast}`")
-            raise typer.Exit(0)
+            _write_cast(cast, lambda: write_cast(cast, events))
     except DecodeTuiError as err:
         fail(err)
     from ..tui.app import DecodeApp
@@ -264,6 +262,16 @@ def replay_cmd(
     app_ = DecodeApp(settings, lambda _settings, _live: replay(events, speed), start_paused=start_paused,
                      theme=theme_choice, replaying=recording.name, keymap=user.keys)
     _run_app(app_)
+
+
+def _write_cast(path: Path, write: Callable[[], None]) -> NoReturn:
+    """Write a cast file and exit; a path that cannot be written is a usage error."""
+    try:
+        write()
+    except OSError as exc:
+        raise UsageError(f"Cannot write the cast {path}: {exc.strerror}.") from None
+    typer.echo(f"{path} written: play it with `asciinema play {path}`")
+    raise typer.Exit(0)
 
 
 @models_app.callback()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import subprocess
@@ -57,3 +58,24 @@ def test_replay_writes_a_cast_and_refuses_an_unwritable_path(tmp_path: Path) -> 
     bad = subprocess.run([SCRIPT, "replay", str(recording), "--cast", str(tmp_path / "no" / "such" / "x.cast")],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "Cannot write the cast" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_race_cast_redraws_the_lanes_side_by_side_at_their_pace() -> None:
+    from decode_tui.core.race import speedup
+    from decode_tui.tui.cast import FRAME_HZ, race_cast_lines
+
+    from .test_race import fake_lane
+
+    lanes = [fake_lane("greedy", 0.1), fake_lane("pld", 0.03)]
+    lines = race_cast_lines(lanes, "a race")
+    frames = [json.loads(line) for line in lines[1:]]
+    times = [f[0] for f in frames]
+    assert times == sorted(times) and all(b - a >= 1 / FRAME_HZ - 1e-9 for a, b in itertools.pairwise(times[:-1]))
+    assert all(f[2].startswith("\x1b[H\x1b[2J") for f in frames), "each frame redraws the whole screen"
+    pld_done = lanes[1].events[-1][0]
+    early = next(ANSI.sub("", f[2]) for f in frames if f[0] >= pld_done)
+    gain = speedup(lanes[1], lanes[0])
+    assert gain is not None and f"{gain:.2f}x greedy" in early and "x greedy" not in early.split("pld")[0]
+    last = ANSI.sub("", frames[-1][2])
+    assert last.count("tokens,") == 2, "both lanes' figures at the end"
+    assert any("\x1b[36m" in f[2] for f in frames), "lookup copies in their colour"

@@ -1,4 +1,4 @@
-"""A run as an asciinema cast (format v2): its text streaming at the recorded pace, for a slide or a web page.
+"""A run or a race as an asciinema cast (format v2): text streaming at the recorded pace, for a slide or a web page.
 
 asciinema players replay a terminal's output stream; a cast file is a JSON
 header line, then one ``[seconds, "o", text]`` line per write. Here each
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.events import Event, Finished, Started, TokenEmitted, TokenSource
+from ..core.race import Lane
 
 # SGR colours by provenance: the app's meaning (see the help screen), in the 8 colours every player has.
 COLOURS: dict[TokenSource, str] = {"target": "", "draft": "\x1b[32m", "lookup": "\x1b[36m",
@@ -56,3 +57,72 @@ def cast_lines(trace: Sequence[tuple[float, Event]], width: int = 100, height: i
 
 def write_cast(path: Path, trace: Sequence[tuple[float, Event]]) -> None:
     path.write_text("\n".join(cast_lines(trace)) + "\n", encoding="utf-8")
+
+
+# A race's cast: the lanes side by side, redrawn whole at most FRAME_HZ times a second (a terminal has no columns
+# to append to), each frame rendered by Rich in the 8 standard colours.
+FRAME_HZ = 10
+RICH_COLOURS: dict[TokenSource, str] = {"target": "", "draft": "green", "lookup": "cyan", "resampled": "yellow",
+                                        "bonus": "magenta"}
+
+
+def race_cast_lines(lanes: Sequence[Lane], title: str, width: int = 120, height: int = 30) -> list[str]:
+    """The cast file's lines for a race: every lane's text growing at its measured pace, side by side, and each
+    lane's figures and speed-up over greedy once it has finished."""
+    header: dict[str, Any] = {"version": 2, "width": width, "height": height, "title": title,
+                              "env": {"TERM": "xterm-256color"}}
+    lines = [json.dumps(header)]
+    times = sorted({round(t, 4) for lane in lanes for t, e in lane.events if isinstance(e, TokenEmitted | Finished)})
+    last_frame = -1.0
+    for i, t in enumerate(times):
+        if t - last_frame < 1 / FRAME_HZ and i < len(times) - 1:
+            continue  # the next frame shows this one's tokens too
+        last_frame = t
+        lines.append(json.dumps([t, "o", _race_frame(lanes, t, title, width, height)], ensure_ascii=False))
+    return lines
+
+
+def _race_frame(lanes: Sequence[Lane], clock: float, title: str, width: int, height: int) -> str:
+    from io import StringIO
+
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    from ..core.race import BASELINE, speedup
+
+    baseline = next(lane for lane in lanes if lane.name == BASELINE)
+    column = max(10, width // len(lanes) - 3)
+    console = Console(file=StringIO(), width=width, force_terminal=True, color_system="standard", highlight=False)
+    grid = Table.grid(padding=(0, 2))
+    cells = []
+    for lane in lanes:
+        text = Text()
+        done: Finished | None = None
+        for t, event in lane.events:
+            if t > clock:
+                break
+            if isinstance(event, TokenEmitted):
+                text.append(event.text, style=RICH_COLOURS.get(event.source, ""))
+            elif isinstance(event, Finished):
+                done = event
+        wrapped = text.wrap(console, column)[-(height - 7):]  # the newest lines, as the app's pane shows them
+        cell = Text()
+        cell.append(f" {lane.name} ", style="bold reverse")  # the title alone: a Text's own style would cover it all
+        cell.append("\n")
+        cell.append_text(Text("\n").join(wrapped))
+        if done is not None:
+            gain = speedup(lane, baseline)
+            cell.append(f"\n\n{done.new_tokens} tokens, {done.target_forwards} forwards, {done.tokens_per_s:.1f} tok/s"
+                        + (f", {gain:.2f}x greedy" if gain is not None and lane.name != BASELINE else ""), style="dim")
+        grid.add_column(width=column)
+        cells.append(cell)
+    grid.add_row(*cells)
+    console.print(Text(title, style="dim"))
+    console.print(grid)
+    out = console.file.getvalue()  # type: ignore[attr-defined]
+    return "\x1b[H\x1b[2J" + _terminal(out)
+
+
+def write_race_cast(path: Path, lanes: Sequence[Lane], title: str) -> None:
+    path.write_text("\n".join(race_cast_lines(lanes, title)) + "\n", encoding="utf-8")
