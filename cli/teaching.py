@@ -105,7 +105,7 @@ def lesson_config(lesson: Lesson, overrides: dict[str, Any]) -> DecodeConfig:
 def lesson_cmd(
     options: DecodingOptions,
     name: Annotated[str, typer.Argument(help="A lesson's name (see `decode-tui lessons`) or the path of a lesson "
-                                        "file (./my-lesson.toml).", show_default=False)],
+                                        "file (./my-lesson.toml).", show_default=False, metavar="NAME")],
     live: Annotated[bool, typer.Option("--live", help="Run the lesson on a model (the embedded one unless --model) "
                                        "instead of playing its recording; decoding options change its settings.",
                                        rich_help_panel="Lesson")] = False,

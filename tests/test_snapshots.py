@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from decode_tui.lessons import shipped
 from decode_tui.tui.app import DecodeApp
 from decode_tui.tui.settings import Settings, with_mode
 
@@ -54,8 +55,10 @@ def test_token_selected_with_boundaries(snap_compare: Any, monkeypatch: pytest.M
     assert snap_compare(app_for("sample"), terminal_size=SIZE, run_before=select)
 
 
-def test_lesson_summary(snap_compare: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A lesson played from its shipped recording, at its end: the narration's summary with the recorded figures."""
+@pytest.mark.parametrize("name", [lesson.name for lesson in shipped()])
+def test_lesson_summary(snap_compare: Any, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """Each lesson played from its shipped recording, at its end: its mode's panel, and the narration's summary with
+    the recorded figures."""
     from decode_tui.cli.teaching import playback
     from decode_tui.lessons import load
 
@@ -70,7 +73,7 @@ def test_lesson_summary(snap_compare: Any, monkeypatch: pytest.MonkeyPatch) -> N
             await pilot.pause(0.05)
         await finished(pilot)
 
-    assert snap_compare(playback(load("speculative"), speed=0), terminal_size=SIZE, run_before=to_the_end)
+    assert snap_compare(playback(load(name), speed=0), terminal_size=SIZE, run_before=to_the_end)
 
 
 def test_race_layout(snap_compare: Any, monkeypatch: pytest.MonkeyPatch) -> None:
