@@ -130,6 +130,9 @@ def lesson_cmd(
                                  "lesson plays its recording exactly as it was recorded.")
             player = playback(lesson, speed=speed, theme=theme_choice, keymap=user.keys)
         else:
+            if speed != 1.0:
+                raise UsageError("--speed sets the pace of a recording's playback; a --live run goes at the model's "
+                                 "own pace (slow it down in the app with s).")
             settings = _live_settings(lesson, options.with_default_model(user.model), overrides)
             configured_model_exists(options, user)
     except DecodeTuiError as err:

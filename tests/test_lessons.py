@@ -121,6 +121,7 @@ def test_lesson_bad_input_exits_with_a_message(tmp_path: Path, isolated_env: dic
         assert run.returncode in (EXIT_USAGE, EXIT_MODEL_UNAVAILABLE)
         assert_clean_failure(cli("lesson", "speculative", "--live", "--model", model, env=isolated_env),
                              run.returncode, run.stderr.strip())  # exactly what `run` says
+    assert_clean_failure(cli("lesson", "beam-search", "--live", "--speed", "2"), EXIT_USAGE, "--speed sets the pace")
     assert_clean_failure(cli("lesson", "beam-search", "--live", "--num-draft-tokens", "3"), EXIT_USAGE,
                          "--num-draft-tokens applies to --mode speculative")
 
