@@ -153,6 +153,10 @@ async def test_the_app_races_its_prompt_on_a_key_and_a_replay_refuses() -> None:
         await until(pilot, lambda: race.done)
         await pilot.pause(0.1)
         assert [lane.text for lane in race.query(RaceLane)] == [lane.finished.text for lane in race.lanes]  # type: ignore[union-attr]
+        runs = len(fake.runs)
+        await pilot.press("m")  # the main app's keys do not reach the run behind the race
+        await pilot.pause(0.1)
+        assert app.settings.mode == "sample" and len(fake.runs) == runs
         await pilot.press("escape")
         await until(pilot, lambda: not isinstance(app.screen, RaceScreen))
     replay = DecodeApp(Settings(), FakeDecoder().source, replaying="demo.jsonl")

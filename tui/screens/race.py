@@ -17,7 +17,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
-from textual.screen import Screen
+from textual.screen import ModalScreen
 from textual.widgets import Footer
 
 from ...core.race import BASELINE, Lane, speedup
@@ -29,13 +29,15 @@ from ..widgets.race_lane import RaceLane
 TICK_HZ = 30
 
 
-class RaceScreen(Screen[None]):
+class RaceScreen(ModalScreen[None]):
+    """Modal, so the main app's keys (a mode change, a restart) cannot act on the run behind it."""
+
     CSS_PATH = "race.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("space", "toggle_pause", "Pause/resume the race", id="race.pause"),
         Binding("r", "restart", "Start the race again", id="race.restart"),
         Binding("X", "save_svg", "Save the screen as an SVG (for a slide)", show=False, id="race.screenshot"),
-        Binding("escape", "close", "Close the race", id="race.close"),
+        Binding("escape,q", "close", "Close the race", id="race.close"),
     ]
 
     def __init__(self, settings: Settings, lanes: list[Lane], device: str, *, speed: float = 1.0,
