@@ -1,4 +1,4 @@
-"""Lessons as data: the shipped six parse and their settings are valid options; bad files name file, line, field."""
+"""Lessons as data: the shipped seven parse and their settings are valid options; bad files name file, line, field."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from decode_tui.cli.options import ModeChoice, build_config
 from decode_tui.core.events import DraftProposed, DraftVerified, Finished, PositionVerdict, TokenEmitted
 from decode_tui.lessons import LessonError, Pause, PauseTracker, load, parse, shipped
 
-SIX = ["greedy-vs-sampling", "repetition-penalty", "beam-search", "speculative", "prompt-lookup",
-       "when-drafting-does-not-pay"]
+SHIPPED = ["greedy-vs-sampling", "repetition-penalty", "beam-search", "speculative", "prompt-lookup",
+           "when-drafting-does-not-pay", "adaptive-draft-length"]
 
 
-def test_the_six_lessons_ship_and_their_settings_are_what_run_accepts() -> None:
+def test_the_lessons_ship_and_their_settings_are_what_run_accepts() -> None:
     lessons = shipped()
-    assert [lesson.name for lesson in lessons] == SIX
+    assert [lesson.name for lesson in lessons] == SHIPPED
     for lesson in lessons:
         config = build_config(mode=ModeChoice(lesson.mode), **lesson.settings)
         assert config.mode == lesson.mode and lesson.pauses and lesson.intro and lesson.summary
@@ -56,7 +56,7 @@ def test_a_malformed_lesson_names_the_file_the_line_and_the_field(text: str, say
 def test_an_unknown_lesson_lists_the_lessons() -> None:
     with pytest.raises(LessonError, match="There is no lesson 'warp'") as err:
         load("warp")
-    assert all(name in str(err.value) for name in SIX)
+    assert all(name in str(err.value) for name in SHIPPED)
     assert parse(GOOD, "mine.toml").name == "x"
 
 
@@ -92,7 +92,7 @@ def test_lessons_lists_them_as_json() -> None:
     done = cli("lessons", "--format", "json")
     assert done.returncode == 0, done.stderr
     listed = json.loads(done.stdout)
-    assert [item["name"] for item in listed] == SIX
+    assert [item["name"] for item in listed] == SHIPPED
     assert all({"name", "title", "mode"} <= set(item) and item["recorded"] for item in listed)
 
 
@@ -101,7 +101,7 @@ def test_lesson_bad_input_exits_with_a_message(tmp_path: Path, isolated_env: dic
 
     from .test_cli import assert_clean_failure, cli
 
-    assert_clean_failure(cli("lesson", "warp"), EXIT_USAGE, "There is no lesson 'warp'", *SIX)
+    assert_clean_failure(cli("lesson", "warp"), EXIT_USAGE, "There is no lesson 'warp'", *SHIPPED)
     bad = tmp_path / "mine.toml"
     bad.write_text(GOOD.replace('"greedy"', '"warp"'), encoding="utf-8")
     assert_clean_failure(cli("lesson", str(bad)), EXIT_USAGE, f"{bad}, line 3: mode must be one of")
