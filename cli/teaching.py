@@ -221,6 +221,10 @@ def race_cmd(
                                                 "with no model.", rich_help_panel="Race")] = None,
     play: Annotated[bool, typer.Option("--play/--no-play", help="Show the race (--no-play: measure and save it "
                                        "with --record only).", rich_help_panel="Race")] = True,
+    repeats: Annotated[int, typer.Option("--repeats", min=1, help="Timed runs a mode, after a warm-up each, the "
+                                         "order alternating from round to round; each lane shows its median run, "
+                                         "its speed-up the median of the rounds' ratios with their range.",
+                                         rich_help_panel="Race")] = 3,
     speed: Annotated[float, typer.Option(min=0.0, help="Playback speed: 1 is the measured pace.",
                                          rich_help_panel="Race")] = 1.0,
     theme: ThemeOpt = None,
@@ -245,8 +249,9 @@ def race_cmd(
         lm, draft = _load_models(options, configs.get("speculative"))
         from ..core.race import measure
 
-        with status(f"Racing {', '.join(configs)}: a warm-up each, then each alone") as progress:
-            lanes = measure(lm, prompt, configs, draft=draft, progress=progress)
+        with status(f"Racing {', '.join(configs)}: a warm-up each, then {repeats} rounds of each alone, "
+                    "alternated") as progress:
+            lanes = measure(lm, prompt, configs, runs=repeats, draft=draft, progress=progress)
     except DecodeTuiError as err:
         fail(err)
     from ..tui.settings import Settings

@@ -40,9 +40,11 @@ def test_each_lane_is_its_mode_run_alone_and_greedy_pld_equals_greedy(byte_bpe: 
                "pld": DecodeConfig(mode="pld", max_new_tokens=16, use_chat=False,
                                    draft=DraftParams(max_ngram_size=2, num_pred_tokens=4))}
     said: list[str] = []
-    lanes = measure(lm, "a b c a b c a b", configs, progress=said.append)
+    lanes = measure(lm, "a b c a b c a b", configs, runs=3, progress=said.append)
     assert [lane.name for lane in lanes] == ["greedy", "pld"]
-    assert said == ["warming up greedy", "warming up pld", "running greedy alone", "running pld alone"]
+    assert said == ["warming up greedy", "warming up pld", "round 1 of 3: greedy alone", "round 1 of 3: pld alone",
+                    "round 2 of 3: pld alone", "round 2 of 3: greedy alone", "round 3 of 3: greedy alone",
+                    "round 3 of 3: pld alone"], "alternated: ABC, CBA, ABC"
     for lane in lanes:
         times = [t for t, _ in lane.events]
         assert times[0] == 0.0 and times == sorted(times), "seconds since the lane's first event, in order"
@@ -51,7 +53,11 @@ def test_each_lane_is_its_mode_run_alone_and_greedy_pld_equals_greedy(byte_bpe: 
     greedy, pld = lanes
     assert pld.finished is not None and greedy.finished is not None
     assert pld.finished.token_ids == greedy.finished.token_ids
-    assert speedup(pld, greedy) == pytest.approx(pld.finished.tokens_per_s / greedy.finished.tokens_per_s)
+    assert len(pld.rates) == 3 and pld.finished.tokens_per_s == sorted(pld.rates)[1], "the median run is shown"
+    spread = speedup(pld, greedy)
+    ratios = [p / g for p, g in zip(pld.rates, greedy.rates, strict=True)]
+    assert spread is not None and spread.runs == 3
+    assert (spread.low, spread.median, spread.high) == pytest.approx(sorted(ratios)), "round by round ratios"
     with pytest.raises(ValueError, match="greedy and at least one other"):
         measure(lm, "a b", {"pld": configs["pld"]})
 
@@ -98,8 +104,8 @@ async def test_the_race_moves_each_lane_at_its_own_measured_pace() -> None:
         assert pld.view.finished is not None and pld.text == race.lanes[1].finished.text  # type: ignore[union-attr]
         assert greedy.view.finished is None and 0 < len(greedy.text) < len("".join(WORDS))
         expected = speedup(race.lanes[1], race.lanes[0])
-        assert expected is not None and expected > 1.5, "the fake pld lane is faster"
-        assert f"{expected:.2f}x greedy's speed" in pld.query_one(".lane-title").content.plain  # type: ignore[attr-defined]
+        assert expected is not None and expected.median > 1.5 and expected.runs == 1, "the fake pld lane is faster"
+        assert f"{expected.median:.2f}x greedy's speed (one run)" in pld.query_one(".lane-title").content.plain  # type: ignore[attr-defined]
         race.paused = False
         await until(pilot, lambda: race.done, timeout=10)
         await pilot.pause(0.1)
@@ -125,10 +131,10 @@ def test_race_measures_saves_and_the_saved_race_replays(tiny_model_dir: Path, is
 
     path = tmp_path / "race.jsonl"
     done = cli("race", "--model", str(tiny_model_dir), "--modes", "pld,greedy", "-p", "a b c a b c", "--no-chat",
-               "--max-new-tokens", "8", "--record", str(path), "--no-play", env=isolated_env)
+               "--max-new-tokens", "8", "--repeats", "2", "--record", str(path), "--no-play", env=isolated_env)
     assert done.returncode == 0, done.stderr
     _, _, lanes = read_race(path)
-    assert [lane.name for lane in lanes] == ["greedy", "pld"]
+    assert [lane.name for lane in lanes] == ["greedy", "pld"] and all(len(lane.rates) == 2 for lane in lanes)
     finished = [lane.finished for lane in lanes]
     assert all(f is not None for f in finished)
     assert finished[0].token_ids == finished[1].token_ids  # type: ignore[union-attr]

@@ -43,7 +43,7 @@ from .bindings import APP_BINDINGS, keys_after
 from .commands import DecodeCommands
 from .decoder_thread import DecoderThread
 from .pacing import PaintPacer
-from .pump import EventPump, EventSource, Notice
+from .pump import EventPump, EventSource
 from .run_view import Pending, RunView, Severity
 from .screens.help import HelpScreen
 from .screens.model_picker import ModelPicker
@@ -444,47 +444,28 @@ class DecodeApp(App[int]):
         if self.settings.mode not in modes:
             modes.append(self.settings.mode)
         self._stop()  # the run on screen stops: each mode of the race must have the device to itself
-        self.say(f"race: running {', '.join(modes)} on this prompt, each alone and warm; then they are replayed "
-                 "side by side (esc closes the race, r here restarts the run)")
+        self.say(f"race: running {', '.join(modes)} on this prompt, each alone and warm, 3 rounds alternated; then "
+                 "they are replayed side by side (esc closes the race; r here restarts the run)")
         self.race_stop.clear()
         after = self.pump.finished if self.pump is not None else None
         self.run_worker(partial(self._measure_race, modes, after), thread=True, exclusive=True, group="decoder",
                         name="race")
 
     def _measure_race(self, modes: list[Mode], after: threading.Event | None) -> None:
-        """In the decoder thread: each mode's run through the app's own source (warmed up there on its first use),
-        its events timed from its first; then the race screen. Messages go to the UI a few per mode, not per token."""
-        from ..core.race import Lane
+        """In the decoder thread: the race measured through the app's own source (tui/race_runner.py), then its
+        screen. Messages reach the UI a few per mode, never one per token."""
+        from .race_runner import RUNS, measure
 
         if after is not None:
             after.wait(30)
-        lanes = []
         try:
-            for mode in modes:
-                settings = dataclasses.replace(with_mode(self.settings, mode), prompt=self.settings.prompt)
-                source = self.make_source(settings, LiveParams(settings.config.sampling, settings.config.draft))
-                events: list[tuple[float, Event]] = []
-                start: float | None = None
-                stream = source()
-                try:
-                    for event in stream:
-                        if self.race_stop.is_set():
-                            return
-                        if isinstance(event, Notice):
-                            if event.kind == "loading":
-                                self.call_from_thread(self.say, f"race: {event.message}")
-                            continue
-                        now = time.perf_counter()
-                        start = now if start is None else start
-                        events.append((now - start, event))
-                finally:
-                    close = getattr(stream, "close", None)
-                    if close is not None:
-                        close()  # a stopped run's KV cache is rolled back in its finally: blocks
-                lanes.append(Lane(mode, settings.config, tuple(events)))
+            lanes = measure(self.make_source, self.settings, modes, self.race_stop,
+                            lambda message: self.call_from_thread(self.say, f"race: {message}"), RUNS)
         except Exception as exc:  # shown, and the app stays usable
             message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
             self.call_from_thread(self.say, f"The race stopped: {message}", "error")
+            return
+        if lanes is None:
             return
         first = lanes[0].events[0][1] if lanes[0].events else None
         params = first.params if isinstance(first, Started) else {}

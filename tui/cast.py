@@ -90,6 +90,7 @@ def _race_frame(lanes: Sequence[Lane], clock: float, title: str, width: int, hei
     from rich.text import Text
 
     from ..core.race import BASELINE, speedup
+    from .widgets.race_lane import speedup_text
 
     baseline = next(lane for lane in lanes if lane.name == BASELINE)
     column = max(10, width // len(lanes) - 3)
@@ -114,7 +115,8 @@ def _race_frame(lanes: Sequence[Lane], clock: float, title: str, width: int, hei
         if done is not None:
             gain = speedup(lane, baseline)
             cell.append(f"\n\n{done.new_tokens} tokens, {done.target_forwards} forwards, {done.tokens_per_s:.1f} tok/s"
-                        + (f", {gain:.2f}x greedy" if gain is not None and lane.name != BASELINE else ""), style="dim")
+                        + (f", {speedup_text(gain)}" if gain is not None and lane.name != BASELINE else ""),
+                        style="dim")
         grid.add_column(width=column)
         cells.append(cell)
     grid.add_row(*cells)

@@ -230,7 +230,8 @@ RACE_VERSION = 1
 def write_race(path: Path, settings: Settings, lanes: list[Lane], device: str) -> None:
     """Save a measured race, so it replays (``decode-tui replay``) with no model, at each lane's measured pace."""
     header = {"event": "race", "version": RACE_VERSION, "device": device, "settings": dataclasses.asdict(settings),
-              "lanes": [{"name": lane.name, "config": dataclasses.asdict(lane.config)} for lane in lanes]}
+              "lanes": [{"name": lane.name, "config": dataclasses.asdict(lane.config), "rates": list(lane.rates)}
+                        for lane in lanes]}
     with path.open("w", encoding="utf-8") as out:
         out.write(json.dumps(header) + "\n")
         for number, lane in enumerate(lanes):
@@ -258,7 +259,8 @@ def read_race(path: Path) -> tuple[Settings, str, list[Lane]]:
         if header.get("version") != RACE_VERSION:
             raise UsageError(f"{path} is a version {header.get('version')} race; this decode-tui reads version "
                              f"{RACE_VERSION}.")
-        named = [(lane["name"], settings_from_dict({"config": lane["config"]}).config) for lane in header["lanes"]]
+        named = [(lane["name"], settings_from_dict({"config": lane["config"]}).config,
+                  tuple(float(r) for r in lane.get("rates", ()))) for lane in header["lanes"]]
         events: list[list[tuple[float, Event]]] = [[] for _ in named]
         for line in lines[1:]:
             if line.strip():
@@ -271,5 +273,6 @@ def read_race(path: Path) -> tuple[Settings, str, list[Lane]]:
     except (json.JSONDecodeError, KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
         raise UsageError(f"{path} is not a readable decode-tui race ({type(exc).__name__}: {exc}). Record it again "
                          "with `decode-tui race --record FILE.jsonl`.") from None
-    return settings, str(header.get("device", "")), [Lane(name, config, tuple(lane_events))
-                                                     for (name, config), lane_events in zip(named, events, strict=True)]
+    return settings, str(header.get("device", "")), [Lane(name, config, tuple(lane_events), rates) for
+                                                     (name, config, rates), lane_events in zip(named, events,
+                                                                                                strict=True)]

@@ -70,8 +70,10 @@ class RaceScreen(ModalScreen[None]):
         if self.source:
             header.append(f" REPLAY of {self.source} ", style="bold reverse")
         header.append(f"  {self.settings.model} · {self.device} · {', '.join(lane.name for lane in self.lanes)}\n")
-        header.append(" Each mode ran alone on this device, warm; they are replayed side by side at the pace "
-                      "each had.\n", style="italic")
+        runs = len(self.lanes[0].rates)
+        ran = (f"{runs} times, alternated; each lane replays its median run" if runs > 1
+               else "once; each lane replays it")
+        header.append(f" Each mode ran alone on this device, warm, {ran} at the pace it had.\n", style="italic")
         header.append(" prompt: ", style="bold")
         header.append(prompt[:200] + ("…" if len(prompt) > 200 else ""))
         self.query_one("#race-header", LivePanel).update(header)

@@ -4,7 +4,7 @@ A lane is fed its recorded events as the race clock passes their times (the
 race app does that); it keeps a :class:`~decode_tui.tui.run_view.RunView` of
 them, as the main screen does of a run, so the counts are the same ones. Once
 the lane's run has finished it shows its speed-up over greedy, measured when
-each mode ran alone.
+each mode ran alone: the median of the rounds' ratios, with their range.
 """
 
 from __future__ import annotations
@@ -14,14 +14,22 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 
 from ...core.events import Event
+from ...core.race import Spread
 from ..run_view import RunView
 from .live_panel import LivePanel
 from .stats_bar import StatsBar
 from .text_pane import TextPane
 
 
+def speedup_text(spread: Spread) -> str:
+    """"2.31x greedy's speed (2.10-2.52, 3 runs)": the median of the rounds' ratios and their range."""
+    if spread.runs == 1:
+        return f"{spread.median:.2f}x greedy's speed (one run)"
+    return f"{spread.median:.2f}x greedy's speed ({spread.low:.2f}-{spread.high:.2f}, {spread.runs} runs)"
+
+
 class RaceLane(Vertical):
-    def __init__(self, name: str, speedup: float | None, **kwargs: object) -> None:
+    def __init__(self, name: str, speedup: Spread | None, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.mode = name
         self.speedup = speedup  # over greedy, shown once the lane has finished
@@ -47,7 +55,7 @@ class RaceLane(Vertical):
         title = Text(f" {self.mode} ", style="bold reverse")
         result = self.view.finished
         if result is not None and self.speedup is not None:
-            title.append(f"  finished · {self.speedup:.2f}x greedy's speed" if self.mode != "greedy" else
+            title.append(f"  finished · {speedup_text(self.speedup)}" if self.mode != "greedy" else
                          "  finished · the baseline", style="bold")
         self.query_one(".lane-title", LivePanel).update(title)
         self.query_one(StatsBar).show(self.view.counters)
