@@ -187,6 +187,7 @@ def _live_settings(lesson: Lesson, options: DecodingOptions, overrides: dict[str
 
 def _record(settings: Settings, path: Path) -> None:
     """Run once to load and warm up, then run again writing the recording: its pace is a warm run's."""
+    from ..core.events import TokenEmitted
     from ..core.live import LiveParams
     from ..tui.pump import Notice
     from ..tui.sources import ModelRunner, recorded
@@ -202,7 +203,7 @@ def _record(settings: Settings, path: Path) -> None:
         source = recorded(runner.source(settings, LiveParams(settings.config.sampling, settings.config.draft)),
                           path, settings)
         for event in source():
-            tokens += getattr(event, "name", "") == "token_emitted"
+            tokens += isinstance(event, TokenEmitted)
     except DecodeTuiError as err:
         fail(err)
     typer.echo(f"{path} written: {tokens} tokens. Play it with `decode-tui lesson` (name it in the lesson file as "
