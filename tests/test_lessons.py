@@ -136,3 +136,24 @@ def test_the_readmes_lesson_example_is_a_valid_lesson(tmp_path: Path) -> None:
     lesson = load(str(path))
     assert lesson.pauses[0].try_ and lesson.recording_path == tmp_path / "my-lesson.jsonl"
     assert lesson_config(lesson, {}).sampling.top_p == 0.5
+
+
+def test_live_record_writes_a_recording_the_lesson_then_plays(tiny_model_dir: Path, isolated_env: dict[str, str],
+                                                              tmp_path: Path) -> None:
+    from decode_tui.core.events import Finished, Started
+    from decode_tui.tui.sources import read_recording
+
+    from .test_cli import cli
+
+    path = tmp_path / "mine.toml"
+    path.write_text(GOOD.replace('mode = "greedy"', 'mode = "pld"') + 'recording = "mine.jsonl"\n'
+                    "[settings]\nmax_new_tokens = 8\nno_chat = true\n", encoding="utf-8")
+    done = cli("lesson", str(path), "--live", "--model", str(tiny_model_dir), "--record", str(tmp_path / "mine.jsonl"),
+               env=isolated_env)
+    assert done.returncode == 0, done.stderr
+    assert "8 tokens" in done.stdout
+    header, events = read_recording(tmp_path / "mine.jsonl")
+    assert header["settings"]["prompt"] == "hi" and header["settings"]["config"]["mode"] == "pld"
+    assert isinstance(events[0][1], Started) and events[0][0] == 0.0, "the clock starts at the run's first event"
+    assert isinstance(events[-1][1], Finished) and events[-1][1].new_tokens == 8
+    assert load(str(path)).recording_path == tmp_path / "mine.jsonl"
