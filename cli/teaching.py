@@ -11,6 +11,7 @@ and exit non-zero, as every command does (cli/commands.py).
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import sys
 from collections.abc import Mapping
@@ -41,10 +42,9 @@ if TYPE_CHECKING:
     from ..tui.app import DecodeApp
     from ..tui.settings import Settings
 
-# The decoding options a lesson's [settings] may hold: build_config's keywords.
-SETTINGS = ("max_new_tokens", "temperature", "top_k", "top_p", "repetition_penalty", "seed", "num_beams",
-            "length_penalty", "early_stopping", "num_return_sequences", "draft", "num_draft_tokens",
-            "max_ngram_size", "num_pred_tokens", "draft_confidence", "adaptive", "no_chat", "fast", "cuda_graphs")
+# The decoding options a lesson's [settings] may hold: build_config's keywords, but the mode (the lesson's own
+# field) and --compare (a headless report).
+SETTINGS = tuple(name for name in inspect.signature(build_config).parameters if name not in ("mode", "compare"))
 
 
 @app.command("lessons")

@@ -287,11 +287,7 @@ class DecodeApp(App[int]):
         if self.pump is None:
             return
         if self.lesson_waiting and self.pump.paused:
-            self._lesson_goes_on()
-            self.pump.resume()
-            self.view.set_paused(False)
-            self.query_one(StatsBar).show(self.view.counters)
-            self._refresh_header()
+            self.action_toggle_pause()  # resumes, and the lesson goes on to its next moment
             return
         self.pump.step()
 

@@ -156,9 +156,10 @@ def _header_line(settings: Settings) -> str:
     return json.dumps(header) + "\n"
 
 
-def _event_line(t: float, event: Event) -> str:
-    """One recorded event: ``t`` (seconds since the run started) and the event's JSON fields."""
-    return json.dumps({"t": round(t, 4), **event.to_dict()}, ensure_ascii=False) + "\n"
+def _event_line(t: float, event: Event, **tags: int) -> str:
+    """One recorded event: ``t`` (seconds since the run started), any ``tags`` (a race's lane) and the event's JSON
+    fields."""
+    return json.dumps({**tags, "t": round(t, 4), **event.to_dict()}, ensure_ascii=False) + "\n"
 
 
 def read_recording(path: Path) -> tuple[dict[str, Any], list[tuple[float, Event]]]:
@@ -236,7 +237,7 @@ def write_race(path: Path, settings: Settings, lanes: list[Lane], device: str) -
         out.write(json.dumps(header) + "\n")
         for number, lane in enumerate(lanes):
             for t, event in lane.events:
-                out.write(json.dumps({"lane": number, "t": round(t, 4), **event.to_dict()}, ensure_ascii=False) + "\n")
+                out.write(_event_line(t, event, lane=number))
 
 
 def is_race(path: Path) -> bool:
