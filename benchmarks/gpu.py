@@ -17,11 +17,15 @@ Sections (``--only``, comma-separated):
   chooses on this device. The speculative draft is SmolLM2's first ``--draft-layers`` layers (its
   int8 copy, the CPU benchmark's draft, is a CPU-only kernel).
 - ``app``: the app's tokens/s against headless on the embedded model (as ``app_vs_headless.py``).
+- ``behind``: the background compile (core/background_compile.py) on the Phi-3-mini-sized model, as the
+  app uses it: greedy on the default path (CUDA graphs of the eager model), then runs while the worker
+  compiles, then runs on the compiled graphs; the seconds until it settled and whether the tokens stay the
+  same. The two sides cannot be alternated: the switch is one-way, as it is in the app.
 
 ``--tiny`` swaps the Phi-3-mini-sized model for a small one of the same architecture, so the script
 can be checked on a CPU before device time is spent.
 
-    python benchmarks/gpu.py [--only phi3,verify,drafting,app] [--new-tokens 256] [--repeats 3] [--json out.json]
+    python benchmarks/gpu.py [--only phi3,verify,drafting,app,behind] [--new-tokens 256] [--repeats 3] [--json out.json]
 """
 
 from __future__ import annotations
@@ -116,8 +120,11 @@ def hf(lm: LoadedModel, prompt_ids: list[int], new_tokens: int, **kwargs: Any) -
     return len(tokens) / (time.perf_counter() - start), tokens
 
 
+PHI3_PROMPT = " ".join(f"w{(i * 7919) % 30000 + 100}" for i in range(128))  # 128 prompt tokens
+
+
 def phi3_section(lm: LoadedModel, new_tokens: int, repeats: int, bandwidth: float) -> dict[str, Any]:
-    prompt = " ".join(f"w{(i * 7919) % 30000 + 100}" for i in range(128))  # 128 prompt tokens
+    prompt = PHI3_PROMPT
     prompt_ids = Run(lm, prompt, DecodeConfig(max_new_tokens=new_tokens)).prompt_ids
     # End of sequence off on both sides: ours has no EOS ids; HF stops only at a token ours never produced.
     never = next(t for t in range(lm.model.config.vocab_size - 1, 0, -1)
@@ -156,6 +163,41 @@ def phi3_section(lm: LoadedModel, new_tokens: int, repeats: int, bandwidth: floa
                       "same_tokens_as_ours_plain": tokens[name] == tokens["ours plain"]}
         print(f"phi3 {name:>36}: {tps:7.1f} tok/s  {tps / bound:5.1%} of the bound ({bound:.0f} tok/s)  "
               f"same tokens as ours plain: {rows[name]['same_tokens_as_ours_plain']}", flush=True)
+    return rows
+
+
+def behind_section(lm: LoadedModel, new_tokens: int, repeats: int, bandwidth: float) -> dict[str, Any]:
+    """Greedy tok/s on the eager graphs, while the background compile runs, and on the compiled graphs."""
+    from decode_tui.core import background_compile
+
+    bound = bandwidth / weight_bytes(lm.model)
+
+    def run() -> tuple[float, list[int]]:
+        result, ids = ours(lm, PHI3_PROMPT, new_tokens, fast=False)
+        return result.tokens_per_s, ids
+
+    run()  # warm-up: captures the step's graph, as the app's warm-up does
+    eager = [run() for _ in range(repeats)]
+    started = time.perf_counter()
+    background_compile.start(lm.model)
+    during = []
+    while not background_compile.settled(lm.model):
+        during.append(run()[0])
+    settle_s = time.perf_counter() - started
+    run()  # the first run after it settled switches its graph (one capture of the compiled pass)
+    compiled = [run() for _ in range(repeats)]
+    progress = background_compile.progress(lm.model)
+    rows: dict[str, Any] = {"bound_tok_s": bound, "new_tokens": new_tokens, "settle_s": settle_s,
+                            "progress": progress.describe() if progress else None,
+                            "same_tokens": all(ids == eager[0][1] for _, ids in eager + compiled)}
+    for name, rates in (("eager graphs", [r for r, _ in eager]), ("while compiling", during),
+                        ("compiled graphs", [r for r, _ in compiled])):
+        tps = statistics.median(rates) if rates else None
+        rows[name] = {"tok_s": tps, "fraction_of_bound": tps / bound if tps else None, "runs": rates}
+        print(f"behind {name:>16}: " + (f"{tps:7.1f} tok/s  {tps / bound:5.1%} of the bound" if tps else "no run")
+              + f"  ({len(rates)} runs)", flush=True)
+    print(f"behind: settled after {settle_s:.1f} s; {rows['progress']}; same tokens: {rows['same_tokens']}",
+          flush=True)
     return rows
 
 
@@ -286,13 +328,16 @@ def main() -> None:
     def save() -> None:  # after every section: a run stopped at its time limit keeps what it measured
         if args.json:
             args.json.write_text(json.dumps(results, indent=2))
-    if sections & {"phi3", "verify"}:
+    if sections & {"phi3", "verify", "behind"}:
         lm = phi3_sized(device, dtype, args.tiny)
         if "phi3" in sections:
             results["phi3"] = phi3_section(lm, args.new_tokens, args.repeats, args.bandwidth)
             save()
         if "verify" in sections:
             results["verify"] = verify_section(lm, [1, 2, 4, 8, 16], [1, 4, 16], max(10, 5 * args.repeats))
+            save()
+        if "behind" in sections:  # last on this model: once switched, its default path is the compiled one
+            results["behind"] = behind_section(lm, args.new_tokens, args.repeats, args.bandwidth)
             save()
         del lm
         if device.type == "cuda":

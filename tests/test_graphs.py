@@ -267,3 +267,19 @@ def test_a_static_cache_reorders_its_rows_in_place() -> None:
     assert layer.keys.data_ptr() == address
     assert torch.equal(layer.keys, before[[2, 2, 0]])
     release(cache)
+
+
+def test_a_models_pooled_caches_and_graphs_do_not_keep_it_alive(byte_bpe: Any, cpu_graphs: type[EagerGraphs]) -> None:
+    """The app lets a model go when another is loaded: its graphs (kept with their cache, in a pool weakly keyed by
+    the model) must not hold it, or its device memory stays taken."""
+    import gc
+    import weakref
+
+    model = tiny_model("llama", vocab_size=V, seed=12)
+    list(autoregressive(model, transcript(byte_bpe, repetitive_prompt(12, 10), 12), SamplingParams(), greedy=True,
+                        graphs=True))
+    assert cpu_graphs.captures == 1
+    gone = weakref.ref(model)
+    del model
+    gc.collect()
+    assert gone() is None

@@ -25,7 +25,8 @@ def measure(make_source: Callable[[Settings, LiveParams], EventSource], settings
             stop: threading.Event, say: Callable[[str], None], runs: int = RUNS) -> list[Lane] | None:
     """The race's lanes, greedy first; None if ``stop`` was set before the end. ``say`` gets loading messages
     (a few a mode, never one per token)."""
-    configs = {mode: dataclasses.replace(with_mode(settings, mode), prompt=settings.prompt) for mode in modes}
+    configs = {mode: dataclasses.replace(with_mode(settings, mode), prompt=settings.prompt, for_timing=True)
+               for mode in modes}
     done: dict[str, list[tuple[tuple[float, Event], ...]]] = {mode: [] for mode in modes}
     for _, mode in rounds(modes, runs):
         lane_settings = configs[mode]

@@ -47,6 +47,7 @@ class Settings:
     device_map: str | None = None  # auto|balanced|sequential: the model spread over devices (replaces device)
     config: DecodeConfig = field(default_factory=DecodeConfig)
     slow_motion_s: float = 0.0  # pause after every step, so a class can follow
+    for_timing: bool = False  # a timed run (a race): it waits until the kernels it runs on will not change
 
     @property
     def mode(self) -> Mode:

@@ -44,7 +44,10 @@ class ModelRunner:
     Needs no lock: runs never overlap (the pump starts a run only after the previous one has ended).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, background_compile: bool = True) -> None:
+        """``background_compile``: on CUDA, compile the captured passes in the background after a warm-up and
+        switch to them when ready (core/background_compile.py): this process lives long enough for it."""
+        self.background_compile = background_compile
         self._models: dict[tuple[str, str, str, str | None], LoadedModel] = {}
         self._drafts: dict[tuple[str, str, str, str], DraftModel] = {}
         self._warm: set[tuple[str, str]] = set()  # (mode, draft) warmed up on the loaded model
@@ -61,7 +64,13 @@ class ModelRunner:
             run = Run(lm, settings.prompt, settings.config, draft, live)
             for note in run.notes:
                 yield Notice("note", note)
-            yield from run.events()
+            if run.graphs and self.background_compile:
+                yield from _compile_behind(lm)
+            if settings.for_timing and (yield from _settle(lm)):
+                from ..core.warmup import warm_up
+
+                warm_up(lm, settings.prompt, settings.config, draft)  # its graphs switch here, not in a timed run
+            yield from _compile_news(lm, run.events())
 
         return events
 
@@ -113,6 +122,52 @@ class ModelRunner:
         self._drafts[key] = draft
         return draft
 
+
+
+def _compile_behind(lm: LoadedModel) -> Generator[Event, None, None]:
+    """Start the background compile of ``lm``'s captured passes, once per model, and say so."""
+    from ..core import background_compile
+
+    if background_compile.progress(lm.model) is None:
+        background_compile.start(lm.model)
+        yield Notice("note", "compiling the decoding passes in the background; CUDA graphs of the eager model "
+                             "serve until then, and the run switches to the compiled ones between two steps")
+
+
+def _settle(lm: LoadedModel) -> Generator[Event, None, bool]:
+    """A timed run (a race) waits for the background compile, so no figure mixes the two kinds of kernel.
+    True if ``lm`` compiles in the background: the run's graphs may then switch at their next pass."""
+    from ..core import background_compile
+
+    now = background_compile.progress(lm.model)
+    if now is None:
+        return False
+    if not background_compile.settled(lm.model):
+        yield Notice("loading", f"{now.describe()}; timed runs wait for it, so each one runs the same kernels…")
+        background_compile.wait(lm.model)
+    return True
+
+
+def _compile_news(lm: LoadedModel, events: Iterator[Event]) -> Generator[Event, None, None]:
+    """The run's events, with a note when its passes switch to compiled kernels (or their compile fails)."""
+    from ..core import background_compile
+
+    last = background_compile.progress(lm.model)
+    if last is None:
+        yield from events  # nothing compiles behind this model
+        return
+    tokens = 0
+    for event in events:
+        yield event
+        tokens += isinstance(event, TokenEmitted)
+        now = background_compile.progress(lm.model)
+        assert now is not None
+        if now.switched > last.switched:
+            yield Notice("note", f"switched to compiled kernels after token {tokens} "
+                                 f"({now.seconds:.1f} s of compiling in the background)")
+        elif (now.failure, now.refused) != (last.failure, last.refused):
+            yield Notice("note", now.describe())
+        last = now
 
 def _ensure(spec: str) -> Generator[Event, None, ResolvedModel]:
     """The files for ``spec`` (core/acquire.py); a first fetch of the embedded model is announced before it starts,

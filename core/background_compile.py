@@ -1,0 +1,284 @@
+"""Compiled kernels behind the captured graphs: ``torch.compile`` in a worker thread while the eager graphs serve.
+
+On CUDA the default path (:mod:`~decode_tui.core.forward`) replays CUDA graphs of the *eager* model: a
+capture takes tens of milliseconds, so they serve from the first token. Inductor's fused kernels are
+faster still (on an H100, a Phi-3-mini-sized step at 58 % of the bandwidth bound against 37 % for the
+eager graph), but compiling them took 41 s in a fresh process (8.7 s with Inductor's on-disk cache warm),
+and nobody should wait that long for a first token. So a process that lives longer than a compile (the
+app) calls :func:`start` once its warm-up is done, and then:
+
+1. A worker thread compiles the model's forward (Inductor, no CUDA graphs of its own) for each shape the
+   foreground has captured: a decoding step, a verification of k+1 tokens, beam search's batched step.
+   It compiles on a static cache of its own, with the same size and rows, on a stream of its own.
+2. The foreground's next pass of a compiled shape, between two steps, captures the *compiled* forward
+   as that shape's CUDA graph, in tens of milliseconds, and replays it from then on. This is vLLM's
+   split (``torch.compile`` without graphs, then its own capture), done behind the first runs rather
+   than before them.
+
+Guarantees, each tested on the CPU with an eager stand-in for the graphs (tests/test_background_compile.py):
+- The foreground never compiles. It captures the compiled forward under ``fail_on_recompile``, so a
+  shape the worker did not compile keeps its eager graph.
+- The foreground switches only while the worker is idle (one lock). So a capture never overlaps
+  compilation's device work, and the compiler's global stance is changed by one thread at a time.
+- A failure (compiling, or capturing the compiled pass) keeps the eager graph, and :func:`progress`
+  says what failed. The tokens are the plain path's either way.
+
+What it costs: while it compiles, the worker takes turns with the decoding thread for the interpreter
+lock, so decoding is slower until the switch. Comparisons wait for it to settle (:func:`settled`), so no
+figure mixes the two kernels. ``decode-tui generate`` never starts it: its process ends long before a
+compile would.
+
+It knows static caches, their shapes and ``torch.compile``; nothing about strategies or front ends.
+No library compiles behind a running decode and switches over, hence this module, written by hand.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+    from .forward import StaticKV, _Captured
+
+# A shape of a captured pass: (cache positions, rows, input width, logits kept). The cache's size is part of
+# it: a compiled graph is specialised to the shapes of every tensor it reads, the cache's included.
+Shape = tuple[int, int, int, int]
+
+PREFILL = 8  # tokens the worker's own cache is filled with before it compiles the short passes over it
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far the background compile of one model has come, for a status line."""
+
+    shapes: int  # shapes asked for
+    compiled: int  # shapes compiled by the worker
+    switched: int  # captured graphs now replaying compiled kernels
+    compiling: bool  # the worker is compiling now
+    seconds: float  # the worker's compile time so far
+    failure: str | None  # why compiling failed, if it did: the eager graphs then serve on
+    refused: str | None = None  # why a compiled shape's capture failed, if one did: its eager graph serves on
+
+    def describe(self) -> str:
+        if self.failure is not None:
+            return f"compiled kernels unavailable ({self.failure}); CUDA graphs of the eager model serve"
+        if self.compiling or self.compiled < self.shapes:
+            return f"compiling in the background: {self.compiled}/{self.shapes} shapes"
+        kept = f"; eager graphs kept where {self.refused}" if self.refused else ""
+        return (f"compiled kernels: {self.switched} graph{'s' * (self.switched != 1)} switched, "
+                f"{self.shapes} shape{'s' * (self.shapes != 1)} compiled in {self.seconds:.1f} s{kept}")
+
+
+@dataclass
+class _Model:
+    """The background compile of one model: its compiled forward and which shapes it covers."""
+
+    compiled: Callable[..., Any]
+    asked: list[Shape] = field(default_factory=list)
+    ready: set[Shape] = field(default_factory=set)
+    refused: set[Shape] = field(default_factory=set)  # compiled, but the foreground's capture failed: eager stays
+    switched: set[tuple[int, Shape]] = field(default_factory=set)  # (id of the cache, shape) replaying compiled code
+    failure: str | None = None
+    refusal: str | None = None
+    seconds: float = 0.0
+    compiling: bool = False
+
+
+# Each model's _Model is kept on the model itself, not in a weak-keyed table: its compiled forward holds the
+# model's bound method, which would keep a table's weak key alive for ever (and a switched-away model's GPU
+# memory with it). On the model, the two form a cycle that dies with it.
+_ATTR = "_decode_tui_background_compile"
+
+
+def _state(model: Any) -> _Model | None:
+    state: _Model | None = vars(model).get(_ATTR)
+    return state
+
+
+_JOBS: queue.SimpleQueue[tuple[weakref.ref[Any], Shape]] = queue.SimpleQueue()
+_BUSY = threading.Lock()  # held by the worker while it compiles, and by the foreground while it switches
+_STATE = threading.Lock()  # guards the bookkeeping above, briefly
+_worker: threading.Thread | None = None
+
+
+def start(model: PreTrainedModel, backend: str | Callable[..., Any] = "inductor") -> None:
+    """Compile ``model``'s short passes in the background: the shapes captured so far, and any captured later.
+
+    ``backend``: torch.compile's; tests pass a cheap one. Idempotent per model.
+    """
+    global _worker
+    from .forward import COMPILED_UP_TO, captured_shapes
+
+    with _STATE:
+        if _state(model) is not None:
+            return
+        import torch._dynamo
+
+        from .forward import keep_inductor_cache
+
+        keep_inductor_cache()
+        # One graph per shape and cache size, for every model of the same class: the limit is per code object.
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 4 * COMPILED_UP_TO)
+        # No mode: plain Inductor kernels, no CUDA graphs of their own; forward.py captures them as it
+        # captures the eager model, so the graph pool, the rollback and the pooled caches stay the same.
+        compiled = torch.compile(model.forward, backend=backend, fullgraph=True, dynamic=False)
+        setattr(model, _ATTR, _Model(compiled))
+        if _worker is None or not _worker.is_alive():
+            # A daemon: a process that ends mid-compile must not wait for it.
+            _worker = threading.Thread(target=_work, name="decode-tui background compile", daemon=True)
+            _worker.start()
+    for shape in captured_shapes(model):
+        ask(model, shape)
+
+
+def ask(model: PreTrainedModel, shape: Shape) -> None:
+    """The foreground captured ``shape``: compile it too, if ``model`` compiles in the background."""
+    with _STATE:
+        state = _state(model)
+        if state is None or shape in state.asked or state.failure is not None:
+            return
+        state.asked.append(shape)
+    _JOBS.put((weakref.ref(model), shape))
+
+
+def progress(model: PreTrainedModel) -> Progress | None:
+    """Where ``model``'s background compile stands; None if it has none."""
+    with _STATE:
+        state = _state(model)
+        if state is None:
+            return None
+        return Progress(len(state.asked), len(state.ready | state.refused), len(state.switched), state.compiling,
+                        state.seconds, state.failure, state.refusal)
+
+
+def settled(model: PreTrainedModel) -> bool:
+    """Whether the worker is done with ``model``: no background compile, or every shape asked is compiled (or
+    failed). A captured graph switches at its next pass after that."""
+    now = progress(model)
+    return now is None or now.failure is not None or (not now.compiling and now.compiled == now.shapes)
+
+
+def wait(model: PreTrainedModel, timeout: float | None = None, poll: float = 0.05) -> bool:
+    """Block until :func:`settled` (True), or until ``timeout`` seconds have passed (False)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while not settled(model):
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+        time.sleep(poll)
+    return True
+
+
+def upgrade(model: PreTrainedModel, cache: StaticKV, key: tuple[int, int, int], captured: _Captured) -> _Captured:
+    """The graph to replay for ``key`` on ``cache``: the compiled one once the worker has it, else ``captured``.
+
+    Called by the foreground before each replay of an eager graph, so the switch happens between two
+    passes. Cheap when there is nothing to do: two dictionary lookups.
+    """
+    state = _state(model)
+    shape = (cache.max_len, *key)
+    if state is None or shape not in state.ready or not _BUSY.acquire(blocking=False):
+        return captured  # not compiled yet, or the worker is busy: try again at the next pass
+    try:
+        from .forward import _Captured
+
+        try:
+            # A recompile here would stall decoding for as long as the worker's compile took: refuse it.
+            with torch.compiler.set_stance("fail_on_recompile"):
+                new = _Captured(model, cache, (key[0], key[1]), key[2], compiled=_compiled_forward)
+        except Exception as exc:  # the eager graph gives the same tokens; say why, and never try this one again
+            with _STATE:
+                state.ready.discard(shape)
+                state.refused.add(shape)
+                state.refusal = f"capturing the compiled pass failed: {_first_line(exc)}"
+            return captured
+        cache.graphs[key] = new
+        with _STATE:
+            state.switched.add((id(cache), shape))
+        return new
+    finally:
+        _BUSY.release()
+
+
+def _compiled_forward(model: Any) -> Callable[..., Any]:
+    state = _state(model)
+    assert state is not None
+    return state.compiled
+
+
+def _work() -> None:
+    """The worker: compile each asked shape on a cache of its own, one at a time, until the process ends."""
+    caches: weakref.WeakKeyDictionary[Any, dict[tuple[int, int], StaticKV]] = weakref.WeakKeyDictionary()
+    while True:
+        ref, shape = _JOBS.get()
+        _job(ref, shape, caches)  # in a function of its own: no reference to the model outlives the job
+        if _JOBS.empty():
+            caches.clear()  # the worker's caches hold as much memory as the foreground's: not kept idle
+
+
+def _job(ref: weakref.ref[Any], shape: Shape, caches: weakref.WeakKeyDictionary[Any, dict[tuple[int, int], StaticKV]],
+         ) -> None:
+    model = ref()
+    state = _state(model) if model is not None else None
+    if model is None or state is None or state.failure is not None:
+        return
+    with _BUSY:
+        with _STATE:
+            state.compiling = True
+        started = time.perf_counter()
+        try:
+            _compile(model, state.compiled, shape, caches.setdefault(model, {}))
+        except Exception as exc:  # nothing switches; the eager graphs serve on
+            with _STATE:
+                state.failure = f"compiling failed: {_first_line(exc)}"
+        else:
+            with _STATE:
+                state.ready.add(shape)
+        finally:
+            with _STATE:
+                state.seconds += time.perf_counter() - started
+                state.compiling = False
+
+
+@torch.inference_mode()  # the decoding threads' mode: the compiled graph is guarded on it, and it is per thread
+def _compile(model: PreTrainedModel, compiled: Callable[..., Any], shape: Shape,
+             caches: dict[tuple[int, int], StaticKV]) -> None:
+    """Compile, and run once, ``shape``'s pass on a static cache like the foreground's, of the worker's own."""
+    from .forward import StaticKV
+
+    size, rows, width, keep = shape
+    device = model.device
+    side = torch.cuda.Stream(device) if device.type == "cuda" else None  # type: ignore[no-untyped-call]
+    with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
+        cache = caches.get((size, rows))
+        if cache is None:
+            cache = caches[(size, rows)] = StaticKV(model, size, "compiled")
+            # An eager prefill allocates the layers, as the foreground's prefill did for its cache.
+            model(input_ids=torch.zeros((rows, PREFILL), dtype=torch.long, device=device), past_key_values=cache,
+                  use_cache=True, logits_to_keep=1)
+        # A fresh contiguous buffer, as forward.py's captured ids are: the graph is guarded on strides too.
+        compiled(input_ids=torch.zeros((rows, width), dtype=torch.long, device=device), past_key_values=cache,
+                 use_cache=True, logits_to_keep=keep)
+        cache.move_end(PREFILL)
+    if side is not None:
+        side.synchronize()
+
+
+def _first_line(exc: BaseException) -> str:
+    """The first line of the root cause: torch.compile wraps a backend's error in one that names only the backend."""
+    while True:
+        inner = getattr(exc, "inner_exception", None) or exc.__cause__
+        if not isinstance(inner, BaseException):
+            break
+        exc = inner
+    line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return f"{type(exc).__name__}: {line[:160]}"
