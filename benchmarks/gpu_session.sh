@@ -39,12 +39,12 @@ case $phase in
 prep)  # only the setup above: the wheels, and the first half of the embedded model's wheel kept for 'smol'
     ;;
 tests)
-    timeout 300 python3 -m pytest -p no:cacheprovider -q -rs --durations=10 tests/test_gpu.py \
+    timeout 380 python3 -m pytest -p no:cacheprovider -q -rs --durations=10 tests/test_gpu.py \
         -k "not bf16 and not smollm2" 2>&1 | tee "$OUT/pytest-gpu-tests.log"
     if [ -n "${SKIP_PHI3:-}" ]; then exit 0; fi
     # Phi-3-mini-sized: first run vs third on the default path (CUDA graphs), plain, --fast and HF; capture
     # and compile times. Rows are written as they are measured.
-    timeout $((LIMIT - 320)) python3 benchmarks/first_run.py --only phi3 --out "$OUT/first-run-phi3.jsonl" 2>&1 \
+    timeout $((LIMIT - 400)) python3 benchmarks/first_run.py --only phi3 --out "$OUT/first-run-phi3.jsonl" 2>&1 \
         | tee "$OUT/first-run-phi3.log"
     ;;
 smol)

@@ -252,6 +252,35 @@ def test_replayed_cuda_graphs_give_the_plain_paths_tokens(byte_bpe: Any, seed: i
             assert verified.token_ids == greedy.token_ids, drafter.kind
 
 
+def test_a_background_compile_switches_the_graphs_to_compiled_passes_with_the_plain_paths_tokens(
+        byte_bpe: Any) -> None:
+    """Really compiled (Inductor) in the worker thread while runs go on decoding on the eager graphs (captures and
+    replays beside the worker's device work), then each graph captured again around the compiled pass."""
+    from decode_tui.core import background_compile
+    from decode_tui.core.forward import graph_failure
+
+    model = on_cuda(tiny_model("llama", vocab_size=V, seed=2))
+    prompt = prompt_for(2, 9)
+    lookup = PromptLookup(3, 6, frozenset({V - 1}))
+    plain = ours_on(model, byte_bpe, prompt, 48, graphs=False)[-1]
+    assert isinstance(plain, Finished)
+
+    def same_tokens() -> None:
+        for drafter in (None, lookup):
+            final = ours_on(model, byte_bpe, prompt, 48, graphs=True, drafter=drafter)[-1]
+            assert isinstance(final, Finished) and final.token_ids == plain.token_ids, drafter
+
+    same_tokens()  # captures the step and the verification
+    background_compile.start(model)
+    while not background_compile.settled(model):
+        same_tokens()  # on the eager graphs, while the worker compiles
+    same_tokens()  # switched
+    same_tokens()
+    now = background_compile.progress(model)
+    assert now is not None and (now.failure, now.refused) == (None, None) and now.switched == now.shapes >= 2, now
+    assert graph_failure(model) is None
+
+
 def test_a_run_on_cuda_takes_the_graph_path_by_default(byte_bpe: Any) -> None:
     from decode_tui.core.loading import LoadedModel, context_length
     from decode_tui.core.run import Run
