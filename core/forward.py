@@ -291,8 +291,9 @@ def _capture(model: PreTrainedModel, cache: StaticKV, shape: tuple[int, ...], ke
 
 def captured_shapes(model: PreTrainedModel) -> list[tuple[int, int, int, int]]:
     """Every (cache size, rows, width, logits kept) captured for ``model`` on its pooled caches so far."""
-    shapes = {(cache.max_len, key[0], key[1], key[2]) for pooled in _POOL.get(model, {}).values()
-              for cache in pooled for key in cache.graphs}
+    # Copied before iterating (each copy one call under the interpreter lock): another decoding thread may capture.
+    shapes = {(cache.max_len, key[0], key[1], key[2]) for pooled in list(_POOL.get(model, {}).values())
+              for cache in list(pooled) for key in list(cache.graphs)}
     return sorted(shapes)
 
 
