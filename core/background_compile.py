@@ -69,6 +69,16 @@ class Progress:
     failure: str | None  # why compiling failed, if it did: the eager graphs then serve on
     refused: str | None = None  # why a compiled shape's capture failed, if one did: its eager graph serves on
 
+    def label(self) -> str:
+        """A few words for a status bar: the kernels the passes run on now."""
+        if self.failure is not None:
+            return "eager graphs (compile failed)"
+        if self.compiling or self.compiled < self.shapes:
+            return f"eager graphs, compiling {self.compiled}/{self.shapes}"
+        if not self.switched:
+            return "eager graphs"  # compiled: each graph switches at its next pass
+        return "compiled graphs" + (", some eager" if self.refused else "")
+
     def describe(self) -> str:
         if self.failure is not None:
             return f"compiled kernels unavailable ({self.failure}); CUDA graphs of the eager model serve"

@@ -228,6 +228,9 @@ def test_the_apps_runner_compiles_behind_its_runs_says_when_they_switch_and_time
     assert switched and re.fullmatch(r"switched to compiled kernels after token 3 \([\d.]+ s of compiling in the "
                                      r"background\)", switched[0]), switched
     assert tokens(plain) == tokens(first)
+    kernels = notes(first, "kernels")  # the stats bar's: before the first event, then at every change
+    assert kernels == ["eager graphs, compiling 0/1", "eager graphs", "compiled graphs"] or \
+        kernels == ["eager graphs, compiling 0/1", "compiled graphs"], kernels
 
     # A timed run (a race's) on a model still compiling waits for it before its first event, and never switches
     # mid-run: its graphs switch in a warm-up first.

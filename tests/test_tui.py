@@ -101,6 +101,37 @@ async def test_a_run_streams_to_the_end() -> None:
         assert last is not None and last.token_id == len(WORDS) - 1
 
 
+@in_event_loop
+async def test_the_stats_bar_names_the_kernels_a_background_compile_switched_the_run_to() -> None:
+    from decode_tui.tui.pump import Notice
+
+    fake = FakeDecoder()
+
+    def source(settings: Settings, live: Any) -> Any:
+        inner = fake.source(settings, live)
+
+        def events() -> Any:
+            yield Notice("kernels", "eager graphs, compiling 0/1")
+            for i, event in enumerate(inner()):
+                yield event
+                if i == 3:
+                    yield Notice("kernels", "compiled graphs")
+
+        return events
+
+    app = DecodeApp(Settings(), source)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        stats = app.query_one(StatsBar)
+        assert stats.counters.kernels == "compiled graphs"
+        assert str(stats.content).endswith(" · kernels: compiled graphs")
+        assert not any("graphs" in n.message for n in app._notifications), "the stats bar's, not a toast"
+    plain, _ = make()
+    async with plain.run_test(size=SIZE) as pilot:
+        await settle(pilot, plain)
+        assert "kernels" not in str(plain.query_one(StatsBar).content), "no background compile, no word of it"
+
+
 @pytest.mark.parametrize("mode", ["greedy", "sample", "beam", "speculative", "pld"])
 @in_event_loop
 async def test_each_mode_shows_its_panel(mode: str) -> None:

@@ -63,8 +63,9 @@ class Notice(Event):
     """Not a core event: something the app should show (loading progress, a note, an automatic pause)."""
 
     name: ClassVar[str] = "notice"
-    # ended: a replayed recording stops before its end; lesson: a lesson's pause, with the text to read there
-    kind: Literal["loading", "note", "paused", "ended", "lesson"]
+    # ended: a replayed recording stops before its end; lesson: a lesson's pause, with the text to read there;
+    # kernels: what the run's passes run on now, while a background compile may change it (the stats bar's)
+    kind: Literal["loading", "note", "paused", "ended", "lesson", "kernels"]
     message: str
     elapsed_s: float | None = None  # ended: the recorded run's time at its last event
 

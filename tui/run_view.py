@@ -64,6 +64,7 @@ class Counters:
     accepted: int = 0
     elapsed_s: float = 0.0
     result: Finished | None = None
+    kernels: str = ""  # on CUDA with a background compile: eager or compiled graphs (core/background_compile.py)
 
 
 @dataclass
@@ -203,6 +204,9 @@ class RunView:
                 c.elapsed_s = notice.elapsed_s
         elif notice.kind == "paused":
             c.state = "paused"
+        elif notice.kind == "kernels":  # shown in the stats bar, not as a toast
+            c.kernels = notice.message
+            return []
         elif notice.kind == "lesson":  # shown in the narration panel, not as a toast
             c.state = "paused"
             self.narration = notice.message

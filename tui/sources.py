@@ -149,19 +149,23 @@ def _settle(lm: LoadedModel) -> Generator[Event, None, bool]:
 
 
 def _compile_news(lm: LoadedModel, events: Iterator[Event]) -> Generator[Event, None, None]:
-    """The run's events, with a note when its passes switch to compiled kernels (or their compile fails)."""
+    """The run's events, with the kernels its passes run on (for the stats bar) whenever that changes, and a
+    note when they switch to compiled kernels (or their compile fails)."""
     from ..core import background_compile
 
     last = background_compile.progress(lm.model)
     if last is None:
         yield from events  # nothing compiles behind this model
         return
+    yield Notice("kernels", last.label())
     tokens = 0
     for event in events:
         yield event
         tokens += isinstance(event, TokenEmitted)
         now = background_compile.progress(lm.model)
         assert now is not None
+        if now.label() != last.label():
+            yield Notice("kernels", now.label())
         if now.switched > last.switched:
             yield Notice("note", f"switched to compiled kernels after token {tokens} "
                                  f"({now.seconds:.1f} s of compiling in the background)")

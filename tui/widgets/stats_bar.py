@@ -34,4 +34,6 @@ class StatsBar(LivePanel):
         parts.append(f"{elapsed:.1f} s")
         if r is not None:
             parts.append(f"finish: {r.finish_reason}")
+        if counters.kernels:  # so a speed that changes when the compiled kernels arrive says why
+            parts.append(f"kernels: {counters.kernels}")
         self.update(" · ".join(parts))
