@@ -45,6 +45,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .errors import first_line
+
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
@@ -127,22 +129,15 @@ def start(model: PreTrainedModel, backend: str | Callable[..., Any] = "inductor"
     ``backend``: torch.compile's; tests pass a cheap one. Idempotent per model.
     """
     global _worker
-    from .forward import COMPILED_UP_TO, captured_shapes
+    from .forward import COMPILED_UP_TO, captured_shapes, compile_forward
 
     with _STATE:
         if _state(model) is not None:
             return
-        import torch._dynamo
-
-        from .forward import keep_inductor_cache
-
-        keep_inductor_cache()
-        # One graph per shape and cache size, for every model of the same class: the limit is per code object.
-        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 4 * COMPILED_UP_TO)
-        # No mode: plain Inductor kernels, no CUDA graphs of their own; forward.py captures them as it
-        # captures the eager model, so the graph pool, the rollback and the pooled caches stay the same.
-        compiled = torch.compile(model.forward, backend=backend, fullgraph=True, dynamic=False)
-        setattr(model, _ATTR, _Model(compiled))
+        # One graph per shape and cache size. No mode: plain Inductor kernels, no CUDA graphs of their own;
+        # forward.py captures them as it captures the eager model, so the graph pool, the rollback and the
+        # pooled caches stay the same.
+        setattr(model, _ATTR, _Model(compile_forward(model, graphs=4 * COMPILED_UP_TO, backend=backend)))
         if _worker is None or not _worker.is_alive():
             # A daemon: a process that ends mid-compile must not wait for it.
             _worker = threading.Thread(target=_work, name="decode-tui background compile", daemon=True)
@@ -209,7 +204,7 @@ def upgrade(model: PreTrainedModel, cache: StaticKV, key: tuple[int, int, int], 
             with _STATE:
                 state.ready.discard(shape)
                 state.refused.add(shape)
-                state.refusal = f"capturing the compiled pass failed: {_first_line(exc)}"
+                state.refusal = f"capturing the compiled pass failed: {first_line(exc, 160)}"
             return captured
         cache.graphs[key] = new
         with _STATE:
@@ -249,7 +244,7 @@ def _job(ref: weakref.ref[Any], shape: Shape, caches: weakref.WeakKeyDictionary[
             _compile(model, state.compiled, shape, caches.setdefault(model, {}))
         except Exception as exc:  # nothing switches; the eager graphs serve on
             with _STATE:
-                state.failure = f"compiling failed: {_first_line(exc)}"
+                state.failure = f"compiling failed: {first_line(exc, 160)}"
         else:
             with _STATE:
                 state.ready.add(shape)
@@ -282,13 +277,3 @@ def _compile(model: PreTrainedModel, compiled: Callable[..., Any], shape: Shape,
     if side is not None:
         side.synchronize()
 
-
-def _first_line(exc: BaseException) -> str:
-    """The first line of the root cause: torch.compile wraps a backend's error in one that names only the backend."""
-    while True:
-        inner = getattr(exc, "inner_exception", None) or exc.__cause__
-        if not isinstance(inner, BaseException):
-            break
-        exc = inner
-    line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-    return f"{type(exc).__name__}: {line[:160]}"

@@ -41,3 +41,15 @@ class ModelLoadError(DecodeTuiError):
     """The files are there but transformers could not build a model from them."""
 
     exit_code = EXIT_MODEL_UNAVAILABLE
+
+
+def first_line(exc: BaseException, width: int) -> str:
+    """An unexpected error in one line for a note: its type and the first line (at most ``width`` characters) of its
+    root cause. torch.compile wraps a backend's error in one that names only the backend, hence the unwrapping."""
+    while True:
+        inner = getattr(exc, "inner_exception", None) or exc.__cause__
+        if not isinstance(inner, BaseException):
+            break
+        exc = inner
+    line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return f"{type(exc).__name__}: {line[:width]}"

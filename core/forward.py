@@ -39,6 +39,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import Cache, StaticLayer
 
 from . import background_compile
+from .errors import first_line
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -169,25 +170,30 @@ def _compiled(model: PreTrainedModel) -> Any:
     """``model``'s forward, compiled once per model: each input length gets its own graph, kept."""
     fn = vars(model).get(_COMPILED)
     if fn is None:
-        import torch._dynamo
-
-        keep_inductor_cache()
         # One graph per input length (1 for a step, k+1 for a verification) and per logits kept.
-        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 2 * COMPILED_UP_TO)
         mode = "reduce-overhead" if model.device.type == "cuda" else "default"  # CUDA graphs where there are any
-        fn = torch.compile(model.forward, mode=mode, fullgraph=True, dynamic=False)
+        fn = compile_forward(model, graphs=2 * COMPILED_UP_TO, mode=mode)
         setattr(model, _COMPILED, fn)  # a cycle through the bound method, freed with the model
     return fn
 
 
-def keep_inductor_cache() -> None:
-    """Inductor's compiled kernels and graphs kept in decode-tui's cache folder (unless the user chose another):
-    compiling is paid once per machine and model (a second process took 8.7 s instead of 41 s on an H100)."""
+def compile_forward(model: PreTrainedModel, graphs: int, **options: Any) -> Any:
+    """``model.forward`` through ``torch.compile`` with static shapes and no graph break, ``options`` passed on.
+
+    Dynamo keeps at least ``graphs`` graphs per code object (one per input shape; models of one class share
+    it). Inductor's compiled kernels and graphs are kept in decode-tui's cache folder (unless the user chose
+    another): compiling is paid once per machine and model (a second process took 8.7 s instead of 41 s on
+    an H100).
+    """
     import os
+
+    import torch._dynamo
 
     from .registry import cache_root
 
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_root() / "inductor"))
+    torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, graphs)
+    return torch.compile(model.forward, fullgraph=True, dynamic=False, **options)
 
 
 _GRAPH_FAILURES: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
@@ -282,8 +288,7 @@ def _capture(model: PreTrainedModel, cache: StaticKV, shape: tuple[int, ...], ke
     try:
         captured = cache.graphs[(*shape, keep)] = _Captured(model, cache, (shape[0], shape[1]), keep)
     except Exception as exc:  # whatever failed, the eager pass on the same cache gives the same logits
-        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        _GRAPH_FAILURES[model] = f"{type(exc).__name__}: {first_line[:200]}"
+        _GRAPH_FAILURES[model] = first_line(exc, 200)
         return None
     background_compile.ask(model, (cache.max_len, shape[0], shape[1], keep))
     return captured

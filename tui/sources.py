@@ -164,6 +164,8 @@ def _compile_news(lm: LoadedModel, events: Iterator[Event]) -> Generator[Event, 
         tokens += isinstance(event, TokenEmitted)
         now = background_compile.progress(lm.model)
         assert now is not None
+        if now == last:  # the usual case, at every event: nothing to format
+            continue
         if now.label() != last.label():
             yield Notice("kernels", now.label())
         if now.switched > last.switched:
