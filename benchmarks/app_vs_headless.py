@@ -94,7 +94,7 @@ def headless(lm: LoadedModel, prompt: str, config: DecodeConfig, clock: DecoderC
 _LOADED: list[LoadedModel] = []
 
 
-def python_bound(lm: LoadedModel) -> LoadedModel:
+def python_bound(lm: LoadedModel, layers: int | None = None) -> LoadedModel:
     """A CPU stand-in for decoding on a GPU: SmolLM2's tokenizer and depth, random weights 64 wide, one thread.
 
     On a GPU the plain step's time is the Python that launches the kernels, not the arithmetic, so the
@@ -108,7 +108,7 @@ def python_bound(lm: LoadedModel) -> LoadedModel:
 
     torch.set_num_threads(1)
     config = AutoConfig.for_model("llama", vocab_size=lm.model.config.vocab_size, hidden_size=64,
-                                  intermediate_size=128, num_hidden_layers=lm.model.config.num_hidden_layers,
+                                  intermediate_size=128, num_hidden_layers=layers or lm.model.config.num_hidden_layers,
                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8192,
                                   tie_word_embeddings=True)
     torch.manual_seed(0)
@@ -116,7 +116,81 @@ def python_bound(lm: LoadedModel) -> LoadedModel:
     return dataclasses.replace(lm, model=model, device=torch.device("cpu"), dtype=torch.float32)
 
 
-PROXY: dict[str, Callable[[LoadedModel], LoadedModel]] = {"none": lambda lm: lm, "python-bound": python_bound}
+DEVICE_WAIT_S = 0.0033  # an H100's SmolLM2 step replayed as a CUDA graph: 3.5 ms in all (BENCHMARKS.md)
+TRANSCRIPT_TOKENS = 256  # the latency part decodes 2 x 128
+CONTEXT = 12  # tokens of context that pick the transcript's next token
+
+
+def transcripts(lm: LoadedModel) -> dict[tuple[int, ...], int]:
+    """What the real model decodes greedily after every context of every benchmark prompt, as a table.
+
+    Keys are the last ``CONTEXT`` tokens (the prompt's included), values the next token. Recorded once
+    per machine (about a minute on 2 cores) and kept in a file, since each app child needs it.
+    """
+    import hashlib
+    import tempfile
+
+    key = hashlib.sha256(json.dumps([PROMPTS, TRANSCRIPT_TOKENS, lm.name]).encode()).hexdigest()[:12]
+    path = Path(tempfile.gettempdir()) / f"decode-tui-transcripts-{key}.json"
+    if not path.exists():
+        sequences = []
+        for prompt in PROMPTS.values():
+            config = DecodeConfig(max_new_tokens=TRANSCRIPT_TOKENS)
+            final = headless(dataclasses.replace(lm, eos_token_ids=frozenset()), prompt, config)
+            sequences.append([*final.prompt_token_ids, *final.token_ids])
+        path.write_text(json.dumps(sequences))
+    table: dict[tuple[int, ...], int] = {}
+    for ids in json.loads(path.read_text()):
+        for q in range(CONTEXT, len(ids) - 1):
+            table.setdefault(tuple(ids[q - CONTEXT + 1:q + 1]), ids[q + 1])
+    return table
+
+
+def device_wait(lm: LoadedModel) -> LoadedModel:
+    """A CPU stand-in for decoding on a GPU's captured graphs: the real model's text, at a GPU's pace.
+
+    On the CUDA-graph path a step launches one graph and then waits for the device, about 3.5 ms for
+    SmolLM2 on an H100, without holding the interpreter lock; when the wait ends, the decoder thread
+    must get the lock back from whoever holds it, the UI thread included. Here one narrow random layer
+    stands for the little Python a replayed step runs, and a forward hook sleeps ``DEVICE_WAIT_S`` (a
+    sleep gives the lock up and takes it back, as waiting for the device does). The same hook steers
+    the logits to what the real model decoded greedily in the same context (:func:`transcripts`), so
+    greedy shows the real text and PLD copies and accepts what it would on the real model: the events
+    per second the UI must keep up with are a GPU's. Beam search (several rows) is not steered.
+    What it measures is the app's share of the lock at a GPU's step rate, not the GPU.
+    """
+    import weakref
+
+    import torch
+
+    table = transcripts(lm)
+    narrow = python_bound(lm, layers=1)
+    seen: weakref.WeakKeyDictionary[Any, list[int]] = weakref.WeakKeyDictionary()  # cache -> its tokens
+
+    def hook(module: Any, args: Any, kwargs: dict[str, Any], output: Any) -> Any:
+        time.sleep(DEVICE_WAIT_S)
+        cache, new = kwargs["past_key_values"], kwargs["input_ids"]
+        if new.shape[0] != 1:
+            return output
+        length = cache.get_seq_length()
+        ids = seen.get(cache, [])[:length - new.shape[1]] + new[0].tolist()  # [:past]: after a rollback too
+        seen[cache] = ids
+        logits = output.logits  # [1, keep, V], for the last keep positions
+        for j in range(logits.shape[1]):
+            q = length - logits.shape[1] + j
+            nxt = table.get(tuple(ids[q - CONTEXT + 1:q + 1]))
+            if nxt is not None:
+                logits[0, j, nxt] = logits[0, j].max() + 5.0  # first by a margin; the others keep their order
+        return output
+
+    with torch.no_grad():
+        narrow.model.lm_head.weight = torch.nn.Parameter(0.02 * torch.randn_like(narrow.model.lm_head.weight))
+    narrow.model.register_forward_hook(hook, with_kwargs=True)
+    return narrow
+
+
+PROXY: dict[str, Callable[[LoadedModel], LoadedModel]] = {"none": lambda lm: lm, "python-bound": python_bound,
+                                                          "device-wait": device_wait}
 
 
 def embedded(proxy: str = "none") -> LoadedModel:
@@ -297,7 +371,9 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--latency-only", action="store_true", help="skip the throughput comparison")
     parser.add_argument("--proxy", choices=sorted(PROXY), default="none",
-                        help="python-bound: a narrow random model on one thread, standing in for a GPU's decoding")
+                        help="python-bound: a narrow random model on one thread, standing in for a GPU's plain path; "
+                        "device-wait: one narrow layer and a 3.3 ms wait without the interpreter lock a step, "
+                        "standing in for a GPU's captured graphs")
     parser.add_argument("--cases", help="comma-separated MODE/PROMPT rows to run (default: every row)")
     parser.add_argument("--switch-interval", type=float, help="the app's interpreter switch interval in seconds "
                         "(default: the app's own; Python's is 0.005)")
