@@ -20,6 +20,7 @@ from sending the key to the end of its handler, and to the text pane's next
 paint (what the user sees).
 
     python benchmarks/app_vs_headless.py [--repeats 3] [--new-tokens 128] [--json out.json]
+                                         [--proxy python-bound|device-wait] [--cases MODE/PROMPT,...]
 """
 
 from __future__ import annotations
