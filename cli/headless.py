@@ -343,7 +343,7 @@ def _why(console: Console, row: BenchRow, timeline: bool) -> None:
     from rich import box
     from rich.table import Table
 
-    from ..tui.forward_views import FORWARD_COLUMNS, acceptance_line, forward_cells
+    from ..tui.forward_views import BAR_COLUMN, FORWARD_COLUMNS, acceptance_line, forward_cells
 
     line = acceptance_line(row.acceptance_by_position, row.timeline)
     if row.acceptance_by_position and line is not None:
@@ -352,8 +352,9 @@ def _why(console: Console, row: BenchRow, timeline: bool) -> None:
         return
     table = Table(title=f"{row.mode}: one row per target forward (its last timed run)", title_justify="left",
                   box=box.SIMPLE_HEAD, pad_edge=False)
-    for column in (*FORWARD_COLUMNS, "wall ms", ""):
-        table.add_column(column, justify="right" if column else "left")
+    for column in (*FORWARD_COLUMNS, "wall ms"):
+        table.add_column(column, justify="right")
+    table.add_column(BAR_COLUMN)
     for f in row.timeline:
         table.add_row(*forward_cells(f, wall=True))
     console.print(table)

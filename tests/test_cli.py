@@ -367,6 +367,7 @@ def test_bench_timeline_shows_every_forward(tiny_model_dir: Path, isolated_env: 
     assert text.returncode == 0, text.stderr
     assert "pld: acceptance by draft position" in text.stdout
     assert "pld: one row per target forward" in text.stdout and "verify ms" in text.stdout
+    assert "█ token · rejected draft" in text.stdout
 
 
 @pytest.mark.parametrize(("args", "says"), [

@@ -824,6 +824,9 @@ async def test_the_forwards_screen_shows_each_forward_and_the_whatif_grid() -> N
         table = screen.query_one(DataTable)
         assert table.row_count == 3  # the prefill and two verifying rounds, as the fake's Finished counts
         assert [table.get_row_at(i)[2:4] for i in range(3)] == [["-", "-"], ["3", "3"], ["3", "1"]]
+        # The bar says what its marks are: two rounds of 3 drafts, all accepted and then 2 rejected.
+        assert str(list(table.columns.values())[-1].label) == "█ token · rejected draft"
+        assert [table.get_row_at(i)[-1] for i in (1, 2)] == ["████", "██··"]
         acceptance = _plain(screen.query_one("#forwards-acceptance", Static))
         assert "Acceptance by draft position 1-3" in acceptance and "observed" in acceptance
         whatif = _plain(screen.query_one("#forwards-whatif", Static))

@@ -20,6 +20,7 @@ from ..core.timeline import ForwardRow, expected_tokens_per_forward, per_positio
 from ..core.whatif import DRAFT_LENGTHS, NGRAM_SIZES, WhatIf
 
 FORWARD_COLUMNS = ("fwd", "tokens", "k", "accepted", "draft ms", "verify ms")
+BAR_COLUMN = "█ token · rejected draft"  # the header of forward_cells' last cell
 
 
 def acceptance_line(by_position: Sequence[float] | None, rows: Sequence[ForwardRow]) -> str | None:

@@ -100,6 +100,6 @@ class ForwardsScreen(ModalScreen[None]):
 
     def on_mount(self) -> None:
         forwards = self.query_one(DataTable)
-        forwards.add_columns(*forward_views.FORWARD_COLUMNS, "")
+        forwards.add_columns(*forward_views.FORWARD_COLUMNS, forward_views.BAR_COLUMN)
         for r in self.timeline.rows:
             forwards.add_row(*forward_views.forward_cells(r, wall=False))
