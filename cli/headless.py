@@ -318,13 +318,19 @@ def bench(options: DecodingOptions, modes: list[ModeChoice], *, runs: int, outpu
         for row in rows:
             _write(sys.stdout, json.dumps(row.to_dict(timeline)) + "\n")
         return
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
+    # No vertical rules, and a median's range may go under it: every figure fits 80 columns (a pipe, a CI
+    # log) whole rather than cut to "16.4 (16.0-16…".
     table = Table(title=f"{lm.name} · {lm.device.type} {str(lm.dtype).removeprefix('torch.')} · {runs} warm runs a "
-                        "mode, alternated: median (range)", title_justify="left")
+                        "mode, alternated: median (range)", title_justify="left",
+                  box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
     for column in ("mode", "tok/s", "speed-up", "forwards", "tok/fwd", "accept", "= greedy"):
-        table.add_column(column, justify="left" if column in ("mode", "= greedy") else "right", no_wrap=True)
+        ranged = column in ("tok/s", "speed-up")
+        table.add_column(column, justify="left" if column in ("mode", "= greedy") else "right", no_wrap=not ranged,
+                         min_width=len("(100.0-100.0)") if ranged else None)
     for r in rows:
         same = "yes" if r.identical else f"from #{r.first_divergence}"
         table.add_row(r.mode, f"{r.tokens_per_s:.1f} ({r.tokens_per_s_low:.1f}-{r.tokens_per_s_high:.1f})",

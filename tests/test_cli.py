@@ -368,6 +368,14 @@ def test_bench_timeline_shows_every_forward(tiny_model_dir: Path, isolated_env: 
     assert "pld: acceptance by draft position" in text.stdout
     assert "pld: one row per target forward" in text.stdout and "verify ms" in text.stdout
     assert "█ token · rejected draft" in text.stdout
+    # In 80 columns (a pipe, a CI log) the table keeps every figure whole: a range goes under its median.
+    narrow = cli(*args, env={**isolated_env, "COLUMNS": "80"})
+    assert narrow.returncode == 0, narrow.stderr
+    table = narrow.stdout.split("pld: acceptance")[0]
+    assert "…" not in table and max(map(len, table.splitlines())) <= 80, table
+    rows = {r["mode"]: r for r in map(json.loads, done.stdout.splitlines())}
+    words = table.split()
+    assert "1.00x" in words and "(1.00-1.00)" in words and str(rows["pld"]["target_forwards"]) in words, table
 
 
 @pytest.mark.parametrize(("args", "says"), [
