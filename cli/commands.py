@@ -107,7 +107,7 @@ def user_config() -> UserConfig:
     return load_config({b.id: b.key for b in APP_BINDINGS if b.id is not None}, names())
 
 
-@app.command("bench")
+@app.command("bench", short_help="Time decoding modes on one prompt: warm runs, alternated, with the spread.")
 @decoding_command
 def bench_cmd(
     options: DecodingOptions,
@@ -135,7 +135,7 @@ def bench_cmd(
                    runs=repeats, output_format=output_format, timeline=timeline)
 
 
-@app.command("whatif")
+@app.command("whatif", short_help="What other drafting settings would have cost on a greedy run.")
 def whatif_cmd(
     trace: Annotated[Path, typer.Argument(help="The JSON lines of a greedy run: `decode-tui generate --format jsonl "
                                           "> run.jsonl`, or an app recording (--record, the export key).")],

@@ -100,7 +100,7 @@ def lesson_config(lesson: Lesson, overrides: dict[str, Any]) -> DecodeConfig:
         raise UsageError(f"{lesson.source}: its [settings] do not fit ({err}).") from None
 
 
-@app.command("lesson")
+@app.command("lesson", short_help="Play a lesson: one concept, narrated, pausing where it matters.")
 @decoding_command
 def lesson_cmd(
     options: DecodingOptions,
@@ -212,7 +212,7 @@ def _record(settings: Settings, path: Path) -> None:
     raise typer.Exit(0)
 
 
-@app.command("race")
+@app.command("race", short_help="Race decoding modes side by side on one prompt.")
 @decoding_command
 def race_cmd(
     options: DecodingOptions,
