@@ -80,11 +80,14 @@ def compare(lm: LoadedModel, prompt: str, config: DecodeConfig, baseline: Decode
     """
     if runs < 1:
         raise ValueError("compare needs at least one run a side")
-    results = timed_rounds(lm, prompt, {"base": baseline, "ours": config}, runs=runs, draft=draft, progress=progress)
-    ours_rates = [r.tokens_per_s for r in results["ours"]]
-    base_rates = [r.tokens_per_s for r in results["base"]]
+    # Named by mode, as the progress lines show them ("round 2 of 3: greedy (baseline)").
+    base_name, ours_name = f"{baseline.mode} (baseline)", config.mode
+    results = timed_rounds(lm, prompt, {base_name: baseline, ours_name: config}, runs=runs, draft=draft,
+                           progress=progress)
+    ours_rates = [r.tokens_per_s for r in results[ours_name]]
+    base_rates = [r.tokens_per_s for r in results[base_name]]
     ratios = [a / b if b else 0.0 for a, b in zip(ours_rates, base_rates, strict=True)]
-    ours, theirs = results["ours"][-1].token_ids, results["base"][-1].token_ids
+    ours, theirs = results[ours_name][-1].token_ids, results[base_name][-1].token_ids
     return {
         "baseline": baseline.mode,
         "runs": runs,

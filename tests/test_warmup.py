@@ -95,7 +95,9 @@ def test_compare_times_warm_runs_alternated_and_reports_the_spread(lm: Any, monk
     monkeypatch.setattr(Run, "events", spy)
     pld = DecodeConfig(mode="pld", max_new_tokens=30, draft=DraftParams(num_draft_tokens=4))
     greedy = DecodeConfig(mode="greedy", max_new_tokens=30)
-    result = compare(lm, PROMPT, pld, greedy, runs=3)
+    said: list[str] = []
+    result = compare(lm, PROMPT, pld, greedy, runs=3, progress=said.append)
+    assert said[:2] == ["round 1 of 3: greedy (baseline)", "round 1 of 3: pld"], "the progress names each side's mode"
     assert order == [("greedy", False), ("pld", False),
                      ("greedy", True), ("pld", True), ("pld", True), ("greedy", True), ("greedy", True), ("pld", True)]
     assert result["runs"] == 3 and result["baseline"] == "greedy"
