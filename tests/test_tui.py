@@ -843,6 +843,54 @@ async def test_the_forwards_screen_shows_each_forward_and_the_whatif_grid() -> N
         assert "No draft was verified" in _plain(app.screen.query_one("#forwards-acceptance", Static))
 
 
+def _shown(panel: Any) -> list[str]:
+    """The lines a panel paints now, as plain text."""
+    return [panel.render_line(y).text.rstrip() for y in range(panel.content_size.height)]
+
+
+@in_event_loop
+async def test_a_short_rounds_panel_shows_the_newest_rounds_and_the_latest_test() -> None:
+    """Cut at the bottom, the panel would show the oldest of its ten rounds and hide the newest one's test."""
+    from decode_tui.tui.run_view import Round
+
+    app, _ = make("pld")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        panel = app.query_one("#pld-rounds", DraftPanel)
+        first, second = panel.rounds
+        more = [Round(r.proposed, dataclasses.replace(r.verified, round=i), r.extra_text)
+                for i, r in enumerate([first, second] * 6, start=2)]
+        panel.add(more, (1.0, 0.5, 0.25))
+        await pilot.pause()
+        shown = _shown(panel)
+        assert len(panel.rounds) == 10 and len(shown) < 20, "ten rounds and their test do not fit here"
+        labels = [line.split()[0] for line in shown if line[:1] == "r" and line[1:2].isdigit()]
+        assert labels and labels[-1] == "r13", shown
+        assert labels == [f"r{i}" for i in range(14 - len(labels), 14)], "the newest rounds, oldest first"
+        assert "r4" not in labels, shown
+        assert any(line.startswith("round 13: 3 drafted") for line in shown), shown
+        assert shown[-1].startswith("acceptance by position  1:100%  2:50%  3:25%"), shown
+
+
+@in_event_loop
+async def test_a_short_lookup_panel_keeps_the_match_and_the_copy_in_view() -> None:
+    """Cut at the bottom, an 80x24 terminal would show the context before the match and hide the match."""
+    from decode_tui.core.events import DraftProposed
+
+    app, _ = make("pld")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        panel = app.query_one(LookupPanel)
+        words = [f" w{i}" for i in range(300)]
+        panel.reset(tuple(words))
+        proposed = DraftProposed(round=5, drafter="lookup", token_ids=(1, 2), texts=(" w201", " w202"),
+                                 match_start=198, match_end=201, copy_start=201, copy_end=203, max_tokens=2)
+        panel.show(proposed, 2)
+        await pilot.pause()
+        shown = " ".join(_shown(panel))
+        assert "' w198 w199 w200'" in shown and " w201 w202" in shown, shown
+
+
 def test_the_whatif_grids_price_settings_with_the_runs_own_verify_times(byte_bpe: Any) -> None:
     from rich.table import Table
 

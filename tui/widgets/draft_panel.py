@@ -14,7 +14,9 @@ from __future__ import annotations
 from typing import ClassVar
 
 from rich.cells import cell_len, set_cell_size
+from rich.segment import Segment
 from rich.text import Text
+from textual.strip import Strip
 
 from ...core.events import DraftProposed
 from ..numbers import prob
@@ -41,6 +43,8 @@ class DraftPanel(LivePanel):
         self.rounds: list[Round] = []
         self.by_position: tuple[float, ...] = ()  # acceptance by draft position, from the run's DraftStats
         self.glyphs: dict[str, str] = {}
+        self._rows: list[Text] = []  # one per round shown, oldest first
+        self._tail = Text()  # the latest round's test and the acceptance by position
 
     def reset(self) -> None:
         self.rounds, self.by_position = [], ()
@@ -65,8 +69,10 @@ class DraftPanel(LivePanel):
                                             f"{r.verified.accepted}/{len(r.verified.verdicts)}{_of(r.proposed)}")
                   for r in self.rounds]
         round_w, count_w = max(len(a) for a, _ in labels), max(len(b) for _, b in labels)
-        text = Text()
+        rows = []
         for r, (label, count) in zip(self.rounds, labels, strict=True):
+            text = Text()
+            rows.append(text)
             text.append(f"{label:<{round_w}} {count:<{count_w}} ")
             for v, piece in zip(r.verified.verdicts, r.proposed.texts, strict=False):
                 text.append(f"{self._glyph(v.verdict)}{piece}", style=style[v.verdict])
@@ -76,7 +82,7 @@ class DraftPanel(LivePanel):
                 text.append("→ ")
                 glyph = self._glyph(kind) if kind in ("resampled", "bonus") else ""
                 text.append(f"{glyph}{r.extra_text}", style=style[kind])
-            text.append("\n")
+        text = Text()
         last = self.rounds[-1]
         pieces = [repr(piece) for piece in last.proposed.texts]
         token_w = min(TOKEN_W, max([len("token"), *(cell_len(p) for p in pieces)]))
@@ -112,4 +118,24 @@ class DraftPanel(LivePanel):
                         style=style["untested"])
         rates = "  ".join(f"{i + 1}:{rate:.0%}" for i, rate in enumerate(self.by_position))
         text.append(f"\nacceptance by position  {rates}")
-        self.update(text)
+        self._rows, self._tail = rows, text
+        self.update(Text("\n").join([*rows, text]))
+
+    def render_strips(self, width: int, height: int) -> list[Strip]:
+        """The newest rounds that fit above the latest round's test, newest last.
+
+        Cut at the bottom like the other panels, a short panel (an 80x24 terminal, or PLD's half) would show
+        the oldest rounds and hide the newest one and its test, which the caption is about.
+        """
+        if not self.rounds:
+            return super().render_strips(width, height)
+        self._style = self.rich_style
+        tail = self.lines_of(self._tail, width)
+        room, shown = height - len(tail), list[list[Segment]]()
+        for row in reversed(self._rows):
+            lines = self.lines_of(row, width)
+            if shown and len(lines) > room:
+                break
+            shown[:0] = lines  # the newest round always: it is what the test below is about
+            room -= len(lines)
+        return [Strip(line, width) for line in (shown + tail)[:height]]

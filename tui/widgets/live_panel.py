@@ -19,6 +19,7 @@ paints all panels together, a few times a second (see ``DecodeApp.drain``).
 from __future__ import annotations
 
 from rich.console import RenderableType
+from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual.geometry import Region
@@ -62,12 +63,14 @@ class LivePanel(Widget):
 
         A panel that picks its own window, or keeps rendered lines, overrides this (:class:`TextPane`).
         """
-        console = self.app.console
         # ``rich_style`` walks the ancestors' styles; read once per render, not once per line.
-        self._style = style = self.rich_style
-        lines = console.render_lines(self._content, console.options.update_width(max(1, width)), style=style,
-                                     pad=True)
-        return [Strip(line, width) for line in lines[:height]]
+        self._style = self.rich_style
+        return [Strip(line, width) for line in self.lines_of(self._content, width)[:height]]
+
+    def lines_of(self, content: RenderableType, width: int) -> list[list[Segment]]:
+        """``content`` rendered ``width`` cells wide in the panel's style (read by :meth:`render_strips`)."""
+        console = self.app.console
+        return console.render_lines(content, console.options.update_width(max(1, width)), style=self._style, pad=True)
 
     def style_of(self, component: str) -> Style:
         """A component class's Rich style, kept until the styles change.

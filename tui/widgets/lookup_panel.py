@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from rich.text import Text
+from textual.strip import Strip
 
 from ...core.events import DraftProposed
 from .live_panel import LivePanel
@@ -42,9 +43,15 @@ class LookupPanel(LivePanel):
         self.redraw()
 
     def redraw(self) -> None:
+        text = self._text(WINDOW)
+        if text is not None:
+            self.update(text)
+
+    def _text(self, before: int) -> Text | None:
+        """The last lookup, with ``before`` context tokens ahead of the match and WINDOW after the copy."""
         p = self.last
         if p is None or p.match_start is None or p.copy_start is None:
-            return
+            return None
         match_style = self.style_of("lookup-panel--match")
         copy_style = self.style_of("lookup-panel--copy")
         m0, m1, c0, c1 = p.match_start, p.match_end or p.match_start, p.copy_start, p.copy_end or p.copy_start
@@ -56,11 +63,26 @@ class LookupPanel(LivePanel):
         if self.last_accepted is not None:
             head.append(f"; target accepted {self.last_accepted}")
         head.append("\n\n")
-        lo, hi = max(0, m0 - WINDOW), min(len(self.context), c1 + WINDOW)
+        lo, hi = max(0, m0 - before), min(len(self.context), c1 + WINDOW)
         body = Text("…" if lo > 0 else "")
         for i in range(lo, hi):
             style = match_style if m0 <= i < m1 else copy_style if c0 <= i < c1 else ""
             body.append(self.context[i], style=style)
         if hi < len(self.context):
             body.append("…")
-        self.update(head + body)
+        return head + body
+
+    def render_strips(self, width: int, height: int) -> list[Strip]:
+        """The last lookup; where the panel is too short for it, less of the context before the match.
+
+        Cut at the bottom alone, a short panel (an 80x24 terminal) would show the tokens before the match
+        and hide the match and the copy, the two things the panel is for.
+        """
+        self._style = self.rich_style
+        lines = self.lines_of(self._content, width)
+        for before in (WINDOW // 3, 0):
+            text = self._text(before) if len(lines) > height else None
+            if text is None:
+                break
+            lines = self.lines_of(text, width)
+        return [Strip(line, width) for line in lines[:height]]
