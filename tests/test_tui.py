@@ -891,6 +891,34 @@ async def test_a_short_lookup_panel_keeps_the_match_and_the_copy_in_view() -> No
         assert "' w198 w199 w200'" in shown and " w201 w202" in shown, shown
 
 
+@in_event_loop
+async def test_a_small_candidates_panel_shows_every_stage_with_fewer_candidates_and_shorter_bars() -> None:
+    """Cut at the bottom, an 80x24 terminal hid top-k and top-p, the distribution the token is drawn from."""
+    from decode_tui.core.events import Candidate, StageCandidates
+
+    app, _ = make("sample")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        panel = app.query_one(CandidatesPanel)
+        names = ("raw", "repetition_penalty", "temperature", "top_k", "top_p")
+        words = [" a rather long candidate", " b", " c", " d", " e"]
+        stages = tuple(StageCandidates(name, tuple(Candidate(i, w, 0.5 - 0.1 * i)  # type: ignore[arg-type]
+                                                   for i, w in enumerate(words))) for name in names)
+        panel.show(TokenSampled(step=7, token_id=1, text=" b", prob=0.4, greedy=False, stages=stages,
+                                target_forwards=8))
+        await pilot.pause()
+        shown = _shown(panel)
+        width = panel.content_size.width
+        assert len(shown) <= panel.content_size.height and all(len(line) <= width for line in shown)
+        assert [line for line in shown if line in ("raw logits", "repetition penalty", "temperature", "top-k",
+                                                   "top-p")] == ["raw logits", "repetition penalty", "temperature",
+                                                                 "top-k", "top-p"], shown
+        rows = [line for line in shown if line.endswith("%")]
+        assert len(rows) >= 5 and all(row.rstrip().endswith(("50.0%", "40.0%", "30.0%", "20.0%", "10.0%"))
+                                      for row in rows), "each row whole: label, bar and share on one line"
+        assert shown[-1].endswith("50.0%") or shown[-1].endswith("40.0%"), "the last stage's best candidates"
+
+
 def test_the_whatif_grids_price_settings_with_the_runs_own_verify_times(byte_bpe: Any) -> None:
     from rich.table import Table
 

@@ -12,6 +12,7 @@ from typing import ClassVar
 
 from rich.cells import cell_len, set_cell_size
 from rich.text import Text
+from textual.strip import Strip
 
 from ...core.events import TokenSampled
 from ..numbers import percent, prob
@@ -19,6 +20,7 @@ from .live_panel import LivePanel
 
 BAR_WIDTH = 20
 LABEL_MAX = 24  # a longer token label is cut, so the bars stay in one column
+PERCENT_W = len("100.0%")
 STAGE_NAMES = {"raw": "raw logits", "repetition_penalty": "repetition penalty", "temperature": "temperature",
                "top_k": "top-k", "top_p": "top-p"}
 
@@ -33,15 +35,20 @@ class CandidatesPanel(LivePanel):
         self.top = top
         self.last: TokenSampled | None = None
         self.glyphs: dict[str, str] = {}
+        self._row_width = 0  # the widest candidate row of the last text built, in cells
 
     def show(self, step: TokenSampled) -> None:
         self.last = step
         self.redraw()
 
     def redraw(self) -> None:
-        step = self.last
-        if step is None:
-            return
+        if self.last is not None:
+            text, self._row_width = self._text(self.last, self.top)
+            self.update(text)
+
+    def _text(self, step: TokenSampled, top: int, room: int | None = None) -> tuple[Text, int]:
+        """The step's stages, ``top`` candidates each, with bars short enough for rows ``room`` cells wide (at
+        least 4 cells); and the width its rows take with full bars."""
         bar_style = self.style_of("candidates--bar")
         chosen_style = self.style_of("candidates--chosen")
         stage_style = self.style_of("candidates--stage")
@@ -49,8 +56,10 @@ class CandidatesPanel(LivePanel):
         text = Text(f"step {step.step}: {how} {step.text!r}  p={prob(step.prob)}", style=chosen_style)
         mark = self.glyphs.get("chosen", ">")
         rows = [(stage, [(c, f"{mark if c.token_id == step.token_id else ' '} {c.text!r}")
-                         for c in stage.candidates[: self.top]]) for stage in step.stages]
+                         for c in stage.candidates[:top]]) for stage in step.stages]
         width = min(LABEL_MAX, max((cell_len(label) for _, shown in rows for _, label in shown), default=1))
+        full = width + 1 + BAR_WIDTH + 1 + PERCENT_W
+        bar_width = BAR_WIDTH if room is None else max(4, BAR_WIDTH - max(0, full - room))
         for stage, shown in rows:
             text.append("\n")
             text.append(STAGE_NAMES[stage.stage], style=stage_style)
@@ -59,7 +68,25 @@ class CandidatesPanel(LivePanel):
                 text.append("\n")
                 text.append(set_cell_size(label, width), style=chosen_style if chosen else "")
                 text.append(" ")
-                bar = "█" * max(1, round(candidate.prob * BAR_WIDTH))
-                text.append(bar.ljust(BAR_WIDTH), style=bar_style)
+                bar = "█" * max(1, round(candidate.prob * bar_width))
+                text.append(bar.ljust(bar_width), style=bar_style)
                 text.append(f" {percent(candidate.prob)}")
-        self.update(text)
+        return text, full
+
+    def render_strips(self, width: int, height: int) -> list[Strip]:
+        """Every stage, with shorter bars where the panel is narrow and fewer candidates where it is short.
+
+        Cut at the bottom, a short panel (an 80x24 terminal) hid the last stages, top-k and top-p: the
+        distribution the token is drawn from. Each stage keeps at least its first candidate.
+        """
+        step = self.last
+        if step is None:
+            return super().render_strips(width, height)
+        self._style = self.rich_style
+        lines = self.lines_of(self._content, width)
+        if len(lines) > height or self._row_width > width:  # shorter bars, then fewer candidates
+            for top in range(self.top, 0, -1):
+                lines = self.lines_of(self._text(step, top, width)[0], width)
+                if len(lines) <= height:
+                    break
+        return [Strip(line, width) for line in lines[:height]]
