@@ -126,6 +126,10 @@ class StageCandidates:
 
     stage: Stage
     candidates: tuple[Candidate, ...]
+    # The token drawn at this step, seen at this stage: its probability and rank (1: the most likely), so a
+    # viewer can show it where it is not among ``candidates``. None in recordings made before it existed.
+    chosen_prob: float | None = None
+    chosen_rank: int | None = None
 
 
 @dataclass(frozen=True)

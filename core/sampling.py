@@ -87,6 +87,8 @@ class Draw:
     stages: tuple[Stage, ...]
     top_ids: list[list[int]]  # [S][N]
     top_probs: list[list[float]]  # [S][N]
+    chosen_probs: list[float]  # [S] the drawn token's probability after each stage
+    chosen_ranks: list[int]  # [S] its rank there, 1 = the most likely (tied candidates share the better rank)
 
 
 def draw(
@@ -113,16 +115,19 @@ class PendingDraw:
         self.copy = copy
 
     def wait(self) -> Draw:
-        packed = self.copy.wait()
+        packed = self.copy.wait()  # token, chosen probs [S], chosen ranks [S], top ids [S*N], top probs [S*N]
         s, n = len(self.stages), self.n
-        ids_flat = packed[2 : 2 + s * n]
-        probs_flat = packed[2 + s * n :]
+        chosen_probs = packed[1 : 1 + s]
+        ids_flat = packed[1 + 2 * s : 1 + 2 * s + s * n]
+        probs_flat = packed[1 + 2 * s + s * n :]
         return Draw(
             token_id=int(packed[0]),
-            prob=float(packed[1]),
+            prob=float(chosen_probs[-1]),
             stages=self.stages,
             top_ids=[[int(x) for x in ids_flat[i * n : (i + 1) * n]] for i in range(s)],
             top_probs=[probs_flat[i * n : (i + 1) * n] for i in range(s)],
+            chosen_probs=chosen_probs,
+            chosen_ranks=[int(x) + 1 for x in packed[1 + s : 1 + 2 * s]],
         )
 
 
@@ -141,7 +146,8 @@ def draw_later(
         token = torch.multinomial(probs[-1:], num_samples=1, generator=generator).view(1)  # [1]
     n = min(top_n, probs.shape[-1])
     top_probs, top_ids = torch.topk(probs, n, dim=-1)  # [S, N]
-    chosen_prob = probs[-1].gather(0, token)  # [1]
-    # One device-to-host copy per step: token, its probability and the candidates together.
-    copy = HostCopy([token, chosen_prob, top_ids, top_probs])
+    chosen_probs = probs.gather(1, token.view(1, 1).expand(probs.shape[0], 1))  # [S, 1]
+    beaten_by = (probs > chosen_probs).sum(dim=-1)  # [S]: candidates more likely than the drawn token
+    # One device-to-host copy per step: the token, where it stood at each stage, and the candidates together.
+    copy = HostCopy([token, chosen_probs, beaten_by, top_ids, top_probs])
     return PendingDraw(token, tuple(stage for stage, _ in staged), n, copy)

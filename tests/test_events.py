@@ -46,7 +46,8 @@ def test_events_are_frozen() -> None:
 
 EXAMPLES = [
     TokenSampled(step=0, token_id=5, text="hi", prob=0.5, greedy=False,
-                 stages=(StageCandidates("raw", (Candidate(5, "hi", 0.5),)),)),
+                 stages=(StageCandidates("raw", (Candidate(5, "hi", 0.5),)),
+                         StageCandidates("top_k", (Candidate(7, "yo", 0.6),), chosen_prob=0.2, chosen_rank=3))),
     BeamStepped(step=1, beams=(Beam(0, 0, (1, 2), "ab", -1.5, -0.75),),
                 candidates=(BeamCandidate(0, 2, "b", -1.5, "kept"),),
                 finished=(Hypothesis((1, 9), "a", -2.0, -1.0),),
@@ -63,6 +64,14 @@ def test_every_mode_event_round_trips_through_json(event: object) -> None:
     data = json.loads(event.to_json())  # type: ignore[attr-defined]
     assert data["event"] == event.name  # type: ignore[attr-defined]
     assert data == event.to_dict()  # type: ignore[attr-defined]
+
+
+def test_a_recording_from_before_the_drawn_tokens_stage_figures_still_plays() -> None:
+    old = {"event": "token_sampled", "step": 0, "token_id": 5, "text": "hi", "prob": 0.5, "greedy": False,
+           "stages": [{"stage": "raw", "candidates": [{"token_id": 5, "text": "hi", "prob": 0.5}]}]}
+    event = from_dict(old)
+    assert isinstance(event, TokenSampled) and event.stages[0].chosen_prob is None
+    assert from_dict(EXAMPLES[0].to_dict()) == EXAMPLES[0]
 
 
 def test_finished_leaves_out_mode_specific_fields_it_does_not_use() -> None:

@@ -84,6 +84,12 @@ def test_snapshots_are_the_top_candidates_of_each_stage(params: SamplingParams, 
     final = torch.softmax(staged[-1][1][0], -1)
     assert final[picked.token_id] > 0, "the drawn token survived every filter"
     assert picked.prob == pytest.approx(float(final[picked.token_id]))
+    # Where the drawn token stood at every stage, for a viewer to show it outside the top candidates.
+    for (_, scores), chosen, rank in zip(staged, picked.chosen_probs, picked.chosen_ranks, strict=True):
+        full = torch.softmax(scores[0], -1)
+        assert chosen == pytest.approx(float(full[picked.token_id]))
+        assert rank == 1 + int((full > full[picked.token_id]).sum())
+    assert picked.chosen_probs[-1] == picked.prob
 
 
 def test_sampling_never_edits_the_logits_it_is_given() -> None:

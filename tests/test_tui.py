@@ -919,6 +919,36 @@ async def test_a_small_candidates_panel_shows_every_stage_with_fewer_candidates_
         assert shown[-1].endswith("50.0%") or shown[-1].endswith("40.0%"), "the last stage's best candidates"
 
 
+@in_event_loop
+async def test_a_token_drawn_from_below_the_top_candidates_shows_at_every_stage_with_its_rank() -> None:
+    from decode_tui.core.events import Candidate, StageCandidates
+
+    app, _ = make("sample")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        panel = app.query_one(CandidatesPanel)
+        top = tuple(Candidate(i, f" w{i}", 0.15 - 0.01 * i) for i in range(10))
+        stages = (StageCandidates("raw", top, chosen_prob=0.004, chosen_rank=31),
+                  StageCandidates("temperature", top, chosen_prob=0.02, chosen_rank=12),
+                  StageCandidates("top_p", (*top[:4], Candidate(77, " zed", 0.05)), chosen_prob=0.05, chosen_rank=5))
+        panel.show(TokenSampled(step=3, token_id=77, text=" zed", prob=0.05, greedy=False, stages=stages))
+        await pilot.pause()
+        shown = _shown(panel)
+        drawn = [line for line in shown if "' zed'" in line and not line.startswith("step")]
+        assert len(drawn) == 3 and all(line.startswith("▶") for line in drawn), shown
+        assert drawn[0].endswith("0.4% #31") and drawn[1].endswith("2.0% #12"), drawn
+        assert drawn[2].endswith("5.0%"), "among the top candidates: no rank needed"
+        assert len([line for line in shown if line.endswith("%") or "#" in line]) == 3 * 5 + 2, shown
+        # The token inspector (a token selected with the arrows) shows it too, below the final stage's best six.
+        from decode_tui.core.events import TokenEmitted
+
+        inspector = app.query_one(TokenInspector)
+        surprise = TokenSampled(step=3, token_id=77, text=" zed", prob=0.02, greedy=False, stages=stages[:2])
+        inspector.show(TokenEmitted(index=3, token_id=77, text=" zed", start=0, end=4), surprise, None, {})
+        rows = _plain(inspector).splitlines()
+        assert any("' zed'" in row and row.rstrip().endswith("2.0% #12") for row in rows), rows
+
+
 def test_the_whatif_grids_price_settings_with_the_runs_own_verify_times(byte_bpe: Any) -> None:
     from rich.table import Table
 

@@ -95,8 +95,10 @@ def autoregressive(
                 prob=picked.prob,
                 greedy=greedy,
                 stages=tuple(
-                    StageCandidates(stage, tuple(Candidate(t, label(t), p) for t, p in zip(tids, tprobs, strict=True)))
-                    for stage, tids, tprobs in zip(picked.stages, picked.top_ids, picked.top_probs, strict=True)
+                    StageCandidates(stage, tuple(Candidate(t, label(t), p) for t, p in zip(tids, tprobs, strict=True)),
+                                    chosen_prob=cp, chosen_rank=rank)
+                    for stage, tids, tprobs, cp, rank in zip(picked.stages, picked.top_ids, picked.top_probs,
+                                                             picked.chosen_probs, picked.chosen_ranks, strict=True)
                 ),
                 target_forwards=transcript.target_forwards,
             )

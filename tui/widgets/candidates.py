@@ -1,5 +1,8 @@
 """The candidate distribution of the current step, stage by stage, with the drawn token marked.
 
+The drawn token shows at every stage: where it is not among the top candidates (a sampled surprise), a row
+below them gives its probability there and its rank (``#12``).
+
 The rows are laid out by hand into one ``Text`` rather than a ``rich.table.Table``:
 a table measures every cell on every render, and this panel is redrawn at
 every paint while a run streams; as a table it was 70% of the app's paint
@@ -55,22 +58,33 @@ class CandidatesPanel(LivePanel):
         how = "argmax" if step.greedy else "drawn"
         text = Text(f"step {step.step}: {how} {step.text!r}  p={prob(step.prob)}", style=chosen_style)
         mark = self.glyphs.get("chosen", ">")
-        rows = [(stage, [(c, f"{mark if c.token_id == step.token_id else ' '} {c.text!r}")
-                         for c in stage.candidates[:top]]) for stage in step.stages]
-        width = min(LABEL_MAX, max((cell_len(label) for _, shown in rows for _, label in shown), default=1))
-        full = width + 1 + BAR_WIDTH + 1 + PERCENT_W
+        # (probability, label, is the drawn token, its rank where shown below the top candidates)
+        rows: list[tuple[str, list[tuple[float, str, bool, int | None]]]] = []
+        for stage in step.stages:
+            shown: list[tuple[float, str, bool, int | None]] = []
+            for c in stage.candidates[:top]:
+                drawn = c.token_id == step.token_id
+                shown.append((c.prob, f"{mark if drawn else ' '} {c.text!r}", drawn, None))
+            if stage.chosen_prob is not None and not any(chosen for _, _, chosen, _ in shown):
+                # Drawn from below the shown candidates: the surprise sampling is about, so shown, with its rank.
+                shown.append((stage.chosen_prob, f"{mark} {step.text!r}", True, stage.chosen_rank))
+            rows.append((stage.stage, shown))
+        width = min(LABEL_MAX, max((cell_len(label) for _, shown in rows for _, label, _, _ in shown), default=1))
+        ranked = max((len(f" #{rank}") for _, shown in rows for _, _, _, rank in shown if rank is not None), default=0)
+        full = width + 1 + BAR_WIDTH + 1 + PERCENT_W + ranked
         bar_width = BAR_WIDTH if room is None else max(4, BAR_WIDTH - max(0, full - room))
-        for stage, shown in rows:
+        for name, shown in rows:
             text.append("\n")
-            text.append(STAGE_NAMES[stage.stage], style=stage_style)
-            for candidate, label in shown:
-                chosen = candidate.token_id == step.token_id
+            text.append(STAGE_NAMES[name], style=stage_style)
+            for p, label, chosen, rank in shown:
                 text.append("\n")
                 text.append(set_cell_size(label, width), style=chosen_style if chosen else "")
                 text.append(" ")
-                bar = "█" * max(1, round(candidate.prob * bar_width))
+                bar = "█" * max(1, round(p * bar_width))
                 text.append(bar.ljust(bar_width), style=bar_style)
-                text.append(f" {percent(candidate.prob)}")
+                text.append(f" {percent(p)}")
+                if rank is not None:
+                    text.append(f" #{rank}", style=chosen_style)
         return text, full
 
     def render_strips(self, width: int, height: int) -> list[Strip]:

@@ -21,6 +21,11 @@ class TokenInspector(LivePanel):
             for c in final.candidates[:6]:
                 mark = glyphs.get("chosen", ">") if c.token_id == sampled.token_id else " "
                 table.add_row(mark, repr(c.text), "█" * max(1, round(c.prob * BAR)), percent(c.prob))
+            if final.chosen_prob is not None and all(c.token_id != sampled.token_id for c in final.candidates[:6]):
+                # drawn from below the candidates shown: its own row, with its rank
+                bar = "█" * max(1, round(final.chosen_prob * BAR))
+                table.add_row(glyphs.get("chosen", ">"), repr(sampled.text), bar,
+                              f"{percent(final.chosen_prob)} #{final.chosen_rank}")
             self.update(table)
         elif verdict is not None:
             u = "-" if verdict.u is None else f"{verdict.u:.3f}"
