@@ -949,6 +949,30 @@ async def test_a_token_drawn_from_below_the_top_candidates_shows_at_every_stage_
         assert any("' zed'" in row and row.rstrip().endswith("2.0% #12") for row in rows), rows
 
 
+@in_event_loop
+async def test_a_short_beam_panel_keeps_the_early_stopping_test_after_the_open_beams() -> None:
+    app, _ = make("beam")
+    app.settings = dataclasses.replace(app.settings, config=dataclasses.replace(
+        app.settings.config, beam=dataclasses.replace(app.settings.config.beam, num_beams=6)))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        panel = app.query_one(BeamPanel)
+        shown = _shown(panel)
+        assert "step 2: open beams" in shown[0], shown
+        stop = [i for i, line in enumerate(shown) if line.startswith("early stop (False)")]
+        assert stop, f"the early-stopping test is cut: {shown}"
+        finished = [i for i, line in enumerate(shown) if line.startswith("finished hypotheses")]
+        assert not finished or finished[0] > stop[0], "the test first, where not everything fits"
+
+    app, _ = make("beam")
+    async with app.run_test(size=SIZE) as pilot:  # room for everything: the usual order
+        await settle(pilot, app)
+        shown = _shown(app.query_one(BeamPanel))
+        at = {key: next(i for i, line in enumerate(shown) if line.startswith(key))
+              for key in ("finished hypotheses", "pruned:", "early stop")}
+        assert at["finished hypotheses"] < at["pruned:"] < at["early stop"], shown
+
+
 def test_the_whatif_grids_price_settings_with_the_runs_own_verify_times(byte_bpe: Any) -> None:
     from rich.table import Table
 

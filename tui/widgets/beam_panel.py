@@ -13,6 +13,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
+from textual.strip import Strip
 
 from ...core.events import BeamStepped, Hypothesis, rerank
 from .live_panel import LivePanel
@@ -27,6 +28,7 @@ class BeamPanel(LivePanel):
         super().__init__("waiting for the first beam step", **kwargs)
         self.history: list[BeamStepped] = []
         self.length_penalty: float | None = None  # set when the user re-ranks with another penalty
+        self._parts: tuple[Table, Table, Text, Text, Tree] | None = None  # the last redraw's, in their usual order
 
     def reset(self) -> None:
         self.history, self.length_penalty = [], None
@@ -81,7 +83,20 @@ class BeamPanel(LivePanel):
                          f"worst finished {check.worst_finished_score:.3f} → {verdict}")
         else:
             stop_line = f"early stop ({check.early_stopping}): {'done' if check.done else 'no finished hypothesis yet'}"
-        self.update(Group(beams, finished, pruned_line, Text(stop_line), self._tree()))
+        self._parts = (beams, finished, pruned_line, Text(stop_line), self._tree())
+        self.update(Group(*self._parts))
+
+    def render_strips(self, width: int, height: int) -> list[Strip]:
+        """Where the early-stopping test would be cut, it and the pruned candidates come right after the open
+        beams, ahead of the finished hypotheses and the tree: cut at the bottom, an 80x24 terminal lost the
+        test, which decides when beam search ends."""
+        self._style = self.rich_style
+        lines = self.lines_of(self._content, width)
+        if self.history and self._parts is not None and not any(
+                "".join(segment.text for segment in line).startswith("early stop (") for line in lines[:height]):
+            beams, finished, pruned_line, stop_line, tree = self._parts
+            lines = self.lines_of(Group(beams, stop_line, pruned_line, finished, tree), width)
+        return [Strip(line, width) for line in lines[:height]]
 
     def _tree(self) -> Tree:
         """Ancestry of the open beams over the last steps: dead branches are left out."""
