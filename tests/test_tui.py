@@ -951,9 +951,7 @@ async def test_a_token_drawn_from_below_the_top_candidates_shows_at_every_stage_
 
 @in_event_loop
 async def test_a_short_beam_panel_keeps_the_early_stopping_test_after_the_open_beams() -> None:
-    app, _ = make("beam")
-    app.settings = dataclasses.replace(app.settings, config=dataclasses.replace(
-        app.settings.config, beam=dataclasses.replace(app.settings.config.beam, num_beams=6)))
+    app, _ = make("beam")  # four beams
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot, app)
         panel = app.query_one(BeamPanel)
@@ -963,6 +961,9 @@ async def test_a_short_beam_panel_keeps_the_early_stopping_test_after_the_open_b
         assert stop, f"the early-stopping test is cut: {shown}"
         finished = [i for i, line in enumerate(shown) if line.startswith("finished hypotheses")]
         assert not finished or finished[0] > stop[0], "the test first, where not everything fits"
+        beams = shown[:stop[0]]
+        assert "…" not in "".join(beams) and all(f"{-(0.5 * 3 + b) / 3:.3f}" in "".join(beams) for b in range(4)), \
+            f"every score whole in a narrow panel: {beams}"
 
     app, _ = make("beam")
     async with app.run_test(size=SIZE) as pilot:  # room for everything: the usual order

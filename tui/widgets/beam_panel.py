@@ -7,8 +7,9 @@ scores), which is why the panel keeps its own copy of the last step.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
+from rich import box
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -19,6 +20,7 @@ from ...core.events import BeamStepped, Hypothesis, rerank
 from .live_panel import LivePanel
 
 TREE_STEPS = 6  # the ancestry tree shows this many most recent steps
+COMPACT_BELOW = 50  # a panel narrower than this (an 80-column terminal) lays the tables out compactly
 
 
 class BeamPanel(LivePanel):
@@ -55,23 +57,7 @@ class BeamPanel(LivePanel):
         if not self.history:
             return
         step = self.history[-1]
-        best = self.style_of("beam-panel--best")
-        beams = Table(title=f"step {step.step}: open beams", title_justify="left", expand=True, padding=(0, 1))
-        for name, justify in (("#", "right"), ("slot←parent", "left"), ("text tail", "left"),
-                              ("Σ log p", "right"), ("score", "right")):
-            beams.add_column(name, justify=justify, no_wrap=name != "text tail")  # type: ignore[arg-type]
-        for rank, b in enumerate(sorted(step.beams, key=lambda b: b.score, reverse=True), start=1):
-            beams.add_row(str(rank), f"{b.beam}←{b.parent}", repr(b.text_tail[-28:]), f"{b.sum_logprobs:.3f}",
-                          f"{b.score:.3f}", style=best if rank == 1 else "")
-        lp = self.length_penalty
-        title = "finished hypotheses" + (f" (re-ranked for lp={lp:g})" if lp is not None else "")
-        finished = Table(title=title, title_justify="left", expand=True, padding=(0, 1))
-        for name, justify in (("#", "right"), ("text", "left"), ("len", "right"), ("Σ log p", "right"),
-                              ("score", "right")):
-            finished.add_column(name, justify=justify)  # type: ignore[arg-type]
-        for rank, h in enumerate(self.finished(), start=1):
-            finished.add_row(str(rank), repr(h.text[-32:]), str(len(h.token_ids)), f"{h.sum_logprobs:.3f}",
-                             f"{h.score:.3f}")
+        beams, finished = self._tables(compact=False)
         pruned = [c for c in step.candidates if c.verdict == "pruned"]
         pruned_line = Text("pruned: " + ", ".join(f"{c.text!r} (from {c.parent}, {c.sum_logprobs:.2f})"
                                                   for c in pruned[:4]) if pruned else "pruned: none",
@@ -86,15 +72,48 @@ class BeamPanel(LivePanel):
         self._parts = (beams, finished, pruned_line, Text(stop_line), self._tree())
         self.update(Group(*self._parts))
 
+    def _tables(self, compact: bool) -> tuple[Table, Table]:
+        """The open beams and the finished hypotheses; ``compact``: for a narrow panel, without vertical rules
+        and with shorter texts, so the scores keep all their digits."""
+        step = self.history[-1]
+        best = self.style_of("beam-panel--best")
+        look: dict[str, Any] = dict(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True) \
+            if compact else {}
+        tail, text = (14, 16) if compact else (28, 32)
+        beams = Table(title=f"step {step.step}: open beams", title_justify="left", expand=True, padding=(0, 1),
+                      **look)
+        # Compact, the text goes last, where it can wrap: the figures keep their columns.
+        columns = ["#", "slot←p" if compact else "slot←parent", "text tail", "Σ log p", "score"]
+        order = [0, 1, 3, 4, 2] if compact else [0, 1, 2, 3, 4]
+        for i in order:
+            beams.add_column(columns[i], justify="left" if i in (1, 2) else "right", no_wrap=i != 2)
+        for rank, b in enumerate(sorted(step.beams, key=lambda b: b.score, reverse=True), start=1):
+            cells = [str(rank), f"{b.beam}←{b.parent}", repr(b.text_tail[-tail:]), f"{b.sum_logprobs:.3f}",
+                     f"{b.score:.3f}"]
+            beams.add_row(*(cells[i] for i in order), style=best if rank == 1 else "")
+        lp = self.length_penalty
+        title = "finished hypotheses" + (f" (re-ranked for lp={lp:g})" if lp is not None else "")
+        finished = Table(title=title, title_justify="left", expand=True, padding=(0, 1), **look)
+        for name, justify in (("#", "right"), ("text", "left"), ("len", "right"), ("Σ log p", "right"),
+                              ("score", "right")):
+            finished.add_column(name, justify=justify)  # type: ignore[arg-type]
+        for rank, h in enumerate(self.finished(), start=1):
+            finished.add_row(str(rank), repr(h.text[-text:]), str(len(h.token_ids)), f"{h.sum_logprobs:.3f}",
+                             f"{h.score:.3f}")
+        return beams, finished
+
     def render_strips(self, width: int, height: int) -> list[Strip]:
         """Where the early-stopping test would be cut, it and the pruned candidates come right after the open
         beams, ahead of the finished hypotheses and the tree: cut at the bottom, an 80x24 terminal lost the
         test, which decides when beam search ends."""
         self._style = self.rich_style
-        lines = self.lines_of(self._content, width)
-        if self.history and self._parts is not None and not any(
-                "".join(segment.text for segment in line).startswith("early stop (") for line in lines[:height]):
-            beams, finished, pruned_line, stop_line, tree = self._parts
+        if not self.history or self._parts is None:
+            return super().render_strips(width, height)
+        beams, finished, pruned_line, stop_line, tree = self._parts
+        if width < COMPACT_BELOW:  # the boxed tables would cut the scores to '-0.5…'
+            beams, finished = self._tables(compact=True)
+        lines = self.lines_of(Group(beams, finished, pruned_line, stop_line, tree), width)
+        if not any("".join(segment.text for segment in line).startswith("early stop (") for line in lines[:height]):
             lines = self.lines_of(Group(beams, stop_line, pruned_line, finished, tree), width)
         return [Strip(line, width) for line in lines[:height]]
 
