@@ -873,6 +873,25 @@ async def test_a_short_rounds_panel_shows_the_newest_rounds_and_the_latest_test(
 
 
 @in_event_loop
+async def test_a_narrow_rounds_panel_keeps_each_position_of_the_test_on_one_line() -> None:
+    app, _ = make("speculative")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        shown = _shown(app.query_one("#panel-draft", DraftPanel))
+        header = next(i for i, line in enumerate(shown) if line.split()[:4] == ["token", "q", "p", "u"])
+        assert shown[header].split() == ["token", "q", "p", "u", "vs", "p/q"], shown
+        rows = shown[header + 2:header + 5]  # the round's three positions: accepted, rejected, not tested
+        assert [row.split()[-1] for row in rows] == ["✓", "✗", "·"], shown
+        assert rows[1].split()[-4:-1] == ["0.60", "0.12", "0.55≥0.20"], "q, p and u against min(1, p/q)"
+
+    app, _ = make("speculative")
+    async with app.run_test(size=SIZE) as pilot:  # wide enough: the full table
+        await settle(pilot, app)
+        shown = _shown(app.query_one("#panel-draft", DraftPanel))
+        assert any(line.split() == ["token", "q", "p", "u", "test", "verdict"] for line in shown), shown
+
+
+@in_event_loop
 async def test_a_short_lookup_panel_keeps_the_match_and_the_copy_in_view() -> None:
     """Cut at the bottom, an 80x24 terminal would show the context before the match and hide the match."""
     from decode_tui.core.events import DraftProposed

@@ -15,6 +15,7 @@ from typing import ClassVar
 
 from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual.strip import Strip
 
@@ -45,6 +46,7 @@ class DraftPanel(LivePanel):
         self.glyphs: dict[str, str] = {}
         self._rows: list[Text] = []  # one per round shown, oldest first
         self._tail = Text()  # the latest round's test and the acceptance by position
+        self._test_width = 0  # the width of that test's table, laid out in full
 
     def reset(self) -> None:
         self.rounds, self.by_position = [], ()
@@ -63,8 +65,7 @@ class DraftPanel(LivePanel):
     def redraw(self) -> None:
         if not self.rounds:
             return
-        style = {name: self.style_of(f"draft-panel--{name}")
-                 for name in ("accepted", "rejected", "untested", "resampled", "bonus", "target")}
+        style = self._verdict_styles()
         labels = [(f"r{r.verified.round}", f"{'copy' if r.proposed.drafter == 'lookup' else 'draft'} "
                                             f"{r.verified.accepted}/{len(r.verified.verdicts)}{_of(r.proposed)}")
                   for r in self.rounds]
@@ -82,18 +83,31 @@ class DraftPanel(LivePanel):
                 text.append("→ ")
                 glyph = self._glyph(kind) if kind in ("resampled", "bonus") else ""
                 text.append(f"{glyph}{r.extra_text}", style=style[kind])
+        text, self._test_width = self._test(style, compact=False)
+        self._rows, self._tail = rows, text
+        self.update(Text("\n").join([*rows, text]))
+
+    def _verdict_styles(self) -> dict[str, Style]:
+        return {name: self.style_of(f"draft-panel--{name}")
+                for name in ("accepted", "rejected", "untested", "resampled", "bonus", "target")}
+
+    def _test(self, style: dict[str, Style], compact: bool) -> tuple[Text, int]:
+        """The latest round's acceptance test and the acceptance by position, and the width its table takes;
+        ``compact``: for a narrow panel, u and its threshold in one column and the verdict as its glyph, so
+        each position keeps one line."""
         text = Text()
         last = self.rounds[-1]
         pieces = [repr(piece) for piece in last.proposed.texts]
-        token_w = min(TOKEN_W, max([len("token"), *(cell_len(p) for p in pieces)]))
+        token_w = min(6 if compact else TOKEN_W, max([len("token"), *(cell_len(p) for p in pieces)]))
         # test: u against min(1, p/q) under sampling; whether the target's argmax agrees under greedy
-        header = f"  {'token':<{token_w}} {'q':>7} {'p':>7} {'u':>6} {'test':>10}   verdict"
+        header = (f" {'token':<{token_w}} {'q':>7} {'p':>7} {'u vs p/q':>9}" if compact else
+                  f"  {'token':<{token_w}} {'q':>7} {'p':>7} {'u':>6} {'test':>10}   verdict")
         drafted = len(last.proposed.token_ids)
         limit = last.proposed.max_tokens
         why = f" (stopped: {last.proposed.stopped})" if last.proposed.stopped else ""
         length = f"{drafted} drafted of at most {limit}{why}" if limit is not None else f"{drafted} drafted"
         text.append(f"round {last.verified.round}: {length}; the acceptance test\n\n{header}\n"
-                    f" {'─' * (len(header) + 1)}\n")
+                    f" {'─' * (len(header) + (0 if compact else 1))}\n")
         for v, piece in zip(last.verified.verdicts, pieces, strict=False):
             if v.verdict == "untested":  # discarded with the rejection before it: there was no test
                 rule, u = "-", "-"
@@ -106,9 +120,14 @@ class DraftPanel(LivePanel):
                 u = f"{v.u:.2f}"
             if cell_len(piece) > token_w:
                 piece = set_cell_size(piece, token_w - 1) + "…"
-            text.append(f"  {set_cell_size(piece, token_w)} {prob(v.q):>7} {prob(v.p):>7} {u:>6} {rule:>10}   ")
             verdict = "not tested" if v.verdict == "untested" else v.verdict
-            text.append(f"{self._glyph(v.verdict)}{verdict}", style=style[v.verdict])
+            if compact:
+                test = rule if u == "-" else f"{u}{rule[1:]}"  # 0.66≥0.22: u against min(1, p/q)
+                text.append(f" {set_cell_size(piece, token_w)} {prob(v.q):>7} {prob(v.p):>7} {test:>9} ")
+                text.append(self._glyph(v.verdict) or verdict[:3], style=style[v.verdict])
+            else:
+                text.append(f"  {set_cell_size(piece, token_w)} {prob(v.q):>7} {prob(v.p):>7} {u:>6} {rule:>10}   ")
+                text.append(f"{self._glyph(v.verdict)}{verdict}", style=style[v.verdict])
             text.append("\n")
         cut = [(i, piece) for i, piece in enumerate(pieces) if cell_len(piece) > token_w]
         if cut:  # nothing is only ever shown cut: the long ones in full, wrapped
@@ -118,8 +137,7 @@ class DraftPanel(LivePanel):
                         style=style["untested"])
         rates = "  ".join(f"{i + 1}:{rate:.0%}" for i, rate in enumerate(self.by_position))
         text.append(f"\nacceptance by position  {rates}")
-        self._rows, self._tail = rows, text
-        self.update(Text("\n").join([*rows, text]))
+        return text, len(header) + 1
 
     def render_strips(self, width: int, height: int) -> list[Strip]:
         """The newest rounds that fit above the latest round's test, newest last.
@@ -130,7 +148,10 @@ class DraftPanel(LivePanel):
         if not self.rounds:
             return super().render_strips(width, height)
         self._style = self.rich_style
-        tail = self.lines_of(self._tail, width)
+        test = self._tail
+        if width < self._test_width:  # the test's columns would wrap, a position over two lines
+            test = self._test(self._verdict_styles(), compact=True)[0]
+        tail = self.lines_of(test, width)
         room, shown = height - len(tail), list[list[Segment]]()
         for row in reversed(self._rows):
             lines = self.lines_of(row, width)
