@@ -11,10 +11,10 @@ from typing import Any, ClassVar
 
 from rich import box
 from rich.console import Group
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
-from textual.strip import Strip
 
 from ...core.events import BeamStepped, Hypothesis, rerank
 from .live_panel import LivePanel
@@ -102,20 +102,19 @@ class BeamPanel(LivePanel):
                              f"{h.score:.3f}")
         return beams, finished
 
-    def render_strips(self, width: int, height: int) -> list[Strip]:
+    def fit(self, width: int, height: int) -> list[list[Segment]]:
         """Where the early-stopping test would be cut, it and the pruned candidates come right after the open
         beams, ahead of the finished hypotheses and the tree: cut at the bottom, an 80x24 terminal lost the
         test, which decides when beam search ends."""
-        self._style = self.rich_style
         if not self.history or self._parts is None:
-            return super().render_strips(width, height)
+            return super().fit(width, height)
         beams, finished, pruned_line, stop_line, tree = self._parts
         if width < COMPACT_BELOW:  # the boxed tables would cut the scores to '-0.5…'
             beams, finished = self._tables(compact=True)
         lines = self.lines_of(Group(beams, finished, pruned_line, stop_line, tree), width)
         if not any("".join(segment.text for segment in line).startswith("early stop (") for line in lines[:height]):
             lines = self.lines_of(Group(beams, stop_line, pruned_line, finished, tree), width)
-        return [Strip(line, width) for line in lines[:height]]
+        return lines
 
     def _tree(self) -> Tree:
         """Ancestry of the open beams over the last steps: dead branches are left out."""

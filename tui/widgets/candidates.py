@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import ClassVar
 
 from rich.cells import cell_len, set_cell_size
+from rich.segment import Segment
 from rich.text import Text
-from textual.strip import Strip
 
 from ...core.events import TokenSampled
 from ..numbers import percent, prob
@@ -87,20 +87,17 @@ class CandidatesPanel(LivePanel):
                     text.append(f" #{rank}", style=chosen_style)
         return text, full
 
-    def render_strips(self, width: int, height: int) -> list[Strip]:
+    def fit(self, width: int, height: int) -> list[list[Segment]]:
         """Every stage, with shorter bars where the panel is narrow and fewer candidates where it is short.
 
         Cut at the bottom, a short panel (an 80x24 terminal) hid the last stages, top-k and top-p: the
         distribution the token is drawn from. Each stage keeps at least its first candidate.
         """
+        lines = super().fit(width, height)
         step = self.last
-        if step is None:
-            return super().render_strips(width, height)
-        self._style = self.rich_style
-        lines = self.lines_of(self._content, width)
-        if len(lines) > height or self._row_width > width:  # shorter bars, then fewer candidates
+        if step is not None and (len(lines) > height or self._row_width > width):  # shorter bars, fewer rows
             for top in range(self.top, 0, -1):
                 lines = self.lines_of(self._text(step, top, width)[0], width)
                 if len(lines) <= height:
                     break
-        return [Strip(line, width) for line in lines[:height]]
+        return lines

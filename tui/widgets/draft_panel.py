@@ -17,7 +17,6 @@ from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
-from textual.strip import Strip
 
 from ...core.events import DraftProposed
 from ..numbers import prob
@@ -139,15 +138,14 @@ class DraftPanel(LivePanel):
         text.append(f"\nacceptance by position  {rates}")
         return text, len(header) + 1
 
-    def render_strips(self, width: int, height: int) -> list[Strip]:
+    def fit(self, width: int, height: int) -> list[list[Segment]]:
         """The newest rounds that fit above the latest round's test, newest last.
 
         Cut at the bottom like the other panels, a short panel (an 80x24 terminal, or PLD's half) would show
         the oldest rounds and hide the newest one and its test, which the caption is about.
         """
         if not self.rounds:
-            return super().render_strips(width, height)
-        self._style = self.rich_style
+            return super().fit(width, height)
         test = self._tail
         if width < self._test_width:  # the test's columns would wrap, a position over two lines
             test = self._test(self._verdict_styles(), compact=True)[0]
@@ -159,4 +157,4 @@ class DraftPanel(LivePanel):
                 break
             shown[:0] = lines  # the newest round always: it is what the test below is about
             room -= len(lines)
-        return [Strip(line, width) for line in (shown + tail)[:height]]
+        return shown + tail

@@ -61,14 +61,19 @@ class LivePanel(Widget):
     def render_strips(self, width: int, height: int) -> list[Strip]:
         """The lines a content area of this size shows: the content's top, cut at the bottom.
 
-        A panel that picks its own window, or keeps rendered lines, overrides this (:class:`TextPane`).
+        A panel that keeps rendered lines overrides this (:class:`TextPane`); one that chooses what to keep
+        where not everything fits overrides :meth:`fit`.
         """
         # ``rich_style`` walks the ancestors' styles; read once per render, not once per line.
         self._style = self.rich_style
-        return [Strip(line, width) for line in self.lines_of(self._content, width)[:height]]
+        return [Strip(line, width) for line in self.fit(width, height)[:height]]
+
+    def fit(self, width: int, height: int) -> list[list[Segment]]:
+        """The rendered lines to show, from the top (those past ``height`` are cut): the whole content here."""
+        return self.lines_of(self._content, width)
 
     def lines_of(self, content: RenderableType, width: int) -> list[list[Segment]]:
-        """``content`` rendered ``width`` cells wide in the panel's style (read by :meth:`render_strips`)."""
+        """``content`` rendered ``width`` cells wide in the panel's style (read by :meth:`fit`)."""
         console = self.app.console
         return console.render_lines(content, console.options.update_width(max(1, width)), style=self._style, pad=True)
 

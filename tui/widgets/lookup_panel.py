@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from rich.segment import Segment
 from rich.text import Text
-from textual.strip import Strip
 
 from ...core.events import DraftProposed
 from .live_panel import LivePanel
@@ -72,17 +72,16 @@ class LookupPanel(LivePanel):
             body.append("…")
         return head + body
 
-    def render_strips(self, width: int, height: int) -> list[Strip]:
+    def fit(self, width: int, height: int) -> list[list[Segment]]:
         """The last lookup; where the panel is too short for it, less of the context before the match.
 
         Cut at the bottom alone, a short panel (an 80x24 terminal) would show the tokens before the match
         and hide the match and the copy, the two things the panel is for.
         """
-        self._style = self.rich_style
-        lines = self.lines_of(self._content, width)
+        lines = super().fit(width, height)
         for before in (WINDOW // 3, 0):
             text = self._text(before) if len(lines) > height else None
             if text is None:
                 break
             lines = self.lines_of(text, width)
-        return [Strip(line, width) for line in lines[:height]]
+        return lines
