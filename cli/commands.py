@@ -285,25 +285,48 @@ def models(ctx: typer.Context) -> None:
     if ctx.invoked_subcommand is not None:
         return
     from rich.console import Console
-    from rich.table import Table
 
     from ..core.errors import ModelUnavailableError
 
-    table = Table(title="decode-tui models", title_justify="left")
-    # Folded, never cut with an ellipsis: a repo id or path is copied from here, so every character must show.
-    table.add_column("alias", overflow="fold")
-    table.add_column("resolves to", overflow="fold")
-    table.add_column("here?")
-    table.add_column("where / how to get it", overflow="fold")
+    rows: list[tuple[str, str, bool, str]] = []  # alias, repo id, here?, where it is / how to get it
     for alias, repo in ALIASES.items():
+        label = alias + (" (default)" if alias == DEFAULT_ALIAS else "")
         try:
-            found = resolve(alias)
-            table.add_row(alias + (" (default)" if alias == DEFAULT_ALIAS else ""), repo, "[green]yes[/]",
-                          str(found.path))
+            rows.append((label, repo, True, str(resolve(alias).path)))
         except ModelUnavailableError:
             how = "decode-tui models pull " + alias if alias in EMBEDDED_ALIASES else "needs the hub"
-            table.add_row(alias + (" (default)" if alias == DEFAULT_ALIAS else ""), repo, "[red]no[/]", how)
-    Console(soft_wrap=True).print(table)
+            rows.append((label, repo, False, how))
+    console = Console(soft_wrap=True)
+    wide = _models_table(rows, narrow=False)
+    natural = console.measure(wide, options=console.options.update_width(10_000)).maximum  # unclamped
+    console.print(wide if natural <= console.width else _models_table(rows, narrow=True))
+
+
+def _models_table(rows: list[tuple[str, str, bool, str]], *, narrow: bool) -> Any:
+    """The models table: four columns where they fit, else the location on its own line under the repo id.
+
+    A repo id or a path is copied from here, so neither is ever cut with an
+    ellipsis, and in 80 columns neither is folded mid-word either: the
+    narrow layout gives each its own line (a path longer than the terminal
+    still folds, as it must).
+    """
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title="decode-tui models", title_justify="left", box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD,
+                  show_edge=not narrow)
+    table.add_column("alias", no_wrap=narrow, overflow="fold")
+    table.add_column("here?")
+    table.add_column("resolves to; where / how to get it" if narrow else "resolves to", overflow="fold")
+    if not narrow:
+        table.add_column("where / how to get it", overflow="fold")
+    for label, repo, here, where in rows:
+        mark = "[green]yes[/]" if here else "[red]no[/]"
+        if narrow:
+            table.add_row(label, mark, f"{repo}\n  [dim]{where}[/]")
+        else:
+            table.add_row(label, mark, repo, where)
+    return table
 
 
 @models_app.command("pull")

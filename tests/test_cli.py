@@ -6,6 +6,7 @@ import json
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 import torch
 
 from decode_tui.core.errors import EXIT_INTERRUPTED, EXIT_MODEL_UNAVAILABLE, EXIT_USAGE
+from decode_tui.core.registry import ALIASES
 
 SCRIPT = str(Path(sys.executable).parent / "decode-tui")
 
@@ -220,8 +222,24 @@ def test_models_lists_every_alias_with_availability(isolated_env: dict[str, str]
     for alias in ("smollm2", "smollm2-360m", "smollm2-1.7b", "phi3", "phi3.5", "qwen2.5-0.5b", "qwen2.5-1.5b",
                   "gpt2", "tinyllama"):
         assert alias in done.stdout
-    assert "microsoft/Phi-3-mini-4k-instruct" in done.stdout
     assert "yes" not in done.stdout  # empty caches: nothing is here
+
+
+@pytest.mark.parametrize("columns", [80, 160])
+def test_models_never_folds_a_repo_id_or_a_path(isolated_env: dict[str, str], columns: int) -> None:
+    # Each is copied from here: in 80 columns the four-column table folded "SmolLM2-1" / "35M-Instruct".
+    # A short cache folder (pytest's tmp_path alone is over 80 characters, and such a path must fold).
+    with tempfile.TemporaryDirectory(dir="/tmp", prefix="dt") as cache:
+        model = Path(cache) / "models" / "smollm2"  # a checkpoint's files, to be listed
+        model.mkdir(parents=True)
+        (model / "config.json").write_text("{}")
+        (model / "model.safetensors").write_bytes(b"")
+        done = cli("models", env={**isolated_env, "COLUMNS": str(columns), "DECODE_TUI_CACHE": cache})
+    assert done.returncode == 0, done.stderr
+    assert max(len(line.rstrip()) for line in done.stdout.splitlines()) <= columns
+    for repo in ALIASES.values():
+        assert repo in done.stdout, done.stdout
+    assert str(model) in done.stdout and "decode-tui models pull" not in done.stdout
 
 
 def test_pulling_a_hub_model_without_the_hub(isolated_env: dict[str, str]) -> None:
