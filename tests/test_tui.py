@@ -515,6 +515,31 @@ async def test_a_replay_of_a_mid_run_export_is_labelled_and_ends_with_the_record
 
 
 @in_event_loop
+async def test_a_long_recording_or_model_name_gives_way_in_the_header_and_the_prompt_stays() -> None:
+    """A first line wider than the terminal wrapped, and pushed the prompt out of the header's three lines."""
+    long_name = "the lesson's recording (07-adaptive-draft-length.jsonl)"
+    long_model = "/home/someone/checkpoints/an-organisation/a-very-long-model-name-Instruct-v2"
+    settings = dataclasses.replace(with_mode(Settings(), "speculative"), model=long_model)
+    app = DecodeApp(settings, FakeDecoder().source, replaying=long_name)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        first, params, prompt = _shown(app.query_one(RunHeader))
+        assert first.endswith("SPECULATIVE · finished") and len(first) < 80, first
+        assert first.startswith(" REPLAY …-length.jsonl)  …") and "-Instruct-v2 · cpu float32" in first, first
+        assert prompt.startswith(" prompt: ") and "k≤" in params, (params, prompt)
+    app = DecodeApp(with_mode(Settings(), "speculative"), FakeDecoder().source, replaying=long_name)
+    async with app.run_test(size=(80, 24)) as pilot:  # a lesson at 80 columns: only the recording's name gives way
+        await settle(pilot, app)
+        first = _shown(app.query_one(RunHeader))[0]
+        assert first.endswith("…ve-draft-length.jsonl)  smollm2 · cpu float32 · SPECULATIVE · finished"), first
+        assert len(first) < 80, first
+    app = DecodeApp(settings, FakeDecoder().source, replaying="x.jsonl")
+    async with app.run_test(size=(160, 24)) as pilot:  # room for both: nothing is cut
+        await settle(pilot, app)
+        assert f"REPLAY of x.jsonl   {long_model}  ·" in _shown(app.query_one(RunHeader))[0]
+
+
+@in_event_loop
 async def test_a_slow_step_shows_a_busy_indicator_that_goes_when_the_step_comes() -> None:
     app, _ = make("speculative", fake=FakeDecoder(delay=1.5))
     async with app.run_test(size=SIZE) as pilot:
@@ -884,11 +909,16 @@ async def test_a_narrow_rounds_panel_keeps_each_position_of_the_test_on_one_line
         assert [row.split()[-1] for row in rows] == ["✓", "✗", "·"], shown
         assert rows[1].split()[-4:-1] == ["0.60", "0.12", "0.55≥0.20"], "q, p and u against min(1, p/q)"
 
-    app, _ = make("speculative")
-    async with app.run_test(size=SIZE) as pilot:  # wide enough: the full table
-        await settle(pilot, app)
-        shown = _shown(app.query_one("#panel-draft", DraftPanel))
-        assert any(line.split() == ["token", "q", "p", "u", "test", "verdict"] for line in shown), shown
+    for size in (SIZE, (120, 36)):  # wide enough: the full table, each row whole ("·not tested" wrapped at 120)
+        app, _ = make("speculative")
+        async with app.run_test(size=size) as pilot:
+            await settle(pilot, app)
+            shown = _shown(app.query_one("#panel-draft", DraftPanel))
+            header = shown.index(next(line for line in shown if line.split()[:1] == ["token"]))
+            assert shown[header].split() == ["token", "q", "p", "u", "test", "verdict"], shown
+            rows = shown[header + 2:header + 5]
+            assert [row.split()[-1] for row in rows] == ["✓accepted", "✗rejected", "tested"], shown
+            assert rows[2].split()[-2:] == ["·not", "tested"] and rows[1].split()[2:4] == ["0.60", "0.12"], shown
 
 
 @in_event_loop

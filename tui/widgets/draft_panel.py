@@ -100,13 +100,14 @@ class DraftPanel(LivePanel):
         token_w = min(6 if compact else TOKEN_W, max([len("token"), *(cell_len(p) for p in pieces)]))
         # test: u against min(1, p/q) under sampling; whether the target's argmax agrees under greedy
         header = (f" {'token':<{token_w}} {'q':>7} {'p':>7} {'u vs p/q':>9}" if compact else
-                  f"  {'token':<{token_w}} {'q':>7} {'p':>7} {'u':>6} {'test':>10}   verdict")
+                  f"  {'token':<{token_w}} {'q':>7} {'p':>7} {'u':>6} {'test':>8}  verdict")
         drafted = len(last.proposed.token_ids)
         limit = last.proposed.max_tokens
         why = f" (stopped: {last.proposed.stopped})" if last.proposed.stopped else ""
         length = f"{drafted} drafted of at most {limit}{why}" if limit is not None else f"{drafted} drafted"
         text.append(f"round {last.verified.round}: {length}; the acceptance test\n\n{header}\n"
                     f" {'─' * (len(header) + (0 if compact else 1))}\n")
+        width = len(header) + 1
         for v, piece in zip(last.verified.verdicts, pieces, strict=False):
             if v.verdict == "untested":  # discarded with the rejection before it: there was no test
                 rule, u = "-", "-"
@@ -125,8 +126,9 @@ class DraftPanel(LivePanel):
                 text.append(f" {set_cell_size(piece, token_w)} {prob(v.q):>7} {prob(v.p):>7} {test:>9} ")
                 text.append(self._glyph(v.verdict) or verdict[:3], style=style[v.verdict])
             else:
-                text.append(f"  {set_cell_size(piece, token_w)} {prob(v.q):>7} {prob(v.p):>7} {u:>6} {rule:>10}   ")
+                text.append(f"  {set_cell_size(piece, token_w)} {prob(v.q):>7} {prob(v.p):>7} {u:>6} {rule:>8}  ")
                 text.append(f"{self._glyph(v.verdict)}{verdict}", style=style[v.verdict])
+            width = max(width, cell_len(text.plain.rsplit("\n", 1)[-1]))  # "·not tested" is wider than "verdict"
             text.append("\n")
         cut = [(i, piece) for i, piece in enumerate(pieces) if cell_len(piece) > token_w]
         if cut:  # nothing is only ever shown cut: the long ones in full, wrapped
@@ -136,7 +138,7 @@ class DraftPanel(LivePanel):
                         style=style["untested"])
         rates = "  ".join(f"{i + 1}:{rate:.0%}" for i, rate in enumerate(self.by_position))
         text.append(f"\nacceptance by position  {rates}")
-        return text, len(header) + 1
+        return text, width
 
     def fit(self, width: int, height: int) -> list[list[Segment]]:
         """The newest rounds that fit above the latest round's test, newest last.

@@ -19,13 +19,8 @@ class RunHeader(LivePanel):
         params = started.params if started is not None else {}
         device = params.get("device", settings.device)
         dtype = params.get("dtype", settings.dtype)
-        line = Text()
-        line.append(" decode-tui ", style="bold reverse")
-        if replaying is not None:
-            line.append(f" REPLAY of {replaying} ", style="bold reverse")
-        line.append(f"  {settings.model}  ·  {device} {dtype}  ·  ")
-        line.append(settings.mode.upper(), style="bold")
-        line.append(f"  ·  {state}\n")
+        line = self._first_line(settings.model, f"{device} {dtype}", settings.mode.upper(), state, replaying)
+        line.append("\n")
         line.append(f" {params_line(settings)}\n")
         # The prompt in every mode (PLD also shows it, token by token, around each match): one line, cut to fit.
         prompt = " ".join(settings.prompt.split())
@@ -37,3 +32,37 @@ class RunHeader(LivePanel):
         if line.plain != self._shown:  # the header changes rarely; skip the repaint otherwise
             self._shown = line.plain
             self.update(line)
+
+    def _first_line(self, model: str, where: str, mode: str, state: str, replaying: str | None) -> Text:
+        """What runs, on one line that never wraps: a wrapped one pushed the prompt out of the header's three
+        lines. Where it is too wide, the separators narrow, then the recording's name and the model's (a long
+        path) give way, keeping their ends, and then the app's name goes; the mode and the state never do."""
+        room = self.size.width - 1  # 0 before the first layout: then nothing is cut
+        layouts = ((" decode-tui ", "  ·  ", " REPLAY of ", 0), (" decode-tui ", " · ", " REPLAY of ", 12),
+                   ("", " · ", " REPLAY ", 8))  # the app's own name is the least telling
+        for label, sep, replay, least in layouts:
+            name, shown = replaying, model
+            fixed = len(label) + len(sep) // 2 + 3 * len(sep) + len(where + mode + state)
+            if name is not None:
+                fixed += len(replay) + 1
+            if least and room > 0:  # the recording's name first, down to half the room where the model's is long
+                avail = room - fixed
+                name = None if name is None else _cut(name, avail - min(len(model), avail // 2), least)
+                shown = _cut(model, avail - len(name or ""), least)
+            if room <= 0 or fixed + len(shown) + len(name or "") <= room:
+                break
+        line = Text()
+        line.append(label, style="bold reverse")
+        if name is not None:
+            line.append(f"{replay}{name} ", style="bold reverse")
+        line.append(f"{sep[:len(sep) // 2]}{shown}{sep}{where}{sep}")
+        line.append(mode, style="bold")
+        line.append(f"{sep}{state}")
+        return line
+
+
+def _cut(name: str, room: int, least: int) -> str:
+    """``name`` in ``room`` cells but never fewer than ``least``, its end kept: a file's name, a model's last
+    folder."""
+    room = max(room, least)
+    return name if len(name) <= room else "…" + name[-(room - 1):]
