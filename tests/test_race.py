@@ -16,6 +16,7 @@ from decode_tui.tui.race_app import RaceApp
 from decode_tui.tui.settings import Settings, with_mode
 from decode_tui.tui.sources import is_race, read_race, write_race
 from decode_tui.tui.widgets.race_lane import RaceLane
+from decode_tui.tui.widgets.stats_bar import StatsBar
 
 from .conftest import tiny_model
 from .fake_decoder import WORDS, FakeDecoder
@@ -113,6 +114,21 @@ async def test_the_race_moves_each_lane_at_its_own_measured_pace() -> None:
         assert "the baseline" in greedy.query_one(".lane-title").content.plain  # type: ignore[attr-defined]
         race.action_restart()  # r: again, from the start (no tick runs before the checks: nothing is awaited)
         assert race.clock == 0.0 and not race.done and all(lane.text == "" for lane in lanes)
+
+
+@in_event_loop
+async def test_each_lane_says_its_figures_whole_and_alike_in_80_columns() -> None:
+    """Lanes a third of 80 columns wide cut "finish: length" off and broke figures over lines."""
+    app = race_app(speed=0)
+    async with app.run_test(size=(80, 30)) as pilot:
+        await until(pilot, lambda: app.race.done, timeout=10)
+        await pilot.pause(0.1)
+        for lane in app.race.query(RaceLane):
+            bar = lane.query_one(StatsBar)
+            lines = [bar.render_line(y).text.strip() for y in range(bar.content_size.height)]
+            parts = [part for line in lines if line for part in line.split(" · ")]
+            assert parts[0] == "finished" and parts[1].endswith(" tok") and parts[3].endswith(" fwd"), lines
+            assert all(part.count(" ") <= 1 for part in parts), f"a figure broken over two lines: {lines}"
 
 
 @pytest.mark.parametrize("modes", ["greedy", "pld,pld", "greedy,warp"])

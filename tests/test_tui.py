@@ -540,6 +540,25 @@ async def test_a_long_recording_or_model_name_gives_way_in_the_header_and_the_pr
 
 
 @in_event_loop
+async def test_the_stats_bar_keeps_every_figure_whole_in_80_columns() -> None:
+    """The full line (105 cells for a finished speculative run) was cut mid-figure at 80 columns."""
+    app, _ = make("speculative")
+    async with app.run_test(size=SIZE) as pilot:  # room: the full labels
+        await settle(pilot, app)
+        wide = _shown(app.query_one(StatsBar))[0].strip().split(" · ")
+        assert wide[:2] == ["finished", "7 tokens"] and "3 target forwards" in wide and wide[-1] == "finish: length"
+    app, _ = make("speculative")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        bar = app.query_one(StatsBar)
+        (line,) = _shown(bar)
+        parts = line.strip().split(" · ")
+        assert parts[:2] == ["finished", "7 tok"] and "3 fwd" in parts and "acc 71%" in parts, line
+        assert parts[-1] == wide[-2] and "finish:" not in line, "the finish reason (the caption says it) goes first"
+        assert parts[2] == wide[2] and parts[2].endswith(" tok/s"), "the rate stays"
+
+
+@in_event_loop
 async def test_a_slow_step_shows_a_busy_indicator_that_goes_when_the_step_comes() -> None:
     app, _ = make("speculative", fake=FakeDecoder(delay=1.5))
     async with app.run_test(size=SIZE) as pilot:

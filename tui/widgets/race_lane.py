@@ -38,7 +38,7 @@ class RaceLane(Vertical):
     def compose(self) -> ComposeResult:
         yield LivePanel(self.mode, classes="lane-title")
         yield TextPane()
-        yield StatsBar(classes="lane-stats")
+        yield StatsBar(short=True, classes="lane-stats")
 
     def reset(self) -> None:
         self.view = RunView(paused=False, now=0.0)

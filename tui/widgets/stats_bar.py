@@ -2,19 +2,32 @@
 
 It shows a :class:`~decode_tui.tui.run_view.Counters`: while a run is going the
 counts come from the events seen so far; once it finishes they are the core's
-exact ``Finished`` figures.
+exact ``Finished`` figures. Where the bar is too narrow (80 columns, a race's
+lane), it breaks only between figures, shortens their labels, and then leaves
+out the least telling ones (the finish reason, which the caption also says,
+first); a figure is never cut in half.
 """
 
 from __future__ import annotations
 
+from rich.segment import Segment
+from rich.text import Text
+
 from ..run_view import Counters
 from .live_panel import LivePanel
 
+SEP = " · "
+
 
 class StatsBar(LivePanel):
-    def __init__(self, **kwargs: object) -> None:
+    def __init__(self, short: bool = False, **kwargs: object) -> None:
+        """``short``: the short labels even where the full ones fit (a race's lanes, compared side by side, say
+        their figures the same way)."""
         super().__init__("loading…", **kwargs)
         self.counters = Counters()
+        self.short = short
+        # (full label, short label, rank): the lower the rank, the sooner it is left out where nothing else fits
+        self._parts: list[tuple[str, str, int]] = []
 
     def show(self, counters: Counters) -> None:
         self.counters = counters
@@ -24,16 +37,43 @@ class StatsBar(LivePanel):
         elapsed = r.elapsed_s if r else counters.elapsed_s
         rate = r.tokens_per_s if r else (tokens / elapsed if elapsed > 0 else 0.0)
         noun = "token" if tokens == 1 else "tokens"
-        parts = [counters.state, f"{tokens} {noun}", f"{rate:.1f} tok/s", f"{forwards} target forwards"]
+        parts = [(counters.state, counters.state, 9), (f"{tokens} {noun}", f"{tokens} tok", 7),
+                 (f"{rate:.1f} tok/s", f"{rate:.1f} tok/s", 8), (f"{forwards} target forwards", f"{forwards} fwd", 5)]
         if forwards:
-            parts.append(f"{tokens / forwards:.2f} tok/forward")
+            parts.append((f"{tokens / forwards:.2f} tok/forward", f"{tokens / forwards:.2f} tok/fwd", 4))
         drafted = r.drafted if r and r.drafted is not None else counters.drafted
         accepted = r.accepted if r and r.accepted is not None else counters.accepted
         if drafted:
-            parts.append(f"acceptance {accepted / drafted:.0%}")
-        parts.append(f"{elapsed:.1f} s")
+            parts.append((f"acceptance {accepted / drafted:.0%}", f"acc {accepted / drafted:.0%}", 6))
+        parts.append((f"{elapsed:.1f} s", f"{elapsed:.1f} s", 2))
         if r is not None:
-            parts.append(f"finish: {r.finish_reason}")
+            parts.append((f"finish: {r.finish_reason}", f"finish: {r.finish_reason}", 1))
         if counters.kernels:  # so a speed that changes when the compiled kernels arrive says why
-            parts.append(f"kernels: {counters.kernels}")
-        self.update(" · ".join(parts))
+            parts.append((f"kernels: {counters.kernels}", f"kernels: {counters.kernels}", 3))
+        self._parts = parts
+        self.update(SEP.join(full for full, _, _ in parts))
+
+    def fit(self, width: int, height: int) -> list[list[Segment]]:
+        """Every figure whole, in as few lines as ``height`` allows: full labels, then short ones, then without
+        the least telling figures."""
+        if not self._parts:
+            return super().fit(width, height)
+        lines = _packed([short if self.short else full for full, short, _ in self._parts], width)
+        ranks = sorted(rank for _, _, rank in self._parts)  # the least telling first
+        for left_out in range(len(ranks)):
+            if len(lines) <= height:
+                break
+            lines = _packed([short for _, short, rank in self._parts if rank not in ranks[:left_out]], width)
+        return self.lines_of(Text("\n".join(lines)), width)
+
+
+def _packed(parts: list[str], width: int) -> list[str]:
+    """``parts`` joined by the separator into lines of at most ``width`` cells, broken only between parts (a part
+    wider than the line gets a line of its own)."""
+    lines: list[str] = []
+    for part in parts:
+        if lines and len(lines[-1]) + len(SEP) + len(part) <= width:
+            lines[-1] += SEP + part
+        else:
+            lines.append(part)
+    return lines
