@@ -1033,6 +1033,19 @@ async def test_a_short_beam_panel_keeps_the_early_stopping_test_after_the_open_b
         assert "…" not in "".join(beams) and all(f"{-(0.5 * 3 + b) / 3:.3f}" in "".join(beams) for b in range(4)), \
             f"every score whole in a narrow panel: {beams}"
 
+        # A real model's tails (28 characters) wrapped over three lines a beam in a text column, and pushed the
+        # test out: now each beam is its figures' line and its tail's, cut from the left to fit.
+        last = panel.history[-1]
+        long = [dataclasses.replace(b, text_tail=f"a mythical sea creature no. {b.beam} that was") for b in last.beams]
+        panel.add([dataclasses.replace(last, step=last.step + 1, beams=tuple(long))])
+        await pilot.pause()
+        shown = _shown(panel)
+        test_at = next(i for i, line in enumerate(shown) if line.startswith("early stop (False)"))
+        assert len(shown[2:test_at]) == 2 * len(long), shown
+        for figures, tail in zip(shown[2:test_at:2], shown[3:test_at:2], strict=True):
+            assert figures.split()[1].count("←") == 1 and tail.startswith("   '…") and tail.endswith(" that was'")
+            assert len(tail) <= panel.content_size.width, tail
+
     app, _ = make("beam")
     async with app.run_test(size=SIZE) as pilot:  # room for everything: the usual order
         await settle(pilot, app)

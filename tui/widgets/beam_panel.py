@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from rich import box
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
@@ -57,7 +56,7 @@ class BeamPanel(LivePanel):
         if not self.history:
             return
         step = self.history[-1]
-        beams, finished = self._tables(compact=False)
+        beams, finished = self._tables()
         pruned = [c for c in step.candidates if c.verdict == "pruned"]
         pruned_line = Text("pruned: " + ", ".join(f"{c.text!r} (from {c.parent}, {c.sum_logprobs:.2f})"
                                                   for c in pruned[:4]) if pruned else "pruned: none",
@@ -72,35 +71,55 @@ class BeamPanel(LivePanel):
         self._parts = (beams, finished, pruned_line, Text(stop_line), self._tree())
         self.update(Group(*self._parts))
 
-    def _tables(self, compact: bool) -> tuple[Table, Table]:
-        """The open beams and the finished hypotheses; ``compact``: for a narrow panel, without vertical rules
-        and with shorter texts, so the scores keep all their digits."""
+    def _tables(self) -> tuple[Table, Table]:
+        """The open beams and the finished hypotheses, as boxed tables."""
         step = self.history[-1]
         best = self.style_of("beam-panel--best")
-        look: dict[str, Any] = dict(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True) \
-            if compact else {}
-        tail, text = (14, 16) if compact else (28, 32)
-        beams = Table(title=f"step {step.step}: open beams", title_justify="left", expand=True, padding=(0, 1),
-                      **look)
-        # Compact, the text goes last, where it can wrap: the figures keep their columns.
-        columns = ["#", "slot←p" if compact else "slot←parent", "text tail", "Σ log p", "score"]
-        order = [0, 1, 3, 4, 2] if compact else [0, 1, 2, 3, 4]
-        for i in order:
-            beams.add_column(columns[i], justify="left" if i in (1, 2) else "right", no_wrap=i != 2)
-        for rank, b in enumerate(sorted(step.beams, key=lambda b: b.score, reverse=True), start=1):
-            cells = [str(rank), f"{b.beam}←{b.parent}", repr(b.text_tail[-tail:]), f"{b.sum_logprobs:.3f}",
-                     f"{b.score:.3f}"]
-            beams.add_row(*(cells[i] for i in order), style=best if rank == 1 else "")
-        lp = self.length_penalty
-        title = "finished hypotheses" + (f" (re-ranked for lp={lp:g})" if lp is not None else "")
-        finished = Table(title=title, title_justify="left", expand=True, padding=(0, 1), **look)
+        beams = Table(title=f"step {step.step}: open beams", title_justify="left", expand=True, padding=(0, 1))
+        for name, justify in (("#", "right"), ("slot←parent", "left"), ("text tail", "left"), ("Σ log p", "right"),
+                              ("score", "right")):
+            beams.add_column(name, justify=justify, no_wrap=name != "text tail")  # type: ignore[arg-type]
+        for rank, b in enumerate(self._ranked(), start=1):
+            beams.add_row(str(rank), f"{b.beam}←{b.parent}", repr(b.text_tail[-28:]), f"{b.sum_logprobs:.3f}",
+                          f"{b.score:.3f}", style=best if rank == 1 else "")
+        finished = Table(title=self._finished_title(), title_justify="left", expand=True, padding=(0, 1))
         for name, justify in (("#", "right"), ("text", "left"), ("len", "right"), ("Σ log p", "right"),
                               ("score", "right")):
             finished.add_column(name, justify=justify)  # type: ignore[arg-type]
         for rank, h in enumerate(self.finished(), start=1):
-            finished.add_row(str(rank), repr(h.text[-text:]), str(len(h.token_ids)), f"{h.sum_logprobs:.3f}",
+            finished.add_row(str(rank), repr(h.text[-32:]), str(len(h.token_ids)), f"{h.sum_logprobs:.3f}",
                              f"{h.score:.3f}")
         return beams, finished
+
+    def _compact(self, width: int) -> tuple[Text, Text]:
+        """The same two tables for a narrow panel: each row's figures on one line and its text, cut from the
+        left to the panel's width, on the next. In a text column the tails wrapped over three lines a row, and
+        four beams pushed the early-stopping test out of an 80x24 terminal."""
+        step = self.history[-1]
+        best = self.style_of("beam-panel--best")
+        beams = Text()
+        beams.append(f"step {step.step}: open beams\n", style="italic")
+        beams.append(f"{'#':>2} {'slot←p':<7}{'Σ log p':>9}{'score':>8}\n", style="bold")
+        for rank, b in enumerate(self._ranked(), start=1):
+            beams.append(f"{rank:>2} {f'{b.beam}←{b.parent}':<7}{b.sum_logprobs:>9.3f}{b.score:>8.3f}\n"
+                         f"   {_tail(b.text_tail, width - 4)}\n", style=best if rank == 1 else "")
+        finished = Text()
+        finished.append(self._finished_title() + "\n", style="italic")
+        if self.finished():
+            finished.append(f"{'#':>2} {'len':>4}{'Σ log p':>9}{'score':>8}\n", style="bold")
+        for rank, h in enumerate(self.finished(), start=1):
+            finished.append(f"{rank:>2} {len(h.token_ids):>4}{h.sum_logprobs:>9.3f}{h.score:>8.3f}\n"
+                            f"   {_tail(h.text, width - 4)}\n")
+        beams.rstrip()
+        finished.rstrip()
+        return beams, finished
+
+    def _ranked(self) -> list[Any]:
+        return sorted(self.history[-1].beams, key=lambda b: b.score, reverse=True)
+
+    def _finished_title(self) -> str:
+        lp = self.length_penalty
+        return "finished hypotheses" + (f" (re-ranked for lp={lp:g})" if lp is not None else "")
 
     def fit(self, width: int, height: int) -> list[list[Segment]]:
         """Where the early-stopping test would be cut, it and the pruned candidates come right after the open
@@ -108,9 +127,11 @@ class BeamPanel(LivePanel):
         test, which decides when beam search ends."""
         if not self.history or self._parts is None:
             return super().fit(width, height)
+        beams: RenderableType
+        finished: RenderableType
         beams, finished, pruned_line, stop_line, tree = self._parts
         if width < COMPACT_BELOW:  # the boxed tables would cut the scores to '-0.5…'
-            beams, finished = self._tables(compact=True)
+            beams, finished = self._compact(width)
         lines = self.lines_of(Group(beams, finished, pruned_line, stop_line, tree), width)
         if not any("".join(segment.text for segment in line).startswith("early stop (") for line in lines[:height]):
             lines = self.lines_of(Group(beams, stop_line, pruned_line, finished, tree), width)
@@ -136,3 +157,14 @@ class BeamPanel(LivePanel):
                 new_nodes[b.beam] = parent.add(label)
             nodes = new_nodes
         return tree
+
+
+def _tail(text: str, room: int) -> str:
+    """``text``'s end as a quoted repr in at most ``room`` cells (never fewer than four characters of it),
+    with an ellipsis where its start is left out: ``'…that was'``."""
+    shown, n = repr(text), len(text)
+    while len(shown) > room and n > 4:
+        n -= 1
+        cut = repr(text[-n:])
+        shown = cut[0] + "…" + cut[1:]
+    return shown
