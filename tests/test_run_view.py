@@ -108,6 +108,36 @@ def test_a_round_cut_short_by_the_end_is_still_shown() -> None:
     assert len(rounds) == 1 and rounds[0].extra_text == "", "the round closes with the run, without its extra"
 
 
+def test_a_round_whose_extra_token_ends_the_text_names_it() -> None:
+    """The end-of-text token decodes to nothing: the round read "→" and its caption "target's own token ''"."""
+    started = Started(mode="pld", model="tiny", prompt_token_ids=(1, 2), prompt_text="x",
+                      params={"eos_token_ids": [2, 7]})
+    verdicts = (PositionVerdict(0, 10, 0.9, 1.0, None, "accepted"), PositionVerdict(1, 11, 0.3, 1.0, None, "rejected"))
+    events: list[Event] = [
+        started,
+        TokenEmitted(index=0, token_id=9, text="a", start=0, end=1, target_forwards=1),
+        DraftProposed(round=0, drafter="lookup", token_ids=(10, 11), texts=("b", "\n")),
+        DraftVerified(round=0, verdicts=verdicts, accepted=1, extra_token_id=7, extra_kind="target",
+                      target_forwards=2),
+        TokenEmitted(index=1, token_id=10, text="b", start=1, end=2, source="lookup", target_forwards=2),
+        TokenEmitted(index=2, token_id=7, text="", start=2, end=2, target_forwards=2),
+        Finished(mode="pld", prompt_token_ids=(1, 2), token_ids=(9, 10, 7), text="ab", finish_reason="eos",
+                 new_tokens=3, target_forwards=2, elapsed_s=1.0, tokens_per_s=3.0)]
+    view = view_of(events, 1000)
+    pending = view.take()
+    (round_,) = pending.rounds
+    assert round_.extra_text == "⟨EOS⟩"
+    from decode_tui.tui.teaching import caption
+    from decode_tui.tui.widgets.draft_panel import visible
+
+    said = caption(round_.verified, round_.proposed, round_.extra_text)
+    assert said is not None and said.endswith("target's own token ⟨EOS⟩"), said
+
+    assert visible(round_.proposed.texts[1]) == "↵", "a newline shows as a mark, not a broken row"
+    old = view_of([STARTED, *events[1:]], 1000).take().rounds  # a recording without the ids: no mark
+    assert old[0].extra_text == ""
+
+
 def speculative_events_cut() -> list[Event]:
     verdicts = tuple(PositionVerdict(i, 10 + i, 0.9, 1.0, None, "accepted") for i in range(3))
     return [STARTED,

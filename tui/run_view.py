@@ -32,7 +32,7 @@ from ..core.events import (
     TokenSampled,
 )
 from .pump import Failed, Notice, StepTracker
-from .teaching import CAPTIONED_ALONE, caption
+from .teaching import CAPTIONED_ALONE, EOS_MARK, caption
 
 Severity = Literal["information", "warning", "error"]
 
@@ -189,9 +189,16 @@ class RunView:
         if closes_step and self._open is not None:
             proposed, verified = self._open
             extra = event.text if event.token_id == verified.extra_token_id else ""
+            if not extra and event.token_id == verified.extra_token_id and event.token_id in self._eos_ids():
+                extra = EOS_MARK
             self.pending.rounds.append(Round(proposed, verified, extra))
             self.pending.say(caption(verified, proposed, extra))
             self._open = None
+
+    def _eos_ids(self) -> set[int]:
+        """The model's end-of-text ids, as its ``Started`` says (none in a recording made before it did)."""
+        ids = self.started.params.get("eos_token_ids", ()) if self.started is not None else ()
+        return set(ids) if isinstance(ids, list | tuple) else set()
 
     def _notice(self, notice: Notice) -> list[tuple[str, Severity]]:
         c = self.counters

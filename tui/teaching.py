@@ -32,6 +32,16 @@ def ordinal(n: int) -> str:
 CAPTIONED_ALONE = (TokenSampled, BeamStepped, Finished)
 
 
+# The text the panels and captions give an end-of-text token, which the text itself never shows (it decodes
+# to nothing): without it a round that ended the run read "→" followed by nothing.
+EOS_MARK = "⟨EOS⟩"
+
+
+def quoted(piece: str) -> str:
+    """A token's text as the captions quote it: ``' the'``; the end-of-text mark as it is."""
+    return piece if piece == EOS_MARK else repr(piece)
+
+
 def caption(event: Event, proposed: DraftProposed | None = None, extra_text: str | None = None) -> str | None:
     """What ``event`` did, in one line; None for events that close no step.
 
@@ -59,11 +69,11 @@ def caption(event: Event, proposed: DraftProposed | None = None, extra_text: str
                 parts.append(f"{nth} rejected: p={prob(rejected.p)} < u·q={prob(rejected.u * rejected.q)}")
         extra = extra_text if extra_text is not None else f"#{event.extra_token_id}"
         if event.extra_kind == "resampled":
-            parts.append(f"resampled {extra!r} from max(0, p-q)")
+            parts.append(f"resampled {quoted(extra)} from max(0, p-q)")
         elif event.extra_kind == "bonus":
-            parts.append(f"all accepted: bonus token {extra!r} from p")
+            parts.append(f"all accepted: bonus token {quoted(extra)} from p")
         elif event.extra_kind == "target":
-            parts.append(f"target's own token {extra!r}")
+            parts.append(f"target's own token {quoted(extra)}")
         return "; ".join(parts)
     if isinstance(event, BeamStepped):
         best = event.beams[0] if event.beams else None

@@ -75,13 +75,13 @@ class DraftPanel(LivePanel):
             rows.append(text)
             text.append(f"{label:<{round_w}} {count:<{count_w}} ")
             for v, piece in zip(r.verified.verdicts, r.proposed.texts, strict=False):
-                text.append(f"{self._glyph(v.verdict)}{piece}", style=style[v.verdict])
+                text.append(f"{self._glyph(v.verdict)}{visible(piece)}", style=style[v.verdict])
                 text.append(" ")
             kind = r.verified.extra_kind
             if kind is not None and r.verified.extra_token_id is not None:
                 text.append("→ ")
                 glyph = self._glyph(kind) if kind in ("resampled", "bonus") else ""
-                text.append(f"{glyph}{r.extra_text}", style=style[kind])
+                text.append(f"{glyph}{visible(r.extra_text)}", style=style[kind])
         text, self._test_width = self._test(style, compact=False)
         self._rows, self._tail = rows, text
         self.update(Text("\n").join([*rows, text]))
@@ -160,3 +160,9 @@ class DraftPanel(LivePanel):
             shown[:0] = lines  # the newest round always: it is what the test below is about
             room -= len(lines)
         return shown + tail
+
+
+def visible(piece: str) -> str:
+    """A token's text for a round's row: a newline or a tab in it would break the row or vanish, so each shows
+    as a mark (the acceptance test's table quotes its tokens instead)."""
+    return piece.replace("\n", "↵").replace("\t", "⇥").replace("\r", "␍")
