@@ -134,7 +134,7 @@ def parse(text: str, source: str) -> Lesson:
         for key in ("text", "try"):
             if key in item and (not isinstance(item[key], str) or not item[key].strip()):
                 raise bad(key, f"of pause {i + 1} must be a non-empty string.")
-        pause = Pause(str(item["on"]), item["text"].strip(), item.get("try", "").strip())
+        pause = Pause(str(item["on"]), prose(item["text"]), prose(item.get("try", "")))
         if pause.on not in EVENTS and pause.after_tokens is None:
             raise bad("on", f"of pause {i + 1} must be one of {', '.join(map(repr, EVENTS))} or \"token N\", not "
                       f"{pause.on!r}.")
@@ -146,8 +146,27 @@ def parse(text: str, source: str) -> Lesson:
     if recording is not None and not isinstance(recording, str):
         raise bad("recording", "must be the name of a recording file beside the lesson.")
     return Lesson(name=data["name"], title=data["title"], mode=data["mode"], prompt=data["prompt"],
-                  intro=data["intro"].strip(), settings=dict(settings), pauses=tuple(pauses),
-                  summary=summary.strip(), source=source, recording=recording)
+                  intro=prose(data["intro"]), settings=dict(settings), pauses=tuple(pauses),
+                  summary=prose(summary), source=source, recording=recording)
+
+
+_ITEM = re.compile(r"\s*(?:[-*•]|\d+[.)])\s")  # a line that starts a list item keeps its own line
+
+
+def prose(text: str) -> str:
+    """A lesson text as the narration panel shows it: the line breaks written to keep the file readable are
+    reflowed, so the panel wraps the text to the terminal's width (they broke lines mid-sentence in an
+    80-column terminal); a blank line still starts a paragraph, and a list item (``- ``, ``1. ``) its line."""
+    paragraphs = []
+    for paragraph in re.split(r"\n\s*\n", text.strip()):
+        lines: list[str] = []
+        for line in paragraph.splitlines():
+            if lines and not _ITEM.match(line):
+                lines[-1] += " " + line.strip()
+            else:
+                lines.append(line.strip())
+        paragraphs.append("\n".join(lines))
+    return "\n\n".join(paragraphs)
 
 
 class PauseTracker:

@@ -118,6 +118,34 @@ async def test_a_live_lesson_offers_what_to_try_and_n_goes_on_to_the_next_pause(
         await until(pilot, lambda: narration.text == "Look." and len(fake.runs) == 2)
 
 
+@in_event_loop
+async def test_in_80x24_the_summary_reads_as_prose_and_the_keys_stay_in_view() -> None:
+    """The summary's last line, the keys to press, was pushed out of the panel, and its text kept the line
+    breaks written in the lesson file, mid-sentence at 80 columns."""
+    lesson = next(lesson for lesson in LESSONS if lesson.name == "beam-search")
+    app = playback(lesson, speed=0)
+    async with app.run_test(size=(80, 24)) as pilot:
+        narration = app.query_one(Narration)
+        for _ in lesson.pauses:
+            await pilot.press("n")
+            await pilot.pause(0.1)
+        await settle(pilot, app)
+        await until(pilot, lambda: "This run:" in narration.text)
+        await pilot.pause(0.1)
+        screen = app.screen._compositor.render_strips()  # the screen as painted, borders included
+        shown = [screen[y].text for y in range(narration.region.y, narration.region.bottom)]
+        assert "r: run it again · q: quit" in shown[-1], shown
+        body = " ".join(line.strip(" │╭╮╰╯─") for line in shown[1:-1])
+        assert "how much a longer answer is favoured" in " ".join(body.split()), shown
+        # The beam panel has six lines here: the early-stopping test, which the last pause is about, is in them.
+        from decode_tui.tui.widgets.beam_panel import BeamPanel
+
+        region = app.query_one(BeamPanel).content_region
+        panel = [screen[y].text[region.x:region.right].strip() for y in range(region.y, region.bottom)]
+        assert panel[0].startswith("early stop (False): best attainable"), panel
+        assert any(line.startswith("1 0←2") for line in panel), "and the best beam it judges"
+
+
 def test_a_lesson_in_another_mode_drops_the_settings_of_its_own() -> None:
     beam = next(lesson for lesson in LESSONS if lesson.mode == "beam")
     config = lesson_config(beam, {"mode": ModeChoice.greedy, "max_new_tokens": 5})

@@ -60,6 +60,20 @@ def test_an_unknown_lesson_lists_the_lessons() -> None:
     assert parse(GOOD, "mine.toml").name == "x"
 
 
+def test_a_lessons_texts_are_reflowed_keeping_paragraphs_and_list_items() -> None:
+    """Line breaks written to keep the file readable broke the narration mid-sentence in 80 columns."""
+    text = GOOD.replace('intro = "look"', 'intro = """\nOne sentence broken\n  over two lines.\n\nA list:\n- first\n'
+                                      '  item, wrapped\n2. second\n"""')
+    text += '[[pause]]\non = "token 1"\ntext = """\nLook at\nthe bars."""\ntry = "Press\\nP."\n'
+    lesson = parse(text, "mine.toml")
+    assert lesson.intro == "One sentence broken over two lines.\n\nA list:\n- first item, wrapped\n2. second"
+    assert lesson.pauses[0].text == "Look at the bars." and lesson.pauses[0].try_ == "Press P."
+    for shipped_lesson in shipped():  # and the shipped ones: no line break inside a sentence
+        for said in (shipped_lesson.intro, shipped_lesson.summary, *(p.text for p in shipped_lesson.pauses)):
+            for paragraph in said.split("\n\n"):
+                assert all(line[:1] in "-*•" or line[:1].isdigit() for line in paragraph.splitlines()[1:]), said
+
+
 def test_pauses_stop_at_the_events_they_wait_for_each_once() -> None:
     pauses = (Pause("token 2", "two"), Pause("lookup miss", "miss"), Pause("bonus", "bonus"),
               Pause("end of text", "end"))

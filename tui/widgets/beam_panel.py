@@ -123,8 +123,8 @@ class BeamPanel(LivePanel):
 
     def fit(self, width: int, height: int) -> list[list[Segment]]:
         """Where the early-stopping test would be cut, it and the pruned candidates come right after the open
-        beams, ahead of the finished hypotheses and the tree: cut at the bottom, an 80x24 terminal lost the
-        test, which decides when beam search ends."""
+        beams, ahead of the finished hypotheses and the tree, and where even that cuts it, first: cut at the
+        bottom, an 80x24 terminal lost the test, which decides when beam search ends."""
         if not self.history or self._parts is None:
             return super().fit(width, height)
         beams: RenderableType
@@ -132,9 +132,15 @@ class BeamPanel(LivePanel):
         beams, finished, pruned_line, stop_line, tree = self._parts
         if width < COMPACT_BELOW:  # the boxed tables would cut the scores to '-0.5…'
             beams, finished = self._compact(width)
-        lines = self.lines_of(Group(beams, finished, pruned_line, stop_line, tree), width)
-        if not any("".join(segment.text for segment in line).startswith("early stop (") for line in lines[:height]):
-            lines = self.lines_of(Group(beams, stop_line, pruned_line, finished, tree), width)
+        orders = [(beams, finished, pruned_line, stop_line, tree), (beams, stop_line, pruned_line, finished, tree)]
+        if self.history[-1].early_stop.worst_finished_score is not None:
+            # Shorter still (a lesson's narration below, in 80x24): a test that compares scores goes on top,
+            # above the beams it judges. One that has no finished hypothesis to compare with yet does not.
+            orders.append((stop_line, beams, pruned_line, finished, tree))
+        for order in orders:
+            lines = self.lines_of(Group(*order), width)
+            if any("".join(segment.text for segment in line).startswith("early stop (") for line in lines[:height]):
+                break
         return lines
 
     def _tree(self) -> Tree:

@@ -49,10 +49,11 @@ class Narration(Static):
         self.intro()
 
     def _show(self, body: str, hint: str) -> None:
+        """``body`` inside; the keys to press on the bottom border, where a long text (the summary in an
+        80x24 terminal) cannot push them out of view as it did when they were its last line."""
         self.text = body
-        content = Text(body)
-        content.append(f"\n{hint}", style="dim")
-        self.update(content)
+        self.border_subtitle = hint
+        self.update(Text(body))
 
     def intro(self) -> None:
         self._show(self.lesson.intro, "n: start · space: pause or resume · ?: every key")
