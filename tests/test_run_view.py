@@ -134,6 +134,7 @@ def test_a_round_whose_extra_token_ends_the_text_names_it() -> None:
     assert said is not None and said.endswith("target's own token ⟨EOS⟩"), said
 
     assert visible(round_.proposed.texts[1]) == "↵", "a newline shows as a mark, not a broken row"
+    assert [visible(piece) for piece in (" ", "", " x", "\n  if")] == ["␣", "∅", " x", "↵  if"]
     old = view_of([STARTED, *events[1:]], 1000).take().rounds  # a recording without the ids: no mark
     assert old[0].extra_text == ""
 

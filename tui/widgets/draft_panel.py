@@ -164,5 +164,7 @@ class DraftPanel(LivePanel):
 
 def visible(piece: str) -> str:
     """A token's text for a round's row: a newline or a tab in it would break the row or vanish, so each shows
-    as a mark (the acceptance test's table quotes its tokens instead)."""
-    return piece.replace("\n", "↵").replace("\t", "⇥").replace("\r", "␍")
+    as a mark, as does a token of spaces alone, and one whose text is still to come (part of a character)
+    shows as ∅ (the acceptance test's table quotes its tokens instead)."""
+    shown = piece.replace("\n", "↵").replace("\t", "⇥").replace("\r", "␍")
+    return (shown if shown.strip() else shown.replace(" ", "␣")) or "∅"
