@@ -360,6 +360,21 @@ async def test_help_themes_and_prompt_editing_work_while_the_model_loads() -> No
         loaded.set()  # a failed assertion must not leave the fake's thread waiting
 
 
+def test_the_inspector_says_the_test_a_drafted_token_met() -> None:
+    """It printed "u=-" under greedy verification, which draws no u, and never said what was compared."""
+    from decode_tui.core.events import PositionVerdict
+    from decode_tui.tui.widgets.token_inspector import verdict_line
+
+    sampled = PositionVerdict(0, 5, p=0.3, q=0.6, u=0.55, verdict="rejected")
+    assert verdict_line(sampled, copied=False) == ("drafted with q=0.600; the target's p=0.300; "
+                                                   "u=0.550 ≥ min(1, p/q)=0.500 → rejected")
+    greedy = PositionVerdict(1, 6, p=0.6, q=0.27, u=None, verdict="accepted")
+    assert verdict_line(greedy, copied=False).endswith("p=0.600; it is the target's argmax → accepted")
+    copy = PositionVerdict(2, 7, p=0.1, q=1.0, u=None, verdict="rejected")
+    assert verdict_line(copy, copied=True) == ("copied from the text (q=1); the target's p=0.100; "
+                                               "the target's argmax is another token → rejected")
+
+
 @in_event_loop
 async def test_selecting_a_token_shows_its_alternatives() -> None:
     app, _ = make()

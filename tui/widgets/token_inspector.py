@@ -28,8 +28,7 @@ class TokenInspector(LivePanel):
                               f"{percent(final.chosen_prob)} #{final.chosen_rank}")
             self.update(table)
         elif verdict is not None:
-            u = "-" if verdict.u is None else f"{verdict.u:.3f}"
-            self.update(f"{title}\n  drafted; p={verdict.p:.3f}  q={verdict.q:.3f}  u={u}  → {verdict.verdict}")
+            self.update(f"{title}\n  {verdict_line(verdict, copied=piece.source == 'lookup')}")
         elif piece.source in ("resampled", "bonus", "target"):
             how = {"resampled": "resampled from max(0, p - q) after a rejection",
                    "bonus": "the bonus token, drawn from p after a fully accepted draft",
@@ -37,3 +36,16 @@ class TokenInspector(LivePanel):
             self.update(f"{title}\n  {how}")
         else:
             self.update(title)
+
+
+def verdict_line(verdict: PositionVerdict, copied: bool) -> str:
+    """The test a drafted token passed or failed, in the terms of its verification: under sampling u against
+    min(1, p/q), under greedy verification whether it is the target's argmax (there is no u to show)."""
+    how = "copied from the text (q=1)" if copied else f"drafted with q={verdict.q:.3f}"
+    if verdict.u is None:
+        test = ("it is the target's argmax" if verdict.verdict == "accepted"
+                else "the target's argmax is another token")
+    else:
+        threshold = min(1.0, verdict.p / verdict.q) if verdict.q > 0 else 0.0
+        test = f"u={verdict.u:.3f} {'<' if verdict.u < threshold else '≥'} min(1, p/q)={threshold:.3f}"
+    return f"{how}; the target's p={verdict.p:.3f}; {test} → {verdict.verdict}"
