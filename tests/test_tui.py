@@ -360,6 +360,13 @@ async def test_help_themes_and_prompt_editing_work_while_the_model_loads() -> No
         loaded.set()  # a failed assertion must not leave the fake's thread waiting
 
 
+def test_a_beams_text_is_quoted_without_escaping_its_quotes() -> None:
+    from decode_tui.tui.widgets.beam_panel import quoted
+
+    assert quoted(' is "Mermaid\'s Brew"') == '\' is "Mermaid\'s Brew"\'', "repr wrote Mermaid\\'s"
+    assert quoted("a\nb\tc") == "'a\\nb\\tc'", "line breaks and tabs still show as escapes"
+
+
 def test_the_inspector_says_the_test_a_drafted_token_met() -> None:
     """It printed "u=-" under greedy verification, which draws no u, and never said what was compared."""
     from decode_tui.core.events import PositionVerdict

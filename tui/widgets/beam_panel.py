@@ -80,14 +80,14 @@ class BeamPanel(LivePanel):
                               ("score", "right")):
             beams.add_column(name, justify=justify, no_wrap=name != "text tail")  # type: ignore[arg-type]
         for rank, b in enumerate(self._ranked(), start=1):
-            beams.add_row(str(rank), f"{b.beam}←{b.parent}", repr(b.text_tail[-28:]), f"{b.sum_logprobs:.3f}",
+            beams.add_row(str(rank), f"{b.beam}←{b.parent}", quoted(b.text_tail[-28:]), f"{b.sum_logprobs:.3f}",
                           f"{b.score:.3f}", style=best if rank == 1 else "")
         finished = Table(title=self._finished_title(), title_justify="left", expand=True, padding=(0, 1))
         for name, justify in (("#", "right"), ("text", "left"), ("len", "right"), ("Σ log p", "right"),
                               ("score", "right")):
             finished.add_column(name, justify=justify)  # type: ignore[arg-type]
         for rank, h in enumerate(self.finished(), start=1):
-            finished.add_row(str(rank), repr(h.text[-32:]), str(len(h.token_ids)), f"{h.sum_logprobs:.3f}",
+            finished.add_row(str(rank), quoted(h.text[-32:]), str(len(h.token_ids)), f"{h.sum_logprobs:.3f}",
                              f"{h.score:.3f}")
         return beams, finished
 
@@ -165,12 +165,17 @@ class BeamPanel(LivePanel):
         return tree
 
 
+def quoted(text: str) -> str:
+    """A beam's text in single quotes, its line breaks and tabs escaped as repr would, but not its quotes:
+    repr turned 'is "Mermaid's Brew"' into ' is "Mermaid\\'s Brew"'."""
+    return "'" + text.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", "\\t") + "'"
+
+
 def _tail(text: str, room: int) -> str:
-    """``text``'s end as a quoted repr in at most ``room`` cells (never fewer than four characters of it),
-    with an ellipsis where its start is left out: ``'…that was'``."""
-    shown, n = repr(text), len(text)
+    """``text``'s end, quoted, in at most ``room`` cells (never fewer than four characters of it), with an
+    ellipsis where its start is left out: ``'…that was'``."""
+    shown, n = quoted(text), len(text)
     while len(shown) > room and n > 4:
         n -= 1
-        cut = repr(text[-n:])
-        shown = cut[0] + "…" + cut[1:]
+        shown = "'…" + quoted(text[-n:])[1:]
     return shown
