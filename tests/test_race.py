@@ -131,6 +131,21 @@ async def test_each_lane_says_its_figures_whole_and_alike_in_80_columns() -> Non
             assert all(part.count(" ") <= 1 for part in parts), f"a figure broken over two lines: {lines}"
 
 
+@in_event_loop
+async def test_a_replayed_race_keeps_its_header_lines_in_80_columns() -> None:
+    """A recording's name wrapped the first line and pushed the prompt out of the three-line header."""
+    lanes = [fake_lane("greedy", 0.1), fake_lane("pld", 0.03), fake_lane("speculative", 0.05)]
+    app = RaceApp(Settings(prompt="Copy: the quick brown fox"), lanes, "cpu float32", speed=0,
+                  source="2026-11-24-a-long-name-for-the-code-edit-race.jsonl")
+    async with app.run_test(size=(80, 30)) as pilot:
+        await pilot.pause(0.2)
+        header = app.race.query_one("#race-header")
+        first, how, prompt = [header.render_line(y).text.rstrip() for y in range(3)]
+        assert first.endswith("-code-edit-race.jsonl   smollm2 · cpu float32") and "REPLAY of …" in first, first
+        assert len(first) < 80 and prompt.startswith(" prompt: Copy"), (first, prompt)
+        assert how == " Each mode ran alone, warm, once; replayed at the pace it had.", how
+
+
 @pytest.mark.parametrize("modes", ["greedy", "pld,pld", "greedy,warp"])
 def test_a_race_with_one_mode_or_an_unknown_one_is_refused(modes: str) -> None:
     from decode_tui.core.errors import EXIT_USAGE

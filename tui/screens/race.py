@@ -25,6 +25,7 @@ from ..screenshots import save_svg
 from ..settings import Settings
 from ..widgets.live_panel import LivePanel
 from ..widgets.race_lane import RaceLane
+from ..widgets.run_header import cut_keeping_end
 
 TICK_HZ = 30
 
@@ -67,13 +68,21 @@ class RaceScreen(ModalScreen[None]):
         prompt = " ".join(self.settings.prompt.split())
         header = Text()
         header.append(" decode-tui race ", style="bold reverse")
+        # One line (a wrapped one pushed the prompt out of the header): the lanes' titles name the modes, and a
+        # long recording name gives way, keeping its end.
+        where = f"  {self.settings.model} · {self.device}"
         if self.source:
-            header.append(f" REPLAY of {self.source} ", style="bold reverse")
-        header.append(f"  {self.settings.model} · {self.device} · {', '.join(lane.name for lane in self.lanes)}\n")
+            room = self.app.size.width - 1 - len(" decode-tui race ") - len(" REPLAY of  ") - len(where)
+            header.append(f" REPLAY of {cut_keeping_end(self.source, room, 12)} ", style="bold reverse")
+        header.append(f"{where}\n")
         runs = len(self.lanes[0].rates)
         ran = (f"{runs} times, alternated; each lane replays its median run" if runs > 1
                else "once; each lane replays it")
-        header.append(f" Each mode ran alone on this device, warm, {ran} at the pace it had.\n", style="italic")
+        how = f" Each mode ran alone on this device, warm, {ran} at the pace it had."
+        if len(how) >= self.app.size.width:  # the short form, on one line too
+            how = (f" Each mode ran alone, warm, {runs} times, alternated; median runs replayed." if runs > 1
+                   else " Each mode ran alone, warm, once; replayed at the pace it had.")
+        header.append(f"{how}\n", style="italic")
         header.append(" prompt: ", style="bold")
         header.append(prompt[:200] + ("…" if len(prompt) > 200 else ""))
         self.query_one("#race-header", LivePanel).update(header)

@@ -47,8 +47,8 @@ class RunHeader(LivePanel):
                 fixed += len(replay) + 1
             if least and room > 0:  # the recording's name first, down to half the room where the model's is long
                 avail = room - fixed
-                name = None if name is None else _cut(name, avail - min(len(model), avail // 2), least)
-                shown = _cut(model, avail - len(name or ""), least)
+                name = None if name is None else cut_keeping_end(name, avail - min(len(model), avail // 2), least)
+                shown = cut_keeping_end(model, avail - len(name or ""), least)
             if room <= 0 or fixed + len(shown) + len(name or "") <= room:
                 break
         line = Text()
@@ -61,7 +61,7 @@ class RunHeader(LivePanel):
         return line
 
 
-def _cut(name: str, room: int, least: int) -> str:
+def cut_keeping_end(name: str, room: int, least: int) -> str:
     """``name`` in ``room`` cells but never fewer than ``least``, its end kept: a file's name, a model's last
     folder."""
     room = max(room, least)
