@@ -21,6 +21,7 @@ from decode_tui.core.errors import UsageError
 from decode_tui.core.events import DraftVerified, Event, TokenSampled
 from decode_tui.core.params import SamplingParams
 from decode_tui.tui.app import DecodeApp
+from decode_tui.tui.bindings import explained
 from decode_tui.tui.pump import EventPump
 from decode_tui.tui.screens.help import HelpScreen
 from decode_tui.tui.settings import KNOBS, Settings, adjust, with_mode
@@ -367,6 +368,23 @@ def test_a_beams_text_is_quoted_without_escaping_its_quotes() -> None:
     assert quoted("a\nb\tc") == "'a\\nb\\tc'", "line breaks and tabs still show as escapes"
 
 
+@in_event_loop
+async def test_the_footer_shows_the_help_key_in_80_columns_and_every_key_at_130() -> None:
+    """The footer showed bindings in their order with long descriptions, and "? Help" came last: cut off
+    below about 130 columns, so nothing on screen said how to see the keys."""
+    app, _ = make()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        footer = app.screen._compositor.render_strips()[-1].text
+        assert "? Keys" in " ".join(footer.split()) and "n Step" in " ".join(footer.split()), footer
+    app, _ = make()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        footer = " ".join(app.screen._compositor.render_strips()[-1].text.split())
+        assert all(f"{key} {word}" in footer for key, word in (("?", "Keys"), ("f", "Forwards"), ("q", "Quit"))), \
+            footer
+
+
 def test_the_inspector_says_the_test_a_drafted_token_met() -> None:
     """It printed "u=-" under greedy verification, which draws no u, and never said what was compared."""
     from decode_tui.core.events import PositionVerdict
@@ -453,7 +471,7 @@ async def test_the_command_palette_offers_every_action_and_loading_a_model() -> 
         provider = DecodeCommands(app.screen)
         names = [name for name, _, _ in provider._commands()]
         for binding in app.all_bindings():
-            assert binding.description in names
+            assert explained(binding) in names
         assert "Load another model…" in names and "Mode: pld" in names
         await pilot.press("ctrl+p")
         await until(pilot, lambda: type(app.screen).__name__ == "CommandPalette")

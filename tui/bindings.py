@@ -25,27 +25,35 @@ def _knob_bindings() -> list[Binding]:
     return out
 
 
+# The footer shows each shown binding's description, in this order, as far as the width goes: short ones, and
+# help early, so that "?" is in view even in 80 columns. A tooltip holds the longer explanation where there
+# is one: the help screen and the palette show that (:func:`explained`).
 APP_BINDINGS: tuple[Binding, ...] = (
     Binding("space", "toggle_pause", "Pause/resume", id="pause"),
-    Binding("n", "step", "Step (a token, beam step or draft round)", id="step"),
+    Binding("n", "step", "Step", tooltip="Step (a token, beam step or draft round)", id="step"),
+    Binding("question_mark,f1", "help", "Keys", tooltip="Help: every key, and what the colours mean", id="help"),
     Binding("r", "restart", "Restart", id="restart"),
-    Binding("m", "cycle_mode", "Cycle mode", id="mode"),
-    Binding("e", "edit_prompt", "Edit prompt", id="prompt"),
+    Binding("m", "cycle_mode", "Mode", tooltip="Cycle mode (restarts the run)", id="mode"),
+    Binding("e", "edit_prompt", "Prompt", tooltip="Edit prompt (restarts the run)", id="prompt"),
     *_knob_bindings(),
     Binding("left", "select(-1)", "Select previous token", show=False, id="select.previous"),
     Binding("right", "select(1)", "Select next token", show=False, id="select.next"),
     Binding("escape", "clear_selection", "Clear token selection", show=False, id="select.clear"),
-    Binding("b", "toggle_boundaries", "Token boundaries", id="boundaries"),
+    Binding("f", "forwards", "Forwards", tooltip="Forward passes and what-if", id="forwards"),
+    Binding("b", "toggle_boundaries", "Boundaries", tooltip="Token boundaries", id="boundaries"),
     Binding("a", "toggle_auto_pause", "Auto-pause on notable events", show=False, id="auto-pause"),
     Binding("c", "cycle_theme", "Theme", id="theme"),
     Binding("x", "export", "Export trace", show=False, id="export"),
-    Binding("f", "forwards", "Forward passes and what-if", id="forwards"),
     Binding("R", "race", "Race greedy, PLD and speculative on this prompt, side by side", show=False, id="race"),
     Binding("X", "save_svg", "Save the screen as an SVG (for a slide)", show=False, id="screenshot"),
-    Binding("question_mark,f1", "help", "Help", id="help"),
     Binding("q", "quit", "Quit", id="quit"),
     Binding("ctrl+c", "interrupt", "Quit (Ctrl-C)", show=False, priority=True, id="interrupt"),
 )
+
+
+def explained(binding: Binding) -> str:
+    """What a binding does, in full: its tooltip where it has one, else its (footer) description."""
+    return binding.tooltip or binding.description
 
 
 BINDING_IDS: frozenset[str] = frozenset(b.id for b in APP_BINDINGS if b.id is not None)
@@ -53,5 +61,6 @@ BINDING_IDS: frozenset[str] = frozenset(b.id for b in APP_BINDINGS if b.id is no
 
 def keys_after(bindings: list[Binding], keymap: Mapping[str, str]) -> list[Binding]:
     """``bindings`` with each one's key as a keymap moved it (the binding itself otherwise)."""
-    return [Binding(keymap[b.id], b.action, b.description, show=b.show, priority=b.priority, id=b.id)
+    return [Binding(keymap[b.id], b.action, b.description, show=b.show, priority=b.priority, tooltip=b.tooltip,
+                    id=b.id)
             if b.id is not None and b.id in keymap else b for b in bindings]

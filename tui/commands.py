@@ -10,6 +10,7 @@ from textual.binding import Binding
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
 from ..core.events import MODES, Mode
+from .bindings import explained
 from .themes import ThemeSpec
 
 
@@ -31,7 +32,7 @@ class DecodeCommands(Provider):
         entries: list[tuple[str, Callable[[], object], str]] = []
         for binding in app.all_bindings():
             action = binding.action
-            entries.append((binding.description, partial(app.run_action, action), f"key: {binding.key}"))
+            entries.append((explained(binding), partial(app.run_action, action), f"key: {binding.key}"))
         for mode in MODES:
             entries.append((f"Mode: {mode}", partial(app.switch_mode_to, mode), "restarts the run"))
         for name, spec in app.theme_specs.items():

@@ -11,6 +11,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from ..bindings import explained
+
 
 def key_label(key: str) -> str:
     return {"space": "space", "question_mark": "?", "left": "←", "right": "→", "escape": "esc"}.get(key, key)
@@ -34,7 +36,7 @@ class HelpScreen(ModalScreen[None]):
         table.add_column("id", style="dim", no_wrap=True)
         for b in self.bindings_shown:
             keys = " / ".join(key_label(k) for k in b.key.split(","))
-            table.add_row(keys, b.description, b.id or "")
+            table.add_row(keys, explained(b), b.id or "")
         g = self.glyphs
         legend = (f"Text colours: target · accepted draft · lookup copy · resampled · bonus (see the theme).\n"
                   f"Draft rows: {g.get('accepted', '')} accepted  {g.get('rejected', '')} rejected (struck)  "
