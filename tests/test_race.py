@@ -144,6 +144,10 @@ async def test_a_replayed_race_keeps_its_header_lines_in_80_columns() -> None:
         assert first.endswith("-code-edit-race.jsonl   smollm2 · cpu float32") and "REPLAY of …" in first, first
         assert len(first) < 80 and prompt.startswith(" prompt: Copy"), (first, prompt)
         assert how == " Each mode ran alone, warm, once; replayed at the pace it had.", how
+        await pilot.resize_terminal(160, 30)  # wider: the whole name and sentence again
+        await pilot.pause(0.2)
+        first, how = [header.render_line(y).text.rstrip() for y in range(2)]
+        assert "REPLAY of 2026-11-24-a-long-name" in first and how.startswith(" Each mode ran alone on this device")
 
 
 @pytest.mark.parametrize("modes", ["greedy", "pld,pld", "greedy,warp"])

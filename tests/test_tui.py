@@ -577,6 +577,10 @@ async def test_a_long_recording_or_model_name_gives_way_in_the_header_and_the_pr
     async with app.run_test(size=(160, 24)) as pilot:  # room for both: nothing is cut
         await settle(pilot, app)
         assert f"REPLAY of x.jsonl   {long_model}  ·" in _shown(app.query_one(RunHeader))[0]
+        await pilot.resize_terminal(80, 24)  # and a finished run's header fits again when the terminal shrinks
+        await pilot.pause(0.2)
+        first = _shown(app.query_one(RunHeader))[0]
+        assert len(first) < 80 and first.endswith("SPECULATIVE · finished"), first
 
 
 @in_event_loop

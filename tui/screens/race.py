@@ -65,6 +65,15 @@ class RaceScreen(ModalScreen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        self._show_header()
+        for lane in self.query(RaceLane):
+            lane.reset()
+        self.set_interval(1 / TICK_HZ, self.tick)
+
+    def on_resize(self) -> None:
+        self._show_header()  # what gives way depends on the width
+
+    def _show_header(self) -> None:
         prompt = " ".join(self.settings.prompt.split())
         header = Text()
         header.append(" decode-tui race ", style="bold reverse")
@@ -86,9 +95,6 @@ class RaceScreen(ModalScreen[None]):
         header.append(" prompt: ", style="bold")
         header.append(prompt[:200] + ("…" if len(prompt) > 200 else ""))
         self.query_one("#race-header", LivePanel).update(header)
-        for lane in self.query(RaceLane):
-            lane.reset()
-        self.set_interval(1 / TICK_HZ, self.tick)
 
     def tick(self) -> None:
         """Move the race clock on and hand each lane the events whose time has come, one batch a lane."""

@@ -13,9 +13,11 @@ class RunHeader(LivePanel):
     def __init__(self, **kwargs: object) -> None:
         super().__init__("", **kwargs)
         self._shown = ""  # the plain text on screen: the header changes rarely, so most calls skip the repaint
+        self._last: tuple[Settings, Started | None, str, str | None] | None = None
 
     def show(self, settings: Settings, started: Started | None, state: str, replaying: str | None = None) -> None:
         """``replaying``: the recording's name, when this is a replay (said first: nothing here is live)."""
+        self._last = (settings, started, state, replaying)
         params = started.params if started is not None else {}
         device = params.get("device", settings.device)
         dtype = params.get("dtype", settings.dtype)
@@ -32,6 +34,11 @@ class RunHeader(LivePanel):
         if line.plain != self._shown:  # the header changes rarely; skip the repaint otherwise
             self._shown = line.plain
             self.update(line)
+
+    def on_resize(self) -> None:
+        """Fit the lines to the new width: what is cut depends on it."""
+        if self._last is not None:
+            self.show(*self._last)
 
     def _first_line(self, model: str, where: str, mode: str, state: str, replaying: str | None) -> Text:
         """What runs, on one line that never wraps: a wrapped one pushed the prompt out of the header's three
