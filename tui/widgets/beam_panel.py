@@ -7,7 +7,7 @@ scores), which is why the panel keeps its own copy of the last step.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from rich.console import Group, RenderableType
 from rich.segment import Segment
@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from ...core.events import BeamStepped, Hypothesis, rerank
+from ...core.events import Beam, BeamStepped, Hypothesis, rerank
 from .live_panel import LivePanel
 
 TREE_STEPS = 6  # the ancestry tree shows this many most recent steps
@@ -114,7 +114,7 @@ class BeamPanel(LivePanel):
         finished.rstrip()
         return beams, finished
 
-    def _ranked(self) -> list[Any]:
+    def _ranked(self) -> list[Beam]:
         return sorted(self.history[-1].beams, key=lambda b: b.score, reverse=True)
 
     def _finished_title(self) -> str:
@@ -174,7 +174,7 @@ def quoted(text: str) -> str:
 def _tail(text: str, room: int) -> str:
     """``text``'s end, quoted, in at most ``room`` cells (never fewer than four characters of it), with an
     ellipsis where its start is left out: ``'…that was'``."""
-    shown, n = quoted(text), len(text)
+    shown, n = quoted(text), min(len(text), max(room - 3, 4) + 1)  # quotes and the ellipsis take three cells
     while len(shown) > room and n > 4:
         n -= 1
         shown = "'…" + quoted(text[-n:])[1:]
