@@ -919,6 +919,8 @@ async def test_the_forwards_screen_shows_each_forward_and_the_whatif_grid() -> N
         assert "Acceptance by draft position 1-3" in acceptance and "observed" in acceptance
         whatif = _plain(screen.query_one("#forwards-whatif", Static))
         assert "What if: target forwards prompt lookup would need" in whatif
+        order = [w.id for w in screen.query_one("#forwards-body").children]
+        assert order.index("forwards-table") < order.index("forwards-whatif"), "rounds first, then the what-if"
         await pilot.press("escape")
         await until(pilot, lambda: not isinstance(app.screen, ForwardsScreen))
 
@@ -929,6 +931,8 @@ async def test_the_forwards_screen_shows_each_forward_and_the_whatif_grid() -> N
         await until(pilot, lambda: isinstance(app.screen, ForwardsScreen))
         assert "a sample run" in _plain(app.screen.query_one("#forwards-whatif", Static))
         assert "No draft was verified" in _plain(app.screen.query_one("#forwards-acceptance", Static))
+        body = app.screen.query_one("#forwards-body").children
+        assert [type(w).__name__ for w in body][-1] == "DataTable", "plain steps: the what-if above, the rows below"
 
 
 def _shown(panel: Any) -> list[str]:

@@ -92,11 +92,17 @@ class ForwardsScreen(ModalScreen[None]):
             line = forward_views.acceptance_line(self.finished.acceptance_by_position if self.finished else None,
                                                  rows)
             yield Static(line[0].upper() + line[1:] + "." if line else
-                         "No draft was verified in this run: every forward after the prefill was a plain step.",
+                         "No draft was verified in this run: every forward after the prefill was a plain step. "
+                         "What prompt lookup would have needed (for a greedy run) comes first; the forwards are below.",
                          id="forwards-acceptance")
-            yield DataTable(id="forwards-table", zebra_stripes=True, cursor_type="row")
-            for i, part in enumerate(whatif_tables(self.events, self.timeline)):
-                yield Static(part, id="forwards-whatif" if i == 0 else None, classes="forwards-whatif")
+            whatif = [Static(part, id="forwards-whatif" if i == 0 else None, classes="forwards-whatif")
+                      for i, part in enumerate(whatif_tables(self.events, self.timeline))]
+            if line:  # the rounds first, then what other settings would have done
+                yield DataTable(id="forwards-table", zebra_stripes=True, cursor_type="row")
+                yield from whatif
+            else:  # one plain step a row: the what-if is the news, so it comes first
+                yield from whatif
+                yield DataTable(id="forwards-table", zebra_stripes=True, cursor_type="row")
 
     def on_mount(self) -> None:
         forwards = self.query_one(DataTable)
