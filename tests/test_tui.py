@@ -318,12 +318,21 @@ async def test_editing_the_prompt_restarts_with_it_and_refuses_an_empty_one() ->
 
 
 @in_event_loop
-async def test_loading_a_missing_model_shows_why_and_keeps_the_current_one(tmp_path: Path) -> None:
+async def test_loading_a_missing_model_shows_why_and_keeps_the_current_one(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from decode_tui.core import registry
+
+    monkeypatch.setattr(registry, "_hub_snapshot", lambda repo: None)  # no hub cache: nothing is on this machine
+    monkeypatch.setenv("DECODE_TUI_CACHE", str(tmp_path))
     app, fake = make()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app)
         app.action_load_model()
         await until(pilot, lambda: type(app.screen).__name__ == "ModelPicker")
+        await pilot.pause()
+        aliases = str(app.screen.query_one("#model-aliases", Static).render())
+        assert "microsoft/Phi-3-mini-4k-instruct  (not on this machine)" in aliases, "which ones load here"
+        assert "HuggingFaceTB/SmolLM2-135M-Instruct  (fetched when chosen)" in aliases, aliases
         await pilot.press(*"no-such-model", "enter")
         await until(pilot, lambda: any("no-such-model" in m for m in app.messages))
         assert app.settings.model == "smollm2" and len(fake.runs) == 1

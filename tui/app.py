@@ -373,7 +373,8 @@ class DecodeApp(App[int]):
             self.say(f"model → {spec}: loading it restarts the run")
             self.start_run()
 
-        self.push_screen(ModelPicker(self.settings.model, dict(ALIASES)), done)
+        self.push_screen(ModelPicker(self.settings.model, {alias: f"{repo}  ({_where(alias)})"
+                                                           for alias, repo in ALIASES.items()}), done)
 
     def action_select(self, delta: int) -> None:
         piece = self.query_one(TextPane).select(delta)
@@ -498,3 +499,15 @@ class DecodeApp(App[int]):
     def action_interrupt(self) -> None:
         self._stop()
         self.exit(130, return_code=130)
+
+
+def _where(alias: str) -> str:
+    """Whether an alias loads here: on disk, fetched when chosen (the embedded model), or not without the hub.
+    A look at the folders only, quick enough for the UI thread."""
+    from ..core.registry import EMBEDDED_ALIASES, resolve
+
+    try:
+        resolve(alias)
+    except DecodeTuiError:
+        return "fetched when chosen" if alias in EMBEDDED_ALIASES else "not on this machine"
+    return "on this machine"

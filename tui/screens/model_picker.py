@@ -16,7 +16,8 @@ class ModelPicker(ModalScreen[str | None]):
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel", id="model.cancel")]
 
     def __init__(self, current: str, known: dict[str, str]) -> None:
-        """``known``: alias -> the repo id it stands for, each shown whole (a line each, wrapped, never cut)."""
+        """``known``: alias -> the repo id it stands for and whether it is on this machine, each shown whole (a
+        line each, wrapped, never cut)."""
         super().__init__()
         self.current = current
         self.known = known
