@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from textual.binding import Binding
 from textual.widgets import ContentSwitcher, Static, TextArea
 
@@ -368,6 +370,27 @@ async def test_help_themes_and_prompt_editing_work_while_the_model_loads() -> No
             assert text(app) == "".join(WORDS) and stats.counters.state == "finished"
     finally:
         loaded.set()  # a failed assertion must not leave the fake's thread waiting
+
+
+def test_bars_show_eighths_of_a_cell() -> None:
+    from decode_tui.tui.numbers import bar
+
+    # In a 4-cell bar (the shortest, an 80-column candidates panel) whole cells drew 6.1 % and 0.4 % both as one
+    # cell, as tall as 20 %.
+    assert (bar(0.061, 4), bar(0.004, 4), bar(0.2, 4), bar(0.0, 4), bar(1.0, 4)) == ("▎", "▏", "▊", "", "████")
+    assert bar(0.061, 20) == "█▎" and bar(0.25, 20) == "█████"
+
+
+@given(st.floats(0.0, 1.0), st.floats(0.0, 1.0), st.integers(1, 40))
+def test_a_bar_fits_its_width_grows_with_p_and_shows_any_p_above_zero(a: float, b: float, width: int) -> None:
+    from decode_tui.tui.numbers import EIGHTHS, bar
+
+    def eighths(shown: str) -> int:
+        return 8 * shown.count("█") + sum(EIGHTHS.index(ch) for ch in shown if ch != "█")
+
+    assert len(bar(a, width)) <= width and (bar(a, width) != "") == (a > 0)
+    if a <= b:
+        assert eighths(bar(a, width)) <= eighths(bar(b, width))
 
 
 def test_a_beams_text_is_quoted_without_escaping_its_quotes() -> None:

@@ -1,4 +1,4 @@
-"""How the app writes probabilities: small ones keep their digits instead of reading as zero.
+"""How the app writes probabilities: small ones keep their digits instead of reading as zero, and bars.
 
 It knows numbers, not widgets.
 """
@@ -19,3 +19,16 @@ def percent(p: float) -> str:
     if 0.0 < p < 0.0005:
         return " <0.1%"
     return f"{p:6.1%}"
+
+
+EIGHTHS = " ▏▎▍▌▋▊▉"
+
+
+def bar(p: float, width: int) -> str:
+    """``p`` (0 to 1) as a bar up to ``width`` cells, in eighths of a cell, so that 6 % and 0.4 % differ in a
+    short bar (whole cells drew both as one); never empty for a probability that is not zero."""
+    eighths = round(max(0.0, min(p, 1.0)) * width * 8)
+    if p > 0 and eighths == 0:
+        eighths = 1
+    full, rest = divmod(eighths, 8)
+    return "█" * full + (EIGHTHS[rest] if rest else "")

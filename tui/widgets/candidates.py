@@ -18,7 +18,7 @@ from rich.segment import Segment
 from rich.text import Text
 
 from ...core.events import TokenSampled
-from ..numbers import percent, prob
+from ..numbers import bar, percent, prob
 from .live_panel import LivePanel
 
 BAR_WIDTH = 20
@@ -80,8 +80,7 @@ class CandidatesPanel(LivePanel):
                 text.append("\n")
                 text.append(set_cell_size(label, width), style=chosen_style if chosen else "")
                 text.append(" ")
-                bar = "█" * max(1, round(p * bar_width))
-                text.append(bar.ljust(bar_width), style=bar_style)
+                text.append(bar(p, bar_width).ljust(bar_width), style=bar_style)
                 text.append(f" {percent(p)}")
                 if rank is not None:
                     text.append(f" #{rank}", style=chosen_style)

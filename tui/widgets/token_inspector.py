@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from ...core.events import PositionVerdict, TokenEmitted, TokenSampled
-from ..numbers import percent
+from ..numbers import bar, percent
 from .live_panel import LivePanel
 
 BAR = 16
@@ -20,11 +20,10 @@ class TokenInspector(LivePanel):
             final = sampled.stages[-1]
             for c in final.candidates[:6]:
                 mark = glyphs.get("chosen", ">") if c.token_id == sampled.token_id else " "
-                table.add_row(mark, repr(c.text), "█" * max(1, round(c.prob * BAR)), percent(c.prob))
+                table.add_row(mark, repr(c.text), bar(c.prob, BAR), percent(c.prob))
             if final.chosen_prob is not None and all(c.token_id != sampled.token_id for c in final.candidates[:6]):
                 # drawn from below the candidates shown: its own row, with its rank
-                bar = "█" * max(1, round(final.chosen_prob * BAR))
-                table.add_row(glyphs.get("chosen", ">"), repr(sampled.text), bar,
+                table.add_row(glyphs.get("chosen", ">"), repr(sampled.text), bar(final.chosen_prob, BAR),
                               f"{percent(final.chosen_prob)} #{final.chosen_rank}")
             self.update(table)
         elif verdict is not None:
