@@ -129,6 +129,17 @@ async def test_each_lane_says_its_figures_whole_and_alike_in_80_columns() -> Non
             parts = [part for line in lines if line for part in line.split(" · ")]
             assert parts[0] == "finished" and parts[1].endswith(" tok") and parts[3].endswith(" fwd"), lines
             assert all(part.count(" ") <= 1 for part in parts), f"a figure broken over two lines: {lines}"
+            # The title's two lines hold the speed-up and its spread: the long form lost "(one run)".
+            title = lane.query_one(".lane-title")
+            shown = " ".join(title.render_line(y).text.strip() for y in range(title.content_size.height))
+            if lane.mode != "greedy":
+                assert shown.endswith("(one run)"), f"the spread in view: {shown}"
+            if lane.mode == "speculative":  # its long form takes three lines here: the short one
+                assert "greedy's speed" not in shown and "x (one run)" in shown, shown
+        await pilot.resize_terminal(200, 30)  # wide again: the words come back
+        await pilot.pause(0.2)
+        titles = [lane.query_one(".lane-title").render_line(0).text for lane in app.race.query(RaceLane)]
+        assert "greedy's speed (one run)" in titles[1], titles
 
 
 @in_event_loop

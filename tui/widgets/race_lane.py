@@ -21,11 +21,13 @@ from .stats_bar import StatsBar
 from .text_pane import TextPane
 
 
-def speedup_text(spread: Spread) -> str:
-    """"2.31x greedy's speed (2.10-2.52, 3 runs)": the median of the rounds' ratios and their range."""
+def speedup_text(spread: Spread, short: bool = False) -> str:
+    """"2.31x greedy's speed (2.10-2.52, 3 runs)": the median of the rounds' ratios and their range;
+    ``short``, for a narrow lane, "2.31x (2.10-2.52, 3 runs)": the range is kept, the words go."""
+    of = "" if short else " greedy's speed"
     if spread.runs == 1:
-        return f"{spread.median:.2f}x greedy's speed (one run)"
-    return f"{spread.median:.2f}x greedy's speed ({spread.low:.2f}-{spread.high:.2f}, {spread.runs} runs)"
+        return f"{spread.median:.2f}x{of} (one run)"
+    return f"{spread.median:.2f}x{of} ({spread.low:.2f}-{spread.high:.2f}, {spread.runs} runs)"
 
 
 class RaceLane(Vertical):
@@ -51,12 +53,18 @@ class RaceLane(Vertical):
         self.query_one(TextPane).add(self.view.take().pieces)
         self._show()
 
+    def on_resize(self) -> None:
+        self._show()  # the title's long or short form depends on the lane's width
+
     def _show(self) -> None:
         title = Text(f" {self.mode} ", style="bold reverse")
         result = self.view.finished
         if result is not None and self.speedup is not None:
-            title.append(f"  finished · {speedup_text(self.speedup)}" if self.mode != "greedy" else
-                         "  finished · the baseline", style="bold")
+            said = (f"  finished · {speedup_text(self.speedup)}" if self.mode != "greedy" else
+                    "  finished · the baseline")
+            if len(title.plain + said) > 2 * max(1, self.size.width):  # the title's two lines (80 columns)
+                said = f"  {speedup_text(self.speedup, short=True)}" if self.mode != "greedy" else "  the baseline"
+            title.append(said, style="bold")
         self.query_one(".lane-title", LivePanel).update(title)
         self.query_one(StatsBar).show(self.view.counters)
 
