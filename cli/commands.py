@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -40,6 +40,9 @@ from .options import (
     parse_modes,
     theme_name,
 )
+
+if TYPE_CHECKING:
+    from rich.table import Table  # imported where used: `decode-tui --help` stays light
 
 app = typer.Typer(
     name="decode-tui",
@@ -302,7 +305,7 @@ def models(ctx: typer.Context) -> None:
     console.print(wide if natural <= console.width else _models_table(rows, narrow=True))
 
 
-def _models_table(rows: list[tuple[str, str, bool, str]], *, narrow: bool) -> Any:
+def _models_table(rows: list[tuple[str, str, bool, str]], *, narrow: bool) -> Table:
     """The models table: four columns where they fit, else the location on its own line under the repo id.
 
     A repo id or a path is copied from here, so neither is ever cut with an
