@@ -372,6 +372,15 @@ async def test_help_themes_and_prompt_editing_work_while_the_model_loads() -> No
         loaded.set()  # a failed assertion must not leave the fake's thread waiting
 
 
+def test_a_name_that_gives_way_keeps_its_end_from_a_words_start() -> None:
+    from decode_tui.tui.widgets.run_header import cut_keeping_end
+
+    label = "the lesson's recording (04-speculative.jsonl)"
+    assert cut_keeping_end(label, 28, 12) == "…(04-speculative.jsonl)", "not '…ding (04-speculative.jsonl)'"
+    assert cut_keeping_end("/models/a-very-long-model-name", 12, 8) == "…-model-name"
+    assert cut_keeping_end("short.jsonl", 40, 12) == "short.jsonl"
+
+
 def test_bars_show_eighths_of_a_cell() -> None:
     from decode_tui.tui.numbers import bar
 

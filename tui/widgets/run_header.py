@@ -69,7 +69,12 @@ class RunHeader(LivePanel):
 
 
 def cut_keeping_end(name: str, room: int, least: int) -> str:
-    """``name`` in ``room`` cells but never fewer than ``least``, its end kept: a file's name, a model's last
-    folder."""
+    """``name`` in ``room`` cells but never fewer than ``least``, its end kept (a file's name, a model's last
+    folder), from the start of a word where it has words."""
     room = max(room, least)
-    return name if len(name) <= room else "…" + name[-(room - 1):]
+    if len(name) <= room:
+        return name
+    kept = name[-(room - 1):]
+    if " " in kept[:-1]:  # from a word's start: "…(04-speculative.jsonl)", not "…ding (04-speculative.jsonl)"
+        kept = kept[kept.index(" ") + 1:]
+    return "…" + kept
