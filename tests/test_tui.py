@@ -1030,6 +1030,33 @@ async def test_a_narrow_rounds_panel_keeps_each_position_of_the_test_on_one_line
 
 
 @in_event_loop
+async def test_a_long_round_wraps_under_its_first_token_not_under_its_label() -> None:
+    from decode_tui.tui.run_view import Round
+
+    app, _ = make("speculative")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        panel = app.query_one("#panel-draft", DraftPanel)
+        last = panel.rounds[-1]
+        texts = (" alpha", " beta", " gamma", " delta", " epsilon")
+        verdicts = tuple(dataclasses.replace(last.verified.verdicts[0], position=i, verdict="accepted")
+                         for i in range(len(texts)))
+        long = Round(dataclasses.replace(last.proposed, token_ids=tuple(range(5)), texts=texts),
+                     dataclasses.replace(last.verified, round=9, verdicts=verdicts, accepted=5,
+                                         extra_kind="bonus"), " zeta")
+        panel.add([long], (1.0,))
+        await pilot.pause()
+        shown = _shown(panel)
+        at = next(i for i, line in enumerate(shown) if line.startswith("r9 "))
+        end = next(i for i, line in enumerate(shown) if line.startswith("round 9:"))
+        row = shown[at:end]
+        column = row[0].index("✓") - 1  # where the first token starts, its leading space included
+        assert len(row) > 1 and all(line[:column].strip() == "" for line in row[1:]), row
+        words = " ".join(row).split()
+        assert words[3:] == ["✓alpha", "✓beta", "✓gamma", "✓delta", "✓epsilon", "→", "★zeta"], row
+
+
+@in_event_loop
 async def test_a_short_lookup_panel_keeps_the_match_and_the_copy_in_view() -> None:
     """Cut at the bottom, an 80x24 terminal would show the context before the match and hide the match."""
     from decode_tui.core.events import DraftProposed

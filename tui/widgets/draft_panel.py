@@ -43,7 +43,7 @@ class DraftPanel(LivePanel):
         self.rounds: list[Round] = []
         self.by_position: tuple[float, ...] = ()  # acceptance by draft position, from the run's DraftStats
         self.glyphs: dict[str, str] = {}
-        self._rows: list[Text] = []  # one per round shown, oldest first
+        self._rows: list[tuple[str, Text]] = []  # one per round shown, oldest first: its label and its tokens
         self._tail = Text()  # the latest round's test and the acceptance by position
         self._test_width = 0  # the width of that test's table, laid out in full
 
@@ -69,22 +69,21 @@ class DraftPanel(LivePanel):
                                             f"{r.verified.accepted}/{len(r.verified.verdicts)}{_of(r.proposed)}")
                   for r in self.rounds]
         round_w, count_w = max(len(a) for a, _ in labels), max(len(b) for _, b in labels)
-        rows = []
+        rows: list[tuple[str, Text]] = []
         for r, (label, count) in zip(self.rounds, labels, strict=True):
             text = Text()
-            rows.append(text)
-            text.append(f"{label:<{round_w}} {count:<{count_w}} ")
+            rows.append((f"{label:<{round_w}} {count:<{count_w}} ", text))
             for v, piece in zip(r.verified.verdicts, r.proposed.texts, strict=False):
-                text.append(f"{self._glyph(v.verdict)}{visible(piece)}", style=style[v.verdict])
+                text.append(marked(self._glyph(v.verdict), piece), style=style[v.verdict])
                 text.append(" ")
             kind = r.verified.extra_kind
             if kind is not None and r.verified.extra_token_id is not None:
                 text.append("→ ")
                 glyph = self._glyph(kind) if kind in ("resampled", "bonus") else ""
-                text.append(f"{glyph}{visible(r.extra_text)}", style=style[kind])
+                text.append(marked(glyph, r.extra_text), style=style[kind])
         text, self._test_width = self._test(style, compact=False)
         self._rows, self._tail = rows, text
-        self.update(Text("\n").join([*rows, text]))
+        self.update(Text("\n").join([*(Text(label) + body for label, body in rows), text]))
 
     def _verdict_styles(self) -> dict[str, Style]:
         return {name: self.style_of(f"draft-panel--{name}")
@@ -153,13 +152,30 @@ class DraftPanel(LivePanel):
             test = self._test(self._verdict_styles(), compact=True)[0]
         tail = self.lines_of(test, width)
         room, shown = height - len(tail), list[list[Segment]]()
-        for row in reversed(self._rows):
-            lines = self.lines_of(row, width)
+        for label, body in reversed(self._rows):
+            lines = self._hanging(label, body, width)
             if shown and len(lines) > room:
                 break
             shown[:0] = lines  # the newest round always: it is what the test below is about
             room -= len(lines)
         return shown + tail
+
+    def _hanging(self, label: str, body: Text, width: int) -> list[list[Segment]]:
+        """A round's row with its tokens wrapped under the first token, not under the label (a hanging indent,
+        so a long round in a narrow panel still reads as one row); plainly wrapped where little room is left."""
+        indent = cell_len(label)
+        if width - indent < 12:
+            return self.lines_of(Text(label) + body, width)
+        lines = self.lines_of(body, width - indent)
+        return [[Segment(label if i == 0 else " " * indent, self._style), *line] for i, line in enumerate(lines)]
+
+
+def marked(glyph: str, piece: str) -> str:
+    """A token with its verdict's glyph: " ✓gamma", the token's leading space before the glyph, so that a
+    wrapped row never parts a glyph from its word ("✓" at a line's end, " gamma" on the next)."""
+    shown = visible(piece)
+    word = shown.lstrip(" ")
+    return f"{shown[: len(shown) - len(word)]}{glyph}{word}"
 
 
 def visible(piece: str) -> str:
