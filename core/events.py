@@ -266,6 +266,11 @@ class PositionVerdict:
     # "untested": after the first rejection; discarded with it, never tested (p and q are still shown)
     verdict: Literal["accepted", "rejected", "untested"]
 
+    @property
+    def threshold(self) -> float:
+        """min(1, p/q): under sampling the draft is accepted where u falls below it (0 where q is 0)."""
+        return min(1.0, self.p / self.q) if self.q > 0 else 0.0
+
 
 @dataclass(frozen=True)
 class DraftVerified(Event):

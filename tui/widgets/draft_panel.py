@@ -114,8 +114,7 @@ class DraftPanel(LivePanel):
                 rule = "argmax =" if v.verdict == "accepted" else "argmax ≠"
                 u = "-"
             else:
-                ratio = v.p / v.q if v.q > 0 else 0.0
-                rule = f"u{'<' if v.u < min(1.0, ratio) else '≥'}{min(1.0, ratio):.2f}"
+                rule = f"u{'<' if v.u < v.threshold else '≥'}{v.threshold:.2f}"
                 u = f"{v.u:.2f}"
             if cell_len(piece) > token_w:
                 piece = set_cell_size(piece, token_w - 1) + "…"
@@ -125,9 +124,11 @@ class DraftPanel(LivePanel):
                 text.append(f" {set_cell_size(piece, token_w)} {prob(v.q):>7} {prob(v.p):>7} {test:>9} ")
                 text.append(self._glyph(v.verdict) or verdict[:3], style=style[v.verdict])
             else:
-                text.append(f"  {set_cell_size(piece, token_w)} {prob(v.q):>7} {prob(v.p):>7} {u:>6} {rule:>8}  ")
-                text.append(f"{self._glyph(v.verdict)}{verdict}", style=style[v.verdict])
-            width = max(width, cell_len(text.plain.rsplit("\n", 1)[-1]))  # "·not tested" is wider than "verdict"
+                cells = f"  {set_cell_size(piece, token_w)} {prob(v.q):>7} {prob(v.p):>7} {u:>6} {rule:>8}  "
+                said = f"{self._glyph(v.verdict)}{verdict}"
+                text.append(cells)
+                text.append(said, style=style[v.verdict])
+                width = max(width, cell_len(cells + said))  # "·not tested" is wider than "verdict"
             text.append("\n")
         cut = [(i, piece) for i, piece in enumerate(pieces) if cell_len(piece) > token_w]
         if cut:  # nothing is only ever shown cut: the long ones in full, wrapped

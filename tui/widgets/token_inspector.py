@@ -45,6 +45,6 @@ def verdict_line(verdict: PositionVerdict, copied: bool) -> str:
         test = ("it is the target's argmax" if verdict.verdict == "accepted"
                 else "the target's argmax is another token")
     else:
-        threshold = min(1.0, verdict.p / verdict.q) if verdict.q > 0 else 0.0
-        test = f"u={verdict.u:.3f} {'<' if verdict.u < threshold else '≥'} min(1, p/q)={threshold:.3f}"
+        test = (f"u={verdict.u:.3f} {'<' if verdict.u < verdict.threshold else '≥'} "
+                f"min(1, p/q)={verdict.threshold:.3f}")
     return f"{how}; the target's p={verdict.p:.3f}; {test} → {verdict.verdict}"
