@@ -117,8 +117,12 @@ class ModelDrafter:
 
     kind: Literal["model", "lookup"] = "model"
 
-    def __init__(self, model: PreTrainedModel, vocab_size: int, confidence_threshold: float = 0.4) -> None:
+    def __init__(self, model: PreTrainedModel, vocab_size: int, confidence_threshold: float = 0.4,
+                 eos_token_ids: frozenset[int] = frozenset()) -> None:
         self.model = model
+        # A drafted end-of-text token ends the draft: nothing after it can reach the output (transformers'
+        # assistant stops there too, its generate having the same stopping criteria).
+        self.eos_token_ids = eos_token_ids
         self.vocab_size = vocab_size  # logits are sliced to the vocabulary shared with the target
         # Stop drafting once the draft itself gives its token less than this probability: such a token is
         # likely rejected, and what follows it is wasted work (transformers' assistant_confidence_threshold).
@@ -157,6 +161,9 @@ class ModelDrafter:
             qs.append(q[0])
             ids = torch.cat([ids, token.view(1, 1)], dim=1)
             if i + 1 == k:
+                break
+            if tokens[-1] in self.eos_token_ids:
+                stopped = "an end-of-text token in the draft"
                 break
             if q_prob < self.confidence_threshold:
                 stopped = f"draft q {q_prob:.2f} < {self.confidence_threshold:g}"

@@ -151,7 +151,8 @@ class Run:
             return PromptLookup(self.config.draft.max_ngram_size, self.config.draft.num_pred_tokens,
                                 self.lm.eos_token_ids)
         assert self.draft is not None
-        return ModelDrafter(self.draft.model, self.draft.vocab_size, self.config.draft.confidence_threshold)
+        return ModelDrafter(self.draft.model, self.draft.vocab_size, self.config.draft.confidence_threshold,
+                            self.lm.eos_token_ids)
 
     def cancel(self) -> None:
         """Ask the strategy to stop at its next step boundary (thread-safe)."""

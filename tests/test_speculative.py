@@ -105,6 +105,36 @@ def test_an_eos_inside_an_accepted_block_or_as_the_bonus_ends_the_run_there(byte
     assert result.token_ids == expected.token_ids and result.finish_reason == "eos"
 
 
+@pytest.mark.parametrize("eos_drafter", [False, True])
+@pytest.mark.parametrize("eos_index", [1, 2, 3])
+def test_draft_tokens_after_an_accepted_eos_get_no_verdict_and_are_not_counted(byte_bpe: Any, eos_index: int,
+                                                                                eos_drafter: bool) -> None:
+    model = tiny_model("llama", vocab_size=V, seed=7)
+    prompt = [11, 12, 13]
+    free = greedy(model, byte_bpe, prompt, 12, eos=V - 1).token_ids
+    eos = free[eos_index]
+    eos_index = free.index(eos)  # where the run ends: the token's first appearance
+    # The target drafting for itself accepts everything; a drafter that does not know the EOS drafts past it,
+    # and the verifier alone must stop there. One that knows it stops its draft after the EOS.
+    drafter = ModelDrafter(model, V, confidence_threshold=0.0,
+                           eos_token_ids=frozenset({eos}) if eos_drafter else frozenset())
+    events = run(model, byte_bpe, drafter, prompt, 12, eos=eos, k=4)
+    result = events[-1]
+    assert isinstance(result, Finished) and result.finish_reason == "eos"
+    assert result.token_ids[-1] == eos and len(result.token_ids) == eos_index + 1
+    verified = [e for e in events if isinstance(e, DraftVerified)]
+    last = verified[-1]
+    # The first block's first token comes from the prefill: the EOS at eos_index is draft position eos_index - 1.
+    assert len(last.verdicts) == last.accepted == eos_index
+    assert all(v.verdict == "accepted" for v in last.verdicts) and last.verdicts[-1].token_id == eos
+    assert last.extra_token_id is None and last.extra_kind is None
+    emitted = [e for e in events if isinstance(e, TokenEmitted)]
+    assert [e.token_id for e in emitted] == list(result.token_ids)
+    assert result.accepted == sum(v.accepted for v in verified) == len(result.token_ids) - 1
+    assert result.drafted == sum(len(v.verdicts) for v in verified)
+    assert result.acceptance_by_position == (1.0,) * eos_index
+
+
 def test_no_lookup_match_is_plain_decoding(byte_bpe: Any) -> None:
     model = tiny_model("llama", vocab_size=V, seed=2)
     prompt = [5, 6, 7, 8, 9, 10]

@@ -20,7 +20,8 @@ distributions p_1 .. p_{k+1} in one forward pass. Then:
 The target's cache is cropped back to the confirmed prefix after every round
 (in ``finally:``, so a consumer that stops mid-round leaves it consistent),
 and so is the drafter's. An EOS accepted inside a block ends the run right
-there, and ``max_new_tokens`` is never exceeded. The very first token comes
+there: the draft's later tokens get no verdict and are not counted as drafted or accepted, and
+``max_new_tokens`` is never exceeded. The very first token comes
 from the prefill, exactly as in plain decoding.
 
 It knows verification; the drafter knows drafting, the transcript the text.
@@ -143,23 +144,27 @@ def speculative(
                 # 4. Accept: the acceptance test, position by position, and the target's extra token.
                 p = _distributions(processors, context, drafted, logits)  # [k+1, V]
                 n, extra, kind, verdicts = _verify(p, draft.q, drafted, greedy, generator)
+                # An accepted token that ends the run (an EOS, or the last token max_new_tokens allows) ends
+                # the round there: what was drafted after it never reaches the output, so it gets no verdict,
+                # no count and no extra token after it.
+                end = _run_ends_after(drafted[:n], transcript.eos_token_ids, transcript.remaining)
+                if end is not None:
+                    n, extra, kind, verdicts = end, None, None, verdicts[:end]
                 verify_s = time.perf_counter() - started
                 stats.verify_time_s += verify_s
-                stats.record(len(drafted), n)
+                stats.record(len(verdicts), n)
                 if policy:
-                    policy.observe(len(drafted), n, verify_s, draft_s)
+                    policy.observe(len(verdicts), n, verify_s, draft_s)
                 confirmed = len(context) + n
                 if drafted:
                     yield DraftVerified(round=round_, verdicts=verdicts, accepted=n, extra_token_id=extra,
                                         extra_kind=kind, target_forwards=transcript.target_forwards,
                                         draft_s=draft_s, verify_s=verify_s)
-                # 5. Emit the accepted prefix, then the extra token (unless an EOS or the limit came first).
+                # 5. Emit the accepted prefix, then the target's extra token, if the run goes on past the prefix.
                 for token in drafted[:n]:
                     yield transcript.emit(token, source)
                     context.append(token)
-                    if transcript.done:  # an EOS inside the block, or the length limit
-                        break
-                if not transcript.done:
+                if extra is not None:
                     yield transcript.emit(extra, "target" if kind in (None, "target") else kind)
                     context.append(extra)
             finally:
@@ -188,6 +193,14 @@ def _lookup_replay(drafter: Drafter, transcript: Transcript) -> Callable[[int], 
         return replay_lookup(trace, transcript.eos_token_ids, drafter.max_ngram_size, k).widths
 
     return widths
+
+
+def _run_ends_after(accepted: list[int], eos_token_ids: frozenset[int], remaining: int) -> int | None:
+    """How many of the accepted draft tokens reach the output when one of them ends the run, else None."""
+    for i, token in enumerate(accepted):
+        if token in eos_token_ids or i + 1 >= remaining:
+            return i + 1
+    return None
 
 
 def _distributions(processors: list[tuple[Stage, LogitsProcessor]], context: list[int], drafted: list[int],
