@@ -290,9 +290,12 @@ def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: F
                 c = result.comparison
                 verdict = "identical" if c["identical"] else f"DIFFERENT from token {c['first_divergence']}"
                 stderr().print(f"compared with plain greedy: {c['speedup']:.2f}x (range {c['speedup_low']:.2f}-"
-                                f"{c['speedup_high']:.2f} over {c['runs']} warm runs a side, alternated; "
-                                f"{result.mode} {c['tokens_per_s']:.1f} tok/s, greedy "
+                                f"{c['speedup_high']:.2f} over {c['runs']} warm runs a side, alternated; in the "
+                                f"median round {result.mode} {c['tokens_per_s']:.1f} tok/s, greedy "
                                 f"{c['greedy_tokens_per_s']:.1f} tok/s), output {verdict}")
+                if c.get("unreliable"):
+                    stderr().print(f"decode-tui: warning: {c['speedup']:.2f}x is not a reliable figure: "
+                                   f"{c['unreliable']}.")
 
 
 def bench(options: DecodingOptions, modes: list[ModeChoice], *, runs: int, output_format: TableFormatChoice,

@@ -75,8 +75,10 @@ def compare(lm: LoadedModel, prompt: str, config: DecodeConfig, baseline: Decode
             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """``config``'s speed over ``baseline``'s on ``prompt`` by :func:`timed_rounds` (AB, BA, AB, ...).
 
-    The speed-up is the median of the rounds' ratios; ``speedup_low``/``speedup_high`` are the lowest and
-    highest. ``identical`` compares the last runs' tokens.
+    The speed-up is the median round's ratio (the lower middle one for an even count), and the two speeds
+    reported are that round's, so the ratio and the speeds agree; ``speedup_low``/``speedup_high`` are the
+    lowest and highest ratios. ``unreliable`` says why the figure cannot be trusted when the rounds disagree
+    too much (None otherwise). ``identical`` compares the last runs' tokens.
     """
     if runs < 1:
         raise ValueError("compare needs at least one run a side")
@@ -87,19 +89,38 @@ def compare(lm: LoadedModel, prompt: str, config: DecodeConfig, baseline: Decode
     ours_rates = [r.tokens_per_s for r in results[ours_name]]
     base_rates = [r.tokens_per_s for r in results[base_name]]
     ratios = [a / b if b else 0.0 for a, b in zip(ours_rates, base_rates, strict=True)]
+    # The median round itself, not the medians of each side: those come from different rounds, and on a machine
+    # busy elsewhere they implied 0.5x beside a median ratio of 1.29x.
+    median = sorted(range(runs), key=lambda i: ratios[i])[(runs - 1) // 2]
     ours, theirs = results[ours_name][-1].token_ids, results[base_name][-1].token_ids
     return {
         "baseline": baseline.mode,
         "runs": runs,
-        "protocol": "warm runs, alternated (AB, BA, ...), median of the rounds' ratios",
-        "tokens_per_s": statistics.median(ours_rates),
-        "greedy_tokens_per_s": statistics.median(base_rates),
-        "speedup": statistics.median(ratios),
+        "protocol": "warm runs, alternated (AB, BA, ...), the median round's ratio and speeds",
+        "tokens_per_s": ours_rates[median],
+        "greedy_tokens_per_s": base_rates[median],
+        "speedup": ratios[median],
         "speedup_low": min(ratios),
         "speedup_high": max(ratios),
+        "unreliable": unreliable(ratios),
         "identical": ours == theirs,
         "first_divergence": first_divergence(ours, theirs),
     }
+
+
+# Rounds whose ratios differ by more than this factor (highest over lowest) did not measure one speed-up: a
+# quiet machine keeps them within a few percent of each other (1.03-1.18x for PLD on two cores).
+SPREAD_LIMIT = 1.5
+
+
+def unreliable(ratios: Sequence[float]) -> str | None:
+    """Why a speed-up measured in these rounds is not reliable, in words for the user; None when it is."""
+    low, high = min(ratios), max(ratios)
+    if len(ratios) < 2 or (low > 0 and high / low <= SPREAD_LIMIT):
+        return None
+    return (f"the rounds disagree ({low:.2f}x to {high:.2f}x): the machine was busy with something else, or its "
+            "speed drifted, while they ran, so no single figure describes them. Run it again on a quiet machine, "
+            "or with more rounds")
 
 
 def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:

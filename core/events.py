@@ -118,6 +118,9 @@ class TokenEmitted(Event):
     # Target forward passes so far, this token's included (the prefill counts as one). Counters in a viewer
     # come from here, never re-derived. None in recordings made before it existed.
     target_forwards: int | None = _optional()
+    # Seconds spent decoding so far, this token included: time the run was paused, stepped or held at a
+    # lesson's pause is left out, so a viewer's tok/s is true after a pause. None in older recordings.
+    elapsed_s: float | None = _optional()
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,12 @@ class StageCandidates:
     # viewer can show it where it is not among ``candidates``. None in recordings made before it existed.
     chosen_prob: float | None = None
     chosen_rank: int | None = None
+
+    @property
+    def kept(self) -> tuple[Candidate, ...]:
+        """The candidates the stage kept. A stage that removes tokens (top-k, top-p) leaves them out of
+        ``candidates``; recordings made before it did list them at probability 0, and this drops them too."""
+        return tuple(c for c in self.candidates if c.prob > 0)
 
 
 @dataclass(frozen=True)
@@ -211,6 +220,28 @@ class EarlyStopCheck:
     done: bool
 
 
+def rescored_check(step: BeamStepped, length_penalty: float, max_new_tokens: int | None) -> EarlyStopCheck:
+    """The step's early-stopping test with its figures for another length penalty, as beam search computes
+    them: the best score an open beam could still reach (its sum of log-probs over the length it is judged at:
+    the current length, or ``max_new_tokens`` under ``never`` with a positive penalty) against the worst
+    finished score. ``done`` says whether that test would stop the search; with ``early_stopping=True`` it does
+    not depend on scores, and stays the run's."""
+    check = step.early_stop
+    finished = rerank(step.finished, length_penalty)
+    worst = min((h.score for h in finished), default=None)
+    best = None
+    if step.beams:
+        length = len(step.beams[0].token_ids)
+        if check.early_stopping == "never" and length_penalty > 0 and max_new_tokens:
+            length = max_new_tokens
+        best = max(b.sum_logprobs for b in step.beams) / (length**length_penalty)
+    # Scores decide only once every one of the num_beams finished slots is filled, as in beam search.
+    full = len(finished) >= len(step.beams)
+    done = check.done if check.early_stopping is True else (best is None or (full and worst is not None
+                                                                               and best <= worst))
+    return EarlyStopCheck(check.early_stopping, best, worst, done)
+
+
 @dataclass(frozen=True)
 class BeamStepped(Event):
     """Beam mode: one batched step over all beams."""
@@ -222,6 +253,7 @@ class BeamStepped(Event):
     finished: tuple[Hypothesis, ...]
     early_stop: EarlyStopCheck
     target_forwards: int | None = _optional()  # forward passes so far (the batched prefill is one)
+    elapsed_s: float | None = _optional()  # decoding seconds so far, as in TokenEmitted
 
 
 # ------------------------------------------------------ speculative and PLD

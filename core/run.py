@@ -13,6 +13,7 @@ It knows which strategy serves which mode; it knows nothing about display.
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Generator
 from typing import Any
 
@@ -96,6 +97,16 @@ class Run:
         return params
 
     def events(self) -> Generator[Event, None, None]:
+        """``Started``, the strategy's events, ``Finished``. The time the caller holds this generator at a
+        yield (a pause, a single step, a lesson's pause) is not decoding time: the transcript's clock leaves it
+        out, so tok/s and elapsed mean the same after a pause as without one."""
+        self.transcript.start_clock()
+        for event in self._events():
+            held = time.perf_counter()
+            yield event
+            self.transcript.held(time.perf_counter() - held)
+
+    def _events(self) -> Generator[Event, None, None]:
         label = TokenLabels(self.lm.tokenizer)
         yield Started(mode=self.config.mode, model=self.lm.name, prompt_token_ids=tuple(self.prompt_ids),
                       prompt_text=self.prompt, params=self.params(),

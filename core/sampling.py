@@ -85,8 +85,8 @@ class Draw:
     token_id: int
     prob: float
     stages: tuple[Stage, ...]
-    top_ids: list[list[int]]  # [S][N]
-    top_probs: list[list[float]]  # [S][N]
+    top_ids: list[list[int]]  # [S][<=N] the most likely tokens each stage kept (a removed one is no candidate)
+    top_probs: list[list[float]]  # [S][<=N]
     chosen_probs: list[float]  # [S] the drawn token's probability after each stage
     chosen_ranks: list[int]  # [S] its rank there, 1 = the most likely (tied candidates share the better rank)
 
@@ -115,17 +115,20 @@ class PendingDraw:
         self.copy = copy
 
     def wait(self) -> Draw:
-        packed = self.copy.wait()  # token, chosen probs [S], chosen ranks [S], top ids [S*N], top probs [S*N]
+        # token, chosen probs [S], chosen ranks [S], top ids [S*N], top probs [S*N], kept by the stage [S*N]
+        packed = self.copy.wait()
         s, n = len(self.stages), self.n
         chosen_probs = packed[1 : 1 + s]
         ids_flat = packed[1 + 2 * s : 1 + 2 * s + s * n]
-        probs_flat = packed[1 + 2 * s + s * n :]
+        probs_flat = packed[1 + 2 * s + s * n : 1 + 2 * s + 2 * s * n]
+        kept_flat = packed[1 + 2 * s + 2 * s * n :]
+        rows = [range(i * n, (i + 1) * n) for i in range(s)]
         return Draw(
             token_id=int(packed[0]),
             prob=float(chosen_probs[-1]),
             stages=self.stages,
-            top_ids=[[int(x) for x in ids_flat[i * n : (i + 1) * n]] for i in range(s)],
-            top_probs=[probs_flat[i * n : (i + 1) * n] for i in range(s)],
+            top_ids=[[int(ids_flat[j]) for j in row if kept_flat[j]] for row in rows],
+            top_probs=[[probs_flat[j] for j in row if kept_flat[j]] for row in rows],
             chosen_probs=chosen_probs,
             chosen_ranks=[int(x) + 1 for x in packed[1 + s : 1 + 2 * s]],
         )
@@ -148,6 +151,9 @@ def draw_later(
     top_probs, top_ids = torch.topk(probs, n, dim=-1)  # [S, N]
     chosen_probs = probs.gather(1, token.view(1, 1).expand(probs.shape[0], 1))  # [S, 1]
     beaten_by = (probs > chosen_probs).sum(dim=-1)  # [S]: candidates more likely than the drawn token
+    # A stage removes a token by setting its score to -inf (top-k, top-p): past the tokens it kept, topk picks
+    # removed ones at probability 0 in id order, which are no candidates.
+    kept = torch.isfinite(torch.stack([s[0] for _, s in staged])).gather(1, top_ids)  # [S, N]
     # One device-to-host copy per step: the token, where it stood at each stage, and the candidates together.
-    copy = HostCopy([token, chosen_probs, beaten_by, top_ids, top_probs])
+    copy = HostCopy([token, chosen_probs, beaten_by, top_ids, top_probs, kept])
     return PendingDraw(token, tuple(stage for stage, _ in staged), n, copy)

@@ -88,6 +88,11 @@ class Timeline:
             self._verified = event
         self._last = now
 
+    def close(self) -> None:
+        """Close the forward in progress: a row is otherwise closed by the next forward's first event, so a run
+        paused or stepping at a round's end would show its latest forward only once the next one began."""
+        self._close()
+
     def _close(self) -> None:
         if self._forward is None or self._began is None:
             return

@@ -8,6 +8,9 @@ the caller holds the transcript, it can also build a ``cancelled`` result
 after it stops consuming a strategy (Ctrl-C), and ask a running strategy to
 stop at its next step boundary from another thread (the TUI's worker).
 
+Its clock counts decoding time only: whoever consumes the strategy reports the
+time it held it suspended at a yield (:meth:`held`), and no figure counts it.
+
 It knows events and the detokeniser, not models.
 """
 
@@ -36,6 +39,21 @@ class Transcript:
         self.finish_reason: FinishReason | None = None
         self._cancel = threading.Event()
         self._started = time.perf_counter()
+        self._held_s = 0.0  # time the consumer held the run at a yield (paused, stepping): not decoding
+
+    def start_clock(self) -> None:
+        """Start the decoding clock now (the run's first event), with nothing held yet."""
+        self._started, self._held_s = time.perf_counter(), 0.0
+
+    def held(self, seconds: float) -> None:
+        """The consumer kept the strategy suspended at a yield for ``seconds``: a pause, a step, a lesson's
+        pause, slow motion. That time is not decoding time, so no figure counts it."""
+        self._held_s += seconds
+
+    @property
+    def elapsed_s(self) -> float:
+        """Seconds spent decoding so far: the time since the clock started, less the time the run was held."""
+        return time.perf_counter() - self._started - self._held_s
 
     @property
     def text(self) -> str:
@@ -68,13 +86,14 @@ class Transcript:
             self.finish_reason = "length"
         piece = self.detokenizer.add(token_id, final=self.done)
         return TokenEmitted(index=len(self.token_ids) - 1, token_id=token_id, text=piece.text,
-                            start=piece.start, end=piece.end, source=source, target_forwards=self.target_forwards)
+                            start=piece.start, end=piece.end, source=source, target_forwards=self.target_forwards,
+                            elapsed_s=self.elapsed_s)
 
     def finished(self, reason: FinishReason | None = None, **extras: Any) -> Finished:
         """The closing event. ``reason`` defaults to what :meth:`emit` decided."""
         final = reason or self.finish_reason or "cancelled"
         self.finish_reason = final
-        elapsed = time.perf_counter() - self._started
+        elapsed = self.elapsed_s
         return Finished(
             mode=self.mode,
             prompt_token_ids=self.prompt_ids,

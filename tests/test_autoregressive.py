@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 import pytest
@@ -165,7 +166,8 @@ def test_running_one_forward_ahead_changes_nothing_a_consumer_sees(byte_bpe: Any
             events.append(event)
             if isinstance(event, TokenEmitted) and event.index == 6 and seed % 3 == 0:
                 transcript.request_cancel()
-        streams.append([dataclasses.replace(e, elapsed_s=0.0, tokens_per_s=0.0) if isinstance(e, Finished) else e
+        streams.append([dataclasses.replace(e, elapsed_s=0.0, tokens_per_s=0.0) if isinstance(e, Finished) else
+                        dataclasses.replace(e, elapsed_s=None) if isinstance(e, TokenEmitted) else e
                         for e in events])
     assert streams[0] == streams[1]
 
@@ -187,6 +189,26 @@ def test_run_with_a_seed_is_reproducible_and_reports_it(byte_bpe: Any) -> None:
     assert isinstance(started, Started) and started.params["seed"] == 1234
     other = list(Run(lm, "Hello world", DecodeConfig(mode="sample", max_new_tokens=25, seed=99)).events())[-1]
     assert isinstance(other, Finished) and other.token_ids != firsts.token_ids
+
+
+def test_time_the_caller_holds_a_run_is_not_decoding_time(byte_bpe: Any) -> None:
+    """A paused, stepped or narrated run is held at a yield: its clock, tok/s included, leaves that time out."""
+    lm = loaded(tiny_model("llama", vocab_size=len(byte_bpe), seed=4), byte_bpe, 2)
+    config = DecodeConfig(mode="greedy", max_new_tokens=6, use_chat=False)
+    started = time.perf_counter()
+    events = []
+    for event in Run(lm, "Hello world", config).events():
+        events.append(event)
+        time.sleep(0.3)  # the consumer holds the run: 0.3 s at every event, 2.4 s in all
+    wall = time.perf_counter() - started
+    finished = events[-1]
+    assert isinstance(finished, Finished) and finished.new_tokens == 6 and wall > 2.1
+    held = 0.3 * (len(events) - 1)  # the last sleep comes after Finished is built
+    assert finished.elapsed_s < wall - held + 0.05
+    assert finished.tokens_per_s == pytest.approx(6 / finished.elapsed_s)
+    clocks = [e.elapsed_s for e in events if isinstance(e, TokenEmitted)]
+    assert all(c is not None for c in clocks) and clocks == sorted(clocks)  # type: ignore[type-var]
+    assert clocks[-1] is not None and clocks[-1] <= finished.elapsed_s
 
 
 def test_run_applies_the_chat_template_unless_told_not_to(byte_bpe: Any) -> None:

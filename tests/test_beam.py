@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from decode_tui.core.detokenize import Detokenizer
-from decode_tui.core.events import BeamStepped, Event, Finished, TokenEmitted, rerank
+from decode_tui.core.events import BeamStepped, Event, Finished, TokenEmitted, rerank, rescored_check
 from decode_tui.core.params import BeamParams, SamplingParams
 from decode_tui.core.strategies.beam import beam_search
 from decode_tui.core.transcript import Transcript
@@ -137,6 +137,29 @@ def test_rerank_agrees_with_a_full_rerun_under_the_other_penalty(byte_bpe: Any) 
                                                  {c.token_ids for c in common}]
         compared += len(common)
     assert compared >= 20, "too few hypotheses in common to say anything"
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_test_rescored_with_the_runs_own_penalty_is_the_runs_test(byte_bpe: Any, seed: int) -> None:
+    """What a viewer shows after a re-rank (rescored_check) is computed as beam search computes it: with the
+    run's own penalty it gives the step's own figures and verdict, at every step."""
+    model = tiny_model(ARCHS[seed % 4], vocab_size=V, seed=seed, initializer_range=0.05)
+    with torch.inference_mode():
+        likely = torch.topk(model(torch.tensor([[3 + seed, 17]])).logits[0, -1], 6).indices.tolist()
+    stopping: list[EarlyStopping] = [False, "never", True]
+    lp = [1.0, 0.5, 2.0, -1.0][seed % 4]
+    beam = BeamParams(2 + seed % 4, lp, stopping[seed % 3], 1)
+    events = ours(model, byte_bpe, [3 + seed, 17], beam, 10, likely[2:3])
+    steps = [e for e in events if isinstance(e, BeamStepped)]
+    for step in steps:
+        check = rescored_check(step, lp, 10)
+        if step.early_stop.best_attainable_score is None:
+            assert check.best_attainable_score is None
+        else:
+            assert check.best_attainable_score == pytest.approx(step.early_stop.best_attainable_score, rel=1e-6)
+        assert check.worst_finished_score == pytest.approx(step.early_stop.worst_finished_score, rel=1e-6)
+        if step.beams:  # a search that ran out of open beams (the length limit) ends for that reason alone
+            assert check.done == step.early_stop.done, step.step
 
 
 def test_events_tell_the_same_story_as_the_result(byte_bpe: Any) -> None:

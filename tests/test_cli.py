@@ -206,7 +206,12 @@ def test_ctrl_c_prints_what_was_generated_and_exits_130(tiny_model_dir: Path, is
         if lines[-1]["event"] == "token_emitted" and lines[-1]["index"] == 5:
             proc.send_signal(signal.SIGINT)
             break
-    rest, err = proc.communicate(timeout=60)
+    # The rest through the same buffered reader: iterating read ahead, and communicate() would read the pipe
+    # beneath it, losing the lines already in its buffer.
+    rest = proc.stdout.read()
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    proc.wait(timeout=60)
     lines += [json.loads(x) for x in rest.splitlines()]
     assert proc.returncode == EXIT_INTERRUPTED, err
     assert "Traceback" not in err and "interrupted after" in err

@@ -13,6 +13,7 @@ from decode_tui.core.events import (
     BeamStepped,
     DraftProposed,
     DraftVerified,
+    EarlyStopCheck,
     Event,
     Finished,
     PositionVerdict,
@@ -176,3 +177,30 @@ def test_the_trace_keeps_core_events_with_their_times() -> None:
     view.apply(speculative_events_cut()[1:3], now=12.5, paused=False)
     assert [e for _, e in view.trace] == [STARTED, *speculative_events_cut()[1:3]]
     assert [t for t, _ in view.trace] == [2.0, 0.5, 0.5], "times from the run's start, notices left out"
+
+
+def test_the_clock_is_the_cores_decoding_time_whether_running_paused_or_stepping() -> None:
+    """Ten seconds of pause between two tokens, and tokens let through one step at a time while paused: the
+    stats bar's elapsed time (and so its tok/s) is the decoding time the tokens carry, not the wall clock."""
+    view = RunView(paused=True, now=0.0)
+    view.apply([STARTED], now=0.0, paused=True)
+    token = TokenEmitted(index=0, token_id=5, text="a", start=0, end=1, elapsed_s=0.04)
+    view.apply([token], now=0.5, paused=True)  # `n` from --paused: one step while paused
+    assert view.counters.state == "paused" and view.counters.elapsed_s == pytest.approx(0.04)
+    view.set_paused(False)
+    second = TokenEmitted(index=1, token_id=6, text="b", start=1, end=2, elapsed_s=0.08)
+    view.apply([second], now=10.5, paused=False)  # resumed after ten seconds
+    assert view.counters.state == "running" and view.counters.elapsed_s == pytest.approx(0.08)
+    view.apply([], now=11.0, paused=False)  # a drain tick with nothing new keeps the decoding time
+    assert view.counters.elapsed_s == pytest.approx(0.08)
+
+
+def test_a_recording_without_the_clock_replays_on_its_recorded_times() -> None:
+    from decode_tui.tui.sources import replay
+
+    old = [(0.0, STARTED), (0.25, TokenEmitted(index=0, token_id=5, text="a", start=0, end=1)),
+           (0.5, BeamStepped(step=0, beams=(), candidates=(), finished=(),
+                             early_stop=EarlyStopCheck(early_stopping=False, best_attainable_score=None,
+                                                       worst_finished_score=None, done=False)))]
+    played = list(replay(old, speed=0)())
+    assert [getattr(e, "elapsed_s", None) for e in played] == [None, 0.25, 0.5, 0.5]  # and the "ended" notice

@@ -78,9 +78,11 @@ def test_snapshots_are_the_top_candidates_of_each_stage(params: SamplingParams, 
     assert picked.stages == tuple(s for s, _ in staged)
     for (_, scores), ids, probs in zip(staged, picked.top_ids, picked.top_probs, strict=True):
         full = torch.softmax(scores[0], -1)
-        expected = torch.topk(full, 5)
+        kept = int(torch.isfinite(scores[0]).sum())  # a token the stage removed is no candidate, not one at 0 %
+        expected = torch.topk(full, min(5, kept))
         torch.testing.assert_close(torch.tensor(probs), expected.values)
         torch.testing.assert_close(full[ids], expected.values)  # ids may differ only among exact ties
+        assert all(torch.isfinite(scores[0, ids]))
     final = torch.softmax(staged[-1][1][0], -1)
     assert final[picked.token_id] > 0, "the drawn token survived every filter"
     assert picked.prob == pytest.approx(float(final[picked.token_id]))
@@ -137,3 +139,22 @@ def test_bad_parameters_say_what_to_do(kwargs: dict[str, Any], fragment: str) ->
     with pytest.raises(UsageError) as err:
         SamplingParams(**kwargs)
     assert fragment in err.value.message and "Use" in err.value.message
+
+
+def test_a_token_top_p_removed_is_no_runner_up_nor_a_candidate() -> None:
+    """After top-p keeps one token, its caption names no runner-up, and a recording made when removed tokens
+    were listed at 0 % shows them neither."""
+    from decode_tui.core.events import Candidate, StageCandidates, TokenSampled
+    from decode_tui.tui.teaching import caption
+
+    logits = torch.tensor([[6.0, 1.0, 0.5, 0.2] + [0.0] * (V - 4)])
+    staged = staged_scores(stage_processors(SamplingParams(top_p=0.5), greedy=False), torch.zeros(1, 0).long(),
+                           logits)
+    picked = draw(staged, greedy=False, generator=torch.Generator().manual_seed(0), top_n=5)
+    assert picked.top_ids[-1] == [0] and len(picked.top_ids[0]) == 5  # top-p kept one; raw has them all
+    old = StageCandidates("top_p", (Candidate(0, "a", 1.0), Candidate(1, "<reponame>", 0.0)))
+    assert old.kept == (Candidate(0, "a", 1.0),)
+    event = TokenSampled(step=0, token_id=0, text="a", prob=1.0, greedy=False,
+                         stages=(StageCandidates("raw", (Candidate(0, "a", 0.9), Candidate(1, "b", 0.05))), old))
+    said = caption(event)
+    assert said is not None and "runner-up" not in said and "<reponame>" not in said

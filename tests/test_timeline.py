@@ -87,3 +87,26 @@ def test_expected_tokens_per_forward_from_the_per_position_rate() -> None:
 def test_sparkline_draws_a_bar_per_position() -> None:
     assert sparkline([1.0, 0.0, 0.5]) == "█▁▅"
     assert sparkline([]) == ""
+
+
+@pytest.mark.parametrize("kind", ["lookup", "model"])
+def test_the_forwards_screen_of_a_paused_run_counts_its_latest_round(byte_bpe: Any, kind: str) -> None:
+    """Paused (or stepping) at a round's end, `f` lists every forward the stats bar counts, the latest included."""
+    from decode_tui.tui.pump import StepTracker
+    from decode_tui.tui.screens.forwards import ForwardsScreen
+
+    model = tiny_model("llama", vocab_size=V, seed=0)
+    drafter = PromptLookup(2, 5) if kind == "lookup" else ModelDrafter(tiny_model("qwen2", vocab_size=V, seed=9), V)
+    transcript = Transcript("pld", repetitive_prompt(0, 12), Detokenizer(byte_bpe), frozenset({V - 1}), 40)
+    steps, rounds = StepTracker(), 0
+    trace: list[tuple[float, Event]] = [(0.0, STARTED)]
+    for t, event in enumerate(speculative(model, transcript, drafter, SamplingParams(), greedy=True,
+                                          num_draft_tokens=5)):
+        trace.append((t * 0.01, event))
+        rounds += isinstance(event, DraftVerified)
+        if steps.closes_step(event) and rounds == 2:
+            break  # the pump pauses here: the second round's tokens are all in
+    forwards = max(getattr(e, "target_forwards", 0) or 0 for _, e in trace)
+    screen = ForwardsScreen(trace)
+    assert screen.finished is None and [r.forward for r in screen.timeline.rows] == list(range(1, forwards + 1))
+    assert sum(1 for r in screen.timeline.rows if r.k is not None) == 2

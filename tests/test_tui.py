@@ -280,6 +280,34 @@ async def test_beams_restart_the_run_and_length_penalty_reranks_at_once() -> Non
 
 
 @in_event_loop
+async def test_a_rerank_puts_one_length_penalty_on_screen_and_a_search_shows_its_progress() -> None:
+    """After `L`/`l` the early-stopping test is re-scored with the penalty the table ranks by, and the text pane
+    shows that penalty's best hypothesis; while the search runs, the stats bar counts its steps, not 0 tokens."""
+    app, _ = make("beam", fake=FakeDecoder(delay=0.3))
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.view.counters.beam_steps >= 1)
+        await until(pilot, lambda: "step " in _shown(app.query_one(StatsBar))[0])
+        line = _shown(app.query_one(StatsBar))[0]
+        assert "beam tok/s" in line and "0 tokens" not in line and "0.0 tok/s" not in line.split("beam")[0], line
+        await settle(pilot, app)
+        panel, pane = app.query_one(BeamPanel), app.query_one(TextPane)
+        assert "early stop (False): best attainable -0.600 vs worst finished -0.800" in _plain(panel)
+        for _ in range(8):  # lp 1.0 -> 3.0
+            await pilot.press("L")
+        await until(pilot, lambda: app.settings.config.beam.length_penalty == pytest.approx(3.0))
+        shown = _plain(panel)
+        # the fake's last step: its best open beam has Σ log p -1.5 over 3 tokens; finished -1.5 (2), -2.4 (3)
+        assert (f"re-scored for lp=3): best attainable {-1.5 / 27:.3f} vs worst finished {-1.5 / 8:.3f} → "
+                "would go on") in shown.replace("\n", " "), shown
+        assert pane.instead is None, "the run's own tokens are the best under lp=3"
+        for _ in range(12):  # lp 3.0 -> 0.0: the short hypothesis wins
+            await pilot.press("l")
+        await until(pilot, lambda: app.settings.config.beam.length_penalty == pytest.approx(0.0))
+        assert panel.finished()[0].text == "The<eos>" and pane.instead == "The<eos>"
+        assert "The<eos>" in _plain(pane)
+
+
+@in_event_loop
 async def test_a_knob_that_does_nothing_in_this_mode_says_so() -> None:
     app, fake = make("greedy")
     async with app.run_test(size=SIZE) as pilot:

@@ -102,9 +102,19 @@ def test_compare_times_warm_runs_alternated_and_reports_the_spread(lm: Any, monk
                      ("greedy", True), ("pld", True), ("pld", True), ("greedy", True), ("greedy", True), ("pld", True)]
     assert result["runs"] == 3 and result["baseline"] == "greedy"
     assert result["speedup_low"] <= result["speedup"] <= result["speedup_high"]
+    # the ratio and the two speeds reported beside it are one round's: they agree
+    assert result["speedup"] == pytest.approx(result["tokens_per_s"] / result["greedy_tokens_per_s"])
     assert result["identical"] is True and result["first_divergence"] is None, "greedy PLD equals greedy"
     with pytest.raises(ValueError, match="at least one run"):
         compare(lm, PROMPT, pld, greedy, runs=0)
+
+
+def test_rounds_that_disagree_make_an_unreliable_figure_and_say_why() -> None:
+    from decode_tui.core.compare import unreliable
+
+    said = unreliable([1.29, 0.51, 1.42])  # a machine busy elsewhere during one round
+    assert said is not None and "0.51x to 1.42x" in said and "busy" in said
+    assert unreliable([1.03, 1.11, 1.18]) is None and unreliable([2.0]) is None
 
 
 def test_compare_finds_where_two_outputs_part(lm: Any) -> None:

@@ -267,7 +267,19 @@ class DecodeApp(App[int]):
         if text is not None:
             self.query_one(Caption).say(text)
         stats.show(self.view.counters)
+        if self.view.finished is not None and self.settings.mode == "beam":
+            self._show_best_beam()  # re-ranked while the search ran: its text is the best for the penalty shown
         self._refresh_header()
+
+    def _show_best_beam(self) -> None:
+        """The text pane shows the best finished beam for the length penalty the beam panel ranks by: the run's
+        own tokens where that is the hypothesis it emitted, else that hypothesis's text."""
+        panel = self.query_one(BeamPanel)
+        finished, hypotheses = self.view.finished, panel.finished()
+        if finished is None or not hypotheses or panel.length_penalty is None:  # not re-ranked: the run's text
+            return
+        best = hypotheses[0]
+        self.query_one(TextPane).show_instead(None if best.token_ids == finished.token_ids else best.text)
 
     # ------------------------------------------------------------------ actions
     def action_toggle_pause(self) -> None:
@@ -337,6 +349,7 @@ class DecodeApp(App[int]):
             self.start_run()
         elif change.applies == "rerank":
             self.query_one(BeamPanel).rerank_finished(self.settings.config.beam.length_penalty)
+            self._show_best_beam()
         elif knob_id == "slow_motion" and self.pump is not None:
             self.pump.slow_motion_s = self.settings.slow_motion_s
         self._refresh_header()

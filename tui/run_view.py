@@ -63,6 +63,10 @@ class Counters:
     drafted: int = 0
     accepted: int = 0
     elapsed_s: float = 0.0
+    # Beam search writes its text only at the end: its progress is the steps so far and the tokens the open
+    # beams decoded (one a beam a step).
+    beam_steps: int = 0
+    beam_tokens: int = 0
     result: Finished | None = None
     kernels: str = ""  # on CUDA with a background compile: eager or compiled graphs (core/background_compile.py)
 
@@ -122,6 +126,7 @@ class RunView:
         self._verdicts: list[PositionVerdict] = []  # accepted verdicts waiting for their tokens
         self._open: tuple[DraftProposed, DraftVerified] | None = None  # a round whose tokens are arriving
         self._last_event_at = now  # for the busy label
+        self._clocked = False  # the run's events carry the core's decoding clock (elapsed_s)
         self.narration: str | None = None  # the text of the lesson pause the run stopped at last
         self.narration_final = False
 
@@ -136,6 +141,10 @@ class RunView:
             forwards = getattr(event, "target_forwards", None)
             if isinstance(forwards, int) and not isinstance(event, Finished):
                 c.forwards = max(c.forwards, forwards)
+            clock = getattr(event, "elapsed_s", None)
+            if isinstance(clock, float) and isinstance(event, TokenEmitted | BeamStepped):
+                # The core's decoding clock: time paused, stepped or held at a lesson's pause left out.
+                c.elapsed_s, self._clocked = clock, True
             in_round = self._steps.pending > 0  # a draft round's tokens are still arriving
             closes_step = self._steps.closes_step(event)
             if isinstance(event, TokenEmitted):
@@ -148,6 +157,8 @@ class RunView:
                 self.sampled_at[event.step] = event
             elif isinstance(event, BeamStepped):
                 pending.steps.append(event)
+                c.beam_steps = event.step + 1
+                c.beam_tokens += len(event.beams)
             elif isinstance(event, DraftProposed):
                 self._proposed = event
             elif isinstance(event, DraftVerified):
@@ -179,7 +190,7 @@ class RunView:
                 messages.append((event.message, "error"))
             if isinstance(event, CAPTIONED_ALONE):  # a round's caption is written when its tokens are in
                 pending.caption_later(event)
-        if c.state == "running":
+        if c.state == "running" and not self._clocked:  # a recording made before events carried the clock
             c.elapsed_s = now - self.t0
         return Applied(urgent, tuple(messages))
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import UsageError
-from ..core.events import Event, Finished, TokenEmitted, from_dict
+from ..core.events import BeamStepped, Event, Finished, TokenEmitted, from_dict
 from ..core.live import LiveParams
 from .pump import EventSource, Notice
 from .settings import Settings
@@ -274,6 +274,9 @@ def replay(events: list[tuple[float, Event]], speed: float = 1.0) -> EventSource
             if speed > 0 and gap > 0:
                 time.sleep(min(gap / speed, 1.0))
             tokens += isinstance(event, TokenEmitted)
+            if isinstance(event, TokenEmitted | BeamStepped) and event.elapsed_s is None:
+                # Recorded before events carried the decoding clock: the recording's own time stands in for it.
+                event = dataclasses.replace(event, elapsed_s=t)
             yield event
         if not events or not isinstance(events[-1][1], Finished):
             # Exported mid-run: the run went on, the recording did not. Say so, with the recorded figures, rather

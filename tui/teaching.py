@@ -50,7 +50,7 @@ def caption(event: Event, proposed: DraftProposed | None = None, extra_text: str
     """
     if isinstance(event, TokenSampled):
         final = event.stages[-1]
-        alternatives = [c for c in final.candidates if c.token_id != event.token_id][:1]
+        alternatives = [c for c in final.kept if c.token_id != event.token_id][:1]  # a runner-up was kept
         runner_up = f"; runner-up {alternatives[0].text!r} {alternatives[0].prob:.0%}" if alternatives else ""
         if event.greedy:
             return f"step {event.step}: took the argmax {event.text!r} (p={prob(event.prob)}){runner_up}"

@@ -181,7 +181,7 @@ def _search(model: PreTrainedModel, transcript: Transcript, beam: BeamParams, ca
         done = ~(heuristic_unsatisfied & exists_open_beam & valid_continuations)  # []
 
         event = step_event(step, T0, gen_len, lp, s, early_stopping, best_possible, done, label, decode,
-                            transcript.target_forwards)
+                            transcript.target_forwards, transcript.elapsed_s)
         yield event
         if event.early_stop.done:
             break

@@ -66,7 +66,8 @@ def _host_hypotheses(ids: list[list[int]], scores: list[float], sums: list[float
 
 def step_event(step: int, T0: int, gen_len: int, lp: float, s: BeamState,
                 early_stopping: bool | Literal["never"], best_possible: torch.Tensor, done: torch.Tensor,
-                label: Callable[[int], str], decode: Callable[[list[int]], str], target_forwards: int) -> BeamStepped:
+                label: Callable[[int], str], decode: Callable[[list[int]], str], target_forwards: int,
+                elapsed_s: float | None = None) -> BeamStepped:
     """Everything a viewer needs about one step, and whether the search is done, in one host transfer."""
     assert s.tokens is not None and s.parents is not None and s.topk_log_probs is not None
     assert s.hits is not None and s.just_finished is not None and s.next_indices is not None
@@ -107,4 +108,4 @@ def step_event(step: int, T0: int, gen_len: int, lp: float, s: BeamState,
     check = EarlyStopCheck(early_stopping=early_stopping, best_attainable_score=best if beams else None,
                            worst_finished_score=worst, done=bool(is_done))
     return BeamStepped(step=step, beams=beams, candidates=cand, finished=tuple(hyps), early_stop=check,
-                       target_forwards=target_forwards)
+                       target_forwards=target_forwards, elapsed_s=elapsed_s)

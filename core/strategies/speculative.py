@@ -143,6 +143,7 @@ def speculative(
                 transcript.target_forwards += 1
                 # 4. Accept: the acceptance test, position by position, and the target's extra token.
                 p = _distributions(processors, context, drafted, logits)  # [k+1, V]
+                extra: int | None  # None: no extra token, an accepted one ended the run
                 n, extra, kind, verdicts = _verify(p, draft.q, drafted, greedy, generator)
                 # An accepted token that ends the run (an EOS, or the last token max_new_tokens allows) ends
                 # the round there: what was drafted after it never reaches the output, so it gets no verdict,

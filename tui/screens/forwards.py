@@ -80,6 +80,7 @@ class ForwardsScreen(ModalScreen[None]):
         self.timeline = Timeline()
         for t, event in trace:
             self.timeline.add(event, t)
+        self.timeline.close()  # the latest forward, whose events are all in at a pause or a step, is a row too
         finished = [e for e in self.events if isinstance(e, Finished)]
         self.finished = finished[-1] if finished else None
 

@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from ...core.events import Beam, BeamStepped, Hypothesis, rerank
+from ...core.events import Beam, BeamStepped, Hypothesis, rerank, rescored_check
 from .live_panel import LivePanel
 
 TREE_STEPS = 6  # the ancestry tree shows this many most recent steps
@@ -29,6 +29,7 @@ class BeamPanel(LivePanel):
         super().__init__("waiting for the first beam step", **kwargs)
         self.history: list[BeamStepped] = []
         self.length_penalty: float | None = None  # set when the user re-ranks with another penalty
+        self.max_new_tokens: int | None = None  # the run's, for the early-stopping test under `never`
         self._parts: tuple[Table, Table, Text, Text, Tree] | None = None  # the last redraw's, in their usual order
 
     def reset(self) -> None:
@@ -61,11 +62,17 @@ class BeamPanel(LivePanel):
         pruned_line = Text("pruned: " + ", ".join(f"{c.text!r} (from {c.parent}, {c.sum_logprobs:.2f})"
                                                   for c in pruned[:4]) if pruned else "pruned: none",
                            style=self.style_of("beam-panel--pruned"))
-        check = step.early_stop
+        check, lp = step.early_stop, self.length_penalty
+        # One length penalty on screen: re-ranked, the test is re-scored with the same penalty as the table.
+        rescored = f", re-scored for lp={lp:g}" if lp is not None else ""
+        if lp is not None:
+            check = rescored_check(step, lp, self.max_new_tokens)
         if check.best_attainable_score is not None and check.worst_finished_score is not None:
-            verdict = "stop" if check.done else "go on"
-            stop_line = (f"early stop ({check.early_stopping}): best attainable {check.best_attainable_score:.3f} vs "
-                         f"worst finished {check.worst_finished_score:.3f} → {verdict}")
+            verdict = ("would stop" if check.done else "would go on") if rescored else \
+                ("stop" if check.done else "go on")
+            stop_line = (f"early stop ({check.early_stopping}{rescored}): best attainable "
+                         f"{check.best_attainable_score:.3f} vs worst finished {check.worst_finished_score:.3f} "
+                         f"→ {verdict}")
         else:
             stop_line = f"early stop ({check.early_stopping}): {'done' if check.done else 'no finished hypothesis yet'}"
         self._parts = (beams, finished, pruned_line, Text(stop_line), self._tree())

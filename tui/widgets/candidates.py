@@ -62,7 +62,7 @@ class CandidatesPanel(LivePanel):
         rows: list[tuple[str, list[tuple[float, str, bool, int | None]]]] = []
         for stage in step.stages:
             shown: list[tuple[float, str, bool, int | None]] = []
-            for c in stage.candidates[:top]:
+            for c in stage.kept[:top]:
                 drawn = c.token_id == step.token_id
                 shown.append((c.prob, f"{mark if drawn else ' '} {c.text!r}", drawn, None))
             if stage.chosen_prob is not None and not any(chosen for _, _, chosen, _ in shown):

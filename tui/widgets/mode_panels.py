@@ -55,6 +55,8 @@ class ModePanels(ContentSwitcher):
         lookup = self.query_one(LookupPanel)
         if pending.started is not None:
             lookup.reset(pending.started.prompt_pieces or ())
+            max_new = pending.started.params.get("max_new_tokens")
+            self.query_one(BeamPanel).max_new_tokens = max_new if isinstance(max_new, int) else None
         lookup.add_tokens([p.text for p in pending.pieces])
         if pending.sampled is not None:
             self.query_one(CandidatesPanel).show(pending.sampled)

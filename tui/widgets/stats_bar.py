@@ -39,7 +39,14 @@ class StatsBar(LivePanel):
         noun = "token" if tokens == 1 else "tokens"
         parts = [(counters.state, counters.state, 9), (f"{tokens} {noun}", f"{tokens} tok", 7),
                  (f"{rate:.1f} tok/s", f"{rate:.1f} tok/s", 8), (f"{forwards} target forwards", f"{forwards} fwd", 5)]
-        if forwards:
+        searching = r is None and counters.beam_steps > 0 and not tokens
+        if searching:
+            # A beam search under way has emitted nothing yet (its text comes at the end): its steps and the
+            # tokens its beams decode a second say how it goes, instead of "0 tokens, 0.0 tok/s".
+            steps, beam_rate = counters.beam_steps, counters.beam_tokens / elapsed if elapsed > 0 else 0.0
+            parts[1:3] = [(f"step {steps}", f"step {steps}", 7),
+                          (f"{beam_rate:.1f} beam tok/s", f"{beam_rate:.1f} beam tok/s", 8)]
+        if forwards and not searching:
             parts.append((f"{tokens / forwards:.2f} tok/forward", f"{tokens / forwards:.2f} tok/fwd", 4))
         drafted = r.drafted if r and r.drafted is not None else counters.drafted
         accepted = r.accepted if r and r.accepted is not None else counters.accepted

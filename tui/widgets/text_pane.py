@@ -120,6 +120,9 @@ class TextPane(LivePanel):
     def __init__(self, **kwargs: object) -> None:
         super().__init__("", **kwargs)
         self.pieces: list[TokenEmitted] = []
+        # Shown instead of the pieces: the best finished beam for another length penalty (a re-rank), which was
+        # never emitted token by token. None: the run's own tokens.
+        self.instead: str | None = None
         self.boundaries = False
         self.selected: int | None = None  # index into pieces
         self.selected_offset = 0  # its character offset in the text
@@ -132,12 +135,21 @@ class TextPane(LivePanel):
         self._line_strips: dict[int, tuple[Text, Style, Strip]] = {}
 
     def reset(self) -> None:
-        self.pieces, self.selected = [], None
+        self.pieces, self.selected, self.instead = [], None, None
+        self.redraw()
+
+    def show_instead(self, text: str | None) -> None:
+        """Show ``text`` in place of the run's tokens (None: the tokens again)."""
+        if text == self.instead:
+            return
+        self.instead, self.selected = text, None
         self.redraw()
 
     def add(self, pieces: list[TokenEmitted]) -> None:
         """Append a batch of pieces and redraw once."""
-        if pieces:
+        if pieces and self.instead is not None:
+            self.pieces.extend(pieces)
+        elif pieces:
             for i, piece in enumerate(pieces, start=len(self.pieces)):
                 self._append(i, piece)
             self.pieces.extend(pieces)
@@ -145,7 +157,7 @@ class TextPane(LivePanel):
 
     def select(self, delta: int) -> TokenEmitted | None:
         """Move the selection by ``delta`` tokens (from the last token when nothing is selected)."""
-        if not self.pieces:
+        if not self.pieces or self.instead is not None:
             return None
         start = len(self.pieces) if self.selected is None else self.selected
         self.selected = max(0, min(len(self.pieces) - 1, start + delta))
@@ -161,8 +173,11 @@ class TextPane(LivePanel):
         self._text = Text()
         self._lines, self._starts, self._wrapped = [], [], 0
         self.selected_offset = 0
-        for i, piece in enumerate(self.pieces):
-            self._append(i, piece)
+        if self.instead is not None:
+            self._text.append(self.instead, style=self.style_of("text-pane--target"))
+        else:
+            for i, piece in enumerate(self.pieces):
+                self._append(i, piece)
         self.update(self._text)
 
     def _append(self, i: int, piece: TokenEmitted) -> None:

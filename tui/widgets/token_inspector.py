@@ -18,10 +18,10 @@ class TokenInspector(LivePanel):
         if sampled is not None:
             table = Table(title=title, title_justify="left", box=None, padding=(0, 1), show_header=False)
             final = sampled.stages[-1]
-            for c in final.candidates[:6]:
+            for c in final.kept[:6]:
                 mark = glyphs.get("chosen", ">") if c.token_id == sampled.token_id else " "
                 table.add_row(mark, repr(c.text), bar(c.prob, BAR), percent(c.prob))
-            if final.chosen_prob is not None and all(c.token_id != sampled.token_id for c in final.candidates[:6]):
+            if final.chosen_prob is not None and all(c.token_id != sampled.token_id for c in final.kept[:6]):
                 # drawn from below the candidates shown: its own row, with its rank
                 table.add_row(glyphs.get("chosen", ">"), repr(sampled.text), bar(final.chosen_prob, BAR),
                               f"{percent(final.chosen_prob)} #{final.chosen_rank}")
