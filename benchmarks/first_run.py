@@ -1,5 +1,5 @@
 """Benchmark: first run against later runs in one process, load and warm-up time, capture or compile time,
-and the fair comparison, on whatever device this runs on (issue 17).
+and the fair comparison, on whatever device this runs on.
 
 Each row is written to ``--out`` (JSON lines) as soon as it is measured, so a run cut off by a time limit
 still leaves what it measured. Sections (``--only``, comma-separated):

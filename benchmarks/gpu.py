@@ -1,4 +1,4 @@
-"""Benchmark: the core on a GPU (issue 6), written to be run in one go on a lent H100.
+"""Benchmark: the core on a GPU, written to be run in one go on a lent H100.
 
 Sections (``--only``, comma-separated):
 

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from ..core.errors import DecodeTuiError, UsageError
+from ..core.errors import EXIT_TERMINATED, DecodeTuiError, UsageError
 from ..core.params import check_device_map
-from ..core.registry import ALIASES, DEFAULT_ALIAS, EMBEDDED_ALIASES, resolve
+from ..core.registry import ALIASES, DEFAULT_ALIAS, EMBEDDED_ALIASES, is_available, resolve
 from . import headless
 from .config import UserConfig
 from .config import load as load_config
@@ -36,6 +36,7 @@ from .options import (
     TableFormatChoice,
     ThemeOpt,
     TrustRemoteCodeOpt,
+    check_output,
     decoding_command,
     parse_modes,
     theme_name,
@@ -190,13 +191,17 @@ def run_app(
         check_device_map(options.device, options.device_map_name)
         text = options.prompt_text()
         theme_choice = theme_name(theme) or user.theme
-        if record is not None and record.parent and not record.parent.exists():
-            raise UsageError(f"Cannot record to {record}: the folder {record.parent} does not exist.")
+        if record is not None:
+            check_output(record, "record")
         # A missing model is reported before the app opens (the embedded one is fetched in it), and so is a
         # missing draft.
         for spec in (options.model_name, config.draft.model_spec if options.mode is ModeChoice.speculative else None):
             if spec is not None and spec not in EMBEDDED_ALIASES:
                 resolve(spec)
+            elif spec is not None and not is_available(spec):
+                from ..core.embedded import check_cache
+
+                check_cache(spec)  # fetched in the app: its cache must take it
     except DecodeTuiError as err:
         fail(err)
     from ..tui.app import DecodeApp
@@ -212,10 +217,38 @@ def run_app(
     _run_app(app_)
 
 
-def _run_app(app_: Any) -> NoReturn:
+def need_terminal(command: str) -> None:
+    """The app draws on a terminal and reads its keys there. Where standard input or output is a pipe or a file
+    (`echo hi | decode-tui run`), the process's terminal is opened in their place; with no terminal at all, or
+    one that cannot draw (TERM=dumb), the app would ignore every key and spin: a UsageError says so instead."""
+    import os
+
+    instead = "Run it in a terminal, or use `decode-tui generate` for the text alone."
+    if os.environ.get("TERM") == "dumb":
+        raise UsageError(f"decode-tui {command} opens a full-screen app, which this terminal (TERM=dumb) cannot "
+                         f"draw. {instead}")
+    if sys.stdin.isatty() and sys.stdout.isatty():
+        return
+    try:
+        tty = os.open("/dev/tty", os.O_RDWR)
+    except OSError:
+        raise UsageError(f"decode-tui {command} opens an app that reads its keys from a terminal, and there is "
+                         f"none here (standard input or output is a pipe or a file). {instead}") from None
+    sys.stdout.flush()
+    for stream in (sys.stdin, sys.stdout):
+        if not stream.isatty():
+            os.dup2(tty, stream.fileno())
+    os.close(tty)
+
+
+def _run_app(app_: Any, command: str = "run") -> NoReturn:
     """Run the app; afterwards make sure no decoder thread outlives it."""
     import os
 
+    try:
+        need_terminal(command)
+    except UsageError as err:
+        fail(err)
     code = app_.run()
     pump = app_.pump
     if pump is not None and not pump.finished.wait(5):
@@ -225,6 +258,8 @@ def _run_app(app_: Any) -> NoReturn:
         os._exit(code or 0)
     if app_.error and code == 0:
         sys.stderr.write(f"decode-tui: the last run failed: {app_.error}\n")
+    if code == EXIT_TERMINATED:
+        sys.stderr.write("decode-tui: terminated.\n")
     raise typer.Exit(code or 0)
 
 
@@ -244,6 +279,8 @@ def replay_cmd(
     try:
         user = user_config()
         theme_choice = theme_name(theme) or user.theme
+        if cast is not None:
+            check_output(cast, "write the cast")
         from ..tui.settings import settings_from_dict
         from ..tui.sources import is_race, read_race, read_recording, replay
 
@@ -256,7 +293,8 @@ def replay_cmd(
                 _write_cast(cast, lambda: write_race_cast(cast, lanes, title))
             from ..tui.race_app import RaceApp
 
-            _run_app(RaceApp(race_settings, lanes, device, speed=speed, theme=theme_choice, source=recording.name))
+            _run_app(RaceApp(race_settings, lanes, device, speed=speed, theme=theme_choice, source=recording.name),
+                     "replay")
         header, events = read_recording(recording)
         settings = settings_from_dict(header.get("settings", {}))
         if cast is not None:
@@ -267,9 +305,10 @@ def replay_cmd(
         fail(err)
     from ..tui.app import DecodeApp
 
-    app_ = DecodeApp(settings, lambda _settings, _live: replay(events, speed), start_paused=start_paused,
+    cut = header.get("cut_at_line")
+    app_ = DecodeApp(settings, lambda _settings, _live: replay(events, speed, cut), start_paused=start_paused,
                      theme=theme_choice, replaying=recording.name, keymap=user.keys)
-    _run_app(app_)
+    _run_app(app_, "replay")
 
 
 def _write_cast(path: Path, write: Callable[[], None]) -> NoReturn:

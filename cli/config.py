@@ -65,6 +65,10 @@ def load(bindings: Mapping[str, str], themes: Mapping[str, str], path: Path | No
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
+        if os.environ.get("DECODE_TUI_CONFIG") and path == config_path():
+            # Named on purpose: a typo in the name must not leave a class with the default keys, unsaid.
+            raise UsageError(f"DECODE_TUI_CONFIG names the config file {path}, which does not exist. Create it, "
+                             "or unset DECODE_TUI_CONFIG to use ~/.config/decode-tui/config.toml.") from None
         return UserConfig()
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"Cannot read the config file {path}: {exc}. Fix or remove it.") from None

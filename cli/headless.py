@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, NoReturn, TextIO
 
 import typer
 
-from ..core.errors import EXIT_INTERRUPTED, DecodeTuiError
+from ..core.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, DecodeTuiError
 from ..core.params import DecodeConfig, check_device_map
+from ..tui.numbers import count
 from .options import DecodingOptions, FormatChoice, ModeChoice, TableFormatChoice
 
 if TYPE_CHECKING:
@@ -74,7 +75,14 @@ def status(message: str) -> Iterator[Callable[[str], None]]:
             yield lambda msg: status.update(msg)
     else:
         console.print(message)
-        yield lambda msg: console.print(msg)
+        said = [message]
+
+        def say(msg: str) -> None:
+            if msg != said[-1]:  # the callee often opens with the words the caller just printed
+                console.print(msg)
+                said.append(msg)
+
+        yield say
 
 
 def ensure_model(spec: str) -> ResolvedModel:
@@ -124,9 +132,10 @@ def _write(out: TextIO, text: str) -> None:
 def _stats_line(lm: LoadedModel, result: Finished) -> str:
     dtype = str(lm.dtype).removeprefix("torch.")
     per_forward = result.new_tokens / result.target_forwards if result.target_forwards else 0.0
-    return (f"{lm.name} · {result.mode} · {lm.device.type} {dtype} · {result.new_tokens} tokens in "
-            f"{result.elapsed_s:.2f} s ({result.tokens_per_s:.1f} tok/s) · {result.target_forwards} target "
-            f"forwards ({per_forward:.2f} tokens/forward) · finish: {result.finish_reason}")
+    return (f"{lm.name} · {result.mode} · {lm.device.type} {dtype} · {count(result.new_tokens, 'token')} in "
+            f"{result.elapsed_s:.2f} s ({result.tokens_per_s:.1f} tok/s) · "
+            f"{count(result.target_forwards, 'target forward')} ({per_forward:.2f} tokens/forward) · finish: "
+            f"{result.finish_reason}")
 
 
 def _warm_up(lm: LoadedModel, prompt: str, config: DecodeConfig, draft: DraftModel | None) -> None:
@@ -146,9 +155,9 @@ def _warm_up(lm: LoadedModel, prompt: str, config: DecodeConfig, draft: DraftMod
 
 
 def _load_draft(lm: LoadedModel, spec: str, trust_remote_code: bool) -> DraftModel:
-    from ..core.drafters import load_draft
+    from ..core.drafters import load_draft, preparing
 
-    with status(f"Preparing the draft model ({spec})") as progress:
+    with status(preparing(spec)) as progress:
         return load_draft(lm, spec, trust_remote_code, progress)
 
 
@@ -215,17 +224,18 @@ def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: F
     ended = False  # the text's closing newline is out
     # Beam search writes its text only at the end: on a terminal, a progress line says how the search goes.
     progress = _beam_progress(config) if not jsonl and config.mode == "beam" else None
-    # Ctrl-C is taken between events, never in the middle of writing one: the first one sets a flag the loop reads
-    # once an event is out (a token away at most); a second one interrupts at once.
-    interrupted = False
+    # Ctrl-C (and SIGTERM, taken alike) is taken between events, never in the middle of writing one: the first one
+    # sets a flag the loop reads once an event is out (a token away at most); a second one interrupts at once.
+    interrupted: int | None = None  # the signal
 
-    def on_sigint(signum: int, frame: object) -> None:
+    def on_signal(signum: int, frame: object) -> None:
         nonlocal interrupted
-        if interrupted:
+        if interrupted is not None:
             raise KeyboardInterrupt
-        interrupted = True
+        interrupted = signum
 
-    previous = (signal.signal(signal.SIGINT, on_sigint)
+    signals = (signal.SIGINT, signal.SIGTERM)
+    previous = ({s: signal.signal(s, on_signal) for s in signals}
                 if threading.current_thread() is threading.main_thread() else None)
     try:
         for event in events:
@@ -251,9 +261,12 @@ def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: F
                 _write(out, line)
             if isinstance(event, Finished):
                 result = event
-            if interrupted and result is None:
+            if interrupted is not None and result is None:
                 raise KeyboardInterrupt
     except KeyboardInterrupt:
+        if previous is not None:  # the clean cut below is not itself cut short by a second signal
+            for s in signals:
+                signal.signal(s, signal.SIG_IGN)
         if progress is not None:
             progress(None)
         events.close()  # runs the strategy's finally blocks; nothing keeps decoding
@@ -266,12 +279,14 @@ def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: F
             _write(out, result.to_json() + "\n")
         else:
             _write(out, "\n")
-        stderr().print(f"decode-tui: interrupted after {result.new_tokens} tokens; the text so far is above. "
+        how = "terminated" if interrupted == signal.SIGTERM else "interrupted"
+        stderr().print(f"decode-tui: {how} after {count(result.new_tokens, 'token')}; the text so far is above. "
                         f"{_stats_line(lm, result)}")
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+        raise typer.Exit(EXIT_TERMINATED if interrupted == signal.SIGTERM else EXIT_INTERRUPTED) from None
     finally:
         if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+            for s, handler in previous.items():
+                signal.signal(s, handler)
     if not jsonl:
         if not ended:
             _write(out, "\n")
@@ -433,8 +448,8 @@ def _whatif_tables(trace: Trace, lm: LoadedModel, costs: Costs, greedy: WhatIf, 
     console = Console(soft_wrap=True)
     new = len(trace.token_ids)
     kind = "greedy" if trace.mode == "greedy" else f"greedy {trace.mode}"
-    console.print(f"[b]What if[/b] · {trace.source} · {trace.model} · {new} new tokens of a {kind} run "
-                  f"({trace.target_forwards} target forwards recorded)")
+    console.print(f"[b]What if[/b] · {trace.source} · {trace.model} · {count(new, 'new token')} of a {kind} run "
+                  f"({count(trace.target_forwards, 'target forward')} recorded)")
     console.print(f"Costs measured here ({lm.device.type}, plain path): prefill {costs.prefill_s * 1e3:.0f} ms, "
                   f"a step {costs.verify(1) * 1e3:.1f} ms, verifying 2 / 6 / 11 tokens "
                   f"{costs.verify(3) * 1e3:.1f} / {costs.verify(7) * 1e3:.1f} / {costs.verify(12) * 1e3:.1f} ms"

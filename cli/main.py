@@ -7,9 +7,11 @@ cli/commands.py (the commands themselves) and cli/teaching.py (the lessons).
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 
-from ..core.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, DecodeTuiError
+from ..core.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_TERMINATED, DecodeTuiError
 from . import teaching  # noqa: F401  (registers the lessons, lesson and race commands on the app)
 from .commands import app
 from .headless import generate
@@ -18,13 +20,36 @@ from .options import read_prompt
 __all__ = ["app", "generate", "main", "read_prompt"]
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``), taken as Ctrl-C is: the same clean ending, with its own exit status."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated
+
+
 def main() -> None:
-    """Console-script entry point: no traceback reaches the user for Ctrl-C or a closed pipe."""
+    """Console-script entry point: no traceback reaches the user for Ctrl-C, SIGTERM or a closed pipe."""
+    if threading.current_thread() is threading.main_thread():
+        # A command that holds work (generate's run, an app) takes SIGTERM over while it does; elsewhere (a model
+        # loading) it ends the command like Ctrl-C instead of killing it mid-write.
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         app()
+    except Terminated:
+        sys.stderr.write("\ndecode-tui: terminated.\n")
+        sys.exit(EXIT_TERMINATED)
     except KeyboardInterrupt:
         sys.stderr.write("\ndecode-tui: interrupted.\n")
         sys.exit(EXIT_INTERRUPTED)
+    except SystemExit as exc:
+        # typer turns a Ctrl-C it sees into a silent exit 130: say it as above.
+        cause = getattr(exc.__context__, "__cause__", None)
+        if isinstance(cause, KeyboardInterrupt):
+            terminated = isinstance(cause, Terminated)
+            sys.stderr.write(f"\ndecode-tui: {'terminated' if terminated else 'interrupted'}.\n")
+            sys.exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)
+        raise
     except BrokenPipeError:
         # The reader went away (`| head`); stop quietly like other Unix tools.
         sys.stderr.close()

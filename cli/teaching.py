@@ -14,6 +14,7 @@ import dataclasses
 import inspect
 import json
 import sys
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -24,7 +25,8 @@ from ..core.errors import DecodeTuiError, UsageError
 from ..core.params import DecodeConfig, check_device_map
 from ..core.registry import EMBEDDED_ALIASES, resolve
 from ..lessons import Lesson, LessonError, load, shipped
-from .commands import _run_app, app, configured_model_exists, user_config
+from ..tui.numbers import count
+from .commands import _run_app, app, configured_model_exists, need_terminal, user_config
 from .headless import fail
 from .options import (
     ONLY_FOR,
@@ -33,12 +35,14 @@ from .options import (
     TableFormatChoice,
     ThemeOpt,
     build_config,
+    check_output,
     decoding_command,
     parse_modes,
     theme_name,
 )
 
 if TYPE_CHECKING:
+    from ..core.race import Lane
     from ..tui.app import DecodeApp
     from ..tui.settings import Settings
 
@@ -141,12 +145,12 @@ def lesson_cmd(
     from ..tui.sources import ModelRunner
 
     if not live:
-        _run_app(player)
+        _run_app(player, "lesson")
     if record is not None:
         _record(settings, record)
     app_ = DecodeApp(settings, ModelRunner().source, start_paused=True, theme=theme_choice, keymap=user.keys,
                      lesson=lesson)
-    _run_app(app_)
+    _run_app(app_, "lesson")
 
 
 def playback(lesson: Lesson, *, speed: float = 1.0, theme: str | None = None,
@@ -192,8 +196,10 @@ def _record(settings: Settings, path: Path) -> None:
     from ..tui.pump import Notice
     from ..tui.sources import ModelRunner, recorded
 
-    if path.parent and not path.parent.exists():
-        fail(UsageError(f"Cannot record to {path}: the folder {path.parent} does not exist."))
+    try:
+        check_output(path, "record the lesson")
+    except UsageError as err:
+        fail(err)
     # No background compile: a switch to compiled kernels midway would give the recording two paces.
     runner = ModelRunner(background_compile=False)
     try:
@@ -207,9 +213,25 @@ def _record(settings: Settings, path: Path) -> None:
             tokens += isinstance(event, TokenEmitted)
     except DecodeTuiError as err:
         fail(err)
-    typer.echo(f"{path} written: {tokens} tokens. Play it with `decode-tui lesson` (name it in the lesson file as "
-               f"recording = \"{path.name}\").")
+    typer.echo(f"{path} written: {count(tokens, 'token')}. Play it with `decode-tui lesson` (name it in the lesson "
+               f"file as recording = \"{path.name}\").")
     raise typer.Exit(0)
+
+
+def _save_race(path: Path, settings: Settings, lanes: list[Lane], device: str) -> None:
+    """Write the measured race to ``path``; if that fails now (checked before measuring, but a disk can fill or
+    a folder go meanwhile), to a file in the temporary folder instead, so the minute of measuring is not lost."""
+    from ..tui.sources import write_race
+
+    try:
+        write_race(path, settings, lanes, device)
+    except OSError as exc:
+        fallback = Path(tempfile.mkstemp(prefix="decode-tui-race-", suffix=".jsonl")[1])
+        write_race(fallback, settings, lanes, device)
+        typer.echo(f"decode-tui: cannot write {path} ({exc.strerror or exc}); the race is saved in {fallback} "
+                   "instead.", err=True)
+        path = fallback
+    typer.echo(f"{path} written: replay it with `decode-tui replay {path}`", err=True)
 
 
 @app.command("race", short_help="Race decoding modes side by side on one prompt.")
@@ -243,8 +265,10 @@ def race_cmd(
         chosen = parse_modes(modes, options.mode, "race", at_least=2)
         if not play and record is None:
             raise UsageError("--no-play with nothing to save: add --record FILE.jsonl.")
-        if record is not None and record.parent and not record.parent.exists():
-            raise UsageError(f"Cannot record to {record}: the folder {record.parent} does not exist.")
+        if record is not None:
+            check_output(record, "record the race")
+        if play:
+            need_terminal("race")  # before a minute of measuring, not after
         check_device_map(options.device, options.device_map_name)
         configs = {m.value: options.for_mode(m).config() for m in chosen}
         prompt = options.prompt_text() if options.prompt or options.prompt_file else _bench_prompt(chosen)
@@ -262,12 +286,9 @@ def race_cmd(
     settings = Settings(model=options.model_name, device=options.device, dtype=options.dtype.value, prompt=prompt,
                         config=configs["greedy"], device_map=options.device_map_name)
     if record is not None:
-        from ..tui.sources import write_race
-
-        write_race(record, settings, lanes, device)
-        typer.echo(f"{record} written: replay it with `decode-tui replay {record}`", err=True)
+        _save_race(record, settings, lanes, device)
     if not play:
         raise typer.Exit(0)
     from ..tui.race_app import RaceApp
 
-    _run_app(RaceApp(settings, lanes, device, speed=speed, theme=theme_choice))
+    _run_app(RaceApp(settings, lanes, device, speed=speed, theme=theme_choice), "race")

@@ -26,6 +26,7 @@ This module knows tokenizers, not models or strategies.
 
 from __future__ import annotations
 
+import codecs
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -117,13 +118,50 @@ def token_label(tokenizer: PreTrainedTokenizerBase, token_id: int) -> str:
     """A readable label for a single token, for candidate lists.
 
     Decoding a lone token that is part of a multi-byte character gives
-    U+FFFD; the raw vocabulary entry (``<0xE6>``, ``æĹ``) says more then.
+    U+FFFD; then the label shows its bytes: the whole characters as text and
+    the part of a character as hex (``' ⟨F0 9F⟩'`` for byte-level BPE's
+    ``ĠðŁ``, the start of an emoji), or the raw vocabulary entry where its
+    bytes cannot be read off it.
     """
     text = str(tokenizer.decode([token_id], skip_special_tokens=False, clean_up_tokenization_spaces=False))
     if REPLACEMENT in text or text == "":
         raw = tokenizer.convert_ids_to_tokens(token_id)
-        return str(raw) if raw is not None else text
+        if raw is None:
+            return text
+        data = _token_bytes(str(raw))
+        return _bytes_label(data) if data is not None else str(raw)
     return text
+
+
+def _token_bytes(raw: str) -> bytes | None:
+    """The bytes a vocabulary entry stands for: SentencePiece's byte fallback (``<0xE6>``) or byte-level BPE's
+    printable stand-ins (GPT-2's table, as transformers' converter has it); None for anything else."""
+    if len(raw) == 6 and raw.startswith("<0x") and raw.endswith(">"):
+        try:
+            return bytes([int(raw[3:5], 16)])
+        except ValueError:
+            return None
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    table = {c: b for b, c in bytes_to_unicode().items()}
+    if all(c in table for c in raw):
+        return bytes(table[c] for c in raw)
+    return None
+
+
+def _bytes_label(data: bytes) -> str:
+    """Whole UTF-8 characters as text, the bytes of an unfinished one as hex: ``' ⟨F0 9F⟩'``."""
+    return data.decode("utf-8", errors=_HEX_BYTES)
+
+
+def _hex_bytes(err: UnicodeError) -> tuple[str, int]:
+    """A codec error handler: the bytes that do not decode, as ``⟨E6 97⟩``."""
+    assert isinstance(err, UnicodeDecodeError)
+    return "⟨" + " ".join(f"{b:02X}" for b in err.object[err.start : err.end]) + "⟩", err.end
+
+
+_HEX_BYTES = "decode-tui-hex-bytes"
+codecs.register_error(_HEX_BYTES, _hex_bytes)
 
 
 class TokenLabels:

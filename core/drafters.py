@@ -191,6 +191,13 @@ class DraftModel:
     spec: str  # ``self``, ``int8`` or the draft model's spec, for messages
 
 
+def preparing(spec: str) -> str:
+    """What :func:`load_draft` does for ``spec``, in the words it reports first."""
+    if spec == "int8":
+        return "Preparing the draft model (int8 copy of the target)"
+    return f"Preparing the draft model ({spec})"
+
+
 def load_draft(target: LoadedModel, spec: str, trust_remote_code: bool = False,
                progress: Progress = quiet) -> DraftModel:
     """The draft model for ``spec``, sharing the target's vocabulary.
@@ -208,7 +215,7 @@ def load_draft(target: LoadedModel, spec: str, trust_remote_code: bool = False,
             raise UsageError(f"The int8 draft uses dynamic quantisation, which runs on the CPU only, and the target "
                              f"is on {target.device}. Pass --draft self or --draft with a smaller model of the same "
                              "family.")
-        progress("Preparing the draft model (int8 copy of the target)")
+        progress(preparing(spec))
         return DraftModel(int8_copy(target.model), min(width, len(target.tokenizer)), spec)
     from .loading import load_model
 

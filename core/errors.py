@@ -13,6 +13,7 @@ EXIT_INTERNAL = 1
 EXIT_USAGE = 2  # bad option, prompt or parameter
 EXIT_MODEL_UNAVAILABLE = 3  # the model is not on this machine and cannot be fetched
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell convention for Ctrl-C
+EXIT_TERMINATED = 143  # 128 + SIGTERM: ended by `kill`, as cleanly as by Ctrl-C
 
 
 class DecodeTuiError(Exception):

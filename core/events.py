@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -379,35 +380,93 @@ _BY_NAME: dict[str, type[Event]] = {cls.name: cls for cls in EVENT_TYPES}
 def from_dict(data: Mapping[str, Any]) -> Event:
     """The event a :meth:`Event.to_dict` object describes (for replaying a recorded run).
 
-    Raises ``ValueError`` for an unknown ``event`` name or missing fields, so a
-    damaged recording is reported, not half-played.
+    Raises ``ValueError`` for an unknown ``event`` name, a missing field, or a field of the wrong type or out of
+    its range (naming the field), so a damaged recording is reported before it plays, not half-played.
     """
     name = data.get("event")
     cls = _BY_NAME.get(name) if isinstance(name, str) else None
-    if cls is None:
+    if cls is None or not isinstance(name, str):
         raise ValueError(f"unknown event {name!r}")
     try:
-        return _build(cls, data)  # type: ignore[no-any-return]
+        return _build(cls, data, name)  # type: ignore[no-any-return]
     except (TypeError, KeyError) as exc:
         raise ValueError(f"a {name!r} event that does not fit its fields: {exc}") from None
 
 
-def _build(tp: Any, value: Any) -> Any:
-    """Rebuild a value of type ``tp`` from its JSON form (dataclasses, tuples, optionals, literals)."""
+# Fields that hold a probability (checked to lie in [0, 1]); every other number a viewer uses is a count, an index
+# or a time (never negative), or a log-probability or score (any finite value).
+_PROBABILITIES = frozenset({"prob", "p", "q", "u", "chosen_prob", "q_probs", "acceptance_rate",
+                            "acceptance_by_position"})
+_SIGNED = frozenset({"sum_logprobs", "score", "best_attainable_score", "worst_finished_score"})
+
+
+def _build(tp: Any, value: Any, where: str) -> Any:
+    """Rebuild a value of type ``tp`` from its JSON form (dataclasses, tuples, optionals, literals), checking
+    each value's type and range; ``where`` names it in the error (``token_emitted.index``)."""
     if value is None:
-        return None
+        if tp is Any or type(None) in typing.get_args(tp):
+            return None
+        raise ValueError(f"{where} is null")
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        if not isinstance(value, Mapping):
+            raise ValueError(f"{where} should be an object, not {_json_type(value)}")
         hints = typing.get_type_hints(tp)
-        kwargs = {f.name: _build(hints[f.name], value[f.name]) for f in dataclasses.fields(tp) if f.name in value}
+        missing = [f.name for f in dataclasses.fields(tp)
+                   if f.name not in value and f.default is dataclasses.MISSING
+                   and f.default_factory is dataclasses.MISSING]
+        if missing:
+            raise ValueError(f"{where} lacks {', '.join(missing)}")
+        kwargs = {f.name: _build(hints[f.name], value[f.name], f"{where}.{f.name}")
+                  for f in dataclasses.fields(tp) if f.name in value}
         return tp(**kwargs)
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
         inner = [a for a in args if a is not type(None)]
         if len(inner) == 1:
-            return _build(inner[0], value)
-        return value  # e.g. bool | "never": JSON already has the right type
+            return _build(inner[0], value, where)
+        for option in inner:  # e.g. bool | "never": the first that fits
+            try:
+                return _build(option, value, where)
+            except ValueError:
+                continue
+        raise ValueError(f"{where} cannot be {value!r}")
     if origin is tuple:
+        if not isinstance(value, list | tuple):
+            raise ValueError(f"{where} should be a list, not {_json_type(value)}")
         item = args[0] if args else Any
-        return tuple(_build(item, v) for v in value)
+        return tuple(_build(item, v, f"{where}[{i}]") for i, v in enumerate(value))
+    if origin is Literal:
+        if value not in args or type(value) not in {type(a) for a in args}:
+            raise ValueError(f"{where} is {value!r}, not one of {', '.join(map(repr, args))}")
+        return value
+    if origin is not None and issubclass(origin, Mapping):
+        if not isinstance(value, Mapping):
+            raise ValueError(f"{where} should be an object, not {_json_type(value)}")
+        return value
+    return _scalar(tp, value, where)
+
+
+def _scalar(tp: Any, value: Any, where: str) -> Any:
+    field_name = where.rsplit(".", 1)[-1].split("[", 1)[0]
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ValueError(f"{where} should be true or false, not {value!r}")
+    elif tp is str:
+        if not isinstance(value, str):
+            raise ValueError(f"{where} should be a string, not {_json_type(value)}")
+    elif tp in (int, float):
+        if isinstance(value, bool) or not isinstance(value, int | float) or (tp is int and not isinstance(value, int)):
+            raise ValueError(f"{where} should be {'an integer' if tp is int else 'a number'}, not {value!r}")
+        if not math.isfinite(value):
+            raise ValueError(f"{where} is {value!r}, not a finite number")
+        if field_name in _PROBABILITIES and not 0.0 <= value <= 1.0:
+            raise ValueError(f"{where} is {value!r}, not a probability in [0, 1]")
+        if field_name not in _SIGNED and field_name not in _PROBABILITIES and value < 0:
+            raise ValueError(f"{where} is {value!r}, which cannot be negative")
     return value
+
+
+def _json_type(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number",
+            float: "a number"}.get(type(value), type(value).__name__)

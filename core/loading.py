@@ -98,6 +98,10 @@ class LoadedModel:
 def encode_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str, use_chat: bool) -> list[int]:
     if not prompt.strip():
         raise UsageError("The prompt is empty. Pass --prompt TEXT or --prompt-file FILE with some text.")
+    if "\0" in prompt:
+        # A NUL is no text a model was trained on, and usually means a binary file was read as the prompt.
+        raise UsageError(f"The prompt holds a NUL character (at character {prompt.index(chr(0))}): is it a binary "
+                         "file? Pass a text prompt, or remove the NUL bytes.")
     if use_chat and getattr(tokenizer, "chat_template", None):
         text = tokenizer.apply_chat_template(
             [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from decode_tui.core.errors import EXIT_INTERRUPTED, EXIT_MODEL_UNAVAILABLE, EXIT_USAGE
+from decode_tui.core.errors import EXIT_INTERRUPTED, EXIT_MODEL_UNAVAILABLE, EXIT_USAGE, UsageError
 from decode_tui.core.registry import ALIASES
 
 SCRIPT = str(Path(sys.executable).parent / "decode-tui")
@@ -273,6 +273,47 @@ def test_a_damaged_recording_is_refused(tmp_path: Path, isolated_env: dict[str, 
     assert_clean_failure(cli("replay", str(path), env=isolated_env), 2, "line 2", "damaged")
 
 
+@pytest.mark.parametrize(("line", "says"), [
+    ('{"t": 0.1, "event": "token_emitted", "index": "zero", "token_id": 5, "text": "a", "start": 0, "end": 1}',
+     "token_emitted.index should be an integer"),
+    ('{"t": 0.1, "event": "token_sampled", "step": 0, "token_id": 5, "text": "a", "prob": 1.7, "greedy": true, '
+     '"stages": []}', "token_sampled.prob is 1.7, not a probability"),
+    ('{"t": 0.1, "event": "token_emitted", "index": 0, "token_id": 5, "text": "a", "start": 0, "end": 1, '
+     '"source": "oracle"}', "token_emitted.source is 'oracle'"),
+    ('{"t": -3, "event": "token_emitted", "index": 0, "token_id": 5, "text": "a", "start": 0, "end": 1}',
+     "not a time"),
+])
+def test_a_recording_with_a_field_of_the_wrong_type_or_range_is_refused_with_its_line_and_field(
+        tmp_path: Path, isolated_env: dict[str, str], line: str, says: str) -> None:
+    """It crashed the app with a traceback and exit 0, and `replay --cast` said "written"."""
+    path = tmp_path / "wrong.jsonl"
+    started = ('{"t": 0, "event": "started", "mode": "greedy", "model": "m", "prompt_token_ids": [1], '
+               '"prompt_text": "x", "params": {}}')
+    path.write_text(f'{{"event": "recording", "version": 1, "settings": {{}}}}\n{started}\n{line}\n',
+                    encoding="utf-8")
+    for args in (["replay", str(path)], ["replay", str(path), "--cast", str(tmp_path / "out.cast")]):
+        assert_clean_failure(cli(*args, env=isolated_env), 2, f"{path}, line 3:", says)
+    assert not (tmp_path / "out.cast").exists()
+
+
+def test_a_recording_cut_mid_line_plays_up_to_the_cut_and_says_so(tmp_path: Path) -> None:
+    from decode_tui.tui.pump import Notice
+    from decode_tui.tui.sources import read_recording, replay
+
+    whole = (Path(__file__).parent.parent / "lessons" / "01-greedy-vs-sampling.jsonl").read_text(encoding="utf-8")
+    lines = whole.splitlines(keepends=True)
+    path = tmp_path / "cut.jsonl"
+    path.write_text("".join(lines[:10]) + lines[10][: len(lines[10]) // 2], encoding="utf-8")  # killed mid-write
+    header, events = read_recording(path)
+    assert len(events) == 9 and header["cut_at_line"] == 11
+    played = list(replay(events, 0.0, header["cut_at_line"])())
+    assert isinstance(played[-1], Notice) and "cut off in line 11" in played[-1].message
+    path.write_text("".join(lines[:10]) + lines[10][: len(lines[10]) // 2] + "\n" + "".join(lines[11:]),
+                    encoding="utf-8")  # a broken line in the middle is damage, not a cut
+    with pytest.raises(UsageError, match="line 11: not JSON"):
+        read_recording(path)
+
+
 def test_run_and_generate_take_the_same_decoding_options() -> None:
     import dataclasses
     import inspect
@@ -459,3 +500,31 @@ def test_whatif_refuses_what_it_cannot_replay(tiny_model_dir: Path, isolated_env
     assert_clean_failure(cli("whatif", str(tmp_path / "greedy.jsonl"), env=isolated_env), 2,
                          f"was decoded by {tiny_model_dir.name}, which is not a model decode-tui can find",
                          "Pass --model with that model's folder")
+
+
+def test_a_prompt_with_a_nul_byte_is_refused(tiny_model_dir: Path, tmp_path: Path,
+                                             isolated_env: dict[str, str]) -> None:
+    binary = tmp_path / "prompt.bin"
+    binary.write_bytes(b"hello\x00world")
+    done = cli("generate", "--model", str(tiny_model_dir), "--prompt-file", str(binary), env=isolated_env)
+    assert_clean_failure(done, EXIT_USAGE, "NUL character (at character 5)")
+
+
+def test_figures_of_one_take_the_singular() -> None:
+    from decode_tui.core.events import Finished
+    from decode_tui.tui.numbers import count
+    from decode_tui.tui.teaching import caption
+
+    assert (count(1, "target forward"), count(2, "round"), count(0, "token")) == \
+        ("1 target forward", "2 rounds", "0 tokens")
+    one = Finished(mode="greedy", prompt_token_ids=(1,), token_ids=(2,), text="x", finish_reason="eos", new_tokens=1,
+                   target_forwards=1, elapsed_s=0.1, tokens_per_s=10.0)
+    assert caption(one) == "finished: the model ended the text (EOS); 1 token in 1 target forward"
+
+
+def test_a_byte_tokens_label_shows_its_bytes() -> None:
+    from decode_tui.core.detokenize import _bytes_label, _token_bytes
+
+    assert _bytes_label(_token_bytes("ĠðŁ") or b"") == " ⟨F0 9F⟩"  # byte-level BPE: ' ' and an emoji's start
+    assert _bytes_label(_token_bytes("<0xE6>") or b"") == "⟨E6⟩"  # SentencePiece's byte fallback
+    assert _bytes_label("東".encode()[:2] + b"") == "⟨E6 9D⟩" and _bytes_label("東".encode()) == "東"

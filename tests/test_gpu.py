@@ -1,4 +1,4 @@
-"""The core on CUDA (issue 6): the same tokens as ``generate``, the fast path's CUDA graphs, one copy per step.
+"""The core on CUDA: the same tokens as ``generate``, the fast path's CUDA graphs, one copy per step.
 
 Marked ``gpu``: they run where torch sees a CUDA device and are skipped, with that reason, everywhere
 else (CI has no GPU). ``benchmarks/gpu_session.sh`` runs them on a lent H100 together with the
@@ -216,7 +216,7 @@ def test_one_copy_per_step_and_no_other_wait_from_the_core(byte_bpe: Any, monkey
     assert len(from_core) <= 1, (len(syncs), sorted(set(from_core)))
 
 
-# ------------------------------------------------- the default path: CUDA graphs of the eager model (issue 17)
+# ------------------------------------------------- the default path: CUDA graphs of the eager model
 
 
 def ours_on(model: Any, tokenizer: Any, prompt: list[int], max_new: int, *, graphs: bool, sample: bool = False,

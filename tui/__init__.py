@@ -1,1 +1,1 @@
-"""The Textual app (``decode-tui run``): views of the core's events. Arrives with the TUI issue."""
+"""The Textual app (``decode-tui run``): views of the core's events."""

@@ -35,7 +35,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer
 
-from ..core.errors import DecodeTuiError
+from ..core.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, DecodeTuiError
 from ..core.events import Event, Mode, Started
 from ..core.live import LiveParams
 from ..lessons import Lesson, PauseTracker
@@ -51,6 +51,7 @@ from .screens.prompt_editor import PromptEditor
 from .screens.race import RaceScreen
 from .screenshots import save_svg
 from .settings import Settings, adjust, next_mode, with_mode
+from .signals import on_sigterm
 from .sources import recorded, write_trace
 from .teaching import AutoPause
 from .themes import ThemeSpec, initial_theme, load_all
@@ -141,6 +142,7 @@ class DecodeApp(App[int]):
         self.panels = self.query_one(ModePanels)
         self.set_interval(1 / DRAIN_HZ, self.drain)
         self._check_size(self.size.width, self.size.height)
+        self._untrap = on_sigterm(self.terminated)
         self.start_run()
 
     def on_resize(self, event: events.Resize) -> None:
@@ -503,6 +505,7 @@ class DecodeApp(App[int]):
         # However the app ends (quit, Ctrl-C, an error, a test leaving run_test), a paused decoder is woken and told
         # to stop, so no thread is left waiting.
         self._stop()
+        getattr(self, "_untrap", lambda: None)()
         sys.setswitchinterval(getattr(self, "_switch_interval", sys.getswitchinterval()))
 
     async def action_quit(self) -> None:
@@ -511,7 +514,12 @@ class DecodeApp(App[int]):
 
     def action_interrupt(self) -> None:
         self._stop()
-        self.exit(130, return_code=130)
+        self.exit(EXIT_INTERRUPTED, return_code=EXIT_INTERRUPTED)
+
+    def terminated(self) -> None:
+        """SIGTERM: the same ending as Ctrl-C (the decoder stopped, the terminal given back), its own status."""
+        self._stop()
+        self.exit(EXIT_TERMINATED, return_code=EXIT_TERMINATED)
 
 
 def _where(alias: str) -> str:

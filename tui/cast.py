@@ -18,6 +18,7 @@ from typing import Any
 
 from ..core.events import Event, Finished, Started, TokenEmitted, TokenSource
 from ..core.race import Lane
+from .numbers import count
 
 # SGR colours by provenance: the app's meaning (see the help screen), in the 8 colours every player has.
 COLOURS: dict[TokenSource, str] = {"target": "", "draft": "\x1b[32m", "lookup": "\x1b[36m",
@@ -48,7 +49,7 @@ def cast_lines(trace: Sequence[tuple[float, Event]], width: int = 100, height: i
                                     ensure_ascii=False))
             last = at
         elif isinstance(event, Finished):
-            figures = (f"\n\n{event.new_tokens} tokens in {event.target_forwards} target forwards, "
+            figures = (f"\n\n{count(event.new_tokens, 'token')} in {count(event.target_forwards, 'target forward')}, "
                        f"{event.tokens_per_s:.1f} tok/s, {event.finish_reason}\n")
             lines.append(json.dumps([at, "o", "\x1b[2m" + _terminal(figures) + RESET]))
             last = at
@@ -114,7 +115,8 @@ def _race_frame(lanes: Sequence[Lane], clock: float, title: str, width: int, hei
         cell.append_text(Text("\n").join(wrapped))
         if done is not None:
             gain = speedup(lane, baseline)
-            cell.append(f"\n\n{done.new_tokens} tokens, {done.target_forwards} forwards, {done.tokens_per_s:.1f} tok/s"
+            cell.append(f"\n\n{count(done.new_tokens, 'token')}, {count(done.target_forwards, 'forward')}, "
+                        f"{done.tokens_per_s:.1f} tok/s"
                         + (f", {speedup_text(gain)}" if gain is not None and lane.name != BASELINE else ""),
                         style="dim")
         grid.add_column(width=column)

@@ -32,3 +32,8 @@ def bar(p: float, width: int) -> str:
         eighths = 1
     full, rest = divmod(eighths, 8)
     return "█" * full + (EIGHTHS[rest] if rest else "")
+
+
+def count(n: int, noun: str) -> str:
+    """``1 token``, ``2 tokens``, ``1 target forward``: a figure with its noun in the right number."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

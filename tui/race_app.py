@@ -8,9 +8,11 @@ from typing import ClassVar
 from textual.app import App
 from textual.binding import Binding, BindingType
 
+from ..core.errors import EXIT_INTERRUPTED, EXIT_TERMINATED
 from ..core.race import Lane
 from .screens.race import RaceScreen
 from .settings import Settings
+from .signals import on_sigterm
 from .themes import initial_theme, load_all
 
 
@@ -33,7 +35,15 @@ class RaceApp(App[int]):
         self.error: str | None = None
 
     def on_mount(self) -> None:
+        self._untrap = on_sigterm(self.terminated)
         self.push_screen(self.race, lambda _: self.exit(0))
 
+    def on_unmount(self) -> None:
+        self._untrap()
+
     def action_interrupt(self) -> None:
-        self.exit(130, return_code=130)
+        self.exit(EXIT_INTERRUPTED, return_code=EXIT_INTERRUPTED)
+
+    def terminated(self) -> None:
+        """SIGTERM: the same ending as Ctrl-C, with its own exit status."""
+        self.exit(EXIT_TERMINATED, return_code=EXIT_TERMINATED)

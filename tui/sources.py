@@ -226,7 +226,8 @@ def _event_line(t: float, event: Event, **tags: int) -> str:
 def read_recording(path: Path) -> tuple[dict[str, Any], list[tuple[float, Event]]]:
     """The header and the timed events of a recording; a UsageError that says what is wrong otherwise."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        text = path.read_text(encoding="utf-8")
+        lines = text.splitlines()
     except FileNotFoundError:
         raise UsageError(f"The recording {path} does not exist. Record one with `decode-tui run --record "
                          f"{path.name}`.") from None
@@ -250,16 +251,29 @@ def read_recording(path: Path) -> tuple[dict[str, Any], list[tuple[float, Event]
             continue
         try:
             data = json.loads(line)
-            events.append((float(data.pop("t", 0.0)), from_dict(data)))
-        except (json.JSONDecodeError, ValueError, AttributeError) as exc:
-            raise UsageError(f"{path}, line {number}: not a decode-tui event ({exc}). The file is damaged; "
-                             "record it again.") from None
+        except json.JSONDecodeError as exc:
+            if number == len(lines) and not text.endswith("\n") and events:
+                # The last line was cut mid-write (the recording process was killed): what came before it is whole
+                # and plays, and the replay says where it stops.
+                header["cut_at_line"] = number
+                break
+            raise UsageError(f"{path}, line {number}: not JSON ({exc}). The file is damaged; record it again.") \
+                from None
+        try:
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+            t = data.pop("t", 0.0)
+            if isinstance(t, bool) or not isinstance(t, int | float) or t < 0:
+                raise ValueError(f"t is {t!r}, not a time in seconds")
+            events.append((float(t), from_dict(data)))
+        except ValueError as exc:
+            raise UsageError(f"{path}, line {number}: {exc}. The file is damaged; record it again.") from None
     if not events:
         raise UsageError(f"The recording {path} holds no events.")
     return header, events
 
 
-def replay(events: list[tuple[float, Event]], speed: float = 1.0) -> EventSource:
+def replay(events: list[tuple[float, Event]], speed: float = 1.0, cut_at_line: int | None = None) -> EventSource:
     """A source that plays recorded events with their original pacing divided by ``speed`` (0: no waiting).
 
     Gaps are capped at one second, so a recording with a long model load does not stall the replay.
@@ -282,7 +296,8 @@ def replay(events: list[tuple[float, Event]], speed: float = 1.0) -> EventSource
             # Exported mid-run: the run went on, the recording did not. Say so, with the recorded figures, rather
             # than leave the replay "running" with a clock that keeps ticking.
             rate = f", {tokens / previous:.1f} tok/s" if previous > 0 else ""
-            yield Notice("ended", f"recording ends here: {tokens} tokens in {previous:.1f} s recorded{rate}",
+            cut = f" (cut off in line {cut_at_line}, a write that never finished)" if cut_at_line else ""
+            yield Notice("ended", f"recording ends here{cut}: {tokens} tokens in {previous:.1f} s recorded{rate}",
                          elapsed_s=previous)
 
     return play

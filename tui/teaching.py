@@ -20,7 +20,7 @@ from ..core.events import (
     Finished,
     TokenSampled,
 )
-from .numbers import prob
+from .numbers import count, prob
 
 
 def ordinal(n: int) -> str:
@@ -96,7 +96,8 @@ def caption(event: Event, proposed: DraftProposed | None = None, extra_text: str
     if isinstance(event, Finished):
         why = {"eos": "the model ended the text (EOS)", "length": "max new tokens reached",
                "cancelled": "stopped"}[event.finish_reason]
-        return f"finished: {why}; {event.new_tokens} tokens in {event.target_forwards} target forwards"
+        return (f"finished: {why}; {count(event.new_tokens, 'token')} in "
+                f"{count(event.target_forwards, 'target forward')}")
     return None
 
 

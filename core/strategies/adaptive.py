@@ -46,7 +46,7 @@ class AdaptiveDraftLength:
     and re-evaluates every few rounds, at most one twentieth of the run's time.
     On the CPU's copy-friendly prompts it settles on 9-10 and needs the fixed
     length's forwards; on prose, plain steps after the first few rounds
-    (BENCHMARKS.md, issue 20).
+    (BENCHMARKS.md, the adaptive draft length's section).
     """
 
     def __init__(self, max_k: int, probe_every: int = 8, replay: Replay | None = None) -> None:

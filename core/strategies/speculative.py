@@ -17,6 +17,9 @@ distributions p_1 .. p_{k+1} in one forward pass. Then:
   prompt-lookup draft is a copy, so q is one-hot. The output is distributed
   exactly as the target's own sampling.
 
+The fast paths (a static cache whose verification is padded to one width, graphs prepared ahead) stay in
+helpers (``_verification_feed``), so the loop reads as the algorithm.
+
 The target's cache is cropped back to the confirmed prefix after every round
 (in ``finally:``, so a consumer that stops mid-round leaves it consistent),
 and so is the drafter's. An EOS accepted inside a block ends the run right
@@ -85,7 +88,9 @@ def speculative(
     policy = AdaptiveDraftLength(num_draft_tokens, replay=_lookup_replay(drafter, transcript)) if adaptive else None
     source: TokenSource = "lookup" if drafter.kind == "lookup" else "draft"
     device = model.device
-    V = vocab_size
+    # The vocabulary the drafter shares with the target: a draft model's logits rows past it are never drafted
+    # nor verified. Prompt lookup copies the target's own tokens, so there it is all of it.
+    shared = slice(0, vocab_size)
     static = fast or graphs  # a static cache: every verification padded to one width, for one graph
 
     context = list(transcript.prompt_ids)
@@ -93,7 +98,7 @@ def speculative(
     max_len = len(context) + transcript.max_new_tokens + num_draft_tokens + 1
     cache = new_cache(model, rollback=True, fast=fast, graphs=graphs, max_len=max_len)
     try:
-        logits = forward(model, torch.tensor([context], device=device), cache)[0, :, :V]  # [1, V]
+        logits = forward(model, torch.tensor([context], device=device), cache)[0, :, shared]  # [1, V]
         transcript.target_forwards += 1
         if static and len(context) + num_draft_tokens + 1 <= max_len:
             prepare(model, cache, num_draft_tokens + 1, keep=num_draft_tokens + 1)  # the verification's graph, now
@@ -129,17 +134,10 @@ def speculative(
             started = time.perf_counter()
             confirmed = len(context) - 1  # what the caches hold between rounds: everything but the pending token
             try:
-                # 3. Verify: one target forward over [pending, d_1 .. d_k] gives p_1 .. p_{k+1}. The fast path
-                # pads it to W = num_draft_tokens + 1 with copies of the pending token. The pads come after the
-                # real positions, which attend only to what precedes them; the rollback in `finally` forgets the
-                # pads with the rejected drafts. (Unpadded if a draft length raised mid-run would overrun the
-                # static cache: the real positions always fit.)
-                width = len(drafted) + 1
-                if static and confirmed + num_draft_tokens + 1 <= max_len:
-                    width = max(width, num_draft_tokens + 1)
-                feed = torch.tensor([[context[-1], *drafted] + [context[-1]] * (width - len(drafted) - 1)],
-                                    device=device)  # [1, W]
-                logits = forward(model, feed, cache, keep=width)[0, : len(drafted) + 1, :V]  # [k+1, V]
+                # 3. Verify: one target forward over [pending, d_1 .. d_k] gives p_1 .. p_{k+1}.
+                pad_to = num_draft_tokens + 1 if static and confirmed + num_draft_tokens + 1 <= max_len else 0
+                feed = _verification_feed(context[-1], drafted, pad_to, device)  # [1, W], W >= k + 1
+                logits = forward(model, feed, cache, keep=feed.shape[1])[0, : len(drafted) + 1, shared]  # [k+1, V]
                 transcript.target_forwards += 1
                 # 4. Accept: the acceptance test, position by position, and the target's extra token.
                 p = _distributions(processors, context, drafted, logits)  # [k+1, V]
@@ -196,6 +194,18 @@ def _lookup_replay(drafter: Drafter, transcript: Transcript) -> Callable[[int], 
     return widths
 
 
+def _verification_feed(pending: int, drafted: list[int], pad_to: int, device: torch.device) -> torch.Tensor:
+    """``[pending, d_1 .. d_k]``, padded to ``pad_to`` positions with copies of the pending token ([1, W]).
+
+    Only the fast paths pad: one compiled graph (or captured CUDA graph) then serves every round whatever the
+    drafter proposed. The pads come after the real positions, which attend only to what precedes them, and the
+    rollback after the round forgets them with the rejected drafts. (No padding where a draft length raised
+    mid-run would overrun the static cache: the real positions always fit.)
+    """
+    real = [pending, *drafted]
+    return torch.tensor([real + [pending] * max(0, pad_to - len(real))], device=device)
+
+
 def _run_ends_after(accepted: list[int], eos_token_ids: frozenset[int], remaining: int) -> int | None:
     """How many of the accepted draft tokens reach the output when one of them ends the run, else None."""
     for i, token in enumerate(accepted):
@@ -228,56 +238,70 @@ def _pick(p: torch.Tensor, i: int, greedy: bool, generator: torch.Generator | No
 
 
 def _verify(
-    p: torch.Tensor,  # [k+1, V] target distributions
-    q: torch.Tensor | None,  # [k, V] draft distributions; None for a lookup copy (one-hot)
-    drafted: list[int],
+    p: torch.Tensor,  # [k+1, V] target distributions p_1 .. p_{k+1}
+    q: torch.Tensor | None,  # [k, V] draft distributions q_1 .. q_k; None for a lookup copy (one-hot)
+    drafted: list[int],  # d_1 .. d_k
     greedy: bool,
     generator: torch.Generator | None,
 ) -> tuple[int, int, Literal["target", "resampled", "bonus"] | None, tuple[PositionVerdict, ...]]:
     """The acceptance test. Returns (accepted count n, the extra token, its kind, per-position verdicts).
 
     Speculative sampling (Leviathan et al. 2023, Algorithm 1; Chen et al. 2023): accept d_i while
-    u_i < min(1, p_i(d_i) / q_i(d_i)); at the first rejection draw from max(0, p_n - q_n), normalised;
-    if all k pass, draw a bonus token from p_k. Greedy verification accepts while d_i is p_i's argmax.
-    Everything is computed on the device, and what decides the round (n, the extra token) is copied to
-    the host together with what the viewer shows (p_i(d_i), q_i(d_i), u_i): one transfer per round.
+    u_i < min(1, p_i(d_i) / q_i(d_i)); at the first rejection draw from max(0, p_i - q_i), normalised;
+    if all k pass, draw a bonus token from p_{k+1}. Greedy verification accepts while d_i is p_i's argmax
+    and adds the argmax of the first position that disagrees (or of p_{k+1}).
+    Everything is computed on the device; what decides the round (n, the extra token) and what the viewer
+    shows (p_i(d_i), q_i(d_i), u_i) come to the host in one copy (:func:`_round_to_host`).
     """
     k = len(drafted)
-    V = p.shape[-1]
-    idx = torch.tensor(drafted, dtype=torch.long, device=p.device)  # [k]
-    p_d = p[:k].gather(1, idx[:, None])[:, 0]  # [k] p_i(d_i)
-    # A lookup copy's q is one-hot on the copied token: q_i(d_i) = 1, and the [k, V] rows are only built
-    # where the residual max(0, p - q) needs them (sampling).
-    q_d = q[:k].gather(1, idx[:, None])[:, 0] if q is not None else p.new_ones(k)  # [k] q_i(d_i)
-    draws = None
+    d = torch.tensor(drafted, dtype=torch.long, device=p.device)  # [k] d_1 .. d_k
+    p_d = p[:k].gather(1, d[:, None])[:, 0]  # [k] p_i(d_i)
+    # A lookup copy's q is one-hot on the copied token: q_i(d_i) = 1.
+    q_d = q[:k].gather(1, d[:, None])[:, 0] if q is not None else p.new_ones(k)  # [k] q_i(d_i)
+    u = None
     if greedy:
         argmax = p.argmax(-1)  # [k+1]
-        accepted = argmax[:k] == idx  # [k]
+        accepted = argmax[:k] == d  # [k]
     else:
-        draws = torch.rand(k, generator=generator, device=p.device) if k else p.new_zeros(0)  # [k] u_i
+        u = torch.rand(k, generator=generator, device=p.device) if k else p.new_zeros(0)  # [k] u_i ~ U(0, 1)
         ratio = torch.where(q_d > 0, p_d / q_d, torch.zeros_like(p_d))
-        accepted = draws < ratio.clamp(max=1.0)  # accept d_i with probability min(1, p_i(d_i) / q_i(d_i))
-    n_t = accepted.long().cumprod(0).sum()  # [] how many lead the row unbroken
+        accepted = u < ratio.clamp(max=1.0)  # accept d_i with probability min(1, p_i(d_i) / q_i(d_i))
+    n = accepted.long().cumprod(0).sum()  # [] how many lead the row unbroken
     if greedy:
-        extra_t = argmax[n_t]
+        extra = argmax[n]  # the target's own choice at the first disagreement, or after the last draft
+    elif q is None:
+        extra = _resample(p, torch.nn.functional.one_hot(d, p.shape[-1]).to(p.dtype), n, k, generator)
     else:
-        q_k = q[:k] if q is not None else torch.nn.functional.one_hot(idx, V).to(p.dtype)  # [k, V]
-        q_pad = torch.cat([q_k, q_k.new_zeros(1, V)])  # [k+1, V]: nothing to subtract after the last draft
-        residual = torch.clamp(p[n_t] - q_pad[n_t], min=0.0)  # max(0, p - q)
-        total = residual.sum()
-        # p == q exactly leaves nothing to resample from; then rejection had probability 0 and p is the answer.
-        resample = torch.where(total > 0, residual / total, p[n_t])
-        extra_t = torch.multinomial(torch.where(n_t == k, p[n_t], resample), 1, generator=generator)[0]
-    host = to_host([n_t, extra_t, p_d, q_d] + ([draws] if draws is not None else []))  # the round's one copy
-    n, extra = int(host[0]), int(host[1])
-    p_h, q_h, u_h = host[2 : 2 + k], host[2 + k : 2 + 2 * k], host[2 + 2 * k :]
+        extra = _resample(p, q[:k], n, k, generator)
+    n_host, extra_host, p_host, q_host, u_host = _round_to_host(n, extra, p_d, q_d, u)
     # Positions after the first rejection were never tested: the round discards them with it.
-    verdicts = tuple(PositionVerdict(i, drafted[i], p_h[i], q_h[i], u_h[i] if u_h and i <= n else None,
-                                     "accepted" if i < n else "rejected" if i == n else "untested")
+    verdicts = tuple(PositionVerdict(i, drafted[i], p_host[i], q_host[i], u_host[i] if u_host and i <= n_host else None,
+                                     "accepted" if i < n_host else "rejected" if i == n_host else "untested")
                      for i in range(k))
-    if n == k:
-        return n, extra, "bonus" if k else None, verdicts
-    return n, extra, "target" if greedy else "resampled", verdicts
+    if n_host == k:
+        return n_host, extra_host, "bonus" if k else None, verdicts
+    return n_host, extra_host, "target" if greedy else "resampled", verdicts
+
+
+def _resample(p: torch.Tensor, q: torch.Tensor, n: torch.Tensor, k: int,
+              generator: torch.Generator | None) -> torch.Tensor:
+    """The extra token under sampling: from norm(max(0, p_n - q_n)) after a rejection at position n, or the bonus
+    from p_{k+1} when all k were accepted (there is no q_{k+1} to subtract)."""
+    q_padded = torch.cat([q, q.new_zeros(1, q.shape[-1])])  # [k+1, V]
+    residual = torch.clamp(p[n] - q_padded[n], min=0.0)  # max(0, p - q)
+    total = residual.sum()
+    # p == q exactly leaves nothing to resample from; then rejection had probability 0 and p is the answer.
+    resample = torch.where(total > 0, residual / total, p[n])
+    return torch.multinomial(torch.where(n == k, p[n], resample), 1, generator=generator)[0]
+
+
+def _round_to_host(n: torch.Tensor, extra: torch.Tensor, p_d: torch.Tensor, q_d: torch.Tensor,
+                   u: torch.Tensor | None) -> tuple[int, int, list[float], list[float], list[float]]:
+    """The round's one device-to-host copy, unpacked: n, the extra token, p_i(d_i), q_i(d_i) and u_i (empty
+    under greedy verification). One copy, not five: on a GPU each is a wait for the device."""
+    k = p_d.shape[0]
+    host = to_host([n, extra, p_d, q_d] + ([u] if u is not None else []))
+    return int(host[0]), int(host[1]), host[2 : 2 + k], host[2 + k : 2 + 2 * k], host[2 + 2 * k :]
 
 
 def _proposed(round_: int, kind: Literal["model", "lookup"], draft: Draft, drafted: list[int],

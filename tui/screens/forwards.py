@@ -31,6 +31,7 @@ from ...core.events import Event, Finished
 from ...core.timeline import Timeline, verify_line
 from ...core.whatif import DRAFT_LENGTHS, Costs, WhatIf, lookup_grid, table, trace_from_events
 from .. import forward_views
+from ..numbers import count
 
 
 def whatif_tables(events: Sequence[Event], timeline: Timeline) -> list[Table | str]:
@@ -87,9 +88,10 @@ class ForwardsScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         rows = self.timeline.rows
         with VerticalScroll(id="forwards-body"):
-            yield Static(f"[b]Forward passes[/b] · {len(rows)} target forwards so far" if self.finished is None else
-                         f"[b]Forward passes[/b] · {self.finished.new_tokens} tokens in "
-                         f"{self.finished.target_forwards} target forwards", id="forwards-title")
+            yield Static(f"[b]Forward passes[/b] · {count(len(rows), 'target forward')} so far"
+                         if self.finished is None else
+                         f"[b]Forward passes[/b] · {count(self.finished.new_tokens, 'token')} in "
+                         f"{count(self.finished.target_forwards, 'target forward')}", id="forwards-title")
             line = forward_views.acceptance_line(self.finished.acceptance_by_position if self.finished else None,
                                                  rows)
             yield Static(line[0].upper() + line[1:] + "." if line else

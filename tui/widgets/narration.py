@@ -13,6 +13,7 @@ from textual.widgets import Static
 
 from ...core.events import Finished
 from ...lessons import Lesson, Pause
+from ..numbers import count
 
 
 def pause_text(pause: Pause, live: bool, name: str) -> str:
@@ -26,7 +27,7 @@ def pause_text(pause: Pause, live: bool, name: str) -> str:
 
 def figures(result: Finished) -> str:
     """The run's own figures, for the summary."""
-    parts = [f"{result.new_tokens} tokens in {result.target_forwards} target forwards "
+    parts = [f"{count(result.new_tokens, 'token')} in {count(result.target_forwards, 'target forward')} "
              f"({result.new_tokens / max(1, result.target_forwards):.2f} per forward)"]
     if result.drafted:
         parts.append(f"{result.accepted or 0} of {result.drafted} drafted tokens accepted "

@@ -13,6 +13,7 @@ from __future__ import annotations
 from rich.segment import Segment
 from rich.text import Text
 
+from ..numbers import count
 from ..run_view import Counters
 from .live_panel import LivePanel
 
@@ -36,9 +37,9 @@ class StatsBar(LivePanel):
         forwards = r.target_forwards if r else counters.forwards
         elapsed = r.elapsed_s if r else counters.elapsed_s
         rate = r.tokens_per_s if r else (tokens / elapsed if elapsed > 0 else 0.0)
-        noun = "token" if tokens == 1 else "tokens"
-        parts = [(counters.state, counters.state, 9), (f"{tokens} {noun}", f"{tokens} tok", 7),
-                 (f"{rate:.1f} tok/s", f"{rate:.1f} tok/s", 8), (f"{forwards} target forwards", f"{forwards} fwd", 5)]
+        parts = [(counters.state, counters.state, 9), (count(tokens, "token"), f"{tokens} tok", 7),
+                 (f"{rate:.1f} tok/s", f"{rate:.1f} tok/s", 8),
+                 (count(forwards, "target forward"), f"{forwards} fwd", 5)]
         searching = r is None and counters.beam_steps > 0 and not tokens
         if searching:
             # A beam search under way has emitted nothing yet (its text comes at the end): its steps and the

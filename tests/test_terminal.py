@@ -1,0 +1,138 @@
+"""The command line against terminals, signals and paths: no terminal, a pipe on stdin, SIGTERM, bad outputs,
+bad caches and config files. Each runs the console script as a user would (tmux stands in for a terminal)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from decode_tui.core.errors import EXIT_TERMINATED, EXIT_USAGE
+
+from .test_cli import SCRIPT, assert_clean_failure, cli
+
+LESSON = Path(__file__).parent.parent / "lessons" / "01-greedy-vs-sampling.jsonl"
+
+
+def test_an_app_with_no_terminal_to_read_keys_from_is_refused(isolated_env: dict[str, str]) -> None:
+    """`echo hi | decode-tui run` with no terminal behind it drew the app, ignored every key and spun."""
+    for args in (["run"], ["replay", str(LESSON)], ["lesson", "greedy-vs-sampling"]):
+        done = subprocess.run([SCRIPT, *args], input="hi\n", capture_output=True, text=True, env=isolated_env,
+                              timeout=60, start_new_session=True)  # a new session: no controlling terminal
+        assert_clean_failure(done, EXIT_USAGE, "reads its keys from a terminal", "decode-tui generate")
+    dumb = subprocess.run([SCRIPT, "replay", str(LESSON)], capture_output=True, text=True, timeout=60,
+                          env={**isolated_env, "TERM": "dumb"})
+    assert_clean_failure(dumb, EXIT_USAGE, "TERM=dumb")
+
+
+@pytest.fixture()
+def tmux(tmp_path: Path) -> Iterator[Callable[..., str]]:
+    """``tmux(*args)`` on a server of this test's own; the server is killed afterwards."""
+    socket = f"decode-tui-term-{os.getpid()}-{time.monotonic_ns()}"
+    env = {**os.environ, "TERM": "xterm-256color", "DECODE_TUI_CACHE": str(tmp_path / "cache"),
+           "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
+    env.pop("NO_COLOR", None)
+    base = ["tmux", "-L", socket, "-f", "/dev/null"]
+
+    def run(*args: str) -> str:
+        return subprocess.run([*base, *args], capture_output=True, text=True, env=env, check=True).stdout
+
+    yield run
+    subprocess.run([*base, "kill-server"], capture_output=True, env=env)
+
+
+def wait(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def test_with_a_pipe_on_stdin_the_app_reads_keys_from_the_terminal(tmux: Callable[..., str], tmp_path: Path) -> None:
+    status = tmp_path / "status"
+    command = f"echo hi | {shlex.quote(SCRIPT)} replay --paused {shlex.quote(str(LESSON))}; echo $? > {status}"
+    tmux("new-session", "-d", "-s", "t", "-x", "120", "-y", "36", command)
+    wait(lambda: "decode-tui" in tmux("capture-pane", "-p", "-t", "t"), "the app to draw")
+    tmux("send-keys", "-t", "t", "q")
+    wait(status.exists, "the app to quit on q")
+    assert status.read_text().strip() == "0"
+
+
+def test_sigterm_ends_the_app_as_ctrl_c_does_and_gives_the_terminal_back(tmux: Callable[..., str],
+                                                                           tmp_path: Path) -> None:
+    """Killed by the default handler the app left the terminal in the alternate screen with mouse tracking on."""
+    status = tmp_path / "status"
+    # The shell stays (remain-on-exit is not needed): after the app, it waits, so the pane's modes can be read.
+    command = (f"{shlex.quote(SCRIPT)} replay --paused {shlex.quote(str(LESSON))}; echo $? > {status}; "
+               "sleep 30")
+    tmux("new-session", "-d", "-s", "t", "-x", "120", "-y", "36", command)
+    wait(lambda: "decode-tui" in tmux("capture-pane", "-p", "-t", "t"), "the app to draw")
+    assert tmux("display", "-p", "-t", "t", "#{alternate_on}").strip() == "1"
+    shell = int(tmux("display", "-p", "-t", "t", "#{pane_pid}").strip())
+    children = subprocess.run(["pgrep", "-P", str(shell)], capture_output=True, text=True).stdout.split()
+    app = next(int(pid) for pid in children if "decode-tui" in Path(f"/proc/{pid}/cmdline").read_text())
+    os.kill(app, signal.SIGTERM)
+    wait(status.exists, "the app to end on SIGTERM")
+    assert status.read_text().strip() == str(EXIT_TERMINATED)
+    modes = tmux("display", "-p", "-t", "t", "#{alternate_on} #{mouse_any_flag} #{mouse_standard_flag}").split()
+    assert modes == ["0", "0", "0"], "the alternate screen and the mouse tracking were left on"
+
+
+def test_sigterm_during_generate_writes_the_finished_event(tiny_model_dir: Path,
+                                                           isolated_env: dict[str, str]) -> None:
+    proc = subprocess.Popen([SCRIPT, "generate", "--model", str(tiny_model_dir), "-p",
+                             "the quick brown fox the quick brown fox", "--format", "jsonl", "--max-new-tokens",
+                             "4000", "--no-chat"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=isolated_env)
+    assert proc.stdout is not None and proc.stderr is not None
+    lines = []
+    for line in proc.stdout:
+        lines.append(json.loads(line))
+        if lines[-1]["event"] == "token_emitted" and lines[-1]["index"] == 5:
+            proc.send_signal(signal.SIGTERM)
+            break
+    rest, err = proc.stdout.read(), proc.stderr.read()  # the same buffered reader that read ahead
+    proc.wait(timeout=60)
+    lines += [json.loads(x) for x in rest.splitlines()]
+    assert proc.returncode == EXIT_TERMINATED, err
+    assert "Traceback" not in err and "terminated after" in err
+    final = lines[-1]
+    assert final["event"] == "finished" and final["finish_reason"] == "cancelled"
+    assert final["token_ids"] == [x["token_id"] for x in lines if x["event"] == "token_emitted"]
+
+
+def test_output_paths_are_checked_before_any_work(tmp_path: Path, isolated_env: dict[str, str]) -> None:
+    """A race measured for a minute then lost to a folder given as --record; `run --record DIR` opened an app
+    that never decoded and exited 0."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    for path, says in ((tmp_path, "it is a folder"), (a_file / "x.jsonl", "Not a directory"),
+                       (Path("/proc/decode-tui.jsonl"), "Pick a file in a folder you can write")):
+        for args in (["race", "--no-play", "--record", str(path)], ["run", "--record", str(path)],
+                     ["replay", str(LESSON), "--cast", str(path)]):
+            started = time.monotonic()
+            assert_clean_failure(cli(*args, env=isolated_env), EXIT_USAGE, says)
+            assert time.monotonic() - started < 60, "refused before any model was loaded or measured"
+    assert a_file.read_text() == "x" and not (tmp_path / "run.jsonl").exists()
+
+
+def test_a_cache_that_cannot_be_written_and_a_named_config_that_is_missing_say_what_to_do(
+        tmp_path: Path, isolated_env: dict[str, str]) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    for cache in ("/proc/decode-tui-cache", str(a_file / "cache")):
+        env = {**isolated_env, "DECODE_TUI_CACHE": cache}
+        assert_clean_failure(cli("generate", "-p", "hi", env=env), EXIT_USAGE, f"cache folder {cache} cannot be "
+                             "written", "Set DECODE_TUI_CACHE")
+        assert_clean_failure(cli("run", env=env), EXIT_USAGE, "Set DECODE_TUI_CACHE")
+    env = {**isolated_env, "DECODE_TUI_CONFIG": str(tmp_path / "nonexistent.toml")}
+    assert_clean_failure(cli("generate", "-p", "hi", env=env), EXIT_USAGE, "DECODE_TUI_CONFIG names the config file",
+                         "does not exist")
