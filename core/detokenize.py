@@ -97,9 +97,11 @@ class Detokenizer:
         return full[len(self.text):]
 
     def _remainder(self, emitted: int) -> str:
-        """What the reference decode has beyond what was emitted: an unfinished character's U+FFFD."""
+        """What the reference decode has beyond what was emitted, less an unfinished last character: a run cut
+        by its length limit inside a character's bytes ends before that character, not with the U+FFFD the
+        reference decode writes for it (its token ids are still in the run's token_ids)."""
         full = self.decode(self.ids)
-        return full[emitted:] if len(full) > emitted else ""
+        return full[emitted:].rstrip(REPLACEMENT) if len(full) > emitted else ""
 
 
 def _byte_token_ids(tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:

@@ -23,12 +23,19 @@ from typing import Any
 
 from ..core.errors import UsageError
 from ..core.events import BeamStepped, DraftProposed, DraftVerified, Event, Finished, TokenEmitted
+from ..core.params import DecodeConfig
 from ..core.toml_lines import line_of
 
 MODES = ("greedy", "sample", "beam", "speculative", "pld")
 # What a pause can wait for: the app's notable events (tui/teaching.AutoPause), two more, or "token N".
 EVENTS = ("first rejection", "lookup miss", "beam finished", "end of text", "resampled", "bonus")
 FIELDS = {"name", "title", "mode", "prompt", "intro", "summary", "settings", "pause", "recording"}
+# The modes in which each event can happen at all; "end of text" and "token N" happen in every mode.
+PAUSE_MODES = {"first rejection": ("speculative", "pld"), "lookup miss": ("pld",), "beam finished": ("beam",),
+               "resampled": ("speculative", "pld"), "bonus": ("speculative", "pld")}
+# Settings greedy mode ignores (it takes the argmax): a lesson that sets them says something its run does not do.
+SAMPLING_ONLY = ("temperature", "top_k", "top_p", "seed")
+DEFAULT_MAX_NEW_TOKENS = DecodeConfig().max_new_tokens  # what --max-new-tokens is when a lesson leaves it out
 
 
 class LessonError(UsageError):
@@ -138,7 +145,21 @@ def parse(text: str, source: str) -> Lesson:
         if pause.on not in EVENTS and pause.after_tokens is None:
             raise bad("on", f"of pause {i + 1} must be one of {', '.join(map(repr, EVENTS))} or \"token N\", not "
                       f"{pause.on!r}.")
+        # A pause its run can never reach would leave a class pressing n for nothing.
+        modes = PAUSE_MODES.get(pause.on)
+        if modes is not None and data["mode"] not in modes:
+            raise bad("on", f"of pause {i + 1} is {pause.on!r}, which cannot happen in mode {data['mode']!r} (only in "
+                      f"{' or '.join(modes)}).")
+        limit = settings.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
+        if pause.after_tokens is not None and isinstance(limit, int) and pause.after_tokens > limit:
+            raise bad("on", f"of pause {i + 1} waits for token {pause.after_tokens}, but the run stops after "
+                      f"max_new_tokens = {limit}.")
         pauses.append(pause)
+    if data["mode"] == "greedy":
+        ignored = [name for name in SAMPLING_ONLY if name in settings]
+        if ignored:
+            raise bad(ignored[0], "is a sampling setting, which greedy mode ignores (it takes the argmax): use "
+                      "mode = \"sample\", or leave it out.")
     summary = data.get("summary", "")
     if not isinstance(summary, str):
         raise bad("summary", "must be a string.")

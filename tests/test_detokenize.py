@@ -30,7 +30,8 @@ def pieces_for(tokenizer: Any, ids: list[int], use_stream: bool | None, skip: bo
 
 
 def check_pieces(detok: Detokenizer, pieces: list[Any], ids: list[int], text_is_valid: bool) -> None:
-    assert "".join(p.text for p in pieces) == detok.decode(ids)
+    # the reference decode, less the U+FFFD of a character the ids end inside
+    assert "".join(p.text for p in pieces) == detok.decode(ids).rstrip(REPLACEMENT)
     position = 0
     for p in pieces:  # spans tile the text with no gaps or overlaps
         assert p.start == position and p.end == p.start + len(p.text)
@@ -92,10 +93,13 @@ def test_byte_fallback_holds_a_byte_run_until_the_next_token_closes_it(sp_bpe: A
     assert "".join(texts) == sp_bpe.decode(ids)
 
 
-def test_unfinished_character_at_the_end_is_flushed_as_the_reference_decode(byte_bpe: Any) -> None:
-    ids = byte_bpe.encode("a東", add_special_tokens=False)[:-1]  # cut inside 東's bytes
-    detok, _ = pieces_for(byte_bpe, ids, None)
-    assert detok.text == byte_bpe.decode(ids) and detok.text.endswith(REPLACEMENT)
+@pytest.mark.parametrize("use_stream", [None, False], ids=["DecodeStream", "prefix-diff"])
+def test_a_run_cut_inside_a_character_ends_before_it_not_with_a_replacement(byte_bpe: Any,
+                                                                           use_stream: bool | None) -> None:
+    ids = byte_bpe.encode("a東", add_special_tokens=False)[:-1]  # cut inside 東's bytes (the length limit)
+    assert byte_bpe.decode(ids).endswith(REPLACEMENT), "the reference decode ends in U+FFFD"
+    detok, pieces = pieces_for(byte_bpe, ids, use_stream)
+    assert detok.text == "a" and all(REPLACEMENT not in p.text for p in pieces)
 
 
 def test_special_tokens_are_skipped_or_kept_as_asked(byte_bpe: Any) -> None:
@@ -105,9 +109,12 @@ def test_special_tokens_are_skipped_or_kept_as_asked(byte_bpe: Any) -> None:
     assert pieces_for(byte_bpe, ids, None, skip=False)[0].text == "Hi<|im_end|>"
 
 
-def test_candidate_labels_show_raw_pieces_for_partial_bytes(sp_bpe: Any, byte_bpe: Any) -> None:
+def test_candidate_labels_show_the_bytes_of_partial_characters(sp_bpe: Any, byte_bpe: Any) -> None:
     byte_token = sp_bpe.convert_tokens_to_ids("<0xE6>")
-    assert token_label(sp_bpe, byte_token) == "<0xE6>"
+    assert token_label(sp_bpe, byte_token) == "⟨E6⟩"
+    cut = byte_bpe.encode(" 東", add_special_tokens=False)
+    partial = [t for t in cut if "\ufffd" in byte_bpe.decode([t])]
+    assert partial and all("⟨" in token_label(byte_bpe, t) for t in partial), "a byte token's label is its bytes"
     hello = byte_bpe.encode(" Hello", add_special_tokens=False)
     assert "".join(token_label(byte_bpe, t) for t in hello) == " Hello"
 

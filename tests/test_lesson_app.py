@@ -192,3 +192,65 @@ def test_two_lessons_play_in_a_real_terminal_with_no_model_on_disk(name: str, tm
     finally:
         subprocess.run([*tmux, "kill-server"], env=env, capture_output=True)
     assert not (tmp_path / "empty-cache").exists() or not any((tmp_path / "empty-cache").iterdir()), "nothing fetched"
+
+
+def _events(name: str) -> list[Any]:
+    lesson = next(lesson for lesson in LESSONS if lesson.name == name)
+    assert lesson.recording_path is not None
+    return [event for _, event in read_recording(lesson.recording_path)[1]]
+
+
+def test_what_each_lesson_says_of_its_run_is_true_of_its_recording() -> None:
+    """The claims a lesson's texts make about the run it plays, checked where a test can check them (the words
+    were rewritten where they were not: acceptance did not fall with the position, copies were not mostly
+    accepted, one round was on screen where the text spoke of the latest rounds)."""
+    from decode_tui.core.events import DraftVerified, TokenSampled
+
+    # repetition-penalty, token 3: "the words already written have dropped" at the penalty stage.
+    events = _events("repetition-penalty")
+    step = next(e for e in events if isinstance(e, TokenSampled) and e.step == 2)
+    started = events[0]
+    written = set(started.prompt_token_ids) | {e.token_id for e in events if isinstance(e, TokenSampled)
+                                                and e.step < 2}
+    raw = {c.token_id: c.prob for c in step.stages[0].candidates}
+    penalised = {c.token_id: c.prob for c in step.stages[1].candidates}
+    # dropped: lower after the penalty, or out of its top candidates altogether
+    assert any(t in written and (t not in penalised or penalised[t] < raw[t]) for t in raw)
+    # speculative, first rejection: "u was above min(1, p / q)".
+    rounds = [e for e in _events("speculative") if isinstance(e, DraftVerified)]
+    first = next(v for r in rounds for v in r.verdicts if v.verdict == "rejected")
+    assert first.u is not None and first.u >= first.threshold
+    # prompt-lookup intro: "this run shows both", whole copies accepted and copies rejected at their first token.
+    rounds = [e for e in _events("prompt-lookup") if isinstance(e, DraftVerified)]
+    assert any(r.extra_kind == "bonus" for r in rounds) and any(r.accepted == 0 for r in rounds)
+    # when-drafting-does-not-pay: "about one token per forward", each verification checking up to eleven.
+    finished = _events("when-drafting-does-not-pay")[-1]
+    assert finished.new_tokens / finished.target_forwards < 1.1
+    # adaptive-draft-length, token 24: the first copy (k = 4) rejected at once, one-token drafts since.
+    events = _events("adaptive-draft-length")
+    tokens, rounds = 0, []
+    for e in events:
+        tokens += type(e).__name__ == "TokenEmitted"
+        if isinstance(e, DraftVerified) and tokens < 24:
+            rounds.append(e)
+    assert len(rounds) >= 3 and (len(rounds[0].verdicts), rounds[0].accepted) == (4, 0)
+    assert all(len(r.verdicts) == 1 for r in rounds[1:])
+
+
+@pytest.mark.parametrize("lesson", LESSONS, ids=lambda lesson: lesson.name)
+@in_event_loop
+async def test_at_80x24_a_lessons_summary_keeps_its_figures_in_view(lesson: Lesson) -> None:
+    from .test_tui import _shown
+
+    _, last = reached(lesson)
+    app = playback(lesson, speed=0)
+    async with app.run_test(size=(80, 24)) as pilot:
+        narration = app.query_one(Narration)
+        await pilot.pause(0.2)
+        while app.view.finished is None or "This run:" not in narration.text:
+            await pilot.press("n")
+            await pilot.pause(0.05)
+        await settle(pilot, app)
+        shown = " ".join(" ".join(_shown(narration)).split())
+        assert f"This run: {last.new_tokens} tokens" in shown, shown
+        assert app.view.counters.state == "finished", "a lesson whose last pause is its end is finished, not paused"

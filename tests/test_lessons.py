@@ -43,6 +43,14 @@ intro = "look"
     (GOOD + '[[pause]]\non = "token 3"\n', "pause number 1 must have `on` and `text`"),
     (GOOD + '[[pause]]\non = "token 3"\ntext = "t"\ntry = ""\n', "line 9: try of pause 1 must be a non-empty"),
     (GOOD + "settings = 3\n", "line 6: settings must be a table"),
+    # pauses the run can never reach, and settings its mode ignores
+    (GOOD + '[[pause]]\non = "lookup miss"\ntext = "t"\n', "'lookup miss', which cannot happen in mode 'greedy'"),
+    (GOOD.replace('"greedy"', '"speculative"') + '[[pause]]\non = "beam finished"\ntext = "t"\n',
+     "cannot happen in mode 'speculative' (only in beam)"),
+    (GOOD + '[settings]\nmax_new_tokens = 10\n[[pause]]\non = "token 12"\ntext = "t"\n',
+     "waits for token 12, but the run stops after max_new_tokens = 10"),
+    (GOOD + '[[pause]]\non = "token 200"\ntext = "t"\n', "max_new_tokens = 128"),
+    (GOOD + '[settings]\ntemperature = 0.7\n', "line 7: temperature is a sampling setting, which greedy mode ignores"),
     ("name = \n", "not valid TOML"),
 ])
 def test_a_malformed_lesson_names_the_file_the_line_and_the_field(text: str, says: str, tmp_path: Path) -> None:

@@ -226,7 +226,8 @@ class RunView:
             c.kernels = notice.message
             return []
         elif notice.kind == "lesson":  # shown in the narration panel, not as a toast
-            c.state = "paused"
+            if self.finished is None:  # a pause on the end of the text leaves a finished run finished
+                c.state = "paused"
             self.narration = notice.message
             self.narration_final = self.finished is not None  # the pause on the end of the text
             return []

@@ -32,6 +32,9 @@ def figures(result: Finished) -> str:
     if result.drafted:
         parts.append(f"{result.accepted or 0} of {result.drafted} drafted tokens accepted "
                      f"({(result.accepted or 0) / result.drafted:.0%})")
+    if result.acceptance_by_position:
+        parts.append("acceptance by draft position " +
+                     ", ".join(f"{rate:.0%}" for rate in result.acceptance_by_position))
     parts.append(f"{result.tokens_per_s:.1f} tok/s")
     return "; ".join(parts)
 
@@ -67,7 +70,9 @@ class Narration(Static):
         self._show(self.text, "running · space: pause · n at a pause: go on")
 
     def summary(self, result: Finished, last: str | None) -> None:
-        """The end: the last pause's text when the end was one, the lesson's summary, and the run's figures."""
-        body = f"{last}\n\n" if last else ""
-        body += f"{self.lesson.summary}\n\nThis run: {figures(result)}."
+        """The end: the run's figures first (a short panel, in 80x24, keeps them), the last pause's text when the
+        end was one, and the lesson's summary, which may speak of the figures above it."""
+        body = f"This run: {figures(result)}.\n\n"
+        body += f"{last}\n\n" if last else ""
+        body += self.lesson.summary
         self._show(body, "r: run it again · q: quit")
