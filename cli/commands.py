@@ -28,6 +28,7 @@ from .options import (
     CompareRunsOpt,
     DecodingOptions,
     DeviceOpt,
+    DraftConfidenceOpt,
     DtypeChoice,
     DtypeOpt,
     FormatChoice,
@@ -149,6 +150,7 @@ def whatif_cmd(
     dtype: DtypeOpt = DtypeChoice.auto,
     draft: Annotated[str | None, typer.Option(help="Also replay speculative decoding with this draft model (a "
                                               "model spec, self or int8) for draft lengths 1-12.")] = None,
+    draft_confidence: DraftConfidenceOpt = None,
     trust_remote_code: TrustRemoteCodeOpt = False,
     output_format: Annotated[TableFormatChoice, typer.Option("--format", help="text: tables and a recommendation. "
                                                              "json: one JSON object per setting, a line each.")
@@ -158,7 +160,8 @@ def whatif_cmd(
     --max-ngram-size 1-5 and --num-pred-tokens 1-12 (and a draft model's, with --draft), estimated tok/s from this
     machine's measured forward costs, and the best setting."""
     headless.whatif(trace, model=model, device=device, dtype=dtype.value, draft=draft,
-                    trust_remote_code=trust_remote_code, output_format=output_format)
+                    draft_confidence=draft_confidence, trust_remote_code=trust_remote_code,
+                    output_format=output_format)
 
 
 @app.command("run")

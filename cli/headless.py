@@ -393,8 +393,8 @@ def _bench_prompt(modes: list[ModeChoice]) -> str:
     return demo_prompt((drafting[0] if drafting else ModeChoice.greedy).value)
 
 
-def whatif(path: Path, *, model: str | None, device: str, dtype: str, draft: str | None, trust_remote_code: bool,
-           output_format: TableFormatChoice) -> None:
+def whatif(path: Path, *, model: str | None, device: str, dtype: str, draft: str | None,
+           draft_confidence: float | None, trust_remote_code: bool, output_format: TableFormatChoice) -> None:
     """Replay a greedy trace under every PLD setting (and a draft model's draft lengths) and print the forwards
     each needs and its estimated speed from this machine's measured costs (core/whatif.py)."""
     import json
@@ -421,10 +421,10 @@ def whatif(path: Path, *, model: str | None, device: str, dtype: str, draft: str
         with status("Replaying every setting and timing this machine's forward passes") as progress:
             replays = w.lookup_grid(trace, lm.eos_token_ids)
             if draft_model is not None:
-                progress("Running the draft model over the text once (teacher-forced)")
-                predicted, confidence = w.teacher_forced(draft_model, trace)
-                replays += [w.replay_draft(trace, lm.eos_token_ids, predicted, confidence, k)
-                            for k in w.DRAFT_LENGTHS]
+                threshold = w.draft_confidence(trace, draft_confidence)
+                for k in w.DRAFT_LENGTHS:
+                    progress(f"Replaying the draft model's drafts at draft length {k} (of {max(w.DRAFT_LENGTHS)})")
+                    replays.append(w.replay_draft(trace, lm.eos_token_ids, draft_model, k, threshold))
             progress(f"Timing a prefill, a step and verifications of 2 to {width} tokens")
             costs = w.measure_costs(lm, trace, width, draft_model)
     except DecodeTuiError as err:
@@ -435,14 +435,22 @@ def whatif(path: Path, *, model: str | None, device: str, dtype: str, draft: str
         for row in settings:
             _write(sys.stdout, json.dumps(row.to_dict()) + "\n")
         return
-    _whatif_tables(trace, lm, costs, greedy, settings)
+    _whatif_tables(trace, lm, costs, greedy, settings, w.draft_confidence(trace, draft_confidence))
 
 
-def _whatif_tables(trace: Trace, lm: LoadedModel, costs: Costs, greedy: WhatIf, settings: list[WhatIf]) -> None:
+def _flags(row: WhatIf) -> str:
+    """The options that pick ``row``'s setting."""
+    if row.drafter == "pld":
+        return f"--mode pld --max-ngram-size {row.max_ngram_size} --num-pred-tokens {row.draft_length}"
+    return f"--mode speculative --num-draft-tokens {row.draft_length}"
+
+
+def _whatif_tables(trace: Trace, lm: LoadedModel, costs: Costs, greedy: WhatIf, settings: list[WhatIf],
+                   threshold: float) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from ..core.whatif import best
+    from ..core.whatif import alike, best
     from ..tui.forward_views import lookup_grid
 
     console = Console(soft_wrap=True)
@@ -454,7 +462,9 @@ def _whatif_tables(trace: Trace, lm: LoadedModel, costs: Costs, greedy: WhatIf, 
                   f"a step {costs.verify(1) * 1e3:.1f} ms, verifying 2 / 6 / 11 tokens "
                   f"{costs.verify(3) * 1e3:.1f} / {costs.verify(7) * 1e3:.1f} / {costs.verify(12) * 1e3:.1f} ms"
                   + (f", a draft step {costs.draft_step_s * 1e3:.1f} ms" if costs.draft_step_s else "")
-                  + f". Greedy: {greedy.target_forwards} forwards, est. {greedy.est_tokens_per_s:.1f} tok/s.")
+                  + f"; the decoding loop's own work {costs.overhead_s * 1e3:.1f} ms a forward. Greedy: "
+                  f"{greedy.target_forwards} forwards, est. {greedy.est_tokens_per_s:.1f} tok/s. The times varied "
+                  f"by {costs.spread:.0%} between repeats: estimates closer than that are alike.")
     pld = {(r.max_ngram_size, r.draft_length): r for r in settings if r.drafter == "pld"}
     grids: list[tuple[str, Callable[[WhatIf], str]]] = [
         ("PLD: target forwards (exact)", lambda r: str(r.target_forwards)),
@@ -463,7 +473,8 @@ def _whatif_tables(trace: Trace, lm: LoadedModel, costs: Costs, greedy: WhatIf, 
         console.print(lookup_grid(title, pld, cell, compact=True))
     drafts = [r for r in settings if r.drafter == "draft"]
     if drafts:
-        table = Table(title="Draft model: one teacher-forced pass (exact up to near-ties)", title_justify="left")
+        table = Table(title=f"Draft model, --draft-confidence {threshold:g}: target forwards exact (its drafts "
+                            "replayed as a real run drafts them)", title_justify="left")
         for column in ("--num-draft-tokens", "forwards", "tok/fwd", "accept", "est. tok/s", "est. speed-up"):
             table.add_column(column, justify="right")
         for r in drafts:
@@ -475,13 +486,23 @@ def _whatif_tables(trace: Trace, lm: LoadedModel, costs: Costs, greedy: WhatIf, 
         if not rows:
             continue
         top = best([greedy, *rows])
+        tied = alike([greedy, *rows], top, costs.spread)
         if top.drafter == "greedy":
             console.print(f"Best with {label}: none of its settings beats plain greedy here (est. "
                           f"{greedy.est_tokens_per_s:.1f} tok/s).")
             continue
-        flags = (f"--mode pld --max-ngram-size {top.max_ngram_size} --num-pred-tokens {top.draft_length}"
-                 if top.drafter == "pld" else f"--mode speculative --num-draft-tokens {top.draft_length}")
-        console.print(f"Best with {label}: [b]{flags}[/b]: {top.target_forwards} forwards, est. "
+        if greedy in tied:
+            console.print(f"Best with {label}: none is faster than plain greedy by more than the measurements vary "
+                          f"({costs.spread:.0%}); the best estimate, {_flags(top)}, is {top.est_speedup:.2f}x.")
+            continue
+        if len(tied) > 1:
+            console.print(f"Best with {label}: {len(tied)} settings are within {costs.spread:.0%} of each other, "
+                          f"which these measurements cannot tell apart: "
+                          + ", ".join(f"{_flags(r)} ({r.est_speedup:.2f}x)" for r in tied[:4])
+                          + (" and more" if len(tied) > 4 else "")
+                          + ". Time them with `decode-tui bench` before choosing.")
+            continue
+        console.print(f"Best with {label}: [b]{_flags(top)}[/b]: {top.target_forwards} forwards, est. "
                       f"{top.est_tokens_per_s:.1f} tok/s, {top.est_speedup:.2f}x greedy.")
     params = trace.params
     if trace.mode == "pld" and (params.get("max_ngram_size"), params.get("num_pred_tokens")) in pld:

@@ -5,19 +5,19 @@ lookup (PLD) give exactly that output whatever they draft. So the only thing
 a drafting setting changes is how many target forward passes the run needs,
 and how wide each one is. That can be computed from the trace alone:
 
-- **PLD** is deterministic: :func:`replay_lookup` runs the real
-  :class:`~decode_tui.core.drafters.PromptLookup` on the same contexts the
-  real loop would see and accepts the longest prefix that equals the
-  recorded tokens. The forwards are exact (a test checks them against real
-  runs for several settings and prompts).
-- **A draft model** drafts greedily from its own distribution. One
-  teacher-forced pass of the draft over prompt + output
-  (:func:`teacher_forced`) gives its prediction at every position; a round at
-  position i drafts those predictions, and the target accepts them while
-  they equal the recorded tokens. Exact up to near-ties in the draft's
-  scores (a batched pass and a cached step may round differently), and the
-  number *drafted* after the first miss is an estimate (the draft is off the
-  recorded path there; it is rejected either way).
+- :func:`replay_drafter` runs the real drafter (any
+  :class:`~decode_tui.core.drafters.Drafter`) on the same contexts the real
+  loop would see, rolls it back after each round as the verifier does, and
+  accepts the longest prefix that equals the recorded tokens. So a round
+  proposes exactly what it proposes in a real run: prompt lookup
+  (:func:`replay_lookup`) is a pure function of the context, and a draft
+  model drafting greedily makes the very same calls on its cache, which
+  matters: the int8 draft quantises its activations per call, so one
+  teacher-forced pass over the whole text (an earlier version of this
+  replay) drafted other tokens than a real run steps through, and counted
+  40 forwards where real runs needed 38. The forwards are exact; tests check
+  them against real runs. A draft model's replay costs its drafting (a few
+  seconds a draft length on a CPU), not the target's forwards.
 
 Forwards become an estimate of tokens per second through :class:`Costs`,
 measured on this machine by :func:`measure_costs`: the prefill, a verify of
@@ -37,12 +37,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from .drafters import PromptLookup
+from .drafters import Drafter as Proposer
+from .drafters import ModelDrafter, PromptLookup
 from .errors import UsageError
 from .events import Event, Finished, Started, from_dict
+from .params import DraftParams, SamplingParams
+from .sampling import stage_processors
 
 if TYPE_CHECKING:
+    from transformers import LogitsProcessor
+
     from .drafters import DraftModel
+    from .events import Stage
     from .loading import LoadedModel
 
 NGRAM_SIZES = range(1, 6)  # max_ngram_size settings a PLD what-if tries
@@ -146,9 +152,10 @@ class Replayed:
 Propose = Callable[[list[int], int, int], list[int]]  # (context, emitted so far, k) -> draft tokens
 
 
-def _replay(trace: Trace, eos_token_ids: frozenset[int], k_max: int, propose: Propose) -> tuple[int, list[int],
-                                                                                                   int, int]:
-    """The verifier's greedy loop (core.strategies.speculative) on recorded tokens: forwards, widths, counts."""
+def _replay(trace: Trace, eos_token_ids: frozenset[int], k_max: int, propose: Propose,
+            confirmed: Callable[[int], None] = lambda _: None) -> tuple[int, list[int], int, int]:
+    """The verifier's greedy loop (core.strategies.speculative) on recorded tokens: forwards, widths, counts.
+    ``confirmed(n)`` is told, after each round, how many context tokens are now settled (the drafter's rollback)."""
     out = trace.token_ids
     limit = min(trace.max_new_tokens, len(out))
     context = [*trace.prompt_ids, out[0]]  # the first token comes from the prefill
@@ -172,6 +179,7 @@ def _replay(trace: Trace, eos_token_ids: frozenset[int], k_max: int, propose: Pr
             if token in eos_token_ids or emitted >= limit:
                 done = True
                 break
+        confirmed(len(context) - 1)  # everything but the pending token, as the verifier rolls back
     return forwards, widths, drafted, accepted
 
 
@@ -181,56 +189,58 @@ def replay_greedy(trace: Trace) -> Replayed:
     return Replayed("greedy", None, 0, n, (1,) * (n - 1), 0, 0)
 
 
-def replay_lookup(trace: Trace, eos_token_ids: frozenset[int], max_ngram_size: int,
-                  num_pred_tokens: int) -> Replayed:
-    """Greedy PLD with these settings on the trace: exact forwards (the real drafter on the real contexts)."""
-    lookup = PromptLookup(max_ngram_size, num_pred_tokens, eos_token_ids)
+def replay_drafter(trace: Trace, eos_token_ids: frozenset[int], drafter: Proposer, k: int,
+                   processors: list[tuple[Stage, LogitsProcessor]] | None = None) -> Replayed:
+    """Greedy speculative decoding with ``drafter`` and draft length ``k`` on the trace: exact forwards (the real
+    drafter on the real contexts, rolled back after each round as the verifier rolls it back)."""
     spent = 0.0
 
-    def propose(context: list[int], _emitted: int, k: int) -> list[int]:
+    def propose(context: list[int], _emitted: int, room: int) -> list[int]:
         nonlocal spent
         started = time.perf_counter()
-        tokens = lookup.propose(context, k, [], True, None).token_ids
+        tokens = drafter.propose(context, room, processors or [], True, None).token_ids
         spent += time.perf_counter() - started
         return tokens
 
-    forwards, widths, drafted, accepted = _replay(trace, eos_token_ids, num_pred_tokens, propose)
-    return Replayed("pld", max_ngram_size, num_pred_tokens, forwards, tuple(widths), drafted, accepted, spent)
+    forwards, widths, drafted, accepted = _replay(trace, eos_token_ids, k, propose, drafter.rollback)
+    if drafter.kind == "lookup":
+        assert isinstance(drafter, PromptLookup)
+        return Replayed("pld", drafter.max_ngram_size, k, forwards, tuple(widths), drafted, accepted, spent)
+    return Replayed("draft", None, k, forwards, tuple(widths), drafted, accepted)
 
 
-def replay_draft(trace: Trace, eos_token_ids: frozenset[int], predicted: Sequence[int], confidence: Sequence[float],
-                 num_draft_tokens: int, confidence_threshold: float = 0.4) -> Replayed:
-    """Greedy speculative decoding with a draft of this length, from the draft's teacher-forced predictions.
-
-    ``predicted[j]`` is the draft's argmax for new token j given the prompt and the recorded tokens before it,
-    ``confidence[j]`` its probability. A round at position i drafts predicted[i], predicted[i+1], ... and stops
-    after a token it gave less than ``confidence_threshold`` (as ModelDrafter does).
-    """
-
-    def propose(_context: list[int], i: int, k: int) -> list[int]:
-        tokens: list[int] = []
-        for j in range(i, min(i + k, len(predicted))):
-            tokens.append(predicted[j])
-            if confidence[j] < confidence_threshold:
-                break
-        return tokens
-
-    forwards, widths, drafted, accepted = _replay(trace, eos_token_ids, num_draft_tokens, propose)
-    return Replayed("draft", None, num_draft_tokens, forwards, tuple(widths), drafted, accepted)
+def replay_lookup(trace: Trace, eos_token_ids: frozenset[int], max_ngram_size: int,
+                  num_pred_tokens: int) -> Replayed:
+    """Greedy PLD with these settings on the trace (its lookups timed as they run: they are part of its cost)."""
+    return replay_drafter(trace, eos_token_ids, PromptLookup(max_ngram_size, num_pred_tokens, eos_token_ids),
+                          num_pred_tokens)
 
 
-def teacher_forced(draft: DraftModel, trace: Trace) -> tuple[list[int], list[float]]:
-    """The draft's greedy prediction (and its probability) for every new token, from one pass over the text."""
+def draft_confidence(trace: Trace, given: float | None) -> float:
+    """The draft confidence cut-off a draft replay uses: the one given, else the trace's own (a speculative run),
+    else the decoding default."""
+    if given is not None:
+        return given
+    own = trace.params.get("confidence_threshold")
+    return float(own) if isinstance(own, int | float) and not isinstance(own, bool) else \
+        DraftParams().confidence_threshold
+
+
+def _processors(trace: Trace) -> list[tuple[Stage, LogitsProcessor]]:
+    """What a greedy run's drafter applies to its scores: the run's repetition penalty (greedy keeps no other)."""
+    penalty = trace.params.get("repetition_penalty", 1.0)
+    return stage_processors(SamplingParams(repetition_penalty=float(penalty)), greedy=True)
+
+
+def replay_draft(trace: Trace, eos_token_ids: frozenset[int], draft: DraftModel, num_draft_tokens: int,
+                 confidence_threshold: float = 0.4) -> Replayed:
+    """Greedy speculative decoding with this draft model and draft length, as a real run drafts: the draft
+    stops after a token it gave less than ``confidence_threshold``, or after an end-of-text token."""
     import torch
 
-    ids = list(trace.prompt_ids) + list(trace.token_ids)
-    device = next(draft.model.parameters()).device
+    drafter = ModelDrafter(draft.model, draft.vocab_size, confidence_threshold, eos_token_ids)
     with torch.inference_mode():
-        logits = draft.model(input_ids=torch.tensor([ids[:-1]], device=device)).logits  # [1, T-1, V]
-        tail = logits[0, len(trace.prompt_ids) - 1 :, : draft.vocab_size].float()  # [n, V]: predicts new token j
-        probs = torch.softmax(tail, dim=-1)
-        best = probs.max(dim=-1)
-    return [int(t) for t in best.indices.tolist()], [float(p) for p in best.values.tolist()]
+        return replay_drafter(trace, eos_token_ids, drafter, num_draft_tokens, _processors(trace))
 
 
 @dataclass(frozen=True)
@@ -241,6 +251,12 @@ class Costs:
     verify_s: tuple[float, ...]  # verify_s[w - 1]: one target forward over w tokens (w = 1 is a plain step)
     draft_step_s: float = 0.0  # one draft-model token (0 for PLD, whose lookup time is measured while replaying)
     draft_prefill_s: float = 0.0  # the draft model's prefill of the prompt, once a run
+    # The decoding loop's own work around each target forward (choosing the token, the events, the text): a real
+    # run pays it every forward, and estimates without it came out optimistic (1.7x where bench measured 1.41x).
+    overhead_s: float = 0.0
+    # How much the measured times varied from one repeat to the next, as a share (0.08: 8 %): two settings whose
+    # estimates differ by less are alike as far as these measurements can tell.
+    spread: float = 0.0
 
     def verify(self, width: int) -> float:
         if width <= len(self.verify_s):
@@ -251,7 +267,8 @@ class Costs:
 
     def seconds(self, replayed: Replayed) -> float:
         """The estimated duration of a run replayed with ``replayed``'s setting."""
-        total = self.prefill_s + sum(self.verify(w) for w in replayed.widths) + replayed.lookup_s
+        total = (self.prefill_s + sum(self.verify(w) for w in replayed.widths) + replayed.lookup_s
+                 + self.overhead_s * replayed.target_forwards)
         if replayed.drafter == "draft":
             total += self.draft_prefill_s + replayed.drafted * self.draft_step_s
         return total
@@ -297,6 +314,7 @@ def measure_costs(lm: LoadedModel, trace: Trace, max_width: int, draft: DraftMod
                 if repeat:
                     samples[w].append(seconds)
         prefills = prefills[1:]
+        overhead = _loop_overhead(lm, trace, statistics.median(prefills), statistics.median(samples[1]), repeats)
         draft_step = draft_prefill = 0.0
         if draft is not None:
             steps, draft_prefills = [], []
@@ -311,7 +329,36 @@ def measure_costs(lm: LoadedModel, trace: Trace, max_width: int, draft: DraftMod
     # process, a frequency change), so each width costs at most what the next wider one did.
     for w in range(len(verify) - 2, -1, -1):
         verify[w] = min(verify[w], verify[w + 1])
-    return Costs(statistics.median(prefills), tuple(verify), draft_step, draft_prefill)
+    # The spread: each width's interquartile range over its median, the median of those over the widths.
+    spread = statistics.median((_quartiles(samples[w])[1] - _quartiles(samples[w])[0]) / statistics.median(samples[w])
+                               for w in samples)
+    return Costs(statistics.median(prefills), tuple(verify), draft_step, draft_prefill, overhead, spread)
+
+
+def _quartiles(values: Sequence[float]) -> tuple[float, float]:
+    if len(values) < 2:
+        return values[0], values[0]
+    q = statistics.quantiles(values, n=4)
+    return q[0], q[2]
+
+
+def _loop_overhead(lm: LoadedModel, trace: Trace, prefill_s: float, step_s: float, repeats: int) -> float:
+    """Seconds each target forward of a real run costs beyond the forward itself: plain greedy decoding of up to
+    32 tokens from the trace's prompt, timed whole (the median of ``repeats`` runs), less its prefill and steps
+    as measured alone, shared among its forwards."""
+    from .detokenize import Detokenizer
+    from .strategies.autoregressive import autoregressive
+    from .transcript import Transcript
+
+    n = max(2, min(32, len(trace.token_ids)))  # the prefill gives the first token, then n - 1 steps
+    runs = []
+    for _ in range(repeats):
+        transcript = Transcript("greedy", list(trace.prompt_ids), Detokenizer(lm.tokenizer), frozenset(), n)
+        started = time.perf_counter()
+        for _event in autoregressive(lm.model, transcript, SamplingParams(), greedy=True):
+            pass
+        runs.append(time.perf_counter() - started)
+    return max(0.0, (statistics.median(runs) - prefill_s - (n - 1) * step_s) / n)
 
 
 @dataclass(frozen=True)
@@ -357,6 +404,15 @@ def best(rows: Sequence[WhatIf]) -> WhatIf:
     if all(r.est_tokens_per_s is not None for r in rows):
         return max(rows, key=lambda r: (r.est_tokens_per_s or 0.0, -r.draft_length))
     return min(rows, key=lambda r: (r.target_forwards, r.draft_length))
+
+
+def alike(rows: Sequence[WhatIf], top: WhatIf, spread: float) -> list[WhatIf]:
+    """The rows whose estimate is within ``spread`` (a share) of ``top``'s, ``top`` first: settings the
+    measurements cannot tell apart, so none of them can be named the best."""
+    if top.est_tokens_per_s is None:
+        return [top]
+    floor = top.est_tokens_per_s * (1 - spread)
+    return [top, *(r for r in rows if r is not top and (r.est_tokens_per_s or 0.0) >= floor)]
 
 
 def lookup_grid(trace: Trace, eos_token_ids: frozenset[int], ngram_sizes: Iterable[int] = NGRAM_SIZES,
