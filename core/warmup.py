@@ -21,7 +21,6 @@ import time
 from typing import TYPE_CHECKING
 
 from .events import BeamStepped, DraftVerified, TokenEmitted
-from .forward import graphs_available
 
 if TYPE_CHECKING:
     from .drafters import DraftModel
@@ -72,6 +71,8 @@ def describe(lm: LoadedModel, config: DecodeConfig) -> str:
     if config.compiles:
         return ("compiling the steps with torch.compile: tens of seconds on a GPU, a minute or more on a CPU, less "
                 "once Inductor's cache in decode-tui's cache folder has them")
+    from .forward import graphs_available  # here, not at the top: the app imports this module before torch
+
     if config.cuda_graphs and graphs_available(lm.model):
         return "capturing CUDA graphs"
     return ""

@@ -48,6 +48,14 @@ def test_help_imports_neither_torch_nor_transformers() -> None:
         assert not loaded & set(HEAVY_PACKAGES), args
 
 
+def test_the_app_draws_before_torch_is_imported() -> None:
+    """The app's modules load without torch (the decoder thread imports it with the model), so its first frame
+    is drawn at once: importing torch first kept the terminal blank for about 1.5 s."""
+    for module in ("decode_tui.tui.app", "decode_tui.tui.race_app"):
+        loaded = top_level(modules_loaded_by(f"import {module}"))
+        assert not loaded & set(HEAVY_PACKAGES), module
+
+
 def test_the_package_installs_under_one_name(tmp_path: Path) -> None:
     """No generic top-level `core` or `tui` package leaks into site-packages."""
     code = ("import importlib.util, json\n"

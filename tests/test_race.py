@@ -217,3 +217,27 @@ async def test_the_app_races_its_prompt_on_a_key_and_a_replay_refuses() -> None:
         await pilot.pause(0.2)
         assert not isinstance(replay.screen, RaceScreen)
         assert any("a race runs each mode on the model" in m for m in replay.messages)
+
+
+@in_event_loop
+async def test_while_the_app_measures_a_race_the_stats_bar_says_where_it_is() -> None:
+    """A toast for a few seconds, then 4-7 s of the normal screen with nothing saying a race was measured."""
+    from decode_tui.tui.app import DecodeApp
+    from decode_tui.tui.screens.race import RaceScreen
+    from decode_tui.tui.widgets.stats_bar import StatsBar
+
+    fake = FakeDecoder(delay=0.05)  # each race run takes half a second: the progress can be watched
+    app = DecodeApp(with_mode(Settings(prompt="Copy: the quick brown fox"), "greedy"), fake.source)
+    async with app.run_test(size=(150, 40)) as pilot:
+        await until(pilot, lambda: app.view.finished is not None)
+        await pilot.press("R")
+        seen: set[str] = set()
+
+        def note() -> bool:
+            state = app.query_one(StatsBar).counters.state
+            if state.startswith("measuring the race"):
+                seen.add(state)
+            return isinstance(app.screen, RaceScreen)
+
+        await until(pilot, note, timeout=30)
+        assert any("round 2 of 3" in state for state in seen), seen

@@ -458,6 +458,7 @@ class DecodeApp(App[int]):
         self._stop()  # the run on screen stops: each mode of the race must have the device to itself
         self.say(f"race: running {', '.join(modes)} on this prompt, each alone and warm, 3 rounds alternated; then "
                  "they are replayed side by side (esc closes the race; r here restarts the run)")
+        self._race_progress("starting")
         self.race_stop.clear()
         after = self.pump.finished if self.pump is not None else None
         self.run_worker(partial(self._measure_race, modes, after), thread=True, exclusive=True, group="decoder",
@@ -472,17 +473,27 @@ class DecodeApp(App[int]):
             after.wait(30)
         try:
             lanes = measure(self.make_source, self.settings, modes, self.race_stop,
-                            lambda message: self.call_from_thread(self.say, f"race: {message}"), RUNS)
+                            lambda message: self.call_from_thread(self._race_progress, message), RUNS)
         except Exception as exc:  # shown, and the app stays usable
             message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
             self.call_from_thread(self.say, f"The race stopped: {message}", "error")
+            self.call_from_thread(self._race_progress, None)
             return
         if lanes is None:
+            self.call_from_thread(self._race_progress, None)
             return
         first = lanes[0].events[0][1] if lanes[0].events else None
         params = first.params if isinstance(first, Started) else {}
         device = f"{params.get('device', '')} {params.get('dtype', '')}"
+        self.call_from_thread(self._race_progress, None)
         self.call_from_thread(self.push_screen, RaceScreen(self.settings, lanes, device))
+
+    def _race_progress(self, message: str | None) -> None:
+        """While a race is measured, the stats bar and the header say where it is, until its screen opens: a toast
+        alone went after a few seconds and left seconds of an unchanged screen (None: the measuring is over)."""
+        self.view.counters.state = f"measuring the race: {message}" if message is not None else "stopped (r runs again)"
+        self.query_one(StatsBar).show(self.view.counters)
+        self._refresh_header()
 
     def action_forwards(self) -> None:
         from .screens.forwards import ForwardsScreen

@@ -28,7 +28,8 @@ def measure(make_source: Callable[[Settings, LiveParams], EventSource], settings
     configs = {mode: dataclasses.replace(with_mode(settings, mode), prompt=settings.prompt, for_timing=True)
                for mode in modes}
     done: dict[str, list[tuple[tuple[float, Event], ...]]] = {mode: [] for mode in modes}
-    for _, mode in rounds(modes, runs):
+    for i, mode in rounds(modes, runs):
+        say(f"{mode}, round {i + 1} of {runs}")  # one line a run: the progress stays in view until the race opens
         lane_settings = configs[mode]
         source = make_source(lane_settings, LiveParams(lane_settings.config.sampling, lane_settings.config.draft))
         stream = source()
