@@ -254,3 +254,25 @@ async def test_at_80x24_a_lessons_summary_keeps_its_figures_in_view(lesson: Less
         shown = " ".join(" ".join(_shown(narration)).split())
         assert f"This run: {last.new_tokens} tokens" in shown, shown
         assert app.view.counters.state == "finished", "a lesson whose last pause is its end is finished, not paused"
+
+
+@pytest.mark.parametrize("size", [(80, 24), SIZE])
+@in_event_loop
+async def test_the_header_shows_the_seed_and_keeps_its_prompt_line(size: tuple[int, int]) -> None:
+    """At 80 columns the settings line wrapped and pushed the prompt out of the header; the seed that makes a
+    sampled run repeatable was nowhere on screen."""
+    from decode_tui.tui.widgets.run_header import RunHeader
+
+    from .test_tui import _shown
+
+    for name, seed in (("speculative", "seed=3"), ("greedy-vs-sampling", "seed=7")):
+        lesson = next(lesson for lesson in LESSONS if lesson.name == name)
+        app = playback(lesson, speed=0)
+        async with app.run_test(size=size) as pilot:
+            await pilot.press("n")
+            await until(pilot, lambda app=app: app.view.started is not None)  # type: ignore[misc]
+            await pilot.pause(0.1)
+            lines = [line.strip() for line in _shown(app.query_one(RunHeader))]
+            assert lines[-1].startswith("prompt:"), lines
+            if size == SIZE:
+                assert seed in lines[1], lines

@@ -577,8 +577,15 @@ async def test_export_then_replay_plays_the_same_run(tmp_path: Path, monkeypatch
         assert text(replayed) == original
         rounds = replayed.query_one("#panel-draft", DraftPanel).rounds
         assert [r.verified.accepted for r in rounds] == [3, 1]
-        await pilot.press("m")  # a replay cannot change mode
-        assert "replay" in replayed.messages[-1] and replayed.settings.mode == "speculative"
+        said = len(replayed.messages)
+        # A replay cannot change its mode or prompt: the footer does not offer the keys, and they do nothing.
+        assert {"m", "e"}.isdisjoint(replayed.screen.active_bindings) and "space" in replayed.screen.active_bindings
+        await pilot.press("m")
+        await pilot.pause(0.1)
+        assert replayed.settings.mode == "speculative" and len(replayed.messages) == said
+    live, _ = make("speculative")
+    async with live.run_test(size=SIZE) as pilot:
+        assert {"m", "e"} <= set(live.screen.active_bindings), "a live run offers them"
 
 
 @in_event_loop

@@ -314,6 +314,13 @@ class DecodeApp(App[int]):
     def action_restart(self) -> None:
         self.start_run()
 
+    # What a replay cannot do (its events were recorded): the footer leaves these keys out there, rather than
+    # offer keys that are refused.
+    REPLAY_CANNOT = frozenset({"cycle_mode", "edit_prompt", "load_model"})
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return not (self.replaying is not None and action in self.REPLAY_CANNOT)
+
     def _replay_refuses(self, what: str) -> bool:
         if self.replaying is None:
             return False

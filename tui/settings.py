@@ -207,13 +207,17 @@ def with_mode(settings: Settings, mode: Mode) -> Settings:
     return changed
 
 
-def params_line(settings: Settings) -> str:
-    """The live parameters that matter in the current mode, for the header."""
+def params_line(settings: Settings, seed: object = None, width: int | None = None) -> str:
+    """The live parameters that matter in the current mode, for the header; ``seed``: the one the run drew with
+    (a run given none picks one, and it is what makes the draws repeatable). Within ``width`` cells: the spaces
+    narrow, then the least telling parts go from the end (a wrapped line pushed the prompt out of the header)."""
     c = settings.config
     s = c.sampling
     parts: list[str] = []
     if settings.mode != "greedy" and (settings.mode == "sample" or c.beam_sample or c.draft_sample):
         parts += [f"T={s.temperature:g}", f"top-k={'off' if s.top_k == 0 else s.top_k}", f"top-p={s.top_p:g}"]
+        if isinstance(seed, int):
+            parts.append(f"seed={seed}")
     if s.repetition_penalty != 1.0 or settings.mode in ("greedy", "sample"):
         parts.append(f"rep={s.repetition_penalty:g}")
     if settings.mode == "beam":
@@ -230,7 +234,12 @@ def params_line(settings: Settings) -> str:
     parts.append(f"max={c.max_new_tokens}")
     if settings.slow_motion_s:
         parts.append(f"slow={settings.slow_motion_s:g}s")
-    return "  ".join(parts)
+    line = "  ".join(parts)
+    if width is None or len(line) <= width:
+        return line
+    while len(parts) > 1 and len(" ".join(parts)) > width:
+        parts.pop()
+    return " ".join(parts)
 
 
 

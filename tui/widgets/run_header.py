@@ -23,7 +23,7 @@ class RunHeader(LivePanel):
         dtype = params.get("dtype", settings.dtype)
         line = self._first_line(settings.model, f"{device} {dtype}", settings.mode.upper(), state, replaying)
         line.append("\n")
-        line.append(f" {params_line(settings)}\n")
+        line.append(f" {params_line(settings, params.get('seed'), self.size.width - 2 if self.size.width else None)}\n")
         # The prompt in every mode (PLD also shows it, token by token, around each match): one line, cut to fit.
         prompt = " ".join(settings.prompt.split())
         tokens = f" ({len(started.prompt_token_ids)} tokens)" if started is not None else ""
