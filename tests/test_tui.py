@@ -1000,6 +1000,9 @@ async def test_the_forwards_screen_shows_each_forward_and_the_whatif_grid() -> N
         screen = app.screen
         table = screen.query_one(DataTable)
         assert table.row_count == 3  # the prefill and two verifying rounds, as the fake's Finished counts
+        body = screen.query_one("#forwards-body")
+        for scrolled in (body, table):  # no track in the terminal's colour down the overlay's right edge
+            assert scrolled.styles.scrollbar_background == body.styles.background
         assert [table.get_row_at(i)[2:4] for i in range(3)] == [["-", "-"], ["3", "3"], ["3", "1"]]
         # The bar says what its marks are: two rounds of 3 drafts, all accepted and then 2 rejected.
         assert str(list(table.columns.values())[-1].label) == "█ token · rejected draft"
@@ -1258,8 +1261,13 @@ async def test_the_svg_key_saves_the_screen_for_a_slide(tmp_path: Path, monkeypa
     app, _ = make("greedy")
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app)
+        await pilot.press("x")  # a trace exported first: the SVG is still the first one, and its toast goes
+        await until(pilot, lambda: list(tmp_path.glob("*.jsonl")))
+        assert "trace of" in app.messages[-1]
         await pilot.press("X")
         await until(pilot, lambda: list(tmp_path.glob("*.svg")))
         (svg,) = tmp_path.glob("*.svg")
-        assert svg.name == "decode-tui-greedy-1.svg" and "<svg" in svg.read_text(encoding="utf-8")
+        text = svg.read_text(encoding="utf-8")
+        assert svg.name == "decode-tui-greedy-1.svg" and "<svg" in text
+        assert "trace" not in text, "the slide shows the run, not the last toast"
         assert any("screen saved to decode-tui-greedy-1.svg" in m for m in app.messages)

@@ -110,6 +110,7 @@ class DecodeApp(App[int]):
         self.messages: list[str] = []  # everything the app told the user, newest last (tests read it)
         self.view = RunView(paused=start_paused, now=time.monotonic())
         self.exports = 0
+        self.shots = 0
         self.race_stop = threading.Event()  # set when a race being measured must stop (quit, a new run)
         self.paint_at_once = True  # a new run's first events are shown as soon as they come
         self.lesson = lesson  # a lesson's narration and pauses (decode_tui.lessons); it starts paused on its intro
@@ -449,9 +450,9 @@ class DecodeApp(App[int]):
                  f"{path.name}`")
 
     def action_save_svg(self) -> None:
-        self.exports += 1
-        message, saved = save_svg(self, f"decode-tui-{self.settings.mode}-{self.exports}.svg")
-        self.say(message, severity="information" if saved else "error")
+        self.shots += 1  # its own count: the first SVG is number 1, whatever was exported before
+        save_svg(self, f"decode-tui-{self.settings.mode}-{self.shots}.svg",
+                 lambda message, saved: self.say(message, severity="information" if saved else "error"))
 
     def action_race(self) -> None:
         """Race greedy, PLD and speculative (and this mode) on this prompt: each alone, then side by side."""

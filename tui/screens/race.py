@@ -125,8 +125,8 @@ class RaceScreen(ModalScreen[None]):
 
     def action_save_svg(self) -> None:
         self.shots += 1
-        message, saved = save_svg(self.app, f"decode-tui-race-{self.shots}.svg")
-        self.notify(message, severity="information" if saved else "error")
+        save_svg(self.app, f"decode-tui-race-{self.shots}.svg",
+                 lambda message, saved: self.notify(message, severity="information" if saved else "error"))
 
     def action_close(self) -> None:
         self.dismiss(None)
