@@ -1000,9 +1000,9 @@ async def test_the_forwards_screen_shows_each_forward_and_the_whatif_grid() -> N
         screen = app.screen
         table = screen.query_one(DataTable)
         assert table.row_count == 3  # the prefill and two verifying rounds, as the fake's Finished counts
-        body = screen.query_one("#forwards-body")
-        for scrolled in (body, table):  # no track in the terminal's colour down the overlay's right edge
-            assert scrolled.styles.scrollbar_background == body.styles.background
+        overlay = screen.query_one("#forwards-body")
+        for scrolled in (overlay, table):  # no track in the terminal's colour down the overlay's right edge
+            assert scrolled.styles.scrollbar_background == overlay.styles.background
         assert [table.get_row_at(i)[2:4] for i in range(3)] == [["-", "-"], ["3", "3"], ["3", "1"]]
         # The bar says what its marks are: two rounds of 3 drafts, all accepted and then 2 rejected.
         assert str(list(table.columns.values())[-1].label) == "█ token · rejected draft"
