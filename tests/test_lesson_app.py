@@ -276,3 +276,25 @@ async def test_the_header_shows_the_seed_and_keeps_its_prompt_line(size: tuple[i
             assert lines[-1].startswith("prompt:"), lines
             if size == SIZE:
                 assert seed in lines[1], lines
+
+
+@in_event_loop
+async def test_at_80x24_the_beam_finished_pause_shows_the_finished_hypotheses_it_speaks_of() -> None:
+    from decode_tui.tui.widgets.beam_panel import BeamPanel
+
+    from .test_tui import _shown
+
+    lesson = next(lesson for lesson in LESSONS if lesson.name == "beam-search")
+    finished_pause = next(p for p in lesson.pauses if p.on == "beam finished")
+    app = playback(lesson, speed=0)
+    async with app.run_test(size=(80, 24)) as pilot:
+        narration = app.query_one(Narration)
+        await pilot.pause(0.2)
+        while finished_pause.text not in narration.text:
+            await pilot.press("n")
+            await pilot.pause(0.1)
+        await until(pilot, lambda: app.pump is not None and app.pump.paused and app.pump.events.empty())
+        await pilot.pause(0.1)
+        shown = [line.strip() for line in _shown(app.query_one(BeamPanel))]
+        assert any(line.startswith("finished hypotheses") for line in shown), shown
+        assert any(line.startswith("early stop (") for line in shown), shown

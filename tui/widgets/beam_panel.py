@@ -139,14 +139,23 @@ class BeamPanel(LivePanel):
         beams, finished, pruned_line, stop_line, tree = self._parts
         if width < COMPACT_BELOW:  # the boxed tables would cut the scores to '-0.5…'
             beams, finished = self._compact(width)
-        orders = [(beams, finished, pruned_line, stop_line, tree), (beams, stop_line, pruned_line, finished, tree)]
+        orders: list[tuple[RenderableType, ...]] = [(beams, finished, pruned_line, stop_line, tree),
+                                                    (beams, stop_line, pruned_line, finished, tree)]
         if self.history[-1].early_stop.worst_finished_score is not None:
             # Shorter still (a lesson's narration below, in 80x24): a test that compares scores goes on top,
             # above the beams it judges. One that has no finished hypothesis to compare with yet does not.
             orders.append((stop_line, beams, pruned_line, finished, tree))
+        needed = ["early stop ("]
+        if any(c.verdict == "finished" for c in self.history[-1].candidates):
+            # A beam finished at this step: the finished hypotheses are the news (a lesson's pause points at them),
+            # so a short panel keeps them in view too, above the beams if it must.
+            needed.append("finished hypotheses")
+            orders += [(beams, stop_line, finished, pruned_line, tree), (stop_line, finished, beams, pruned_line, tree),
+                       (finished, stop_line, beams, pruned_line, tree)]
         for order in orders:
             lines = self.lines_of(Group(*order), width)
-            if any("".join(segment.text for segment in line).startswith("early stop (") for line in lines[:height]):
+            shown = ["".join(segment.text for segment in line).strip() for line in lines[:height]]
+            if all(any(text.startswith(prefix) for text in shown) for prefix in needed):
                 break
         return lines
 
