@@ -11,6 +11,7 @@ comparison protocol live in :mod:`decode_tui.core`.
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import sys
 import threading
@@ -427,6 +428,11 @@ def whatif(path: Path, *, model: str | None, device: str, dtype: str, draft: str
                     replays.append(w.replay_draft(trace, lm.eos_token_ids, draft_model, k, threshold))
             progress(f"Timing a prefill, a step and verifications of 2 to {width} tokens")
             costs = w.measure_costs(lm, trace, width, draft_model)
+            progress("Timing a real prompt-lookup run of the text, for what a verifying round costs besides its "
+                     "forward")
+            from ..core.calibrate import round_overhead
+
+            costs = dataclasses.replace(costs, round_overhead_s=round_overhead(lm, trace, costs, 3))
     except DecodeTuiError as err:
         fail(err)
     rows = w.table(trace, replays, costs)

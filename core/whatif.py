@@ -257,6 +257,10 @@ class Costs:
     # How much the measured times varied from one repeat to the next, as a share (0.08: 8 %): two settings whose
     # estimates differ by less are alike as far as these measurements can tell.
     spread: float = 0.0
+    # What a verifying round costs beyond its forward and a plain step's loop work: the acceptance test, the draft
+    # events, several tokens emitted at once. Measured on a real prompt-lookup run of the trace's text
+    # (core/calibrate.py).
+    round_overhead_s: float = 0.0
 
     def verify(self, width: int) -> float:
         if width <= len(self.verify_s):
@@ -268,7 +272,8 @@ class Costs:
     def seconds(self, replayed: Replayed) -> float:
         """The estimated duration of a run replayed with ``replayed``'s setting."""
         total = (self.prefill_s + sum(self.verify(w) for w in replayed.widths) + replayed.lookup_s
-                 + self.overhead_s * replayed.target_forwards)
+                 + self.overhead_s * replayed.target_forwards
+                 + self.round_overhead_s * sum(1 for w in replayed.widths if w > 1))
         if replayed.drafter == "draft":
             total += self.draft_prefill_s + replayed.drafted * self.draft_step_s
         return total

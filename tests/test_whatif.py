@@ -229,3 +229,25 @@ def test_predicted_pld_forwards_equal_real_runs_on_the_embedded_model(smollm2: A
         real = list(Run(smollm2, CODE_EDIT_PROMPT, config).events())[-1]
         assert isinstance(real, Finished) and real.token_ids == trace.token_ids
         assert replay_lookup(trace, smollm2.eos_token_ids, ngram, k).target_forwards == real.target_forwards
+
+
+def test_a_real_prompt_lookup_run_prices_a_verifying_round_and_only_for_the_traces_own_text(byte_bpe: Any) -> None:
+    import dataclasses
+
+    from decode_tui.core.calibrate import round_overhead
+    from decode_tui.core.whatif import measure_costs
+
+    from .test_autoregressive import loaded
+
+    model = tiny_model("llama", vocab_size=V, seed=0)
+    lm = loaded(model, byte_bpe, V - 1)
+    prompt = repetitive_prompt(0, 14)
+    transcript = Transcript("greedy", prompt, Detokenizer(byte_bpe), EOS, 24)
+    trace = trace_from_events([started(prompt, 24, eos_token_ids=sorted(EOS)),
+                               *autoregressive(model, transcript, SamplingParams(), greedy=True)])
+    costs = measure_costs(lm, trace, 11, repeats=2)
+    assert costs.overhead_s >= 0 and costs.spread >= 0
+    assert replay_lookup(trace, lm.eos_token_ids, 3, 10).drafted > 0, "the text has something to copy"
+    assert round_overhead(lm, trace, costs, 2) >= 0
+    other = dataclasses.replace(trace, token_ids=tuple(reversed(trace.token_ids)))  # not what this model writes
+    assert round_overhead(lm, other, costs, 2) == 0.0
