@@ -101,10 +101,14 @@ class Run:
         yield (a pause, a single step, a lesson's pause) is not decoding time: the transcript's clock leaves it
         out, so tok/s and elapsed mean the same after a pause as without one."""
         self.transcript.start_clock()
-        for event in self._events():
-            held = time.perf_counter()
-            yield event
-            self.transcript.held(time.perf_counter() - held)
+        events = self._events()
+        try:
+            for event in events:
+                held = time.perf_counter()
+                yield event
+                self.transcript.held(time.perf_counter() - held)
+        finally:
+            events.close()  # a caller that stops consuming stops the strategy now: its finally blocks roll back
 
     def _events(self) -> Generator[Event, None, None]:
         label = TokenLabels(self.lm.tokenizer)

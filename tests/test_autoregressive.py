@@ -225,3 +225,24 @@ def test_run_rejects_a_prompt_longer_than_the_context_and_caps_new_tokens(byte_b
         Run(lm, "word " * 100, DecodeConfig(use_chat=False))
     run = Run(lm, "word " * 10, DecodeConfig(max_new_tokens=500, use_chat=False))
     assert run.transcript.max_new_tokens == 64 - len(run.prompt_ids) and run.notes
+
+
+def test_a_caller_that_stops_consuming_a_run_stops_its_strategy_at_once(byte_bpe: Any) -> None:
+    """Closing Run.events() closes the strategy's generator there and then (its finally: blocks release the
+    cache), not whenever the garbage collector gets to it."""
+    lm = loaded(tiny_model("llama", vocab_size=len(byte_bpe), seed=4), byte_bpe, 2)
+    run = Run(lm, "Hello world", DecodeConfig(mode="greedy", max_new_tokens=20, use_chat=False))
+    events = run.events()
+    inner: list[Any] = []
+    original = run._events
+
+    def spy() -> Any:
+        inner.append(original())
+        return inner[-1]
+
+    run._events = spy  # type: ignore[method-assign]
+    for event in events:
+        if isinstance(event, TokenEmitted) and event.index == 2:
+            break
+    events.close()
+    assert inner and inner[0].gi_frame is None, "the strategy's generator is closed"
