@@ -285,7 +285,9 @@ def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: F
                         f"{_stats_line(lm, result)}")
         raise typer.Exit(EXIT_TERMINATED if interrupted == signal.SIGTERM else EXIT_INTERRUPTED) from None
     finally:
-        if previous is not None:
+        # Interrupted, the command exits from here: a second Ctrl-C in the interpreter's shutdown would interrupt
+        # its exit handlers, so the signals stay ignored. Otherwise the caller's handlers come back.
+        if previous is not None and interrupted is None:
             for s, handler in previous.items():
                 signal.signal(s, handler)
     if not jsonl:

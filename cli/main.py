@@ -28,6 +28,16 @@ def _terminate(signum: int, frame: object) -> None:
     raise Terminated
 
 
+def _interrupted(terminated: bool) -> None:
+    """Say so and exit 130 (143 for SIGTERM). A second Ctrl-C while the interpreter shuts down would interrupt its
+    exit handlers (a traceback from atexit, and death by signal instead of the exit status): ignored from here."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sys.stderr.write(f"\ndecode-tui: {'terminated' if terminated else 'interrupted'}.\n")
+    sys.exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)
+
+
 def main() -> None:
     """Console-script entry point: no traceback reaches the user for Ctrl-C, SIGTERM or a closed pipe."""
     if threading.current_thread() is threading.main_thread():
@@ -36,19 +46,13 @@ def main() -> None:
         signal.signal(signal.SIGTERM, _terminate)
     try:
         app()
-    except Terminated:
-        sys.stderr.write("\ndecode-tui: terminated.\n")
-        sys.exit(EXIT_TERMINATED)
-    except KeyboardInterrupt:
-        sys.stderr.write("\ndecode-tui: interrupted.\n")
-        sys.exit(EXIT_INTERRUPTED)
+    except KeyboardInterrupt as exc:
+        _interrupted(isinstance(exc, Terminated))
     except SystemExit as exc:
         # typer turns a Ctrl-C it sees into a silent exit 130: say it as above.
         cause = getattr(exc.__context__, "__cause__", None)
         if isinstance(cause, KeyboardInterrupt):
-            terminated = isinstance(cause, Terminated)
-            sys.stderr.write(f"\ndecode-tui: {'terminated' if terminated else 'interrupted'}.\n")
-            sys.exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)
+            _interrupted(isinstance(cause, Terminated))
         raise
     except BrokenPipeError:
         # The reader went away (`| head`); stop quietly like other Unix tools.

@@ -136,3 +136,22 @@ def test_a_cache_that_cannot_be_written_and_a_named_config_that_is_missing_say_w
     env = {**isolated_env, "DECODE_TUI_CONFIG": str(tmp_path / "nonexistent.toml")}
     assert_clean_failure(cli("generate", "-p", "hi", env=env), EXIT_USAGE, "DECODE_TUI_CONFIG names the config file",
                          "does not exist")
+
+
+@pytest.mark.parametrize("gap", [0.0, 0.05])
+def test_ctrl_c_twice_exits_130_without_a_traceback(tiny_model_dir: Path, isolated_env: dict[str, str],
+                                                    gap: float) -> None:
+    """A second Ctrl-C while the first is being handled (or while the interpreter shuts down) printed an atexit
+    traceback, or ended the process by the signal instead of exit status 130."""
+    proc = subprocess.Popen([SCRIPT, "generate", "--model", str(tiny_model_dir), "-p",
+                             "the quick brown fox the quick brown fox", "--max-new-tokens", "4000", "--no-chat"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=isolated_env)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.read(20)  # it is decoding
+    proc.send_signal(signal.SIGINT)
+    time.sleep(gap)
+    proc.send_signal(signal.SIGINT)
+    rest, err = proc.stdout.read(), proc.stderr.read()
+    proc.wait(timeout=60)
+    assert proc.returncode == 130, (proc.returncode, err)
+    assert "Traceback" not in err + rest and "interrupted" in err
