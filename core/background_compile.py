@@ -46,11 +46,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .errors import first_line
+from .forward import COMPILED_UP_TO, StaticKV, _Captured, attach_background, captured_shapes, compile_forward
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
-
-    from .forward import StaticKV, _Captured
 
 # A shape of a captured pass: (cache positions, rows, input width, logits kept). The cache's size is part of
 # it: a compiled graph is specialised to the shapes of every tensor it reads, the cache's included.
@@ -129,8 +128,6 @@ def start(model: PreTrainedModel, backend: str | Callable[..., Any] = "inductor"
     ``backend``: torch.compile's; tests pass a cheap one. Idempotent per model.
     """
     global _worker
-    from .forward import COMPILED_UP_TO, captured_shapes, compile_forward
-
     with _STATE:
         if _state(model) is not None:
             return
@@ -194,8 +191,6 @@ def upgrade(model: PreTrainedModel, cache: StaticKV, key: tuple[int, int, int], 
     if state is None or shape not in state.ready or not _BUSY.acquire(blocking=False):
         return captured  # not compiled yet, or the worker is busy: try again at the next pass
     try:
-        from .forward import _Captured
-
         try:
             # A recompile here would stall decoding for as long as the worker's compile took: refuse it.
             with torch.compiler.set_stance("fail_on_recompile"):
@@ -258,8 +253,6 @@ def _job(ref: weakref.ref[Any], shape: Shape, caches: weakref.WeakKeyDictionary[
 def _compile(model: PreTrainedModel, compiled: Callable[..., Any], shape: Shape,
              caches: dict[tuple[int, int], StaticKV]) -> None:
     """Compile, and run once, ``shape``'s pass on a static cache like the foreground's, of the worker's own."""
-    from .forward import StaticKV
-
     size, rows, width, keep = shape
     device = model.device
     side = torch.cuda.Stream(device) if device.type == "cuda" else None  # type: ignore[no-untyped-call]
@@ -277,3 +270,7 @@ def _compile(model: PreTrainedModel, compiled: Callable[..., Any], shape: Shape,
     if side is not None:
         side.synchronize()
 
+
+# Imported, this module serves every graph replay of core/forward.py, which does not import it (the two would
+# import each other): a model with no background compile started costs each replay one dictionary lookup.
+attach_background(upgrade, ask)

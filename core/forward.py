@@ -38,7 +38,6 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import Cache, StaticLayer
 
-from . import background_compile
 from .errors import first_line
 
 if TYPE_CHECKING:
@@ -49,6 +48,18 @@ GRAPH_DEVICES = frozenset({"cuda"})  # where the default path captures CUDA grap
 CAPTURED_UP_TO = COMPILED_UP_TO  # the longest input replayed as a graph; a longer one runs eagerly
 
 StaticPath = Literal["graphs", "compiled"]
+
+# A background compile (core/background_compile.py) attaches these when it is imported: ``upgrade`` swaps an eager
+# graph for its compiled one between two passes, ``ask`` queues a newly captured shape for compiling. This module
+# does not import that one, which imports this one: only a front end that starts a background compile needs it.
+_UPGRADE: Callable[..., _Captured] | None = None
+_ASK: Callable[..., None] | None = None
+
+
+def attach_background(upgrade: Callable[..., _Captured], ask: Callable[..., None]) -> None:
+    """Take a background compile's two hooks (see :mod:`decode_tui.core.background_compile`)."""
+    global _UPGRADE, _ASK
+    _UPGRADE, _ASK = upgrade, ask
 
 
 class StaticKV(Cache):
@@ -277,8 +288,8 @@ def _replayed(model: PreTrainedModel, cache: StaticKV, input_ids: torch.Tensor, 
     captured = cache.graphs.get(key) or _capture(model, cache, tuple(input_ids.shape), keep)
     if captured is None:
         return None
-    if not captured.compiled:  # the compiled pass replaces it once a background compile has it
-        captured = background_compile.upgrade(model, cache, key, captured)
+    if not captured.compiled and _UPGRADE is not None:  # the compiled pass replaces it once a background compile has it
+        captured = _UPGRADE(model, cache, key, captured)
     return captured(input_ids)
 
 
@@ -290,7 +301,8 @@ def _capture(model: PreTrainedModel, cache: StaticKV, shape: tuple[int, ...], ke
     except Exception as exc:  # whatever failed, the eager pass on the same cache gives the same logits
         _GRAPH_FAILURES[model] = first_line(exc, 200)
         return None
-    background_compile.ask(model, (cache.max_len, shape[0], shape[1], keep))
+    if _ASK is not None:
+        _ASK(model, (cache.max_len, shape[0], shape[1], keep))
     return captured
 
 
