@@ -19,7 +19,7 @@ import typer
 from ..core.errors import EXIT_TERMINATED, DecodeTuiError, UsageError
 from ..core.params import check_device_map
 from ..core.registry import ALIASES, DEFAULT_ALIAS, EMBEDDED_ALIASES, is_available, resolve
-from . import headless
+from . import headless, measure
 from .config import UserConfig
 from .config import load as load_config
 from .headless import fail, status
@@ -136,7 +136,7 @@ def bench_cmd(
         chosen = parse_modes(modes, options.mode, "bench")
     except DecodeTuiError as err:
         fail(err)
-    headless.bench(options.with_default_model(user.model), chosen,
+    measure.bench(options.with_default_model(user.model), chosen,
                    runs=repeats, output_format=output_format, timeline=timeline)
 
 
@@ -159,7 +159,7 @@ def whatif_cmd(
     """What other drafting settings would have cost on a greedy run: the exact target forwards of PLD for every
     --max-ngram-size 1-5 and --num-pred-tokens 1-12 (and a draft model's, with --draft), estimated tok/s from this
     machine's measured forward costs, and the best setting."""
-    headless.whatif(trace, model=model, device=device, dtype=dtype.value, draft=draft,
+    measure.whatif(trace, model=model, device=device, dtype=dtype.value, draft=draft,
                     draft_confidence=draft_confidence, trust_remote_code=trust_remote_code,
                     output_format=output_format)
 

@@ -1,8 +1,9 @@
 """The ``decode-tui`` entry point: the commands (cli/commands.py), with no traceback for Ctrl-C or a closed pipe.
 
-The command line is four files: cli/options.py (each option defined once,
+The command line is five files: cli/options.py (each option defined once,
 and the config they become), cli/headless.py (``generate``'s output),
-cli/commands.py (the commands themselves) and cli/teaching.py (the lessons).
+cli/measure.py (``bench``'s and ``whatif``'s), cli/commands.py (the commands
+themselves) and cli/teaching.py (the lessons).
 """
 
 from __future__ import annotations

@@ -255,7 +255,8 @@ def race_cmd(
 ) -> None:
     """Race decoding modes side by side on one prompt. Each mode runs alone first (warm, so none slows another),
     then all are replayed together at the pace each had: text, target forwards, acceptance, speed-up over greedy."""
-    from .headless import _bench_prompt, _load_models, status
+    from .headless import _load_models, status
+    from .measure import _bench_prompt
 
     try:
         user = user_config()

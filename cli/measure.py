@@ -1,0 +1,231 @@
+"""The measuring commands' output: ``decode-tui bench`` (modes timed by the core's protocol) and ``decode-tui whatif``
+(other drafting settings replayed on a greedy trace and priced with this machine's measured costs).
+
+They load the model as ``generate`` does (cli/headless.py) and print tables; the measuring itself, the protocol
+and the replays live in :mod:`decode_tui.core` (compare, timeline, whatif, calibrate).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ..core.errors import DecodeTuiError
+from ..core.params import check_device_map
+from ..tui.numbers import count
+from .headless import _load, _load_draft, _load_models, _write, ensure_model, fail, status
+from .options import DecodingOptions, ModeChoice, TableFormatChoice
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from ..core.compare import BenchRow
+    from ..core.loading import LoadedModel
+    from ..core.whatif import Costs, Trace, WhatIf
+
+
+def bench(options: DecodingOptions, modes: list[ModeChoice], *, runs: int, output_format: TableFormatChoice,
+          timeline: bool = False) -> None:
+    """Time ``modes`` on one prompt by the core's protocol (warm, alternated; core/compare.py) and print a table
+    (or one JSON object per mode). Plain greedy is always measured: every speed-up is over it."""
+    import json
+
+    from ..core.compare import bench as run_bench
+
+    try:
+        check_device_map(options.device, options.device_map_name)
+        if ModeChoice.greedy not in modes:
+            modes = [ModeChoice.greedy, *modes]
+        configs = {m.value: options.for_mode(m).config() for m in modes}
+        text = options.prompt_text() if options.prompt or options.prompt_file else _bench_prompt(modes)
+        lm, draft = _load_models(options, configs.get("speculative"))
+        with status(f"Benchmarking {', '.join(configs)}: a warm-up each, then {runs} rounds, alternated") as progress:
+            rows = run_bench(lm, text, configs, runs=runs, draft=draft, progress=progress)
+    except DecodeTuiError as err:
+        fail(err)
+    if output_format is TableFormatChoice.json:
+        for row in rows:
+            _write(sys.stdout, json.dumps(row.to_dict(timeline)) + "\n")
+        return
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    # No vertical rules, and a median's range may go under it: every figure fits 80 columns (a pipe, a CI
+    # log) whole rather than cut to "16.4 (16.0-16…".
+    table = Table(title=f"{lm.name} · {lm.device.type} {str(lm.dtype).removeprefix('torch.')} · {runs} warm runs a "
+                        "mode, alternated: median (range)", title_justify="left",
+                  box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
+    for column in ("mode", "tok/s", "speed-up", "forwards", "tok/fwd", "accept", "= greedy"):
+        ranged = column in ("tok/s", "speed-up")
+        table.add_column(column, justify="left" if column in ("mode", "= greedy") else "right", no_wrap=not ranged,
+                         min_width=len("(100.0-100.0)") if ranged else None)
+    for r in rows:
+        same = "yes" if r.identical else f"from #{r.first_divergence}"
+        table.add_row(r.mode, f"{r.tokens_per_s:.1f} ({r.tokens_per_s_low:.1f}-{r.tokens_per_s_high:.1f})",
+                      f"{r.speedup:.2f}x ({r.speedup_low:.2f}-{r.speedup_high:.2f})", str(r.target_forwards),
+                      f"{r.tokens_per_forward:.2f}", f"{r.acceptance_rate:.0%}" if r.acceptance_rate is not None
+                      else "-", same)
+    console = Console(soft_wrap=True)
+    console.print(table)
+    for r in rows:
+        _why(console, r, timeline)
+
+
+def _why(console: Console, row: BenchRow, timeline: bool) -> None:
+    """Below the table: a drafting mode's acceptance by draft position, the tokens a forward was expected to
+    give at its acceptance rate next to what it gave, and (``timeline``) its forwards one by one."""
+    from rich import box
+    from rich.table import Table
+
+    from ..tui.forward_views import BAR_COLUMN, FORWARD_COLUMNS, acceptance_line, forward_cells
+
+    line = acceptance_line(row.acceptance_by_position, row.timeline)
+    if row.acceptance_by_position and line is not None:
+        console.print(f"{row.mode}: {line}")
+    if not timeline or not row.timeline:
+        return
+    table = Table(title=f"{row.mode}: one row per target forward (its last timed run)", title_justify="left",
+                  box=box.SIMPLE_HEAD, pad_edge=False)
+    for column in (*FORWARD_COLUMNS, "wall ms"):
+        table.add_column(column, justify="right")
+    table.add_column(BAR_COLUMN)
+    for f in row.timeline:
+        table.add_row(*forward_cells(f, wall=True))
+    console.print(table)
+
+
+def _bench_prompt(modes: list[ModeChoice]) -> str:
+    """Without --prompt: the demo prompt of the first drafting mode asked for (it is made to show drafting), else
+    greedy's."""
+    from ..core.params import demo_prompt
+
+    drafting = [m for m in modes if m in (ModeChoice.pld, ModeChoice.speculative)]
+    return demo_prompt((drafting[0] if drafting else ModeChoice.greedy).value)
+
+
+def whatif(path: Path, *, model: str | None, device: str, dtype: str, draft: str | None,
+           draft_confidence: float | None, trust_remote_code: bool, output_format: TableFormatChoice) -> None:
+    """Replay a greedy trace under every PLD setting (and a draft model's draft lengths) and print the forwards
+    each needs and its estimated speed from this machine's measured costs (core/whatif.py)."""
+    import json
+
+    from ..core import whatif as w
+    from ..core.errors import UsageError
+
+    try:
+        trace = w.read_trace(path)
+        try:
+            resolved = ensure_model(model or trace.model)
+        except DecodeTuiError as err:
+            if model is not None:
+                raise
+            # A folder's trace is named by the folder's base name, which may not resolve from here.
+            raise UsageError(f"{path} was decoded by {trace.model}, which is not a model decode-tui can find from "
+                             f"here ({err}). Pass --model with that model's folder or repo id.") from None
+        lm = _load(resolved, device, dtype, trust_remote_code)
+        if lm.name != trace.model:
+            raise UsageError(f"{path} was decoded by {trace.model}, not {lm.name}: its token ids mean nothing to "
+                             f"{lm.name}. Pass --model with the model that decoded it, or leave --model out.")
+        draft_model = _load_draft(lm, draft, trust_remote_code) if draft is not None else None
+        width = max(w.DRAFT_LENGTHS) + 1
+        with status("Replaying every setting and timing this machine's forward passes") as progress:
+            replays = w.lookup_grid(trace, lm.eos_token_ids)
+            if draft_model is not None:
+                threshold = w.draft_confidence(trace, draft_confidence)
+                for k in w.DRAFT_LENGTHS:
+                    progress(f"Replaying the draft model's drafts at draft length {k} (of {max(w.DRAFT_LENGTHS)})")
+                    replays.append(w.replay_draft(trace, lm.eos_token_ids, draft_model, k, threshold))
+            progress(f"Timing a prefill, a step and verifications of 2 to {width} tokens")
+            costs = w.measure_costs(lm, trace, width, draft_model)
+            progress("Timing a real prompt-lookup run of the text, for what a verifying round costs besides its "
+                     "forward")
+            from ..core.calibrate import round_overhead
+
+            costs = dataclasses.replace(costs, round_overhead_s=round_overhead(lm, trace, costs, 3))
+    except DecodeTuiError as err:
+        fail(err)
+    rows = w.table(trace, replays, costs)
+    greedy, settings = rows[0], rows[1:]
+    if output_format is TableFormatChoice.json:
+        for row in settings:
+            _write(sys.stdout, json.dumps(row.to_dict()) + "\n")
+        return
+    _whatif_tables(trace, lm, costs, greedy, settings, w.draft_confidence(trace, draft_confidence))
+
+
+def _flags(row: WhatIf) -> str:
+    """The options that pick ``row``'s setting."""
+    if row.drafter == "pld":
+        return f"--mode pld --max-ngram-size {row.max_ngram_size} --num-pred-tokens {row.draft_length}"
+    return f"--mode speculative --num-draft-tokens {row.draft_length}"
+
+
+def _whatif_tables(trace: Trace, lm: LoadedModel, costs: Costs, greedy: WhatIf, settings: list[WhatIf],
+                   threshold: float) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..core.whatif import alike, best
+    from ..tui.forward_views import lookup_grid
+
+    console = Console(soft_wrap=True)
+    new = len(trace.token_ids)
+    kind = "greedy" if trace.mode == "greedy" else f"greedy {trace.mode}"
+    console.print(f"[b]What if[/b] · {trace.source} · {trace.model} · {count(new, 'new token')} of a {kind} run "
+                  f"({count(trace.target_forwards, 'target forward')} recorded)")
+    console.print(f"Costs measured here ({lm.device.type}, plain path): prefill {costs.prefill_s * 1e3:.0f} ms, "
+                  f"a step {costs.verify(1) * 1e3:.1f} ms, verifying 2 / 6 / 11 tokens "
+                  f"{costs.verify(3) * 1e3:.1f} / {costs.verify(7) * 1e3:.1f} / {costs.verify(12) * 1e3:.1f} ms"
+                  + (f", a draft step {costs.draft_step_s * 1e3:.1f} ms" if costs.draft_step_s else "")
+                  + f"; the decoding loop's own work {costs.overhead_s * 1e3:.1f} ms a forward. Greedy: "
+                  f"{greedy.target_forwards} forwards, est. {greedy.est_tokens_per_s:.1f} tok/s. The times varied "
+                  f"by {costs.spread:.0%} between repeats: estimates closer than that are alike.")
+    pld = {(r.max_ngram_size, r.draft_length): r for r in settings if r.drafter == "pld"}
+    grids: list[tuple[str, Callable[[WhatIf], str]]] = [
+        ("PLD: target forwards (exact)", lambda r: str(r.target_forwards)),
+        ("PLD: estimated speed-up over greedy", lambda r: f"{r.est_speedup or 0.0:.1f}")]
+    for title, cell in grids:
+        console.print(lookup_grid(title, pld, cell, compact=True))
+    drafts = [r for r in settings if r.drafter == "draft"]
+    if drafts:
+        table = Table(title=f"Draft model, --draft-confidence {threshold:g}: target forwards exact (its drafts "
+                            "replayed as a real run drafts them)", title_justify="left")
+        for column in ("--num-draft-tokens", "forwards", "tok/fwd", "accept", "est. tok/s", "est. speed-up"):
+            table.add_column(column, justify="right")
+        for r in drafts:
+            table.add_row(str(r.draft_length), str(r.target_forwards), f"{r.tokens_per_forward:.2f}",
+                          f"{r.acceptance_rate:.0%}" if r.acceptance_rate is not None else "-",
+                          f"{r.est_tokens_per_s:.1f}", f"{r.est_speedup:.2f}x")
+        console.print(table)
+    for label, rows in (("PLD", list(pld.values())), ("the draft model", drafts)):
+        if not rows:
+            continue
+        top = best([greedy, *rows])
+        tied = alike([greedy, *rows], top, costs.spread)
+        if top.drafter == "greedy":
+            console.print(f"Best with {label}: none of its settings beats plain greedy here (est. "
+                          f"{greedy.est_tokens_per_s:.1f} tok/s).")
+            continue
+        if greedy in tied:
+            console.print(f"Best with {label}: none is faster than plain greedy by more than the measurements vary "
+                          f"({costs.spread:.0%}); the best estimate, {_flags(top)}, is {top.est_speedup:.2f}x.")
+            continue
+        if len(tied) > 1:
+            console.print(f"Best with {label}: {len(tied)} settings are within {costs.spread:.0%} of each other, "
+                          f"which these measurements cannot tell apart: "
+                          + ", ".join(f"{_flags(r)} ({r.est_speedup:.2f}x)" for r in tied[:4])
+                          + (" and more" if len(tied) > 4 else "")
+                          + ". Time them with `decode-tui bench` before choosing.")
+            continue
+        console.print(f"Best with {label}: [b]{_flags(top)}[/b]: {top.target_forwards} forwards, est. "
+                      f"{top.est_tokens_per_s:.1f} tok/s, {top.est_speedup:.2f}x greedy.")
+    params = trace.params
+    if trace.mode == "pld" and (params.get("max_ngram_size"), params.get("num_pred_tokens")) in pld:
+        own = pld[(params["max_ngram_size"], params["num_pred_tokens"])]
+        console.print(f"This run's own setting ({own.max_ngram_size}, {own.draft_length}): {own.target_forwards} "
+                      f"forwards predicted, {trace.target_forwards} recorded.")
