@@ -51,6 +51,15 @@ def generate(options: DecodingOptions, *, compare: bool, compare_runs: int, outp
         fail(err)
 
 
+def ignore_signals() -> None:
+    """Ignore Ctrl-C and SIGTERM from here on (the main thread only): a command exiting on one would otherwise be
+    cut short by a second, in its clean-up or in the interpreter's exit handlers (a traceback from atexit, and death
+    by the signal instead of the exit status)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 def stderr() -> Console:
     from rich.console import Console
 
@@ -261,8 +270,7 @@ def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: F
                 raise KeyboardInterrupt
     except KeyboardInterrupt:
         if previous is not None:  # the clean cut below is not itself cut short by a second signal
-            for s in signals:
-                signal.signal(s, signal.SIG_IGN)
+            ignore_signals()
         if progress is not None:
             progress(None)
         events.close()  # runs the strategy's finally blocks; nothing keeps decoding

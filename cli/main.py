@@ -15,7 +15,7 @@ import threading
 from ..core.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_TERMINATED, DecodeTuiError
 from . import teaching  # noqa: F401  (registers the lessons, lesson and race commands on the app)
 from .commands import app
-from .headless import generate
+from .headless import generate, ignore_signals
 from .options import read_prompt
 
 __all__ = ["app", "generate", "main", "read_prompt"]
@@ -30,11 +30,8 @@ def _terminate(signum: int, frame: object) -> None:
 
 
 def _interrupted(terminated: bool) -> None:
-    """Say so and exit 130 (143 for SIGTERM). A second Ctrl-C while the interpreter shuts down would interrupt its
-    exit handlers (a traceback from atexit, and death by signal instead of the exit status): ignored from here."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    """Say so and exit 130 (143 for SIGTERM), a second signal ignored from here."""
+    ignore_signals()
     sys.stderr.write(f"\ndecode-tui: {'terminated' if terminated else 'interrupted'}.\n")
     sys.exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)
 

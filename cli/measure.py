@@ -7,7 +7,6 @@ and the replays live in :mod:`decode_tui.core` (compare, timeline, whatif, calib
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -142,11 +141,11 @@ def whatif(path: Path, *, model: str | None, device: str, dtype: str, draft: str
                     replays.append(w.replay_draft(trace, lm.eos_token_ids, draft_model, k, threshold))
             progress(f"Timing a prefill, a step and verifications of 2 to {width} tokens")
             costs = w.measure_costs(lm, trace, width, draft_model)
-            progress("Timing a real prompt-lookup run of the text, for what a verifying round costs besides its "
-                     "forward")
-            from ..core.calibrate import round_overhead
+            progress("Timing real greedy and prompt-lookup runs of the text, for what a step and a verifying round "
+                     "cost besides their forwards")
+            from ..core.calibrate import calibrated
 
-            costs = dataclasses.replace(costs, round_overhead_s=round_overhead(lm, trace, costs, 3))
+            costs = calibrated(lm, trace, costs)
     except DecodeTuiError as err:
         fail(err)
     rows = w.table(trace, replays, costs)

@@ -1,30 +1,56 @@
-"""What a real run's verifying round costs beyond what :mod:`decode_tui.core.whatif`'s measured forwards price.
+"""What a real run costs beyond the forwards that :mod:`decode_tui.core.whatif` measures and prices.
 
-A what-if prices each target forward with its measured time and the decoding loop's work per step. A verifying
-round does more: the acceptance test over k + 1 rows, the draft's events, several tokens emitted at once. Left
-out, the estimates came out optimistic (2.0x where ``bench`` measured 1.68x on the prompt-lookup demo). This runs
-the real prompt-lookup loop once on the trace's prompt, and shares what the estimate does not explain among its
-verifying rounds. A module of its own: it needs both the what-if and the verifier, and the verifier already
-imports the what-if (for the adaptive draft length's replays).
+A what-if prices each target forward with its measured time. A real run pays more around each: the decoding
+loop's own work (choosing the token, the events, the text) at every step, and at every verifying round the
+acceptance test over k + 1 rows, the draft's events and several tokens emitted at once. Left out, the estimates
+came out optimistic (2.0x where ``bench`` measured 1.68x on the prompt-lookup demo). This times real runs of the
+trace's prompt, plain greedy and greedy prompt lookup, and shares what the measured forwards do not explain
+among their steps and rounds. A module of its own: it needs both the what-if and the strategies, and the
+verifier already imports the what-if (for the adaptive draft length's replays).
 
 It knows how to time a run; it decides nothing about which setting is best.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from .detokenize import Detokenizer
 from .drafters import PromptLookup
+from .events import Event
 from .params import DraftParams, SamplingParams
+from .strategies.autoregressive import autoregressive
 from .strategies.speculative import speculative
 from .transcript import Transcript
 from .whatif import Costs, Trace, replay_lookup
 
 if TYPE_CHECKING:
     from .loading import LoadedModel
+
+
+def calibrated(lm: LoadedModel, trace: Trace, costs: Costs, step_repeats: int = 5, round_repeats: int = 3) -> Costs:
+    """``costs`` with the loop's work per step (``overhead_s``) and a verifying round's (``round_overhead_s``),
+    each the median of that many timed runs (a greedy run of 32 tokens is short; a prompt-lookup run is not)."""
+    stepped = dataclasses.replace(costs, overhead_s=step_overhead(lm, trace, costs, step_repeats))
+    return dataclasses.replace(stepped, round_overhead_s=round_overhead(lm, trace, stepped, round_repeats))
+
+
+def step_overhead(lm: LoadedModel, trace: Trace, costs: Costs, repeats: int) -> float:
+    """Seconds each target forward of a real run costs beyond the forward itself: plain greedy decoding of up to
+    32 tokens from the trace's prompt, timed whole (the median of ``repeats`` runs), less its prefill and steps
+    as ``costs`` measured them alone, shared among its forwards."""
+    n = max(2, min(32, len(trace.token_ids)))  # the prefill gives the first token, then n - 1 steps
+
+    def run() -> tuple[Transcript, Iterator[Event]]:
+        transcript = Transcript("greedy", list(trace.prompt_ids), Detokenizer(lm.tokenizer), frozenset(), n)
+        return transcript, autoregressive(lm.model, transcript, SamplingParams(), greedy=True)
+
+    seconds = _median_seconds(run, repeats)
+    return max(0.0, (seconds - costs.prefill_s - (n - 1) * costs.verify(1)) / n)
 
 
 def round_overhead(lm: LoadedModel, trace: Trace, costs: Costs, repeats: int) -> float:
@@ -38,15 +64,31 @@ def round_overhead(lm: LoadedModel, trace: Trace, costs: Costs, repeats: int) ->
     rounds = sum(1 for w in replayed.widths if w > 1)
     if rounds == 0:
         return 0.0
-    runs = []
-    for _ in range(repeats):
+    written: list[tuple[int, ...]] = []
+
+    def run() -> tuple[Transcript, Iterator[Event]]:
         transcript = Transcript("pld", list(trace.prompt_ids), Detokenizer(lm.tokenizer), eos, trace.max_new_tokens)
         lookup = PromptLookup(params.max_ngram_size, params.num_pred_tokens, eos)
+        return transcript, speculative(lm.model, transcript, lookup, SamplingParams(), greedy=True,
+                                       num_draft_tokens=params.num_pred_tokens)
+
+    seconds = _median_seconds(run, repeats, written)
+    if any(tokens != trace.token_ids for tokens in written):
+        return 0.0
+    return max(0.0, (seconds - costs.seconds(replayed)) / rounds)
+
+
+def _median_seconds(run: Callable[[], tuple[Transcript, Iterator[Event]]], repeats: int,
+                    written: list[tuple[int, ...]] | None = None) -> float:
+    """The median time of ``repeats`` whole runs, each made by ``run`` and consumed to its end; ``written``
+    receives each run's tokens."""
+    times = []
+    for _ in range(repeats):
+        transcript, events = run()
         started = time.perf_counter()
-        for _event in speculative(lm.model, transcript, lookup, SamplingParams(), greedy=True,
-                                  num_draft_tokens=params.num_pred_tokens):
+        for _event in events:
             pass
-        runs.append(time.perf_counter() - started)
-        if tuple(transcript.token_ids) != trace.token_ids:
-            return 0.0
-    return max(0.0, (statistics.median(runs) - costs.seconds(replayed)) / rounds)
+        times.append(time.perf_counter() - started)
+        if written is not None:
+            written.append(tuple(transcript.token_ids))
+    return statistics.median(times)

@@ -27,6 +27,7 @@ This module knows tokenizers, not models or strategies.
 from __future__ import annotations
 
 import codecs
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -143,12 +144,18 @@ def _token_bytes(raw: str) -> bytes | None:
             return bytes([int(raw[3:5], 16)])
         except ValueError:
             return None
-    from transformers.convert_slow_tokenizer import bytes_to_unicode
-
-    table = {c: b for b, c in bytes_to_unicode().items()}
+    table = _printable_bytes()
     if all(c in table for c in raw):
         return bytes(table[c] for c in raw)
     return None
+
+
+@functools.cache
+def _printable_bytes() -> dict[str, int]:
+    """Byte-level BPE's printable stand-in for each byte, read backwards (built once)."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    return {c: b for b, c in bytes_to_unicode().items()}
 
 
 def _bytes_label(data: bytes) -> str:

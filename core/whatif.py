@@ -253,6 +253,7 @@ class Costs:
     draft_prefill_s: float = 0.0  # the draft model's prefill of the prompt, once a run
     # The decoding loop's own work around each target forward (choosing the token, the events, the text): a real
     # run pays it every forward, and estimates without it came out optimistic (1.7x where bench measured 1.41x).
+    # Measured on a real greedy run of the trace's prompt (core/calibrate.py).
     overhead_s: float = 0.0
     # How much the measured times varied from one repeat to the next, as a share (0.08: 8 %): two settings whose
     # estimates differ by less are alike as far as these measurements can tell.
@@ -284,7 +285,9 @@ def measure_costs(lm: LoadedModel, trace: Trace, max_width: int, draft: DraftMod
     """Time the prefill, a forward over 1 .. ``max_width`` tokens and (with a draft) a draft step, on this machine.
 
     At the middle of the trace's text (attention's cost grows with the context), each width timed ``repeats``
-    times in turn and the median kept; the cache is cropped back after each, as a rejected draft's is.
+    times in turn and the median kept, with how much the repeats varied (``spread``); the cache is cropped back
+    after each, as a rejected draft's is. What a real run pays around its forwards is
+    :func:`decode_tui.core.calibrate.calibrated`'s to add.
     """
     import torch
 
@@ -319,7 +322,6 @@ def measure_costs(lm: LoadedModel, trace: Trace, max_width: int, draft: DraftMod
                 if repeat:
                     samples[w].append(seconds)
         prefills = prefills[1:]
-        overhead = _loop_overhead(lm, trace, statistics.median(prefills), statistics.median(samples[1]), repeats)
         draft_step = draft_prefill = 0.0
         if draft is not None:
             steps, draft_prefills = [], []
@@ -335,35 +337,16 @@ def measure_costs(lm: LoadedModel, trace: Trace, max_width: int, draft: DraftMod
     for w in range(len(verify) - 2, -1, -1):
         verify[w] = min(verify[w], verify[w + 1])
     # The spread: each width's interquartile range over its median, the median of those over the widths.
-    spread = statistics.median((_quartiles(samples[w])[1] - _quartiles(samples[w])[0]) / statistics.median(samples[w])
-                               for w in samples)
-    return Costs(statistics.median(prefills), tuple(verify), draft_step, draft_prefill, overhead, spread)
+    spread = statistics.median(_iqr(times) / statistics.median(times) for times in samples.values())
+    return Costs(statistics.median(prefills), tuple(verify), draft_step, draft_prefill, spread=spread)
 
 
-def _quartiles(values: Sequence[float]) -> tuple[float, float]:
+def _iqr(values: Sequence[float]) -> float:
+    """The interquartile range (0 for a single value)."""
     if len(values) < 2:
-        return values[0], values[0]
+        return 0.0
     q = statistics.quantiles(values, n=4)
-    return q[0], q[2]
-
-
-def _loop_overhead(lm: LoadedModel, trace: Trace, prefill_s: float, step_s: float, repeats: int) -> float:
-    """Seconds each target forward of a real run costs beyond the forward itself: plain greedy decoding of up to
-    32 tokens from the trace's prompt, timed whole (the median of ``repeats`` runs), less its prefill and steps
-    as measured alone, shared among its forwards."""
-    from .detokenize import Detokenizer
-    from .strategies.autoregressive import autoregressive
-    from .transcript import Transcript
-
-    n = max(2, min(32, len(trace.token_ids)))  # the prefill gives the first token, then n - 1 steps
-    runs = []
-    for _ in range(repeats):
-        transcript = Transcript("greedy", list(trace.prompt_ids), Detokenizer(lm.tokenizer), frozenset(), n)
-        started = time.perf_counter()
-        for _event in autoregressive(lm.model, transcript, SamplingParams(), greedy=True):
-            pass
-        runs.append(time.perf_counter() - started)
-    return max(0.0, (statistics.median(runs) - prefill_s - (n - 1) * step_s) / n)
+    return q[2] - q[0]
 
 
 @dataclass(frozen=True)

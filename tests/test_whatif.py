@@ -234,7 +234,7 @@ def test_predicted_pld_forwards_equal_real_runs_on_the_embedded_model(smollm2: A
 def test_a_real_prompt_lookup_run_prices_a_verifying_round_and_only_for_the_traces_own_text(byte_bpe: Any) -> None:
     import dataclasses
 
-    from decode_tui.core.calibrate import round_overhead
+    from decode_tui.core.calibrate import calibrated, round_overhead
     from decode_tui.core.whatif import measure_costs
 
     from .test_autoregressive import loaded
@@ -245,8 +245,8 @@ def test_a_real_prompt_lookup_run_prices_a_verifying_round_and_only_for_the_trac
     transcript = Transcript("greedy", prompt, Detokenizer(byte_bpe), EOS, 24)
     trace = trace_from_events([started(prompt, 24, eos_token_ids=sorted(EOS)),
                                *autoregressive(model, transcript, SamplingParams(), greedy=True)])
-    costs = measure_costs(lm, trace, 11, repeats=2)
-    assert costs.overhead_s >= 0 and costs.spread >= 0
+    costs = calibrated(lm, trace, measure_costs(lm, trace, 11, repeats=2), 2, 2)
+    assert costs.overhead_s >= 0 and costs.spread >= 0 and costs.round_overhead_s >= 0
     assert replay_lookup(trace, lm.eos_token_ids, 3, 10).drafted > 0, "the text has something to copy"
     assert round_overhead(lm, trace, costs, 2) >= 0
     other = dataclasses.replace(trace, token_ids=tuple(reversed(trace.token_ids)))  # not what this model writes

@@ -269,10 +269,9 @@ def _verify(
     n = accepted.long().cumprod(0).sum()  # [] how many lead the row unbroken
     if greedy:
         extra = argmax[n]  # the target's own choice at the first disagreement, or after the last draft
-    elif q is None:
-        extra = _resample(p, torch.nn.functional.one_hot(d, p.shape[-1]).to(p.dtype), n, k, generator)
-    else:
-        extra = _resample(p, q[:k], n, k, generator)
+    else:  # a lookup copy's q rows are built only here, where the residual max(0, p - q) needs them
+        q_rows = q[:k] if q is not None else torch.nn.functional.one_hot(d, p.shape[-1]).to(p.dtype)  # [k, V]
+        extra = _resample(p, q_rows, n, k, generator)
     n_host, extra_host, p_host, q_host, u_host = _round_to_host(n, extra, p_d, q_d, u)
     # Positions after the first rejection were never tested: the round discards them with it.
     verdicts = tuple(PositionVerdict(i, drafted[i], p_host[i], q_host[i], u_host[i] if u_host and i <= n_host else None,
