@@ -192,28 +192,32 @@ def test_cuda_where_there_is_none(tiny_model_dir: Path, isolated_env: dict[str, 
         assert_clean_failure(done, EXIT_USAGE, "no CUDA device", "--device cpu")
 
 
-def test_ctrl_c_prints_what_was_generated_and_exits_130(tiny_model_dir: Path, isolated_env: dict[str, str]) -> None:
+def signalled_jsonl_run(model_dir: Path, env: dict[str, str], signum: int) -> tuple[int, list[dict[str, Any]], str]:
+    """``generate --format jsonl`` sent ``signum`` once its sixth token is out: its exit status, every line it
+    wrote, and its stderr."""
     # A prompt the tiny model answers at length (its end of text comes after 1,629 tokens, 13 s here): with a short
     # answer the run could end by itself before the signal lands on a loaded machine (it did, after 48 tokens).
-    proc = subprocess.Popen([SCRIPT, "generate", "--model", str(tiny_model_dir), "-p",
+    proc = subprocess.Popen([SCRIPT, "generate", "--model", str(model_dir), "-p",
                              "the quick brown fox the quick brown fox", "--format", "jsonl", "--max-new-tokens",
                              "4000", "--no-chat"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=isolated_env)
-    assert proc.stdout is not None
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout is not None and proc.stderr is not None
     lines = []
     for line in proc.stdout:
         lines.append(json.loads(line))
         if lines[-1]["event"] == "token_emitted" and lines[-1]["index"] == 5:
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(signum)
             break
     # The rest through the same buffered reader: iterating read ahead, and communicate() would read the pipe
     # beneath it, losing the lines already in its buffer.
-    rest = proc.stdout.read()
-    assert proc.stderr is not None
-    err = proc.stderr.read()
+    rest, err = proc.stdout.read(), proc.stderr.read()
     proc.wait(timeout=60)
-    lines += [json.loads(x) for x in rest.splitlines()]
-    assert proc.returncode == EXIT_INTERRUPTED, err
+    return proc.returncode, lines + [json.loads(x) for x in rest.splitlines()], err
+
+
+def test_ctrl_c_prints_what_was_generated_and_exits_130(tiny_model_dir: Path, isolated_env: dict[str, str]) -> None:
+    code, lines, err = signalled_jsonl_run(tiny_model_dir, isolated_env, signal.SIGINT)
+    assert code == EXIT_INTERRUPTED, err
     assert "Traceback" not in err and "interrupted after" in err
     final: dict[str, Any] = lines[-1]
     assert final["event"] == "finished" and final["finish_reason"] == "cancelled"

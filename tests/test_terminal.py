@@ -3,7 +3,6 @@ bad caches and config files. Each runs the console script as a user would (tmux 
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import signal
@@ -16,7 +15,7 @@ import pytest
 
 from decode_tui.core.errors import EXIT_TERMINATED, EXIT_USAGE
 
-from .test_cli import SCRIPT, assert_clean_failure, cli
+from .test_cli import SCRIPT, assert_clean_failure, cli, signalled_jsonl_run
 
 LESSON = Path(__file__).parent.parent / "lessons" / "01-greedy-vs-sampling.jsonl"
 
@@ -88,21 +87,8 @@ def test_sigterm_ends_the_app_as_ctrl_c_does_and_gives_the_terminal_back(tmux: C
 
 def test_sigterm_during_generate_writes_the_finished_event(tiny_model_dir: Path,
                                                            isolated_env: dict[str, str]) -> None:
-    proc = subprocess.Popen([SCRIPT, "generate", "--model", str(tiny_model_dir), "-p",
-                             "the quick brown fox the quick brown fox", "--format", "jsonl", "--max-new-tokens",
-                             "4000", "--no-chat"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=isolated_env)
-    assert proc.stdout is not None and proc.stderr is not None
-    lines = []
-    for line in proc.stdout:
-        lines.append(json.loads(line))
-        if lines[-1]["event"] == "token_emitted" and lines[-1]["index"] == 5:
-            proc.send_signal(signal.SIGTERM)
-            break
-    rest, err = proc.stdout.read(), proc.stderr.read()  # the same buffered reader that read ahead
-    proc.wait(timeout=60)
-    lines += [json.loads(x) for x in rest.splitlines()]
-    assert proc.returncode == EXIT_TERMINATED, err
+    code, lines, err = signalled_jsonl_run(tiny_model_dir, isolated_env, signal.SIGTERM)
+    assert code == EXIT_TERMINATED, err
     assert "Traceback" not in err and "terminated after" in err
     final = lines[-1]
     assert final["event"] == "finished" and final["finish_reason"] == "cancelled"
