@@ -25,7 +25,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from functools import partial
 from pathlib import Path
 from typing import ClassVar
 
@@ -36,23 +35,23 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer
 
 from ..core.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, DecodeTuiError
-from ..core.events import Event, Mode, Started
+from ..core.events import Event, Mode
 from ..core.live import LiveParams
 from ..lessons import Lesson, PauseTracker
 from .bindings import APP_BINDINGS, keys_after
 from .commands import DecodeCommands
 from .decoder_thread import DecoderThread
 from .pacing import PaintPacer
-from .pump import EventPump, EventSource
+from .pump import EventPump
+from .race_control import start_race
 from .run_view import Pending, RunView, Severity
 from .screens.help import HelpScreen
-from .screens.model_picker import ModelPicker
+from .screens.model_picker import ModelPicker, known_models
 from .screens.prompt_editor import PromptEditor
-from .screens.race import RaceScreen
 from .screenshots import save_svg
 from .settings import Settings, adjust, next_mode, with_mode
 from .signals import on_sigterm
-from .sources import recorded, write_trace
+from .sources import SourceFactory, recorded, write_trace
 from .teaching import AutoPause
 from .themes import ThemeSpec, initial_theme, load_all
 from .widgets.beam_panel import BeamPanel
@@ -74,7 +73,6 @@ PAINT_HZ = 8  # at most; the pacer slows painting where paints are dear (tui/pac
 SWITCH_INTERVAL_S = 0.0005
 
 
-SourceFactory = Callable[[Settings, LiveParams], EventSource]
 
 
 class DecodeApp(App[int]):
@@ -379,7 +377,7 @@ class DecodeApp(App[int]):
     def action_load_model(self) -> None:
         if self._replay_refuses("the model"):
             return
-        from ..core.registry import ALIASES, resolve
+        from ..core.registry import resolve
 
         def done(spec: str | None) -> None:
             if spec is None or spec == self.settings.model:
@@ -396,8 +394,7 @@ class DecodeApp(App[int]):
             self.say(f"model → {spec}: loading it restarts the run")
             self.start_run()
 
-        self.push_screen(ModelPicker(self.settings.model, {alias: f"{repo}  ({_where(alias)})"
-                                                           for alias, repo in ALIASES.items()}), done)
+        self.push_screen(ModelPicker(self.settings.model, known_models()), done)
 
     def action_select(self, delta: int) -> None:
         piece = self.query_one(TextPane).select(delta)
@@ -456,52 +453,16 @@ class DecodeApp(App[int]):
 
     def action_race(self) -> None:
         """Race greedy, PLD and speculative (and this mode) on this prompt: each alone, then side by side."""
-        if self.replaying is not None:
-            self.say(f"This is a replay of {self.replaying}, with no model: a race runs each mode on the model. Race "
-                     "this prompt with `decode-tui race -p ...`, or press R in `decode-tui run`.", severity="warning")
-            return
-        modes: list[Mode] = ["greedy", "pld", "speculative"]
-        if self.settings.mode not in modes:
-            modes.append(self.settings.mode)
-        self._stop()  # the run on screen stops: each mode of the race must have the device to itself
-        self.say(f"race: running {', '.join(modes)} on this prompt, each alone and warm, 3 rounds alternated; then "
-                 "they are replayed side by side (esc closes the race; r here restarts the run)")
-        self._race_progress("starting")
-        self.race_stop.clear()
-        after = self.pump.finished if self.pump is not None else None
-        self.run_worker(partial(self._measure_race, modes, after), thread=True, exclusive=True, group="decoder",
-                        name="race")
+        start_race(self)
 
-    def _measure_race(self, modes: list[Mode], after: threading.Event | None) -> None:
-        """In the decoder thread: the race measured through the app's own source (tui/race_runner.py), then its
-        screen. Messages reach the UI a few per mode, never one per token."""
-        from .race_runner import RUNS, measure
-
-        if after is not None:
-            after.wait(30)
-        try:
-            lanes = measure(self.make_source, self.settings, modes, self.race_stop,
-                            lambda message: self.call_from_thread(self._race_progress, message), RUNS)
-        except Exception as exc:  # shown, and the app stays usable
-            message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
-            self.call_from_thread(self.say, f"The race stopped: {message}", "error")
-            self.call_from_thread(self._race_progress, None)
-            return
-        if lanes is None:
-            self.call_from_thread(self._race_progress, None)
-            return
-        first = lanes[0].events[0][1] if lanes[0].events else None
-        params = first.params if isinstance(first, Started) else {}
-        device = f"{params.get('device', '')} {params.get('dtype', '')}"
-        self.call_from_thread(self._race_progress, None)
-        self.call_from_thread(self.push_screen, RaceScreen(self.settings, lanes, device))
-
-    def _race_progress(self, message: str | None) -> None:
-        """While a race is measured, the stats bar and the header say where it is, until its screen opens: a toast
-        alone went after a few seconds and left seconds of an unchanged screen (None: the measuring is over)."""
-        self.view.counters.state = f"measuring the race: {message}" if message is not None else "stopped (r runs again)"
+    def show_state(self, state: str) -> None:
+        """Say ``state`` in the stats bar and the header (a race being measured says where it is)."""
+        self.view.counters.state = state
         self.query_one(StatsBar).show(self.view.counters)
         self._refresh_header()
+
+    def stop_run(self) -> None:
+        self._stop()
 
     def action_forwards(self) -> None:
         from .screens.forwards import ForwardsScreen
@@ -539,15 +500,3 @@ class DecodeApp(App[int]):
         """SIGTERM: the same ending as Ctrl-C (the decoder stopped, the terminal given back), its own status."""
         self._stop()
         self.exit(EXIT_TERMINATED, return_code=EXIT_TERMINATED)
-
-
-def _where(alias: str) -> str:
-    """Whether an alias loads here: on disk, fetched when chosen (the embedded model), or not without the hub.
-    A look at the folders only, quick enough for the UI thread."""
-    from ..core.registry import EMBEDDED_ALIASES, resolve
-
-    try:
-        resolve(alias)
-    except DecodeTuiError:
-        return "fetched when chosen" if alias in EMBEDDED_ALIASES else "not on this machine"
-    return "on this machine"

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,9 @@ from ..core.events import BeamStepped, Event, Finished, TokenEmitted, from_dict
 from ..core.live import LiveParams
 from .pump import EventSource, Notice
 from .settings import Settings
+
+# What the app starts each run from: its settings and the live parameters a front end may change mid-run.
+SourceFactory = Callable[[Settings, LiveParams], EventSource]
 
 if TYPE_CHECKING:
     from ..core.drafters import DraftModel

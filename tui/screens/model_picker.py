@@ -10,6 +10,23 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label
 
+from ...core.errors import DecodeTuiError
+
+
+def known_models() -> dict[str, str]:
+    """Each alias, the repo id it stands for, and whether it loads here: on disk, fetched when chosen (the
+    embedded model), or not without the hub. A look at the folders only, quick enough for the UI thread."""
+    from ...core.registry import ALIASES, EMBEDDED_ALIASES, resolve
+
+    def where(alias: str) -> str:
+        try:
+            resolve(alias)
+        except DecodeTuiError:
+            return "fetched when chosen" if alias in EMBEDDED_ALIASES else "not on this machine"
+        return "on this machine"
+
+    return {alias: f"{repo}  ({where(alias)})" for alias, repo in ALIASES.items()}
+
 
 class ModelPicker(ModalScreen[str | None]):
     CSS_PATH = "model_picker.tcss"
