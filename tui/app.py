@@ -20,11 +20,10 @@ fake in tests); it never decodes itself.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import ClassVar
 
@@ -34,30 +33,30 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer
 
-from ..core.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, DecodeTuiError
-from ..core.events import Event, Mode
+from ..core.errors import EXIT_INTERRUPTED, EXIT_TERMINATED
+from ..core.events import Mode
 from ..core.live import LiveParams
-from ..lessons import Lesson, PauseTracker
+from ..lessons import Lesson
 from .bindings import APP_BINDINGS, keys_after
 from .commands import DecodeCommands
 from .decoder_thread import DecoderThread
+from .exports import Exports
+from .lesson_control import LessonControl
 from .pacing import PaintPacer
 from .pump import EventPump
 from .race_control import start_race
 from .run_view import Pending, RunView, Severity
 from .screens.help import HelpScreen
-from .screens.model_picker import ModelPicker, known_models
-from .screens.prompt_editor import PromptEditor
-from .screenshots import save_svg
-from .settings import Settings, adjust, next_mode, with_mode
+from .settings import Settings
+from .settings_control import REPLAY_CANNOT, SettingsControl
 from .signals import on_sigterm
-from .sources import SourceFactory, recorded, write_trace
+from .sources import SourceFactory, recorded
 from .teaching import AutoPause
 from .themes import ThemeSpec, initial_theme, load_all
 from .widgets.beam_panel import BeamPanel
 from .widgets.caption import Caption
 from .widgets.mode_panels import ModePanels
-from .widgets.narration import Narration, pause_text
+from .widgets.narration import Narration
 from .widgets.run_header import RunHeader
 from .widgets.stats_bar import StatsBar
 from .widgets.text_pane import TextPane
@@ -71,8 +70,6 @@ PAINT_HZ = 8  # at most; the pacer slows painting where paints are dear (tui/pac
 # the UI thread to let go in turn, up to a whole interval. At 3.5 ms a step on a GPU, 5 ms could cost more
 # than a step (the "convoy effect"), so the app shortens it while it runs (see BENCHMARKS.md for the figures).
 SWITCH_INTERVAL_S = 0.0005
-
-
 
 
 class DecodeApp(App[int]):
@@ -107,13 +104,12 @@ class DecodeApp(App[int]):
         self.live = LiveParams(settings.config.sampling, settings.config.draft)
         self.messages: list[str] = []  # everything the app told the user, newest last (tests read it)
         self.view = RunView(paused=start_paused, now=time.monotonic())
-        self.exports = 0
-        self.shots = 0
+        self.exports = Exports()
         self.race_stop = threading.Event()  # set when a race being measured must stop (quit, a new run)
         self.paint_at_once = True  # a new run's first events are shown as soon as they come
         self.lesson = lesson  # a lesson's narration and pauses (decode_tui.lessons); it starts paused on its intro
-        self.lesson_waiting = lesson is not None  # stopped at a lesson's moment: n goes on to the next one
-        self._narrated: tuple[str | None, bool] = (None, False)  # what the narration panel shows now
+        self.control = SettingsControl(self)
+        self.lessons = LessonControl(lesson, replaying is None, lambda: self.query_one(Narration))
 
     # ------------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:
@@ -176,7 +172,7 @@ class DecodeApp(App[int]):
         self.pump = EventPump(source, slow_motion_s=self.settings.slow_motion_s,
                               auto_pause=AutoPause().check if self.auto_pause else None,
                               after=previous.finished if previous is not None else None,
-                              lesson_pause=self._lesson_pauses(),
+                              lesson_pause=self.lessons.pauses(),
                               hold_first=self.lesson is not None and self.start_paused)
         if self.start_paused:
             self.pump.pause()
@@ -186,38 +182,8 @@ class DecodeApp(App[int]):
         self.query_one(Caption).say("")
         self.query_one(StatsBar).show(self.view.counters)
         self._refresh_header()
-        if self.lesson is not None:
-            self.lesson_waiting, self._narrated = self.start_paused, (None, False)
-            narration = self.query_one(Narration)
-            narration.intro() if self.start_paused else narration.going()
+        self.lessons.started(self.start_paused)
         self.run_worker(self.pump.run, thread=True, exclusive=True, group="decoder", name="decoder")
-
-    def _lesson_pauses(self) -> Callable[[Event], str | None] | None:
-        """The lesson's pauses for the decoder thread: the narration text of each pause an event reaches."""
-        lesson = self.lesson
-        if lesson is None:
-            return None
-        tracker, live = PauseTracker(lesson.pauses), self.replaying is None
-
-        def check(event: Event) -> str | None:
-            pause = tracker.check(event)
-            return pause_text(pause, live, lesson.name) if pause is not None else None
-
-        return check
-
-    def _narrate(self) -> None:
-        """Show the lesson's text for where the run is: a pause's, or at the end the summary with the figures."""
-        view = self.view
-        now = (view.narration, view.finished is not None)
-        if self.lesson is None or now == self._narrated:
-            return
-        self._narrated = now
-        narration = self.query_one(Narration)
-        if view.finished is not None:
-            narration.summary(view.finished, view.narration if view.narration_final else None)
-        elif view.narration is not None:
-            narration.paused(view.narration)
-            self.lesson_waiting = True
 
     def _refresh_header(self) -> None:
         self.query_one(RunHeader).show(self.settings, self.view.started, self.view.counters.state, self.replaying)
@@ -248,7 +214,7 @@ class DecodeApp(App[int]):
         applied = self.view.apply(batch, now, paused=self.pump.paused)
         for message, severity in applied.messages:
             self.say(message, severity)
-        self._narrate()
+        self.lessons.narrate(self.view)
         counters = self.view.counters
         urgent = applied.urgent or self.pump.paused or self.pump.finished.is_set() or self.paint_at_once
         running = counters.state == "running" and not self.pump.paused
@@ -287,7 +253,7 @@ class DecodeApp(App[int]):
         if self.pump is None:
             return
         if self.pump.paused:
-            self._lesson_goes_on()
+            self.lessons.goes_on(self.view)
             self.pump.resume()
         else:
             self.pump.pause()
@@ -299,102 +265,36 @@ class DecodeApp(App[int]):
         """One step; in a lesson stopped at one of its moments (or its intro), on to the lesson's next moment."""
         if self.pump is None:
             return
-        if self.lesson_waiting and self.pump.paused:
+        if self.lessons.waiting and self.pump.paused:
             self.action_toggle_pause()  # resumes, and the lesson goes on to its next moment
             return
         self.pump.step()
 
-    def _lesson_goes_on(self) -> None:
-        if self.lesson is not None and self.lesson_waiting:
-            self.lesson_waiting = False
-            if self.view.finished is None:
-                self.query_one(Narration).going()
-
     def action_restart(self) -> None:
         self.start_run()
 
-    # What a replay cannot do (its events were recorded): the footer leaves these keys out there, rather than
-    # offer keys that are refused.
-    REPLAY_CANNOT = frozenset({"cycle_mode", "edit_prompt", "load_model"})
-
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        return not (self.replaying is not None and action in self.REPLAY_CANNOT)
-
-    def _replay_refuses(self, what: str) -> bool:
-        if self.replaying is None:
-            return False
-        self.say(f"This is a replay of {self.replaying}: {what} cannot change what was recorded. Record a new run "
-                 "with `decode-tui run --record FILE.jsonl`.", severity="warning")
-        return True
+        return not (self.replaying is not None and action in REPLAY_CANNOT)
 
     def action_cycle_mode(self) -> None:
-        if self._replay_refuses("the mode"):
-            return
-        self.settings = next_mode(self.settings)
-        self.say(f"mode → {self.settings.mode}: a new mode is a new run, so it restarts")
-        self.start_run()
+        self.control.mode()
 
     def switch_mode_to(self, mode: Mode) -> None:
-        if self._replay_refuses("the mode"):
-            return
-        self.settings = with_mode(self.settings, mode)
-        self.say(f"mode → {mode}: a new mode is a new run, so it restarts")
-        self.start_run()
+        self.control.mode(mode)
 
     def action_knob(self, knob_id: str, direction: int) -> None:
-        change = adjust(self.settings, knob_id, direction)
-        # A replay can re-rank its finished beams (a pure function of their scores) and change its pace, nothing else.
-        if change.applies in ("live", "restart") and self._replay_refuses("parameters"):
-            return
-        if change.applies is None:
-            self.say(change.message, severity="warning")
-            return
-        self.settings = change.settings
-        self.say(change.message)
-        if change.applies == "live":
-            self.live.update(sampling=self.settings.config.sampling, draft=self.settings.config.draft)
-        elif change.applies == "restart":
-            self.start_run()
-        elif change.applies == "rerank":
-            self.query_one(BeamPanel).rerank_finished(self.settings.config.beam.length_penalty)
-            self._show_best_beam()
-        elif knob_id == "slow_motion" and self.pump is not None:
-            self.pump.slow_motion_s = self.settings.slow_motion_s
+        self.control.knob(knob_id, direction)
         self._refresh_header()
 
     def action_edit_prompt(self) -> None:
-        if self._replay_refuses("the prompt"):
-            return
-
-        def done(prompt: str | None) -> None:
-            if prompt is not None and prompt != self.settings.prompt:
-                self.settings = dataclasses.replace(self.settings, prompt=prompt)
-                self.say("new prompt: the run restarts")
-                self.start_run()
-
-        self.push_screen(PromptEditor(self.settings.prompt), done)
+        self.control.prompt()
 
     def action_load_model(self) -> None:
-        if self._replay_refuses("the model"):
-            return
-        from ..core.registry import resolve
+        self.control.model()
 
-        def done(spec: str | None) -> None:
-            if spec is None or spec == self.settings.model:
-                return
-            try:
-                resolve(spec)
-            except DecodeTuiError as err:
-                from ..core.registry import EMBEDDED_ALIASES
-
-                if spec not in EMBEDDED_ALIASES:
-                    self.say(err.message, severity="error")
-                    return
-            self.settings = dataclasses.replace(self.settings, model=spec)
-            self.say(f"model → {spec}: loading it restarts the run")
-            self.start_run()
-
-        self.push_screen(ModelPicker(self.settings.model, known_models()), done)
+    def rerank_beams(self) -> None:
+        self.query_one(BeamPanel).rerank_finished(self.settings.config.beam.length_penalty)
+        self._show_best_beam()
 
     def action_select(self, delta: int) -> None:
         piece = self.query_one(TextPane).select(delta)
@@ -436,20 +336,10 @@ class DecodeApp(App[int]):
         self.query_one(ModePanels).redraw()
 
     def action_export(self) -> None:
-        self.exports += 1
-        path = Path.cwd() / f"decode-tui-trace-{self.settings.mode}-{self.exports}.jsonl"
-        try:
-            write_trace(path, self.settings, self.view.trace)
-        except OSError as exc:
-            self.say(f"Could not write {path}: {exc.strerror}", severity="error")
-            return
-        self.say(f"trace of {len(self.view.trace)} events saved to {path.name}; play it with `decode-tui replay "
-                 f"{path.name}`")
+        self.exports.trace(self.settings, self.view.trace, self.say)
 
     def action_save_svg(self) -> None:
-        self.shots += 1  # its own count: the first SVG is number 1, whatever was exported before
-        save_svg(self, f"decode-tui-{self.settings.mode}-{self.shots}.svg",
-                 lambda message, saved: self.say(message, severity="information" if saved else "error"))
+        self.exports.svg(self, self.settings, self.say)
 
     def action_race(self) -> None:
         """Race greedy, PLD and speculative (and this mode) on this prompt: each alone, then side by side."""

@@ -28,6 +28,18 @@ def known_models() -> dict[str, str]:
     return {alias: f"{repo}  ({where(alias)})" for alias, repo in ALIASES.items()}
 
 
+def cannot_load(spec: str) -> str | None:
+    """Why ``spec`` cannot load here (it is not on disk and not the embedded model, which is fetched when
+    chosen), or None when it can: checked before the run restarts, so a typo loses nothing."""
+    from ...core.registry import EMBEDDED_ALIASES, resolve
+
+    try:
+        resolve(spec)
+    except DecodeTuiError as err:
+        return None if spec in EMBEDDED_ALIASES else err.message
+    return None
+
+
 class ModelPicker(ModalScreen[str | None]):
     CSS_PATH = "model_picker.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel", id="model.cancel")]

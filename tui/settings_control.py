@@ -1,0 +1,109 @@
+"""The keys that change what runs: the mode, a parameter, the prompt, the model.
+
+Each change says what it does and how it applies: at the next step (through the run's
+:class:`~decode_tui.core.live.LiveParams`), by restarting the run, or by re-ranking finished beams. A replay
+refuses what would change what was recorded, with a message that says how to record a new run. It knows the
+app only through :class:`SettingsHost`, what it needs of it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from ..core.events import Mode
+from ..core.live import LiveParams
+from .pump import EventPump
+from .run_view import Severity
+from .screens.model_picker import ModelPicker, cannot_load, known_models
+from .screens.prompt_editor import PromptEditor
+from .settings import Settings, adjust, next_mode, with_mode
+
+# What a replay cannot do (its events were recorded): the footer leaves these keys out there, rather than offer
+# keys that are refused.
+REPLAY_CANNOT = frozenset({"cycle_mode", "edit_prompt", "load_model"})
+
+
+class SettingsHost(Protocol):
+    settings: Settings
+    replaying: str | None
+    live: LiveParams
+    pump: EventPump | None
+
+    def say(self, message: str, severity: Severity = ...) -> None: ...
+    def start_run(self) -> None: ...
+    def rerank_beams(self) -> None: ...
+    def push_screen(self, screen: Any, callback: Callable[[Any], None] | None = ...) -> Any: ...
+
+
+class SettingsControl:
+    def __init__(self, host: SettingsHost) -> None:
+        self.host = host
+
+    def replay_refuses(self, what: str) -> bool:
+        if self.host.replaying is None:
+            return False
+        self.host.say(f"This is a replay of {self.host.replaying}: {what} cannot change what was recorded. Record a "
+                      "new run with `decode-tui run --record FILE.jsonl`.", "warning")
+        return True
+
+    def _restart(self, settings: Settings, message: str) -> None:
+        self.host.settings = settings
+        self.host.say(message)
+        self.host.start_run()
+
+    def mode(self, mode: Mode | None = None) -> None:
+        """Switch to ``mode``, or to the next one."""
+        if self.replay_refuses("the mode"):
+            return
+        host = self.host
+        settings = next_mode(host.settings) if mode is None else with_mode(host.settings, mode)
+        self._restart(settings, f"mode → {settings.mode}: a new mode is a new run, so it restarts")
+
+    def knob(self, knob_id: str, direction: int) -> None:
+        host = self.host
+        change = adjust(host.settings, knob_id, direction)
+        # A replay can re-rank its finished beams (a pure function of their scores) and change its pace, nothing else.
+        if change.applies in ("live", "restart") and self.replay_refuses("parameters"):
+            return
+        if change.applies is None:
+            host.say(change.message, "warning")
+            return
+        host.settings = change.settings
+        host.say(change.message)
+        if change.applies == "live":
+            host.live.update(sampling=host.settings.config.sampling, draft=host.settings.config.draft)
+        elif change.applies == "restart":
+            host.start_run()
+        elif change.applies == "rerank":
+            host.rerank_beams()
+        elif knob_id == "slow_motion" and host.pump is not None:
+            host.pump.slow_motion_s = host.settings.slow_motion_s
+
+    def prompt(self) -> None:
+        if self.replay_refuses("the prompt"):
+            return
+        host = self.host
+
+        def done(prompt: str | None) -> None:
+            if prompt is not None and prompt != host.settings.prompt:
+                self._restart(dataclasses.replace(host.settings, prompt=prompt), "new prompt: the run restarts")
+
+        host.push_screen(PromptEditor(host.settings.prompt), done)
+
+    def model(self) -> None:
+        if self.replay_refuses("the model"):
+            return
+        host = self.host
+
+        def done(spec: str | None) -> None:
+            if spec is None or spec == host.settings.model:
+                return
+            if (why := cannot_load(spec)) is not None:
+                host.say(why, "error")
+                return
+            self._restart(dataclasses.replace(host.settings, model=spec),
+                          f"model → {spec}: loading it restarts the run")
+
+        host.push_screen(ModelPicker(host.settings.model, known_models()), done)
