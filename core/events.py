@@ -28,9 +28,9 @@ FinishReason = Literal["eos", "length", "cancelled"]
 
 # Where an emitted token came from: the target model's own choice, an
 # accepted draft-model token, an accepted prompt-lookup copy, a token
-# resampled from max(0, p - q) after a rejection, or the bonus token drawn
-# after a fully accepted draft.
-TokenSource = Literal["target", "draft", "lookup", "resampled", "bonus"]
+# resampled from max(0, p - q) after a rejection, the bonus token drawn
+# after a fully accepted draft, or a token the user forced (a branch).
+TokenSource = Literal["target", "draft", "lookup", "resampled", "bonus", "forced"]
 
 # The sampling stages in the order transformers applies them.
 Stage = Literal["raw", "repetition_penalty", "temperature", "top_k", "top_p"]
@@ -122,6 +122,13 @@ class TokenEmitted(Event):
     # Seconds spent decoding so far, this token included: time the run was paused, stepped or held at a
     # lesson's pause is left out, so a viewer's tok/s is true after a pause. None in older recordings.
     elapsed_s: float | None = _optional()
+    # How likely the model found this token where it stands, under its raw distribution (the logits before any
+    # processor): the natural log of its probability, the entropy of that distribution in nats, and the token's
+    # rank in it (1 = the most likely). A drafted token's are the target's, from verification. None in older
+    # recordings.
+    logprob: float | None = _optional()
+    entropy: float | None = _optional()
+    rank: int | None = _optional()
 
 
 @dataclass(frozen=True)
@@ -361,6 +368,28 @@ class Finished(Event):
     draft_time_s: float | None = _optional()
     verify_time_s: float | None = _optional()
     comparison: Mapping[str, Any] | None = _optional()
+    # How likely the whole reply was under the model's raw distributions: the sum and the mean of the emitted
+    # tokens' log-probabilities, and the perplexity exp(-mean). None where a token lacks its log-probability.
+    sum_logprob: float | None = _optional()
+    mean_logprob: float | None = _optional()
+    perplexity: float | None = _optional()
+
+
+@dataclass(frozen=True)
+class Branched(Event):
+    """This run continues a path it did not choose itself: a branch.
+
+    It keeps the first ``position`` tokens of its parent (emitted again, with their sources, before anything
+    else), then emits ``forced_token_ids`` with source ``forced``, then decodes on in its own mode. Comes right
+    after ``Started``.
+    """
+
+    name: ClassVar[str] = "branched"
+    branch: int  # this branch's number in its run's tree (the first run is 0)
+    parent: int | None  # the branch it forks from; None for a path read from a file (generate --resume)
+    position: int  # how many of the parent's emitted tokens it keeps
+    forced_token_ids: tuple[int, ...]
+    forced_text: str
 
 
 EVENT_TYPES: tuple[type[Event], ...] = (
@@ -371,6 +400,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     DraftProposed,
     DraftVerified,
     Finished,
+    Branched,
 )
 
 
@@ -397,7 +427,8 @@ def from_dict(data: Mapping[str, Any]) -> Event:
 # or a time (never negative), or a log-probability or score (any finite value).
 _PROBABILITIES = frozenset({"prob", "p", "q", "u", "chosen_prob", "q_probs", "acceptance_rate",
                             "acceptance_by_position"})
-_SIGNED = frozenset({"sum_logprobs", "score", "best_attainable_score", "worst_finished_score"})
+_SIGNED = frozenset({"sum_logprobs", "score", "best_attainable_score", "worst_finished_score", "logprob",
+                     "sum_logprob", "mean_logprob"})
 
 
 def _build(tp: Any, value: Any, where: str) -> Any:

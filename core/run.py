@@ -22,11 +22,12 @@ import torch
 from .detokenize import Detokenizer, TokenLabels
 from .drafters import Drafter, DraftModel, ModelDrafter, PromptLookup, load_draft
 from .errors import UsageError
-from .events import Event, Finished, Started
+from .events import Branched, Event, Finished, Started
 from .forward import graphs_available
 from .live import LiveParams
 from .loading import LoadedModel
 from .params import DecodeConfig
+from .path import Path
 from .strategies.autoregressive import autoregressive
 from .strategies.beam import beam_search
 from .strategies.speculative import speculative
@@ -37,10 +38,12 @@ class Run:
     """A prompt checked against the model, ready to decode."""
 
     def __init__(self, lm: LoadedModel, prompt: str, config: DecodeConfig,
-                 draft: DraftModel | None = None, live: LiveParams | None = None) -> None:
+                 draft: DraftModel | None = None, live: LiveParams | None = None, path: Path | None = None) -> None:
         """``draft``: for speculative mode, the draft model (see :func:`~decode_tui.core.drafters.load_draft`);
         built from ``config.draft`` when not given.
-        ``live``: settings a front end may change mid-run (see :mod:`~decode_tui.core.live`)."""
+        ``live``: settings a front end may change mid-run (see :mod:`~decode_tui.core.live`).
+        ``path``: tokens already decided (a branch: kept from a parent, then forced), emitted first; the run
+        decodes on after them in its mode (see :mod:`~decode_tui.core.path`)."""
         self.lm = lm
         self.live = live
         if config.mode == "speculative" and draft is None:
@@ -50,10 +53,13 @@ class Run:
         self.prompt = prompt
         self.prompt_ids = lm.encode_prompt(prompt, config.use_chat)
         self.notes: list[str] = []  # things a front end should tell the user, not errors
+        self.branch = path if path is not None and path.ids else None  # the decided tokens it starts from
         max_new = config.max_new_tokens
+        if self.branch is not None:
+            self._check_path(self.branch, max_new)
         ctx = lm.context_length
         if ctx is not None:
-            if len(self.prompt_ids) >= ctx:
+            if len(self.prompt_ids) + len(path.ids if path else ()) >= ctx:
                 raise UsageError(f"The prompt is {len(self.prompt_ids)} tokens long, but {lm.name} reads at most "
                                  f"{ctx} tokens. Shorten the prompt.")
             if len(self.prompt_ids) + max_new > ctx:
@@ -68,6 +74,15 @@ class Run:
         if config.fast and config.mode == "beam":
             self.notes.append("the fast path covers greedy, sampling and draft verification; beam search runs on "
                               + ("CUDA graphs of the eager model" if self.graphs else "the plain path"))
+
+    def _check_path(self, path: Path, max_new: int) -> None:
+        vocab = self.lm.model.get_output_embeddings().weight.shape[0]
+        if any(not 0 <= t < vocab for t in path.ids):
+            raise UsageError(f"The path holds a token id outside {self.lm.name}'s vocabulary of {vocab}: it was "
+                             "made with another model. Branch from a run of this model.")
+        if len(path.ids) >= max_new:
+            raise UsageError(f"The path is {len(path.ids)} tokens long, but max_new_tokens is {max_new}: nothing "
+                             f"would be left to decode. Raise --max-new-tokens above {len(path.ids)}.")
 
     @property
     def path(self) -> str:
@@ -115,6 +130,10 @@ class Run:
         yield Started(mode=self.config.mode, model=self.lm.name, prompt_token_ids=tuple(self.prompt_ids),
                       prompt_text=self.prompt, params=self.params(),
                       prompt_pieces=tuple(label(t) for t in self.prompt_ids))
+        branch = self.branch
+        if branch is not None:
+            yield Branched(branch=branch.branch, parent=branch.parent, position=len(branch.kept),
+                           forced_token_ids=branch.forced, forced_text=branch.forced_text)
         generator = torch.Generator(device=self.lm.device).manual_seed(self.seed)
         if self.config.mode == "beam":
             yield from beam_search(
@@ -128,6 +147,7 @@ class Run:
                 decode=self.transcript.detokenizer.decode,
                 live=self.live,
                 graphs=self.graphs,
+                path=branch,
             )
             return
         if self.config.mode in ("speculative", "pld"):
@@ -146,6 +166,7 @@ class Run:
                 live=self.live,
                 fast=self.config.fast,
                 graphs=self.graphs,
+                path=branch,
             )
             return
         yield from autoregressive(
@@ -159,6 +180,7 @@ class Run:
             live=self.live,
             fast=self.config.fast,
             graphs=self.graphs,
+            path=branch,
         )
 
     def _drafter(self) -> Drafter:

@@ -28,6 +28,8 @@ from transformers.generation.logits_process import (
 from .events import Stage
 from .forward import HostCopy
 from .params import SamplingParams
+from .path import host_stats, token_stats
+from .transcript import TokenStats
 
 
 def stage_processors(params: SamplingParams, greedy: bool, min_tokens_to_keep: int = 1,
@@ -89,6 +91,7 @@ class Draw:
     top_probs: list[list[float]]  # [S][<=N]
     chosen_probs: list[float]  # [S] the drawn token's probability after each stage
     chosen_ranks: list[int]  # [S] its rank there, 1 = the most likely (tied candidates share the better rank)
+    stats: TokenStats  # its log-probability, entropy and rank under the raw distribution
 
 
 def draw(
@@ -115,8 +118,11 @@ class PendingDraw:
         self.copy = copy
 
     def wait(self) -> Draw:
-        # token, chosen probs [S], chosen ranks [S], top ids [S*N], top probs [S*N], kept by the stage [S*N]
+        # token, chosen probs [S], chosen ranks [S], top ids [S*N], top probs [S*N], kept by the stage [S*N],
+        # raw log-probability, entropy and rank [3]
         packed = self.copy.wait()
+        raw = host_stats(packed[-3:], 1)[0]
+        packed = packed[:-3]
         s, n = len(self.stages), self.n
         chosen_probs = packed[1 : 1 + s]
         ids_flat = packed[1 + 2 * s : 1 + 2 * s + s * n]
@@ -131,6 +137,7 @@ class PendingDraw:
             top_probs=[[probs_flat[j] for j in row if kept_flat[j]] for row in rows],
             chosen_probs=chosen_probs,
             chosen_ranks=[int(x) + 1 for x in packed[1 + s : 1 + 2 * s]],
+            stats=raw,
         )
 
 
@@ -155,5 +162,6 @@ def draw_later(
     # removed ones at probability 0 in id order, which are no candidates.
     kept = torch.isfinite(torch.stack([s[0] for _, s in staged])).gather(1, top_ids)  # [S, N]
     # One device-to-host copy per step: the token, where it stood at each stage, and the candidates together.
-    copy = HostCopy([token, chosen_probs, beaten_by, top_ids, top_probs, kept])
+    raw = token_stats(staged[0][1], token)  # [3, 1]
+    copy = HostCopy([token, chosen_probs, beaten_by, top_ids, top_probs, kept, raw])
     return PendingDraw(token, tuple(stage for stage, _ in staged), n, copy)

@@ -16,12 +16,21 @@ It knows events and the detokeniser, not models.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from .detokenize import Detokenizer
 from .events import Finished, FinishReason, Mode, TokenEmitted, TokenSource
+
+
+class TokenStats(NamedTuple):
+    """How likely a token was under the model's raw distribution where it stands (see ``TokenEmitted``)."""
+
+    logprob: float
+    entropy: float
+    rank: int
 
 
 class Transcript:
@@ -35,6 +44,7 @@ class Transcript:
         self.eos_token_ids = eos_token_ids
         self.max_new_tokens = max_new_tokens
         self.token_ids: list[int] = []
+        self.logprobs: list[float] = []  # of the emitted tokens that came with their figures
         self.target_forwards = 0
         self.finish_reason: FinishReason | None = None
         self._cancel = threading.Event()
@@ -75,8 +85,14 @@ class Transcript:
     def cancel_requested(self) -> bool:
         return self._cancel.is_set()
 
-    def emit(self, token_id: int, source: TokenSource = "target") -> TokenEmitted:
-        """Record one emitted token; sets ``finish_reason`` when it ends the run."""
+    @property
+    def context(self) -> list[int]:
+        """The prompt and every token emitted so far: what the model reads next."""
+        return [*self.prompt_ids, *self.token_ids]
+
+    def emit(self, token_id: int, source: TokenSource = "target", stats: TokenStats | None = None) -> TokenEmitted:
+        """Record one emitted token, with its figures under the raw distribution when the strategy has them;
+        sets ``finish_reason`` when it ends the run."""
         if self.done:
             raise RuntimeError("a finished transcript takes no more tokens")
         self.token_ids.append(token_id)
@@ -85,9 +101,20 @@ class Transcript:
         elif len(self.token_ids) >= self.max_new_tokens:
             self.finish_reason = "length"
         piece = self.detokenizer.add(token_id, final=self.done)
+        if stats is not None:
+            self.logprobs.append(stats.logprob)
         return TokenEmitted(index=len(self.token_ids) - 1, token_id=token_id, text=piece.text,
                             start=piece.start, end=piece.end, source=source, target_forwards=self.target_forwards,
-                            elapsed_s=self.elapsed_s)
+                            elapsed_s=self.elapsed_s, logprob=stats.logprob if stats else None,
+                            entropy=stats.entropy if stats else None, rank=stats.rank if stats else None)
+
+    def likelihood(self) -> dict[str, Any]:
+        """The reply's sum and mean log-probability and its perplexity exp(-mean), when every token has one."""
+        if not self.token_ids or len(self.logprobs) != len(self.token_ids):
+            return {}
+        total = math.fsum(self.logprobs)
+        mean = total / len(self.logprobs)
+        return {"sum_logprob": total, "mean_logprob": mean, "perplexity": math.exp(min(-mean, 700.0))}
 
     def finished(self, reason: FinishReason | None = None, **extras: Any) -> Finished:
         """The closing event. ``reason`` defaults to what :meth:`emit` decided."""
@@ -104,5 +131,6 @@ class Transcript:
             target_forwards=self.target_forwards,
             elapsed_s=elapsed,
             tokens_per_s=len(self.token_ids) / elapsed if elapsed > 0 else 0.0,
+            **self.likelihood(),
             **extras,
         )

@@ -307,10 +307,10 @@ def test_negative_control_a_verifier_that_accepts_everything_fails_the_same_test
     target, draft, prompt, expected = sampling_case
     honest = spec_module._verify
 
-    def accept_all(p: torch.Tensor, q: Any, drafted: list[int], greedy: bool, generator: Any) -> Any:
-        _, _, _, verdicts = honest(p, q, drafted, greedy, generator)
+    def accept_all(p: torch.Tensor, q: Any, drafted: list[int], greedy: bool, generator: Any, raw: Any = None) -> Any:
+        verdicts = honest(p, q, drafted, greedy, generator).verdicts
         bonus = int(torch.multinomial(p[len(drafted)], 1, generator=generator))
-        return len(drafted), bonus, "bonus", verdicts
+        return spec_module.VerifiedRound(len(drafted), bonus, "bonus", verdicts)
 
     monkeypatch.setattr(spec_module, "_verify", accept_all)
     counts = sampled_outcomes(target, byte_bpe, lambda: ModelDrafter(draft, V), prompt, 3000)
@@ -337,7 +337,7 @@ def test_toy_logits_first_and_later_tokens_follow_p(accept_all: bool) -> None:
         if accept_all:
             emitted = drafted
         else:
-            n, extra, _, _ = spec_module._verify(p, q, drafted, False, g)
+            n, extra, *_ = spec_module._verify(p, q, drafted, False, g)
             emitted = [*drafted[:n], extra]
         first[emitted[0]] += 1
         if len(emitted) > 1:

@@ -23,6 +23,7 @@ from ..events import Candidate, Event, StageCandidates, TokenSampled
 from ..forward import forward, new_cache, release
 from ..live import LiveParams
 from ..params import SamplingParams
+from ..path import Path, prefill
 from ..sampling import draw_later, stage_processors, staged_scores
 from ..transcript import Transcript
 
@@ -44,9 +45,12 @@ def autoregressive(
     fast: bool = False,
     graphs: bool = False,
     run_ahead: bool | None = None,
+    path: Path | None = None,
 ) -> Generator[Event, None, None]:
     """Yield ``TokenSampled`` and ``TokenEmitted`` per step, then ``Finished``.
 
+    ``path``: tokens already decided (a branch): emitted first, then decoding goes on after them, as if
+    prompt + path were the prompt.
     With ``live``, the sampling parameters are re-read at every step (a front end changed them mid-run).
     ``fast``: a static cache and a compiled step (see :mod:`decode_tui.core.forward`); the same tokens.
     ``graphs``: a static cache and the step replayed as a captured CUDA graph; the same tokens.
@@ -57,15 +61,19 @@ def autoregressive(
     processors = stage_processors(params, greedy)
     version = live.version if live else 0
     device = model.device
-    prompt_len = len(transcript.prompt_ids)
-    # Prompt and generated ids in one buffer: the repetition penalty looks at both.
-    ids = torch.empty((1, prompt_len + transcript.max_new_tokens), dtype=torch.long, device=device)  # [1, T+N]
-    ids[0, :prompt_len] = torch.tensor(transcript.prompt_ids, device=device)
+    start = [*transcript.prompt_ids, *(path.ids if path else ())]
+    # Prompt, path and generated ids in one buffer: the repetition penalty looks at all of them.
+    ids = torch.empty((1, len(transcript.prompt_ids) + transcript.max_new_tokens), dtype=torch.long,
+                      device=device)  # [1, T+N]
+    ids[0, : len(start)] = torch.tensor(start, device=device)
 
     cache = new_cache(model, fast=fast, graphs=graphs, max_len=ids.shape[1])
     try:
-        logits = forward(model, ids[:, :prompt_len], cache)[:, -1]  # [1, V] prefill
-        transcript.target_forwards += 1
+        logits, emitted = prefill(model, transcript, ids[:, : len(start)], cache, path)  # [1, V]
+        yield from emitted
+        if transcript.done:  # the path itself ended the run
+            yield transcript.finished()
+            return
         # On a GPU, run one forward pass ahead: the next step's pass is queued before this step is read
         # back, so the device computes it while the host waits for the copy and turns the step into
         # events. Otherwise the device idles through every copy and every event (about 20 % of a fast-path
@@ -73,8 +81,8 @@ def autoregressive(
         # and not counted. On a CPU nothing would overlap, so the loop stays in order there.
         if run_ahead is None:
             run_ahead = device.type == "cuda"
-        length = prompt_len
-        for step in range(transcript.max_new_tokens):
+        length, first, steps = len(start), len(transcript.token_ids), transcript.remaining
+        for step in range(first, first + steps):
             if live is not None and (snapshot := live.changed_since(version)) is not None:
                 version, params = snapshot.version, snapshot.sampling
                 greedy = greedy_mode or params.greedy
@@ -84,7 +92,7 @@ def autoregressive(
             # From the device copy: a Python int written into a CUDA tensor is a host-to-device copy, which
             # waits for the device like the step's one read back (CUDA's sync debug mode counts both).
             ids[:, length] = pending.token
-            more = step + 1 < transcript.max_new_tokens
+            more = step + 1 < first + steps
             if run_ahead and more:
                 logits = forward(model, ids[:, length : length + 1], cache)[:, -1]  # [1, V] queued behind the copy
             picked = pending.wait()
@@ -102,7 +110,7 @@ def autoregressive(
                 ),
                 target_forwards=transcript.target_forwards,
             )
-            yield transcript.emit(picked.token_id)
+            yield transcript.emit(picked.token_id, stats=picked.stats)
             if transcript.done:
                 break
             if transcript.cancel_requested:

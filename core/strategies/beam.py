@@ -45,8 +45,9 @@ from ..events import (
 from ..forward import forward, new_cache, release
 from ..live import LiveParams
 from ..params import BeamParams, SamplingParams
+from ..path import Path, prefill, token_stats
 from ..sampling import processed, stage_processors
-from ..transcript import Transcript
+from ..transcript import TokenStats, Transcript
 from .autoregressive import autoregressive
 from .beam_state import NEG, BeamState, hypotheses_of, step_event
 
@@ -67,15 +68,19 @@ def beam_search(
     decode: Callable[[list[int]], str] = str,
     live: LiveParams | None = None,
     graphs: bool = False,
+    path: Path | None = None,
 ) -> Generator[Event, None, None]:
     """Yield one ``BeamStepped`` per step, then the best hypothesis as ``TokenEmitted`` and ``Finished``.
 
+    ``path``: tokens already decided (a branch), emitted first; the search starts from prompt + path as its
+    prompt, as ``generate`` would on that prompt, so hypotheses hold the tokens after the path.
     With ``live``, the sampling stages are re-read at every step; the beam settings never change mid-run.
     ``graphs``: the batched step of the N beams replayed as a captured CUDA graph on a static cache
     (reordered in place); the same scores and sequences.
     """
     if beam.num_beams == 1:
-        yield from _one_beam(model, transcript, beam, sampling, do_sample, generator, label, decode, live, graphs)
+        yield from _one_beam(model, transcript, beam, sampling, do_sample, generator, label, decode, live, graphs,
+                             path)
         return
 
     # Beam sampling keeps one token more than there are EOS ids, as generate does.
@@ -83,7 +88,7 @@ def beam_search(
     max_length = len(transcript.prompt_ids) + transcript.max_new_tokens
     cache = new_cache(model, graphs=graphs, max_len=max_length, batch=beam.num_beams)
     try:
-        yield from _search(model, transcript, beam, cache, processors, do_sample, generator, label, decode, live)
+        yield from _search(model, transcript, beam, cache, processors, do_sample, generator, label, decode, live, path)
     finally:
         release(cache)  # a pooled static cache (and its graph) goes back for the next run
 
@@ -91,19 +96,20 @@ def beam_search(
 def _search(model: PreTrainedModel, transcript: Transcript, beam: BeamParams, cache: Cache,
             processors: list[tuple[Stage, LogitsProcessor]], do_sample: bool, generator: torch.Generator | None,
             label: Callable[[int], str], decode: Callable[[list[int]], str], live: LiveParams | None,
-            ) -> Generator[Event, None, None]:
+            path: Path | None) -> Generator[Event, None, None]:
     """The search itself, on a cache of N rows; :func:`beam_search` owns the cache."""
     N = beam.num_beams
     eos = torch.tensor(sorted(transcript.eos_token_ids), dtype=torch.long, device=model.device)
     K = max(2, 1 + len(eos)) * N  # beams_to_keep
     lp, early_stopping = beam.length_penalty, beam.early_stopping
-    T0 = len(transcript.prompt_ids)
-    max_length = T0 + transcript.max_new_tokens
+    start = [*transcript.prompt_ids, *(path.ids if path else ())]
+    T0 = len(start)  # the search's prompt: the prompt and the path
+    max_length = len(transcript.prompt_ids) + transcript.max_new_tokens
     version = live.version if live else 0
     device = model.device
 
     running = torch.zeros((N, max_length), dtype=torch.long, device=device)  # [N, L]
-    running[:, :T0] = torch.tensor(transcript.prompt_ids, device=device)
+    running[:, :T0] = torch.tensor(start, device=device)
     s = BeamState(
         running=running,
         running_scores=torch.full((N,), NEG, device=device),
@@ -113,16 +119,21 @@ def _search(model: PreTrainedModel, transcript: Transcript, beam: BeamParams, ca
         finished_sums=torch.full((N,), NEG, device=device),
         finished_lens=torch.zeros((N,), dtype=torch.long, device=device),
         is_sent_finished=torch.zeros((N,), dtype=torch.bool, device=device),
+        running_stats=torch.zeros((N, max_length, 3), device=device),
+        finished_stats=torch.zeros((N, max_length, 3), device=device),
     )
     s.running_scores[0] = 0.0  # only the first beam is live at first, so the beams do not repeat each other
     # The stopping flags stay on the device, so a step's only host transfer is the one that builds its event.
     heuristic_unsatisfied = torch.tensor(True, device=device)  # [] is_early_stop_heuristic_unsatisfied
     top_num_beam_mask = torch.arange(K, device=device) < N  # [K]
 
-    # Prefill the N copies of the prompt in one batch, exactly as generate does.
-    logits = forward(model, s.running[:, :T0], cache)[:, -1]  # [N, V]
-    transcript.target_forwards += 1
-    for step in range(transcript.max_new_tokens):
+    # Prefill the N copies of the prompt (and the path) in one batch, exactly as generate does.
+    logits, emitted = prefill(model, transcript, s.running[:, :T0], cache, path)  # [N, V]
+    yield from emitted
+    if transcript.done:  # the path itself ended the run
+        yield transcript.finished()
+        return
+    for step in range(max_length - T0):
         if live is not None and (snapshot := live.changed_since(version)) is not None:
             version = snapshot.version
             processors = stage_processors(snapshot.sampling, greedy=not do_sample, min_tokens_to_keep=len(eos) + 1)
@@ -140,6 +151,9 @@ def _search(model: PreTrainedModel, transcript: Transcript, beam: BeamParams, ca
         tokens = topk_indices % V  # [K]
         candidates = s.running[parents].clone()  # [K, L]
         candidates[:, cur_len] = tokens
+        assert s.running_stats is not None and s.finished_stats is not None
+        candidate_stats = s.running_stats[parents].clone()  # [K, L, 3]
+        candidate_stats[:, cur_len] = token_stats(logits[parents], tokens).T  # under the raw distribution
         hits = torch.isin(tokens, eos) | (cur_len + 1 >= max_length)  # [K] next_token_hits_stopping_criteria
 
         # Running beams for the next step: the best N candidates that did not hit.
@@ -167,6 +181,8 @@ def _search(model: PreTrainedModel, transcript: Transcript, beam: BeamParams, ca
             is_sent_finished=torch.cat((s.is_sent_finished, just_finished))[keep],
             parents=parents, tokens=tokens, topk_log_probs=topk_log_probs, hits=hits, just_finished=just_finished,
             next_indices=next_indices,
+            running_stats=candidate_stats[next_indices],
+            finished_stats=torch.cat((s.finished_stats, candidate_stats))[keep],
         )
 
         cache.reorder_cache(s.running_parents)  # type: ignore[arg-type]  # the KV rows follow their beams
@@ -191,22 +207,23 @@ def _search(model: PreTrainedModel, transcript: Transcript, beam: BeamParams, ca
         logits = forward(model, s.running[:, cur_len : cur_len + 1], cache)[:, -1]  # [N, V]
         transcript.target_forwards += 1
 
-    hypotheses = hypotheses_of(s, T0, decode)
-    yield from _finish(transcript, hypotheses[: beam.num_return_sequences])
+    hypotheses, best_stats = hypotheses_of(s, T0, decode)
+    yield from _finish(transcript, hypotheses[: beam.num_return_sequences], best_stats)
 
 
-def _finish(transcript: Transcript, hypotheses: list[Hypothesis]) -> Generator[Event, None, None]:
+def _finish(transcript: Transcript, hypotheses: list[Hypothesis], stats: list[TokenStats],
+            ) -> Generator[Event, None, None]:
     """Emit the best hypothesis as the run's tokens, then ``Finished`` with all returned hypotheses."""
     best = hypotheses[0]
-    for token in best.token_ids:
-        yield transcript.emit(token)
+    for token, figures in zip(best.token_ids, stats, strict=True):
+        yield transcript.emit(token, stats=figures)
     reason: FinishReason = "eos" if best.token_ids and best.token_ids[-1] in transcript.eos_token_ids else "length"
     yield transcript.finished(reason, hypotheses=tuple(hypotheses))
 
 
 def _one_beam(model: PreTrainedModel, transcript: Transcript, beam: BeamParams, sampling: SamplingParams,
               do_sample: bool, generator: torch.Generator | None, label: Callable[[int], str],
-              decode: Callable[[list[int]], str], live: LiveParams | None, graphs: bool,
+              decode: Callable[[list[int]], str], live: LiveParams | None, graphs: bool, path: Path | None,
               ) -> Generator[Event, None, None]:
     """``num_beams=1`` is plain greedy decoding (or sampling) in generate; its one hypothesis is the output.
 
@@ -214,11 +231,12 @@ def _one_beam(model: PreTrainedModel, transcript: Transcript, beam: BeamParams, 
     """
     total = 0.0
     for event in autoregressive(model, transcript, sampling, greedy=not do_sample, generator=generator, label=label,
-                                live=live, graphs=graphs):
+                                live=live, graphs=graphs, path=path):
         if isinstance(event, TokenSampled):
             total += math.log(event.prob) if event.prob > 0 else NEG
         if isinstance(event, Finished) and event.finish_reason != "cancelled":
-            ids = list(event.token_ids)
-            hypothesis = Hypothesis(tuple(ids), event.text, total, total / (len(ids) ** beam.length_penalty))
+            ids = list(event.token_ids[len(path.ids) if path else 0 :])  # the search's part, after the path
+            hypothesis = Hypothesis(tuple(ids), decode(ids) if path else event.text, total,
+                                    total / (max(len(ids), 1) ** beam.length_penalty))
             event = dataclasses.replace(event, hypotheses=(hypothesis,))
         yield event

@@ -15,6 +15,7 @@ import torch
 
 from ..events import Beam, BeamCandidate, BeamStepped, EarlyStopCheck, Hypothesis
 from ..forward import to_host
+from ..transcript import TokenStats
 
 NEG = -1.0e9  # transformers' "impossible" score
 
@@ -42,16 +43,26 @@ class BeamState:
     hits: torch.Tensor | None = None  # [K] next_token_hits_stopping_criteria
     just_finished: torch.Tensor | None = None  # [K] hits among the top N: they competed for a finished slot
     next_indices: torch.Tensor | None = None  # [N] candidates that became the running beams
+    # Each token's raw log-probability, entropy and rank where it stands, following the tokens it describes.
+    running_stats: torch.Tensor | None = None  # [N, L, 3]
+    finished_stats: torch.Tensor | None = None  # [N, L, 3]
 
 
-def hypotheses_of(s: BeamState, T0: int, decode: Callable[[list[int]], str]) -> list[Hypothesis]:
-    """The finished slots, best first (the merge keeps them sorted), as events."""
+def hypotheses_of(s: BeamState, T0: int, decode: Callable[[list[int]], str],
+                  ) -> tuple[list[Hypothesis], list[TokenStats]]:
+    """The finished slots, best first (the merge keeps them sorted), as events, and the figures of the best
+    one's tokens (their raw log-probabilities, entropies and ranks), in one host copy."""
+    assert s.finished_stats is not None
     N, g = s.finished.shape[0], s.finished.shape[1] - T0
     host = to_host([s.finished[:, T0 : T0 + g], s.finished_scores, s.finished_sums, s.finished_lens,
-                    s.is_sent_finished])
+                    s.is_sent_finished, s.finished_stats[:, T0:].transpose(1, 2).flatten()])  # stats [N, 3, g]
     ids = [[int(x) for x in host[i * g : (i + 1) * g]] for i in range(N)]
     scores_h, sums_h, lens_h, done_h = (host[N * g + j * N : N * g + (j + 1) * N] for j in range(4))
-    return _host_hypotheses(ids, scores_h, sums_h, lens_h, done_h, decode)
+    hypotheses = _host_hypotheses(ids, scores_h, sums_h, lens_h, done_h, decode)
+    best = next((i for i in range(N) if done_h[i]), 0)  # the first finished slot is the best hypothesis
+    stats = host[N * g + 4 * N + best * 3 * g : N * g + 4 * N + (best + 1) * 3 * g]  # [3, g]
+    n = int(lens_h[best])
+    return hypotheses, [TokenStats(stats[i], stats[g + i], int(stats[2 * g + i])) for i in range(n)]
 
 
 def _host_hypotheses(ids: list[list[int]], scores: list[float], sums: list[float], lens: list[float],

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import torch
 
@@ -44,8 +44,9 @@ from ..events import DraftProposed, DraftVerified, Event, PositionVerdict, Token
 from ..forward import forward, new_cache, prepare, release, rollback, to_host
 from ..live import LiveParams
 from ..params import SamplingParams
+from ..path import Path, host_stats, prefill, token_stats
 from ..sampling import processed, stage_processors
-from ..transcript import Transcript
+from ..transcript import TokenStats, Transcript
 from ..whatif import Trace, replay_lookup
 from .adaptive import AdaptiveDraftLength
 
@@ -71,9 +72,12 @@ def speculative(
     live: LiveParams | None = None,
     fast: bool = False,
     graphs: bool = False,
+    path: Path | None = None,
 ) -> Generator[Event, None, None]:
     """Yield draft/verify events and the emitted tokens, then ``Finished`` with the draft statistics.
 
+    ``path``: tokens already decided (a branch), emitted first; drafting and verification go on after them
+    (prompt lookup may copy from them).
     With ``live``, the sampling stages, the draft length and the drafter's own settings are re-read
     before every round (a front end changed them mid-run). ``fast``: the target runs on a static cache
     with compiled passes (see :mod:`decode_tui.core.forward`), and every verification is padded to the
@@ -93,18 +97,21 @@ def speculative(
     shared = slice(0, vocab_size)
     static = fast or graphs  # a static cache: every verification padded to one width, for one graph
 
-    context = list(transcript.prompt_ids)
+    context = [*transcript.prompt_ids, *(path.ids if path else ())]
     # Room for the prompt, every new token and a padded verification past the last of them.
-    max_len = len(context) + transcript.max_new_tokens + num_draft_tokens + 1
+    max_len = len(transcript.prompt_ids) + transcript.max_new_tokens + num_draft_tokens + 1
     cache = new_cache(model, rollback=True, fast=fast, graphs=graphs, max_len=max_len)
     try:
-        logits = forward(model, torch.tensor([context], device=device), cache)[0, :, shared]  # [1, V]
-        transcript.target_forwards += 1
-        if static and len(context) + num_draft_tokens + 1 <= max_len:
-            prepare(model, cache, num_draft_tokens + 1, keep=num_draft_tokens + 1)  # the verification's graph, now
-        first = _pick(_distributions(processors, context, [], logits), 0, greedy, generator)
-        yield transcript.emit(first)
-        context.append(first)
+        raw, emitted = prefill(model, transcript, torch.tensor([context], device=device), cache, path)  # [1, V]
+        yield from emitted
+        context = transcript.context  # the path up to where it ended the run, if it did
+        if not transcript.done:
+            if static and len(context) + num_draft_tokens + 1 <= max_len:
+                prepare(model, cache, num_draft_tokens + 1, keep=num_draft_tokens + 1)  # the verification's graph
+            first, first_stats = _first(_distributions(processors, context, [], raw[:, shared]), raw, greedy,
+                                        generator)
+            yield transcript.emit(first, stats=first_stats)
+            context.append(first)
 
         round_ = 0
         while not transcript.done:
@@ -137,12 +144,12 @@ def speculative(
                 # 3. Verify: one target forward over [pending, d_1 .. d_k] gives p_1 .. p_{k+1}.
                 pad_to = num_draft_tokens + 1 if static and confirmed + num_draft_tokens + 1 <= max_len else 0
                 feed = _verification_feed(context[-1], drafted, pad_to, device)  # [1, W], W >= k + 1
-                logits = forward(model, feed, cache, keep=feed.shape[1])[0, : len(drafted) + 1, shared]  # [k+1, V]
+                raw = forward(model, feed, cache, keep=feed.shape[1])[0, : len(drafted) + 1]  # [k+1, V]
                 transcript.target_forwards += 1
                 # 4. Accept: the acceptance test, position by position, and the target's extra token.
-                p = _distributions(processors, context, drafted, logits)  # [k+1, V]
+                p = _distributions(processors, context, drafted, raw[:, shared])  # [k+1, V]
                 extra: int | None  # None: no extra token, an accepted one ended the run
-                n, extra, kind, verdicts = _verify(p, draft.q, drafted, greedy, generator)
+                n, extra, kind, verdicts, figures = _verify(p, draft.q, drafted, greedy, generator, raw)
                 # An accepted token that ends the run (an EOS, or the last token max_new_tokens allows) ends
                 # the round there: what was drafted after it never reaches the output, so it gets no verdict,
                 # no count and no extra token after it.
@@ -160,11 +167,13 @@ def speculative(
                                         extra_kind=kind, target_forwards=transcript.target_forwards,
                                         draft_s=draft_s, verify_s=verify_s)
                 # 5. Emit the accepted prefix, then the target's extra token, if the run goes on past the prefix.
-                for token in drafted[:n]:
-                    yield transcript.emit(token, source)
+                # Each with the target's figures for it under its raw distribution, from this verification.
+                for i, token in enumerate(drafted[:n]):
+                    yield transcript.emit(token, source, figures[i] if figures else None)
                     context.append(token)
                 if extra is not None:
-                    yield transcript.emit(extra, "target" if kind in (None, "target") else kind)
+                    yield transcript.emit(extra, "target" if kind in (None, "target") else kind,
+                                          figures[n] if figures else None)
                     context.append(extra)
             finally:
                 # 6. Roll back: the target's cache holds the context up to (not including) the pending token plus
@@ -231,10 +240,23 @@ def _distributions(processors: list[tuple[Stage, LogitsProcessor]], context: lis
     return torch.stack(rows)
 
 
-def _pick(p: torch.Tensor, i: int, greedy: bool, generator: torch.Generator | None) -> int:
-    if greedy:
-        return int(torch.argmax(p[i]))
-    return int(torch.multinomial(p[i], 1, generator=generator))
+def _first(p: torch.Tensor, raw: torch.Tensor, greedy: bool, generator: torch.Generator | None,
+           ) -> tuple[int, TokenStats]:
+    """The first token, from the prefill's distribution p ([1, V]) as plain decoding picks it, with its figures
+    under the raw logits ([1, V]), in one host copy."""
+    token = torch.argmax(p[0], -1, keepdim=True) if greedy else torch.multinomial(p[0], 1, generator=generator)  # [1]
+    host = to_host([token, token_stats(raw, token)])
+    return int(host[0]), host_stats(host[1:], 1)[0]
+
+
+class VerifiedRound(NamedTuple):
+    n: int  # how many drafted tokens were accepted
+    extra: int  # the target's extra token after them
+    kind: Literal["target", "resampled", "bonus"] | None
+    verdicts: tuple[PositionVerdict, ...]
+    # The emitted tokens' figures under the target's raw distribution (d_1 .. d_n, then the extra token), when
+    # the raw logits were given.
+    figures: list[TokenStats] | None = None
 
 
 def _verify(
@@ -243,8 +265,9 @@ def _verify(
     drafted: list[int],  # d_1 .. d_k
     greedy: bool,
     generator: torch.Generator | None,
-) -> tuple[int, int, Literal["target", "resampled", "bonus"] | None, tuple[PositionVerdict, ...]]:
-    """The acceptance test. Returns (accepted count n, the extra token, its kind, per-position verdicts).
+    raw: torch.Tensor | None = None,  # [k+1, V] the target's raw logits at those positions
+) -> VerifiedRound:
+    """The acceptance test: the accepted count n, the extra token and its kind, the per-position verdicts.
 
     Speculative sampling (Leviathan et al. 2023, Algorithm 1; Chen et al. 2023): accept d_i while
     u_i < min(1, p_i(d_i) / q_i(d_i)); at the first rejection draw from max(0, p_i - q_i), normalised;
@@ -272,14 +295,18 @@ def _verify(
     else:  # a lookup copy's q rows are built only here, where the residual max(0, p - q) needs them
         q_rows = q[:k] if q is not None else torch.nn.functional.one_hot(d, p.shape[-1]).to(p.dtype)  # [k, V]
         extra = _resample(p, q_rows, n, k, generator)
-    n_host, extra_host, p_host, q_host, u_host = _round_to_host(n, extra, p_d, q_d, u)
+    stats = None
+    if raw is not None:  # what is emitted: d_1 .. d_n, then the extra token at position n
+        emitted = torch.cat([d, d.new_zeros(1)]).index_put((n.view(1),), extra.view(1))  # [k+1]
+        stats = token_stats(raw, emitted)  # [3, k+1]
+    n_host, extra_host, p_host, q_host, u_host, figures = _round_to_host(n, extra, p_d, q_d, u, stats)
     # Positions after the first rejection were never tested: the round discards them with it.
     verdicts = tuple(PositionVerdict(i, drafted[i], p_host[i], q_host[i], u_host[i] if u_host and i <= n_host else None,
                                      "accepted" if i < n_host else "rejected" if i == n_host else "untested")
                      for i in range(k))
     if n_host == k:
-        return n_host, extra_host, "bonus" if k else None, verdicts
-    return n_host, extra_host, "target" if greedy else "resampled", verdicts
+        return VerifiedRound(n_host, extra_host, "bonus" if k else None, verdicts, figures)
+    return VerifiedRound(n_host, extra_host, "target" if greedy else "resampled", verdicts, figures)
 
 
 def _resample(p: torch.Tensor, q: torch.Tensor, n: torch.Tensor, k: int,
@@ -295,12 +322,17 @@ def _resample(p: torch.Tensor, q: torch.Tensor, n: torch.Tensor, k: int,
 
 
 def _round_to_host(n: torch.Tensor, extra: torch.Tensor, p_d: torch.Tensor, q_d: torch.Tensor,
-                   u: torch.Tensor | None) -> tuple[int, int, list[float], list[float], list[float]]:
-    """The round's one device-to-host copy, unpacked: n, the extra token, p_i(d_i), q_i(d_i) and u_i (empty
-    under greedy verification). One copy, not five: on a GPU each is a wait for the device."""
+                   u: torch.Tensor | None, stats: torch.Tensor | None,
+                   ) -> tuple[int, int, list[float], list[float], list[float], list[TokenStats] | None]:
+    """The round's one device-to-host copy, unpacked: n, the extra token, p_i(d_i), q_i(d_i), u_i (empty
+    under greedy verification) and the emitted tokens' figures. One copy, not six: on a GPU each is a wait for
+    the device."""
     k = p_d.shape[0]
-    host = to_host([n, extra, p_d, q_d] + ([u] if u is not None else []))
-    return int(host[0]), int(host[1]), host[2 : 2 + k], host[2 + k : 2 + 2 * k], host[2 + 2 * k :]
+    host = to_host([n, extra, p_d, q_d] + ([u] if u is not None else []) + ([stats.flatten()] if stats is not None
+                                                                            else []))
+    u_end = 2 + 2 * k + (k if u is not None else 0)
+    figures = host_stats(host[u_end:], k + 1) if stats is not None else None
+    return int(host[0]), int(host[1]), host[2 : 2 + k], host[2 + k : 2 + 2 * k], host[2 + 2 * k : u_end], figures
 
 
 def _proposed(round_: int, kind: Literal["model", "lookup"], draft: Draft, drafted: list[int],

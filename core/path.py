@@ -1,0 +1,122 @@
+"""How likely a path of tokens is, and a run that starts from a path it did not choose itself.
+
+Two things every strategy shares:
+
+- :func:`token_stats`: for tokens the model is given or picks, their log-probability, the entropy of the
+  distribution they came from and their rank in it, all under the model's *raw* distribution (the log-softmax
+  of the logits before any processor), computed on the device so a step still makes one host copy.
+- :class:`Path` and :func:`prefill`: a run may begin with tokens already decided (kept from a parent branch,
+  then forced by the user). The prompt and the path are prefilled as one context, the path's tokens are
+  emitted first (a forced one with source ``forced``) and the strategy decodes on from there as if the
+  context were its prompt, so greedy from a path equals ``generate`` on prompt + path. Where the model
+  still holds a cache of an earlier run that shares a prefix with the context (a rewind in the app), that
+  prefix is cropped from it, not prefilled again (:mod:`.prefix_cache`).
+
+It knows logits, caches and the transcript; it does not know which strategy runs or why a path was chosen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+
+from .events import TokenEmitted, TokenSource
+from .forward import forward
+from .transcript import TokenStats, Transcript
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+    from transformers.cache_utils import Cache
+
+
+def token_stats(raw: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """[3, T]: each token's raw log-probability, its distribution's entropy (nats) and its rank (1 = the most
+    likely), for ``raw`` logits [T, V] (float) and the tokens ``ids`` [T] they were followed by."""
+    logp = torch.log_softmax(raw.float(), dim=-1)  # [T, V]
+    chosen = logp.gather(1, ids.view(-1, 1))  # [T, 1]
+    entropy = torch.special.entr(logp.exp()).sum(-1)  # [T]  -sum p log p, with 0 log 0 = 0
+    rank = (logp > chosen).sum(-1) + 1  # [T] tied tokens share the better rank
+    return torch.stack([chosen[:, 0], entropy, rank.to(logp.dtype)])
+
+
+def host_stats(packed: list[float], t: int) -> list[TokenStats]:
+    """:func:`token_stats`'s [3, T] after its host copy (flattened), as one :class:`TokenStats` per token."""
+    return [TokenStats(packed[i], packed[t + i], int(packed[2 * t + i])) for i in range(t)]
+
+
+@dataclass(frozen=True)
+class Path:
+    """Tokens decided before a run decodes: ``kept`` from a parent (with the sources they had there and, where
+    known, their figures), then ``forced`` by the user. ``branch``/``parent`` name the branch in its tree."""
+
+    kept: tuple[int, ...] = ()
+    kept_sources: tuple[TokenSource, ...] = ()
+    kept_stats: tuple[TokenStats | None, ...] = ()
+    forced: tuple[int, ...] = ()
+    forced_text: str = ""
+    branch: int = 0
+    parent: int | None = None
+    sources: tuple[TokenSource, ...] = field(default=(), init=False)  # each path token's, kept then forced
+
+    def __post_init__(self) -> None:
+        if len(self.kept_sources) not in (0, len(self.kept)):
+            raise ValueError("kept_sources needs one source per kept token")
+        if len(self.kept_stats) not in (0, len(self.kept)):
+            raise ValueError("kept_stats needs one entry per kept token")
+        sources = (self.kept_sources or ("target",) * len(self.kept)) + ("forced",) * len(self.forced)
+        object.__setattr__(self, "sources", sources)
+
+    @property
+    def ids(self) -> tuple[int, ...]:
+        return self.kept + self.forced
+
+    def known(self, j: int) -> TokenStats | None:
+        """The figures of the path's ``j``-th token when the parent already computed them."""
+        return self.kept_stats[j] if j < len(self.kept_stats) else None
+
+
+def prefill(model: PreTrainedModel, transcript: Transcript, context: torch.Tensor, cache: Cache, path: Path | None,
+            held: int = 0) -> tuple[torch.Tensor, list[TokenEmitted]]:
+    """Feed ``context`` (prompt + path, [B, T]) into ``cache``, which already holds its first ``held`` positions
+    (see :func:`reusable`); return the next-token logits [B, V] and the path's tokens, emitted.
+
+    The logits at the path's positions give the figures of each path token the parent did not already give.
+    """
+    ids = path.ids if path is not None else ()
+    total = context.shape[1]
+    t0 = total - len(ids)  # the prompt's length
+    # The LM head runs only where a path token's figures are read (and the last position): 49152 x T floats at
+    # the prompt's positions would be read by nobody.
+    keep = min(len(ids) + 1, total - held)
+    logits = forward(model, context[:, held:], cache, keep=keep)  # [B, keep, V]
+    transcript.target_forwards += 1
+    emitted = []
+    if path is not None and ids:
+        # The logits at position t0 - 1 + j predict the path's j-th token; row r of ``logits`` is position
+        # total - keep + r. Tokens before the first row were held in the cache: their figures came with the path.
+        first = t0 - 1 - (total - keep)  # the row of the path's first token (negative: held)
+        computed = [j for j in range(len(ids)) if first + j >= 0]
+        fresh: dict[int, TokenStats] = {}
+        if computed:
+            rows = torch.tensor([first + j for j in computed], device=logits.device)
+            stats = token_stats(logits[0, rows], context[0, t0 + computed[0] :])
+            fresh = dict(zip(computed, host_stats(stats.flatten().tolist(), len(computed)), strict=True))
+        for j, token in enumerate(ids):
+            emitted.append(transcript.emit(token, path.sources[j], fresh.get(j) or path.known(j)))
+            if transcript.done:
+                break
+    return logits[:, -1], emitted
+
+
+def reusable(path: Path | None, prompt_len: int, cached: int) -> int:
+    """How many of the ``cached`` leading positions of the context a prefill may keep: all but the last (its
+    logits are needed), and none past a path token whose figures the parent did not give."""
+    keep = cached
+    if path is not None:
+        for j in range(len(path.ids)):
+            if path.known(j) is None:
+                keep = min(keep, prompt_len - 1 + j)
+                break
+    return max(0, min(keep, prompt_len + (len(path.ids) if path else 0) - 1))
