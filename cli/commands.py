@@ -8,6 +8,7 @@ a missing model 3, Ctrl-C 130), never a traceback.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
@@ -84,15 +85,31 @@ def generate(
     compare: CompareOpt = False,
     compare_runs: CompareRunsOpt = 3,
     output_format: OutputFormatOpt = FormatChoice.text,
+    force: Annotated[str | None, typer.Option("--force", help="Begin the reply with this text (its tokens are "
+                                              "emitted as forced, each with how likely the model found it), then "
+                                              "decode on in the mode.", rich_help_panel="Steering")] = None,
+    resume: Annotated[Path | None, typer.Option("--resume", help="Start from a trace's path: a jsonl of `generate "
+                                                "--format jsonl` or a recording, of the same model and prompt "
+                                                "(its prompt is taken when none is given). With --at.",
+                                                rich_help_panel="Steering")] = None,
+    at: Annotated[int | None, typer.Option("--at", help="With --resume: keep the trace's first N tokens, then this "
+                                           "run's options apply (--force text comes after them).",
+                                           rich_help_panel="Steering")] = None,
 ) -> None:
     """Decode a prompt headlessly, streaming the text (or every event as JSON lines)."""
+    from .steering import prompt_of, read_steering
+
     try:
         user = user_config()
         configured_model_exists(options, user)
+        steering = read_steering(force, resume, at)
+        if steering is not None:
+            options = dataclasses.replace(options, prompt=prompt_of(steering, options.prompt)
+                                          if options.prompt_file is None else options.prompt)
     except DecodeTuiError as err:
         fail(err)
     headless.generate(options.with_default_model(user.model), compare=compare, compare_runs=compare_runs,
-                      output_format=output_format)
+                      output_format=output_format, steering=steering)
 
 
 def configured_model_exists(options: DecodingOptions, user: UserConfig) -> None:

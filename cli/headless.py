@@ -24,6 +24,7 @@ from ..core.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, DecodeTuiError
 from ..core.params import DecodeConfig, check_device_map
 from ..tui.numbers import count
 from .options import DecodingOptions, FormatChoice, ModeChoice
+from .steering import Steering, build_path, forced_summary
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -31,11 +32,14 @@ if TYPE_CHECKING:
     from ..core.drafters import DraftModel
     from ..core.events import BeamStepped, Finished, TokenEmitted
     from ..core.loading import LoadedModel
+    from ..core.path import Path
     from ..core.registry import ResolvedModel
 
 
-def generate(options: DecodingOptions, *, compare: bool, compare_runs: int, output_format: FormatChoice) -> None:
-    """Decode ``options``' prompt headlessly; a DecodeTuiError the user can fix ends it with its message."""
+def generate(options: DecodingOptions, *, compare: bool, compare_runs: int, output_format: FormatChoice,
+             steering: Steering | None = None) -> None:
+    """Decode ``options``' prompt headlessly (from ``steering``'s path, where given); a DecodeTuiError the user
+    can fix ends it with its message."""
     mode = options.mode
     try:
         config = options.config(compare=compare)
@@ -46,7 +50,8 @@ def generate(options: DecodingOptions, *, compare: bool, compare_runs: int, outp
                            "--top-p change nothing; use --mode sample to sample.")
         lm, draft = _load_models(options, config if mode is ModeChoice.speculative else None)
         _warm_up(lm, text, config, draft)
-        _decode(lm, text, config, output_format, draft, compare_runs if compare else 0)
+        path = build_path(steering, lm, lm.encode_prompt(text, config.use_chat)) if steering else None
+        _decode(lm, text, config, output_format, draft, compare_runs if compare else 0, path)
     except DecodeTuiError as err:
         fail(err)
 
@@ -139,8 +144,9 @@ def _stats_line(lm: LoadedModel, result: Finished) -> str:
     per_forward = result.new_tokens / result.target_forwards if result.target_forwards else 0.0
     return (f"{lm.name} · {result.mode} · {lm.device.type} {dtype} · {count(result.new_tokens, 'token')} in "
             f"{result.elapsed_s:.2f} s ({result.tokens_per_s:.1f} tok/s) · "
-            f"{count(result.target_forwards, 'target forward')} ({per_forward:.2f} tokens/forward) · finish: "
-            f"{result.finish_reason}")
+            f"{count(result.target_forwards, 'target forward')} ({per_forward:.2f} tokens/forward) · "
+            + (f"perplexity {result.perplexity:.2f} · " if result.perplexity is not None else "")
+            + f"finish: {result.finish_reason}")
 
 
 def _warm_up(lm: LoadedModel, prompt: str, config: DecodeConfig, draft: DraftModel | None) -> None:
@@ -211,13 +217,13 @@ def _unwritten(result: Finished, written: list[TokenEmitted]) -> list[TokenEmitt
 
 
 def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: FormatChoice,
-            draft: DraftModel | None = None, compare_runs: int = 0) -> None:
-    """Stream one run; with ``compare_runs``, then time it against plain greedy (not the streamed run: its
-    speed includes writing the output)."""
+            draft: DraftModel | None = None, compare_runs: int = 0, path: Path | None = None) -> None:
+    """Stream one run (from ``path``, where given); with ``compare_runs``, then time it against plain greedy
+    (not the streamed run: its speed includes writing the output)."""
     from ..core.events import BeamStepped, Finished, TokenEmitted
     from ..core.run import Run
 
-    run = Run(lm, prompt, config, draft)
+    run = Run(lm, prompt, config, draft, path=path)
     for note in run.notes:
         stderr().print(f"decode-tui: note: {note}")
     out = sys.stdout
@@ -301,6 +307,8 @@ def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: F
                 _write(out, f"\n[{rank}] score {hypothesis.score:.4f}, sum log-prob {hypothesis.sum_logprobs:.4f}\n"
                             f"{hypothesis.text}\n")
             stderr().print(_stats_line(lm, result))
+            if (forced := forced_summary(written)) is not None:
+                stderr().print(forced)
             if result.drafted is not None:
                 by_position = ", ".join(f"{a:.0%}" for a in result.acceptance_by_position or ())
                 stderr().print(f"drafted {result.drafted}, accepted {result.accepted} "

@@ -29,7 +29,6 @@ know the verifier's loop beyond what it replicates here, nor any front end.
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -40,9 +39,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from .drafters import Drafter as Proposer
 from .drafters import ModelDrafter, PromptLookup
 from .errors import UsageError
-from .events import Event, Finished, Started, from_dict
+from .events import Event, Finished, Started
 from .params import DraftParams, SamplingParams
 from .sampling import stage_processors
+from .traces import read_events
 
 if TYPE_CHECKING:
     from transformers import LogitsProcessor
@@ -104,31 +104,8 @@ def trace_from_events(events: Iterable[Event], source: str = "the run") -> Trace
 
 def read_trace(path: Path) -> Trace:
     """A trace from ``generate --format jsonl`` output or an app recording (``run --record``, the export key)."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise UsageError(f"{path} does not exist. Record a greedy run with `decode-tui generate --format jsonl "
-                         f"> {path.name}`.") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"Cannot read {path}: {exc}.") from None
-    events: list[Event] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            data = json.loads(line)
-            if not isinstance(data, dict):
-                raise ValueError("not a JSON object")
-            if data.get("event") == "recording":  # an app recording's header
-                continue
-            data.pop("t", None)  # a recording's timestamp
-            events.append(from_dict(data))
-        except (json.JSONDecodeError, ValueError) as exc:
-            raise UsageError(f"{path}, line {number}: not a decode-tui event ({exc}). A what-if reads the output of "
-                             "`decode-tui generate --format jsonl` or an app recording.") from None
-    if not events:
-        raise UsageError(f"{path} holds no events. Record a greedy run with `decode-tui generate --format jsonl`.")
-    return trace_from_events(events, str(path))
+    hint = f"Record a greedy run with `decode-tui generate --mode greedy --format jsonl > {path.name}`."
+    return trace_from_events(read_events(path, "A what-if", hint), str(path))
 
 
 @dataclass(frozen=True)

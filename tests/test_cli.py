@@ -327,7 +327,7 @@ def test_run_and_generate_take_the_same_decoding_options() -> None:
 
     decoding = [f.name for f in dataclasses.fields(DecodingOptions)]
     assert len(decoding) > 20
-    for command, own in ((generate, ["compare", "compare_runs", "output_format"]),
+    for command, own in ((generate, ["compare", "compare_runs", "output_format", "force", "resume", "at"]),
                          (run_app, ["start_paused", "auto_pause", "slow_motion", "record", "background_compile",
                                    "theme"])):
         assert list(inspect.signature(command).parameters) == decoding + own, command.__name__

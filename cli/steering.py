@@ -1,0 +1,98 @@
+"""``generate --force`` and ``generate --resume TRACE --at N``: the path a headless run starts from.
+
+The core decodes from any path (core/path.py); this reads what the user asked for into one: the first N tokens
+of a trace (checked against this run's model and prompt in core/traces.py), then the forced text's tokens. It
+also says, after the run, how likely the forced tokens were. It knows the command line, not the strategies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path as FilePath
+from typing import TYPE_CHECKING
+
+from ..core.errors import UsageError
+from ..tui.numbers import count
+
+if TYPE_CHECKING:
+    from ..core.events import Event, Started, TokenEmitted
+    from ..core.loading import LoadedModel
+    from ..core.path import Path
+
+
+@dataclass(frozen=True)
+class Steering:
+    """What the user asked for: forced text and/or a trace to resume, read before any model loads."""
+
+    force: str | None = None
+    resume: FilePath | None = None
+    at: int | None = None
+    trace: Sequence[Event] = ()
+
+    @property
+    def started(self) -> Started | None:
+        from ..core.events import Started
+
+        return next((e for e in self.trace if isinstance(e, Started)), None)
+
+
+def read_steering(force: str | None, resume: FilePath | None, at: int | None) -> Steering | None:
+    """The options checked and the trace read (a bad file fails before a model is loaded)."""
+    if force is not None and not force:
+        raise UsageError("--force needs the text the reply should begin with, e.g. --force 'Once upon a time'.")
+    if at is not None and resume is None:
+        raise UsageError("--at N takes the first N tokens of a trace: pass the trace with --resume FILE.")
+    if resume is not None and at is None:
+        raise UsageError("--resume needs --at N: how many of the trace's tokens to keep (0 keeps none).")
+    if force is None and resume is None:
+        return None
+    from ..core.traces import read_events
+
+    trace = read_events(resume, "--resume") if resume is not None else ()
+    return Steering(force, resume, at, trace)
+
+
+def prompt_of(steering: Steering | None, given: str | None) -> str | None:
+    """The prompt to run: the user's, or with --resume and no prompt given, the trace's own."""
+    if given is not None or steering is None or steering.started is None:
+        return given
+    return steering.started.prompt_text
+
+
+def build_path(steering: Steering, lm: LoadedModel, prompt_ids: Sequence[int]) -> Path:
+    """The path: the trace's first N tokens, then the forced text's tokens."""
+    from ..core.path import Path
+    from ..core.traces import resume_path
+
+    path = Path()
+    if steering.resume is not None and steering.at is not None:
+        path = resume_path(steering.trace, str(steering.resume), steering.at, lm.name, prompt_ids)
+    if steering.force is not None:
+        forced = forced_tokens(lm, steering.force)
+        path = replace(path, forced=forced, forced_text=steering.force)
+    return path
+
+
+def forced_tokens(lm: LoadedModel, text: str) -> tuple[int, ...]:
+    """``text``'s tokens as the reply's beginning; refused where the tokenizer cannot give the text back."""
+    ids = tuple(lm.tokenizer.encode(text, add_special_tokens=False))
+    if not ids:
+        raise UsageError(f"--force {text!r} gives no tokens with {lm.name}'s tokenizer. Force some visible text.")
+    back = lm.tokenizer.decode(list(ids))
+    if back != text:
+        raise UsageError(f"{lm.name}'s tokenizer cannot represent {text!r} exactly (its tokens read back as "
+                         f"{back!r}). Force text made of characters it knows.")
+    return ids
+
+
+def forced_summary(tokens: Sequence[TokenEmitted]) -> str | None:
+    """How likely the forced tokens were, for the end of a text run: each one's probability and rank."""
+    import math
+
+    forced = [t for t in tokens if t.source == "forced"]
+    if not forced:
+        return None
+    each = ", ".join(f"{t.text!r} p={math.exp(t.logprob):.3g} rank {t.rank}" for t in forced
+                     if t.logprob is not None)
+    return f"forced {count(len(forced), 'token')} ({each}): how likely the model found each before it was forced"
