@@ -62,28 +62,16 @@ def prompt_of(steering: Steering | None, given: str | None) -> str | None:
 
 def build_path(steering: Steering, lm: LoadedModel, prompt_ids: Sequence[int]) -> Path:
     """The path: the trace's first N tokens, then the forced text's tokens."""
-    from ..core.path import Path
+    from ..core.path import Path, forced_tokens
     from ..core.traces import resume_path
 
     path = Path()
     if steering.resume is not None and steering.at is not None:
         path = resume_path(steering.trace, str(steering.resume), steering.at, lm.name, prompt_ids)
     if steering.force is not None:
-        forced = forced_tokens(lm, steering.force)
+        forced = forced_tokens(lm.tokenizer, lm.name, steering.force)
         path = replace(path, forced=forced, forced_text=steering.force)
     return path
-
-
-def forced_tokens(lm: LoadedModel, text: str) -> tuple[int, ...]:
-    """``text``'s tokens as the reply's beginning; refused where the tokenizer cannot give the text back."""
-    ids = tuple(lm.tokenizer.encode(text, add_special_tokens=False))
-    if not ids:
-        raise UsageError(f"--force {text!r} gives no tokens with {lm.name}'s tokenizer. Force some visible text.")
-    back = lm.tokenizer.decode(list(ids))
-    if back != text:
-        raise UsageError(f"{lm.name}'s tokenizer cannot represent {text!r} exactly (its tokens read back as "
-                         f"{back!r}). Force text made of characters it knows.")
-    return ids
 
 
 def forced_summary(tokens: Sequence[TokenEmitted]) -> str | None:

@@ -18,10 +18,11 @@ It knows logits, caches and the transcript; it does not know which strategy runs
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .errors import UsageError
 from .events import TokenEmitted, TokenSource
 from .forward import forward
 from .transcript import TokenStats, Transcript
@@ -44,6 +45,21 @@ def token_stats(raw: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
 def host_stats(packed: list[float], t: int) -> list[TokenStats]:
     """:func:`token_stats`'s [3, T] after its host copy (flattened), as one :class:`TokenStats` per token."""
     return [TokenStats(packed[i], packed[t + i], int(packed[2 * t + i])) for i in range(t)]
+
+
+def forced_tokens(tokenizer: Any, model: str, text: str) -> tuple[int, ...]:
+    """``text``'s tokens, to be forced as the next part of the reply; refused when empty or when the tokenizer
+    cannot give the text back (an unknown character would silently become another one)."""
+    if not text:
+        raise UsageError("Nothing to force: give the text the reply should go on with.")
+    ids = tuple(int(t) for t in tokenizer.encode(text, add_special_tokens=False))
+    if not ids:
+        raise UsageError(f"{text!r} gives no tokens with {model}'s tokenizer. Force some visible text.")
+    back = tokenizer.decode(list(ids))
+    if back != text:
+        raise UsageError(f"{model}'s tokenizer cannot represent {text!r} exactly (its tokens read back as "
+                         f"{back!r}). Force text made of characters it knows.")
+    return ids
 
 
 @dataclass(frozen=True)

@@ -7,15 +7,18 @@ down (``delay``) so a test can act while a run is in flight.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Iterator
 from typing import Literal
 
+from decode_tui.core.errors import UsageError
 from decode_tui.core.events import (
     Beam,
     BeamCandidate,
     BeamStepped,
+    Branched,
     Candidate,
     DraftProposed,
     DraftVerified,
@@ -42,8 +45,10 @@ class FakeDecoder:
     """``FakeDecoder(words, delay).source`` is a ``make_source`` for :class:`DecodeApp`."""
 
     def __init__(self, words: list[str] | None = None, delay: float = 0.0, fail_with: Exception | None = None,
-                 loading: threading.Event | None = None) -> None:
+                 loading: threading.Event | None = None, probs: list[float] | None = None) -> None:
+        """``probs``: the raw probability of each sampled word in turn (0.6 each by default)."""
         self.words = words or WORDS
+        self.probs = probs
         self.delay = delay
         self.fail_with = fail_with
         self.loading = loading  # if given, every run "loads a model" (announces it, then waits) until it is set
@@ -55,6 +60,10 @@ class FakeDecoder:
 
     def _events(self, settings: Settings, live: LiveParams) -> Iterator[Event]:
         mode = settings.mode
+        # A text the tokenizer cannot represent fails as the real source fails: before any event.
+        if settings.branch is not None and settings.branch.forced_text == "fail":
+            raise UsageError("the fake tokenizer cannot represent 'fail' exactly. Force text made of characters it "
+                             "knows.")
         if self.loading is not None:
             yield Notice("loading", "loading fake…")
             self.loading.wait(timeout=10)
@@ -63,7 +72,16 @@ class FakeDecoder:
                                                            "eos_token_ids": [999]},
                       prompt_pieces=PROMPT_PIECES)
         emitted = _Emitter()
-        if mode in ("greedy", "sample"):
+        branch = settings.branch
+        if branch is not None:  # a branch: the kept tokens, the forced one, then the words after it
+            yield Branched(branch=branch.branch, parent=branch.parent, position=len(branch.kept),
+                           forced_token_ids=branch.forced_ids, forced_text=branch.forced_text)
+            for token, source in zip(branch.kept, branch.kept_sources, strict=True):
+                yield emitted.emit(token, self.words[token] if token < len(self.words) else "?", source)
+            yield emitted.emit(branch.forced_ids[0] if branch.forced_ids else 99, branch.forced_text, "forced",
+                               logprob=math.log(0.3), rank=2)
+            yield from self._sampling(mode == "greedy", live, emitted, start=len(branch.kept) + 1)
+        elif mode in ("greedy", "sample"):
             yield from self._sampling(mode == "greedy", live, emitted)
         elif mode == "beam":
             yield from self._beam(settings, emitted)
@@ -81,14 +99,16 @@ class FakeDecoder:
         yield Finished(mode=mode, prompt_token_ids=tuple(range(len(PROMPT_PIECES))), token_ids=tuple(emitted.ids),
                        text=emitted.text, finish_reason="length", new_tokens=len(emitted.ids),
                        target_forwards=forwards[mode], elapsed_s=0.5, tokens_per_s=len(emitted.ids) / 0.5,
+                       sum_logprob=sum(emitted.logprobs), mean_logprob=sum(emitted.logprobs) / len(emitted.ids),
+                       perplexity=math.exp(-sum(emitted.logprobs) / len(emitted.ids)),
                        **extras)  # type: ignore[arg-type]
 
     def _wait(self) -> None:
         if self.delay:
             time.sleep(self.delay)
 
-    def _sampling(self, greedy: bool, live: LiveParams, emitted: _Emitter) -> Iterator[Event]:
-        for i, word in enumerate(self.words):
+    def _sampling(self, greedy: bool, live: LiveParams, emitted: _Emitter, start: int = 0) -> Iterator[Event]:
+        for i, word in enumerate(self.words[start:], start=start):
             self._wait()
             params = live.snapshot().sampling
             stages = [StageCandidates("raw", (Candidate(i, word, 0.6), Candidate(99, " cat", 0.3)))]
@@ -99,7 +119,7 @@ class FakeDecoder:
             emitted.forwards = i + 1  # the prefill gave step 0's distribution
             yield TokenSampled(step=i, token_id=i, text=word, prob=stages[-1].candidates[0].prob, greedy=greedy,
                                stages=tuple(stages), target_forwards=emitted.forwards)
-            yield emitted.emit(i, word)
+            yield emitted.emit(i, word, logprob=math.log(self.probs[i % len(self.probs)] if self.probs else 0.6))
 
     def _beam(self, settings: Settings, emitted: _Emitter) -> Iterator[Event]:
         n = settings.config.beam.num_beams
@@ -167,12 +187,15 @@ class FakeDecoder:
 class _Emitter:
     def __init__(self) -> None:
         self.ids: list[int] = []
+        self.logprobs: list[float] = []
         self.text = ""
         self.forwards = 0  # target forwards so far, as a real strategy counts them
 
-    def emit(self, token_id: int, text: str, source: TokenSource = "target") -> TokenEmitted:
+    def emit(self, token_id: int, text: str, source: TokenSource = "target", logprob: float = math.log(0.6),
+             rank: int = 1) -> TokenEmitted:
         start = len(self.text)
         self.text += text
         self.ids.append(token_id)
+        self.logprobs.append(logprob)
         return TokenEmitted(index=len(self.ids) - 1, token_id=token_id, text=text, start=start, end=len(self.text),
-                            source=source, target_forwards=self.forwards)
+                            source=source, target_forwards=self.forwards, logprob=logprob, entropy=1.0, rank=rank)

@@ -45,6 +45,20 @@ def test_theme(snap_compare: Any, theme: str) -> None:
     assert snap_compare(app_for("speculative", theme), terminal_size=SIZE, run_before=finished)
 
 
+@pytest.mark.parametrize("theme", ["dark", "presenter", "colorblind", "mono"])
+def test_probability_colouring(snap_compare: Any, monkeypatch: pytest.MonkeyPatch, theme: str) -> None:
+    """The text coloured by how likely each token was: the four steps of the scale, with the legend."""
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    fake = FakeDecoder(probs=[0.95, 0.6, 0.2, 0.03])
+
+    async def colour(pilot: Any) -> None:
+        await finished(pilot)
+        await pilot.press("v")
+
+    app = DecodeApp(with_mode(Settings(), "greedy"), fake.source, theme=theme)  # type: ignore[arg-type]
+    assert snap_compare(app, terminal_size=SIZE, run_before=colour)
+
+
 def test_token_selected_with_boundaries(snap_compare: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NO_COLOR", raising=False)
 

@@ -676,7 +676,7 @@ async def test_a_long_recording_or_model_name_gives_way_in_the_header_and_the_pr
 async def test_the_stats_bar_keeps_every_figure_whole_in_80_columns() -> None:
     """The full line (105 cells for a finished speculative run) was cut mid-figure at 80 columns."""
     app, _ = make("speculative")
-    async with app.run_test(size=SIZE) as pilot:  # room: the full labels
+    async with app.run_test(size=(160, 40)) as pilot:  # room: the full labels
         await settle(pilot, app)
         wide = _shown(app.query_one(StatsBar))[0].strip().split(" · ")
         assert wide[:2] == ["finished", "7 tokens"] and "3 target forwards" in wide and wide[-1] == "finish: length"

@@ -34,10 +34,11 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer
 
 from ..core.errors import EXIT_INTERRUPTED, EXIT_TERMINATED
-from ..core.events import Mode
+from ..core.events import Event, Mode, TokenEmitted
 from ..core.live import LiveParams
 from ..lessons import Lesson
 from .bindings import APP_BINDINGS, keys_after
+from .branch_control import BranchControl
 from .commands import DecodeCommands
 from .decoder_thread import DecoderThread
 from .exports import Exports
@@ -109,6 +110,9 @@ class DecodeApp(App[int]):
         self.paint_at_once = True  # a new run's first events are shown as soon as they come
         self.lesson = lesson  # a lesson's narration and pauses (decode_tui.lessons); it starts paused on its intro
         self.control = SettingsControl(self)
+        self.branching = BranchControl(self)
+        self._branched_text: tuple[str, str] | None = None  # the prompt and model the branches are of
+        self.retired: EventPump | None = None  # the last run's pump, stopped to show a stored branch
         self.lessons = LessonControl(lesson, replaying is None, lambda: self.query_one(Narration))
 
     # ------------------------------------------------------------------ layout
@@ -160,10 +164,14 @@ class DecodeApp(App[int]):
     # ------------------------------------------------------------------ the run
     def start_run(self) -> None:
         self.race_stop.set()  # a race being measured gives way to the new run
-        previous = self.pump
+        previous = self.pump or self.retired
         if previous is not None:
             previous.stop()
+        if (self.settings.prompt, self.settings.model) != self._branched_text:  # branches belong to one text
+            self._branched_text = (self.settings.prompt, self.settings.model)
+            self.branching.new_tree()
         self.view = RunView(paused=self.start_paused, now=time.monotonic())
+        self.branching.run_started()
         self.paint_at_once = True
         self.live = LiveParams(self.settings.config.sampling, self.settings.config.draft)
         source = self.make_source(self.settings, self.live)
@@ -176,14 +184,36 @@ class DecodeApp(App[int]):
                               hold_first=self.lesson is not None and self.start_paused)
         if self.start_paused:
             self.pump.pause()
+        self._clear()
+        self.lessons.started(self.start_paused)
+        self.run_worker(self.pump.run, thread=True, exclusive=True, group="decoder", name="decoder")
+
+    def _clear(self) -> None:
         self.query_one(ModePanels).start(self.settings.mode)
         self.query_one(TextPane).reset()
         self.query_one(TokenInspector).update("")
         self.query_one(Caption).say("")
         self.query_one(StatsBar).show(self.view.counters)
         self._refresh_header()
-        self.lessons.started(self.start_paused)
-        self.run_worker(self.pump.run, thread=True, exclusive=True, group="decoder", name="decoder")
+
+    def show_events(self, trace: list[tuple[float, Event]]) -> None:
+        """Show a stored branch from its own events: the run on screen stops, nothing is decoded again."""
+        if self.pump is not None:
+            self.pump.stop()
+            self.retired, self.pump = self.pump, None
+        now = time.monotonic()
+        self.view = RunView(paused=False, now=now)
+        self._clear()
+        self.view.apply([event for _, event in trace], now, paused=False)
+        self.view.trace = trace
+        stats = self.stats_bar
+        if stats is not None:
+            with self.batch_update():
+                self._paint(self.view.take(), stats)
+
+    def selected_token(self) -> TokenEmitted | None:
+        pane = self.query_one(TextPane)
+        return pane.pieces[pane.selected] if pane.selected is not None and pane.instead is None else None
 
     def _refresh_header(self) -> None:
         self.query_one(RunHeader).show(self.settings, self.view.started, self.view.counters.state, self.replaying)
@@ -214,6 +244,8 @@ class DecodeApp(App[int]):
         applied = self.view.apply(batch, now, paused=self.pump.paused)
         for message, severity in applied.messages:
             self.say(message, severity)
+        if self.view.error is not None and self.branching.run_failed():
+            return  # a new branch that could not start: its parent is shown again
         self.lessons.narrate(self.view)
         counters = self.view.counters
         urgent = applied.urgent or self.pump.paused or self.pump.finished.is_set() or self.paint_at_once
@@ -307,6 +339,18 @@ class DecodeApp(App[int]):
     def action_clear_selection(self) -> None:
         self.query_one(TextPane).clear_selection()
         self.query_one(TokenInspector).remove_class("visible")
+
+    def action_branch_here(self) -> None:
+        self.branching.branch_here()
+
+    def action_branches(self) -> None:
+        self.branching.branches()
+
+    def action_colouring(self) -> None:
+        pane = self.query_one(TextPane)
+        pane.colour_by("provenance" if pane.colouring == "probability" else "probability")
+        self.say("text coloured by " + ("how likely the model found each token (the legend is under the text)"
+                                        if pane.colouring == "probability" else "where each token came from"))
 
     def action_toggle_boundaries(self) -> None:
         pane = self.query_one(TextPane)

@@ -22,7 +22,8 @@ from .numbers import count
 
 # SGR colours by provenance: the app's meaning (see the help screen), in the 8 colours every player has.
 COLOURS: dict[TokenSource, str] = {"target": "", "draft": "\x1b[32m", "lookup": "\x1b[36m",
-                                   "resampled": "\x1b[33m", "bonus": "\x1b[35m"}
+                                   "resampled": "\x1b[33m", "bonus": "\x1b[35m",
+                                   "forced": "\x1b[4m"}
 RESET = "\x1b[0m"
 
 
@@ -64,7 +65,7 @@ def write_cast(path: Path, trace: Sequence[tuple[float, Event]]) -> None:
 # to append to), each frame rendered by Rich in the 8 standard colours.
 FRAME_HZ = 10
 RICH_COLOURS: dict[TokenSource, str] = {"target": "", "draft": "green", "lookup": "cyan", "resampled": "yellow",
-                                        "bonus": "magenta"}
+                                        "bonus": "magenta", "forced": "underline"}
 
 
 def race_cast_lines(lanes: Sequence[Lane], title: str, width: int = 120, height: int = 30) -> list[str]:

@@ -15,6 +15,7 @@ nothing about widgets, threads or the clock (the caller passes ``now``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -67,8 +68,20 @@ class Counters:
     # beams decoded (one a beam a step).
     beam_steps: int = 0
     beam_tokens: int = 0
+    # The emitted tokens' raw log-probabilities so far, for the perplexity (None once a token lacks one: an
+    # older recording).
+    sum_logprob: float | None = 0.0
     result: Finished | None = None
     kernels: str = ""  # on CUDA with a background compile: eager or compiled graphs (core/background_compile.py)
+
+    @property
+    def perplexity(self) -> float | None:
+        """exp(-mean log-probability) of the tokens so far (the result's once the run ended)."""
+        if self.result is not None:
+            return self.result.perplexity
+        if self.sum_logprob is None or not self.tokens:
+            return None
+        return math.exp(min(-self.sum_logprob / self.tokens, 700.0))
 
 
 @dataclass
@@ -149,6 +162,8 @@ class RunView:
             closes_step = self._steps.closes_step(event)
             if isinstance(event, TokenEmitted):
                 c.tokens += 1
+                if c.sum_logprob is not None:
+                    c.sum_logprob = None if event.logprob is None else c.sum_logprob + event.logprob
                 pending.pieces.append(event)
                 if in_round:
                     self._round_token(event, closes_step)

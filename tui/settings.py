@@ -30,6 +30,7 @@ from ..core.errors import UsageError
 from ..core.events import MODES, Mode
 from ..core.params import DEMO_PROMPT, DEMO_PROMPTS, DecodeConfig, demo_prompt
 from ..core.registry import DEFAULT_ALIAS
+from .branches import BranchRequest
 
 Applies = Literal["live", "restart", "rerank", "view"]
 
@@ -48,6 +49,7 @@ class Settings:
     config: DecodeConfig = field(default_factory=DecodeConfig)
     slow_motion_s: float = 0.0  # pause after every step, so a class can follow
     for_timing: bool = False  # a timed run (a race): it waits until the kernels it runs on will not change
+    branch: BranchRequest | None = None  # a run that starts from a path the user forked (tui/branches.py)
 
     @property
     def mode(self) -> Mode:
@@ -259,7 +261,7 @@ def settings_from_dict(data: dict[str, object]) -> Settings:
         config_values["beam"] = BeamParams(**pick(BeamParams, nested.get("beam")))  # type: ignore[arg-type]
         config_values["draft"] = DraftParams(**pick(DraftParams, nested.get("draft")))  # type: ignore[arg-type]
         config = DecodeConfig(**config_values)  # type: ignore[arg-type]
-        top = {k: v for k, v in pick(Settings, data).items() if k != "config"}
+        top = {k: v for k, v in pick(Settings, data).items() if k not in ("config", "branch")}
         return Settings(**top, config=config)  # type: ignore[arg-type]
     except TypeError as exc:
         raise UsageError(f"The recording's settings do not fit this decode-tui ({exc}).") from None

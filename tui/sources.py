@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.errors import UsageError
 from ..core.events import BeamStepped, Event, Finished, TokenEmitted, from_dict
 from ..core.live import LiveParams
+from .branches import BranchRequest
 from .pump import EventSource, Notice
 from .settings import Settings
 
@@ -35,10 +36,22 @@ SourceFactory = Callable[[Settings, LiveParams], EventSource]
 if TYPE_CHECKING:
     from ..core.drafters import DraftModel
     from ..core.loading import LoadedModel
+    from ..core.path import Path as DecodePath
     from ..core.race import Lane
     from ..core.registry import ResolvedModel
 
 RECORDING_VERSION = 1
+
+
+def _path_of(request: BranchRequest, lm: LoadedModel) -> DecodePath:
+    """The core's path for a branch the app asked for; a typed text is tokenized here, where the tokenizer is."""
+    from ..core.path import Path, forced_tokens
+    from ..core.transcript import TokenStats
+
+    forced = request.forced_ids or forced_tokens(lm.tokenizer, lm.name, request.forced_text)
+    return Path(kept=request.kept, kept_sources=request.kept_sources,
+                kept_stats=tuple(TokenStats(*s) if s is not None else None for s in request.kept_stats),
+                forced=forced, forced_text=request.forced_text, branch=request.branch, parent=request.parent)
 
 
 class ModelRunner:
@@ -64,7 +77,8 @@ class ModelRunner:
             yield from self._warm_up(settings, lm, draft)
             from ..core.run import Run
 
-            run = Run(lm, settings.prompt, settings.config, draft, live)
+            path = _path_of(settings.branch, lm) if settings.branch is not None else None
+            run = Run(lm, settings.prompt, settings.config, draft, live, path=path)
             for note in run.notes:
                 yield Notice("note", note)
             if run.graphs and self.background_compile:

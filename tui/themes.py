@@ -23,8 +23,11 @@ from textual.theme import Theme
 from ..themes import ORDER
 
 VARIABLES = (
-    "token-target", "token-draft", "token-lookup", "token-resampled", "token-bonus",
-    "token-draft-style", "token-lookup-style", "token-resampled-style", "token-bonus-style",
+    "token-target", "token-draft", "token-lookup", "token-resampled", "token-bonus", "token-forced",
+    "token-draft-style", "token-lookup-style", "token-resampled-style", "token-bonus-style", "token-forced-style",
+    # The probability colouring: a scale from confident to surprising, each step with its own text style too.
+    "prob-sure", "prob-likely", "prob-unsure", "prob-surprising",
+    "prob-sure-style", "prob-likely-style", "prob-unsure-style", "prob-surprising-style",
     "verdict-accepted", "verdict-rejected", "verdict-rejected-style",
     "match-background", "copy-background", "match-style", "copy-style",
     "boundary-a", "boundary-b", "boundary-b-style", "bar", "chosen",

@@ -1,4 +1,9 @@
-"""The streaming text: every emitted piece, coloured by where its token came from.
+"""The streaming text: every emitted piece, coloured by where its token came from, or by how likely it was.
+
+``colouring`` switches between provenance (the target, a draft, a copy, a resample, a bonus, a forced token)
+and probability: each token's raw probability on a four-step scale from confident to surprising
+(:data:`PROBABILITY_STEPS`), each step a theme colour *and* a text style, so ``mono`` and NO_COLOR show it
+too; the border then carries the legend.
 
 Pieces never hold half a character (the core's detokeniser sees to it), so
 the pane never shows broken UTF-8. ``boundaries`` alternates a background per
@@ -18,9 +23,10 @@ line cache); restyling (boundaries, a selection, a theme) rebuilds it all.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 from operator import attrgetter
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from rich._wrap import divide_line
 from rich.style import Style
@@ -29,6 +35,24 @@ from textual.strip import Strip
 
 from ...core.events import TokenEmitted
 from .live_panel import LivePanel
+
+Colouring = Literal["provenance", "probability"]
+# The probability scale: (the least raw probability a step takes, its name, its legend). Steps of a log-odds-like
+# scale rather than a gradient: a reader tells four steps apart at a glance, and each has its own text style.
+PROBABILITY_STEPS: tuple[tuple[float, str, str], ...] = (
+    (0.9, "sure", "≥90%"),
+    (0.5, "likely", "50-90%"),
+    (0.1, "unsure", "10-50%"),
+    (0.0, "surprising", "<10%"),
+)
+
+
+def probability_step(logprob: float | None) -> str | None:
+    """The step of the scale a token's raw log-probability falls in (None: a recording without it)."""
+    if logprob is None:
+        return None
+    p = math.exp(logprob)
+    return next(name for least, name, _ in PROBABILITY_STEPS if p >= least)
 
 
 def _last_word_start(plain: str, end: int) -> int:
@@ -114,7 +138,8 @@ def rewrap(text: Text, lines: list[Text], starts: list[int], wrapped: int, width
 class TextPane(LivePanel):
     COMPONENT_CLASSES: ClassVar[set[str]] = {
         "text-pane--target", "text-pane--draft", "text-pane--lookup", "text-pane--resampled", "text-pane--bonus",
-        "text-pane--boundary-a", "text-pane--boundary-b", "text-pane--selected",
+        "text-pane--boundary-a", "text-pane--boundary-b", "text-pane--selected", "text-pane--forced",
+        "text-pane--p-sure", "text-pane--p-likely", "text-pane--p-unsure", "text-pane--p-surprising",
     }
 
     def __init__(self, **kwargs: object) -> None:
@@ -124,6 +149,7 @@ class TextPane(LivePanel):
         # never emitted token by token. None: the run's own tokens.
         self.instead: str | None = None
         self.boundaries = False
+        self.colouring: Colouring = "provenance"
         self.selected: int | None = None  # index into pieces
         self.selected_offset = 0  # its character offset in the text
         self._text = Text()
@@ -168,8 +194,20 @@ class TextPane(LivePanel):
         self.selected = None
         self.redraw()
 
+    def colour_by(self, colouring: Colouring) -> None:
+        """Colour the tokens by ``colouring``; with probability, the border shows the scale's legend."""
+        self.colouring = colouring
+        if colouring == "probability":
+            legend = Text("p: ")
+            for i, (_, name, label) in enumerate(PROBABILITY_STEPS):
+                legend.append(" · " if i else "").append(label, style=self.style_of(f"text-pane--p-{name}"))
+            self.border_subtitle = legend
+        else:
+            self.border_subtitle = ""
+        self.redraw()
+
     def redraw(self) -> None:
-        """Style every piece again (after a change of boundaries, selection or theme)."""
+        """Style every piece again (after a change of boundaries, selection, colouring or theme)."""
         self._text = Text()
         self._lines, self._starts, self._wrapped = [], [], 0
         self.selected_offset = 0
@@ -181,7 +219,8 @@ class TextPane(LivePanel):
         self.update(self._text)
 
     def _append(self, i: int, piece: TokenEmitted) -> None:
-        style: Style = self.style_of(f"text-pane--{piece.source}")
+        step = probability_step(piece.logprob) if self.colouring == "probability" else None
+        style: Style = self.style_of(f"text-pane--p-{step}" if step else f"text-pane--{piece.source}")
         if self.boundaries:
             style = style + self.style_of("text-pane--boundary-a" if i % 2 == 0 else "text-pane--boundary-b")
         if i == self.selected:

@@ -1,6 +1,9 @@
-"""Details of the selected token: its alternatives at that step, or the verdict on it if it was drafted."""
+"""Details of the selected token: how likely it was, its alternatives at that step, or the verdict on it if it
+was drafted."""
 
 from __future__ import annotations
+
+import math
 
 from rich.table import Table
 
@@ -14,7 +17,7 @@ BAR = 16
 class TokenInspector(LivePanel):
     def show(self, piece: TokenEmitted, sampled: TokenSampled | None, verdict: PositionVerdict | None,
              glyphs: dict[str, str]) -> None:
-        title = f"token {piece.index}: {piece.text!r} (id {piece.token_id}, {piece.source})"
+        title = f"token {piece.index}: {piece.text!r} (id {piece.token_id}, {piece.source}){likelihood(piece)}"
         if sampled is not None:
             table = Table(title=title, title_justify="left", box=None, padding=(0, 1), show_header=False)
             final = sampled.stages[-1]
@@ -28,13 +31,22 @@ class TokenInspector(LivePanel):
             self.update(table)
         elif verdict is not None:
             self.update(f"{title}\n  {verdict_line(verdict, copied=piece.source == 'lookup')}")
-        elif piece.source in ("resampled", "bonus", "target"):
+        elif piece.source in ("resampled", "bonus", "target", "forced"):
             how = {"resampled": "resampled from max(0, p - q) after a rejection",
                    "bonus": "the bonus token, drawn from p after a fully accepted draft",
-                   "target": "the target's own choice"}[piece.source]
+                   "target": "the target's own choice",
+                   "forced": "forced by the user: p and rank are what the model gave it before it was forced"
+                   }[piece.source]
             self.update(f"{title}\n  {how}")
         else:
             self.update(title)
+
+
+def likelihood(piece: TokenEmitted) -> str:
+    """`` · p 12.0% #3 · H 1.20``: the token's raw probability, rank and the entropy (nats) where it stands."""
+    if piece.logprob is None:
+        return ""
+    return f" · p {percent(math.exp(piece.logprob))} #{piece.rank} · H {piece.entropy or 0.0:.2f}"
 
 
 def verdict_line(verdict: PositionVerdict, copied: bool) -> str:

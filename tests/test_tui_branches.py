@@ -1,0 +1,133 @@
+"""Branch here, the branches screen, switching and comparing, the probability colouring: the app driven by the
+deterministic fake decoder (which honours a branch: the kept tokens, the forced one, then its words)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.widgets import Tree
+
+from decode_tui.tui.app import DecodeApp
+from decode_tui.tui.screens.branch_here import BranchHere
+from decode_tui.tui.screens.branches import BranchesScreen
+from decode_tui.tui.screens.compare_branches import CompareBranches
+from decode_tui.tui.widgets.stats_bar import StatsBar
+from decode_tui.tui.widgets.text_pane import TextPane, probability_step
+
+from .fake_decoder import WORDS
+from .test_tui import SIZE, in_event_loop, make, settle, text, until
+
+
+async def _branch_at(pilot: Any, app: DecodeApp, position: int, choose: str | None = None,
+                     typed: str | None = None) -> None:
+    pane = app.query_one(TextPane)
+    pane.selected = None
+    await pilot.press(*["left"] * (len(pane.pieces) - position))
+    assert pane.selected == position
+    await pilot.press("enter")
+    await until(pilot, lambda: isinstance(app.screen, BranchHere))
+    if typed is not None:
+        app.screen.query_one("#branch-text").focus()
+        await pilot.press(*typed, "enter")
+    else:
+        await pilot.press("down", "enter") if choose == "second" else await pilot.press("enter")
+
+
+@in_event_loop
+async def test_branch_here_forces_a_candidate_decodes_on_and_keeps_the_old_path() -> None:
+    app, fake = make()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        await _branch_at(pilot, app, 3, choose="second")  # the runner-up, " cat"
+        await until(pilot, lambda: len(fake.runs) == 2)
+        await settle(pilot, app)
+        branch = fake.runs[1].branch
+        assert branch is not None and branch.kept == (0, 1, 2) and branch.forced_ids == (99,)
+        assert text(app) == "".join(WORDS[:3]) + " cat" + "".join(WORDS[4:])
+        pieces = app.query_one(TextPane).pieces
+        assert [p.source for p in pieces[:4]] == ["target", "target", "target", "forced"]
+        tree = app.branching.tree
+        assert len(tree.branches) == 2 and tree.current == 1
+        assert tree.branches[0].text == "".join(WORDS)  # the old path is kept
+        assert tree.branches[1].parent == 0 and tree.branches[1].position == 3
+
+
+@in_event_loop
+async def test_a_typed_text_is_forced_and_a_failing_branch_is_dropped_with_its_message() -> None:
+    app, fake = make()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        await _branch_at(pilot, app, 2, typed=" purple")
+        await until(pilot, lambda: len(fake.runs) == 2)
+        await settle(pilot, app)
+        assert text(app).startswith("".join(WORDS[:2]) + " purple")
+        assert app.branching.tree.branches[1].forced_text == " purple"
+        await _branch_at(pilot, app, 1, typed="fail")
+        await until(pilot, lambda: any("cannot represent" in m for m in app.messages))
+        await until(pilot, lambda: app.branching.tree.current == 1)
+        assert len(app.branching.tree.branches) == 2  # nothing lost: both earlier branches stay
+        assert text(app).startswith("".join(WORDS[:2]) + " purple")
+
+
+@in_event_loop
+async def test_the_branches_screen_shows_a_stored_branch_without_decoding_and_compares_two() -> None:
+    app, fake = make()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        await _branch_at(pilot, app, 3, choose="second")
+        await until(pilot, lambda: len(fake.runs) == 2)
+        await settle(pilot, app)
+        await pilot.press("B")
+        await until(pilot, lambda: isinstance(app.screen, BranchesScreen))
+        labels = [str(node.label) for node in app.screen.query_one("#branches-tree", Tree).root.children]
+        assert "the first run" in labels[0] and "perplexity" in labels[0]
+        await pilot.press("enter")  # the first run, highlighted first
+        await until(pilot, lambda: text(app) == "".join(WORDS))
+        assert len(fake.runs) == 2, "showing a stored branch decodes nothing"
+        assert app.branching.tree.current == 0
+        assert app.query_one(StatsBar).counters.result is not None
+        await pilot.press("B")
+        await until(pilot, lambda: isinstance(app.screen, BranchesScreen))
+        await pilot.press("down", "c")
+        await until(pilot, lambda: isinstance(app.screen, CompareBranches))
+        shown = " ".join(str(w.render()) for w in app.screen.query(".compare-text"))
+        assert " cat" in shown and " fox" in shown
+
+
+@in_event_loop
+async def test_enter_without_a_selection_or_in_a_replay_says_what_to_do() -> None:
+    app, _ = make()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        await pilot.press("enter")
+        assert any("Select a token" in m for m in app.messages)
+    app, _ = make(replaying="demo.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        await pilot.press("left", "enter")
+        assert any("replay" in m for m in app.messages)
+
+
+@in_event_loop
+async def test_probability_colouring_switches_the_text_style_and_shows_a_legend_and_the_perplexity() -> None:
+    app, _ = make()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        pane = app.query_one(TextPane)
+        provenance = pane.style_of("text-pane--target")
+        await pilot.press("v")
+        assert pane.colouring == "probability" and "≥90%" in str(pane.border_subtitle)
+        likely = pane.style_of("text-pane--p-likely")
+        assert likely != provenance
+        assert any(span.style == likely for span in pane._text.spans)  # every fake token is at p = 0.6
+        assert "perplexity 1.67" in str(app.query_one(StatsBar).content)
+        await pilot.press("v")
+        assert str(pane.colouring) == "provenance" and not pane.border_subtitle
+
+
+def test_the_probability_scale_has_four_steps_from_sure_to_surprising() -> None:
+    import math
+
+    assert [probability_step(math.log(p)) for p in (0.95, 0.6, 0.2, 0.01)] == ["sure", "likely", "unsure",
+                                                                               "surprising"]
+    assert probability_step(None) is None

@@ -1,0 +1,129 @@
+"""The app's branching: ``enter`` (branch here) on a selected token, ``B`` (the branches), switching and
+comparing.
+
+A branch rewinds the run to the selected position, forces the chosen token or text and decodes on in the current
+mode and settings (the core starts from the path, core/path.py). Every branch is kept, with its own events
+(tui/branches.py): showing one replays its events into a fresh view, nothing decoded again. A branch whose run
+fails (a text the tokenizer cannot represent) is dropped with the message, and its parent shown again, so
+nothing already made is lost. It knows the app only through :class:`BranchHost`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from ..core.events import Event, TokenEmitted
+from .branches import BranchRequest, BranchTree
+from .run_view import RunView, Severity
+from .screens.branch_here import BranchHere, Choice, Row
+from .screens.branches import BranchesScreen, Picked
+from .screens.compare_branches import CompareBranches
+from .settings import Settings
+
+
+class BranchHost(Protocol):
+    settings: Settings
+    replaying: str | None
+    view: RunView
+
+    def say(self, message: str, severity: Severity = ...) -> None: ...
+    def start_run(self) -> None: ...
+    def show_events(self, trace: list[tuple[float, Event]]) -> None: ...
+    def selected_token(self) -> TokenEmitted | None: ...
+    def push_screen(self, screen: Any, callback: Callable[[Any], None] | None = ...) -> Any: ...
+
+
+class BranchControl:
+    def __init__(self, host: BranchHost) -> None:
+        self.host = host
+        self.tree = BranchTree()
+        self.settings: dict[int, Settings] = {}  # each branch's settings, to show it in its own mode
+
+    def new_tree(self) -> None:
+        """A new prompt or model: the old branches belong to another text."""
+        self.tree = BranchTree()
+        self.settings = {}
+
+    def run_started(self) -> None:
+        """The run on screen is the current branch's: its events are recorded there as they come."""
+        self.tree.branches[self.tree.current].trace = self.host.view.trace
+        self.settings[self.tree.current] = self.host.settings
+
+    def run_failed(self) -> bool:
+        """A new branch's run failed before it decoded anything: drop it and show its parent. Whether it did."""
+        branch = self.tree.branches[self.tree.current]
+        if branch.parent is None or branch.tokens:
+            return False
+        self.tree.drop(branch.number)
+        self.show(self.tree.current)
+        return True
+
+    # ------------------------------------------------------------------ branch here
+    def branch_here(self) -> None:
+        host = self.host
+        if host.replaying is not None:
+            host.say(f"This is a replay of {host.replaying}: a branch decodes on from the chosen token, which needs "
+                     "the model. Run it live (`decode-tui run`) to branch; B still shows the recorded branches.",
+                     "warning")
+            return
+        piece = host.selected_token()
+        if piece is None:
+            host.say("Select a token with ← and → first: enter branches at the selected one.", "warning")
+            return
+        sampled = host.view.sampled_at.get(piece.index)
+        rows: list[Row] = []
+        stages = ""
+        if sampled is not None:
+            final, raw = sampled.stages[-1], {c.token_id: c.prob for c in sampled.stages[0].kept}
+            rows = [Row(c.token_id, c.text, c.prob, raw.get(c.token_id), c.token_id == piece.token_id)
+                    for c in final.kept]
+            active = [s.stage for s in sampled.stages[1:]]
+            stages = "after " + ", ".join(active) if active else "(no stage changes the raw distribution)"
+
+        def chosen(choice: Choice | None) -> None:
+            if choice is not None:
+                self.fork(piece.index, choice)
+
+        host.push_screen(BranchHere(piece.index, piece.text, rows, stages), chosen)
+
+    def fork(self, position: int, choice: Choice) -> None:
+        """Rewind the branch on screen to ``position``, force ``choice`` and decode on."""
+        host, tree = self.host, self.tree
+        parent = tree.current
+        kept = tree.branches[parent].tokens[:position]
+        branch = tree.fork(parent, position, choice.text)
+        request = BranchRequest(
+            branch=branch.number, parent=parent, kept=tuple(t.token_id for t in kept),
+            kept_sources=tuple(t.source for t in kept),
+            kept_stats=tuple((t.logprob, t.entropy, t.rank) if t.logprob is not None and t.entropy is not None
+                             and t.rank is not None else None for t in kept),
+            forced_ids=(choice.token_id,) if choice.token_id is not None else (), forced_text=choice.text)
+        host.settings = dataclasses.replace(host.settings, branch=request)
+        host.say(f"branch #{branch.number}: token {position} forced to {choice.text!r}; decoding on (B lists the "
+                 "branches)")
+        host.start_run()
+
+    # ------------------------------------------------------------------ the tree
+    def branches(self) -> None:
+        def picked(result: Picked | None) -> None:
+            if result is None:
+                return
+            what, number = result
+            if what == "show":
+                self.show(number)
+            elif number == self.tree.current:
+                self.host.say("Highlight another branch than the one on screen to compare them.", "warning")
+            else:
+                self.host.push_screen(CompareBranches(self.tree, self.tree.current, number))
+
+        self.host.push_screen(BranchesScreen(self.tree), picked)
+
+    def show(self, number: int) -> None:
+        """Show a stored branch from its own events, in its own settings."""
+        self.tree.current = number
+        settings = self.settings.get(number)
+        if settings is not None:
+            self.host.settings = settings
+        self.host.show_events(self.tree.branches[number].trace)
