@@ -55,7 +55,7 @@ def test_probability_colouring(snap_compare: Any, monkeypatch: pytest.MonkeyPatc
         await finished(pilot)
         await pilot.press("v")
 
-    app = DecodeApp(with_mode(Settings(), "greedy"), fake.source, theme=theme)  # type: ignore[arg-type]
+    app = DecodeApp(with_mode(Settings(), "greedy"), fake.source, theme=theme)
     assert snap_compare(app, terminal_size=SIZE, run_before=colour)
 
 

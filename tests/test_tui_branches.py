@@ -14,12 +14,15 @@ from decode_tui.tui.screens.compare_branches import CompareBranches
 from decode_tui.tui.widgets.stats_bar import StatsBar
 from decode_tui.tui.widgets.text_pane import TextPane, probability_step
 
-from .fake_decoder import WORDS
+from .fake_decoder import WORDS, FakeDecoder
 from .test_tui import SIZE, in_event_loop, make, settle, text, until
 
 
 async def _branch_at(pilot: Any, app: DecodeApp, position: int, choose: str | None = None,
-                     typed: str | None = None) -> None:
+                     typed: str | None = None, fake: FakeDecoder | None = None) -> None:
+    """Select token ``position``, open branch here and pick the first or ``second`` candidate, or type a text;
+    with ``fake``, wait until the branch's run has ended."""
+    runs = len(fake.runs) if fake else 0
     pane = app.query_one(TextPane)
     pane.selected = None
     await pilot.press(*["left"] * (len(pane.pieces) - position))
@@ -31,6 +34,9 @@ async def _branch_at(pilot: Any, app: DecodeApp, position: int, choose: str | No
         await pilot.press(*typed, "enter")
     else:
         await pilot.press("down", "enter") if choose == "second" else await pilot.press("enter")
+    if fake is not None:
+        await until(pilot, lambda: len(fake.runs) == runs + 1)
+        await settle(pilot, app)
 
 
 @in_event_loop
@@ -38,9 +44,7 @@ async def test_branch_here_forces_a_candidate_decodes_on_and_keeps_the_old_path(
     app, fake = make()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app)
-        await _branch_at(pilot, app, 3, choose="second")  # the runner-up, " cat"
-        await until(pilot, lambda: len(fake.runs) == 2)
-        await settle(pilot, app)
+        await _branch_at(pilot, app, 3, choose="second", fake=fake)  # the runner-up, " cat"
         branch = fake.runs[1].branch
         assert branch is not None and branch.kept == (0, 1, 2) and branch.forced_ids == (99,)
         assert text(app) == "".join(WORDS[:3]) + " cat" + "".join(WORDS[4:])
@@ -57,9 +61,7 @@ async def test_a_typed_text_is_forced_and_a_failing_branch_is_dropped_with_its_m
     app, fake = make()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app)
-        await _branch_at(pilot, app, 2, typed=" purple")
-        await until(pilot, lambda: len(fake.runs) == 2)
-        await settle(pilot, app)
+        await _branch_at(pilot, app, 2, typed=" purple", fake=fake)
         assert text(app).startswith("".join(WORDS[:2]) + " purple")
         assert app.branching.tree.branches[1].forced_text == " purple"
         await _branch_at(pilot, app, 1, typed="fail")
@@ -74,9 +76,7 @@ async def test_the_branches_screen_shows_a_stored_branch_without_decoding_and_co
     app, fake = make()
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app)
-        await _branch_at(pilot, app, 3, choose="second")
-        await until(pilot, lambda: len(fake.runs) == 2)
-        await settle(pilot, app)
+        await _branch_at(pilot, app, 3, choose="second", fake=fake)
         await pilot.press("B")
         await until(pilot, lambda: isinstance(app.screen, BranchesScreen))
         labels = [str(node.label) for node in app.screen.query_one("#branches-tree", Tree).root.children]
