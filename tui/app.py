@@ -44,16 +44,17 @@ from .decoder_thread import DecoderThread
 from .exports import Exports
 from .lesson_control import LessonControl
 from .pacing import PaintPacer
+from .painter import Painter
 from .pump import EventPump
 from .race_control import start_race
-from .run_view import Pending, RunView, Severity
+from .run_view import RunView, Severity
 from .screens.help import HelpScreen
 from .settings import Settings
 from .settings_control import REPLAY_CANNOT, SettingsControl
 from .signals import on_sigterm
 from .sources import SourceFactory, recorded
 from .teaching import AutoPause
-from .themes import ThemeSpec, initial_theme, load_all
+from .themes import ThemeSpec, initial_theme, load_all, next_theme
 from .widgets.beam_panel import BeamPanel
 from .widgets.caption import Caption
 from .widgets.mode_panels import ModePanels
@@ -62,7 +63,7 @@ from .widgets.run_header import RunHeader
 from .widgets.stats_bar import StatsBar
 from .widgets.text_pane import TextPane
 from .widgets.token_inspector import TokenInspector
-from .widgets.too_small import MIN_HEIGHT, MIN_WIDTH, TooSmall
+from .widgets.too_small import TooSmall
 
 DRAIN_HZ = 30
 PAINT_HZ = 8  # at most; the pacer slows painting where paints are dear (tui/pacing.py)
@@ -136,30 +137,22 @@ class DecodeApp(App[int]):
         asyncio.get_running_loop().set_default_executor(DecoderThread())
         self._switch_interval = sys.getswitchinterval()  # put back on unmount: tests run many apps in one process
         sys.setswitchinterval(self.switch_interval_s)
-        self._apply_glyphs()
+        self.query_one(ModePanels).set_glyphs(self.glyphs)
         self.stats_bar = self.query_one(StatsBar)
         self.panels = self.query_one(ModePanels)
+        self.painter = Painter(self)
         self.set_interval(1 / DRAIN_HZ, self.drain)
-        self._check_size(self.size.width, self.size.height)
+        self.query_one(TooSmall).check(self.size.width, self.size.height)
         self._untrap = on_sigterm(self.terminated)
         self.start_run()
 
     def on_resize(self, event: events.Resize) -> None:
-        self._check_size(event.size.width, event.size.height)
-
-    def _check_size(self, width: int, height: int) -> None:
-        small = width < MIN_WIDTH or height < MIN_HEIGHT
-        self.screen.set_class(small, "too-small")
-        if small:
-            self.query_one(TooSmall).show_size(width, height)
+        self.query_one(TooSmall).check(event.size.width, event.size.height)
 
     @property
     def glyphs(self) -> dict[str, str]:
         spec = self.theme_specs.get(self.theme)
         return spec.glyphs if spec else {}
-
-    def _apply_glyphs(self) -> None:
-        self.query_one(ModePanels).set_glyphs(self.glyphs)
 
     # ------------------------------------------------------------------ the run
     def start_run(self) -> None:
@@ -189,11 +182,7 @@ class DecodeApp(App[int]):
         self.run_worker(self.pump.run, thread=True, exclusive=True, group="decoder", name="decoder")
 
     def _clear(self) -> None:
-        self.query_one(ModePanels).start(self.settings.mode)
-        self.query_one(TextPane).reset()
-        self.query_one(TokenInspector).update("")
-        self.query_one(Caption).say("")
-        self.query_one(StatsBar).show(self.view.counters)
+        self.painter.clear(self.settings.mode, self.view)
         self._refresh_header()
 
     def show_events(self, trace: list[tuple[float, Event]]) -> None:
@@ -206,14 +195,11 @@ class DecodeApp(App[int]):
         self._clear()
         self.view.apply([event for _, event in trace], now, paused=False)
         self.view.trace = trace
-        stats = self.stats_bar
-        if stats is not None:
-            with self.batch_update():
-                self._paint(self.view.take(), stats)
+        with self.batch_update():
+            self._paint()
 
     def selected_token(self) -> TokenEmitted | None:
-        pane = self.query_one(TextPane)
-        return pane.pieces[pane.selected] if pane.selected is not None and pane.instead is None else None
+        return self.query_one(TextPane).selected_piece
 
     def _refresh_header(self) -> None:
         self.query_one(RunHeader).show(self.settings, self.view.started, self.view.counters.state, self.replaying)
@@ -256,29 +242,11 @@ class DecodeApp(App[int]):
             self.pacer.painted(now)
             self.paint_at_once = False
             with self.batch_update():
-                self._paint(self.view.take(), stats)
+                self._paint()
 
-    def _paint(self, pending: Pending, stats: StatsBar) -> None:
-        """Hand what arrived since the last paint to the widgets, each once."""
-        self.query_one(TextPane).add(pending.pieces)
-        self.panels.paint(pending, self.view.draft_stats.by_position())
-        text = pending.caption_text()
-        if text is not None:
-            self.query_one(Caption).say(text)
-        stats.show(self.view.counters)
-        if self.view.finished is not None and self.settings.mode == "beam":
-            self._show_best_beam()  # re-ranked while the search ran: its text is the best for the penalty shown
+    def _paint(self) -> None:
+        self.painter.paint(self.view.take(), self.view, self.settings.mode)
         self._refresh_header()
-
-    def _show_best_beam(self) -> None:
-        """The text pane shows the best finished beam for the length penalty the beam panel ranks by: the run's
-        own tokens where that is the hypothesis it emitted, else that hypothesis's text."""
-        panel = self.query_one(BeamPanel)
-        finished, hypotheses = self.view.finished, panel.finished()
-        if finished is None or not hypotheses or panel.length_penalty is None:  # not re-ranked: the run's text
-            return
-        best = hypotheses[0]
-        self.query_one(TextPane).show_instead(None if best.token_ids == finished.token_ids else best.text)
 
     # ------------------------------------------------------------------ actions
     def action_toggle_pause(self) -> None:
@@ -326,7 +294,7 @@ class DecodeApp(App[int]):
 
     def rerank_beams(self) -> None:
         self.query_one(BeamPanel).rerank_finished(self.settings.config.beam.length_penalty)
-        self._show_best_beam()
+        self.painter.show_best_beam(self.view)
 
     def action_select(self, delta: int) -> None:
         piece = self.query_one(TextPane).select(delta)
@@ -347,15 +315,10 @@ class DecodeApp(App[int]):
         self.branching.branches()
 
     def action_colouring(self) -> None:
-        pane = self.query_one(TextPane)
-        pane.colour_by("provenance" if pane.colouring == "probability" else "probability")
-        self.say("text coloured by " + ("how likely the model found each token (the legend is under the text)"
-                                        if pane.colouring == "probability" else "where each token came from"))
+        self.say(self.query_one(TextPane).toggle_colouring())
 
     def action_toggle_boundaries(self) -> None:
-        pane = self.query_one(TextPane)
-        pane.boundaries = not pane.boundaries
-        pane.redraw()
+        self.query_one(TextPane).toggle_boundaries()
 
     def action_toggle_auto_pause(self) -> None:
         self.auto_pause = not self.auto_pause
@@ -366,18 +329,14 @@ class DecodeApp(App[int]):
 
     def set_theme(self, name: str) -> None:
         self.theme = name
-        self._apply_glyphs()
-        self.call_after_refresh(self._redraw_all)
+        panels, pane = self.query_one(ModePanels), self.query_one(TextPane)
+        panels.set_glyphs(self.glyphs)
+        self.call_after_refresh(pane.redraw)
+        self.call_after_refresh(panels.redraw)
 
     def action_cycle_theme(self) -> None:
-        names = list(self.theme_specs)
-        name = names[(names.index(self.theme) + 1) % len(names)] if self.theme in names else names[0]
-        self.set_theme(name)
+        self.set_theme(name := next_theme(list(self.theme_specs), self.theme))
         self.say(f"theme → {self.theme_specs[name].description}")
-
-    def _redraw_all(self) -> None:
-        self.query_one(TextPane).redraw()
-        self.query_one(ModePanels).redraw()
 
     def action_export(self) -> None:
         self.exports.trace(self.settings, self.view.trace, self.say)

@@ -84,3 +84,8 @@ def initial_theme(requested: str | None = None) -> str:
     if requested:
         return requested if requested.startswith("decode-") else f"decode-{requested}"
     return MONOCHROME if os.environ.get("NO_COLOR") else DEFAULT
+
+
+def next_theme(names: list[str], current: str) -> str:
+    """The theme after ``current`` in ``names``, round (the first when ``current`` is not one of them)."""
+    return names[(names.index(current) + 1) % len(names)] if current in names else names[0]

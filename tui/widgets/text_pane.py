@@ -190,9 +190,24 @@ class TextPane(LivePanel):
         self.redraw()
         return self.pieces[self.selected]
 
+    @property
+    def selected_piece(self) -> TokenEmitted | None:
+        """The selected token, when one is (and the pane shows the run's own tokens)."""
+        return self.pieces[self.selected] if self.selected is not None and self.instead is None else None
+
     def clear_selection(self) -> None:
         self.selected = None
         self.redraw()
+
+    def toggle_boundaries(self) -> None:
+        self.boundaries = not self.boundaries
+        self.redraw()
+
+    def toggle_colouring(self) -> str:
+        """Switch between the colourings; what the text is coloured by now, to tell the user."""
+        self.colour_by("provenance" if self.colouring == "probability" else "probability")
+        return "text coloured by " + ("how likely the model found each token (the legend is under the text)"
+                                      if self.colouring == "probability" else "where each token came from")
 
     def colour_by(self, colouring: Colouring) -> None:
         """Colour the tokens by ``colouring``; with probability, the border shows the scale's legend."""

@@ -8,6 +8,13 @@ MIN_WIDTH, MIN_HEIGHT = 80, 20
 
 
 class TooSmall(LivePanel):
+    def check(self, width: int, height: int) -> None:
+        """Mark the screen ``too-small`` (its stylesheet then shows this instead of the layout) when it is."""
+        small = width < MIN_WIDTH or height < MIN_HEIGHT
+        self.screen.set_class(small, "too-small")
+        if small:
+            self.show_size(width, height)
+
     def show_size(self, width: int, height: int) -> None:
         self.update(f"The terminal is {width}×{height}; decode-tui needs at least {MIN_WIDTH}×{MIN_HEIGHT}.\n"
                     "Enlarge the window or reduce the font size. (q quits)")
