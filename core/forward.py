@@ -82,6 +82,7 @@ class StaticKV(Cache):
         self.prefilled = False  # the first pass (the prompt) is never compiled or captured
         self.graphs: dict[tuple[int, ...], _Captured] = {}  # by (batch, width, logits kept)
         self.leased = False  # a run is using it; the pool hands it to nobody else until released
+        self.leases = 0  # how many runs it has served: a kept prefix is still in it while no other run leased it
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         """Beam search: row ``i`` of every layer becomes row ``beam_idx[i]``, copied in place.
@@ -138,6 +139,7 @@ def new_cache(model: PreTrainedModel, rollback: bool = False, *, fast: bool = Fa
         static.move_end(0)
         static.prefilled = False
         static.leased = True
+        static.leases += 1
         return static
     cache = DynamicCache(config=model.config)
     if rollback:

@@ -24,7 +24,7 @@ import torch
 
 from .errors import UsageError
 from .events import TokenEmitted, TokenSource
-from .forward import forward
+from .forward import forward, rollback
 from .transcript import TokenStats, Transcript
 
 if TYPE_CHECKING:
@@ -95,14 +95,19 @@ class Path:
 
 def prefill(model: PreTrainedModel, transcript: Transcript, context: torch.Tensor, cache: Cache, path: Path | None,
             held: int = 0) -> tuple[torch.Tensor, list[TokenEmitted]]:
-    """Feed ``context`` (prompt + path, [B, T]) into ``cache``, which already holds its first ``held`` positions
-    (see :func:`reusable`); return the next-token logits [B, V] and the path's tokens, emitted.
+    """Feed ``context`` (prompt + path, [B, T]) into ``cache``, which may hold its first ``held`` positions (a
+    branch's parent's, see :mod:`.prefix_cache`); return the next-token logits [B, V] and the path's tokens,
+    emitted.
 
-    The logits at the path's positions give the figures of each path token the parent did not already give.
+    The logits at the path's positions give the figures of each path token the parent did not already give:
+    the cache is cropped back to the first position whose logits are needed, and everything after is fed.
     """
     ids = path.ids if path is not None else ()
     total = context.shape[1]
     t0 = total - len(ids)  # the prompt's length
+    if held:
+        held = reusable(path, t0, held)
+        rollback(cache, held)
     # The LM head runs only where a path token's figures are read (and the last position): 49152 x T floats at
     # the prompt's positions would be read by nobody.
     keep = min(len(ids) + 1, total - held)

@@ -24,7 +24,7 @@ from decode_tui.core.run import Run
 from decode_tui.core.strategies.autoregressive import autoregressive
 from decode_tui.core.strategies.beam import beam_search
 from decode_tui.core.strategies.speculative import speculative
-from decode_tui.core.transcript import Transcript
+from decode_tui.core.transcript import TokenStats, Transcript
 
 from .conftest import tiny_model
 from .test_autoregressive import loaded
@@ -238,3 +238,51 @@ def test_a_run_from_a_path_says_it_branched_and_refuses_what_cannot_be_a_path(by
         Run(lm, "Hello world", config, path=Path(forced=(len(byte_bpe) + 5,)))
     with pytest.raises(UsageError, match="max-new-tokens"):
         Run(lm, "Hello world", config, path=Path(forced=tuple(range(40, 52))))
+
+
+def _widths(model: Any) -> list[int]:
+    """Record the width of every forward pass ``model`` makes from now on (its first is the prefill)."""
+    widths: list[int] = []
+    original = model.forward
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        ids = kwargs["input_ids"] if "input_ids" in kwargs else args[0]
+        widths.append(int(ids.shape[1]))
+        return original(*args, **kwargs)
+
+    model.forward = counting
+    return widths
+
+
+@pytest.mark.parametrize("mode", ["greedy", "pld", "speculative"])
+@pytest.mark.parametrize("seed", range(3))
+def test_a_branch_reuses_its_parents_cache_and_decodes_what_generate_does(byte_bpe: Any, mode: str,
+                                                                          seed: int) -> None:
+    """A rewind crops the parent's cache where they part: the branch feeds the last kept token and the forced
+    ones, never the prompt again, and still decodes what generate does on prompt + path."""
+    model = tiny_model(ARCHS[seed % 4], vocab_size=V, seed=seed)
+    prompt = prompt_of(seed) * 3  # a longer prompt, so prefilling it again would show
+    parent = emitted(MODES[mode](model, byte_bpe, prompt, 12, None, seed))
+    at = 5
+    row = raw_log_softmax(model, prompt + [t.token_id for t in parent[:at]])[-1]
+    forced = int(torch.topk(row, 2).indices[1])
+    path = Path(kept=tuple(t.token_id for t in parent[:at]), kept_sources=tuple(t.source for t in parent[:at]),
+                kept_stats=tuple(TokenStats(t.logprob, t.entropy, t.rank) for t in parent[:at]  # type: ignore[arg-type]
+                                 ), forced=(forced,))
+    widths = _widths(model)
+    tokens = emitted(MODES[mode](model, byte_bpe, prompt, 12, path, seed))
+    assert widths[0] == 2, "the branch's first pass feeds the last kept token and the forced one, not the prompt"
+    context = prompt + list(path.ids)
+    assert [t.token_id for t in tokens[at + 1 :]] == hf_greedy(model, context, 12 - at - 1)
+    assert tokens[at].logprob == pytest.approx(float(row[forced]), abs=1e-4) and tokens[at].rank == 2
+    assert [t.logprob for t in tokens[:at]] == [t.logprob for t in parent[:at]]
+
+
+def test_a_run_that_is_no_branch_prefills_its_whole_prompt(byte_bpe: Any) -> None:
+    """Only a branch reuses a kept cache: a restart (or a benchmark's timed run) prefills as it always did."""
+    model = tiny_model("llama", vocab_size=V, seed=1)
+    prompt = prompt_of(1) * 2
+    MODES["greedy"](model, byte_bpe, prompt, 8, None, 0)
+    widths = _widths(model)
+    MODES["greedy"](model, byte_bpe, prompt, 8, None, 0)
+    assert widths[0] == len(prompt)

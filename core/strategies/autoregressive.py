@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..events import Candidate, Event, StageCandidates, TokenSampled
-from ..forward import forward, new_cache, release
+from ..forward import forward
 from ..live import LiveParams
 from ..params import SamplingParams
 from ..path import Path, prefill
+from ..prefix_cache import keep, take
 from ..sampling import draw_later, stage_processors, staged_scores
 from ..transcript import Transcript
 
@@ -67,9 +68,10 @@ def autoregressive(
                       device=device)  # [1, T+N]
     ids[0, : len(start)] = torch.tensor(start, device=device)
 
-    cache = new_cache(model, fast=fast, graphs=graphs, max_len=ids.shape[1])
+    # A branch starts from its parent's cache, cropped where they part (core/prefix_cache.py).
+    cache, held = take(model, start, reuse=path is not None, fast=fast, graphs=graphs, max_len=ids.shape[1])
     try:
-        logits, emitted = prefill(model, transcript, ids[:, : len(start)], cache, path)  # [1, V]
+        logits, emitted = prefill(model, transcript, ids[:, : len(start)], cache, path, held)  # [1, V]
         yield from emitted
         if transcript.done:  # the path itself ended the run
             yield transcript.finished()
@@ -122,4 +124,6 @@ def autoregressive(
             length += 1
         yield transcript.finished()
     finally:
-        release(cache)  # back to the model's pool, with its captured graphs, for the next run
+        # Kept for a branch of this run (a pooled static cache goes back to its pool when none comes).
+        keep(model, cache, [*start, *transcript.token_ids[len(path.ids) if path else 0 :]], fast=fast,
+             graphs=graphs)

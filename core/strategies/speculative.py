@@ -41,10 +41,11 @@ import torch
 from ..draft_stats import DraftStats
 from ..drafters import Draft, Drafter, PromptLookup
 from ..events import DraftProposed, DraftVerified, Event, PositionVerdict, TokenSource
-from ..forward import forward, new_cache, prepare, release, rollback, to_host
+from ..forward import forward, prepare, rollback, to_host
 from ..live import LiveParams
 from ..params import SamplingParams
 from ..path import Path, host_stats, prefill, token_stats
+from ..prefix_cache import keep, take
 from ..sampling import processed, stage_processors
 from ..transcript import TokenStats, Transcript
 from ..whatif import Trace, replay_lookup
@@ -100,9 +101,12 @@ def speculative(
     context = [*transcript.prompt_ids, *(path.ids if path else ())]
     # Room for the prompt, every new token and a padded verification past the last of them.
     max_len = len(transcript.prompt_ids) + transcript.max_new_tokens + num_draft_tokens + 1
-    cache = new_cache(model, rollback=True, fast=fast, graphs=graphs, max_len=max_len)
+    # A branch starts from its parent's cache, cropped where they part (core/prefix_cache.py).
+    cache, held = take(model, context, reuse=path is not None, rollback_ready=True, fast=fast, graphs=graphs,
+                       max_len=max_len)
     try:
-        raw, emitted = prefill(model, transcript, torch.tensor([context], device=device), cache, path)  # [1, V]
+        raw, emitted = prefill(model, transcript, torch.tensor([context], device=device), cache, path,
+                               held)  # [1, V]
         yield from emitted
         context = transcript.context  # the path up to where it ended the run, if it did
         if not transcript.done:
@@ -183,7 +187,8 @@ def speculative(
             round_ += 1
         yield transcript.finished(**stats.extras())
     finally:
-        release(cache)  # back to the model's pool, with its captured graphs, for the next run
+        # Kept for a branch of this run (a pooled static cache goes back to its pool when none comes).
+        keep(model, cache, context, rollback_ready=True, fast=fast, graphs=graphs)
 
 
 def _lookup_replay(drafter: Drafter, transcript: Transcript) -> Callable[[int], tuple[int, ...]] | None:
