@@ -72,6 +72,9 @@ class Path:
     kept_stats: tuple[TokenStats | None, ...] = ()
     forced: tuple[int, ...] = ()
     forced_text: str = ""
+    # The forced tokens' figures where the caller knows them (a candidate picked from the parent's own
+    # distribution at that position): then the branch need not recompute the position before them.
+    forced_stats: tuple[TokenStats | None, ...] = ()
     branch: int = 0
     parent: int | None = None
     sources: tuple[TokenSource, ...] = field(default=(), init=False)  # each path token's, kept then forced
@@ -81,6 +84,8 @@ class Path:
             raise ValueError("kept_sources needs one source per kept token")
         if len(self.kept_stats) not in (0, len(self.kept)):
             raise ValueError("kept_stats needs one entry per kept token")
+        if len(self.forced_stats) > len(self.forced):
+            raise ValueError("forced_stats holds more entries than there are forced tokens")
         sources = (self.kept_sources or ("target",) * len(self.kept)) + ("forced",) * len(self.forced)
         object.__setattr__(self, "sources", sources)
 
@@ -89,8 +94,11 @@ class Path:
         return self.kept + self.forced
 
     def known(self, j: int) -> TokenStats | None:
-        """The figures of the path's ``j``-th token when the parent already computed them."""
-        return self.kept_stats[j] if j < len(self.kept_stats) else None
+        """The figures of the path's ``j``-th token when they were given (computed by the parent)."""
+        if j < len(self.kept):
+            return self.kept_stats[j] if j < len(self.kept_stats) else None
+        f = j - len(self.kept)
+        return self.forced_stats[f] if f < len(self.forced_stats) else None
 
 
 def prefill(model: PreTrainedModel, transcript: Transcript, context: torch.Tensor, cache: Cache, path: Path | None,

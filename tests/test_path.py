@@ -254,12 +254,14 @@ def _widths(model: Any) -> list[int]:
     return widths
 
 
+@pytest.mark.parametrize("picked", [False, True], ids=["typed", "picked"])
 @pytest.mark.parametrize("mode", ["greedy", "pld", "speculative"])
 @pytest.mark.parametrize("seed", range(3))
 def test_a_branch_reuses_its_parents_cache_and_decodes_what_generate_does(byte_bpe: Any, mode: str,
-                                                                          seed: int) -> None:
+                                                                          seed: int, picked: bool) -> None:
     """A rewind crops the parent's cache where they part: the branch feeds the last kept token and the forced
-    ones, never the prompt again, and still decodes what generate does on prompt + path."""
+    one (only the forced one when its figures came with it: a candidate picked from the parent's list), never
+    the prompt again, and still decodes what generate does on prompt + path."""
     model = tiny_model(ARCHS[seed % 4], vocab_size=V, seed=seed)
     prompt = prompt_of(seed) * 3  # a longer prompt, so prefilling it again would show
     parent = emitted(MODES[mode](model, byte_bpe, prompt, 12, None, seed))
@@ -268,10 +270,11 @@ def test_a_branch_reuses_its_parents_cache_and_decodes_what_generate_does(byte_b
     forced = int(torch.topk(row, 2).indices[1])
     path = Path(kept=tuple(t.token_id for t in parent[:at]), kept_sources=tuple(t.source for t in parent[:at]),
                 kept_stats=tuple(TokenStats(t.logprob, t.entropy, t.rank) for t in parent[:at]  # type: ignore[arg-type]
-                                 ), forced=(forced,))
+                                 ), forced=(forced,),
+                forced_stats=(TokenStats(float(row[forced]), float(-(row.exp() * row).sum()), 2),) if picked else ())
     widths = _widths(model)
     tokens = emitted(MODES[mode](model, byte_bpe, prompt, 12, path, seed))
-    assert widths[0] == 2, "the branch's first pass feeds the last kept token and the forced one, not the prompt"
+    assert widths[0] == (1 if picked else 2), "the branch feeds what the cache lacks, never the prompt again"
     context = prompt + list(path.ids)
     assert [t.token_id for t in tokens[at + 1 :]] == hf_greedy(model, context, 12 - at - 1)
     assert tokens[at].logprob == pytest.approx(float(row[forced]), abs=1e-4) and tokens[at].rank == 2

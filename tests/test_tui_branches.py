@@ -3,8 +3,10 @@ deterministic fake decoder (which honours a branch: the kept tokens, the forced 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+import pytest
 from textual.widgets import Tree
 
 from decode_tui.tui.app import DecodeApp
@@ -47,6 +49,9 @@ async def test_branch_here_forces_a_candidate_decodes_on_and_keeps_the_old_path(
         await _branch_at(pilot, app, 3, choose="second", fake=fake)  # the runner-up, " cat"
         branch = fake.runs[1].branch
         assert branch is not None and branch.kept == (0, 1, 2) and branch.forced_ids == (99,)
+        # The picked candidate's figures from the parent's raw stage (p 0.3, second) and its token's entropy.
+        (stats,) = branch.forced_stats
+        assert stats is not None and stats[0] == pytest.approx(math.log(0.3)) and stats[1:] == (1.0, 2)
         assert text(app) == "".join(WORDS[:3]) + " cat" + "".join(WORDS[4:])
         pieces = app.query_one(TextPane).pieces
         assert [p.source for p in pieces[:4]] == ["target", "target", "target", "forced"]

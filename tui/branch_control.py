@@ -11,6 +11,7 @@ nothing already made is lost. It knows the app only through :class:`BranchHost`.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -76,8 +77,10 @@ class BranchControl:
         rows: list[Row] = []
         stages = ""
         if sampled is not None:
-            final, raw = sampled.stages[-1], {c.token_id: c.prob for c in sampled.stages[0].kept}
-            rows = [Row(c.token_id, c.text, c.prob, raw.get(c.token_id), c.token_id == piece.token_id)
+            final, raw = sampled.stages[-1], {c.token_id: (c.prob, rank) for rank, c in
+                                              enumerate(sampled.stages[0].kept, start=1)}
+            rows = [Row(c.token_id, c.text, c.prob, raw[c.token_id][0] if c.token_id in raw else None,
+                        c.token_id == piece.token_id, _figures(raw.get(c.token_id), piece.entropy))
                     for c in final.kept]
             active = [s.stage for s in sampled.stages[1:]]
             stages = "after " + ", ".join(active) if active else "(no stage changes the raw distribution)"
@@ -99,7 +102,8 @@ class BranchControl:
             kept_sources=tuple(t.source for t in kept),
             kept_stats=tuple((t.logprob, t.entropy, t.rank) if t.logprob is not None and t.entropy is not None
                              and t.rank is not None else None for t in kept),
-            forced_ids=(choice.token_id,) if choice.token_id is not None else (), forced_text=choice.text)
+            forced_ids=(choice.token_id,) if choice.token_id is not None else (), forced_text=choice.text,
+            forced_stats=(choice.stats,) if choice.stats is not None else ())
         host.settings = dataclasses.replace(host.settings, branch=request)
         host.say(f"branch #{branch.number}: token {position} forced to {choice.text!r}; decoding on (B lists the "
                  "branches)")
@@ -127,3 +131,11 @@ class BranchControl:
         if settings is not None:
             self.host.settings = settings
         self.host.show_events(self.tree.branches[number].trace)
+
+
+def _figures(raw: tuple[float, int] | None, entropy: float | None) -> tuple[float, float, int] | None:
+    """A candidate's raw log-prob, entropy and rank, from the raw stage of the step that chose the token there
+    (its distribution's entropy is the chosen token's own)."""
+    if raw is None or entropy is None or raw[0] <= 0.0:
+        return None
+    return math.log(raw[0]), entropy, raw[1]

@@ -27,6 +27,9 @@ class BranchRequest:
     kept_stats: tuple[tuple[float, float, int] | None, ...]
     forced_ids: tuple[int, ...] = ()
     forced_text: str = ""
+    # A picked candidate's figures, read from the parent's own distribution there (log-prob, entropy, rank):
+    # the branch then feeds only the forced token to the parent's cache (core/path.py).
+    forced_stats: tuple[tuple[float, float, int] | None, ...] = ()
 
 
 @dataclass

@@ -51,7 +51,8 @@ def _path_of(request: BranchRequest, lm: LoadedModel) -> DecodePath:
     forced = request.forced_ids or forced_tokens(lm.tokenizer, lm.name, request.forced_text)
     return Path(kept=request.kept, kept_sources=request.kept_sources,
                 kept_stats=tuple(TokenStats(*s) if s is not None else None for s in request.kept_stats),
-                forced=forced, forced_text=request.forced_text, branch=request.branch, parent=request.parent)
+                forced=forced, forced_text=request.forced_text, branch=request.branch, parent=request.parent,
+                forced_stats=tuple(TokenStats(*s) if s is not None else None for s in request.forced_stats))
 
 
 class ModelRunner:

@@ -22,17 +22,20 @@ class Choice:
 
     text: str
     token_id: int | None = None
+    stats: tuple[float, float, int] | None = None  # a candidate's raw log-prob, entropy and rank, where known
 
 
 @dataclass(frozen=True)
 class Row:
-    """One candidate: its id, text, probability after the run's active stages, and its raw probability."""
+    """One candidate: its id, text, probability after the run's active stages, its raw probability, and its
+    raw figures (log-prob, entropy, rank) where the run gave them."""
 
     token_id: int
     text: str
     prob: float
     raw: float | None
     chosen: bool
+    stats: tuple[float, float, int] | None = None
 
 
 class BranchHere(ModalScreen[Choice | None]):
@@ -66,7 +69,7 @@ class BranchHere(ModalScreen[Choice | None]):
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         row = self.rows[int(event.option.id or 0)]
-        self.dismiss(Choice(row.text, row.token_id))
+        self.dismiss(Choice(row.text, row.token_id, row.stats))
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.value:
