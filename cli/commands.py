@@ -327,7 +327,7 @@ def replay_cmd(
 
     cut = header.get("cut_at_line")
     app_ = DecodeApp(settings, lambda _settings, _live: replay(events, speed, cut), start_paused=start_paused,
-                     theme=theme_choice, replaying=recording.name, keymap=user.keys)
+                     theme=theme_choice, replaying=recording.name, keymap=user.keys, branches=header["branches"])
     _run_app(app_, "replay")
 
 

@@ -4,15 +4,19 @@ deterministic fake decoder (which honours a branch: the kept tokens, the forced 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
 from textual.widgets import Tree
 
+from decode_tui.core.events import Started, TokenEmitted
 from decode_tui.tui.app import DecodeApp
 from decode_tui.tui.screens.branch_here import BranchHere
 from decode_tui.tui.screens.branches import BranchesScreen
 from decode_tui.tui.screens.compare_branches import CompareBranches
+from decode_tui.tui.settings import settings_from_dict
+from decode_tui.tui.sources import read_recording, replay
 from decode_tui.tui.widgets.stats_bar import StatsBar
 from decode_tui.tui.widgets.text_pane import TextPane, probability_step
 
@@ -136,3 +140,28 @@ def test_the_probability_scale_has_four_steps_from_sure_to_surprising() -> None:
     assert [probability_step(math.log(p)) for p in (0.95, 0.6, 0.2, 0.01)] == ["sure", "likely", "unsure",
                                                                                "surprising"]
     assert probability_step(None) is None
+
+
+@in_event_loop
+async def test_a_recording_keeps_every_branch_and_its_replay_switches_between_them_with_no_model(
+        tmp_path: Path) -> None:
+    recording = tmp_path / "run.jsonl"
+    app, fake = make(record=recording)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        await _branch_at(pilot, app, 3, choose="second", fake=fake)
+        branched_text = text(app)
+    header, events = read_recording(recording)
+    assert "".join(e.text for _, e in events if isinstance(e, TokenEmitted)) == "".join(WORDS)
+    assert list(header["branches"]) == [1]
+    assert isinstance(header["branches"][1][0][1], Started)
+    app = DecodeApp(settings_from_dict(header["settings"]), lambda _s, _l: replay(events, 0),
+                    replaying=recording.name, branches=header["branches"])
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        assert text(app) == "".join(WORDS)
+        await pilot.press("B")
+        await until(pilot, lambda: isinstance(app.screen, BranchesScreen))
+        await pilot.press("down", "enter")
+        await until(pilot, lambda: text(app) == branched_text)
+        assert app.branching.tree.current == 1

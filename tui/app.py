@@ -86,7 +86,9 @@ class DecodeApp(App[int]):
     def __init__(self, settings: Settings, make_source: SourceFactory, *, start_paused: bool = False,
                  auto_pause: bool = False, record: Path | None = None, theme: str | None = None,
                  replaying: str | None = None, keymap: Mapping[str, str] | None = None,
-                 lesson: Lesson | None = None) -> None:
+                 lesson: Lesson | None = None, branches: dict[int, list[tuple[float, Event]]] | None = None,
+                 ) -> None:
+        """``branches``: a recording's branches (its header's), shown with B in a replay."""
         super().__init__()
         self.keymap = dict(keymap or {})  # binding id -> key(s), from the user's config file (cli/config.py)
         self.set_keymap(self.keymap)
@@ -113,6 +115,9 @@ class DecodeApp(App[int]):
         self.control = SettingsControl(self)
         self.branching = BranchControl(self)
         self._branched_text: tuple[str, str] | None = None  # the prompt and model the branches are of
+        if branches:
+            self._branched_text = (settings.prompt, settings.model)
+            self.branching.tree.load(branches)
         self.retired: EventPump | None = None  # the last run's pump, stopped to show a stored branch
         self.lessons = LessonControl(lesson, replaying is None, lambda: self.query_one(Narration))
 
@@ -168,8 +173,9 @@ class DecodeApp(App[int]):
         self.paint_at_once = True
         self.live = LiveParams(self.settings.config.sampling, self.settings.config.draft)
         source = self.make_source(self.settings, self.live)
-        if self.record is not None:
-            source = recorded(source, self.record, self.settings)
+        if self.record is not None:  # every branch is kept in the recording, this run's events as they come
+            source = recorded(source, self.record, self.settings, self.branching.tree.current,
+                              self.branching.tree.others())
         self.pump = EventPump(source, slow_motion_s=self.settings.slow_motion_s,
                               auto_pause=AutoPause().check if self.auto_pause else None,
                               after=previous.finished if previous is not None else None,

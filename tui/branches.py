@@ -90,6 +90,19 @@ class BranchTree:
         self.current = branch.number
         return branch
 
+    def load(self, recorded: dict[int, list[tuple[float, Event]]]) -> None:
+        """The branches of a recording (tui/sources.py), each from its own events; numbered as they were."""
+        for number in sorted(recorded):
+            trace = recorded[number]
+            branched = branched_of(trace)
+            parent = branched.parent if branched is not None and branched.parent is not None else 0
+            self.branches.append(Branch(len(self.branches), parent, branched.position if branched else 0,
+                                        branched.forced_text if branched else "", trace))
+
+    def others(self) -> list[tuple[int, list[tuple[float, Event]]]]:
+        """Every branch but the one on screen, with its events (what a recording writes beside the run)."""
+        return [(b.number, b.trace) for b in self.branches if b.number != self.current and b.trace]
+
     def drop(self, number: int) -> None:
         """Forget a branch that never ran (its run failed), showing its parent again."""
         branch = self.branches[number]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -204,18 +204,28 @@ def _ensure(spec: str) -> Generator[Event, None, ResolvedModel]:
     return ensure(spec)
 
 
-def recorded(source: EventSource, path: Path, settings: Settings) -> EventSource:
-    """The same events, also written to ``path`` as they pass (the file is rewritten for each run)."""
+def recorded(source: EventSource, path: Path, settings: Settings, branch: int = 0,
+             others: Sequence[tuple[int, list[tuple[float, Event]]]] = ()) -> EventSource:
+    """The same events, also written to ``path`` as they pass (the file is rewritten for each run).
+
+    A run with branches (tui/branches.py) keeps them all: the ``others`` are written first, each line tagged
+    ``in_branch`` with its branch's number, then this run's events, tagged with ``branch`` unless it is the first
+    run (so a recording without branches is as it always was).
+    """
 
     def events() -> Iterator[Event]:
         with path.open("w", encoding="utf-8") as out:
             out.write(_header_line(settings))
+            for number, trace in others:
+                for t, event in trace:
+                    out.write(_event_line(t, event, in_branch=number))
+            tags = {"in_branch": branch} if branch else {}
             started: float | None = None  # the clock starts at the run's first event: loading is not replayed
             for event in source():
                 if not isinstance(event, Notice):
                     now = time.perf_counter()
                     started = now if started is None else started
-                    out.write(_event_line(now - started, event))
+                    out.write(_event_line(now - started, event, **tags))
                     out.flush()  # a crash or Ctrl-C keeps what was recorded so far
                 yield event
 
@@ -242,7 +252,10 @@ def _event_line(t: float, event: Event, **tags: int) -> str:
 
 
 def read_recording(path: Path) -> tuple[dict[str, Any], list[tuple[float, Event]]]:
-    """The header and the timed events of a recording; a UsageError that says what is wrong otherwise."""
+    """The header and the timed events of a recording; a UsageError that says what is wrong otherwise.
+
+    The events are the first run's; the branches made from it (lines tagged ``in_branch``) are in the header's
+    ``branches``, each branch's number to its timed events."""
     try:
         text = path.read_text(encoding="utf-8")
         lines = text.splitlines()
@@ -264,6 +277,8 @@ def read_recording(path: Path) -> tuple[dict[str, Any], list[tuple[float, Event]
         raise UsageError(f"{path} is a version {header.get('version')} recording; this decode-tui reads version "
                          f"{RECORDING_VERSION}.")
     events: list[tuple[float, Event]] = []
+    branches: dict[int, list[tuple[float, Event]]] = {}
+    header["branches"] = branches
     for number, line in enumerate(lines[1:], start=2):
         if not line.strip():
             continue
@@ -283,7 +298,10 @@ def read_recording(path: Path) -> tuple[dict[str, Any], list[tuple[float, Event]
             t = data.pop("t", 0.0)
             if isinstance(t, bool) or not isinstance(t, int | float) or t < 0:
                 raise ValueError(f"t is {t!r}, not a time in seconds")
-            events.append((float(t), from_dict(data)))
+            branch = data.pop("in_branch", 0)
+            if isinstance(branch, bool) or not isinstance(branch, int) or branch < 0:
+                raise ValueError(f"in_branch is {branch!r}, not a branch's number")
+            (branches.setdefault(branch, []) if branch else events).append((float(t), from_dict(data)))
         except ValueError as exc:
             raise UsageError(f"{path}, line {number}: {exc}. The file is damaged; record it again.") from None
     if not events:
