@@ -170,7 +170,7 @@ def device_wait(lm: LoadedModel) -> LoadedModel:
 
     def hook(module: Any, args: Any, kwargs: dict[str, Any], output: Any) -> Any:
         time.sleep(DEVICE_WAIT_S)
-        cache, new = kwargs["past_key_values"], kwargs["input_ids"]
+        cache, new = kwargs["cache"], kwargs["input_ids"]
         if new.shape[0] != 1:
             return output
         length = cache.get_seq_length()

@@ -170,7 +170,7 @@ def playback(lesson: Lesson, *, speed: float = 1.0, theme: str | None = None,
     header, events = read_recording(path)
     return DecodeApp(settings_from_dict(header.get("settings", {})), lambda _settings, _live: replay(events, speed),
                      start_paused=True, theme=theme, replaying=f"the lesson's recording ({path.name})",
-                     keymap=keymap, lesson=lesson)
+                     keymap=keymap, lesson=lesson, branches=header["branches"])
 
 
 def _live_settings(lesson: Lesson, options: DecodingOptions, overrides: dict[str, Any]) -> Settings:

@@ -261,10 +261,10 @@ def _compile(model: PreTrainedModel, compiled: Callable[..., Any], shape: Shape,
         if cache is None:
             cache = caches[(size, rows)] = StaticKV(model, size, "compiled")
             # An eager prefill allocates the layers, as the foreground's prefill did for its cache.
-            model(input_ids=torch.zeros((rows, PREFILL), dtype=torch.long, device=device), past_key_values=cache,
+            model(input_ids=torch.zeros((rows, PREFILL), dtype=torch.long, device=device), cache=cache,
                   use_cache=True, logits_to_keep=1)
         # A fresh contiguous buffer, as forward.py's captured ids are: the graph is guarded on strides too.
-        compiled(input_ids=torch.zeros((rows, width), dtype=torch.long, device=device), past_key_values=cache,
+        compiled(input_ids=torch.zeros((rows, width), dtype=torch.long, device=device), cache=cache,
                  use_cache=True, logits_to_keep=keep)
         cache.move_end(PREFILL)
     if side is not None:

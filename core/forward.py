@@ -270,7 +270,7 @@ class _Captured:
             live = model_ref()
             assert live is not None, "a graph of a freed model"
             forward_fn: Callable[..., Any] = compiled(live) if compiled is not None else live
-            out: torch.Tensor = forward_fn(input_ids=self.ids, past_key_values=cache, use_cache=True,
+            out: torch.Tensor = forward_fn(input_ids=self.ids, cache=cache, use_cache=True,
                                            logits_to_keep=keep).logits
             return out
 
@@ -352,7 +352,7 @@ def forward(
     if replayed is not None:
         logits: torch.Tensor = replayed[:, -keep:, :]
     else:
-        logits = call(input_ids=input_ids, past_key_values=cache, use_cache=True, logits_to_keep=keep).logits
+        logits = call(input_ids=input_ids, cache=cache, use_cache=True, logits_to_keep=keep).logits
         logits = logits[:, -keep:, :]
         if logits.device != input_ids.device:  # a model spread over devices: its last layer's, [B, keep, V] across
             logits = logits.to(input_ids.device)

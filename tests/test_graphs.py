@@ -259,7 +259,7 @@ def test_a_static_cache_reorders_its_rows_in_place() -> None:
     cache = new_cache(model, graphs=True, max_len=16, batch=3)
     assert isinstance(cache, StaticKV)
     with torch.no_grad():
-        model(input_ids=torch.tensor([[1, 2], [3, 4], [5, 6]]), past_key_values=cache, use_cache=True)
+        model(input_ids=torch.tensor([[1, 2], [3, 4], [5, 6]]), cache=cache, use_cache=True)
     layer: Any = cache.layers[0]
     before = layer.keys.clone()
     address = layer.keys.data_ptr()

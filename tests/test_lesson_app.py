@@ -299,3 +299,38 @@ async def test_at_80x24_the_beam_finished_pause_shows_the_finished_hypotheses_it
         shown = [line.strip() for line in _shown(app.query_one(BeamPanel))]
         assert any(line.startswith("finished hypotheses") for line in shown), shown
         assert any(line.startswith("early stop (") for line in shown), shown
+
+
+@in_event_loop
+async def test_the_what_if_lesson_holds_its_branch_and_the_claims_its_text_makes() -> None:
+    """The branch is at the pause's close call, with the runner-up forced; the two answers part there; in the
+    lesson's replay, B lists both and shows the branch."""
+    from decode_tui.core.events import Branched, TokenEmitted, TokenSampled
+    from decode_tui.tui.screens.branches import BranchesScreen
+
+    lesson = next(lesson for lesson in LESSONS if lesson.name == "what-if")
+    assert lesson.recording_path is not None
+    header, events = read_recording(lesson.recording_path)
+    (trace,) = header["branches"].values()
+    branched = next(e for _, e in trace if isinstance(e, Branched))
+    pause = lesson.pauses[0].after_tokens
+    assert pause is not None and branched.position == pause - 1 and branched.parent == 0
+    close = next(e for _, e in events if isinstance(e, TokenSampled) and e.step == branched.position)
+    first, second = close.stages[0].candidates[:2]
+    assert branched.forced_token_ids == (second.token_id,) and first.prob - second.prob < 0.05, "a close call"
+    root = "".join(e.text for _, e in events if isinstance(e, TokenEmitted))
+    other = "".join(e.text for _, e in trace if isinstance(e, TokenEmitted))
+    assert root[:4] == other[:4] == "I'm " and root != other
+    finishes = [e for _, e in events if isinstance(e, Finished)] + [e for _, e in trace if isinstance(e, Finished)]
+    assert all(f.perplexity is not None for f in finishes)
+    app = playback(lesson, speed=0.0)
+    async with app.run_test(size=SIZE) as pilot:
+        for _ in range(len(lesson.pauses) + 1):  # n goes on from the intro and from each moment
+            await pilot.press("n")
+            await pilot.pause(0.3)
+        await until(pilot, lambda: app.view.finished is not None, timeout=10)
+        await pilot.press("B")
+        await until(pilot, lambda: isinstance(app.screen, BranchesScreen))
+        assert len(app.branching.tree.branches) == 2
+        await pilot.press("down", "enter")
+        await until(pilot, lambda: text(app) == other)

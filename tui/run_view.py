@@ -149,6 +149,8 @@ class RunView:
         messages: list[tuple[str, Severity]] = []
         c, pending = self.counters, self.pending
         for event in batch:
+            if isinstance(event, Started):
+                self.t0 = now  # the run's clock starts here: loading the model is not part of it
             if not isinstance(event, Notice | Failed):
                 self.trace.append((now - self.t0, event))
             forwards = getattr(event, "target_forwards", None)

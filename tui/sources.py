@@ -218,7 +218,7 @@ def recorded(source: EventSource, path: Path, settings: Settings, branch: int = 
             out.write(_header_line(settings))
             for number, trace in others:
                 for t, event in trace:
-                    out.write(_event_line(t, event, in_branch=number))
+                    out.write(_event_line(t, event, **({"in_branch": number} if number else {})))
             tags = {"in_branch": branch} if branch else {}
             started: float | None = None  # the clock starts at the run's first event: loading is not replayed
             for event in source():

@@ -144,7 +144,10 @@ def _search(model: PreTrainedModel, transcript: Transcript, beam: BeamParams, ca
         accumulated = (log_probs + s.running_scores[:, None]).view(-1)  # [N*V]
         if do_sample:
             topk_indices = torch.multinomial(torch.softmax(accumulated, -1), K, generator=generator)  # [K]
-            topk_log_probs = accumulated[topk_indices]
+            # Sorted by score, as generate does since transformers 5.24: the finished slots below take the
+            # top N candidates by position, which must be the N best, drawn or not.
+            topk_log_probs, order = accumulated[topk_indices].sort(descending=True)
+            topk_indices = topk_indices[order]
         else:
             topk_log_probs, topk_indices = torch.topk(accumulated, K)  # [K], sorted
         parents = topk_indices // V  # [K] the beam each candidate extends

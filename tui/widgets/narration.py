@@ -36,6 +36,8 @@ def figures(result: Finished) -> str:
         parts.append("acceptance by draft position " +
                      ", ".join(f"{rate:.0%}" for rate in result.acceptance_by_position))
     parts.append(f"{result.tokens_per_s:.1f} tok/s")
+    if result.perplexity is not None:
+        parts.append(f"perplexity {result.perplexity:.2f}")
     return "; ".join(parts)
 
 
