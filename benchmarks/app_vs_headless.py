@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import os
 import random
 import statistics
 import subprocess
@@ -279,6 +280,8 @@ def in_app(prompt: str, config: DecodeConfig, runs: int = 1, press_every: float 
 
     async def drive() -> list[AppRun]:
         async with app.run_test(size=SIZE):
+            if os.environ.get(COLOURING_ENV) == "probability":  # the text coloured by probability (the v key)
+                app.query_one(TextPane).colour_by("probability")
             await one_run(timed=False)  # the app mounts meanwhile
             results = []
             for _ in range(runs):
@@ -295,6 +298,9 @@ def in_app(prompt: str, config: DecodeConfig, runs: int = 1, press_every: float 
         return asyncio.run(drive()), handler_s, round_trip_s
     finally:
         TextPane.render_line = pane_line  # type: ignore[method-assign]
+
+
+COLOURING_ENV = "DECODE_TUI_BENCH_COLOURING"
 
 
 def app_child(mode: str, prompt_name: str, new_tokens: int, runs: int, proxy: str,
@@ -378,8 +384,11 @@ def main() -> None:
     parser.add_argument("--cases", help="comma-separated MODE/PROMPT rows to run (default: every row)")
     parser.add_argument("--switch-interval", type=float, help="the app's interpreter switch interval in seconds "
                         "(default: the app's own; Python's is 0.005)")
+    parser.add_argument("--colouring", choices=["provenance", "probability"], default="provenance",
+                        help="how the app colours the text while it is timed (probability: the v key)")
     parser.add_argument("--app-child", nargs=4, metavar=("MODE", "PROMPT", "TOKENS", "RUNS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    os.environ[COLOURING_ENV] = args.colouring  # the app's child processes read it
     if args.app_child:
         mode, prompt_name, tokens, runs = args.app_child
         app_child(mode, prompt_name, int(tokens), int(runs), args.proxy, args.switch_interval)
