@@ -40,8 +40,9 @@ def parent_run(lm: LoadedModel, config: DecodeConfig) -> tuple[list[TokenEmitted
 
 
 def figures(token: TokenEmitted) -> TokenStats:
-    assert token.logprob is not None and token.entropy is not None and token.rank is not None
-    return TokenStats(token.logprob, token.entropy, token.rank)
+    stats = TokenStats.of(token)
+    assert stats is not None, "a run of this decode-tui gives every token its figures"
+    return stats
 
 
 def branch(lm: LoadedModel, config: DecodeConfig, parent: list[TokenEmitted], at: int, reuse: bool) -> float:

@@ -83,6 +83,4 @@ def resume_path(events: Sequence[Event], source: str, at: int, model: str, promp
     kept = tokens[:at]
     return Path(kept=tuple(ids[:at]),
                 kept_sources=tuple(t.source for t in kept) if kept else (),
-                kept_stats=tuple(TokenStats(t.logprob, t.entropy, t.rank)
-                                 if t.logprob is not None and t.entropy is not None and t.rank is not None else None
-                                 for t in kept))
+                kept_stats=tuple(TokenStats.of(t) for t in kept))

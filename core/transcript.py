@@ -32,6 +32,13 @@ class TokenStats(NamedTuple):
     entropy: float
     rank: int
 
+    @classmethod
+    def of(cls, token: TokenEmitted) -> TokenStats | None:
+        """An emitted token's figures, None where it lacks them (a recording made before they existed)."""
+        if token.logprob is None or token.entropy is None or token.rank is None:
+            return None
+        return cls(token.logprob, token.entropy, token.rank)
+
 
 class Transcript:
     def __init__(self, mode: Mode, prompt_ids: list[int], detokenizer: Detokenizer,

@@ -269,8 +269,7 @@ def test_a_branch_reuses_its_parents_cache_and_decodes_what_generate_does(byte_b
     row = raw_log_softmax(model, prompt + [t.token_id for t in parent[:at]])[-1]
     forced = int(torch.topk(row, 2).indices[1])
     path = Path(kept=tuple(t.token_id for t in parent[:at]), kept_sources=tuple(t.source for t in parent[:at]),
-                kept_stats=tuple(TokenStats(t.logprob, t.entropy, t.rank) for t in parent[:at]  # type: ignore[arg-type]
-                                 ), forced=(forced,),
+                kept_stats=tuple(TokenStats.of(t) for t in parent[:at]), forced=(forced,),
                 forced_stats=(TokenStats(float(row[forced]), float(-(row.exp() * row).sum()), 2),) if picked else ())
     widths = _widths(model)
     tokens = emitted(MODES[mode](model, byte_bpe, prompt, 12, path, seed))

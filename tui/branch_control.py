@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ..core.events import Event, TokenEmitted
+from ..core.transcript import TokenStats
 from .branches import BranchRequest, BranchTree
 from .run_view import RunView, Severity
 from .screens.branch_here import BranchHere, Choice, Row
@@ -100,8 +101,7 @@ class BranchControl:
         request = BranchRequest(
             branch=branch.number, parent=parent, kept=tuple(t.token_id for t in kept),
             kept_sources=tuple(t.source for t in kept),
-            kept_stats=tuple((t.logprob, t.entropy, t.rank) if t.logprob is not None and t.entropy is not None
-                             and t.rank is not None else None for t in kept),
+            kept_stats=tuple(TokenStats.of(t) for t in kept),
             forced_ids=(choice.token_id,) if choice.token_id is not None else (), forced_text=choice.text,
             forced_stats=(choice.stats,) if choice.stats is not None else ())
         host.settings = dataclasses.replace(host.settings, branch=request)
@@ -133,9 +133,9 @@ class BranchControl:
         self.host.show_events(self.tree.branches[number].trace)
 
 
-def _figures(raw: tuple[float, int] | None, entropy: float | None) -> tuple[float, float, int] | None:
+def _figures(raw: tuple[float, int] | None, entropy: float | None) -> TokenStats | None:
     """A candidate's raw log-prob, entropy and rank, from the raw stage of the step that chose the token there
     (its distribution's entropy is the chosen token's own)."""
     if raw is None or entropy is None or raw[0] <= 0.0:
         return None
-    return math.log(raw[0]), entropy, raw[1]
+    return TokenStats(math.log(raw[0]), entropy, raw[1])

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..core.events import Branched, Event, Finished, TokenEmitted, TokenSource
+from ..core.transcript import TokenStats
 
 
 @dataclass(frozen=True)
@@ -24,12 +25,12 @@ class BranchRequest:
     parent: int
     kept: tuple[int, ...]
     kept_sources: tuple[TokenSource, ...]
-    kept_stats: tuple[tuple[float, float, int] | None, ...]
+    kept_stats: tuple[TokenStats | None, ...]
     forced_ids: tuple[int, ...] = ()
     forced_text: str = ""
     # A picked candidate's figures, read from the parent's own distribution there (log-prob, entropy, rank):
     # the branch then feeds only the forced token to the parent's cache (core/path.py).
-    forced_stats: tuple[tuple[float, float, int] | None, ...] = ()
+    forced_stats: tuple[TokenStats | None, ...] = ()
 
 
 @dataclass

@@ -46,13 +46,12 @@ RECORDING_VERSION = 1
 def _path_of(request: BranchRequest, lm: LoadedModel) -> DecodePath:
     """The core's path for a branch the app asked for; a typed text is tokenized here, where the tokenizer is."""
     from ..core.path import Path, forced_tokens
-    from ..core.transcript import TokenStats
 
     forced = request.forced_ids or forced_tokens(lm.tokenizer, lm.name, request.forced_text)
     return Path(kept=request.kept, kept_sources=request.kept_sources,
-                kept_stats=tuple(TokenStats(*s) if s is not None else None for s in request.kept_stats),
+                kept_stats=request.kept_stats,
                 forced=forced, forced_text=request.forced_text, branch=request.branch, parent=request.parent,
-                forced_stats=tuple(TokenStats(*s) if s is not None else None for s in request.forced_stats))
+                forced_stats=request.forced_stats)
 
 
 class ModelRunner:

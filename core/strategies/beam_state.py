@@ -15,6 +15,7 @@ import torch
 
 from ..events import Beam, BeamCandidate, BeamStepped, EarlyStopCheck, Hypothesis
 from ..forward import to_host
+from ..path import host_stats
 from ..transcript import TokenStats
 
 NEG = -1.0e9  # transformers' "impossible" score
@@ -61,8 +62,7 @@ def hypotheses_of(s: BeamState, T0: int, decode: Callable[[list[int]], str],
     hypotheses = _host_hypotheses(ids, scores_h, sums_h, lens_h, done_h, decode)
     best = next((i for i in range(N) if done_h[i]), 0)  # the first finished slot is the best hypothesis
     stats = host[N * g + 4 * N + best * 3 * g : N * g + 4 * N + (best + 1) * 3 * g]  # [3, g]
-    n = int(lens_h[best])
-    return hypotheses, [TokenStats(stats[i], stats[g + i], int(stats[2 * g + i])) for i in range(n)]
+    return hypotheses, host_stats(stats, g)[: int(lens_h[best])]
 
 
 def _host_hypotheses(ids: list[list[int]], scores: list[float], sums: list[float], lens: list[float],

@@ -13,6 +13,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, OptionList
 from textual.widgets.option_list import Option
 
+from ...core.transcript import TokenStats
 from ..numbers import percent
 
 
@@ -22,7 +23,7 @@ class Choice:
 
     text: str
     token_id: int | None = None
-    stats: tuple[float, float, int] | None = None  # a candidate's raw log-prob, entropy and rank, where known
+    stats: TokenStats | None = None  # a candidate's raw log-prob, entropy and rank, where known
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ class Row:
     prob: float
     raw: float | None
     chosen: bool
-    stats: tuple[float, float, int] | None = None
+    stats: TokenStats | None = None
 
 
 class BranchHere(ModalScreen[Choice | None]):
