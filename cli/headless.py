@@ -45,9 +45,9 @@ def generate(options: DecodingOptions, *, compare: bool, compare_runs: int, outp
         config = options.config(compare=compare)
         check_device_map(options.device, options.device_map_name)
         text = options.prompt_text()
-        if mode is ModeChoice.greedy and (options.temperature, options.top_k, options.top_p) != (None, None, None):
-            stderr().print("decode-tui: note: greedy mode takes the argmax, so --temperature, --top-k and "
-                           "--top-p change nothing; use --mode sample to sample.")
+        if mode is ModeChoice.greedy and options.warpers_given:
+            stderr().print("decode-tui: note: greedy mode takes the argmax, so --temperature, --top-k, --top-p "
+                           "and the other sampling cut-offs change nothing; use --mode sample to sample.")
         lm, draft = _load_models(options, config if mode is ModeChoice.speculative else None)
         _warm_up(lm, text, config, draft)
         path = build_path(steering, lm, lm.encode_prompt(text, config.use_chat)) if steering else None
@@ -146,7 +146,9 @@ def _stats_line(lm: LoadedModel, result: Finished) -> str:
             f"{result.elapsed_s:.2f} s ({result.tokens_per_s:.1f} tok/s) · "
             f"{count(result.target_forwards, 'target forward')} ({per_forward:.2f} tokens/forward) · "
             + (f"perplexity {result.perplexity:.2f} · " if result.perplexity is not None else "")
-            + f"finish: {result.finish_reason}")
+            + f"finish: {result.finish_reason}"
+            + ("" if result.constraint_complete is not False else
+               " · incomplete: the output stopped before it satisfied the constraint"))
 
 
 def _warm_up(lm: LoadedModel, prompt: str, config: DecodeConfig, draft: DraftModel | None) -> None:

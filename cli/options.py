@@ -26,7 +26,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from ..core.errors import UsageError
-from ..core.params import BeamParams, DecodeConfig, DraftParams, EarlyStopping, SamplingParams, demo_prompt
+from ..core.params import BeamParams, Constraint, DecodeConfig, DraftParams, EarlyStopping, SamplingParams, demo_prompt
 from ..core.registry import DEFAULT_ALIAS
 from ..themes import names as theme_names
 
@@ -130,15 +130,19 @@ def build_config(*, mode: ModeChoice, max_new_tokens: int = 128, temperature: fl
                  draft: str | None = None, num_draft_tokens: int | None = None, max_ngram_size: int | None = None,
                  num_pred_tokens: int | None = None, draft_confidence: float | None = None, adaptive: bool = False,
                  compare: bool = False, no_chat: bool = False, fast: bool = False,
-                 cuda_graphs: bool = True) -> DecodeConfig:
+                 cuda_graphs: bool = True, stages: dict[str, Any] | None = None,
+                 constraint: Constraint | None = None) -> DecodeConfig:
     """The run's settings from the decoding options; UsageError if they clash. Keyword-only: many of them are
-    ``float | None`` or ``int | None``, and two swapped positionally would still type-check."""
+    ``float | None`` or ``int | None``, and two swapped positionally would still type-check. ``stages``: the
+    other stages' values by their ``SamplingParams`` field (None: not given)."""
     defaults = SamplingParams()
+    given_stages = {name: value for name, value in (stages or {}).items() if value is not None}
     sampling = SamplingParams(
         temperature=defaults.temperature if temperature is None else temperature,
         top_k=defaults.top_k if top_k is None else top_k,
         top_p=defaults.top_p if top_p is None else top_p,
         repetition_penalty=defaults.repetition_penalty if repetition_penalty is None else repetition_penalty,
+        **given_stages,
     )
     beam_options = (num_beams, length_penalty, early_stopping, num_return_sequences)
     if mode not in ONLY_FOR["num_beams"] and beam_options != (None, None, None, None):
@@ -174,12 +178,61 @@ def build_config(*, mode: ModeChoice, max_new_tokens: int = 128, temperature: fl
     )
     # Beam, speculative and pld modes sample (beam sampling, sampling verification) when a sampling
     # parameter is given; otherwise they are greedy.
-    sampling_asked = (temperature, top_k, top_p) != (None, None, None)
+    sampling_asked = (temperature, top_k, top_p) != (None, None, None) or bool(WARPERS & given_stages.keys())
     config = DecodeConfig(mode=mode.value, max_new_tokens=max_new_tokens, sampling=sampling, beam=beam,
                           beam_sample=mode is ModeChoice.beam and sampling_asked, draft=draft_params,
                           draft_sample=drafting and sampling_asked, seed=seed, use_chat=not no_chat, fast=fast,
-                          cuda_graphs=cuda_graphs)
+                          cuda_graphs=cuda_graphs, constraint=constraint)
     return config
+
+
+# The stages only sampling applies (transformers' warpers): giving one asks beam, speculative and pld to sample.
+WARPERS = frozenset({"min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "top_h"})
+
+
+def bad_words_of(text: str | None) -> tuple[str, ...] | None:
+    """``--bad-words 'sorry,apologize'``: the words, each as written (the run also forbids it after a space)."""
+    if text is None:
+        return None
+    words = tuple(word.strip() for word in text.split(","))
+    if not any(words) or not all(words):
+        raise UsageError(f"--bad-words {text!r} holds an empty word. Give comma-separated words, for example "
+                         "--bad-words 'sorry,apologize'.")
+    return words
+
+
+def constraint_of(json_schema: str | None, regex: str | None, grammar: Path | None) -> Constraint | None:
+    """The constraint from ``--json-schema`` (a file, or the schema itself), ``--regex`` or ``--grammar`` (a Lark
+    file), checked at once (core/constraints.py); a UsageError for more than one, or an unreadable file."""
+    given = [name for name, value in (("--json-schema", json_schema), ("--regex", regex), ("--grammar", grammar))
+             if value is not None]
+    if len(given) > 1:
+        raise UsageError(f"{' and '.join(given)} each constrain the output: give one of them.")
+    if json_schema is not None:
+        path = Path(json_schema)
+        if json_schema.lstrip().startswith(("{", "[")) or not path.suffix:
+            constraint = Constraint("json_schema", json_schema)
+        else:
+            constraint = Constraint("json_schema", _read_text(path, "JSON schema"), origin=path.name)
+    elif regex is not None:
+        constraint = Constraint("regex", regex)
+    elif grammar is not None:
+        constraint = Constraint("grammar", _read_text(grammar, "grammar"), origin=grammar.name)
+    else:
+        return None
+    from ..core.constraints import grammar_text
+
+    grammar_text(constraint)
+    return constraint
+
+
+def _read_text(path: Path, what: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"The {what} file {path} does not exist. Check the path.") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"Cannot read the {what} file {path}: {exc}.") from None
 
 
 
@@ -212,6 +265,33 @@ TopPOpt = Annotated[float | None, typer.Option(callback=_check_top_p, help="Nucl
 RepetitionPenaltyOpt = Annotated[float | None, typer.Option(callback=_check_penalty, help="> 1 discourages "
                                                              "tokens already seen. \\[default: 1.0]",
                                                              rich_help_panel="Sampling")]
+MinPOpt = Annotated[float | None, typer.Option(help="min-p: drop tokens below min_p × the top token's "
+                                               "probability, in [0, 1] (0.05 is common). \\[default: off]",
+                                               rich_help_panel="Sampling")]
+TypicalPOpt = Annotated[float | None, typer.Option(help="Typical sampling: keep the tokens whose surprisal is "
+                                                   "closest to the entropy, up to this mass, in (0, 1]. "
+                                                   "\\[default: 1.0, off]", rich_help_panel="Sampling")]
+EpsilonCutoffOpt = Annotated[float | None, typer.Option(help="Drop tokens below this probability, in [0, 1) "
+                                                        "(3e-4 is common). \\[default: 0, off]",
+                                                        rich_help_panel="Sampling")]
+EtaCutoffOpt = Annotated[float | None, typer.Option(help="Eta sampling: drop tokens below min(eta, √eta·e^-H), "
+                                                    "in [0, 1). \\[default: 0, off]", rich_help_panel="Sampling")]
+TopHOpt = Annotated[float | None, typer.Option(help="Top-h: keep the top tokens while their entropy stays below "
+                                               "this fraction of the entropy, in (0, 1]. \\[default: off]",
+                                               rich_help_panel="Sampling")]
+NoRepeatNgramSizeOpt = Annotated[int | None, typer.Option(help="Forbid any n-gram of this size from appearing "
+                                                          "twice (prompt included). \\[default: 0, off]",
+                                                          rich_help_panel="Sampling")]
+BadWordsOpt = Annotated[str | None, typer.Option(help="Comma-separated words the output must not contain (each "
+                                                 "also after a space).", rich_help_panel="Sampling")]
+MinNewTokensOpt = Annotated[int | None, typer.Option(help="Forbid the end of text before this many new tokens. "
+                                                     "\\[default: 0]", rich_help_panel="Sampling")]
+JsonSchemaOpt = Annotated[str | None, typer.Option(help="Constrain the output to this JSON schema: a file, or "
+                                                   "the schema itself.", rich_help_panel="Constrained decoding")]
+RegexOpt = Annotated[str | None, typer.Option(help="Constrain the output to match this regex in full.",
+                                              rich_help_panel="Constrained decoding")]
+GrammarOpt = Annotated[Path | None, typer.Option(help="Constrain the output to this Lark grammar file "
+                                                 "(llguidance's syntax).", rich_help_panel="Constrained decoding")]
 SeedOpt = Annotated[int | None, typer.Option(min=0, help="Seed for sampling; the same seed gives the same "
                                              "tokens.", rich_help_panel="Sampling")]
 NumBeamsOpt = Annotated[int | None, typer.Option(min=1, help="Beams kept at each step. \\[default: 4]",
@@ -292,6 +372,17 @@ class DecodingOptions:
     top_k: TopKOpt = None
     top_p: TopPOpt = None
     repetition_penalty: RepetitionPenaltyOpt = None
+    min_p: MinPOpt = None
+    typical_p: TypicalPOpt = None
+    epsilon_cutoff: EpsilonCutoffOpt = None
+    eta_cutoff: EtaCutoffOpt = None
+    top_h: TopHOpt = None
+    no_repeat_ngram_size: NoRepeatNgramSizeOpt = None
+    bad_words: BadWordsOpt = None
+    min_new_tokens: MinNewTokensOpt = None
+    json_schema: JsonSchemaOpt = None
+    regex: RegexOpt = None
+    grammar: GrammarOpt = None
     seed: SeedOpt = None
     num_beams: NumBeamsOpt = None
     length_penalty: LengthPenaltyOpt = None
@@ -313,7 +404,20 @@ class DecodingOptions:
             num_return_sequences=self.num_return_sequences, draft=self.draft, num_draft_tokens=self.num_draft_tokens,
             max_ngram_size=self.max_ngram_size, num_pred_tokens=self.num_pred_tokens,
             draft_confidence=self.draft_confidence, adaptive=self.adaptive, compare=compare, no_chat=self.no_chat,
-            fast=self.fast, cuda_graphs=self.cuda_graphs)
+            fast=self.fast, cuda_graphs=self.cuda_graphs, stages=self.stages(),
+            constraint=constraint_of(self.json_schema, self.regex, self.grammar))
+
+    def stages(self) -> dict[str, Any]:
+        """The other sampling stages, by their ``SamplingParams`` field; None where not given."""
+        return {"min_p": self.min_p, "typical_p": self.typical_p, "epsilon_cutoff": self.epsilon_cutoff,
+                "eta_cutoff": self.eta_cutoff, "top_h": self.top_h, "no_repeat_ngram_size": self.no_repeat_ngram_size,
+                "bad_words": bad_words_of(self.bad_words), "min_new_tokens": self.min_new_tokens}
+
+    @property
+    def warpers_given(self) -> bool:
+        """Whether a sampling-only stage was given (temperature, top-k, top-p, or one of WARPERS)."""
+        given = {name for name, value in self.stages().items() if value is not None}
+        return (self.temperature, self.top_k, self.top_p) != (None, None, None) or bool(WARPERS & given)
 
     @property
     def model_name(self) -> str:

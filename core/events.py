@@ -32,9 +32,13 @@ FinishReason = Literal["eos", "length", "cancelled"]
 # after a fully accepted draft, or a token the user forced (a branch).
 TokenSource = Literal["target", "draft", "lookup", "resampled", "bonus", "forced"]
 
-# The sampling stages in the order transformers applies them.
-Stage = Literal["raw", "repetition_penalty", "temperature", "top_k", "top_p"]
-STAGES: tuple[Stage, ...] = ("raw", "repetition_penalty", "temperature", "top_k", "top_p")
+# The sampling stages, named as transformers' GenerationConfig fields, in the order generate applies them;
+# ``grammar`` is a constraint, applied where generate applies a caller's logits_processor.
+Stage = Literal["raw", "repetition_penalty", "no_repeat_ngram_size", "bad_words_ids", "min_new_tokens", "grammar",
+                "temperature", "top_h", "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff"]
+STAGES: tuple[Stage, ...] = ("raw", "repetition_penalty", "no_repeat_ngram_size", "bad_words_ids", "min_new_tokens",
+                             "grammar", "temperature", "top_h", "top_k", "top_p", "min_p", "typical_p",
+                             "epsilon_cutoff", "eta_cutoff")
 
 
 @dataclass(frozen=True)
@@ -59,7 +63,8 @@ class Event:
 
 def _jsonable(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)
+                if not (getattr(value, f.name) is None and f.metadata.get("omit_none"))}
     if isinstance(value, tuple | list):
         return [_jsonable(v) for v in value]
     if isinstance(value, Mapping):
@@ -141,6 +146,19 @@ class StageCandidates:
     # viewer can show it where it is not among ``candidates``. None in recordings made before it existed.
     chosen_prob: float | None = None
     chosen_rank: int | None = None
+    # What the stage cut and why, in its method's words (None where it does not apply, and in recordings made
+    # before they existed): ``possible``, how many tokens keep a non-zero probability after it; ``removed``, how
+    # many it took away; ``removed_candidates``, the most likely of those, with their probability before it;
+    # ``threshold``, the probability below which it cut (min-p: min_p × p_max; epsilon; eta: min(η, √η·e^-H)),
+    # or typical sampling's band |-log p - H| and top-h's entropy budget; ``entropy``, the entropy H (nats)
+    # of the distribution it was given, where its rule reads it; ``detail``, a stage's own words on where it
+    # stands (a grammar: what it expects next).
+    possible: int | None = _optional()
+    removed: int | None = _optional()
+    removed_candidates: tuple[Candidate, ...] | None = _optional()
+    threshold: float | None = _optional()
+    entropy: float | None = _optional()
+    detail: str | None = _optional()
 
     @property
     def kept(self) -> tuple[Candidate, ...]:
@@ -303,8 +321,10 @@ class PositionVerdict:
     p: float  # target probability of the drafted token
     q: float  # draft probability of the drafted token (1.0 for a lookup copy)
     u: float | None  # the uniform draw (None under greedy verification, and for an untested position)
-    # "untested": after the first rejection; discarded with it, never tested (p and q are still shown)
-    verdict: Literal["accepted", "rejected", "untested"]
+    # "untested": after the first rejection; discarded with it, never tested (p and q are still shown).
+    # "cut": the grammar refused it before verification (its p under the grammar is 0); the tokens drafted
+    # after it are "untested".
+    verdict: Literal["accepted", "rejected", "untested", "cut"]
 
     @property
     def threshold(self) -> float:
@@ -373,6 +393,10 @@ class Finished(Event):
     sum_logprob: float | None = _optional()
     mean_logprob: float | None = _optional()
     perplexity: float | None = _optional()
+    # Under a constraint (a JSON schema, regex or grammar): whether the output satisfies it in full. False where
+    # the run stopped first (max_new_tokens, a cancel): the output is then a valid start, incomplete. None
+    # without a constraint.
+    constraint_complete: bool | None = _optional()
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,16 @@ class SamplingParams:
     top_k: int = 50
     top_p: float = 1.0
     repetition_penalty: float = 1.0
+    # The other stages transformers applies to a causal LM's text, off by default as in ``GenerationConfig``
+    # (named as its fields; ``bad_words`` holds text, which the run tokenizes into ``bad_words_ids``).
+    min_p: float | None = None
+    typical_p: float = 1.0
+    epsilon_cutoff: float = 0.0
+    eta_cutoff: float = 0.0
+    top_h: float | None = None
+    no_repeat_ngram_size: int = 0
+    bad_words: tuple[str, ...] = ()
+    min_new_tokens: int = 0
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.temperature) or self.temperature < 0:
@@ -90,6 +100,33 @@ class SamplingParams:
         if not math.isfinite(self.repetition_penalty) or self.repetition_penalty <= 0:
             raise UsageError(f"repetition_penalty must be positive, not {self.repetition_penalty}. "
                              "Use 1 for no penalty, above 1 to discourage repeats.")
+        self._check_cutoffs()
+        if self.no_repeat_ngram_size < 0:
+            raise UsageError(f"no_repeat_ngram_size must be 0 (off) or a positive n-gram length, not "
+                             f"{self.no_repeat_ngram_size}. Use 3 to forbid repeating any three tokens in a row.")
+        if self.min_new_tokens < 0:
+            raise UsageError(f"min_new_tokens must be 0 (off) or a positive count, not {self.min_new_tokens}.")
+        if any(not word.strip() for word in self.bad_words):
+            raise UsageError("A bad word is empty: give each word to forbid as text, for example "
+                             "--bad-words 'sorry,apologize'.")
+        object.__setattr__(self, "bad_words", tuple(self.bad_words))  # a list from TOML or JSON, kept hashable
+
+    def _check_cutoffs(self) -> None:
+        """The probability cut-offs, with the ranges transformers' warpers accept."""
+        if self.min_p is not None and not 0.0 <= self.min_p <= 1.0:
+            raise UsageError(f"min_p must be in [0, 1], not {self.min_p}. Use 0.05 or 0.1, a fraction of the "
+                             "most likely token's probability.")
+        if not 0.0 < self.typical_p <= 1.0:
+            raise UsageError(f"typical_p must be in (0, 1], not {self.typical_p}. Use 1 to turn typical "
+                             "sampling off, 0.9 or 0.95 to turn it on.")
+        for name in ("epsilon_cutoff", "eta_cutoff"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:
+                raise UsageError(f"{name} must be in [0, 1), not {value}. Use 0 for off, or a small "
+                                 "probability such as 3e-4.")
+        if self.top_h is not None and not 0.0 < self.top_h <= 1.0:
+            raise UsageError(f"top_h must be in (0, 1], not {self.top_h}. Use 0.4, a fraction of the "
+                             "distribution's entropy.")
 
     @property
     def greedy(self) -> bool:
@@ -175,6 +212,33 @@ class DraftParams:
         return asdict(self)
 
 
+ConstraintKind = Literal["json_schema", "regex", "grammar"]
+CONSTRAINT_NAMES: dict[str, str] = {"json_schema": "JSON schema", "regex": "regex", "grammar": "Lark grammar"}
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """What the output must match: a JSON schema, a regex or a Lark grammar in llguidance's syntax (its text),
+    compiled by :mod:`decode_tui.core.grammar`. ``origin``: the file it was read from, if any."""
+
+    kind: ConstraintKind
+    text: str
+    origin: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in CONSTRAINT_NAMES:
+            raise UsageError(f"Unknown constraint {self.kind!r}. Use one of: {', '.join(CONSTRAINT_NAMES)}.")
+        if not self.text.strip():
+            raise UsageError(f"The {self.describe()} is empty. Give the {CONSTRAINT_NAMES[self.kind]} itself.")
+
+    def describe(self) -> str:
+        """``JSON schema (person.json)``, ``regex``."""
+        return CONSTRAINT_NAMES[self.kind] + (f" ({self.origin})" if self.origin else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
 @dataclass(frozen=True)
 class DecodeConfig:
     """Everything about a run except the model and the prompt."""
@@ -195,6 +259,7 @@ class DecodeConfig:
     # On CUDA, decoding steps and verifications replay CUDA graphs of the eager model on a static KV cache
     # (captured in milliseconds, see core/forward.py). Off: the plain path everywhere. Ignored elsewhere.
     cuda_graphs: bool = True
+    constraint: Constraint | None = None  # what the output must match (constrained decoding), in every mode
 
     @property
     def compiles(self) -> bool:

@@ -12,6 +12,7 @@ It knows which strategy serves which mode; it knows nothing about display.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 from collections.abc import Generator
@@ -24,10 +25,12 @@ from .drafters import Drafter, DraftModel, ModelDrafter, PromptLookup, load_draf
 from .errors import UsageError
 from .events import Branched, Event, Finished, Started
 from .forward import graphs_available
+from .grammar import Grammar, GrammarMask
 from .live import LiveParams
 from .loading import LoadedModel
 from .params import DecodeConfig
 from .path import Path
+from .sampling import StageContext
 from .strategies.autoregressive import autoregressive
 from .strategies.beam import beam_search
 from .strategies.speculative import speculative
@@ -66,6 +69,9 @@ class Run:
                 max_new = ctx - len(self.prompt_ids)
                 self.notes.append(f"max_new_tokens lowered to {max_new} to fit {lm.name}'s context of {ctx} "
                                   "tokens.")
+        self.stages = self._stages(lm, config)
+        if self.branch is not None:
+            self._check_grammar(self.branch)
         self.seed = config.seed if config.seed is not None else random.SystemRandom().randrange(2**31)
         self.transcript = Transcript(config.mode, self.prompt_ids, Detokenizer(lm.tokenizer),
                                      lm.eos_token_ids, max_new)
@@ -83,6 +89,32 @@ class Run:
         if len(path.ids) >= max_new:
             raise UsageError(f"The path is {len(path.ids)} tokens long, but max_new_tokens is {max_new}: nothing "
                              f"would be left to decode. Raise --max-new-tokens above {len(path.ids)}.")
+
+    def _stages(self, lm: LoadedModel, config: DecodeConfig) -> StageContext:
+        """What the stages need besides their values; the bad words tokenized and the grammar compiled now, so
+        a bad one is refused before decoding starts."""
+        grammar = None
+        if config.constraint is not None:
+            grammar = GrammarMask(Grammar(config.constraint, lm.tokenizer, lm.eos_token_ids), len(self.prompt_ids))
+        stages = StageContext(eos_token_ids=tuple(sorted(lm.eos_token_ids)), prompt_length=len(self.prompt_ids),
+                              encode=lambda text: list(lm.tokenizer.encode(text, add_special_tokens=False)),
+                              grammar=grammar, device=str(lm.device))
+        if config.sampling.bad_words:
+            stages.bad_words_ids(config.sampling.bad_words)
+        return stages
+
+    def _check_grammar(self, path: Path) -> None:
+        """A path the grammar does not allow is refused: a forced token it forbids could never be decoded."""
+        grammar = self.stages.grammar
+        if not isinstance(grammar, GrammarMask):
+            return
+        allowed = grammar.allowed_prefix([], list(path.ids))
+        if allowed < len(path.ids):
+            piece = self.lm.tokenizer.decode(list(path.ids[allowed : allowed + 1]))
+            where = "forced" if allowed >= len(path.kept) else "kept"
+            raise UsageError(f"The {grammar.grammar.constraint.describe()} does not allow the {where} token "
+                             f"{piece!r} after {self.lm.tokenizer.decode(list(path.ids[:allowed]))!r}. Force "
+                             "a token it allows, or decode without the constraint.")
 
     @property
     def path(self) -> str:
@@ -105,6 +137,8 @@ class Run:
             "eos_token_ids": sorted(self.lm.eos_token_ids),
             **self.config.sampling.to_dict(),
         }
+        if self.config.constraint is not None:
+            params["constraint"] = self.config.constraint.to_dict()
         if self.config.mode == "beam":
             params.update(self.config.beam.to_dict(), beam_sample=self.config.beam_sample)
         if self.config.mode in ("speculative", "pld"):
@@ -119,6 +153,9 @@ class Run:
         events = self._events()
         try:
             for event in events:
+                if isinstance(event, Finished) and isinstance(self.stages.grammar, GrammarMask):
+                    event = dataclasses.replace(
+                        event, constraint_complete=self.stages.grammar.grammar.complete(list(event.token_ids)))
                 held = time.perf_counter()
                 yield event
                 self.transcript.held(time.perf_counter() - held)
@@ -148,6 +185,7 @@ class Run:
                 live=self.live,
                 graphs=self.graphs,
                 path=branch,
+                stages=self.stages,
             )
             return
         if self.config.mode in ("speculative", "pld"):
@@ -167,6 +205,7 @@ class Run:
                 fast=self.config.fast,
                 graphs=self.graphs,
                 path=branch,
+                stages=self.stages,
             )
             return
         yield from autoregressive(
@@ -181,6 +220,7 @@ class Run:
             fast=self.config.fast,
             graphs=self.graphs,
             path=branch,
+            stages=self.stages,
         )
 
     def _drafter(self) -> Drafter:

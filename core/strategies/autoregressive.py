@@ -25,7 +25,7 @@ from ..live import LiveParams
 from ..params import SamplingParams
 from ..path import Path, prefill
 from ..prefix_cache import keep, take
-from ..sampling import draw_later, stage_processors, staged_scores
+from ..sampling import Draw, StageContext, draw_later, stage_processors, staged_scores
 from ..transcript import Transcript
 
 if TYPE_CHECKING:
@@ -47,6 +47,7 @@ def autoregressive(
     graphs: bool = False,
     run_ahead: bool | None = None,
     path: Path | None = None,
+    stages: StageContext | None = None,
 ) -> Generator[Event, None, None]:
     """Yield ``TokenSampled`` and ``TokenEmitted`` per step, then ``Finished``.
 
@@ -56,10 +57,11 @@ def autoregressive(
     ``fast``: a static cache and a compiled step (see :mod:`decode_tui.core.forward`); the same tokens.
     ``graphs``: a static cache and the step replayed as a captured CUDA graph; the same tokens.
     ``run_ahead``: queue each step's forward pass before the last step is read back (default: on CUDA).
+    ``stages``: what the stages need besides their values (the prompt length, the EOS ids, a grammar).
     """
     greedy_mode = greedy
     greedy = greedy_mode or params.greedy
-    processors = stage_processors(params, greedy)
+    processors = stage_processors(params, greedy, context=stages)
     version = live.version if live else 0
     device = model.device
     start = [*transcript.prompt_ids, *(path.ids if path else ())]
@@ -88,9 +90,9 @@ def autoregressive(
             if live is not None and (snapshot := live.changed_since(version)) is not None:
                 version, params = snapshot.version, snapshot.sampling
                 greedy = greedy_mode or params.greedy
-                processors = stage_processors(params, greedy)
+                processors = stage_processors(params, greedy, context=stages)
             staged = staged_scores(processors, ids[:, :length], logits)
-            pending = draw_later(staged, greedy, generator, top_n)
+            pending = draw_later(staged, greedy, generator, top_n, processors)
             # From the device copy: a Python int written into a CUDA tensor is a host-to-device copy, which
             # waits for the device like the step's one read back (CUDA's sync debug mode counts both).
             ids[:, length] = pending.token
@@ -104,12 +106,7 @@ def autoregressive(
                 text=label(picked.token_id),
                 prob=picked.prob,
                 greedy=greedy,
-                stages=tuple(
-                    StageCandidates(stage, tuple(Candidate(t, label(t), p) for t, p in zip(tids, tprobs, strict=True)),
-                                    chosen_prob=cp, chosen_rank=rank)
-                    for stage, tids, tprobs, cp, rank in zip(picked.stages, picked.top_ids, picked.top_probs,
-                                                             picked.chosen_probs, picked.chosen_ranks, strict=True)
-                ),
+                stages=_stage_candidates(picked, label),
                 target_forwards=transcript.target_forwards,
             )
             yield transcript.emit(picked.token_id, stats=picked.stats)
@@ -127,3 +124,17 @@ def autoregressive(
         # Kept for a branch of this run (a pooled static cache goes back to its pool when none comes).
         keep(model, cache, [*start, *transcript.token_ids[len(path.ids) if path else 0 :]], fast=fast,
              graphs=graphs)
+
+
+def _stage_candidates(picked: Draw, label: Callable[[int], str]) -> tuple[StageCandidates, ...]:
+    """The step's stages as events: each one's top candidates, where the drawn token stood, and what it cut."""
+    return tuple(
+        StageCandidates(stage, tuple(Candidate(t, label(t), p) for t, p in zip(ids, probs, strict=True)),
+                        chosen_prob=cp, chosen_rank=rank,
+                        possible=cut.possible if i else None, removed=cut.removed if i else None,
+                        removed_candidates=tuple(Candidate(t, label(t), p) for t, p in
+                                                 zip(cut.removed_ids, cut.removed_probs, strict=True)) or None,
+                        threshold=cut.threshold, entropy=cut.entropy, detail=cut.detail)
+        for i, (stage, ids, probs, cp, rank, cut) in enumerate(zip(
+            picked.stages, picked.top_ids, picked.top_probs, picked.chosen_probs, picked.chosen_ranks, picked.cuts,
+            strict=True)))

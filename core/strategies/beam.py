@@ -46,7 +46,7 @@ from ..forward import forward, new_cache, release
 from ..live import LiveParams
 from ..params import BeamParams, SamplingParams
 from ..path import Path, prefill, token_stats
-from ..sampling import processed, stage_processors
+from ..sampling import StageContext, processed, stage_processors
 from ..transcript import TokenStats, Transcript
 from .autoregressive import autoregressive
 from .beam_state import NEG, BeamState, hypotheses_of, step_event
@@ -69,6 +69,7 @@ def beam_search(
     live: LiveParams | None = None,
     graphs: bool = False,
     path: Path | None = None,
+    stages: StageContext | None = None,
 ) -> Generator[Event, None, None]:
     """Yield one ``BeamStepped`` per step, then the best hypothesis as ``TokenEmitted`` and ``Finished``.
 
@@ -76,19 +77,22 @@ def beam_search(
     prompt, as ``generate`` would on that prompt, so hypotheses hold the tokens after the path.
     With ``live``, the sampling stages are re-read at every step; the beam settings never change mid-run.
     ``graphs``: the batched step of the N beams replayed as a captured CUDA graph on a static cache
-    (reordered in place); the same scores and sequences.
+    (reordered in place); the same scores and sequences. ``stages``: what the stages need besides their values
+    (with a grammar, each beam keeps its own grammar state, copied when the beams are reordered).
     """
     if beam.num_beams == 1:
         yield from _one_beam(model, transcript, beam, sampling, do_sample, generator, label, decode, live, graphs,
-                             path)
+                             path, stages)
         return
 
     # Beam sampling keeps one token more than there are EOS ids, as generate does.
-    processors = stage_processors(sampling, greedy=not do_sample, min_tokens_to_keep=len(transcript.eos_token_ids) + 1)
+    processors = stage_processors(sampling, greedy=not do_sample, min_tokens_to_keep=len(transcript.eos_token_ids) + 1,
+                                  context=stages)
     max_length = len(transcript.prompt_ids) + transcript.max_new_tokens
     cache = new_cache(model, graphs=graphs, max_len=max_length, batch=beam.num_beams)
     try:
-        yield from _search(model, transcript, beam, cache, processors, do_sample, generator, label, decode, live, path)
+        yield from _search(model, transcript, beam, cache, processors, do_sample, generator, label, decode, live, path,
+                           stages)
     finally:
         release(cache)  # a pooled static cache (and its graph) goes back for the next run
 
@@ -96,7 +100,7 @@ def beam_search(
 def _search(model: PreTrainedModel, transcript: Transcript, beam: BeamParams, cache: Cache,
             processors: list[tuple[Stage, LogitsProcessor]], do_sample: bool, generator: torch.Generator | None,
             label: Callable[[int], str], decode: Callable[[list[int]], str], live: LiveParams | None,
-            path: Path | None) -> Generator[Event, None, None]:
+            path: Path | None, stages: StageContext | None) -> Generator[Event, None, None]:
     """The search itself, on a cache of N rows; :func:`beam_search` owns the cache."""
     N = beam.num_beams
     eos = torch.tensor(sorted(transcript.eos_token_ids), dtype=torch.long, device=model.device)
@@ -136,7 +140,8 @@ def _search(model: PreTrainedModel, transcript: Transcript, beam: BeamParams, ca
     for step in range(max_length - T0):
         if live is not None and (snapshot := live.changed_since(version)) is not None:
             version = snapshot.version
-            processors = stage_processors(snapshot.sampling, greedy=not do_sample, min_tokens_to_keep=len(eos) + 1)
+            processors = stage_processors(snapshot.sampling, greedy=not do_sample, min_tokens_to_keep=len(eos) + 1,
+                                          context=stages)
         cur_len = T0 + step
         # generate applies the processors to log-probs, not logits
         log_probs = processed(processors, s.running[:, :cur_len], torch.log_softmax(logits, dim=-1))  # [N, V]
@@ -227,14 +232,14 @@ def _finish(transcript: Transcript, hypotheses: list[Hypothesis], stats: list[To
 def _one_beam(model: PreTrainedModel, transcript: Transcript, beam: BeamParams, sampling: SamplingParams,
               do_sample: bool, generator: torch.Generator | None, label: Callable[[int], str],
               decode: Callable[[list[int]], str], live: LiveParams | None, graphs: bool, path: Path | None,
-              ) -> Generator[Event, None, None]:
+              stages: StageContext | None) -> Generator[Event, None, None]:
     """``num_beams=1`` is plain greedy decoding (or sampling) in generate; its one hypothesis is the output.
 
     Its sum log-prob adds the log-probability of each token under the distribution it was picked from.
     """
     total = 0.0
     for event in autoregressive(model, transcript, sampling, greedy=not do_sample, generator=generator, label=label,
-                                live=live, graphs=graphs, path=path):
+                                live=live, graphs=graphs, path=path, stages=stages):
         if isinstance(event, TokenSampled):
             total += math.log(event.prob) if event.prob > 0 else NEG
         if isinstance(event, Finished) and event.finish_reason != "cancelled":

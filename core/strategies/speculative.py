@@ -42,11 +42,12 @@ from ..draft_stats import DraftStats
 from ..drafters import Draft, Drafter, PromptLookup
 from ..events import DraftProposed, DraftVerified, Event, PositionVerdict, TokenSource
 from ..forward import forward, prepare, rollback, to_host
+from ..grammar import GrammarMask
 from ..live import LiveParams
 from ..params import SamplingParams
 from ..path import Path, host_stats, prefill, token_stats
 from ..prefix_cache import keep, take
-from ..sampling import processed, stage_processors
+from ..sampling import CONTEXT_FREE, StageContext, processed, stage_processors
 from ..transcript import TokenStats, Transcript
 from ..whatif import Trace, replay_lookup
 from .adaptive import AdaptiveDraftLength
@@ -74,6 +75,7 @@ def speculative(
     fast: bool = False,
     graphs: bool = False,
     path: Path | None = None,
+    stages: StageContext | None = None,
 ) -> Generator[Event, None, None]:
     """Yield draft/verify events and the emitted tokens, then ``Finished`` with the draft statistics.
 
@@ -83,11 +85,13 @@ def speculative(
     before every round (a front end changed them mid-run). ``fast``: the target runs on a static cache
     with compiled passes (see :mod:`decode_tui.core.forward`), and every verification is padded to the
     longest draft, so one compiled graph serves every round whatever the drafter proposed. ``graphs``: the
-    same, with the passes captured as CUDA graphs of the eager model instead of compiled.
+    same, with the passes captured as CUDA graphs of the eager model instead of compiled. ``stages``: what the
+    stages need besides their values; with a grammar there, a drafted token it forbids ends the draft before
+    verification (its verdict is ``cut``: the target could only reject it, its p under the grammar is 0).
     """
     greedy_verify = greedy
     greedy = greedy_verify or sampling.greedy
-    processors = stage_processors(sampling, greedy)
+    processors = stage_processors(sampling, greedy, context=stages)
     version = live.version if live else 0
     stats = DraftStats()
     policy = AdaptiveDraftLength(num_draft_tokens, replay=_lookup_replay(drafter, transcript)) if adaptive else None
@@ -126,7 +130,7 @@ def speculative(
             if live is not None and (snapshot := live.changed_since(version)) is not None:
                 version, sampling = snapshot.version, snapshot.sampling
                 greedy = greedy_verify or sampling.greedy
-                processors = stage_processors(sampling, greedy)
+                processors = stage_processors(sampling, greedy, context=stages)
                 num_draft_tokens = snapshot.draft.length(drafter.kind)
                 if policy is not None:
                     policy.max_k = num_draft_tokens
@@ -136,11 +140,14 @@ def speculative(
             started = time.perf_counter()
             draft = drafter.propose(context, k, processors, greedy, generator) if k > 0 else Draft([])
             drafted = draft.token_ids[:k]
+            cut = _grammar_cut(stages, context, drafted)
             draft_s = time.perf_counter() - started
             stats.draft_time_s += draft_s
             stats.draft_forwards += draft.forwards
             if drafted:
                 yield _proposed(round_, drafter.kind, draft, drafted, label, k)
+            if cut:  # verification never sees what the grammar refused
+                drafted = drafted[: cut[0].position]
 
             started = time.perf_counter()
             confirmed = len(context) - 1  # what the caches hold between rounds: everything but the pending token
@@ -166,8 +173,9 @@ def speculative(
                 if policy:
                     policy.observe(len(verdicts), n, verify_s, draft_s)
                 confirmed = len(context) + n
-                if drafted:
-                    yield DraftVerified(round=round_, verdicts=verdicts, accepted=n, extra_token_id=extra,
+                if drafted or cut:
+                    yield DraftVerified(round=round_, verdicts=verdicts if end is not None else verdicts + cut,
+                                        accepted=n, extra_token_id=extra,
                                         extra_kind=kind, target_forwards=transcript.target_forwards,
                                         draft_s=draft_s, verify_s=verify_s)
                 # 5. Emit the accepted prefix, then the target's extra token, if the run goes on past the prefix.
@@ -189,6 +197,24 @@ def speculative(
     finally:
         # Kept for a branch of this run (a pooled static cache goes back to its pool when none comes).
         keep(model, cache, context, rollback_ready=True, fast=fast, graphs=graphs)
+
+
+def _grammar_cut(stages: StageContext | None, context: list[int], drafted: list[int]) -> tuple[PositionVerdict, ...]:
+    """The verdicts of the drafted tokens the grammar refuses, from the first of them on: ``cut`` for that one,
+    ``untested`` for the rest (they followed it). Empty where the grammar takes the whole draft, or there is none.
+
+    A prompt lookup copy never met the grammar; a draft model drafts under it and is refused nothing. Cutting
+    before verification changes no output: under the grammar the target gives the token p = 0, so greedy
+    verification would reject it and sampling would too, then resample from max(0, p - q) = p.
+    """
+    grammar = stages.grammar if stages is not None else None
+    if not isinstance(grammar, GrammarMask) or not drafted:
+        return ()
+    output = context[grammar.prompt_length :]
+    allowed = grammar.allowed_prefix(output, drafted)
+    q = 1.0  # the drafter's probability is not what ended it; a copy's is 1
+    return tuple(PositionVerdict(i, drafted[i], 0.0, q, None, "cut" if i == allowed else "untested")
+                 for i in range(allowed, len(drafted)))
 
 
 def _lookup_replay(drafter: Drafter, transcript: Transcript) -> Callable[[int], tuple[int, ...]] | None:
@@ -231,8 +257,8 @@ def _run_ends_after(accepted: list[int], eos_token_ids: frozenset[int], remainin
 def _distributions(processors: list[tuple[Stage, LogitsProcessor]], context: list[int], drafted: list[int],
                    logits: torch.Tensor) -> torch.Tensor:
     """Target probabilities at each verified position, each processed with its own prefix ([k+1, V])."""
-    if all(stage != "repetition_penalty" for stage, _ in processors):
-        # Temperature, top-k and top-p act on each row alone and never read the context: all k + 1 rows at
+    if all(stage in CONTEXT_FREE for stage, _ in processors):
+        # The warpers act on each row alone and never read the context: all k + 1 rows at
         # once, a few kernels a round instead of a few per position (at hundreds of tokens a second on a
         # GPU, each launch counts).
         no_context = torch.empty((logits.shape[0], 0), dtype=torch.long, device=logits.device)

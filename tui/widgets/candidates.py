@@ -17,15 +17,51 @@ from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
 from rich.text import Text
 
-from ...core.events import TokenSampled
+from ...core.events import StageCandidates, TokenSampled
 from ..numbers import bar, percent, prob
 from .live_panel import LivePanel
 
 BAR_WIDTH = 20
 LABEL_MAX = 24  # a longer token label is cut, so the bars stay in one column
 PERCENT_W = len("100.0%")
-STAGE_NAMES = {"raw": "raw logits", "repetition_penalty": "repetition penalty", "temperature": "temperature",
-               "top_k": "top-k", "top_p": "top-p"}
+STAGE_NAMES = {"raw": "raw logits", "repetition_penalty": "repetition penalty",
+               "no_repeat_ngram_size": "no-repeat n-gram", "bad_words_ids": "bad words",
+               "min_new_tokens": "min new tokens", "grammar": "grammar", "temperature": "temperature",
+               "top_h": "top-h", "top_k": "top-k", "top_p": "top-p", "min_p": "min-p", "typical_p": "typical-p",
+               "epsilon_cutoff": "epsilon cutoff", "eta_cutoff": "eta cutoff"}
+# Stages that ban tokens outright rather than cut a tail: the best raw candidates they removed are shown, struck.
+BANS = frozenset({"no_repeat_ngram_size", "bad_words_ids", "min_new_tokens", "grammar"})
+STRUCK = 3  # removed candidates shown per banning stage
+
+
+def stage_note(stage: StageCandidates) -> str | None:
+    """What a stage cut and why, in its method's words; None where it cut nothing worth a line (or the recording
+    predates the figures)."""
+    if stage.removed is None or stage.possible is None:
+        return None
+    left = f"{stage.removed:,} removed, {stage.possible:,} left"
+    thr, h = stage.threshold, stage.entropy
+    if stage.stage == "grammar":
+        return stage.detail
+    if stage.stage == "min_p" and thr is not None:
+        return f"cut p < min_p × p_max = {prob(thr)}: {left}"
+    if stage.stage == "epsilon_cutoff" and thr is not None:
+        return f"cut p < ε = {prob(thr)}: {left}"
+    if stage.stage == "eta_cutoff" and thr is not None and h is not None:
+        return f"cut p < min(η, √η·e^-H) = {prob(thr)}, H = {h:.2f} nats: {left}"
+    if stage.stage == "typical_p" and thr is not None and h is not None:
+        return f"kept |-log p - H| ≤ {thr:.2f} around H = {h:.2f} nats: {left}"
+    if stage.stage == "top_h" and thr is not None:
+        return f"kept the top while their entropy ≤ top_h × H = {thr:.2f} nats: {left}"
+    if stage.stage == "no_repeat_ngram_size":
+        return f"{stage.removed:,} removed: each would repeat an n-gram" if stage.removed else None
+    if stage.stage == "bad_words_ids":
+        return f"{stage.removed:,} removed: each would complete a bad word" if stage.removed else None
+    if stage.stage == "min_new_tokens":
+        return "the end of text removed: too few new tokens yet" if stage.removed else None
+    if stage.stage in ("top_k", "top_p"):
+        return left
+    return None
 
 
 class CandidatesPanel(LivePanel):
@@ -59,7 +95,7 @@ class CandidatesPanel(LivePanel):
         text = Text(f"step {step.step}: {how} {step.text!r}  p={prob(step.prob)}", style=chosen_style)
         mark = self.glyphs.get("chosen", ">")
         # (probability, label, is the drawn token, its rank where shown below the top candidates)
-        rows: list[tuple[str, list[tuple[float, str, bool, int | None]]]] = []
+        rows: list[tuple[StageCandidates, list[tuple[float, str, bool, int | None]]]] = []
         for stage in step.stages:
             shown: list[tuple[float, str, bool, int | None]] = []
             for c in stage.kept[:top]:
@@ -68,14 +104,17 @@ class CandidatesPanel(LivePanel):
             if stage.chosen_prob is not None and not any(chosen for _, _, chosen, _ in shown):
                 # Drawn from below the shown candidates: the surprise sampling is about, so shown, with its rank.
                 shown.append((stage.chosen_prob, f"{mark} {step.text!r}", True, stage.chosen_rank))
-            rows.append((stage.stage, shown))
+            rows.append((stage, shown))
         width = min(LABEL_MAX, max((cell_len(label) for _, shown in rows for _, label, _, _ in shown), default=1))
         ranked = max((len(f" #{rank}") for _, shown in rows for _, _, _, rank in shown if rank is not None), default=0)
         full = width + 1 + BAR_WIDTH + 1 + PERCENT_W + ranked
         bar_width = BAR_WIDTH if room is None else max(4, BAR_WIDTH - max(0, full - room))
-        for name, shown in rows:
+        for stage, shown in rows:
             text.append("\n")
-            text.append(STAGE_NAMES[name], style=stage_style)
+            text.append(STAGE_NAMES.get(stage.stage, stage.stage), style=stage_style)
+            note = stage_note(stage)
+            if note:
+                text.append(f"  {note}", style="dim")
             for p, label, chosen, rank in shown:
                 text.append("\n")
                 text.append(set_cell_size(label, width), style=chosen_style if chosen else "")
@@ -84,6 +123,13 @@ class CandidatesPanel(LivePanel):
                 text.append(f" {percent(p)}")
                 if rank is not None:
                     text.append(f" #{rank}", style=chosen_style)
+            if stage.stage in BANS:  # what the ban took away, struck through, at its probability before it
+                for c in (stage.removed_candidates or ())[:STRUCK]:
+                    text.append("\n")
+                    text.append(set_cell_size(f"✗ {c.text!r}", width), style="strike dim")
+                    text.append(" ")
+                    text.append(bar(c.prob, bar_width).ljust(bar_width), style="dim")
+                    text.append(f" {percent(c.prob)}", style="strike dim")
         return text, full
 
     def fit(self, width: int, height: int) -> list[list[Segment]]:

@@ -1,0 +1,182 @@
+"""Constrained decoding: a JSON schema, a regex or a Lark grammar, compiled by llguidance, as a logits processor.
+
+llguidance (the matcher vLLM, SGLang and llama.cpp use) compiles a constraint against the tokenizer once, then
+at each step gives the set of tokens the grammar allows after the output so far, as a bitmask (tens of
+microseconds for the embedded model's 49k tokens). :class:`GrammarMask` applies it as a transformers
+``LogitsProcessor``: ``generate`` takes it as ``logits_processor``, and the strategies put it where
+``generate`` does (after its own processors, before the warpers), so constrained greedy here equals
+``generate`` with the same processor, token for token.
+
+The processor follows the ids it is given rather than being told each token: it compares each row with what
+its matcher has consumed, rolls the matcher back to where they part and consumes the rest (llguidance's
+matchers roll back, which drafting needs). That lets one object serve a plain loop; a verification that
+processes each drafted prefix in turn and then drops the rejected tokens; and beam search, whose rows are
+reordered every step (a row's matcher is a copy of the one of the row it grew from).
+
+:class:`~decode_tui.core.params.Constraint` says what to compile, :mod:`decode_tui.core.constraints` checks it
+(without torch, so a front end refuses a bad one at once); this module compiles it for a tokenizer and applies it.
+It knows tokens and grammars, not models.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import llguidance
+import llguidance.hf
+import torch
+from transformers.generation.logits_process import LogitsProcessor
+
+from .constraints import grammar_text
+from .errors import UsageError
+from .params import Constraint
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+_TOKENIZERS: dict[int, llguidance.LLTokenizer] = {}
+
+
+def ll_tokenizer(tokenizer: PreTrainedTokenizerBase, eos_token_ids: frozenset[int]) -> llguidance.LLTokenizer:
+    """llguidance's view of a Hugging Face fast tokenizer, built once per tokenizer (it takes about 0.3 s)."""
+    key = id(tokenizer)
+    if key not in _TOKENIZERS:
+        eos = sorted(eos_token_ids) or None
+        try:
+            _TOKENIZERS[key] = llguidance.hf.from_tokenizer(tokenizer, eos_token=eos)  # type: ignore[arg-type]
+        except ValueError as err:
+            raise UsageError(f"Constrained decoding needs a fast tokenizer: {err}.") from None
+    return _TOKENIZERS[key]
+
+
+@dataclass
+class _Row:
+    matcher: llguidance.LLMatcher
+    consumed: list[int] = field(default_factory=list)
+
+
+class Grammar:
+    """A constraint compiled for one tokenizer: makes matchers, checks token sequences."""
+
+    def __init__(self, constraint: Constraint, tokenizer: PreTrainedTokenizerBase,
+                 eos_token_ids: frozenset[int]) -> None:
+        self.constraint = constraint
+        self.text = grammar_text(constraint)
+        self.tokenizer = ll_tokenizer(tokenizer, eos_token_ids)
+        self.vocab_size = self.tokenizer.vocab_size
+        self.eos_token_ids = eos_token_ids
+        matcher = self.matcher()
+        if matcher.is_error():
+            raise UsageError(f"The {constraint.describe()} is invalid: {matcher.get_error().strip()}")
+
+    def matcher(self) -> llguidance.LLMatcher:
+        return llguidance.LLMatcher(self.tokenizer, self.text, log_level=0)
+
+    def complete(self, token_ids: list[int]) -> bool:
+        """Whether ``token_ids`` (an output, with its EOS if it has one) satisfy the constraint in full."""
+        matcher = self.matcher()
+        body = token_ids[:-1] if token_ids and token_ids[-1] in self.eos_token_ids else token_ids
+        return bool(matcher.consume_tokens(body) and matcher.is_accepting())
+
+    def allows(self, token_ids: list[int]) -> int:
+        """How many of ``token_ids``, from the start of the output, the grammar accepts."""
+        return self.matcher().validate_tokens(token_ids)
+
+
+class GrammarMask(LogitsProcessor):
+    """Sets the score of every token the grammar forbids after each row's output to -inf (a new tensor).
+
+    ``prompt_length``: the ids before it are the prompt, which the grammar does not read. After each call,
+    ``allowed`` holds how many tokens the grammar allowed for row 0 and ``detail`` says where it stands.
+    """
+
+    def __init__(self, grammar: Grammar, prompt_length: int) -> None:
+        self.grammar = grammar
+        self.prompt_length = prompt_length
+        self.rows: list[_Row] = [_Row(grammar.matcher())]
+        self.allowed = grammar.vocab_size
+        self.detail: str | None = None
+        self._bitmask = torch.zeros((1, (grammar.vocab_size + 31) // 32), dtype=torch.int32)
+        self._bits = torch.arange(32, dtype=torch.int32)  # [32] bit i of each 32-bit word is token 32 w + i
+        self._eos = torch.tensor(sorted(grammar.eos_token_ids), dtype=torch.long)
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
+        outputs = input_ids[:, self.prompt_length :].tolist()  # [B][T - prompt] what the grammar reads
+        # Past an end-of-text token the output is over (a verification's row after a drafted EOS is never
+        # used): the grammar reads up to it and, like a finished run, allows nothing but the end again.
+        ended = [self._ends(output) for output in outputs]
+        self.rows = self._follow([output[:end] for output, end in zip(outputs, ended, strict=True)])
+        if self._bitmask.shape[0] != len(self.rows):
+            self._bitmask = torch.zeros((len(self.rows), self._bitmask.shape[1]), dtype=torch.int32)
+        for b, row in enumerate(self.rows):
+            if row.matcher.is_error():  # a row that left the grammar (a beam fed a forbidden token): no way on
+                self._bitmask[b] = 0
+            else:  # what llguidance.torch.fill_next_token_bitmask does, without importing its compiled kernel
+                words = self._bitmask[b]
+                row.matcher.unsafe_compute_mask_ptr(words.data_ptr(), words.numel() * words.element_size())
+        allowed = ((self._bitmask.unsqueeze(-1) >> self._bits) & 1).flatten(1).bool()  # [B, 32 W]
+        for b, (output, end) in enumerate(zip(outputs, ended, strict=True)):
+            if end < len(output):
+                allowed[b] = False
+                allowed[b, self._eos] = True
+        self.allowed = int(allowed[0].sum())
+        self.detail = self._where(self.rows[0].matcher)
+        vocab = scores.shape[-1]
+        if allowed.shape[1] < vocab:  # logits rows past the tokenizer's vocabulary are padding: never allowed
+            allowed = torch.cat([allowed, allowed.new_zeros(allowed.shape[0], vocab - allowed.shape[1])], 1)
+        return scores.masked_fill(~allowed[:, :vocab].to(scores.device), float("-inf"))
+
+    def _ends(self, output: list[int]) -> int:
+        """Where ``output``'s first end-of-text token is, else its length."""
+        return next((i for i, token in enumerate(output) if token in self.grammar.eos_token_ids), len(output))
+
+    def _follow(self, outputs: list[list[int]]) -> list[_Row]:
+        """A matcher per row that has consumed exactly that row's output: the old row that shares the longest
+        start with it, rolled back to where they part (copied first where two new rows grow from it)."""
+        taken: set[int] = set()
+        rows = []
+        for output in outputs:
+            best = max(range(len(self.rows)), key=lambda r: (_common(self.rows[r].consumed, output), r not in taken))
+            row = self.rows[best]
+            if best in taken:
+                row = _Row(row.matcher.deep_copy(), list(row.consumed))
+            taken.add(best)
+            rows.append(row)
+        for row, output in zip(rows, outputs, strict=True):
+            common = _common(row.consumed, output)
+            if common < len(row.consumed):
+                row.matcher.rollback(len(row.consumed) - common)
+                del row.consumed[common:]
+            if len(output) > common:
+                row.matcher.consume_tokens(output[common:])
+                row.consumed.extend(output[common:])
+        return rows
+
+    def _where(self, matcher: llguidance.LLMatcher) -> str:
+        """Where the output stands in the grammar, in a line: what it must write next, or whether it may end."""
+        if matcher.is_error():
+            return "left the grammar"
+        forced = matcher.compute_ff_bytes().decode("utf-8", errors="replace")
+        allows = f"allows {self.allowed:,} of {self.grammar.vocab_size:,} tokens"
+        if matcher.is_stopped():
+            return f"{allows}: complete, only the end of text"
+        if forced:
+            return f"{allows}: must write {forced!r} next"
+        if matcher.is_accepting():
+            return f"{allows}: complete here, or may go on"
+        return allows
+
+    def allowed_prefix(self, output: list[int], token_ids: list[int]) -> int:
+        """How many of ``token_ids``, written after ``output``, the grammar takes before it refuses one."""
+        self.rows = self._follow([output])
+        return int(self.rows[0].matcher.validate_tokens(token_ids))
+
+
+def _common(a: list[int], b: list[int]) -> int:
+    """The length of the longest common start of ``a`` and ``b``."""
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
