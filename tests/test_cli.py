@@ -370,6 +370,8 @@ def test_every_readme_generate_and_whatif_example_runs_as_written(smollm2: Any, 
     # The files the examples name, in the folder they run in.
     (tmp_path / "edit-this-code.txt").write_text("Rename x to y: def f(x):\n    return x + x\n", encoding="utf-8")
     (tmp_path / "notes.txt").write_text("Notes: the meeting moved to Tuesday.", encoding="utf-8")
+    (tmp_path / "person.json").write_text(json.dumps({"type": "object", "properties": {
+        "name": {"type": "string"}, "age": {"type": "integer"}}, "required": ["name", "age"]}), encoding="utf-8")
     (tmp_path / "my-checkpoint").symlink_to(tiny_model_dir, target_is_directory=True)
     # In this process (the model code is imported once, not nine times), through the same command-line parser;
     # the first one also as a real process, so the console script and its stdout are covered as written.

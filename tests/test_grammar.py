@@ -140,7 +140,8 @@ def repetitive(tokenizer: Any, text: str) -> list[int]:
     return list(tokenizer.encode(text * 4, add_special_tokens=False))
 
 
-REGEXES = [r"[a-z]{3,12}( [a-z]{2,8}){0,3}\.", r"(yes|no|maybe)", r"[0-9]{1,4}(-[0-9]{2}){2}", r"\d+ apples? (and|or) \w+"]
+REGEXES = [r"[a-z]{3,12}( [a-z]{2,8}){0,3}\.", r"(yes|no|maybe)", r"[0-9]{1,4}(-[0-9]{2}){2}",
+           r"\d+ apples? (and|or) \w+"]
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -1271,3 +1271,94 @@ async def test_the_svg_key_saves_the_screen_for_a_slide(tmp_path: Path, monkeypa
         assert svg.name == "decode-tui-greedy-1.svg" and "<svg" in text
         assert "trace" not in text, "the slide shows the run, not the last toast"
         assert any("screen saved to decode-tui-greedy-1.svg" in m for m in app.messages)
+
+
+@in_event_loop
+async def test_the_grammar_and_cutoff_stages_say_what_they_cut_and_show_the_refused_tokens_struck() -> None:
+    from rich.style import Style
+
+    from decode_tui.core.events import Candidate, StageCandidates
+
+    app, _ = make("sample")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        panel = app.query_one(CandidatesPanel)
+        raw = (Candidate(5, " Sure", 0.5), Candidate(6, "{", 0.3), Candidate(7, " I", 0.1))
+        stages = (StageCandidates("raw", raw),
+                  StageCandidates("grammar", (Candidate(6, "{", 1.0),), chosen_prob=1.0, chosen_rank=1, possible=2,
+                                  removed=49150, removed_candidates=(raw[0], raw[2]),
+                                  detail="allows 2 of 49,152 tokens: must write '{' next"),
+                  StageCandidates("min_p", (Candidate(6, "{", 1.0),), possible=1, removed=1, threshold=0.1,
+                                  entropy=None))
+        panel.show(TokenSampled(step=0, token_id=6, text="{", prob=1.0, greedy=False, stages=stages))
+        await pilot.pause()
+        shown = _shown(panel)
+        assert any(line.startswith("grammar  allows 2 of 49,152 tokens: must write '{' next") for line in shown), shown
+        struck = [y for y, line in enumerate(shown) if line.startswith("✗ ")]
+        assert len(struck) == 2, shown
+        assert "' Sure'" in shown[struck[0]] and shown[struck[0]].endswith("50.0%"), shown
+        segments = list(panel.render_line(struck[0]))
+        assert any(seg.style is not None and Style.parse("strike") in [Style(strike=seg.style.strike)]
+                   for seg in segments if seg.text.strip()), "refused candidates are struck through"
+        assert any(line.startswith("min-p  cut p < min_p × p_max = 0.10: 1 removed, 1 left") for line in shown), \
+            "\n".join(shown)
+
+
+@in_event_loop
+async def test_a_draft_token_the_grammar_cut_is_shown_as_cut_not_tested() -> None:
+    from decode_tui.core.events import PositionVerdict
+    from decode_tui.tui.run_view import Round
+
+    app, _ = make("pld")
+    async with app.run_test(size=(140, 40)) as pilot:
+        await settle(pilot, app)
+        panel = app.query_one("#pld-rounds", DraftPanel)
+        first = panel.rounds[0]
+        verdicts = (PositionVerdict(0, 1, 0.9, 1.0, None, "accepted"), PositionVerdict(1, 2, 0.0, 1.0, None, "cut"),
+                    PositionVerdict(2, 3, 0.0, 1.0, None, "untested"))
+        proposed = dataclasses.replace(first.proposed, token_ids=(1, 2, 3), texts=(" a", " b", " c"))
+        verified = dataclasses.replace(first.verified, round=9, verdicts=verdicts, accepted=1)
+        panel.add([Round(proposed, verified, first.extra_text)], (1.0,))
+        await pilot.pause()
+        shown = _shown(panel)
+        row = next(line for line in shown if "' b'" in line and "cut by the grammar" in line)
+        assert "⊘cut by the grammar" in row, shown
+        assert any(line.strip().startswith("⊘cut by the grammar: it forbids") for line in shown), shown
+
+
+@in_event_loop
+async def test_the_stage_editor_lists_every_stage_and_changes_one_from_the_next_step() -> None:
+    from textual.widgets import Label, OptionList
+
+    from decode_tui.tui.screens.stage_editor import StageEditor
+
+    app, _ = make("sample")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        await pilot.press("z")
+        await until(pilot, lambda: isinstance(app.screen, StageEditor))
+        options = app.screen.query_one(OptionList)
+        labels = [str(options.get_option_at_index(i).prompt).split("  ")[0] for i in range(options.option_count)]
+        assert labels == ["repetition penalty", "no-repeat n-gram size", "min new tokens", "temperature", "top-h",
+                          "top-k", "top-p", "min-p", "typical-p", "epsilon cutoff", "eta cutoff"]
+        options.highlighted = 7  # min-p
+        await pilot.press("right", "right")
+        assert app.settings.config.sampling.min_p == 0.05
+        assert app.live.snapshot().sampling.min_p == 0.05, "applied from the next step, as the other knobs are"
+        said = str(app.screen.query_one("#stages-said", Label).render())
+        assert "min-p 0.02 → 0.05, from the next step" in said, said
+        assert "0.05" in str(options.get_option_at_index(7).prompt)
+        await pilot.press("left", "left", "left")
+        assert app.settings.config.sampling.min_p is None, "0 turns min-p off, as GenerationConfig's None"
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, StageEditor))
+
+    app, _ = make("greedy")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        await pilot.press("z")
+        await until(pilot, lambda: isinstance(app.screen, StageEditor))
+        app.screen.query_one(OptionList).highlighted = 8  # typical-p
+        await pilot.press("left")
+        said = str(app.screen.query_one("#stages-said", Label).render())
+        assert "no effect in greedy mode" in said, said

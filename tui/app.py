@@ -292,6 +292,9 @@ class DecodeApp(App[int]):
         self.control.knob(knob_id, direction)
         self._refresh_header()
 
+    def action_stages(self) -> None:
+        self.control.stages()
+
     def action_edit_prompt(self) -> None:
         self.control.prompt()
 

@@ -35,6 +35,8 @@ APP_BINDINGS: tuple[Binding, ...] = (
     Binding("r", "restart", "Restart", id="restart"),
     Binding("m", "cycle_mode", "Mode", tooltip="Cycle mode (restarts the run)", id="mode"),
     Binding("e", "edit_prompt", "Prompt", tooltip="Edit prompt (restarts the run)", id="prompt"),
+    Binding("z", "stages", "Stages", show=False, tooltip="Stage editor: every sampling stage's value (min-p, "
+            "typical-p, epsilon, eta, top-h, n-gram, min new tokens...), changed with the arrow keys", id="stages"),
     *_knob_bindings(),
     Binding("left", "select(-1)", "Select previous token", show=False, id="select.previous"),
     Binding("right", "select(1)", "Select next token", show=False, id="select.next"),

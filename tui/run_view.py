@@ -179,7 +179,9 @@ class RunView:
             elif isinstance(event, DraftProposed):
                 self._proposed = event
             elif isinstance(event, DraftVerified):
-                self.draft_stats.record(len(event.verdicts), event.accepted)
+                # Positions the grammar cut (and those after them) were never verified, so never count as drafted.
+                cut = next((v.position for v in event.verdicts if v.verdict == "cut"), len(event.verdicts))
+                self.draft_stats.record(cut, event.accepted)
                 c.drafted, c.accepted = self.draft_stats.drafted, self.draft_stats.accepted
                 self._verdicts = list(event.verdicts[: event.accepted])
                 if self._proposed is not None:

@@ -145,7 +145,52 @@ KNOBS: tuple[Knob, ...] = (
          fmt=lambda v: "off" if v == 0 else f"{v:g} s/step",
          says=("Faster: less slow motion", "Slower: more slow motion")),
 )
-KNOBS_BY_ID = {knob.id: knob for knob in KNOBS}
+
+def _off(value: float | None) -> float:
+    return 0.0 if value is None else value
+
+
+def _put_or_off(name: str) -> Callable[[Settings, float], Settings]:
+    """A setter for a stage whose "off" is None in GenerationConfig (min-p, top-h): 0 turns it off."""
+    def put(s: Settings, v: float) -> Settings:
+        changes: dict[str, Any] = {name: v or None}
+        return s.replace_config(sampling=dataclasses.replace(s.config.sampling, **changes))
+
+    return put
+
+
+def _cut(v: float) -> str:
+    return "off" if v == 0 else f"{v:g}"
+
+
+# The other stages transformers applies, changed in the stage editor (z): no keys of their own.
+STAGE_KNOBS: tuple[Knob, ...] = (
+    Knob("min_p", "min-p", ("", ""), "live", SAMPLING_MODES, lambda s: _off(s.config.sampling.min_p),
+         _ladder((0.0, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)), _put_or_off("min_p"), fmt=_cut),
+    Knob("typical_p", "typical-p", ("", ""), "live", SAMPLING_MODES, lambda s: s.config.sampling.typical_p,
+         _linear(0.05, 0.05, 1.0), _put("sampling", "typical_p"), fmt=lambda v: "off" if v >= 1 else f"{v:g}"),
+    Knob("epsilon_cutoff", "epsilon cutoff", ("", ""), "live", SAMPLING_MODES,
+         lambda s: s.config.sampling.epsilon_cutoff, _ladder((0.0, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2)),
+         _put("sampling", "epsilon_cutoff"), fmt=_cut),
+    Knob("eta_cutoff", "eta cutoff", ("", ""), "live", SAMPLING_MODES, lambda s: s.config.sampling.eta_cutoff,
+         _ladder((0.0, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2)), _put("sampling", "eta_cutoff"), fmt=_cut),
+    Knob("top_h", "top-h", ("", ""), "live", SAMPLING_MODES, lambda s: _off(s.config.sampling.top_h),
+         _ladder((0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0)), _put_or_off("top_h"), fmt=_cut),
+    Knob("no_repeat_ngram_size", "no-repeat n-gram size", ("", ""), "live", MODES,
+         lambda s: s.config.sampling.no_repeat_ngram_size, _linear(1, 0, 8), _put("sampling", "no_repeat_ngram_size",
+                                                                                  int),
+         fmt=lambda v: "off" if v == 0 else f"{int(v)}"),
+    Knob("min_new_tokens", "min new tokens", ("", ""), "live", MODES, lambda s: s.config.sampling.min_new_tokens,
+         _ladder((0, 1, 2, 4, 8, 16, 32, 64, 128)), _put("sampling", "min_new_tokens", int),
+         fmt=lambda v: "off" if v == 0 else f"{int(v)}"),
+)
+# The stages only sampling applies (transformers' warpers): they change nothing where a run takes the argmax.
+WARPER_KNOBS = frozenset({"temperature", "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff",
+                          "top_h"})
+# The editor's rows, in the order generate applies the stages.
+EDITOR_ORDER: tuple[str, ...] = ("repetition_penalty", "no_repeat_ngram_size", "min_new_tokens", "temperature",
+                                 "top_h", "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff")
+KNOBS_BY_ID = {knob.id: knob for knob in (*KNOBS, *STAGE_KNOBS)}
 
 
 @dataclass(frozen=True)
@@ -161,7 +206,7 @@ def _effective(settings: Settings, knob: Knob) -> str | None:
     if mode not in knob.modes:
         where = ", ".join(knob.modes)
         return f"no effect in {mode} mode (it applies to {where}; m cycles the mode)"
-    if knob.id in ("temperature", "top_k", "top_p"):
+    if knob.id in WARPER_KNOBS:
         c = settings.config
         if mode == "beam" and not c.beam_sample:
             return "no effect: this beam search is not sampling (start it with --temperature to sample beams)"

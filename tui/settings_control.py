@@ -61,15 +61,16 @@ class SettingsControl:
         settings = next_mode(host.settings) if mode is None else with_mode(host.settings, mode)
         self._restart(settings, f"mode → {settings.mode}: a new mode is a new run, so it restarts")
 
-    def knob(self, knob_id: str, direction: int) -> None:
+    def knob(self, knob_id: str, direction: int) -> str:
+        """Turn one knob; returns what happened, in the words the status line shows."""
         host = self.host
         change = adjust(host.settings, knob_id, direction)
         # A replay can re-rank its finished beams (a pure function of their scores) and change its pace, nothing else.
         if change.applies in ("live", "restart") and self.replay_refuses("parameters"):
-            return
+            return "a replay cannot change what was recorded"
         if change.applies is None:
             host.say(change.message, "warning")
-            return
+            return change.message
         host.settings = change.settings
         host.say(change.message)
         if change.applies == "live":
@@ -80,6 +81,14 @@ class SettingsControl:
             host.rerank_beams()
         elif knob_id == "slow_motion" and host.pump is not None:
             host.pump.slow_motion_s = host.settings.slow_motion_s
+        return change.message
+
+    def stages(self) -> None:
+        """The stage editor: every stage's value, changed with the arrow keys."""
+        from .screens.stage_editor import StageEditor
+
+        host = self.host
+        host.push_screen(StageEditor(lambda: host.settings, self.knob))
 
     def prompt(self) -> None:
         if self.replay_refuses("the prompt"):

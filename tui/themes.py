@@ -32,7 +32,7 @@ VARIABLES = (
     "match-background", "copy-background", "match-style", "copy-style",
     "boundary-a", "boundary-b", "boundary-b-style", "bar", "chosen",
 )
-GLYPHS = ("accepted", "rejected", "untested", "resampled", "bonus", "chosen")
+GLYPHS = ("accepted", "rejected", "untested", "cut", "resampled", "bonus", "chosen")
 COLORS = ("primary", "secondary", "accent", "success", "warning", "error", "foreground", "background", "surface",
           "panel")
 DEFAULT = "decode-dark"

@@ -35,7 +35,8 @@ def _of(proposed: DraftProposed) -> str:
 
 class DraftPanel(LivePanel):
     COMPONENT_CLASSES: ClassVar[set[str]] = {"draft-panel--accepted", "draft-panel--rejected",
-                                             "draft-panel--untested", "draft-panel--resampled", "draft-panel--bonus",
+                                             "draft-panel--untested", "draft-panel--cut", "draft-panel--resampled",
+                                             "draft-panel--bonus",
                                              "draft-panel--target"}
 
     def __init__(self, **kwargs: object) -> None:
@@ -87,7 +88,7 @@ class DraftPanel(LivePanel):
 
     def _verdict_styles(self) -> dict[str, Style]:
         return {name: self.style_of(f"draft-panel--{name}")
-                for name in ("accepted", "rejected", "untested", "resampled", "bonus", "target")}
+                for name in ("accepted", "rejected", "untested", "cut", "resampled", "bonus", "target")}
 
     def _test(self, style: dict[str, Style], compact: bool) -> tuple[Text, int]:
         """The latest round's acceptance test and the acceptance by position, and the width its table takes;
@@ -108,7 +109,7 @@ class DraftPanel(LivePanel):
                     f" {'─' * (len(header) + (0 if compact else 1))}\n")
         width = len(header) + 1
         for v, piece in zip(last.verified.verdicts, pieces, strict=False):
-            if v.verdict == "untested":  # discarded with the rejection before it: there was no test
+            if v.verdict in ("untested", "cut"):  # discarded, or refused by the grammar: there was no test
                 rule, u = "-", "-"
             elif v.u is None:  # greedy verification: the target's argmax decides, there is no draw
                 rule = "argmax =" if v.verdict == "accepted" else "argmax ≠"
@@ -118,7 +119,7 @@ class DraftPanel(LivePanel):
                 u = f"{v.u:.2f}"
             if cell_len(piece) > token_w:
                 piece = set_cell_size(piece, token_w - 1) + "…"
-            verdict = "not tested" if v.verdict == "untested" else v.verdict
+            verdict = {"untested": "not tested", "cut": "cut by the grammar"}.get(v.verdict, v.verdict)
             if compact:
                 test = rule if u == "-" else f"{u}{rule[1:]}"  # 0.66≥0.22: u against min(1, p/q)
                 text.append(f" {set_cell_size(piece, token_w)} {prob(v.q):>7} {prob(v.p):>7} {test:>9} ")
@@ -136,6 +137,9 @@ class DraftPanel(LivePanel):
         if any(v.verdict == "untested" for v in last.verified.verdicts):
             text.append(f"  {self._glyph('untested')}not tested: discarded with the rejection before it\n",
                         style=style["untested"])
+        if any(v.verdict == "cut" for v in last.verified.verdicts):
+            text.append(f"  {self._glyph('cut')}cut by the grammar: it forbids this token here, so the draft ends "
+                        "before verification (p = 0 under the grammar)\n", style=style["cut"])
         rates = "  ".join(f"{i + 1}:{rate:.0%}" for i, rate in enumerate(self.by_position))
         text.append(f"\nacceptance by position  {rates}")
         return text, width
