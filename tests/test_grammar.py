@@ -345,3 +345,16 @@ def test_bad_constraints_and_stage_values_exit_2_with_where_the_error_is(tmp_pat
     args = tuple(str(bad) if a == "GRAMMAR" else a for a in args)
     done = cli("generate", "--model", "no-such-model-needed", "--prompt", "x", *args)
     assert_clean_failure(done, 2, *fragments)
+
+
+def test_a_recordings_settings_keep_the_constraint_and_the_stages() -> None:
+    import dataclasses
+
+    from decode_tui.tui.settings import Settings, params_line, settings_from_dict
+
+    settings = Settings(config=DecodeConfig(mode="sample", constraint=Constraint("regex", "a+", origin=None),
+                                            sampling=SamplingParams(bad_words=("x",), min_p=0.1)))
+    header = json.loads(json.dumps(dataclasses.asdict(settings)))  # as a recording's header holds them
+    assert settings_from_dict(header) == settings
+    line = params_line(settings)
+    assert "min-p=0.1" in line and "regex" in line, line

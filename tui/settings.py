@@ -267,6 +267,10 @@ def params_line(settings: Settings, seed: object = None, width: int | None = Non
             parts.append(f"seed={seed}")
     if s.repetition_penalty != 1.0 or settings.mode in ("greedy", "sample"):
         parts.append(f"rep={s.repetition_penalty:g}")
+    parts += [f"{knob.label.split()[0]}={knob.fmt(knob.get(settings))}" for knob in STAGE_KNOBS
+              if knob.get(settings) != knob.get(Settings()) and _effective(settings, knob) is None]
+    if c.constraint is not None:
+        parts.append(c.constraint.describe())
     if settings.mode == "beam":
         parts += [f"beams={c.beam.num_beams}", f"lp={c.beam.length_penalty:g}",
                   f"early-stop={str(c.beam.early_stopping).lower()}"]
@@ -292,7 +296,7 @@ def params_line(settings: Settings, seed: object = None, width: int | None = Non
 
 def settings_from_dict(data: dict[str, object]) -> Settings:
     """Settings from their ``dataclasses.asdict`` form (a recording's header); unknown keys are ignored."""
-    from ..core.params import BeamParams, DraftParams, SamplingParams
+    from ..core.params import BeamParams, Constraint, DraftParams, SamplingParams
 
     def pick(cls: type, values: object) -> dict[str, object]:
         names = {f.name for f in dataclasses.fields(cls)}
@@ -305,6 +309,8 @@ def settings_from_dict(data: dict[str, object]) -> Settings:
         config_values["sampling"] = SamplingParams(**pick(SamplingParams, nested.get("sampling")))  # type: ignore[arg-type]
         config_values["beam"] = BeamParams(**pick(BeamParams, nested.get("beam")))  # type: ignore[arg-type]
         config_values["draft"] = DraftParams(**pick(DraftParams, nested.get("draft")))  # type: ignore[arg-type]
+        constraint = nested.get("constraint")
+        config_values["constraint"] = Constraint(**pick(Constraint, constraint)) if constraint else None  # type: ignore[arg-type]
         config = DecodeConfig(**config_values)  # type: ignore[arg-type]
         top = {k: v for k, v in pick(Settings, data).items() if k not in ("config", "branch")}
         return Settings(**top, config=config)  # type: ignore[arg-type]
