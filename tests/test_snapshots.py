@@ -108,3 +108,44 @@ def test_race_layout(snap_compare: Any, monkeypatch: pytest.MonkeyPatch) -> None
 
     app = RaceApp(Settings(prompt="Copy: the quick brown fox jumps over the lazy dog"), lanes, "cpu float32", speed=0)
     assert snap_compare(app, terminal_size=SIZE, run_before=done)
+
+
+def test_stage_editor(snap_compare: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stage editor over a sampling run, min-p turned up to 0.05."""
+    monkeypatch.delenv("NO_COLOR", raising=False)
+
+    async def edit(pilot: Any) -> None:
+        await finished(pilot)
+        await pilot.press("z")
+        await pilot.pause(0.1)
+        pilot.app.screen.query_one("OptionList").highlighted = 7  # min-p
+        await pilot.press("right", "right")
+        await pilot.pause(0.1)
+
+    assert snap_compare(app_for("sample"), terminal_size=SIZE, run_before=edit)
+
+
+def test_grammar_stage(snap_compare: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A constrained step: the grammar stage with what it allows and expects, and the raw candidates it refused,
+    struck through; then min-p's cut in its own words."""
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    from decode_tui.core.events import Candidate, StageCandidates, TokenSampled
+    from decode_tui.tui.widgets.candidates import CandidatesPanel
+
+    raw = (Candidate(5, " Sure", 0.46), Candidate(6, "{", 0.31), Candidate(7, " Here", 0.12), Candidate(8, "```", 0.05))
+    stages = (StageCandidates("raw", raw, chosen_prob=0.31, chosen_rank=2),
+              StageCandidates("grammar", (Candidate(6, "{", 0.94), Candidate(9, '{"', 0.06)), chosen_prob=0.94,
+                              chosen_rank=1, possible=2, removed=49150, removed_candidates=(raw[0], raw[2], raw[3]),
+                              detail="allows 2 of 49,152 tokens: must write '{' next"),
+              StageCandidates("temperature", (Candidate(6, "{", 0.88), Candidate(9, '{"', 0.12)), chosen_prob=0.88,
+                              chosen_rank=1),
+              StageCandidates("min_p", (Candidate(6, "{", 1.0),), chosen_prob=1.0, chosen_rank=1, possible=1,
+                              removed=1, threshold=0.088))
+
+    async def show(pilot: Any) -> None:
+        await finished(pilot)
+        pilot.app.query_one(CandidatesPanel).show(
+            TokenSampled(step=0, token_id=6, text="{", prob=1.0, greedy=False, stages=stages))
+        await pilot.pause(0.1)
+
+    assert snap_compare(app_for("sample"), terminal_size=SIZE, run_before=show)

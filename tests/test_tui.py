@@ -1293,14 +1293,14 @@ async def test_the_grammar_and_cutoff_stages_say_what_they_cut_and_show_the_refu
         panel.show(TokenSampled(step=0, token_id=6, text="{", prob=1.0, greedy=False, stages=stages))
         await pilot.pause()
         shown = _shown(panel)
-        assert any(line.startswith("grammar  allows 2 of 49,152 tokens: must write '{' next") for line in shown), shown
+        assert any(line.startswith("grammar: allows 2 of 49,152 tokens: must write '{' next") for line in shown), shown
         struck = [y for y, line in enumerate(shown) if line.startswith("✗ ")]
         assert len(struck) == 2, shown
         assert "' Sure'" in shown[struck[0]] and shown[struck[0]].endswith("50.0%"), shown
         segments = list(panel.render_line(struck[0]))
         assert any(seg.style is not None and Style.parse("strike") in [Style(strike=seg.style.strike)]
                    for seg in segments if seg.text.strip()), "refused candidates are struck through"
-        assert any(line.startswith("min-p  cut p < min_p × p_max = 0.10: 1 removed, 1 left") for line in shown), \
+        assert any(line.startswith("min-p: cut p < min_p × p_max = 0.10: 1 removed, 1 left") for line in shown), \
             "\n".join(shown)
 
 

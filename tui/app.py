@@ -293,7 +293,7 @@ class DecodeApp(App[int]):
         self._refresh_header()
 
     def action_stages(self) -> None:
-        self.control.stages()
+        self.control.stages(self._refresh_header)
 
     def action_edit_prompt(self) -> None:
         self.control.prompt()

@@ -83,12 +83,18 @@ class SettingsControl:
             host.pump.slow_motion_s = host.settings.slow_motion_s
         return change.message
 
-    def stages(self) -> None:
-        """The stage editor: every stage's value, changed with the arrow keys."""
+    def stages(self, changed: Callable[[], None]) -> None:
+        """The stage editor: every stage's value, changed with the arrow keys; ``changed`` after each change."""
         from .screens.stage_editor import StageEditor
 
         host = self.host
-        host.push_screen(StageEditor(lambda: host.settings, self.knob))
+
+        def turn(knob_id: str, direction: int) -> str:
+            said = self.knob(knob_id, direction)
+            changed()
+            return said
+
+        host.push_screen(StageEditor(lambda: host.settings, turn))
 
     def prompt(self) -> None:
         if self.replay_refuses("the prompt"):

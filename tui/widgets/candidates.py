@@ -114,7 +114,7 @@ class CandidatesPanel(LivePanel):
             text.append(STAGE_NAMES.get(stage.stage, stage.stage), style=stage_style)
             note = stage_note(stage)
             if note:
-                text.append(f"  {note}", style="dim")
+                text.append(f": {note}", style="dim")
             for p, label, chosen, rank in shown:
                 text.append("\n")
                 text.append(set_cell_size(label, width), style=chosen_style if chosen else "")
