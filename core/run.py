@@ -112,9 +112,10 @@ class Run:
         if allowed < len(path.ids):
             piece = self.lm.tokenizer.decode(list(path.ids[allowed : allowed + 1]))
             where = "forced" if allowed >= len(path.kept) else "kept"
+            before = self.lm.tokenizer.decode(list(path.ids[:allowed]))
+            at = f"after {before!r}" if before else "at the start of the output"
             raise UsageError(f"The {grammar.grammar.constraint.describe()} does not allow the {where} token "
-                             f"{piece!r} after {self.lm.tokenizer.decode(list(path.ids[:allowed]))!r}. Force "
-                             "a token it allows, or decode without the constraint.")
+                             f"{piece!r} {at}. Force a token it allows, or decode without the constraint.")
 
     @property
     def path(self) -> str:
