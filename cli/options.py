@@ -130,13 +130,19 @@ def build_config(*, mode: ModeChoice, max_new_tokens: int = 128, temperature: fl
                  draft: str | None = None, num_draft_tokens: int | None = None, max_ngram_size: int | None = None,
                  num_pred_tokens: int | None = None, draft_confidence: float | None = None, adaptive: bool = False,
                  compare: bool = False, no_chat: bool = False, fast: bool = False,
-                 cuda_graphs: bool = True, stages: dict[str, Any] | None = None,
-                 constraint: Constraint | None = None) -> DecodeConfig:
+                 cuda_graphs: bool = True, min_p: float | None = None, typical_p: float | None = None,
+                 epsilon_cutoff: float | None = None, eta_cutoff: float | None = None, top_h: float | None = None,
+                 no_repeat_ngram_size: int | None = None, bad_words: tuple[str, ...] | list[str] | None = None,
+                 min_new_tokens: int | None = None, constraint: Constraint | None = None) -> DecodeConfig:
     """The run's settings from the decoding options; UsageError if they clash. Keyword-only: many of them are
-    ``float | None`` or ``int | None``, and two swapped positionally would still type-check. ``stages``: the
-    other stages' values by their ``SamplingParams`` field (None: not given)."""
+    ``float | None`` or ``int | None``, and two swapped positionally would still type-check. The other stages
+    (``min_p`` ... ``min_new_tokens``) are named as their ``SamplingParams`` fields; None: not given."""
     defaults = SamplingParams()
-    given_stages = {name: value for name, value in (stages or {}).items() if value is not None}
+    stages: dict[str, Any] = {
+        "min_p": min_p, "typical_p": typical_p, "epsilon_cutoff": epsilon_cutoff, "eta_cutoff": eta_cutoff,
+        "top_h": top_h, "no_repeat_ngram_size": no_repeat_ngram_size,
+        "bad_words": tuple(bad_words) if bad_words is not None else None, "min_new_tokens": min_new_tokens}
+    given_stages: dict[str, Any] = {name: value for name, value in stages.items() if value is not None}
     sampling = SamplingParams(
         temperature=defaults.temperature if temperature is None else temperature,
         top_k=defaults.top_k if top_k is None else top_k,
@@ -404,7 +410,7 @@ class DecodingOptions:
             num_return_sequences=self.num_return_sequences, draft=self.draft, num_draft_tokens=self.num_draft_tokens,
             max_ngram_size=self.max_ngram_size, num_pred_tokens=self.num_pred_tokens,
             draft_confidence=self.draft_confidence, adaptive=self.adaptive, compare=compare, no_chat=self.no_chat,
-            fast=self.fast, cuda_graphs=self.cuda_graphs, stages=self.stages(),
+            fast=self.fast, cuda_graphs=self.cuda_graphs, **self.stages(),
             constraint=constraint_of(self.json_schema, self.regex, self.grammar))
 
     def stages(self) -> dict[str, Any]:

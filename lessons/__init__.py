@@ -34,7 +34,8 @@ FIELDS = {"name", "title", "mode", "prompt", "intro", "summary", "settings", "pa
 PAUSE_MODES = {"first rejection": ("speculative", "pld"), "lookup miss": ("pld",), "beam finished": ("beam",),
                "resampled": ("speculative", "pld"), "bonus": ("speculative", "pld")}
 # Settings greedy mode ignores (it takes the argmax): a lesson that sets them says something its run does not do.
-SAMPLING_ONLY = ("temperature", "top_k", "top_p", "seed")
+SAMPLING_ONLY = ("temperature", "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "top_h",
+                 "seed")
 DEFAULT_MAX_NEW_TOKENS = DecodeConfig().max_new_tokens  # what --max-new-tokens is when a lesson leaves it out
 
 
