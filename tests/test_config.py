@@ -33,10 +33,10 @@ def test_no_file_is_an_empty_config(tmp_path: Path) -> None:
 
 
 def test_a_good_file_gives_its_model_theme_and_keys(tmp_path: Path) -> None:
-    config = load_text(tmp_path, '# mine\nmodel = "phi3"\ntheme = "presenter"\n\n[keys]\npause = "z"\n'
+    config = load_text(tmp_path, '# mine\nmodel = "phi3"\ntheme = "presenter"\n\n[keys]\npause = "y"\n'
                                  '"temperature.up" = "ctrl+up"\nhelp = "question_mark, f1, h"\n')
     assert config.model == "phi3" and config.theme == "decode-presenter"
-    assert dict(config.keys) == {"pause": "z", "temperature.up": "ctrl+up", "help": "question_mark,f1,h"}
+    assert dict(config.keys) == {"pause": "y", "temperature.up": "ctrl+up", "help": "question_mark,f1,h"}
 
 
 @pytest.mark.parametrize(("content", "line", "says"), [
@@ -48,7 +48,7 @@ def test_a_good_file_gives_its_model_theme_and_keys(tmp_path: Path) -> None:
     ('[keys]\n\n"temperature.up" = 5\n', 3, "temperature.up: 5 is not a key"),
     ('[keys]\npause = "ctrl+"\n', 2, "pause: 'ctrl+' is not a key"),
     ('[keys]\npause = "n"\n', 2, "pause: the key 'n' is also bound to step"),
-    ('[keys]\nstep = "z"\npause = "z"\n', 2, "step: the key 'z' is also bound to pause"),
+    ('[keys]\nstep = "y"\npause = "y"\n', 2, "step: the key 'y' is also bound to pause"),
 ])
 def test_a_bad_file_names_its_line_and_field(tmp_path: Path, content: str, line: int, says: str) -> None:
     with pytest.raises(UsageError) as caught:
@@ -63,27 +63,27 @@ def test_a_file_that_is_not_toml_says_where(tmp_path: Path) -> None:
 
 
 def test_moving_a_key_off_a_binding_frees_it_for_another(tmp_path: Path) -> None:
-    config = load_text(tmp_path, '[keys]\nstep = "z"\npause = "n"\n')  # n was step's: free once step moved
-    assert dict(config.keys) == {"step": "z", "pause": "n"}
+    config = load_text(tmp_path, '[keys]\nstep = "y"\npause = "n"\n')  # n was step's: free once step moved
+    assert dict(config.keys) == {"step": "y", "pause": "n"}
 
 
 @in_event_loop
 async def test_the_app_follows_the_keymap_and_its_help_shows_it() -> None:
-    app, _ = make(start_paused=True, keymap={"step": "z", "pause": "n"})
+    app, _ = make(start_paused=True, keymap={"step": "y", "pause": "n"})
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: text(app) == WORDS[0])
-        await pilot.press("z")  # step, moved
+        await pilot.press("y")  # step, moved
         await until(pilot, lambda: text(app) == "".join(WORDS[:2]))
         await pilot.press("n")  # now pause/resume: the run goes on to the end
         await settle(pilot, app)
         assert text(app) == "".join(WORDS)
         keys = {b.id: b.key for b in app.all_bindings()}
-        assert keys["step"] == "z" and keys["pause"] == "n" and keys["quit"] == "q"
+        assert keys["step"] == "y" and keys["pause"] == "n" and keys["quit"] == "q"
         await pilot.press("question_mark")
         await until(pilot, lambda: isinstance(app.screen, HelpScreen))
         assert isinstance(app.screen, HelpScreen)
         shown = {b.id: b.key for b in app.screen.bindings_shown}
-        assert shown["step"] == "z"
+        assert shown["step"] == "y"
 
 
 def test_a_bad_config_file_stops_every_command_before_it_starts(tmp_path: Path, isolated_env: dict[str, str]) -> None:
