@@ -26,7 +26,16 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from ..core.errors import UsageError
-from ..core.params import BeamParams, Constraint, DecodeConfig, DraftParams, EarlyStopping, SamplingParams, demo_prompt
+from ..core.params import (
+    WARPERS,
+    BeamParams,
+    Constraint,
+    DecodeConfig,
+    DraftParams,
+    EarlyStopping,
+    SamplingParams,
+    demo_prompt,
+)
 from ..core.registry import DEFAULT_ALIAS
 from ..themes import names as theme_names
 
@@ -184,7 +193,7 @@ def build_config(*, mode: ModeChoice, max_new_tokens: int = 128, temperature: fl
     )
     # Beam, speculative and pld modes sample (beam sampling, sampling verification) when a sampling
     # parameter is given; otherwise they are greedy.
-    sampling_asked = (temperature, top_k, top_p) != (None, None, None) or bool(WARPERS & given_stages.keys())
+    sampling_asked = asks_sampling({"temperature": temperature, "top_k": top_k, "top_p": top_p, **given_stages})
     config = DecodeConfig(mode=mode.value, max_new_tokens=max_new_tokens, sampling=sampling, beam=beam,
                           beam_sample=mode is ModeChoice.beam and sampling_asked, draft=draft_params,
                           draft_sample=drafting and sampling_asked, seed=seed, use_chat=not no_chat, fast=fast,
@@ -192,8 +201,10 @@ def build_config(*, mode: ModeChoice, max_new_tokens: int = 128, temperature: fl
     return config
 
 
-# The stages only sampling applies (transformers' warpers): giving one asks beam, speculative and pld to sample.
-WARPERS = frozenset({"min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "top_h"})
+def asks_sampling(given: dict[str, Any]) -> bool:
+    """Whether the options ``given`` (None: not given) set a stage only sampling applies (core/params.py's
+    WARPERS): in beam, speculative and pld modes that asks for sampling."""
+    return any(given.get(name) is not None for name in WARPERS)
 
 
 def bad_words_of(text: str | None) -> tuple[str, ...] | None:
@@ -421,9 +432,9 @@ class DecodingOptions:
 
     @property
     def warpers_given(self) -> bool:
-        """Whether a sampling-only stage was given (temperature, top-k, top-p, or one of WARPERS)."""
-        given = {name for name, value in self.stages().items() if value is not None}
-        return (self.temperature, self.top_k, self.top_p) != (None, None, None) or bool(WARPERS & given)
+        """Whether a stage only sampling applies was given (see :func:`asks_sampling`)."""
+        return asks_sampling({"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p,
+                              **self.stages()})
 
     @property
     def model_name(self) -> str:

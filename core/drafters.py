@@ -29,6 +29,7 @@ import torch
 from .acquire import Progress, ensure, quiet
 from .errors import UsageError
 from .forward import forward, new_cache, rollback, to_host
+from .path import common_prefix
 from .sampling import processed
 
 if TYPE_CHECKING:
@@ -138,11 +139,7 @@ class ModelDrafter:
         # Reuse the cache as far as it agrees with the context, at least one token short of it (the last
         # one must be fed to get logits). Checked rather than assumed: the same drafter may serve a new
         # run (a restart, another prompt), whose context shares little or nothing with the last one.
-        same = 0
-        for a, b in zip(self.cached, context[:-1], strict=False):
-            if a != b:
-                break
-            same += 1
+        same = common_prefix(self.cached, context[:-1])
         rollback(self.cache, same)
         ids = torch.tensor([context], device=device)  # [1, T]
         tokens: list[int] = []

@@ -31,6 +31,7 @@ from transformers.generation.logits_process import LogitsProcessor
 from .constraints import grammar_text
 from .errors import UsageError
 from .params import Constraint
+from .path import common_prefix
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -137,14 +138,15 @@ class GrammarMask(LogitsProcessor):
         taken: set[int] = set()
         rows = []
         for output in outputs:
-            best = max(range(len(self.rows)), key=lambda r: (_common(self.rows[r].consumed, output), r not in taken))
+            best = max(range(len(self.rows)),
+                       key=lambda r: (common_prefix(self.rows[r].consumed, output), r not in taken))
             row = self.rows[best]
             if best in taken:
                 row = _Row(row.matcher.deep_copy(), list(row.consumed))
             taken.add(best)
             rows.append(row)
         for row, output in zip(rows, outputs, strict=True):
-            common = _common(row.consumed, output)
+            common = common_prefix(row.consumed, output)
             if common < len(row.consumed):
                 row.matcher.rollback(len(row.consumed) - common)
                 del row.consumed[common:]
@@ -171,12 +173,3 @@ class GrammarMask(LogitsProcessor):
         """How many of ``token_ids``, written after ``output``, the grammar takes before it refuses one."""
         self.rows = self._follow([output])
         return int(self.rows[0].matcher.validate_tokens(token_ids))
-
-
-def _common(a: list[int], b: list[int]) -> int:
-    """The length of the longest common start of ``a`` and ``b``."""
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n

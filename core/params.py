@@ -69,6 +69,12 @@ def demo_prompt(mode: str) -> str:
     return DEMO_PROMPTS.get(mode, DEMO_PROMPT)
 
 
+# The stages only sampling applies (transformers' warpers), by their SamplingParams field, in generate's order:
+# greedy decoding takes the argmax, which none of them moves. They read only the row of scores they are given.
+WARPERS: tuple[str, ...] = ("temperature", "top_h", "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff",
+                            "eta_cutoff")
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """The sampling knobs, with transformers' defaults. ``temperature == 0`` means greedy."""

@@ -17,6 +17,7 @@ It knows logits, caches and the transcript; it does not know which strategy runs
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +46,14 @@ def token_stats(raw: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
 def host_stats(packed: list[float], t: int) -> list[TokenStats]:
     """:func:`token_stats`'s [3, T] after its host copy (flattened), as one :class:`TokenStats` per token."""
     return [TokenStats(packed[i], packed[t + i], int(packed[2 * t + i])) for i in range(t)]
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading ids ``a`` and ``b`` share: where a run, a cache or a matcher parts from another."""
+    n, limit = 0, min(len(a), len(b))
+    while n < limit and a[n] == b[n]:
+        n += 1
+    return n
 
 
 def forced_tokens(tokenizer: Any, model: str, text: str) -> tuple[int, ...]:

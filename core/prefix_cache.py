@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .forward import StaticKV, new_cache, release, rollback
+from .path import common_prefix
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -57,7 +58,8 @@ def take(model: PreTrainedModel, ids: Sequence[int], *, reuse: bool, rollback_re
     kept = _KEPT.pop(model, None)
     if kept is not None and reuse and kept.how == how and _fits(kept.cache, max_len) and kept.intact():
         # Read here, not when kept: a static cache's length is on the device, and a plain run needs no copy of it.
-        shared = min(_shared(kept.ids, ids), int(kept.cache.get_seq_length()))
+        # At most all but the last id: that one is fed again, for its logits.
+        shared = min(common_prefix(kept.ids, ids[:-1]), int(kept.cache.get_seq_length()))
         if shared > 0:
             if isinstance(kept.cache, StaticKV):  # leased again, still prefilled: its graphs replay at once
                 kept.cache.leased = True
@@ -78,11 +80,3 @@ def keep(model: PreTrainedModel, cache: Cache, ids: Sequence[int], *, rollback_r
 
 def _fits(cache: Cache, max_len: int | None) -> bool:
     return not isinstance(cache, StaticKV) or (max_len is not None and cache.max_len >= max_len)
-
-
-def _shared(a: Sequence[int], b: Sequence[int]) -> int:
-    """How many leading ids ``a`` and ``b`` share, at most ``len(b) - 1`` (the last one is fed again)."""
-    n, limit = 0, min(len(a), len(b) - 1)
-    while n < limit and a[n] == b[n]:
-        n += 1
-    return n

@@ -40,7 +40,7 @@ from transformers.generation.logits_process import (
 from .errors import UsageError
 from .events import Stage
 from .forward import HostCopy
-from .params import SamplingParams
+from .params import WARPERS, SamplingParams
 from .path import host_stats, token_stats
 from .transcript import TokenStats
 
@@ -80,10 +80,9 @@ class StageContext:
         return self._bad_words[words]
 
 
-# The warpers that read only the row of scores they are given, never the context: verification may process
-# every drafted position at once with them.
-CONTEXT_FREE: frozenset[Stage] = frozenset(
-    {"temperature", "top_h", "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff"})
+# The warpers read only the row of scores they are given, never the context: verification may process every
+# drafted position at once with them.
+CONTEXT_FREE: frozenset[str] = frozenset(WARPERS)
 
 
 def stage_processors(params: SamplingParams, greedy: bool, min_tokens_to_keep: int = 1,

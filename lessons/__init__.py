@@ -23,7 +23,7 @@ from typing import Any
 
 from ..core.errors import UsageError
 from ..core.events import BeamStepped, DraftProposed, DraftVerified, Event, Finished, TokenEmitted
-from ..core.params import DecodeConfig
+from ..core.params import WARPERS, DecodeConfig
 from ..core.toml_lines import line_of
 
 MODES = ("greedy", "sample", "beam", "speculative", "pld")
@@ -34,8 +34,7 @@ FIELDS = {"name", "title", "mode", "prompt", "intro", "summary", "settings", "pa
 PAUSE_MODES = {"first rejection": ("speculative", "pld"), "lookup miss": ("pld",), "beam finished": ("beam",),
                "resampled": ("speculative", "pld"), "bonus": ("speculative", "pld")}
 # Settings greedy mode ignores (it takes the argmax): a lesson that sets them says something its run does not do.
-SAMPLING_ONLY = ("temperature", "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "top_h",
-                 "seed")
+SAMPLING_ONLY = (*WARPERS, "seed")
 DEFAULT_MAX_NEW_TOKENS = DecodeConfig().max_new_tokens  # what --max-new-tokens is when a lesson leaves it out
 
 

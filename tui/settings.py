@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..core.errors import UsageError
-from ..core.events import MODES, Mode
-from ..core.params import DEMO_PROMPT, DEMO_PROMPTS, DecodeConfig, demo_prompt
+from ..core.events import MODES, STAGES, Mode
+from ..core.params import DEMO_PROMPT, DEMO_PROMPTS, WARPERS, DecodeConfig, demo_prompt
 from ..core.registry import DEFAULT_ALIAS
 from .branches import BranchRequest
 
@@ -184,13 +184,9 @@ STAGE_KNOBS: tuple[Knob, ...] = (
          _ladder((0, 1, 2, 4, 8, 16, 32, 64, 128)), _put("sampling", "min_new_tokens", int),
          fmt=lambda v: "off" if v == 0 else f"{int(v)}"),
 )
-# The stages only sampling applies (transformers' warpers): they change nothing where a run takes the argmax.
-WARPER_KNOBS = frozenset({"temperature", "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff",
-                          "top_h"})
-# The editor's rows, in the order generate applies the stages.
-EDITOR_ORDER: tuple[str, ...] = ("repetition_penalty", "no_repeat_ngram_size", "min_new_tokens", "temperature",
-                                 "top_h", "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff")
 KNOBS_BY_ID = {knob.id: knob for knob in (*KNOBS, *STAGE_KNOBS)}
+# The editor's rows: every stage with a knob, in the order generate applies the stages.
+EDITOR_ORDER: tuple[str, ...] = tuple(stage for stage in STAGES if stage in KNOBS_BY_ID)
 
 
 @dataclass(frozen=True)
@@ -206,7 +202,7 @@ def _effective(settings: Settings, knob: Knob) -> str | None:
     if mode not in knob.modes:
         where = ", ".join(knob.modes)
         return f"no effect in {mode} mode (it applies to {where}; m cycles the mode)"
-    if knob.id in WARPER_KNOBS:
+    if knob.id in WARPERS:
         c = settings.config
         if mode == "beam" and not c.beam_sample:
             return "no effect: this beam search is not sampling (start it with --temperature to sample beams)"

@@ -17,10 +17,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Label, OptionList
 from textual.widgets.option_list import Option
 
+from ...core.params import WARPERS
 from ..settings import EDITOR_ORDER, KNOBS_BY_ID, Settings
-
-# Where each stage stands in generate: the processors apply in every mode, the warpers only when sampling.
-KIND = {"repetition_penalty": "every mode", "no_repeat_ngram_size": "every mode", "min_new_tokens": "every mode"}
 
 
 class StageEditor(ModalScreen[None]):
@@ -48,7 +46,9 @@ class StageEditor(ModalScreen[None]):
 
     def _label(self, knob_id: str) -> str:
         knob = KNOBS_BY_ID[knob_id]
-        return f"{knob.label:<24} {knob.fmt(knob.get(self.settings())):>8}   {KIND.get(knob_id, 'sampling only')}"
+        # Where the stage stands in generate: the processors apply in every mode, the warpers only when sampling.
+        kind = "sampling only" if knob_id in WARPERS else "every mode"
+        return f"{knob.label:<24} {knob.fmt(knob.get(self.settings())):>8}   {kind}"
 
     def _bad_words(self) -> str:
         words = self.settings().config.sampling.bad_words
