@@ -18,7 +18,7 @@ It knows logits, caches and the transcript; it does not know which strategy runs
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -86,7 +86,6 @@ class Path:
     forced_stats: tuple[TokenStats | None, ...] = ()
     branch: int = 0
     parent: int | None = None
-    sources: tuple[TokenSource, ...] = field(default=(), init=False)  # each path token's, kept then forced
 
     def __post_init__(self) -> None:
         if len(self.kept_sources) not in (0, len(self.kept)):
@@ -95,8 +94,13 @@ class Path:
             raise ValueError("kept_stats needs one entry per kept token")
         if len(self.forced_stats) > len(self.forced):
             raise ValueError("forced_stats holds more entries than there are forced tokens")
-        sources = (self.kept_sources or ("target",) * len(self.kept)) + ("forced",) * len(self.forced)
-        object.__setattr__(self, "sources", sources)
+
+    @property
+    def sources(self) -> tuple[TokenSource, ...]:
+        """Each path token's source: the kept tokens' (``target`` where not given), then ``forced``."""
+        target: TokenSource = "target"
+        forced: TokenSource = "forced"
+        return (self.kept_sources or (target,) * len(self.kept)) + (forced,) * len(self.forced)
 
     @property
     def ids(self) -> tuple[int, ...]:
@@ -141,8 +145,8 @@ def prefill(model: PreTrainedModel, transcript: Transcript, context: torch.Tenso
             rows = torch.tensor([first + j for j in computed], device=logits.device)
             stats = token_stats(logits[0, rows], context[0, t0 + computed[0] :])
             fresh = dict(zip(computed, host_stats(stats.flatten().tolist(), len(computed)), strict=True))
-        for j, token in enumerate(ids):
-            emitted.append(transcript.emit(token, path.sources[j], fresh.get(j) or path.known(j)))
+        for j, (token, source) in enumerate(zip(ids, path.sources, strict=True)):
+            emitted.append(transcript.emit(token, source, fresh.get(j) or path.known(j)))
             if transcript.done:
                 break
     return logits[:, -1], emitted
