@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from ..core.errors import DecodeTuiError, UsageError
-from ..core.params import DecodeConfig, check_device_map
+from ..core.params import Constraint, DecodeConfig, check_device_map
 from ..core.registry import EMBEDDED_ALIASES, resolve
 from ..lessons import Lesson, LessonError, load, shipped
 from ..tui.numbers import count
@@ -36,6 +36,7 @@ from .options import (
     ThemeOpt,
     build_config,
     check_output,
+    constraint_of,
     decoding_command,
     parse_modes,
     theme_name,
@@ -46,9 +47,13 @@ if TYPE_CHECKING:
     from ..tui.app import DecodeApp
     from ..tui.settings import Settings
 
+# How a lesson constrains its output, as the command line does: a JSON schema (the schema itself, or a file
+# beside the lesson), a regex, or a Lark grammar file beside the lesson; one at a time.
+CONSTRAINTS = ("json_schema", "regex", "grammar")
 # The decoding options a lesson's [settings] may hold: build_config's keywords, but the mode (the lesson's own
-# field) and --compare (a headless report).
-SETTINGS = tuple(name for name in inspect.signature(build_config).parameters if name not in ("mode", "compare"))
+# field), --compare (a headless report) and the constraint object (written as one of CONSTRAINTS instead).
+SETTINGS = (*(name for name in inspect.signature(build_config).parameters
+              if name not in ("mode", "compare", "constraint")), *CONSTRAINTS)
 
 
 @app.command("lessons")
@@ -95,13 +100,40 @@ def lesson_config(lesson: Lesson, overrides: dict[str, Any]) -> DecodeConfig:
     mode = ModeChoice(overrides.get("mode", lesson.mode))
     # Another mode than the lesson's drops the lesson's settings that only apply to its own mode.
     settings = {k: v for k, v in lesson.settings.items() if k not in ONLY_FOR or mode in ONLY_FOR[k]}
-    settings.update({k: v for k, v in overrides.items() if k in SETTINGS})
+    ours = {k: settings.pop(k) for k in list(settings) if k in CONSTRAINTS}  # in the file's order
+    theirs = {k: overrides[k] for k in CONSTRAINTS if overrides.get(k) is not None}
+    settings.update({k: v for k, v in overrides.items() if k in SETTINGS and k not in CONSTRAINTS})
+    # A constraint given on the command line replaces the lesson's, whichever kind each is.
+    constraint = constraint_of(theirs.get("json_schema"), theirs.get("regex"), theirs.get("grammar")) if theirs \
+        else _lesson_constraint(lesson, ours)
     try:
-        return build_config(mode=mode, **settings)
+        return build_config(mode=mode, constraint=constraint, **settings)
     except UsageError as err:
         raise UsageError(f"{lesson.source}: {err.message}") from None
     except (TypeError, ValueError) as err:
         raise UsageError(f"{lesson.source}: its [settings] do not fit ({err}).") from None
+
+
+def _lesson_constraint(lesson: Lesson, given: dict[str, Any]) -> Constraint | None:
+    """The lesson's own constraint, its files read from beside the lesson; a LessonError names the field's line."""
+    if not given:
+        return None
+    if len(given) > 1:
+        first, second = list(given)[:2]  # in the file's order: the line named is the second one's
+        raise lesson.error(second, f"and {first} each constrain the output: keep one of them.")
+    (field, value), = given.items()
+    if not isinstance(value, str) or not value.strip():
+        raise lesson.error(field, "must be a non-empty string (a JSON schema or a file beside the lesson, a regex, "
+                           "or a Lark grammar file beside the lesson).")
+    beside = Path(lesson.source).parent / value
+    try:
+        if field == "regex":
+            return constraint_of(None, value, None)
+        if field == "grammar":
+            return constraint_of(None, None, beside)
+        return constraint_of(value if value.lstrip().startswith(("{", "[")) else str(beside), None, None)
+    except UsageError as err:
+        raise lesson.error(field, f"does not work: {err.message}") from None
 
 
 @app.command("lesson", short_help="Play a lesson: one concept, narrated, pausing where it matters.")

@@ -1,7 +1,9 @@
 """Lessons: data files (``*.toml``) that pick a prompt and settings so a concept shows, and say what to look at.
 
 A lesson names its ``mode``, its ``prompt``, its decoding ``settings`` (the
-options ``decode-tui run`` takes, by their long names with underscores), an
+options ``decode-tui run`` takes, by their long names with underscores; a
+constraint as ``json_schema``, ``regex`` or ``grammar``, its files beside the
+lesson), an
 ``intro``, the ``pause`` points where the run stops for the teacher (on a
 notable event, or after a number of tokens) with the text students read
 there (and, optionally, what to ``try`` with the keys), a closing

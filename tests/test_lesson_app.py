@@ -253,6 +253,52 @@ def test_what_each_lesson_says_of_its_run_is_true_of_its_recording() -> None:
     assert _events("min-p")[-1].finish_reason == "eos"
 
 
+def test_what_the_json_schema_lesson_says_of_the_grammar_is_true_of_its_recording() -> None:
+    """json-schema: its pauses' and summary's claims about what the model wanted and the grammar refused."""
+    import json
+
+    import jsonschema
+
+    from decode_tui.core.events import StageCandidates, TokenSampled
+
+    lesson = next(lesson for lesson in LESSONS if lesson.name == "json-schema")
+    events = _events("json-schema")
+    steps = [e for e in events if isinstance(e, TokenSampled)]
+
+    def stage(step: TokenSampled, name: str) -> StageCandidates:
+        return next(s for s in step.stages if s.stage == name)
+
+    def wanted(step: TokenSampled) -> str:
+        return stage(step, "raw").candidates[0].text
+
+    def refused(step: TokenSampled) -> list[str]:
+        return [c.text for c in stage(step, "grammar").removed_candidates or ()]
+
+    # token 1: the model would open a fence or a sentence; one token of all allowed, the others struck through.
+    first = steps[0]
+    assert wanted(first) == "```" and stage(first, "grammar").possible == 1 and first.text == '{"'
+    assert {"```", "Here", "Your"} <= set(refused(first))
+    # token 2: it wanted the cat's name itself; the grammar writes the schema's first key.
+    assert (wanted(steps[1]), steps[1].text, stage(steps[1], "grammar").possible) == ("mis", "name", 1)
+    assert "mis" in refused(steps[1])
+    # token 12: a real choice among the tokens an integer starts with, and the model took the prompt's 4.
+    age = steps[11]
+    assert age.text == "4" and wanted(age) == "4" and 1 < (stage(age, "grammar").possible or 0) <= 20
+    # token 18: it wanted G (Ginger); the schema says ginger; greedy took the best allowed token, white.
+    colour = steps[17]
+    assert wanted(colour) == "G" and "G" in refused(colour) and colour.text == "white"
+    # end of text: complete, one token allowed; the model wanted a new line first.
+    last = steps[-1]
+    assert wanted(last) == "\n" and stage(last, "grammar").possible == 1
+    assert "only the end of text" in (stage(last, "grammar").detail or "")
+    # The summary: the output parses and fits the schema, and it is valid and wrong.
+    finished = events[-1]
+    assert isinstance(finished, Finished) and finished.finish_reason == "eos" and finished.constraint_complete
+    output = json.loads(finished.text)
+    jsonschema.validate(output, json.loads(lesson.settings["json_schema"]))
+    assert output == {"name": "Miso", "age": 4, "colour": "white", "indoor": True}
+
+
 @pytest.mark.parametrize("lesson", LESSONS, ids=lambda lesson: lesson.name)
 @in_event_loop
 async def test_at_80x24_a_lessons_summary_keeps_its_figures_in_view(lesson: Lesson) -> None:

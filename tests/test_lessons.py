@@ -7,19 +7,19 @@ from pathlib import Path
 
 import pytest
 
-from decode_tui.cli.options import ModeChoice, build_config
+from decode_tui.cli.teaching import lesson_config
 from decode_tui.core.events import DraftProposed, DraftVerified, Finished, PositionVerdict, TokenEmitted
 from decode_tui.lessons import LessonError, Pause, PauseTracker, load, parse, shipped
 
 SHIPPED = ["greedy-vs-sampling", "repetition-penalty", "beam-search", "speculative", "prompt-lookup",
-           "when-drafting-does-not-pay", "adaptive-draft-length", "what-if", "min-p"]
+           "when-drafting-does-not-pay", "adaptive-draft-length", "what-if", "min-p", "json-schema"]
 
 
 def test_the_lessons_ship_and_their_settings_are_what_run_accepts() -> None:
     lessons = shipped()
     assert [lesson.name for lesson in lessons] == SHIPPED
     for lesson in lessons:
-        config = build_config(mode=ModeChoice(lesson.mode), **lesson.settings)
+        config = lesson_config(lesson, {})
         assert config.mode == lesson.mode and lesson.pauses and lesson.intro and lesson.summary
         assert load(lesson.name) == lesson
     by_name = {lesson.name: lesson for lesson in lessons}
@@ -148,9 +148,42 @@ def test_lesson_bad_input_exits_with_a_message(tmp_path: Path, isolated_env: dic
                          "--num-draft-tokens applies to --mode speculative")
 
 
-def test_the_readmes_lesson_example_is_a_valid_lesson(tmp_path: Path) -> None:
-    from decode_tui.cli.teaching import lesson_config
+def test_a_lesson_constrains_its_output_as_the_command_line_does_and_the_command_line_wins(tmp_path: Path) -> None:
+    """A JSON schema written in the lesson or in a file beside it, a regex, a Lark grammar beside it; an option
+    given with --live replaces the lesson's constraint, whichever kind each is."""
+    (tmp_path / "yes.lark").write_text('start: "yes" | "no"\n', encoding="utf-8")
+    (tmp_path / "cat.json").write_text('{"type": "object"}', encoding="utf-8")
+    cases = {"json_schema = '{\"type\": \"integer\"}'": ("json_schema", None),
+             'json_schema = "cat.json"': ("json_schema", "cat.json"),
+             'regex = "[0-9]+"': ("regex", None), 'grammar = "yes.lark"': ("grammar", "yes.lark")}
+    for line, (kind, origin) in cases.items():
+        path = tmp_path / "mine.toml"
+        path.write_text(GOOD + f"[settings]\n{line}\n", encoding="utf-8")
+        lesson = load(str(path))
+        constraint = lesson_config(lesson, {}).constraint
+        assert constraint is not None and (constraint.kind, constraint.origin) == (kind, origin), line
+        replaced = lesson_config(lesson, {"regex": "a+"}).constraint
+        assert replaced is not None and (replaced.kind, replaced.text) == ("regex", "a+")
+        assert lesson_config(lesson, {"max_new_tokens": 5}).constraint == constraint
 
+
+@pytest.mark.parametrize(("settings", "says"), [
+    ('regex = "a["', "line 7: regex does not work: The regex is invalid"),
+    ('json_schema = \'{"type": "strin"}\'', "line 7: json_schema does not work: The JSON schema is invalid at $.type"),
+    ('grammar = "missing.lark"', "line 7: grammar does not work: The grammar file"),
+    ('regex = "a"\njson_schema = "{}"', "line 8: json_schema and regex each constrain the output: keep one"),
+    ("regex = 3", "line 7: regex must be a non-empty string"),
+])
+def test_a_lessons_bad_constraint_names_the_file_the_line_and_the_field(settings: str, says: str,
+                                                                        tmp_path: Path) -> None:
+    path = tmp_path / "mine.toml"
+    path.write_text(GOOD + f"[settings]\n{settings}\n", encoding="utf-8")
+    with pytest.raises(LessonError, match=str(path)) as err:
+        lesson_config(load(str(path)), {})
+    assert says in str(err.value)
+
+
+def test_the_readmes_lesson_example_is_a_valid_lesson(tmp_path: Path) -> None:
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
     block = readme.split("**Writing a lesson.**", 1)[1].split("```toml\n", 1)[1].split("```", 1)[0]
     path = tmp_path / "my-lesson.toml"
