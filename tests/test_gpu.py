@@ -216,6 +216,45 @@ def test_one_copy_per_step_and_no_other_wait_from_the_core(byte_bpe: Any, monkey
     assert len(from_core) <= 1, (len(syncs), sorted(set(from_core)))
 
 
+def test_a_grammars_next_mask_is_computed_while_the_pass_runs_and_waits_for_nothing(byte_bpe: Any) -> None:
+    """Constrained greedy on CUDA: each step's mask is computed on the host while the queued pass runs and
+    copied without a wait, so the grammar blocks the host at most once (its first step); with the mask computed
+    in the call instead (the negative control), reading the ids back blocks at every step. The same tokens."""
+    from decode_tui.core.grammar import GrammarMask
+    from decode_tui.core.params import Constraint
+
+    from .test_grammar import context, model_for, prompt_of, tokens
+    from .test_grammar import transcript as constrained_transcript
+
+    model, prompt = on_cuda(model_for(byte_bpe, 1)), prompt_of(byte_bpe, 1)
+    constraint = Constraint("regex", r"[a-z]{3,12}( [a-z]{2,8}){2,6}\.")
+
+    def run(ahead: bool) -> list[Event]:
+        stages = context(byte_bpe, prompt, constraint)
+        assert isinstance(stages.grammar, GrammarMask)
+        stages.grammar.ahead = ahead
+        return list(autoregressive(model, constrained_transcript(byte_bpe, prompt, 24), SamplingParams(),
+                                   greedy=True, generator=torch.Generator(device=CUDA).manual_seed(0),
+                                   stages=stages))
+
+    run(True)  # warm-up: lazy CUDA initialisation syncs too
+    grammar_py = str(Path(CORE) / "grammar.py")
+    blocked, outputs = {}, {}
+    for ahead in (True, False):
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                events = run(ahead)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        blocked[ahead] = sum(w.filename == grammar_py and "synchroniz" in str(w.message).lower() for w in caught)
+        outputs[ahead] = tokens(events)
+    steps = len(outputs[True])
+    assert steps > 4 and outputs[True] == outputs[False]
+    assert blocked[True] <= 1 and blocked[False] >= steps - 1, blocked
+
+
 # ------------------------------------------------- the default path: CUDA graphs of the eager model
 
 

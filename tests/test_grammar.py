@@ -3,6 +3,7 @@ outputs that always satisfy their constraint, drafts cut by the grammar, and bad
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -252,6 +253,55 @@ def test_bounded_schemas_finish_and_validate(byte_bpe: Any, schema: dict[str, An
     finished = events[-1]
     assert isinstance(finished, Finished) and finished.finish_reason == "eos"
     jsonschema.validate(json.loads(finished.text), schema)
+
+
+@pytest.mark.parametrize("run_ahead", [False, True])
+@pytest.mark.parametrize("seed", range(3))
+def test_the_mask_computed_ahead_is_applied_without_reading_the_ids_back(byte_bpe: Any, seed: int, run_ahead: bool,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loop hands the grammar each step's output on the host before the step's call (on a GPU, while the
+    queued pass runs); the call then applies that mask and reads nothing back. Every event is the same as with
+    the mask computed in the call, on the loop's two orders (the pass queued first, as on a GPU, or not)."""
+    model, prompt = model_for(byte_bpe, seed), prompt_of(byte_bpe, seed)
+    constraint = Constraint("regex", REGEXES[seed % len(REGEXES)])
+    reads: list[str] = []  # who computed each mask: prepare() ahead, or the call reading the ids back
+    original_prepare, original_host = GrammarMask.prepare, GrammarMask._host_allowed
+    ahead = [False]
+
+    def prepare(self: GrammarMask, output: list[int], device: torch.device) -> None:
+        ahead[0] = True
+        try:
+            original_prepare(self, output, device)
+        finally:
+            ahead[0] = False
+
+    def host_allowed(self: GrammarMask, outputs: list[list[int]]) -> torch.Tensor:
+        reads.append("ahead" if ahead[0] else "call")
+        return original_host(self, outputs)
+
+    monkeypatch.setattr(GrammarMask, "prepare", prepare)
+    monkeypatch.setattr(GrammarMask, "_host_allowed", host_allowed)
+    runs = {}
+    for computed_ahead in (True, False):
+        reads.clear()
+        stages = context(byte_bpe, prompt, constraint)
+        assert isinstance(stages.grammar, GrammarMask)
+        stages.grammar.ahead = computed_ahead
+        runs[computed_ahead] = list(autoregressive(model, transcript(byte_bpe, prompt, 24), SamplingParams(),
+                                                   greedy=True, run_ahead=run_ahead, stages=stages))
+        steps = sum(isinstance(e, TokenSampled) for e in runs[computed_ahead])
+        if computed_ahead:  # the first step's mask is the call's (nothing ran before it); every later one ahead
+            assert reads[0] == "call" and reads.count("call") == 1 and reads.count("ahead") >= steps - 1, reads
+        else:
+            assert reads == ["call"] * steps
+    def timeless(events: list[Event]) -> list[Event]:
+        clocks: dict[str, Any] = {"elapsed_s": 0.0}
+        return [dataclasses.replace(e, tokens_per_s=0.0, **clocks) if isinstance(e, Finished)
+                else dataclasses.replace(e, **clocks) if hasattr(e, "elapsed_s") else e for e in events]
+
+    assert timeless(runs[True]) == timeless(runs[False])
+    assert tokens(runs[True]) == hf_generate(model, byte_bpe, prompt, SamplingParams(), 24,
+                                             constraint=constraint)[: len(tokens(runs[True]))]
 
 
 @pytest.mark.parametrize("regex", REGEXES)

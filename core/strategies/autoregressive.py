@@ -21,6 +21,7 @@ import torch
 
 from ..events import Candidate, Event, StageCandidates, TokenSampled
 from ..forward import forward
+from ..grammar import GrammarMask
 from ..live import LiveParams
 from ..params import SamplingParams
 from ..path import Path, prefill
@@ -62,6 +63,7 @@ def autoregressive(
     greedy_mode = greedy
     greedy = greedy_mode or params.greedy
     processors = stage_processors(params, greedy, context=stages)
+    grammar = stages.grammar if stages is not None and isinstance(stages.grammar, GrammarMask) else None
     version = live.version if live else 0
     device = model.device
     start = [*transcript.prompt_ids, *(path.ids if path else ())]
@@ -100,6 +102,10 @@ def autoregressive(
             if run_ahead and more:
                 logits = forward(model, ids[:, length : length + 1], cache)[:, -1]  # [1, V] queued behind the copy
             picked = pending.wait()
+            if grammar is not None and more:
+                # The next step's mask, computed on the host while the device runs the queued pass (on a CPU,
+                # where nothing runs meanwhile, it is the same work the mask's call would do).
+                grammar.prepare([*transcript.token_ids, picked.token_id], device)
             yield TokenSampled(
                 step=step,
                 token_id=picked.token_id,
