@@ -35,6 +35,7 @@ from ..core.params import (
     EarlyStopping,
     SamplingParams,
     demo_prompt,
+    words_of,
 )
 from ..core.registry import DEFAULT_ALIAS
 from ..themes import names as theme_names
@@ -211,10 +212,12 @@ def bad_words_of(text: str | None) -> tuple[str, ...] | None:
     """``--bad-words 'sorry,apologize'``: the words, each as written (the run also forbids it after a space)."""
     if text is None:
         return None
-    words = tuple(word.strip() for word in text.split(","))
-    if not any(words) or not all(words):
-        raise UsageError(f"--bad-words {text!r} holds an empty word. Give comma-separated words, for example "
-                         "--bad-words 'sorry,apologize'.")
+    try:
+        words = words_of(text)
+    except UsageError as err:
+        raise UsageError(f"--bad-words {err.message}") from None
+    if not words:
+        raise UsageError("--bad-words is empty. Give comma-separated words, for example --bad-words 'sorry,apologize'.")
     return words
 
 

@@ -75,6 +75,17 @@ WARPERS: tuple[str, ...] = ("temperature", "top_h", "top_k", "top_p", "min_p", "
                             "eta_cutoff")
 
 
+def words_of(text: str) -> tuple[str, ...]:
+    """Comma-separated bad words as typed (``"sorry, apologize"``), each stripped; none for a blank text. A
+    UsageError when one between the commas is empty."""
+    if not text.strip():
+        return ()
+    words = tuple(word.strip() for word in text.split(","))
+    if not all(words):
+        raise UsageError(f"{text!r} holds an empty word. Give comma-separated words, for example 'sorry,apologize'.")
+    return words
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """The sampling knobs, with transformers' defaults. ``temperature == 0`` means greedy."""

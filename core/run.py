@@ -62,9 +62,14 @@ class Run:
             self._check_path(self.branch, max_new)
         ctx = lm.context_length
         if ctx is not None:
-            if len(self.prompt_ids) + len(path.ids if path else ()) >= ctx:
+            decided = len(self.branch.ids) if self.branch is not None else 0
+            if len(self.prompt_ids) >= ctx:
                 raise UsageError(f"The prompt is {len(self.prompt_ids)} tokens long, but {lm.name} reads at most "
                                  f"{ctx} tokens. Shorten the prompt.")
+            if len(self.prompt_ids) + decided >= ctx:  # the branch's decided tokens fill what the prompt left
+                raise UsageError(f"The prompt ({len(self.prompt_ids)} tokens) and the branch's {decided} decided "
+                                 f"tokens make {len(self.prompt_ids) + decided}, but {lm.name} reads at most {ctx} "
+                                 "tokens: nothing would be left to decode. Branch earlier, or shorten the prompt.")
             if len(self.prompt_ids) + max_new > ctx:
                 max_new = ctx - len(self.prompt_ids)
                 self.notes.append(f"max_new_tokens lowered to {max_new} to fit {lm.name}'s context of {ctx} "

@@ -14,6 +14,7 @@ from decode_tui.core.errors import UsageError
 from decode_tui.core.events import Event, Finished, Started, TokenEmitted, TokenSampled
 from decode_tui.core.loading import LoadedModel, context_length
 from decode_tui.core.params import DecodeConfig, SamplingParams
+from decode_tui.core.path import Path as DecodePath
 from decode_tui.core.run import Run
 from decode_tui.core.strategies.autoregressive import autoregressive
 from decode_tui.core.transcript import Transcript
@@ -225,6 +226,11 @@ def test_run_rejects_a_prompt_longer_than_the_context_and_caps_new_tokens(byte_b
         Run(lm, "word " * 100, DecodeConfig(use_chat=False))
     run = Run(lm, "word " * 10, DecodeConfig(max_new_tokens=500, use_chat=False))
     assert run.transcript.max_new_tokens == 64 - len(run.prompt_ids) and run.notes
+    # A branch whose decided tokens fill the rest of the context says so, counting them with the prompt.
+    fill = DecodePath(kept=tuple(run.prompt_ids[:1]) * (64 - len(run.prompt_ids)))
+    with pytest.raises(UsageError, match=rf"prompt \({len(run.prompt_ids)} tokens\) and the branch's "
+                       rf"{64 - len(run.prompt_ids)} decided tokens make 64, but tiny reads at most 64"):
+        Run(lm, "word " * 10, DecodeConfig(max_new_tokens=500, use_chat=False), path=fill)
 
 
 def test_a_caller_that_stops_consuming_a_run_stops_its_strategy_at_once(byte_bpe: Any) -> None:

@@ -130,3 +130,28 @@ def test_the_draft_confidence_cut_off_reaches_the_draft_model_between_rounds(byt
     drafts = [e for e in events if isinstance(e, DraftProposed)]
     assert len(drafts[0].token_ids) == 6 and drafter.confidence_threshold == 1.0
     assert all(len(d.token_ids) == 1 for d in drafts[1:]), "a cut-off of 1 stops every draft after one token"
+
+
+def test_bad_words_set_mid_run_are_banned_from_the_next_step(byte_bpe: Any) -> None:
+    """The stage editor's bad words go through the live parameters as its other stages do."""
+    from decode_tui.core.sampling import StageContext
+
+    model = tiny_model("llama", vocab_size=V, seed=6)
+    prompt = [21, 22, 23, 24]
+    context = StageContext(eos_token_ids=(V - 1,), prompt_length=len(prompt),
+                           encode=lambda text: byte_bpe.encode(text, add_special_tokens=False))
+    plain = list(autoregressive(model, transcript(byte_bpe, prompt, 12), SamplingParams(), greedy=True,
+                                stages=context))
+    written = [e.token_id for e in plain if isinstance(e, TokenSampled)]
+    # A word greedy writes after the third step, which the tokenizer writes as that one token.
+    word, token = next((text, t) for t in written[3:] if (text := byte_bpe.decode([t]).strip())
+                       and byte_bpe.encode(text, add_special_tokens=False) == [t])
+    live = LiveParams(SamplingParams())
+    stream = autoregressive(model, transcript(byte_bpe, prompt, 12), live.snapshot().sampling, greedy=True,
+                            live=live, stages=context)
+    events = drive(stream, live, at=3, sampling=SamplingParams(bad_words=(word,)))
+    steps = [e for e in events if isinstance(e, TokenSampled)]
+    assert [e.token_id for e in steps[:3]] == written[:3]
+    assert token not in [e.token_id for e in steps[3:]], word
+    assert any(s.stage == "bad_words_ids" for e in steps[3:] for s in e.stages)
+    assert not any(s.stage == "bad_words_ids" for e in steps[:3] for s in e.stages)

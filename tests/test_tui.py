@@ -1358,6 +1358,17 @@ async def test_the_stage_editor_lists_every_stage_and_changes_one_from_the_next_
         await settle(pilot, app)
         await pilot.press("z")
         await until(pilot, lambda: isinstance(app.screen, StageEditor))
+        # The bad words are typed: tab reaches their field, where the keys (z and the arrows too) are text.
+        await pilot.press("tab", *"zoo, sorry", "left", "right", "enter")
+        assert app.settings.config.sampling.bad_words == ("zoo", "sorry")
+        assert app.live.snapshot().sampling.bad_words == ("zoo", "sorry"), "applied from the next step"
+        said = str(app.screen.query_one("#stages-said", Label).render())
+        assert "bad words none → 'zoo', 'sorry', from the next step" in said, said
+        assert "'zoo', 'sorry'" in str(app.screen.query_one("#stages-words", Label).render())
+        await pilot.press("end", ",", "enter")
+        said = str(app.screen.query_one("#stages-said", Label).render())
+        assert "holds an empty word" in said and app.settings.config.sampling.bad_words == ("zoo", "sorry"), said
+        await pilot.press("shift+tab")
         app.screen.query_one(OptionList).highlighted = 8  # typical-p
         await pilot.press("left")
         said = str(app.screen.query_one("#stages-said", Label).render())

@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from ..core.errors import UsageError
 from ..core.events import MODES, STAGES, Mode
-from ..core.params import DEMO_PROMPT, DEMO_PROMPTS, WARPERS, DecodeConfig, demo_prompt
+from ..core.params import DEMO_PROMPT, DEMO_PROMPTS, WARPERS, DecodeConfig, demo_prompt, words_of
 from ..core.registry import DEFAULT_ALIAS
 from .branches import BranchRequest
 
@@ -234,6 +234,25 @@ def adjust(settings: Settings, knob_id: str, direction: int) -> Change:
     elif knob.applies == "rerank":
         message += ": finished hypotheses re-ranked now; the search uses it from the next restart (r)"
     return Change(changed, knob.applies, message)
+
+
+def said_words(words: tuple[str, ...]) -> str:
+    """Bad words as the editor and its messages show them: ``'sorry', 'apologize'``, or ``none``."""
+    return ", ".join(repr(word) for word in words) if words else "none"
+
+
+def with_bad_words(settings: Settings, text: str) -> Change:
+    """The bad words set to the comma-separated ``text`` (blank: none); they apply in every mode, from the
+    next step."""
+    try:
+        words = words_of(text)
+    except UsageError as err:
+        return Change(settings, None, err.message)
+    old = settings.config.sampling.bad_words
+    if words == old:
+        return Change(settings, None, f"bad words stay {said_words(old)}")
+    changed = settings.replace_config(sampling=dataclasses.replace(settings.config.sampling, bad_words=words))
+    return Change(changed, "live", f"bad words {said_words(old)} → {said_words(words)}, from the next step")
 
 
 def next_mode(settings: Settings) -> Settings:

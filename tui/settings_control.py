@@ -18,7 +18,7 @@ from .pump import EventPump
 from .run_view import Severity
 from .screens.model_picker import ModelPicker, cannot_load, known_models
 from .screens.prompt_editor import PromptEditor
-from .settings import Settings, adjust, next_mode, with_mode
+from .settings import Change, Settings, adjust, next_mode, with_bad_words, with_mode
 
 # What a replay cannot do (its events were recorded): the footer leaves these keys out there, rather than offer
 # keys that are refused.
@@ -63,8 +63,14 @@ class SettingsControl:
 
     def knob(self, knob_id: str, direction: int) -> str:
         """Turn one knob; returns what happened, in the words the status line shows."""
+        return self._apply(adjust(self.host.settings, knob_id, direction), knob_id)
+
+    def bad_words(self, text: str) -> str:
+        """Set the bad words from comma-separated ``text``; returns what happened."""
+        return self._apply(with_bad_words(self.host.settings, text), "bad_words")
+
+    def _apply(self, change: Change, knob_id: str) -> str:
         host = self.host
-        change = adjust(host.settings, knob_id, direction)
         # A replay can re-rank its finished beams (a pure function of their scores) and change its pace, nothing else.
         if change.applies in ("live", "restart") and self.replay_refuses("parameters"):
             return "a replay cannot change what was recorded"
@@ -94,7 +100,12 @@ class SettingsControl:
             changed()
             return said
 
-        host.push_screen(StageEditor(lambda: host.settings, turn))
+        def words(text: str) -> str:
+            said = self.bad_words(text)
+            changed()
+            return said
+
+        host.push_screen(StageEditor(lambda: host.settings, turn, words))
 
     def prompt(self) -> None:
         if self.replay_refuses("the prompt"):
