@@ -221,15 +221,17 @@ def bad_words_of(text: str | None) -> tuple[str, ...] | None:
     return words
 
 
-def constraint_of(json_schema: str | None, regex: str | None, grammar: Path | None) -> Constraint | None:
+def constraint_of(json_schema: str | None, regex: str | None, grammar: Path | str | None,
+                  base: Path = Path()) -> Constraint | None:
     """The constraint from ``--json-schema`` (a file, or the schema itself), ``--regex`` or ``--grammar`` (a Lark
-    file), checked at once (core/constraints.py); a UsageError for more than one, or an unreadable file."""
+    file), checked at once (core/constraints.py); a UsageError for more than one, or an unreadable file.
+    ``base``: where a relative file is read from (a lesson's files are beside the lesson)."""
     given = [name for name, value in (("--json-schema", json_schema), ("--regex", regex), ("--grammar", grammar))
              if value is not None]
     if len(given) > 1:
         raise UsageError(f"{' and '.join(given)} each constrain the output: give one of them.")
     if json_schema is not None:
-        path = Path(json_schema)
+        path = base / json_schema
         if json_schema.lstrip().startswith(("{", "[")) or not path.suffix:
             constraint = Constraint("json_schema", json_schema)
         else:
@@ -237,7 +239,8 @@ def constraint_of(json_schema: str | None, regex: str | None, grammar: Path | No
     elif regex is not None:
         constraint = Constraint("regex", regex)
     elif grammar is not None:
-        constraint = Constraint("grammar", _read_text(grammar, "grammar"), origin=grammar.name)
+        path = base / grammar
+        constraint = Constraint("grammar", _read_text(path, "grammar"), origin=path.name)
     else:
         return None
     from ..core.constraints import grammar_text

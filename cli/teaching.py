@@ -125,13 +125,9 @@ def _lesson_constraint(lesson: Lesson, given: dict[str, Any]) -> Constraint | No
     if not isinstance(value, str) or not value.strip():
         raise lesson.error(field, "must be a non-empty string (a JSON schema or a file beside the lesson, a regex, "
                            "or a Lark grammar file beside the lesson).")
-    beside = Path(lesson.source).parent / value
     try:
-        if field == "regex":
-            return constraint_of(None, value, None)
-        if field == "grammar":
-            return constraint_of(None, None, beside)
-        return constraint_of(value if value.lstrip().startswith(("{", "[")) else str(beside), None, None)
+        return constraint_of(given.get("json_schema"), given.get("regex"), given.get("grammar"),
+                             base=Path(lesson.source).parent)
     except UsageError as err:
         raise lesson.error(field, f"does not work: {err.message}") from None
 

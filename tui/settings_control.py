@@ -95,17 +95,12 @@ class SettingsControl:
 
         host = self.host
 
-        def turn(knob_id: str, direction: int) -> str:
-            said = self.knob(knob_id, direction)
+        def then_changed(said: str) -> str:
             changed()
             return said
 
-        def words(text: str) -> str:
-            said = self.bad_words(text)
-            changed()
-            return said
-
-        host.push_screen(StageEditor(lambda: host.settings, turn, words))
+        host.push_screen(StageEditor(lambda: host.settings, lambda knob_id, direction: then_changed(
+            self.knob(knob_id, direction)), lambda text: then_changed(self.bad_words(text))))
 
     def prompt(self) -> None:
         if self.replay_refuses("the prompt"):
