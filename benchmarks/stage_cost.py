@@ -67,11 +67,20 @@ def grammar_share(lm: LoadedModel, config: DecodeConfig) -> float:
     assert isinstance(mask, GrammarMask)
     spent: list[float] = []
 
+    ahead = [0.0]  # the time prepare() spent on the mask the next call applies
+
     class Timed(GrammarMask):
+        # A step's mask in both its halves: prepare() computes it ahead where the loop allows, the call applies it.
+        def prepare(self, output: list[int], device: torch.device) -> None:
+            started = time.perf_counter()
+            super().prepare(output, device)
+            ahead[0] = time.perf_counter() - started
+
         def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
             started = time.perf_counter()
             out = super().__call__(input_ids, scores)
-            spent.append(time.perf_counter() - started)
+            spent.append(time.perf_counter() - started + ahead[0])
+            ahead[0] = 0.0
             return out
 
     mask.__class__ = Timed  # the run's own processor, timed where the strategy calls it
