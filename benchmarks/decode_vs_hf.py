@@ -36,7 +36,7 @@ import torch
 from decode_tui.core.embedded import pull
 from decode_tui.core.events import Finished, Mode
 from decode_tui.core.loading import LoadedModel, load_model
-from decode_tui.core.params import CODE_EDIT_PROMPT, BeamParams, DecodeConfig
+from decode_tui.core.params import CODE_EDIT_PROMPT, DEFAULT_DRAFT, BeamParams, DecodeConfig
 from decode_tui.core.registry import resolve
 from decode_tui.core.run import Run
 
@@ -129,6 +129,7 @@ def main() -> None:
     parser.add_argument("--ttft-repeats", type=int, default=5)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--only", default="greedy,beam,drafting,ttft", help="comma-separated sections to run")
+    parser.add_argument("--draft", default=DEFAULT_DRAFT, help="the speculative draft (default: %(default)s)")
     args = parser.parse_args()
     sections = set(args.only.split(","))
 
@@ -142,7 +143,7 @@ def main() -> None:
         if section in sections:
             results[section] = compare(lm, args.new_tokens, args.repeats, num_beams, section)
     if "drafting" in sections:
-        results["drafting"] = drafting(lm_natural, args.new_tokens, args.repeats)
+        results["drafting"] = drafting(lm_natural, args.new_tokens, args.repeats, args.draft)
     if "ttft" in sections:
         results["ttft_s"] = ttft(args.ttft_repeats)
     if args.json:
@@ -193,23 +194,24 @@ def timed_hf(lm: LoadedModel, prompt_ids: list[int], new_tokens: int, **kwargs: 
     return [int(t) for t in out[0, len(prompt_ids):]], time.perf_counter() - start
 
 
-def drafting(lm: LoadedModel, new_tokens: int, repeats: int) -> dict[str, Any]:
-    """Speculative (int8 draft) and prompt lookup against our greedy, and HF's own against HF greedy.
+def drafting(lm: LoadedModel, new_tokens: int, repeats: int, spec: str = DEFAULT_DRAFT) -> dict[str, Any]:
+    """Speculative (the default draft, or ``spec``) and prompt lookup against our greedy, and HF's own (prompt
+    lookup, and assisted generation with the same draft module) against HF greedy.
 
     End-of-sequence stays on (the drafting modes must give greedy's exact tokens either way).
     """
-    from decode_tui.core.drafters import int8_copy
+    from decode_tui.core.drafters import load_draft
     from decode_tui.core.params import DraftParams
 
-    int8 = int8_copy(lm.model)
-    width = min(lm.model.get_output_embeddings().weight.shape[0], len(lm.tokenizer))
+    draft = load_draft(lm, spec)
     variants = {
         "pld": (DecodeConfig(mode="pld", max_new_tokens=new_tokens), None),
         "pld adaptive": (DecodeConfig(mode="pld", max_new_tokens=new_tokens,
                                       draft=DraftParams(adaptive=True)), None),
-        "speculative int8 k=5": (DecodeConfig(mode="speculative", max_new_tokens=new_tokens), (int8, width)),
-        "speculative int8 adaptive": (DecodeConfig(mode="speculative", max_new_tokens=new_tokens,
-                                                   draft=DraftParams(adaptive=True)), (int8, width)),
+        f"speculative {spec} k=5": (DecodeConfig(mode="speculative", max_new_tokens=new_tokens,
+                                                 draft=DraftParams(draft=spec)), draft),
+        f"speculative {spec} adaptive": (DecodeConfig(mode="speculative", max_new_tokens=new_tokens,
+                                                      draft=DraftParams(draft=spec, adaptive=True)), draft),
     }
     rows: dict[str, Any] = {}
     for name, prompt in PROMPTS.items():
@@ -223,8 +225,8 @@ def drafting(lm: LoadedModel, new_tokens: int, repeats: int) -> dict[str, Any]:
         for _ in range(repeats):
             _, t = timed_run(lm, prompt, greedy_config)
             times.setdefault("greedy", []).append(t)
-            for variant, (config, draft) in variants.items():
-                result, t = timed_run(lm, prompt, config, draft)
+            for variant, (config, with_draft) in variants.items():
+                result, t = timed_run(lm, prompt, config, with_draft)
                 times.setdefault(variant, []).append(t)
                 same[variant] = same.get(variant, True) and result.token_ids == reference.token_ids
                 extra[variant] = {"acceptance_rate": result.acceptance_rate, "drafted": result.drafted,
@@ -232,7 +234,7 @@ def drafting(lm: LoadedModel, new_tokens: int, repeats: int) -> dict[str, Any]:
             hf_greedy, t = timed_hf(lm, prompt_ids, new_tokens)
             times.setdefault("HF greedy", []).append(t)
             for variant, kwargs in (("HF prompt lookup", {"prompt_lookup_num_tokens": 10}),
-                                    ("HF assisted int8", {"assistant_model": int8})):
+                                    (f"HF assisted {spec}", {"assistant_model": draft.model})):
                 tokens, t = timed_hf(lm, prompt_ids, new_tokens, **kwargs)
                 times.setdefault(variant, []).append(t)
                 same[variant] = same.get(variant, True) and tokens == hf_greedy

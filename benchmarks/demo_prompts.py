@@ -1,7 +1,7 @@
 """Benchmark: each drafting mode on its own demo prompt against plain greedy, on this machine (the README's figures).
 
 Fair by construction (``core.compare.compare``: warm runs, alternated, the median ratio with its range), on the
-embedded model. Speculative decoding uses the default draft (the target quantised to int8, CPU only).
+embedded model. Speculative decoding uses the default draft (the target quantised to int4, CPU only).
 
     python benchmarks/demo_prompts.py [--runs 3] [--new-tokens 64] [--out results.jsonl]
 """
@@ -18,7 +18,7 @@ from decode_tui.core.drafters import load_draft
 from decode_tui.core.embedded import pull
 from decode_tui.core.events import Mode
 from decode_tui.core.loading import load_model
-from decode_tui.core.params import DEMO_PROMPTS, DecodeConfig
+from decode_tui.core.params import DEFAULT_DRAFT, DEMO_PROMPTS, DecodeConfig
 from decode_tui.core.registry import resolve
 
 
@@ -35,9 +35,9 @@ def main() -> None:
     cases: tuple[tuple[Mode, str], ...] = (("pld", "pld"), ("speculative", "speculative"), ("pld", "greedy"),
                                            ("speculative", "greedy"))
     for mode, prompt_of in cases:
-        draft = load_draft(lm, "int8") if mode == "speculative" and lm.device.type == "cpu" else None
+        draft = load_draft(lm, DEFAULT_DRAFT) if mode == "speculative" and lm.device.type == "cpu" else None
         if mode == "speculative" and draft is None:
-            continue  # the int8 draft is CPU-only; on a GPU, speculative decoding needs --draft MODEL
+            continue  # the default draft (int4) is CPU-only; on a GPU, speculative decoding needs --draft MODEL
         result = compare(lm, DEMO_PROMPTS[prompt_of], dataclasses.replace(base, mode=mode), base, runs=args.runs,
                          draft=draft)
         row = {"mode": mode, "prompt": f"{prompt_of}'s demo prompt", "device": str(lm.device), **result}

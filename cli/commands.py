@@ -166,7 +166,8 @@ def whatif_cmd(
     device: DeviceOpt = "auto",
     dtype: DtypeOpt = DtypeChoice.auto,
     draft: Annotated[str | None, typer.Option(help="Also replay speculative decoding with this draft model (a "
-                                              "model spec, self or int8) for draft lengths 1-12.")] = None,
+                                              "model spec, self, int4, int8 or layers:N) for draft lengths "
+                                              "1-12.")] = None,
     draft_confidence: DraftConfidenceOpt = None,
     trust_remote_code: TrustRemoteCodeOpt = False,
     output_format: Annotated[TableFormatChoice, typer.Option("--format", help="text: tables and a recommendation. "

@@ -81,11 +81,15 @@ def _why(console: Console, row: BenchRow, timeline: bool) -> None:
     from rich import box
     from rich.table import Table
 
-    from ..tui.forward_views import BAR_COLUMN, FORWARD_COLUMNS, acceptance_line, forward_cells
+    from ..core.draft_stats import DraftStats
+    from ..tui.forward_views import BAR_COLUMN, FORWARD_COLUMNS, acceptance_line, cost_line, forward_cells
 
     line = acceptance_line(row.acceptance_by_position, row.timeline)
     if row.acceptance_by_position and line is not None:
         console.print(f"{row.mode}: {line}")
+    cost = cost_line(DraftStats.from_rows(row.timeline), measured=row.speedup)
+    if cost is not None:
+        console.print(f"{row.mode}: {cost}")
     if not timeline or not row.timeline:
         return
     table = Table(title=f"{row.mode}: one row per target forward (its last timed run)", title_justify="left",

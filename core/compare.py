@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .events import Finished
@@ -150,6 +150,10 @@ class BenchRow:
     identical: bool  # the same tokens as greedy's
     first_divergence: int | None
     acceptance_by_position: tuple[float, ...] | None = None  # speculative, pld: of the last timed run
+    # speculative: the draft's cost ratio c and the speed-up Leviathan et al.'s formula predicts, medians of the
+    # timed runs (core/draft_stats.py), to set beside the measured speed-up
+    draft_cost_ratio: float | None = None
+    predicted_speedup: float | None = None
     timeline: tuple[ForwardRow, ...] = ()  # the last timed run's, one row per target forward
 
     def to_dict(self, timeline: bool = False) -> dict[str, Any]:
@@ -158,6 +162,11 @@ class BenchRow:
         if not timeline:
             del data["timeline"]
         return data
+
+
+def _median(values: Iterable[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
 
 
 def bench(lm: LoadedModel, prompt: str, configs: Mapping[str, DecodeConfig], *, runs: int,
@@ -183,5 +192,7 @@ def bench(lm: LoadedModel, prompt: str, configs: Mapping[str, DecodeConfig], *, 
             acceptance_rate=last.acceptance_rate, identical=last.token_ids == base[-1].token_ids,
             first_divergence=first_divergence(last.token_ids, base[-1].token_ids),
             acceptance_by_position=last.acceptance_by_position,
+            draft_cost_ratio=_median(r.draft_cost_ratio for r in finished),
+            predicted_speedup=_median(r.predicted_speedup for r in finished),
             timeline=tuple(timelines[name])))
     return rows

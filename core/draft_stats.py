@@ -1,4 +1,5 @@
-"""What a run's draft rounds added up to: drafted, accepted, where the time went, acceptance by position.
+"""What a run's draft rounds added up to: drafted, accepted, where the time went, acceptance by position, and
+what Leviathan et al.'s formula predicts from them.
 
 The speculative loop records every round here for its ``Finished`` event, and
 a viewer records the rounds it is shown with the same class, so both count
@@ -7,8 +8,21 @@ alike. Plain arithmetic: no torch, no events.
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from .timeline import ForwardRow, cost_line
+
+
+def predicted_speedup(alpha: float, gamma: float, c: float, verify: float = 1.0) -> float:
+    """Leviathan et al. 2023, Theorem 3.8: the expected walltime improvement of speculative decoding,
+    (1 - alpha^(gamma + 1)) / ((1 - alpha)(gamma c + 1)), with alpha the per-position acceptance rate, gamma the
+    tokens drafted a round and c a draft forward's time over a target step's. The paper counts the verification
+    of gamma + 1 tokens as one target step; ``verify`` is what it really costs, in steps, where it is known."""
+    tokens = gamma + 1 if alpha >= 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
+    return tokens / (gamma * c + verify)
 
 
 @dataclass
@@ -22,20 +36,90 @@ class DraftStats:
     verify_time_s: float = 0.0
     reached: list[int] = field(default_factory=list)  # drafts that reached position i
     accepted_at: list[int] = field(default_factory=list)  # ... and were accepted there
+    rejections: int = 0  # rounds that ended on a rejected draft token
+    rounds_drafted: int = 0  # rounds that drafted at least one token
+    # Timed rounds: the draft's seconds per drafted token (the first round left out: it also fed the prompt to
+    # the draft), the verifications' seconds by draft length, and what the timed rounds emitted in what time.
+    draft_step_s: list[float] = field(default_factory=list)
+    verify_by_k: dict[int, list[float]] = field(default_factory=dict)
+    round_tokens: int = 0
+    round_s: float = 0.0
 
-    def record(self, k: int, n: int) -> None:
+    @classmethod
+    def from_rows(cls, rows: Sequence[ForwardRow]) -> DraftStats:
+        """The counters of a run's verifying forwards (core/timeline.py), for a view that has only those."""
+        stats = cls()
+        for r in rows:
+            if r.k is not None:
+                stats.record(r.k, r.accepted or 0, None if r.draft_ms is None else r.draft_ms / 1e3,
+                             None if r.verify_ms is None else r.verify_ms / 1e3, r.tokens)
+        return stats
+
+    def record(self, k: int, n: int, draft_s: float | None = None, verify_s: float | None = None,
+               emitted: int | None = None) -> None:
+        """A round that drafted ``k`` tokens of which ``n`` were accepted, with its times where known and the
+        tokens it emitted (n + 1 unless the run ended inside it)."""
         self.drafted += k
         self.accepted += n
+        self.rejections += n < k
+        self.rounds_drafted += k > 0
         while len(self.reached) < k:
             self.reached.append(0)
             self.accepted_at.append(0)
         for i in range(k):
             self.reached[i] += 1
             self.accepted_at[i] += i < n
+        if draft_s is None or verify_s is None:
+            return
+        if k > 0 and self.rounds_drafted > 1:
+            self.draft_step_s.append(draft_s / k)
+        self.verify_by_k.setdefault(k, []).append(verify_s)
+        self.round_tokens += n + 1 if emitted is None else emitted
+        self.round_s += draft_s + verify_s
 
     def by_position(self) -> tuple[float, ...]:
         """For each draft position, the share of the drafts that reached it which were accepted there."""
         return tuple(a / r for a, r in zip(self.accepted_at, self.reached, strict=True))
+
+    def alpha(self) -> float | None:
+        """The per-position acceptance rate: accepted over tested positions (a round tests up to its first
+        rejection), the paper's alpha."""
+        tested = self.accepted + self.rejections
+        return self.accepted / tested if tested else None
+
+    def step_s(self) -> float | None:
+        """A plain target step's time: the verification cost line's value at k = 0 (core/timeline.py: one token
+        in, no draft) once two draft lengths were timed, else a verification's median (which on a CPU costs
+        more than a step)."""
+        if not self.verify_by_k:
+            return None
+        line = cost_line(self.verify_by_k)
+        return line[0] if line is not None else statistics.median(t for ts in self.verify_by_k.values() for t in ts)
+
+    def cost_ratio(self) -> float | None:
+        """c: a draft forward's time over a plain target step's (medians), measured in this run."""
+        step = self.step_s()
+        return statistics.median(self.draft_step_s) / step if self.draft_step_s and step else None
+
+    def verify_steps(self) -> float | None:
+        """What a verification of the drafts cost, in plain target steps: the formula counts it as 1; on a GPU
+        it is close to 1, on a CPU more (each drafted token is one more row through every layer)."""
+        step = self.step_s()
+        times = [t for k, ts in self.verify_by_k.items() if k > 0 for t in ts]
+        return statistics.median(times) / step if times and step else None
+
+    def predicted(self) -> float | None:
+        """The formula's speed-up from this run's alpha, mean draft length and c."""
+        alpha, c = self.alpha(), self.cost_ratio()
+        if alpha is None or c is None or not self.rounds_drafted:
+            return None
+        return predicted_speedup(alpha, self.drafted / self.rounds_drafted, c)
+
+    def observed(self) -> float | None:
+        """The rounds' tokens per second times a plain step's time: the speed-up over plain decoding as this run
+        went (``bench`` measures it against greedy itself)."""
+        step = self.step_s()
+        return self.round_tokens / self.round_s * step if self.round_s and step else None
 
     def extras(self) -> dict[str, Any]:
         return {
@@ -46,4 +130,7 @@ class DraftStats:
             "acceptance_by_position": self.by_position(),
             "draft_time_s": self.draft_time_s,
             "verify_time_s": self.verify_time_s,
+            "draft_cost_ratio": self.cost_ratio(),
+            "verify_cost_steps": self.verify_steps(),
+            "predicted_speedup": self.predicted(),
         }

@@ -19,16 +19,16 @@ prefix is and it rolls back to it. Drafters know nothing of acceptance.
 
 from __future__ import annotations
 
-import copy
-import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
 import torch
 
+from . import target_drafts
 from .acquire import Progress, ensure, quiet
 from .errors import UsageError
 from .forward import forward, new_cache, rollback, to_host
+from .params import target_draft
 from .path import common_prefix
 from .sampling import processed
 
@@ -146,7 +146,8 @@ class ModelDrafter:
         q_probs: list[float] = []
         qs = []
         stopped = None
-        logits = forward(self.model, ids[:, same:], self.cache)[:, -1, : self.vocab_size]  # [1, V]
+        # In fp32 whatever the draft computes in (a quantised draft gives bf16): q must be the distribution drawn from.
+        logits = forward(self.model, ids[:, same:], self.cache)[:, -1, : self.vocab_size].float()  # [1, V]
         self.cached = list(context)
         forwards = 1
         for i in range(k):
@@ -165,7 +166,7 @@ class ModelDrafter:
             if q_prob < self.confidence_threshold:
                 stopped = f"draft q {q_prob:.2f} < {self.confidence_threshold:g}"
                 break
-            logits = forward(self.model, token.view(1, 1), self.cache)[:, -1, : self.vocab_size]
+            logits = forward(self.model, token.view(1, 1), self.cache)[:, -1, : self.vocab_size].float()
             self.cached.append(tokens[-1])
             forwards += 1
         return Draft(tokens, torch.stack(qs), q_probs=tuple(q_probs), forwards=forwards, stopped=stopped)
@@ -185,13 +186,14 @@ class DraftModel:
 
     model: PreTrainedModel
     vocab_size: int  # the logits both models speak: rows past it are never drafted nor verified
-    spec: str  # ``self``, ``int8`` or the draft model's spec, for messages
+    spec: str  # ``self``, ``int4``, ``layers:N`` ... or the draft model's spec, for messages
 
 
 def preparing(spec: str) -> str:
     """What :func:`load_draft` does for ``spec``, in the words it reports first."""
-    if spec == "int8":
-        return "Preparing the draft model (int8 copy of the target)"
+    made = target_draft(spec)
+    if made is not None:
+        return f"Preparing the draft model ({made.describe()})"
     return f"Preparing the draft model ({spec})"
 
 
@@ -200,20 +202,19 @@ def load_draft(target: LoadedModel, spec: str, trust_remote_code: bool = False,
     """The draft model for ``spec``, sharing the target's vocabulary.
 
     ``self``: the target's own weights (greedy acceptance is then 100 %);
-    ``int8``: the target with dynamically quantised Linear layers (CPU only);
-    anything else: a model spec, fetched like the target (:func:`~decode_tui.core.acquire.ensure`) and loaded
-    on the target's device and dtype, whose tokenizer must have the target's vocabulary.
+    ``int4``, ``int8``, ``layers:N`` and their combinations: built from the target, sharing what is not
+    quantised (:mod:`~decode_tui.core.target_drafts`); anything else: a model spec, fetched like the target
+    (:func:`~decode_tui.core.acquire.ensure`) and loaded on the target's device and dtype, whose tokenizer must
+    have the target's vocabulary.
     """
     width = target.model.get_output_embeddings().weight.shape[0]
     if spec == "self":
         return DraftModel(target.model, min(width, len(target.tokenizer)), spec)
-    if spec == "int8":
-        if target.device.type != "cpu":
-            raise UsageError(f"The int8 draft uses dynamic quantisation, which runs on the CPU only, and the target "
-                             f"is on {target.device}. Pass --draft self or --draft with a smaller model of the same "
-                             "family.")
+    made = target_draft(spec)
+    if made is not None:
+        target_drafts.check(made, target.model, spec)
         progress(preparing(spec))
-        return DraftModel(int8_copy(target.model), min(width, len(target.tokenizer)), spec)
+        return DraftModel(target_drafts.build(target.model, made), min(width, len(target.tokenizer)), spec)
     from .loading import load_model
 
     resolved = ensure(spec, progress)
@@ -222,19 +223,6 @@ def load_draft(target: LoadedModel, spec: str, trust_remote_code: bool = False,
                        trust_remote_code=trust_remote_code)
     draft_width = draft.model.get_output_embeddings().weight.shape[0]
     return DraftModel(draft.model, shared_vocab_size(target.tokenizer, draft.tokenizer, width, draft_width), spec)
-
-
-def int8_copy(model: PreTrainedModel) -> PreTrainedModel:
-    """The model with its Linear layers dynamically quantised to int8 (CPU): a cheap offline draft."""
-    clone = copy.deepcopy(model)
-    # torch marks its eager quantisation API deprecated (in favour of torchao, which is not a dependency
-    # here); the warnings say nothing a decode-tui user can act on.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from torch.ao.quantization import quantize_dynamic
-
-        quantized: PreTrainedModel = quantize_dynamic(clone, {torch.nn.Linear}, dtype=torch.qint8)
-    return quantized
 
 
 def shared_vocab_size(target: PreTrainedTokenizerBase, draft: PreTrainedTokenizerBase, target_logits: int,

@@ -387,6 +387,12 @@ class Finished(Event):
     acceptance_by_position: tuple[float, ...] | None = _optional()
     draft_time_s: float | None = _optional()
     verify_time_s: float | None = _optional()
+    # c, a draft forward's time over a plain target step's (medians over the run); what a verification cost, in
+    # steps; and the speed-up Leviathan et al.'s formula predicts from c, the per-position acceptance and the
+    # mean draft length (core/draft_stats.py). None where the run had no timed draft round.
+    draft_cost_ratio: float | None = _optional()
+    verify_cost_steps: float | None = _optional()
+    predicted_speedup: float | None = _optional()
     comparison: Mapping[str, Any] | None = _optional()
     # How likely the whole reply was under the model's raw distributions: the sum and the mean of the emitted
     # tokens' log-probabilities, and the perplexity exp(-mean). None where a token lacks its log-probability.

@@ -8,6 +8,7 @@ what to do instead.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -181,8 +182,50 @@ class BeamParams:
         return asdict(self)
 
 
-# Drafts made from the target itself rather than from another model: its own weights, or an int8 copy of them.
-FROM_TARGET = ("self", "int8")
+# The draft when none is named: the target in 4 bits, a quarter of a target step on the CPU (BENCHMARKS.md).
+DEFAULT_DRAFT = "int4"
+# A draft made from the target (core/target_drafts.py): one part, or several joined by "+".
+_PART = re.compile(r"^(int4|int8|layers:(-?\d+))$")
+
+
+@dataclass(frozen=True)
+class TargetDraft:
+    """What a draft keeps of its target: ``bits`` (4, 8 or None: the target's own dtype) and ``layers`` (None:
+    all of them)."""
+
+    bits: int | None = None
+    layers: int | None = None
+
+    def describe(self) -> str:
+        parts = ([f"int{self.bits} copy"] if self.bits else []) + (
+            [f"first {self.layers} layers"] if self.layers else [])
+        return " of the ".join(parts) + " of the target" if parts else "the target"
+
+
+def target_draft(spec: str) -> TargetDraft | None:
+    """The draft a spec builds from the target, or None when it names another model (or ``self``).
+
+    ``int4``, ``int8``, ``layers:N`` and their combinations with ``+`` (``int4+layers:20``). A spec that starts
+    like one of them but is not (``layers:x``, ``int4+int8``) is a UsageError saying what is accepted."""
+    parts = spec.split("+")
+    if not any(_PART.match(p) or p.startswith("layers:") for p in parts):
+        return None
+    bits: int | None = None
+    layers: int | None = None
+    for part in parts:
+        match = _PART.match(part)
+        if match is None:
+            raise UsageError(f"--draft {spec}: {part!r} is not a draft made from the target. Use int4, int8, "
+                             "layers:N (the first N layers) or a combination such as int4+layers:20.")
+        if match.group(2) is not None:
+            if layers is not None:
+                raise UsageError(f"--draft {spec} names the layers twice. Give one layers:N.")
+            layers = int(match.group(2))
+        else:
+            if bits is not None:
+                raise UsageError(f"--draft {spec} names two quantisations. Give int4 or int8, not both.")
+            bits = int(part.removeprefix("int"))
+    return TargetDraft(bits, layers)
 
 
 @dataclass(frozen=True)
@@ -190,14 +233,15 @@ class DraftParams:
     """Speculative and prompt lookup settings.
 
     ``draft`` is a model spec, ``self`` (the target drafts for itself: greedy
-    acceptance must then be 100 %) or ``int8`` (the target with its Linear
-    layers dynamically quantised, CPU only: the offline default).
+    acceptance must then be 100 %) or a draft made from the target
+    (:func:`target_draft`: ``int4``, the default, ``int8``, ``layers:N``, or
+    a combination; built by :mod:`decode_tui.core.target_drafts`).
     ``num_draft_tokens`` is a draft model's draft length (the most the adaptive
     mode uses); prompt lookup copies up to ``num_pred_tokens`` after an n-gram
     of at most ``max_ngram_size`` tokens, its draft length (see :meth:`length`).
     """
 
-    draft: str = "int8"
+    draft: str = DEFAULT_DRAFT
     num_draft_tokens: int = 5
     max_ngram_size: int = 3
     num_pred_tokens: int = 10
@@ -207,6 +251,7 @@ class DraftParams:
     confidence_threshold: float = 0.4
 
     def __post_init__(self) -> None:
+        target_draft(self.draft)  # a malformed layers:N or int4+int8 is refused before any model loads
         for name in ("num_draft_tokens", "max_ngram_size", "num_pred_tokens"):
             if getattr(self, name) < 1:
                 raise UsageError(f"{name} must be at least 1, not {getattr(self, name)}.")
@@ -216,8 +261,9 @@ class DraftParams:
 
     @property
     def model_spec(self) -> str | None:
-        """The draft model to fetch and load, or None when the draft is made from the target (``self``, ``int8``)."""
-        return None if self.draft in FROM_TARGET else self.draft
+        """The draft model to fetch and load, or None when the draft is made from the target (``self``, ``int4``,
+        ``layers:N`` ...)."""
+        return None if self.draft == "self" or target_draft(self.draft) is not None else self.draft
 
     def length(self, drafter: Literal["model", "lookup"]) -> int:
         """The most tokens a round drafts: ``num_pred_tokens`` for prompt lookup (transformers'

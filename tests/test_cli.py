@@ -75,7 +75,7 @@ def test_beam_jsonl_adds_hypotheses_best_first(tiny_model_dir: Path, isolated_en
 
 
 @pytest.mark.parametrize("args", [["--mode", "pld"], ["--mode", "speculative", "--draft", "self"],
-                                  ["--mode", "speculative", "--draft", "int8", "--adaptive"]])
+                                  ["--mode", "speculative", "--draft", "int4", "--adaptive"]])
 def test_drafting_modes_report_their_counters_and_compare_with_greedy(tiny_model_dir: Path,
                                                                       isolated_env: dict[str, str],
                                                                       args: list[str]) -> None:

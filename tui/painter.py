@@ -40,7 +40,7 @@ class Painter:
     def paint(self, pending: Pending, view: RunView, mode: Mode) -> None:
         """Hand what arrived since the last paint to the widgets, each once."""
         self.text.add(pending.pieces)
-        self.panels.paint(pending, view.draft_stats.by_position())
+        self.panels.paint(pending, view.draft_stats)
         text = pending.caption_text()
         if text is not None:
             self.caption.say(text)

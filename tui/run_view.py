@@ -181,7 +181,8 @@ class RunView:
             elif isinstance(event, DraftVerified):
                 # Positions the grammar cut (and those after them) were never verified, so never count as drafted.
                 cut = next((v.position for v in event.verdicts if v.verdict == "cut"), len(event.verdicts))
-                self.draft_stats.record(cut, event.accepted)
+                emitted = event.accepted + (event.extra_token_id is not None)
+                self.draft_stats.record(cut, event.accepted, event.draft_s, event.verify_s, emitted)
                 c.drafted, c.accepted = self.draft_stats.drafted, self.draft_stats.accepted
                 self._verdicts = list(event.verdicts[: event.accepted])
                 if self._proposed is not None:

@@ -169,7 +169,7 @@ def speculative(
                     n, extra, kind, verdicts = end, None, None, verdicts[:end]
                 verify_s = time.perf_counter() - started
                 stats.verify_time_s += verify_s
-                stats.record(len(verdicts), n)
+                stats.record(len(verdicts), n, draft_s, verify_s, n + (extra is not None))
                 if policy:
                     policy.observe(len(verdicts), n, verify_s, draft_s)
                 confirmed = len(context) + n

@@ -26,6 +26,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Static
 
+from ...core.draft_stats import DraftStats
 from ...core.errors import UsageError
 from ...core.events import Event, Finished
 from ...core.timeline import Timeline, verify_line
@@ -98,6 +99,9 @@ class ForwardsScreen(ModalScreen[None]):
                          "No draft was verified in this run: every forward after the prefill was a plain step. "
                          "What prompt lookup would have needed (for a greedy run) comes first; the forwards are below.",
                          id="forwards-acceptance")
+            cost = forward_views.cost_line(DraftStats.from_rows(rows))
+            if cost:
+                yield Static(cost[0].upper() + cost[1:] + ".", id="forwards-cost")
             whatif = [Static(part, id="forwards-whatif" if i == 0 else None, classes="forwards-whatif")
                       for i, part in enumerate(whatif_tables(self.events, self.timeline))]
             if line:  # the rounds first, then what other settings would have done

@@ -43,18 +43,20 @@ class DraftPanel(LivePanel):
         super().__init__("waiting for the first draft", **kwargs)
         self.rounds: list[Round] = []
         self.by_position: tuple[float, ...] = ()  # acceptance by draft position, from the run's DraftStats
+        self.cost: str | None = None  # the draft's cost ratio and the formula's speed-up, from the same
         self.glyphs: dict[str, str] = {}
         self._rows: list[tuple[str, Text]] = []  # one per round shown, oldest first: its label and its tokens
         self._tail = Text()  # the latest round's test and the acceptance by position
         self._test_width = 0  # the width of that test's table, laid out in full
 
     def reset(self) -> None:
-        self.rounds, self.by_position = [], ()
+        self.rounds, self.by_position, self.cost = [], (), None
         self.update("waiting for the first draft")
 
-    def add(self, rounds: list[Round], by_position: tuple[float, ...]) -> None:
-        """Show the newest rounds, and the acceptance by position of every round so far."""
-        self.by_position = by_position
+    def add(self, rounds: list[Round], by_position: tuple[float, ...], cost: str | None = None) -> None:
+        """Show the newest rounds, the acceptance by position of every round so far and ``cost``, the draft's cost
+        ratio and the speed-up it predicts (tui/forward_views.py)."""
+        self.by_position, self.cost = by_position, cost
         if rounds:
             self.rounds = (self.rounds + rounds)[-ROWS:]
             self.redraw()
@@ -142,6 +144,8 @@ class DraftPanel(LivePanel):
                         "before verification (p = 0 under the grammar)\n", style=style["cut"])
         rates = "  ".join(f"{i + 1}:{rate:.0%}" for i, rate in enumerate(self.by_position))
         text.append(f"\nacceptance by position  {rates}")
+        if self.cost:
+            text.append(f"\n{self.cost}")
         return text, width
 
     def fit(self, width: int, height: int) -> list[list[Segment]]:

@@ -12,7 +12,9 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import ContentSwitcher
 
+from ...core.draft_stats import DraftStats
 from ...core.events import Mode
+from ..forward_views import cost_line
 from ..run_view import Pending
 from .beam_panel import BeamPanel
 from .candidates import CandidatesPanel
@@ -50,8 +52,8 @@ class ModePanels(ContentSwitcher):
         for panel in self.query(DraftPanel):
             panel.glyphs = glyphs
 
-    def paint(self, pending: Pending, by_position: tuple[float, ...]) -> None:
-        """What arrived since the last paint, each panel once; ``by_position``: the run's acceptance by position."""
+    def paint(self, pending: Pending, stats: DraftStats) -> None:
+        """What arrived since the last paint, each panel once; ``stats``: the run's draft rounds so far."""
         lookup = self.query_one(LookupPanel)
         if pending.started is not None:
             lookup.reset(pending.started.prompt_pieces or ())
@@ -62,8 +64,8 @@ class ModePanels(ContentSwitcher):
             self.query_one(CandidatesPanel).show(pending.sampled)
         self.query_one(BeamPanel).add(pending.steps)
         if pending.rounds:
-            self.query_one("#pld-rounds" if self.mode == "pld" else "#panel-draft", DraftPanel).add(pending.rounds,
-                                                                                                   by_position)
+            panel = self.query_one("#pld-rounds" if self.mode == "pld" else "#panel-draft", DraftPanel)
+            panel.add(pending.rounds, stats.by_position(), cost_line(stats, short=True))
             if pending.lookup_changed:
                 last = pending.rounds[-1]
                 lookup.show(last.proposed, last.verified.accepted)

@@ -1,0 +1,116 @@
+"""Drafts made from the target (int4, int8, its first layers): lossless under greedy, sharing the target's
+weights, refused clearly where they cannot be built."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from decode_tui.core import target_drafts
+from decode_tui.core.drafters import ModelDrafter, load_draft
+from decode_tui.core.errors import UsageError
+from decode_tui.core.events import Finished
+from decode_tui.core.params import DEMO_PROMPTS, DecodeConfig, DraftParams, TargetDraft, target_draft
+from decode_tui.core.run import Run
+
+from .conftest import tiny_model
+from .test_cli import assert_clean_failure, cli
+from .test_speculative import V, greedy, run
+
+DRAFTS = {"int4": TargetDraft(4), "int8": TargetDraft(8), "layers:1": TargetDraft(None, 1),
+          "int4+layers:1": TargetDraft(4, 1)}
+
+
+@pytest.mark.parametrize(("spec", "expected"), [*DRAFTS.items(), ("layers:20+int8", TargetDraft(8, 20)),
+                                                ("self", None), ("HuggingFaceTB/SmolLM2-360M", None),
+                                                ("./int4-model", None)])
+def test_specs_name_drafts_made_from_the_target(spec: str, expected: TargetDraft | None) -> None:
+    assert target_draft(spec) == expected
+    assert (DraftParams(draft=spec).model_spec is None) == (expected is not None or spec == "self")
+
+
+@pytest.mark.parametrize(("spec", "fragment"), [("layers:x", "'layers:x' is not a draft made from the target"),
+                                                ("int4+int8", "two quantisations"),
+                                                ("layers:2+layers:3", "names the layers twice"),
+                                                ("int4+int3", "'int3' is not")])
+def test_malformed_specs_say_what_is_accepted(spec: str, fragment: str) -> None:
+    with pytest.raises(UsageError, match=fragment):
+        DraftParams(draft=spec)
+
+
+@pytest.mark.parametrize("layers", [0, -1, 2, 7])
+def test_layer_counts_outside_one_to_layers_minus_one_are_refused(layers: int) -> None:
+    model = tiny_model("llama", vocab_size=V)  # 2 decoder layers: only layers:1 is a draft
+    with pytest.raises(UsageError, match="N must be between 1 and 1"):
+        target_drafts.check(TargetDraft(None, layers), model, f"layers:{layers}")
+
+
+def test_a_model_without_decoder_layers_where_we_look_is_refused_with_a_message() -> None:
+    with pytest.raises(UsageError, match="cannot draft with its first layers"):
+        target_drafts.check(TargetDraft(None, 1), tiny_model("gpt2", vocab_size=V), "layers:1")
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "phi3"])
+@pytest.mark.parametrize("spec", list(DRAFTS))
+def test_greedy_speculative_with_each_draft_is_exactly_greedy(byte_bpe: Any, arch: str, spec: str) -> None:
+    model = tiny_model(arch, vocab_size=V, seed=6)
+    draft = target_drafts.build(model, DRAFTS[spec])
+    prompt = [9, 8, 7, 6, 9, 8, 7]
+    for k in (1, 4):
+        result = run(model, byte_bpe, ModelDrafter(draft, V), prompt, 30, k=k)[-1]
+        assert isinstance(result, Finished) and result.drafted
+        assert result.token_ids == greedy(model, byte_bpe, prompt, 30).token_ids, (arch, spec, k)
+
+
+@pytest.mark.parametrize("spec", list(DRAFTS))
+def test_a_draft_shares_the_targets_weights_and_leaves_the_target_as_it_was(spec: str) -> None:
+    model = tiny_model("qwen2", vocab_size=V, seed=3)
+    ids = torch.tensor([[5, 6, 7, 8]])
+    with torch.inference_mode():
+        before = model(ids).logits
+    target_params = {p.data_ptr() for p in model.parameters()}
+    draft: Any = target_drafts.build(model, DRAFTS[spec])
+    with torch.inference_mode():
+        assert torch.equal(model(ids).logits, before)
+        draft(ids)
+    assert len(model.model.layers) == model.config.num_hidden_layers == 2
+    embedding = draft.get_input_embeddings().weight
+    assert embedding.data_ptr() == model.get_input_embeddings().weight.data_ptr()
+    if DRAFTS[spec].bits is None:  # an early exit owns nothing: every tensor it has is the target's
+        assert {p.data_ptr() for p in draft.parameters()} <= target_params
+    else:
+        assert not any(isinstance(m, torch.nn.Linear) and m.in_features % 32 == 0 and m.out_features % 16 == 0
+                       for m in draft.modules()), "every Linear the kernel takes is quantised"
+
+
+def _owned_bytes(draft: Any, target: Any) -> int:
+    shared = {t.data_ptr() for t in [*target.parameters(), *target.buffers()]}
+    tensors = {t.data_ptr(): t for t in [*draft.parameters(), *draft.buffers()] if t.data_ptr() not in shared}
+    return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+def test_the_default_draft_of_the_embedded_model_is_small_and_mostly_accepted(smollm2: Any) -> None:
+    """The int4 draft owns under a fifth of the target's bytes, greedy speculative decoding with it gives plain
+    greedy's tokens, and the target accepts most of what it drafts (the GGUF the model came from was 4-bit)."""
+    draft = load_draft(smollm2, DraftParams().draft)
+    target_bytes = sum(p.numel() * p.element_size() for p in smollm2.model.parameters())
+    assert _owned_bytes(draft.model, smollm2.model) < 0.2 * target_bytes
+    prompt = DEMO_PROMPTS["speculative"]
+    plain = list(Run(smollm2, prompt, DecodeConfig(max_new_tokens=32)).events())[-1]
+    fast = list(Run(smollm2, prompt, DecodeConfig(mode="speculative", max_new_tokens=32), draft=draft).events())[-1]
+    assert isinstance(plain, Finished) and isinstance(fast, Finished)
+    assert fast.token_ids == plain.token_ids
+    assert fast.acceptance_rate is not None and fast.acceptance_rate >= 0.9
+    assert fast.draft_cost_ratio is not None and 0 < fast.draft_cost_ratio < 1
+
+
+@pytest.mark.parametrize(("spec", "fragment"), [("layers:2", "N must be between 1 and 1"),
+                                                ("layers:abc", "is not a draft made from the target")])
+def test_the_cli_refuses_bad_layer_drafts_with_exit_2(tiny_model_dir: Path, isolated_env: dict[str, str],
+                                                      spec: str, fragment: str) -> None:
+    done = cli("generate", "--model", str(tiny_model_dir), "-p", "hello", "--mode", "speculative", "--draft", spec,
+               "--max-new-tokens", "4", env=isolated_env)
+    assert_clean_failure(done, 2, fragment)
