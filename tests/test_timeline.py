@@ -110,3 +110,49 @@ def test_the_forwards_screen_of_a_paused_run_counts_its_latest_round(byte_bpe: A
     screen = ForwardsScreen(trace)
     assert screen.finished is None and [r.forward for r in screen.timeline.rows] == list(range(1, forwards + 1))
     assert sum(1 for r in screen.timeline.rows if r.k is not None) == 2
+
+
+# ------------------------------------------------------------ the draft's cost and the predicted speed-up
+
+
+def test_leviathans_formula_and_why_a_well_accepted_draft_can_still_lose() -> None:
+    from decode_tui.core.draft_stats import predicted_speedup
+
+    assert predicted_speedup(0.9, 5, 0.0) == pytest.approx((1 - 0.9**6) / 0.1)  # a free draft: tokens a round
+    assert predicted_speedup(0.9, 5, 0.2) == pytest.approx((1 - 0.9**6) / 0.1 / 2.0)
+    assert predicted_speedup(1.0, 4, 0.25) == pytest.approx(5 / 2.0)  # every draft accepted: k + 1 tokens
+    assert predicted_speedup(0.9, 5, 0.8) < 1.0  # 90 % accepted, but each draft step costs most of a target step
+    assert predicted_speedup(0.9, 5, 0.2, verify=1.5) == pytest.approx((1 - 0.9**6) / 0.1 / 2.5)
+
+
+def test_draft_stats_measure_c_against_a_plain_step_and_leave_out_the_first_round() -> None:
+    from decode_tui.core.draft_stats import DraftStats, predicted_speedup
+
+    stats = DraftStats()
+    stats.record(4, 4, draft_s=1.0, verify_s=0.14, emitted=5)  # the first round also fed the prompt to the draft
+    for k, n in ((4, 2), (2, 2), (4, 4), (2, 1)):
+        # a draft forward 0.02 s; a verification 0.10 s + 0.01 s a drafted token (0.10 s: a plain step)
+        stats.record(k, n, draft_s=0.02 * k, verify_s=0.10 + 0.01 * k, emitted=n + 1)
+    assert stats.cost_ratio() == pytest.approx(0.2)
+    assert stats.verify_steps() == pytest.approx(1.4)  # the median verification (0.14 s), in steps
+    alpha = 13 / (13 + 2)  # accepted over tested: two rounds ended on a rejection
+    assert stats.alpha() == pytest.approx(alpha)
+    assert stats.predicted() == pytest.approx(predicted_speedup(alpha, 16 / 5, 0.2))
+    rounds_s = 1.14 + sum(0.02 * k + 0.10 + 0.01 * k for k in (4, 2, 4, 2))
+    assert stats.observed() == pytest.approx((5 + 3 + 3 + 5 + 2) / rounds_s * 0.10)
+    assert DraftStats().cost_ratio() is None and DraftStats().predicted() is None
+
+
+def test_the_cost_line_shows_c_the_prediction_and_the_measured_speed_up() -> None:
+    from decode_tui.core.draft_stats import DraftStats
+    from decode_tui.core.timeline import ForwardRow
+    from decode_tui.tui.forward_views import cost_line
+
+    rows = [ForwardRow(1, 1, None, None, None, None, 50.0)]
+    rows += [ForwardRow(i + 2, n + 1, k, n, 20.0 * k, 100.0 + 30 * k, 0.0)
+             for i, (k, n) in enumerate([(4, 4), (4, 3), (2, 2), (4, 4), (2, 1)])]
+    line = cost_line(DraftStats.from_rows(rows), measured=1.4)
+    assert line is not None
+    assert "draft cost c = 0.20 of a target step" in line and "measured 1.40x" in line
+    assert "a verification costs 2.20 steps here" in line  # median of 220, 220, 160, 220 ms over 100 ms
+    assert cost_line(DraftStats.from_rows(rows[:2])) is None  # the first round alone: no draft step timed
