@@ -155,7 +155,7 @@ class Int4Linear(torch.nn.Module):
         # By slices of rows, so what quantising allocates in passing stays a few MB (the 49k-row head at once
         # would be four 113 MB temporaries). The packed layout is row-blocked: slices of a multiple of 64 rows
         # pack to the whole's bytes.
-        for rows in linear.weight.detach().split(ROWS):
+        for rows in torch.split(linear.weight.detach(), ROWS):
             n, k = rows.shape
             w = rows.float().reshape(n, k // GROUP, GROUP)  # [n, K/G, G]
             low, high = w.amin(-1), w.amax(-1)  # [n, K/G]
@@ -186,7 +186,7 @@ class Int8Linear(torch.nn.Module):
     def __init__(self, linear: torch.nn.Linear) -> None:
         super().__init__()
         weights, scales = [], []
-        for rows in linear.weight.detach().split(ROWS):  # by slices, as Int4Linear does
+        for rows in torch.split(linear.weight.detach(), ROWS):  # by slices, as Int4Linear does
             w = rows.float()  # [n, K]
             scale = w.abs().amax(1).clamp(min=1e-12) / 127  # [n]
             weights.append(torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8))
