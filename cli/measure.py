@@ -87,7 +87,8 @@ def _why(console: Console, row: BenchRow, timeline: bool) -> None:
     line = acceptance_line(row.acceptance_by_position, row.timeline)
     if row.acceptance_by_position and line is not None:
         console.print(f"{row.mode}: {line}")
-    cost = cost_line(DraftStats.from_rows(row.timeline), measured=row.speedup)
+    cost = cost_line(DraftStats.from_rows(row.timeline), measured=row.speedup) if row.mode == "speculative" \
+        else None
     if cost is not None:
         console.print(f"{row.mode}: {cost}")
     if not timeline or not row.timeline:

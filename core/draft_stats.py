@@ -37,7 +37,6 @@ class DraftStats:
     reached: list[int] = field(default_factory=list)  # drafts that reached position i
     accepted_at: list[int] = field(default_factory=list)  # ... and were accepted there
     rejections: int = 0  # rounds that ended on a rejected draft token
-    rounds_drafted: int = 0  # rounds that drafted at least one token
     # Timed rounds: the draft's seconds per drafted token (the first round left out: it also fed the prompt to
     # the draft), the verifications' seconds by draft length, and what the timed rounds emitted in what time.
     draft_step_s: list[float] = field(default_factory=list)
@@ -62,7 +61,6 @@ class DraftStats:
         self.drafted += k
         self.accepted += n
         self.rejections += n < k
-        self.rounds_drafted += k > 0
         while len(self.reached) < k:
             self.reached.append(0)
             self.accepted_at.append(0)
@@ -71,7 +69,7 @@ class DraftStats:
             self.accepted_at[i] += i < n
         if draft_s is None or verify_s is None:
             return
-        if k > 0 and self.rounds_drafted > 1:
+        if k > 0 and self.reached[0] > 1:  # not the run's first drafting round
             self.draft_step_s.append(draft_s / k)
         self.verify_by_k.setdefault(k, []).append(verify_s)
         self.round_tokens += n + 1 if emitted is None else emitted
@@ -80,6 +78,11 @@ class DraftStats:
     def by_position(self) -> tuple[float, ...]:
         """For each draft position, the share of the drafts that reached it which were accepted there."""
         return tuple(a / r for a, r in zip(self.accepted_at, self.reached, strict=True))
+
+    def gamma(self) -> float | None:
+        """The mean draft length of the rounds that drafted (every one of them reached position 1), the paper's
+        gamma; None before any drafted."""
+        return self.drafted / self.reached[0] if self.reached else None
 
     def alpha(self) -> float | None:
         """The per-position acceptance rate: accepted over tested positions (a round tests up to its first
@@ -110,10 +113,10 @@ class DraftStats:
 
     def predicted(self) -> float | None:
         """The formula's speed-up from this run's alpha, mean draft length and c."""
-        alpha, c = self.alpha(), self.cost_ratio()
-        if alpha is None or c is None or not self.rounds_drafted:
+        alpha, gamma, c = self.alpha(), self.gamma(), self.cost_ratio()
+        if alpha is None or gamma is None or c is None:
             return None
-        return predicted_speedup(alpha, self.drafted / self.rounds_drafted, c)
+        return predicted_speedup(alpha, gamma, c)
 
     def observed(self) -> float | None:
         """The rounds' tokens per second times a plain step's time: the speed-up over plain decoding as this run

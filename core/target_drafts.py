@@ -120,7 +120,7 @@ def _quantise(clone: PreTrainedModel, bits: int) -> None:
             elif isinstance(child, torch.nn.Embedding):
                 setattr(module, name, CastEmbedding(child))
     for module in clone.modules():
-        if isinstance(module, (Int4Linear, Int8Linear, CastEmbedding)):
+        if isinstance(module, (_QuantisedLinear, CastEmbedding)):
             continue
         for name, param in list(module.named_parameters(recurse=False)):
             # Norm weights (and any Linear left whole): small, and bf16 keeps every activation in one dtype.
@@ -141,7 +141,23 @@ class CastEmbedding(torch.nn.Module):
         return rows.to(COMPUTE)
 
 
-class Int4Linear(torch.nn.Module):
+class _QuantisedLinear(torch.nn.Module):
+    """What the quantised layers share: the bias in bf16, and inputs flattened to [M, K] in bf16 for the kernel."""
+
+    def __init__(self, linear: torch.nn.Linear) -> None:
+        super().__init__()
+        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach().to(COMPUTE), False)
+
+    def matmul(self, flat: torch.Tensor) -> torch.Tensor:
+        """[M, K] bf16 -> [M, N]: the kernel's product with the quantised W^T."""
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.matmul(x.reshape(-1, x.shape[-1]).to(COMPUTE)).reshape(*x.shape[:-1], -1)
+        return y if self.bias is None else y + self.bias
+
+
+class Int4Linear(_QuantisedLinear):
     """y = x W^T with W in 4 bits: w = (q - 8) * scale + zero per group of 32 inputs (torch's int4 CPU layout;
     a Q4_1 block's w = d q + m is the same with scale = d, zero = m + 8 d)."""
 
@@ -150,7 +166,7 @@ class Int4Linear(torch.nn.Module):
         return linear.in_features % GROUP == 0 and linear.out_features % 16 == 0
 
     def __init__(self, linear: torch.nn.Linear) -> None:
-        super().__init__()
+        super().__init__(linear)
         packed, scales_and_zeros = [], []
         # By slices of rows, so what quantising allocates in passing stays a few MB (the 49k-row head at once
         # would be four 113 MB temporaries). The packed layout is row-blocked: slices of a multiple of 64 rows
@@ -166,17 +182,13 @@ class Int4Linear(torch.nn.Module):
         self.register_buffer("packed", torch.cat(packed))
         # [K/G, N, 2]: (scale, zero) per group and output, as the kernel wants them.
         self.register_buffer("scales_and_zeros", torch.cat(scales_and_zeros).transpose(0, 1).contiguous())
-        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach().to(COMPUTE), False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, x.shape[-1]).to(COMPUTE)  # [M, K]
-        y: torch.Tensor = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, GROUP,
-                                                                     self.scales_and_zeros)  # [M, N]
-        y = y.reshape(*x.shape[:-1], -1)
-        return y if self.bias is None else y + self.bias
+    def matmul(self, flat: torch.Tensor) -> torch.Tensor:
+        y: torch.Tensor = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, GROUP, self.scales_and_zeros)
+        return y
 
 
-class Int8Linear(torch.nn.Module):
+class Int8Linear(_QuantisedLinear):
     """y = x W^T with W in 8 bits, one scale per output row (symmetric)."""
 
     @staticmethod
@@ -184,7 +196,7 @@ class Int8Linear(torch.nn.Module):
         return True
 
     def __init__(self, linear: torch.nn.Linear) -> None:
-        super().__init__()
+        super().__init__(linear)
         weights, scales = [], []
         for rows in torch.split(linear.weight.detach(), ROWS):  # by slices, as Int4Linear does
             w = rows.float()  # [n, K]
@@ -193,10 +205,7 @@ class Int8Linear(torch.nn.Module):
             scales.append(scale.to(COMPUTE))
         self.register_buffer("weight_int8", torch.cat(weights))
         self.register_buffer("scales", torch.cat(scales))
-        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach().to(COMPUTE), False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, x.shape[-1]).to(COMPUTE)  # [M, K]
-        y: torch.Tensor = torch.ops.aten._weight_int8pack_mm(flat, self.weight_int8, self.scales)  # [M, N]
-        y = y.reshape(*x.shape[:-1], -1)
-        return y if self.bias is None else y + self.bias
+    def matmul(self, flat: torch.Tensor) -> torch.Tensor:
+        y: torch.Tensor = torch.ops.aten._weight_int8pack_mm(flat, self.weight_int8, self.scales)
+        return y

@@ -41,12 +41,11 @@ def acceptance_line(by_position: Sequence[float] | None, rows: Sequence[ForwardR
 def cost_line(stats: DraftStats, measured: float | None = None, short: bool = False) -> str | None:
     """The draft's cost ratio c and what Leviathan et al.'s formula predicts from it, beside what the run did:
     ``measured`` (``bench``: against greedy itself), else the rounds' own pace against a plain step. None before
-    a draft round after the first was timed, or for a copy (prompt lookup: drafting costs nothing). ``short``: the
-    figures alone, for the speculative panel."""
-    c, alpha, predicted = stats.cost_ratio(), stats.alpha(), stats.predicted()
-    if c is None or alpha is None or predicted is None or c < 0.01:
+    a draft round after the first was timed. For a draft model only: callers leave prompt lookup out, whose copy
+    costs no forward. ``short``: the figures alone, for the speculative panel."""
+    c, alpha, k, predicted = stats.cost_ratio(), stats.alpha(), stats.gamma(), stats.predicted()
+    if c is None or alpha is None or k is None or predicted is None:
         return None
-    k = stats.drafted / max(stats.rounds_drafted, 1)
     if short:
         observed = stats.observed()
         return (f"draft cost c {c:.2f} of a step · Leviathan (1-a^(k+1))/((1-a)(kc+1)) {predicted:.2f}x at a "

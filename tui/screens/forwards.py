@@ -28,7 +28,7 @@ from textual.widgets import DataTable, Static
 
 from ...core.draft_stats import DraftStats
 from ...core.errors import UsageError
-from ...core.events import Event, Finished
+from ...core.events import Event, Finished, Started
 from ...core.timeline import Timeline, verify_line
 from ...core.whatif import DRAFT_LENGTHS, Costs, WhatIf, lookup_grid, table, trace_from_events
 from .. import forward_views
@@ -99,7 +99,8 @@ class ForwardsScreen(ModalScreen[None]):
                          "No draft was verified in this run: every forward after the prefill was a plain step. "
                          "What prompt lookup would have needed (for a greedy run) comes first; the forwards are below.",
                          id="forwards-acceptance")
-            cost = forward_views.cost_line(DraftStats.from_rows(rows))
+            speculative = any(isinstance(e, Started) and e.mode == "speculative" for e in self.events)
+            cost = forward_views.cost_line(DraftStats.from_rows(rows)) if speculative else None
             if cost:
                 yield Static(cost[0].upper() + cost[1:] + ".", id="forwards-cost")
             whatif = [Static(part, id="forwards-whatif" if i == 0 else None, classes="forwards-whatif")

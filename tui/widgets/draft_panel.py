@@ -43,7 +43,7 @@ class DraftPanel(LivePanel):
         super().__init__("waiting for the first draft", **kwargs)
         self.rounds: list[Round] = []
         self.by_position: tuple[float, ...] = ()  # acceptance by draft position, from the run's DraftStats
-        self.cost: str | None = None  # the draft's cost ratio and the formula's speed-up, from the same
+        self.cost: str | None = None  # the draft's cost ratio and the formula's speed-up, from that DraftStats
         self.glyphs: dict[str, str] = {}
         self._rows: list[tuple[str, Text]] = []  # one per round shown, oldest first: its label and its tokens
         self._tail = Text()  # the latest round's test and the acceptance by position

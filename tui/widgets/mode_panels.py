@@ -65,7 +65,8 @@ class ModePanels(ContentSwitcher):
         self.query_one(BeamPanel).add(pending.steps)
         if pending.rounds:
             panel = self.query_one("#pld-rounds" if self.mode == "pld" else "#panel-draft", DraftPanel)
-            panel.add(pending.rounds, stats.by_position(), cost_line(stats, short=True))
+            panel.add(pending.rounds, stats.by_position(),
+                      cost_line(stats, short=True) if self.mode == "speculative" else None)
             if pending.lookup_changed:
                 last = pending.rounds[-1]
                 lookup.show(last.proposed, last.verified.accepted)
