@@ -92,12 +92,15 @@ class DraftStats:
 
     def step_s(self) -> float | None:
         """A plain target step's time: the verification cost line's value at k = 0 (core/timeline.py: one token
-        in, no draft) once two draft lengths were timed, else a verification's median (which on a CPU costs
-        more than a step)."""
+        in, no draft), at most the cheapest draft length's median verification. Where the line cannot say it
+        (one draft length timed, or noisy times tilting it to under half of that median: a step costs at least
+        half a verification of a few tokens on any device measured), that median itself, which on a CPU costs
+        a little more than a step."""
         if not self.verify_by_k:
             return None
+        cheapest = min(statistics.median(ts) for ts in self.verify_by_k.values() if ts)
         line = cost_line(self.verify_by_k)
-        return line[0] if line is not None else statistics.median(t for ts in self.verify_by_k.values() for t in ts)
+        return cheapest if line is None or line[0] < cheapest / 2 else min(line[0], cheapest)
 
     def cost_ratio(self) -> float | None:
         """c: a draft forward's time over a plain target step's (medians), measured in this run."""

@@ -156,3 +156,19 @@ def test_the_cost_line_shows_c_the_prediction_and_the_measured_speed_up() -> Non
     assert "draft cost c = 0.20 of a target step" in line and "measured 1.40x" in line
     assert "a verification costs 2.20 steps here" in line  # median of 220, 220, 160, 220 ms over 100 ms
     assert cost_line(DraftStats.from_rows(rows[:2])) is None  # the first round alone: no draft step timed
+
+
+def test_a_plain_steps_time_never_comes_from_a_line_that_noise_tilted() -> None:
+    """Under load a short draft's verification can time slower than a long one's: the line through them then
+    crosses k = 0 near nothing, and c over it would read thousands. The cheapest median stands in instead."""
+    from decode_tui.core.draft_stats import DraftStats
+
+    stats = DraftStats()
+    for k, verify_s in ((2, 0.05), (3, 0.20), (2, 0.05), (3, 0.20)):
+        stats.record(k, k, draft_s=0.01 * k, verify_s=verify_s)
+    assert stats.step_s() == pytest.approx(0.05)
+    assert stats.cost_ratio() == pytest.approx(0.2)
+    steady = DraftStats()
+    for k, verify_s in ((1, 0.11), (5, 0.15), (1, 0.11)):
+        steady.record(k, k, draft_s=0.01 * k, verify_s=verify_s)
+    assert steady.step_s() == pytest.approx(0.10)  # the line's own value at k = 0, under the cheapest median
