@@ -82,7 +82,8 @@ def _why(console: Console, row: BenchRow, timeline: bool) -> None:
     from rich.table import Table
 
     from ..core.draft_stats import DraftStats
-    from ..tui.forward_views import BAR_COLUMN, FORWARD_COLUMNS, acceptance_line, cost_line, forward_cells
+    from ..tui.cost_view import cost_line
+    from ..tui.forward_views import BAR_COLUMN, FORWARD_COLUMNS, acceptance_line, forward_cells
 
     line = acceptance_line(row.acceptance_by_position, row.timeline)
     if row.acceptance_by_position and line is not None:

@@ -146,7 +146,7 @@ def test_draft_stats_measure_c_against_a_plain_step_and_leave_out_the_first_roun
 def test_the_cost_line_shows_c_the_prediction_and_the_measured_speed_up() -> None:
     from decode_tui.core.draft_stats import DraftStats
     from decode_tui.core.timeline import ForwardRow
-    from decode_tui.tui.forward_views import cost_line
+    from decode_tui.tui.cost_view import cost_line
 
     rows = [ForwardRow(1, 1, None, None, None, None, 50.0)]
     rows += [ForwardRow(i + 2, n + 1, k, n, 20.0 * k, 100.0 + 30 * k, 0.0)

@@ -16,7 +16,6 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from ..core.draft_stats import DraftStats, predicted_speedup
 from ..core.timeline import ForwardRow, expected_tokens_per_forward, per_position_rate, sparkline
 from ..core.whatif import DRAFT_LENGTHS, NGRAM_SIZES, WhatIf
 
@@ -35,30 +34,6 @@ def acceptance_line(by_position: Sequence[float] | None, rows: Sequence[ForwardR
             + (" (acceptances came in runs)" if yields[1] > 1.1 * yields[0] else ""))
     if by_position:
         line = f"acceptance by draft position 1-{len(by_position)} {sparkline(by_position)}; " + line
-    return line
-
-
-def cost_line(stats: DraftStats, measured: float | None = None, short: bool = False) -> str | None:
-    """The draft's cost ratio c and what Leviathan et al.'s formula predicts from it, beside what the run did:
-    ``measured`` (``bench``: against greedy itself), else the rounds' own pace against a plain step. None before
-    a draft round after the first was timed. For a draft model only: callers leave prompt lookup out, whose copy
-    costs no forward. ``short``: the figures alone, for the speculative panel."""
-    c, alpha, k, predicted = stats.cost_ratio(), stats.alpha(), stats.gamma(), stats.predicted()
-    if c is None or alpha is None or k is None or predicted is None:
-        return None
-    if short:
-        observed = stats.observed()
-        return (f"draft cost c {c:.2f} of a step · Leviathan (1-a^(k+1))/((1-a)(kc+1)) {predicted:.2f}x at a "
-                f"{alpha:.2f}, k {k:.1f}" + (f" · this run {observed:.2f}x" if observed is not None else ""))
-    line = (f"draft cost c = {c:.2f} of a target step: (1 - a^(k+1)) / ((1 - a)(k c + 1)) at a = {alpha:.2f}, "
-            f"k = {k:.1f} predicts {predicted:.2f}x")
-    verify = stats.verify_steps()
-    if verify is not None and verify > 1.05:  # the formula counts a verification as one step
-        line += (f"; a verification costs {verify:.2f} steps here, which makes it "
-                 f"{predicted_speedup(alpha, k, c, verify):.2f}x")
-    observed = measured if measured is not None else stats.observed()
-    if observed is not None:
-        line += f"; measured {observed:.2f}x" + ("" if measured is not None else " (the rounds against a plain step)")
     return line
 
 

@@ -32,6 +32,7 @@ from ...core.events import Event, Finished, Started
 from ...core.timeline import Timeline, verify_line
 from ...core.whatif import DRAFT_LENGTHS, Costs, WhatIf, lookup_grid, table, trace_from_events
 from .. import forward_views
+from ..cost_view import cost_line
 from ..numbers import count
 
 
@@ -100,7 +101,7 @@ class ForwardsScreen(ModalScreen[None]):
                          "What prompt lookup would have needed (for a greedy run) comes first; the forwards are below.",
                          id="forwards-acceptance")
             speculative = any(isinstance(e, Started) and e.mode == "speculative" for e in self.events)
-            cost = forward_views.cost_line(DraftStats.from_rows(rows)) if speculative else None
+            cost = cost_line(DraftStats.from_rows(rows)) if speculative else None
             if cost:
                 yield Static(cost[0].upper() + cost[1:] + ".", id="forwards-cost")
             whatif = [Static(part, id="forwards-whatif" if i == 0 else None, classes="forwards-whatif")

@@ -14,7 +14,7 @@ from textual.widgets import ContentSwitcher
 
 from ...core.draft_stats import DraftStats
 from ...core.events import Mode
-from ..forward_views import cost_line
+from ..cost_view import cost_line
 from ..run_view import Pending
 from .beam_panel import BeamPanel
 from .candidates import CandidatesPanel
