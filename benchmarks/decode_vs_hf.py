@@ -130,8 +130,13 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--only", default="greedy,beam,drafting,ttft", help="comma-separated sections to run")
     parser.add_argument("--draft", default=DEFAULT_DRAFT, help="the speculative draft (default: %(default)s)")
+    parser.add_argument("--prompts", default=",".join(PROMPTS), help="comma-separated prompt names to run")
     args = parser.parse_args()
     sections = set(args.only.split(","))
+    unknown = set(args.prompts.split(",")) - set(PROMPTS)
+    if unknown:
+        parser.error(f"unknown prompt(s) {', '.join(sorted(unknown))}; choose from {', '.join(PROMPTS)}")
+    prompts = {name: PROMPTS[name] for name in args.prompts.split(",")}
 
     pull("smollm2")
     lm = load_model(resolve("smollm2"), device="auto", dtype="auto")
@@ -141,18 +146,19 @@ def main() -> None:
                                "new_tokens": args.new_tokens}
     for section, num_beams in (("greedy", 1), ("beam", 4)):
         if section in sections:
-            results[section] = compare(lm, args.new_tokens, args.repeats, num_beams, section)
+            results[section] = compare(lm, args.new_tokens, args.repeats, num_beams, section, prompts)
     if "drafting" in sections:
-        results["drafting"] = drafting(lm_natural, args.new_tokens, args.repeats, args.draft)
+        results["drafting"] = drafting(lm_natural, args.new_tokens, args.repeats, args.draft, prompts)
     if "ttft" in sections:
         results["ttft_s"] = ttft(args.ttft_repeats)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 
 
-def compare(lm: LoadedModel, new_tokens: int, repeats: int, num_beams: int, section: str) -> dict[str, Any]:
+def compare(lm: LoadedModel, new_tokens: int, repeats: int, num_beams: int, section: str,
+            prompts: dict[str, str] = PROMPTS) -> dict[str, Any]:
     rows: dict[str, Any] = {}
-    for name, prompt in PROMPTS.items():
+    for name, prompt in prompts.items():
         prompt_ids = Run(lm, prompt, DecodeConfig(max_new_tokens=new_tokens)).prompt_ids
         reference, _ = ours(lm, prompt, new_tokens, num_beams)  # also the warm-up
         never = next(t for t in range(len(lm.tokenizer) - 1, 0, -1) if t not in reference)
@@ -194,7 +200,8 @@ def timed_hf(lm: LoadedModel, prompt_ids: list[int], new_tokens: int, **kwargs: 
     return [int(t) for t in out[0, len(prompt_ids):]], time.perf_counter() - start
 
 
-def drafting(lm: LoadedModel, new_tokens: int, repeats: int, spec: str = DEFAULT_DRAFT) -> dict[str, Any]:
+def drafting(lm: LoadedModel, new_tokens: int, repeats: int, spec: str = DEFAULT_DRAFT,
+             prompts: dict[str, str] = PROMPTS) -> dict[str, Any]:
     """Speculative (the default draft, or ``spec``) and prompt lookup against our greedy, and HF's own (prompt
     lookup, and assisted generation with the same draft module) against HF greedy.
 
@@ -214,7 +221,7 @@ def drafting(lm: LoadedModel, new_tokens: int, repeats: int, spec: str = DEFAULT
                                                       draft=DraftParams(draft=spec, adaptive=True)), draft),
     }
     rows: dict[str, Any] = {}
-    for name, prompt in PROMPTS.items():
+    for name, prompt in prompts.items():
         greedy_config = DecodeConfig(mode="greedy", max_new_tokens=new_tokens)
         prompt_ids = Run(lm, prompt, greedy_config).prompt_ids
         reference, _ = timed_run(lm, prompt, greedy_config)  # warm-up

@@ -144,7 +144,8 @@ def whatif(path: Path, *, model: str | None, device: str, dtype: str, draft: str
                 threshold = w.draft_confidence(trace, draft_confidence)
                 for k in w.DRAFT_LENGTHS:
                     progress(f"Replaying the draft model's drafts at draft length {k} (of {max(w.DRAFT_LENGTHS)})")
-                    replays.append(w.replay_draft(trace, lm.eos_token_ids, draft_model, k, threshold))
+                    replays.append(w.replay_draft(trace, lm.eos_token_ids, draft_model, k, threshold,
+                                                      target=lm.model))
             progress(f"Timing a prefill, a step and verifications of 2 to {width} tokens")
             costs = w.measure_costs(lm, trace, width, draft_model)
             progress("Timing real greedy and prompt-lookup runs of the text, for what a step and a verifying round "

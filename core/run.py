@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from .detokenize import Detokenizer, TokenLabels
-from .drafters import Drafter, DraftModel, ModelDrafter, PromptLookup, load_draft
+from .drafters import Drafter, DraftModel, PromptLookup, load_draft
 from .errors import UsageError
 from .events import Branched, Event, Finished, Started
 from .forward import graphs_available
@@ -234,8 +234,7 @@ class Run:
             return PromptLookup(self.config.draft.max_ngram_size, self.config.draft.num_pred_tokens,
                                 self.lm.eos_token_ids)
         assert self.draft is not None
-        return ModelDrafter(self.draft.model, self.draft.vocab_size, self.config.draft.confidence_threshold,
-                            self.lm.eos_token_ids)
+        return self.draft.drafter(self.config.draft.confidence_threshold, self.lm.eos_token_ids)
 
     def cancel(self) -> None:
         """Ask the strategy to stop at its next step boundary (thread-safe)."""

@@ -82,6 +82,12 @@ def build(model: PreTrainedModel, draft: TargetDraft) -> PreTrainedModel:
     return clone
 
 
+def kv_dtype(model: PreTrainedModel, draft: TargetDraft) -> torch.dtype:
+    """The dtype of the keys and values the draft ``build`` makes of ``model`` computes: a quantised draft's
+    layers compute in COMPUTE."""
+    return COMPUTE if draft.bits is not None else model.dtype
+
+
 def _trim_heap() -> None:
     """Give the C heap's free pages back to the system (glibc's malloc_trim). Quantising frees its temporaries,
     but glibc keeps freed pages below its mmap threshold in the process, where they count as resident for

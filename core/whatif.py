@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from .drafters import Drafter as Proposer
-from .drafters import ModelDrafter, PromptLookup
+from .drafters import PromptLookup
 from .errors import UsageError
 from .events import Event, Finished, Started
 from .params import DraftParams, SamplingParams
@@ -45,7 +45,7 @@ from .sampling import stage_processors
 from .traces import read_events
 
 if TYPE_CHECKING:
-    from transformers import LogitsProcessor
+    from transformers import LogitsProcessor, PreTrainedModel
 
     from .drafters import DraftModel
     from .events import Stage
@@ -193,6 +193,33 @@ def replay_lookup(trace: Trace, eos_token_ids: frozenset[int], max_ngram_size: i
                           num_pred_tokens)
 
 
+class LookupMemo:
+    """:func:`replay_lookup`'s widths for every k, its lookups kept from call to call.
+
+    A lookup with a shorter k finds the same n-gram and copies a prefix of the same tokens, so the replays of
+    one text under every k, and of the same text grown longer, can share one lookup per position: each position's
+    longest copy is looked up once and cut to what a replay asks. The adaptive draft length replays eleven
+    lengths every few rounds, which without this took 4 % of a run. Positions are known by the context's length,
+    so a memo serves one text as it grows (one run); other lookup settings need another memo.
+    """
+
+    def __init__(self, eos_token_ids: frozenset[int], max_ngram_size: int, num_pred_tokens: int) -> None:
+        self.eos_token_ids = eos_token_ids
+        self.lookup = PromptLookup(max_ngram_size, num_pred_tokens, eos_token_ids)
+        self.settings = (max_ngram_size, num_pred_tokens)
+        self.copies: dict[int, list[int]] = {}  # context length -> the longest copy found there
+
+    def widths(self, trace: Trace, k: int) -> tuple[int, ...]:
+        """The widths of the target's forwards greedy PLD with draft length ``k`` would have used on ``trace``."""
+        def propose(context: list[int], _emitted: int, room: int) -> list[int]:
+            if len(context) not in self.copies:
+                self.copies[len(context)] = self.lookup.propose(context, self.lookup.num_pred_tokens, [], True,
+                                                                None).token_ids
+            return self.copies[len(context)][:room]
+
+        return tuple(_replay(trace, self.eos_token_ids, min(k, self.lookup.num_pred_tokens), propose)[1])
+
+
 def draft_confidence(trace: Trace, given: float | None) -> float:
     """The draft confidence cut-off a draft replay uses: the one given, else the trace's own (a speculative run),
     else the decoding default."""
@@ -210,13 +237,20 @@ def _processors(trace: Trace) -> list[tuple[Stage, LogitsProcessor]]:
 
 
 def replay_draft(trace: Trace, eos_token_ids: frozenset[int], draft: DraftModel, num_draft_tokens: int,
-                 confidence_threshold: float = 0.4) -> Replayed:
+                 confidence_threshold: float = 0.4, *, target: PreTrainedModel) -> Replayed:
     """Greedy speculative decoding with this draft model and draft length, as a real run drafts: the draft
-    stops after a token it gave less than ``confidence_threshold``, or after an end-of-text token."""
+    stops after a token it gave less than ``confidence_threshold``, or after an end-of-text token. A draft made
+    from the target starts from the target's keys and values of the prompt, as in a run: one target prefill."""
     import torch
 
-    drafter = ModelDrafter(draft.model, draft.vocab_size, confidence_threshold, eos_token_ids)
+    from .forward import forward, new_cache
+
+    drafter = draft.drafter(confidence_threshold, eos_token_ids)
     with torch.inference_mode():
+        if draft.target_kv is not None:
+            cache = new_cache(target)
+            forward(target, torch.tensor([trace.prompt_ids], device=target.device), cache)
+            drafter.prefilled(list(trace.prompt_ids), cache)
         return replay_drafter(trace, eos_token_ids, drafter, num_draft_tokens, _processors(trace))
 
 
@@ -308,6 +342,8 @@ def measure_costs(lm: LoadedModel, trace: Trace, max_width: int, draft: DraftMod
                 steps.append(timed(draft.model, cache, feed[:1]))
             draft_step, draft_prefill = statistics.median(steps), statistics.median(draft_prefills)
             draft_prefill *= len(trace.prompt_ids) / len(half)  # a run's draft prefills the prompt only
+            if draft.target_kv is not None:  # ... unless it was made from the target: it takes the target's
+                draft_prefill = 0.0
     verify = [statistics.median(samples[w]) for w in samples]
     # Feeding fewer tokens never costs more than feeding more: a wider forward that timed faster was noise (another
     # process, a frequency change), so each width costs at most what the next wider one did.

@@ -430,8 +430,9 @@ def test_the_draft_stops_once_it_is_unsure() -> None:
 
 
 def simulate(policy: AdaptiveDraftLength, rounds: int, alpha: float, c0: float, c1: float,
-             draft: float) -> list[int]:
-    """Feed the policy the costs and acceptances of an imaginary device; return its choices."""
+             draft: float, verify_s: dict[int, float] | None = None) -> list[int]:
+    """Feed the policy the costs and acceptances of an imaginary device; return its choices. ``verify_s`` overrides
+    the line c0 + c1 * k for some draft lengths."""
     g = torch.Generator().manual_seed(0)
     chosen = []
     for _ in range(rounds):
@@ -439,7 +440,7 @@ def simulate(policy: AdaptiveDraftLength, rounds: int, alpha: float, c0: float, 
         accepted = 0
         while accepted < k and float(torch.rand(1, generator=g)) < alpha:
             accepted += 1
-        policy.observe(k, accepted, c0 + c1 * k, draft * k)
+        policy.observe(k, accepted, (verify_s or {}).get(k, c0 + c1 * k), draft * k)
         chosen.append(k)
     return chosen
 
@@ -451,6 +452,25 @@ def test_adaptive_policy_drafts_long_when_verifying_is_cheap_and_not_at_all_when
     assert sum(k > 0 for k in useless[-200:]) <= 5, "probes back off when they never pay"
     costly_draft = simulate(AdaptiveDraftLength(5), 200, alpha=0.5, c0=0.044, c1=0.02, draft=0.025)
     assert sum(k > 0 for k in costly_draft[-100:]) <= 5
+
+
+def test_adaptive_policy_prices_each_draft_length_by_its_own_times() -> None:
+    """Widths measured on a 2-core CPU (a plain step 56 ms): verifying 1, 2 or 3 drafts costs more than 4 or 5,
+    the matrix kernels being faster at some widths. With acceptance 0.85, 4 and 5 are best (28.8 and 28.5 tokens a
+    second, 3 gives 26.6, 2 gives 21.7). Priced by their own times the policy settles there; priced by a line
+    through all widths (the control) it wanders into the costly short drafts."""
+    cpu = {0: 0.056, 1: 0.093, 2: 0.113, 3: 0.084, 4: 0.081, 5: 0.086}
+
+    class LineOnly(AdaptiveDraftLength):
+        def _verify_cost(self, k: int, fit: tuple[float, float]) -> float:
+            return fit[0] + fit[1] * k
+
+    def settled(policy: AdaptiveDraftLength) -> int:
+        chosen = simulate(policy, 200, alpha=0.85, c0=0.0, c1=0.0, draft=0.012, verify_s=cpu)
+        return sum(k in (4, 5) for k in chosen[-100:])
+
+    assert settled(AdaptiveDraftLength(5)) >= 90
+    assert settled(LineOnly(5)) < 80, "the control: a line cannot tell which widths are cheap"
 
 
 @pytest.mark.parametrize("sample", [False, True], ids=["greedy", "sample"])

@@ -12,6 +12,7 @@ import torch
 from decode_tui.core import target_drafts
 from decode_tui.core.drafters import ModelDrafter, load_draft
 from decode_tui.core.errors import UsageError
+from decode_tui.core.forward import forward, new_cache
 from decode_tui.core.events import Finished
 from decode_tui.core.params import DEMO_PROMPTS, DecodeConfig, DraftParams, TargetDraft, target_draft
 from decode_tui.core.run import Run
@@ -56,13 +57,38 @@ def test_a_model_without_decoder_layers_where_we_look_is_refused_with_a_message(
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "phi3"])
 @pytest.mark.parametrize("spec", list(DRAFTS))
 def test_greedy_speculative_with_each_draft_is_exactly_greedy(byte_bpe: Any, arch: str, spec: str) -> None:
+    """With the draft's own keys and values of the prompt, and with the target's (as runs draft)."""
     model = tiny_model(arch, vocab_size=V, seed=6)
     draft = target_drafts.build(model, DRAFTS[spec])
     prompt = [9, 8, 7, 6, 9, 8, 7]
-    for k in (1, 4):
-        result = run(model, byte_bpe, ModelDrafter(draft, V), prompt, 30, k=k)[-1]
-        assert isinstance(result, Finished) and result.drafted
-        assert result.token_ids == greedy(model, byte_bpe, prompt, 30).token_ids, (arch, spec, k)
+    for kv in (None, target_drafts.kv_dtype(model, DRAFTS[spec])):
+        for k in (1, 4):
+            result = run(model, byte_bpe, ModelDrafter(draft, V, target_kv=kv), prompt, 30, k=k)[-1]
+            assert isinstance(result, Finished) and result.drafted
+            assert result.token_ids == greedy(model, byte_bpe, prompt, 30).token_ids, (arch, spec, kv, k)
+
+
+@pytest.mark.parametrize("spec", ["int4", "int8"])
+def test_a_draft_made_from_the_target_starts_from_the_targets_keys_and_values(spec: str) -> None:
+    """The target's keys and values of the prompt, in the draft's dtype, instead of a prefill of its own (which
+    a quantised draft computes differently); a drafter not told to take them keeps its own."""
+    model = tiny_model("llama", vocab_size=V, seed=6)
+    made = DRAFTS[spec]
+    draft = target_drafts.build(model, made)
+    prompt = [9, 8, 7, 6, 9, 8, 7]
+    target_cache = new_cache(model)
+    with torch.inference_mode():
+        forward(model, torch.tensor([prompt]), target_cache)
+    own, taken = ModelDrafter(draft, V), ModelDrafter(draft, V, target_kv=target_drafts.kv_dtype(model, made))
+    for drafter in (own, taken):
+        drafter.prefilled(prompt, target_cache)
+        with torch.inference_mode():
+            drafter.propose([*prompt, 3], 2, [], True, None)
+    target_keys = target_cache.layers[0].keys
+    for drafter, same in ((taken, True), (own, False)):
+        keys = drafter.cache.layers[0].keys[:, :, : len(prompt)]
+        assert keys.dtype == target_drafts.kv_dtype(model, made)
+        assert torch.equal(keys, target_keys.to(keys.dtype)) == same, spec
 
 
 @pytest.mark.parametrize("spec", list(DRAFTS))

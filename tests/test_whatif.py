@@ -8,10 +8,12 @@ from typing import Any, Literal
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from decode_tui.core import target_drafts
 from decode_tui.core.detokenize import Detokenizer
-from decode_tui.core.drafters import Draft, DraftModel, ModelDrafter, PromptLookup
+from decode_tui.core.drafters import Draft, DraftModel, PromptLookup
 from decode_tui.core.errors import UsageError
 from decode_tui.core.events import Event, Finished, Mode, Started
 from decode_tui.core.params import SamplingParams, TargetDraft
@@ -20,6 +22,8 @@ from decode_tui.core.strategies.speculative import speculative
 from decode_tui.core.transcript import Transcript
 from decode_tui.core.whatif import (
     Costs,
+    LookupMemo,
+    Trace,
     best,
     read_trace,
     replay_draft,
@@ -103,14 +107,15 @@ def test_draft_model_forwards_equal_a_real_runs_exactly(byte_bpe: Any, seed: int
     different call shapes, so only drafting as a real run drafts (the same calls on its cache) gives a real
     run's drafts."""
     model = tiny_model("llama", vocab_size=V, seed=seed)
-    draft = (tiny_model("qwen2", vocab_size=V, seed=seed + 50) if kind == "other model"
-             else target_drafts.build(model, TargetDraft(4)))
+    made = TargetDraft(4)
+    draft = (DraftModel(tiny_model("qwen2", vocab_size=V, seed=seed + 50), V, kind) if kind == "other model"
+             else DraftModel(target_drafts.build(model, made), V, kind, target_drafts.kv_dtype(model, made)))
     prompt = repetitive_prompt(seed, 14)
     trace = greedy_trace(model, byte_bpe, prompt, 40)
     for k in (1, 3, 6):
         for threshold in (0.0, 0.4):
-            replayed = replay_draft(trace, EOS, DraftModel(draft, V, kind), k, threshold)
-            real = real_forwards(model, byte_bpe, ModelDrafter(draft, V, threshold, EOS), prompt, 40, k)
+            replayed = replay_draft(trace, EOS, draft, k, threshold, target=model)
+            real = real_forwards(model, byte_bpe, draft.drafter(threshold, EOS), prompt, 40, k)
             assert real.token_ids == trace.token_ids
             assert (replayed.target_forwards, replayed.drafted, replayed.accepted) == \
                 (real.target_forwards, real.drafted, real.accepted), (seed, k, threshold)
@@ -128,6 +133,9 @@ class Scripted:
         return Draft(self.tokens[len(context) - self.start :][:k])
 
     def rollback(self, confirmed: int) -> None:
+        pass
+
+    def prefilled(self, context: list[int], cache: Any) -> None:
         pass
 
     def tune(self, params: Any) -> None:
@@ -254,3 +262,19 @@ def test_a_real_prompt_lookup_run_prices_a_verifying_round_and_only_for_the_trac
     assert round_overhead(lm, trace, costs, 2) >= 0
     other = dataclasses.replace(trace, token_ids=tuple(reversed(trace.token_ids)))  # not what this model writes
     assert round_overhead(lm, other, costs, 2) == 0.0
+
+
+@given(prompt=st.lists(st.integers(0, 5), min_size=1, max_size=30),
+       output=st.lists(st.integers(0, 6), min_size=1, max_size=40), ngram=st.integers(1, 3))
+def test_memoised_lookup_replays_equal_the_plain_ones(prompt: list[int], output: list[int], ngram: int) -> None:
+    """One memo of the longest copies serves every k and the text as it grows (6 is the EOS here: a copy stops
+    before it)."""
+    eos = frozenset({6})
+    memo = LookupMemo(eos, ngram, 6)
+    for upto in (len(output) // 2, len(output)):
+        if upto == 0:
+            continue
+        trace = Trace(source="t", model="", mode="pld", prompt_ids=tuple(prompt), token_ids=tuple(output[:upto]),
+                      max_new_tokens=upto, target_forwards=0, params={})
+        for k in range(1, 7):
+            assert memo.widths(trace, k) == replay_lookup(trace, eos, ngram, k).widths, (upto, k)

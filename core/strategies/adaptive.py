@@ -7,14 +7,29 @@ models, drafters or events.
 
 from __future__ import annotations
 
+import statistics
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 
 from ..timeline import cost_line
 
 Replay = Callable[[int], tuple[int, ...]]  # k -> the widths of the forwards a fixed k would have used so far
+Times = dict[int, deque[float]]  # draft length k -> verify seconds of its last 16 rounds
+
+# What verifying each draft length cost, per target model, kept from run to run: it is the model's and the
+# device's, not the prompt's, and a short run cannot afford to measure it again (on a CPU, trying a costly width
+# three times is a few percent of a 20-token answer). Padded verifications (a static cache) are kept apart: their
+# width is always the longest.
+_VERIFY_TIMES: weakref.WeakKeyDictionary[object, dict[bool, Times]] = weakref.WeakKeyDictionary()
+
+
+def remembered_times(model: object, padded: bool = False) -> Times:
+    """The verify times of ``model`` measured by earlier runs of this process, to be added to by this one."""
+    return _VERIFY_TIMES.setdefault(model, {}).setdefault(padded, {})
 MIN_HISTORY = 8  # tokens of the run a replay needs before its choice is trusted
+TRUSTED = 3  # rounds of one draft length after which its own median alone prices it
 
 
 class AdaptiveDraftLength:
@@ -23,33 +38,43 @@ class AdaptiveDraftLength:
     With acceptance rate a, a round that drafts k tokens emits on average
     (1 - a^(k+1)) / (1 - a) tokens and costs k draft steps plus one target
     forward over k + 1 tokens. We pick the k with the most tokens per second;
-    k = 0 is a plain decoding step. The verify cost is modelled as
-    ``cost(k) = c0 + c1 * k``, fitted by least squares to the rounds seen so
-    far: on this CPU c1 is small next to c0 (a 16-token verify costs about
-    two steps) but a 1-token verify is still cheaper than a 2-token one; on a
-    GPU c1 is nearly 0. With a poor drafter the best k is 0 and the run is
-    plain decoding. No library offers this policy, hence the hand-written
-    estimate. It first measures both ends (k = max, then k = 0) and keeps
-    probing a short draft now and then so a changing acceptance is noticed;
-    a probe that gets nothing accepted doubles the wait before the next one
-    (up to 64 rounds), so a useless drafter costs well under 1 %.
+    k = 0 is a plain decoding step. No library offers this policy, hence the
+    hand-written estimate.
+
+    A verification of k drafts costs what it was measured to cost, the median
+    of its last 16 rounds: a CPU's matrix kernels are not linear in the width
+    (on 2 cores verifying 1 or 2 drafts costs 1.7-2.0 plain steps, 4 drafts
+    1.5), so no line through the widths says which k is cheap. A k timed
+    fewer than three times is priced at the lower of its times and
+    ``c0 + c1 * k``, a line fitted by least squares to the widths timed, so
+    that a width is tried before it is ruled out and one slow round does not
+    rule it out for good. On a GPU c1 is nearly 0. The times are the target
+    model's, kept from run to run (:func:`remembered_times`).
+
+    With a draft model the policy first drafts the most (for the acceptance),
+    then, unless earlier runs timed two widths already, takes a plain step.
+    With a poor drafter the best k is 0 and the run is plain decoding; it
+    keeps probing a short draft now and then so that a changing acceptance is
+    noticed, and a probe that gets nothing accepted doubles the wait before
+    the next one (up to 64 rounds), so a useless drafter costs well under 1 %.
 
     A drafter whose proposals are known without drafting (prompt lookup:
     :mod:`~decode_tui.core.whatif` replays it exactly) needs neither the
     geometric model nor probes. Given ``replay``, the policy replays the run so
-    far under every fixed k (0 .. max), prices each forward with the fitted
-    cost, and keeps the k that would have been fastest (the longer one on a
-    tie). Acceptance in a copy comes in runs, which the geometric model
-    misses, and a k = 0 stretch still shows what the lookup would have
-    offered. It drafts the most until two widths have been timed (a lookup's
-    copies vary in length by themselves) and the run has MIN_HISTORY tokens,
-    and re-evaluates every few rounds, at most one twentieth of the run's time.
-    On the CPU's copy-friendly prompts it settles on 9-10 and needs the fixed
-    length's forwards; on prose, plain steps after the first few rounds
-    (BENCHMARKS.md, the adaptive draft length's section).
+    far under every fixed k (0 .. max), prices each forward at the width it
+    had (a copy cut short is narrower than k + 1), and keeps the k that would
+    have been fastest (the longer one on a tie). Acceptance in a copy comes in
+    runs, which the geometric model misses, and a k = 0 stretch still shows
+    what the lookup would have offered. It drafts the most until two widths
+    have been timed and the run has MIN_HISTORY tokens, and re-evaluates every
+    few rounds, at most one twentieth of the run's time. On the CPU's
+    copy-friendly prompts it settles on 9-10 and needs the fixed length's
+    forwards; on prose, plain steps after the first few rounds (BENCHMARKS.md,
+    the adaptive draft length's section).
     """
 
-    def __init__(self, max_k: int, probe_every: int = 8, replay: Replay | None = None) -> None:
+    def __init__(self, max_k: int, probe_every: int = 8, replay: Replay | None = None,
+                 times_by_k: Times | None = None) -> None:
         self.max_k = max_k
         self.replay = replay
         self.replayed: int | None = None  # the k the last replay chose
@@ -64,7 +89,8 @@ class AdaptiveDraftLength:
         # is one trial (a draft stops being examined at its first rejection, so accepted / k would
         # underestimate a badly for long drafts).
         self.accepted_sum, self.trials_sum = 0.6, 1.0
-        self.times_by_k: dict[int, deque[float]] = {}  # verify seconds of the last 16 rounds of each draft length
+        # Verify seconds of the last 16 rounds of each draft length; earlier runs' (remembered_times) when given.
+        self.times_by_k: Times = {} if times_by_k is None else times_by_k
         self.draft_cost = 0.0  # seconds per drafted token, moving average
         self.rounds = 0
 
@@ -74,26 +100,36 @@ class AdaptiveDraftLength:
         what the others cost and measure them again."""
         return cost_line(self.times_by_k)
 
+    def _verify_cost(self, k: int, fit: tuple[float, float]) -> float:
+        """Seconds to verify k drafted tokens: their own median once timed TRUSTED times, until then the lower of
+        the line and what was timed (optimistic, so that an untried or unlucky width gets tried again)."""
+        c0, c1 = fit
+        times = self.times_by_k.get(k)
+        if not times:
+            return c0 + c1 * k
+        measured = statistics.median(times)
+        return measured if len(times) >= TRUSTED else min(measured, c0 + c1 * k)
+
     def _best(self) -> int | None:
         """The k with the most expected tokens per second, or None before two draft lengths were timed."""
         fit = self._fit()
         if fit is None:
             return None
-        c0, c1 = fit
         a = min(self.accepted_sum / self.trials_sum, 0.999)
         best_k, best_rate = 0, 0.0
         for k in range(self.max_k + 1):
             tokens = (1 - a ** (k + 1)) / (1 - a)
-            rate = tokens / (c0 + c1 * k + k * self.draft_cost)
+            rate = tokens / (self._verify_cost(k, fit) + k * self.draft_cost)
             if rate > best_rate:
                 best_k, best_rate = k, rate
         return best_k
 
-    def _replayed_best(self, c0: float, c1: float) -> int:
+    def _replayed_best(self, fit: tuple[float, float]) -> int:
         """The fixed k that would have been fastest on the run so far, by an exact replay of the drafter."""
         assert self.replay is not None
         started = time.perf_counter()
-        seconds = {k: sum(c0 + c1 * (w - 1) for w in self.replay(k)) for k in range(self.max_k + 1)}
+        price = {w: self._verify_cost(w - 1, fit) for w in range(1, self.max_k + 2)}
+        seconds = {k: sum(price[w] for w in self.replay(k)) for k in range(self.max_k + 1)}
         self.replay_s = time.perf_counter() - started
         return min(seconds, key=lambda k: (seconds[k], -k))  # on a tie the longer draft: copies come in runs
 
@@ -101,9 +137,9 @@ class AdaptiveDraftLength:
         self.rounds += 1
         if self.replay is not None:
             return self._choose_by_replay()
-        if self.rounds == 1:
+        if self.rounds == 1:  # the acceptance, and the cost of the longest draft
             return self.max_k
-        if self.rounds == 2:
+        if self._fit() is None:  # a second width to draw a line through
             return 0
         return self._choose_by_model()
 
@@ -116,7 +152,7 @@ class AdaptiveDraftLength:
         # most (a copy that fails costs one wider verify; a copy missed costs a forward a token).
         if fit is not None and len(self.replay(0)) + 1 >= MIN_HISTORY:
             if self.replayed is None or self.rounds >= self.next_replay:
-                self.replayed = min(self._replayed_best(*fit), self.max_k)
+                self.replayed = min(self._replayed_best(fit), self.max_k)
                 # Keep the replays under a twentieth of the run: wait as many rounds as that takes, at least 4.
                 per_round = self.spent_s / max(self.rounds - 1, 1)
                 self.next_replay = self.rounds + max(4, round(20 * self.replay_s / max(per_round, 1e-9)))

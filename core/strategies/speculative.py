@@ -49,8 +49,8 @@ from ..path import Path, host_stats, prefill, token_stats
 from ..prefix_cache import keep, take
 from ..sampling import CONTEXT_FREE, StageContext, processed, stage_processors
 from ..transcript import TokenStats, Transcript
-from ..whatif import Trace, replay_lookup
-from .adaptive import AdaptiveDraftLength
+from ..whatif import LookupMemo, Trace
+from .adaptive import AdaptiveDraftLength, remembered_times
 
 if TYPE_CHECKING:
     from transformers import LogitsProcessor, PreTrainedModel
@@ -94,13 +94,14 @@ def speculative(
     processors = stage_processors(sampling, greedy, context=stages)
     version = live.version if live else 0
     stats = DraftStats()
-    policy = AdaptiveDraftLength(num_draft_tokens, replay=_lookup_replay(drafter, transcript)) if adaptive else None
     source: TokenSource = "lookup" if drafter.kind == "lookup" else "draft"
     device = model.device
     # The vocabulary the drafter shares with the target: a draft model's logits rows past it are never drafted
     # nor verified. Prompt lookup copies the target's own tokens, so there it is all of it.
     shared = slice(0, vocab_size)
     static = fast or graphs  # a static cache: every verification padded to one width, for one graph
+    policy = AdaptiveDraftLength(num_draft_tokens, replay=_lookup_replay(drafter, transcript),
+                                 times_by_k=remembered_times(model, padded=static)) if adaptive else None
 
     context = [*transcript.prompt_ids, *(path.ids if path else ())]
     # Room for the prompt, every new token and a padded verification past the last of them.
@@ -111,6 +112,7 @@ def speculative(
     try:
         raw, emitted = prefill(model, transcript, torch.tensor([context], device=device), cache, path,
                                held)  # [1, V]
+        drafter.prefilled(context, cache)  # a draft made from the target takes these keys and values
         yield from emitted
         context = transcript.context  # the path up to where it ended the run, if it did
         if not transcript.done:
@@ -222,14 +224,18 @@ def _lookup_replay(drafter: Drafter, transcript: Transcript) -> Callable[[int], 
     core/whatif.py), for the adaptive policy; None for a draft model, whose drafts cannot be replayed free."""
     if not isinstance(drafter, PromptLookup):
         return None
+    memo: LookupMemo | None = None
 
     def widths(k: int) -> tuple[int, ...]:
+        nonlocal memo
         so_far = transcript.token_ids
         if k == 0 or len(so_far) < 2:
             return (1,) * max(len(so_far) - 1, 0)
+        if memo is None or memo.settings != (drafter.max_ngram_size, drafter.num_pred_tokens):  # retuned mid-run
+            memo = LookupMemo(transcript.eos_token_ids, drafter.max_ngram_size, drafter.num_pred_tokens)
         trace = Trace(source="the run so far", model="", mode="pld", prompt_ids=transcript.prompt_ids,
                       token_ids=tuple(so_far), max_new_tokens=len(so_far), target_forwards=0, params={})
-        return replay_lookup(trace, transcript.eos_token_ids, drafter.max_ngram_size, k).widths
+        return memo.widths(trace, k)
 
     return widths
 
