@@ -20,14 +20,17 @@ Times = dict[int, deque[float]]  # draft length k -> verify seconds of its last 
 
 # What verifying each draft length cost, per target model, kept from run to run: it is the model's and the
 # device's, not the prompt's, and a short run cannot afford to measure it again (on a CPU, trying a costly width
-# three times is a few percent of a 20-token answer). Padded verifications (a static cache) are kept apart: their
-# width is always the longest.
-_VERIFY_TIMES: weakref.WeakKeyDictionary[object, dict[bool, Times]] = weakref.WeakKeyDictionary()
+# three times is a few percent of a 20-token answer). But attention reads the whole context, so it is kept per
+# context length, to the power of two (on 2 cores a 5-token verification costs 85 ms after 50 tokens, 115 ms
+# after 300: priced from the one, the other prompt stopped drafting where drafting paid). Padded verifications
+# (a static cache) are kept apart: their width is always the longest.
+_VERIFY_TIMES: weakref.WeakKeyDictionary[object, dict[tuple[bool, int], Times]] = weakref.WeakKeyDictionary()
 
 
-def remembered_times(model: object, padded: bool = False) -> Times:
-    """The verify times of ``model`` measured by earlier runs of this process, to be added to by this one."""
-    return _VERIFY_TIMES.setdefault(model, {}).setdefault(padded, {})
+def remembered_times(model: object, context_length: int, padded: bool = False) -> Times:
+    """The verify times of ``model`` after about ``context_length`` tokens measured by earlier runs of this
+    process, to be added to by this one."""
+    return _VERIFY_TIMES.setdefault(model, {}).setdefault((padded, context_length.bit_length()), {})
 MIN_HISTORY = 8  # tokens of the run a replay needs before its choice is trusted
 TRUSTED = 3  # rounds of one draft length after which its own median alone prices it
 
@@ -45,10 +48,11 @@ class AdaptiveDraftLength:
     of its last 16 rounds: a CPU's matrix kernels are not linear in the width
     (on 2 cores verifying 1 or 2 drafts costs 1.7-2.0 plain steps, 4 drafts
     1.5), so no line through the widths says which k is cheap. A k timed
-    fewer than three times is priced at the lower of its times and
-    ``c0 + c1 * k``, a line fitted by least squares to the widths timed, so
-    that a width is tried before it is ruled out and one slow round does not
-    rule it out for good. On a GPU c1 is nearly 0. The times are the target
+    fewer than three times is priced on the cheap side (``_verify_cost``:
+    the line ``c0 + c1 * k`` fitted by least squares to the widths timed, the
+    cheapest verification timed, its own times), so that a width is tried
+    before it is ruled out and one slow round does not rule it out for good.
+    On a GPU c1 is nearly 0. The times are the target
     model's, kept from run to run (:func:`remembered_times`).
 
     With a draft model the policy first drafts the most (for the acceptance),
@@ -101,14 +105,19 @@ class AdaptiveDraftLength:
         return cost_line(self.times_by_k)
 
     def _verify_cost(self, k: int, fit: tuple[float, float]) -> float:
-        """Seconds to verify k drafted tokens: their own median once timed TRUSTED times, until then the lower of
-        the line and what was timed (optimistic, so that an untried or unlucky width gets tried again)."""
+        """Seconds to verify k drafted tokens: their own median once timed TRUSTED times; until then a guess on
+        the cheap side, so that an untried or unlucky width gets tried: the lowest of the line, the cheapest
+        verification timed, and (if any) its own times. Extrapolating the line alone from short drafts that cost
+        the most (on a CPU) priced a long draft out for good; and a draft model that stops drafting when unsure
+        may never produce the long draft asked for, which is then drafted as far as the draft is confident, as
+        with a fixed k."""
         c0, c1 = fit
         times = self.times_by_k.get(k)
-        if not times:
-            return c0 + c1 * k
-        measured = statistics.median(times)
-        return measured if len(times) >= TRUSTED else min(measured, c0 + c1 * k)
+        if times and len(times) >= TRUSTED:
+            return statistics.median(times)
+        verifications = [statistics.median(ts) for j, ts in self.times_by_k.items() if j > 0 and ts]
+        guesses = [c0 + c1 * k, *([min(verifications)] if k > 0 and verifications else [])]
+        return min([*guesses, statistics.median(times)] if times else guesses)
 
     def _best(self) -> int | None:
         """The k with the most expected tokens per second, or None before two draft lengths were timed."""

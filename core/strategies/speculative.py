@@ -100,10 +100,10 @@ def speculative(
     # nor verified. Prompt lookup copies the target's own tokens, so there it is all of it.
     shared = slice(0, vocab_size)
     static = fast or graphs  # a static cache: every verification padded to one width, for one graph
-    policy = AdaptiveDraftLength(num_draft_tokens, replay=_lookup_replay(drafter, transcript),
-                                 times_by_k=remembered_times(model, padded=static)) if adaptive else None
 
     context = [*transcript.prompt_ids, *(path.ids if path else ())]
+    policy = AdaptiveDraftLength(num_draft_tokens, replay=_lookup_replay(drafter, transcript),
+                                 times_by_k=remembered_times(model, len(context), padded=static)) if adaptive else None
     # Room for the prompt, every new token and a padded verification past the last of them.
     max_len = len(transcript.prompt_ids) + transcript.max_new_tokens + num_draft_tokens + 1
     # A branch starts from its parent's cache, cropped where they part (core/prefix_cache.py).
