@@ -4,7 +4,7 @@ weights, refused clearly where they cannot be built."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import torch
@@ -12,8 +12,8 @@ import torch
 from decode_tui.core import target_drafts
 from decode_tui.core.drafters import ModelDrafter, load_draft
 from decode_tui.core.errors import UsageError
-from decode_tui.core.forward import forward, new_cache
 from decode_tui.core.events import Finished
+from decode_tui.core.forward import forward, new_cache
 from decode_tui.core.params import DEMO_PROMPTS, DecodeConfig, DraftParams, TargetDraft, target_draft
 from decode_tui.core.run import Run
 
@@ -84,9 +84,9 @@ def test_a_draft_made_from_the_target_starts_from_the_targets_keys_and_values(sp
         drafter.prefilled(prompt, target_cache)
         with torch.inference_mode():
             drafter.propose([*prompt, 3], 2, [], True, None)
-    target_keys = target_cache.layers[0].keys
+    target_keys: Any = target_cache.layers[0].keys
     for drafter, same in ((taken, True), (own, False)):
-        keys = drafter.cache.layers[0].keys[:, :, : len(prompt)]
+        keys = cast(Any, drafter.cache.layers[0]).keys[:, :, : len(prompt)]
         assert keys.dtype == target_drafts.kv_dtype(model, made)
         assert torch.equal(keys, target_keys.to(keys.dtype)) == same, spec
 
