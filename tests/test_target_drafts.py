@@ -84,7 +84,7 @@ def test_a_draft_made_from_the_target_starts_from_the_targets_keys_and_values(sp
         drafter.prefilled(prompt, target_cache)
         with torch.inference_mode():
             drafter.propose([*prompt, 3], 2, [], True, None)
-    target_keys: Any = target_cache.layers[0].keys
+    target_keys = cast(Any, target_cache.layers[0]).keys
     for drafter, same in ((taken, True), (own, False)):
         keys = cast(Any, drafter.cache.layers[0]).keys[:, :, : len(prompt)]
         assert keys.dtype == target_drafts.kv_dtype(model, made)
