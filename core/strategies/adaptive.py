@@ -96,6 +96,7 @@ class AdaptiveDraftLength:
         # Verify seconds of the last 16 rounds of each draft length; earlier runs' (remembered_times) when given.
         self.times_by_k: Times = {} if times_by_k is None else times_by_k
         self.draft_cost = 0.0  # seconds per drafted token, moving average
+        self.last_k = 0  # the draft length of the last round observed
         self.rounds = 0
 
     def _fit(self) -> tuple[float, float] | None:
@@ -106,18 +107,24 @@ class AdaptiveDraftLength:
 
     def _verify_cost(self, k: int, fit: tuple[float, float]) -> float:
         """Seconds to verify k drafted tokens: their own median once timed TRUSTED times; until then a guess on
-        the cheap side, so that an untried or unlucky width gets tried: the lowest of the line, the cheapest
-        verification timed, and (if any) its own times. Extrapolating the line alone from short drafts that cost
-        the most (on a CPU) priced a long draft out for good; and a draft model that stops drafting when unsure
-        may never produce the long draft asked for, which is then drafted as far as the draft is confident, as
-        with a fixed k."""
+        the cheap side, so that an untried or unlucky width gets tried: the lower of the line and its own times.
+
+        With a draft model the guess is also at most the cheapest verification timed: a draft model that stops
+        drafting when unsure may never produce the long draft asked for, so that width is never timed, and the
+        line extrapolated from the short drafts that cost the most (on a CPU) priced it out for good; asked for,
+        it is drafted as far as the draft is confident, as with a fixed k. A lookup's replay needs no such
+        push (a width it chooses gets timed), and on prose every wider verification it tried would be a loss."""
         c0, c1 = fit
         times = self.times_by_k.get(k)
         if times and len(times) >= TRUSTED:
             return statistics.median(times)
+        guesses = [c0 + c1 * k]
         verifications = [statistics.median(ts) for j, ts in self.times_by_k.items() if j > 0 and ts]
-        guesses = [c0 + c1 * k, *([min(verifications)] if k > 0 and verifications else [])]
-        return min([*guesses, statistics.median(times)] if times else guesses)
+        if self.replay is None and k > 0 and verifications:
+            guesses.append(min(verifications))
+        if times:
+            guesses.append(statistics.median(times))
+        return min(guesses)
 
     def _best(self) -> int | None:
         """The k with the most expected tokens per second, or None before two draft lengths were timed."""
@@ -179,14 +186,16 @@ class AdaptiveDraftLength:
 
     def observe(self, k: int, accepted: int, verify_s: float, draft_s: float) -> None:
         smooth = 0.3
+        last_k, self.last_k = self.last_k, k
         self.spent_s += verify_s + draft_s
         self.times_by_k.setdefault(k, deque(maxlen=16)).append(verify_s)
         if k > 0:
             decay = 0.9
             self.accepted_sum = decay * self.accepted_sum + accepted
             self.trials_sum = decay * self.trials_sum + accepted + (accepted < k)
-            # The first draft also prefilled the draft model's cache with the whole prompt: not a per-token cost.
-            if self.rounds > 1:
+            # A draft after plain steps first feeds the draft model the tokens it skipped, and the first draft may
+            # prefill the prompt: neither is a per-token cost.
+            if self.rounds > 1 and last_k > 0:
                 per_token = draft_s / k
                 previous = self.draft_cost or per_token
                 self.draft_cost = (1 - smooth) * previous + smooth * per_token
