@@ -16,7 +16,7 @@ from decode_tui.core.errors import UsageError
 from decode_tui.core.events import DraftProposed, DraftVerified, Event, Finished, TokenEmitted
 from decode_tui.core.params import SamplingParams, TargetDraft
 from decode_tui.core.strategies import speculative as spec_module
-from decode_tui.core.strategies.adaptive import AdaptiveDraftLength
+from decode_tui.core.strategies.adaptive import AdaptiveDraftLength, remembered_times
 from decode_tui.core.strategies.autoregressive import autoregressive
 from decode_tui.core.strategies.speculative import speculative
 from decode_tui.core.transcript import Transcript
@@ -509,6 +509,22 @@ def test_a_draft_cut_short_says_why_and_how_long_it_could_have_been(byte_bpe: An
                for r in cut if r.max_tokens and r.max_tokens > 1)
     full = rounds(0.0)  # 0: always the full length, and nothing to explain
     assert all(len(r.token_ids) == r.max_tokens and r.stopped is None for r in full)
+
+
+def test_verify_times_are_kept_per_model_and_context_length_for_the_next_run() -> None:
+    """A second run on the same model and a context of about the same length knows what verifications cost from
+    its first round (no plain step forced to time one); another model, or a context four times longer, does not."""
+    model, other = torch.nn.Linear(1, 1), torch.nn.Linear(1, 1)
+    first = AdaptiveDraftLength(5, times_by_k=remembered_times(model, 40))
+    for _ in range(4):
+        k = first.choose()
+        first.observe(k, k, 0.05 + 0.01 * k, 0.001 * k)
+    second = AdaptiveDraftLength(5, times_by_k=remembered_times(model, 50))
+    second.choose()
+    second.observe(5, 5, 0.1, 0.005)
+    assert second.choose() > 0, "the plain step's cost is known from the first run"
+    for fresh in (remembered_times(other, 40), remembered_times(model, 200)):
+        assert fresh == {}
 
 
 def test_adaptive_lookup_keeps_the_draft_length_an_exact_replay_finds_fastest() -> None:

@@ -2,7 +2,8 @@
 
 The policy only; the speculative loop asks it for k before each round and
 tells it what the round cost and how much was accepted. It knows nothing of
-models, drafters or events.
+models (a model is only the key its verify times are kept under), drafters or
+events.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from ..timeline import cost_line
 
 Replay = Callable[[int], tuple[int, ...]]  # k -> the widths of the forwards a fixed k would have used so far
 Times = dict[int, deque[float]]  # draft length k -> verify seconds of its last 16 rounds
+MIN_HISTORY = 8  # tokens of the run a replay needs before its choice is trusted
+TRUSTED = 3  # rounds of one draft length after which its own median alone prices it
 
 # What verifying each draft length cost, per target model, kept from run to run: it is the model's and the
 # device's, not the prompt's, and a short run cannot afford to measure it again (on a CPU, trying a costly width
@@ -31,8 +34,6 @@ def remembered_times(model: object, context_length: int, padded: bool = False) -
     """The verify times of ``model`` after about ``context_length`` tokens measured by earlier runs of this
     process, to be added to by this one."""
     return _VERIFY_TIMES.setdefault(model, {}).setdefault((padded, context_length.bit_length()), {})
-MIN_HISTORY = 8  # tokens of the run a replay needs before its choice is trusted
-TRUSTED = 3  # rounds of one draft length after which its own median alone prices it
 
 
 class AdaptiveDraftLength:
