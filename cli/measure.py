@@ -81,14 +81,14 @@ def _why(console: Console, row: BenchRow, timeline: bool) -> None:
     from rich import box
     from rich.table import Table
 
-    from ..core.draft_stats import DraftStats
+    from ..core.timeline import draft_stats
     from ..tui.cost_view import cost_line
     from ..tui.forward_views import BAR_COLUMN, FORWARD_COLUMNS, acceptance_line, forward_cells
 
     line = acceptance_line(row.acceptance_by_position, row.timeline)
     if row.acceptance_by_position and line is not None:
         console.print(f"{row.mode}: {line}")
-    cost = cost_line(DraftStats.from_rows(row.timeline), measured=row.speedup) if row.mode == "speculative" \
+    cost = cost_line(draft_stats(row.timeline), measured=row.speedup) if row.mode == "speculative" \
         else None
     if cost is not None:
         console.print(f"{row.mode}: {cost}")

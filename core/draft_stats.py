@@ -9,11 +9,9 @@ alike. Plain arithmetic: no torch, no events.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-from .timeline import ForwardRow, cost_line
 
 
 def predicted_speedup(alpha: float, gamma: float, c: float, verify: float = 1.0) -> float:
@@ -23,6 +21,21 @@ def predicted_speedup(alpha: float, gamma: float, c: float, verify: float = 1.0)
     of gamma + 1 tokens as one target step; ``verify`` is what it really costs, in steps, where it is known."""
     tokens = gamma + 1 if alpha >= 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
     return tokens / (gamma * c + verify)
+
+
+def cost_line(times_by_k: Mapping[int, Sequence[float]]) -> tuple[float, float] | None:
+    """(c0, c1) of cost(k) = c0 + c1 * k, k the tokens drafted: least squares over the median time of each k
+    (medians, so one slow round does not tilt the line); None before two draft lengths were timed."""
+    points = [(k, statistics.median(ts)) for k, ts in times_by_k.items() if ts]
+    if len(points) < 2:
+        return None
+    n = len(points)
+    mean_k = sum(k for k, _ in points) / n
+    mean_t = sum(t for _, t in points) / n
+    var = sum((k - mean_k) ** 2 for k, _ in points)
+    slope = max(0.0, sum((k - mean_k) * (t - mean_t) for k, t in points) / var)
+    return max(mean_t - slope * mean_k, 1e-6), slope
+
 
 
 @dataclass
@@ -43,16 +56,6 @@ class DraftStats:
     verify_by_k: dict[int, list[float]] = field(default_factory=dict)
     round_tokens: int = 0
     round_s: float = 0.0
-
-    @classmethod
-    def from_rows(cls, rows: Sequence[ForwardRow]) -> DraftStats:
-        """The counters of a run's verifying forwards (core/timeline.py), for a view that has only those."""
-        stats = cls()
-        for r in rows:
-            if r.k is not None:
-                stats.record(r.k, r.accepted or 0, None if r.draft_ms is None else r.draft_ms / 1e3,
-                             None if r.verify_ms is None else r.verify_ms / 1e3, r.tokens)
-        return stats
 
     def record(self, k: int, n: int, draft_s: float | None = None, verify_s: float | None = None,
                emitted: int | None = None) -> None:
@@ -91,7 +94,7 @@ class DraftStats:
         return self.accepted / tested if tested else None
 
     def step_s(self) -> float | None:
-        """A plain target step's time: the verification cost line's value at k = 0 (core/timeline.py: one token
+        """A plain target step's time: the verification cost line's value at k = 0 (:func:`cost_line`: one token
         in, no draft), at most the cheapest draft length's median verification. Where the line cannot say it
         (one draft length timed, or noisy times tilting it to under half of that median: a step costs at least
         half a verification of a few tokens on any device measured), that median itself, which on a CPU costs

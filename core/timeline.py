@@ -19,12 +19,12 @@ by draft position. It knows events; nothing about how rows are shown.
 
 from __future__ import annotations
 
-import statistics
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .draft_stats import DraftStats, cost_line
 from .events import DraftVerified, Event, Finished, Started, TokenEmitted
 
 BARS = "▁▂▃▄▅▆▇█"
@@ -106,11 +106,21 @@ class Timeline:
         self._began, self._forward = self._last, None
 
 
+def draft_stats(rows: Sequence[ForwardRow]) -> DraftStats:
+    """The counters of a run's verifying forwards, for a view that has only those: what the run itself counted
+    (core/draft_stats.py)."""
+    stats = DraftStats()
+    for r in rows:
+        if r.k is not None:
+            stats.record(r.k, r.accepted or 0, None if r.draft_ms is None else r.draft_ms / 1e3,
+                         None if r.verify_ms is None else r.verify_ms / 1e3, r.tokens)
+    return stats
+
+
 def per_position_rate(rows: Sequence[ForwardRow]) -> float | None:
-    """The per-position acceptance rate a: accepted / tested positions (a round tests up to its first rejection)."""
-    accepted = sum(r.accepted or 0 for r in rows if r.k)
-    tested = sum((r.accepted or 0) + ((r.accepted or 0) < (r.k or 0)) for r in rows if r.k)
-    return accepted / tested if tested else None
+    """The per-position acceptance rate a: accepted / tested positions (a round tests up to its first rejection),
+    counted as a run counts it (:meth:`DraftStats.alpha`)."""
+    return draft_stats(rows).alpha()
 
 
 def expected_tokens_per_forward(rows: Sequence[ForwardRow]) -> tuple[float, float] | None:
@@ -128,20 +138,6 @@ def expected_tokens_per_forward(rows: Sequence[ForwardRow]) -> tuple[float, floa
 def sparkline(values: Sequence[float]) -> str:
     """One bar per value in 0..1 (acceptance by draft position): ▁ for 0 up to █ for 1."""
     return "".join(BARS[min(len(BARS) - 1, max(0, round(v * (len(BARS) - 1))))] for v in values)
-
-
-def cost_line(times_by_k: Mapping[int, Sequence[float]]) -> tuple[float, float] | None:
-    """(c0, c1) of cost(k) = c0 + c1 * k, k the tokens drafted: least squares over the median time of each k
-    (medians, so one slow round does not tilt the line); None before two draft lengths were timed."""
-    points = [(k, statistics.median(ts)) for k, ts in times_by_k.items() if ts]
-    if len(points) < 2:
-        return None
-    n = len(points)
-    mean_k = sum(k for k, _ in points) / n
-    mean_t = sum(t for _, t in points) / n
-    var = sum((k - mean_k) ** 2 for k, _ in points)
-    slope = max(0.0, sum((k - mean_k) * (t - mean_t) for k, t in points) / var)
-    return max(mean_t - slope * mean_k, 1e-6), slope
 
 
 def verify_line(rows: Sequence[ForwardRow]) -> tuple[float, float] | None:

@@ -340,10 +340,11 @@ def measure_costs(lm: LoadedModel, trace: Trace, max_width: int, draft: DraftMod
                 cache = new_cache(draft.model, rollback=True)
                 draft_prefills.append(timed(draft.model, cache, half))
                 steps.append(timed(draft.model, cache, feed[:1]))
-            draft_step, draft_prefill = statistics.median(steps), statistics.median(draft_prefills)
-            draft_prefill *= len(trace.prompt_ids) / len(half)  # a run's draft prefills the prompt only
-            if draft.target_kv is not None:  # ... unless it was made from the target: it takes the target's
-                draft_prefill = 0.0
+            draft_step = statistics.median(steps)
+            # A run's draft prefills the prompt only, and a draft made from the target not even that: it takes the
+            # target's keys and values.
+            if draft.target_kv is None:
+                draft_prefill = statistics.median(draft_prefills) * len(trace.prompt_ids) / len(half)
     verify = [statistics.median(samples[w]) for w in samples]
     # Feeding fewer tokens never costs more than feeding more: a wider forward that timed faster was noise (another
     # process, a frequency change), so each width costs at most what the next wider one did.

@@ -462,8 +462,8 @@ def test_adaptive_policy_prices_each_draft_length_by_its_own_times() -> None:
     cpu = {0: 0.056, 1: 0.093, 2: 0.113, 3: 0.084, 4: 0.081, 5: 0.086}
 
     class LineOnly(AdaptiveDraftLength):
-        def _verify_cost(self, k: int, fit: tuple[float, float]) -> float:
-            return fit[0] + fit[1] * k
+        def _prices(self, fit: tuple[float, float]) -> list[float]:
+            return [fit[0] + fit[1] * k for k in range(self.max_k + 1)]
 
     def settled(policy: AdaptiveDraftLength) -> int:
         chosen = simulate(policy, 200, alpha=0.85, c0=0.0, c1=0.0, draft=0.012, verify_s=cpu)

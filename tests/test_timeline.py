@@ -144,18 +144,17 @@ def test_draft_stats_measure_c_against_a_plain_step_and_leave_out_the_first_roun
 
 
 def test_the_cost_line_shows_c_the_prediction_and_the_measured_speed_up() -> None:
-    from decode_tui.core.draft_stats import DraftStats
-    from decode_tui.core.timeline import ForwardRow
+    from decode_tui.core.timeline import ForwardRow, draft_stats
     from decode_tui.tui.cost_view import cost_line
 
     rows = [ForwardRow(1, 1, None, None, None, None, 50.0)]
     rows += [ForwardRow(i + 2, n + 1, k, n, 20.0 * k, 100.0 + 30 * k, 0.0)
              for i, (k, n) in enumerate([(4, 4), (4, 3), (2, 2), (4, 4), (2, 1)])]
-    line = cost_line(DraftStats.from_rows(rows), measured=1.4)
+    line = cost_line(draft_stats(rows), measured=1.4)
     assert line is not None
     assert "draft cost c = 0.20 of a target step" in line and "measured 1.40x" in line
     assert "a verification costs 2.20 steps here" in line  # median of 220, 220, 160, 220 ms over 100 ms
-    assert cost_line(DraftStats.from_rows(rows[:2])) is None  # the first round alone: no draft step timed
+    assert cost_line(draft_stats(rows[:2])) is None  # the first round alone: no draft step timed
 
 
 def test_a_plain_steps_time_never_comes_from_a_line_that_noise_tilted() -> None:

@@ -14,7 +14,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable
 
-from ..timeline import cost_line
+from ..draft_stats import cost_line
 
 Replay = Callable[[int], tuple[int, ...]]  # k -> the widths of the forwards a fixed k would have used so far
 Times = dict[int, deque[float]]  # draft length k -> verify seconds of its last 16 rounds
@@ -49,7 +49,7 @@ class AdaptiveDraftLength:
     of its last 16 rounds: a CPU's matrix kernels are not linear in the width
     (on 2 cores verifying 1 or 2 drafts costs 1.7-2.0 plain steps, 4 drafts
     1.5), so no line through the widths says which k is cheap. A k timed
-    fewer than three times is priced on the cheap side (``_verify_cost``:
+    fewer than three times is priced on the cheap side (``_prices``:
     the line ``c0 + c1 * k`` fitted by least squares to the widths timed, the
     cheapest verification timed, its own times), so that a width is tried
     before it is ruled out and one slow round does not rule it out for good.
@@ -101,14 +101,15 @@ class AdaptiveDraftLength:
         self.rounds = 0
 
     def _fit(self) -> tuple[float, float] | None:
-        """(c0, c1) of cost(k) = c0 + c1 * k (:func:`~decode_tui.core.timeline.cost_line`) over each k's last 16
+        """(c0, c1) of cost(k) = c0 + c1 * k (:func:`~decode_tui.core.draft_stats.cost_line`) over each k's last 16
         times: per k, so a long stretch of one length (plain steps on prose) does not make the policy forget
         what the others cost and measure them again."""
         return cost_line(self.times_by_k)
 
-    def _verify_cost(self, k: int, fit: tuple[float, float]) -> float:
-        """Seconds to verify k drafted tokens: their own median once timed TRUSTED times; until then a guess on
-        the cheap side, so that an untried or unlucky width gets tried: the lower of the line and its own times.
+    def _prices(self, fit: tuple[float, float]) -> list[float]:
+        """Seconds to verify k = 0 .. max_k drafted tokens: a k's own median once timed TRUSTED times; until then
+        a guess on the cheap side, so that an untried or unlucky width gets tried: the lower of the line and its
+        own times.
 
         With a draft model the guess is also at most the cheapest verification timed: a draft model that stops
         drafting when unsure may never produce the long draft asked for, so that width is never timed, and the
@@ -116,16 +117,18 @@ class AdaptiveDraftLength:
         it is drafted as far as the draft is confident, as with a fixed k. A lookup's replay needs no such
         push (a width it chooses gets timed), and on prose every wider verification it tried would be a loss."""
         c0, c1 = fit
-        times = self.times_by_k.get(k)
-        if times and len(times) >= TRUSTED:
-            return statistics.median(times)
-        guesses = [c0 + c1 * k]
-        verifications = [statistics.median(ts) for j, ts in self.times_by_k.items() if j > 0 and ts]
-        if self.replay is None and k > 0 and verifications:
-            guesses.append(min(verifications))
-        if times:
-            guesses.append(statistics.median(times))
-        return min(guesses)
+        timed = {k: statistics.median(ts) for k, ts in self.times_by_k.items() if ts}
+        cheapest = min((t for k, t in timed.items() if k > 0), default=None)
+        prices = []
+        for k in range(self.max_k + 1):
+            if len(self.times_by_k.get(k, ())) >= TRUSTED:
+                prices.append(timed[k])
+                continue
+            guesses = [c0 + c1 * k, *([timed[k]] if k in timed else [])]
+            if self.replay is None and k > 0 and cheapest is not None:
+                guesses.append(cheapest)
+            prices.append(min(guesses))
+        return prices
 
     def _best(self) -> int | None:
         """The k with the most expected tokens per second, or None before two draft lengths were timed."""
@@ -134,9 +137,9 @@ class AdaptiveDraftLength:
             return None
         a = min(self.accepted_sum / self.trials_sum, 0.999)
         best_k, best_rate = 0, 0.0
-        for k in range(self.max_k + 1):
+        for k, price in enumerate(self._prices(fit)):
             tokens = (1 - a ** (k + 1)) / (1 - a)
-            rate = tokens / (self._verify_cost(k, fit) + k * self.draft_cost)
+            rate = tokens / (price + k * self.draft_cost)
             if rate > best_rate:
                 best_k, best_rate = k, rate
         return best_k
@@ -145,8 +148,8 @@ class AdaptiveDraftLength:
         """The fixed k that would have been fastest on the run so far, by an exact replay of the drafter."""
         assert self.replay is not None
         started = time.perf_counter()
-        price = {w: self._verify_cost(w - 1, fit) for w in range(1, self.max_k + 2)}
-        seconds = {k: sum(price[w] for w in self.replay(k)) for k in range(self.max_k + 1)}
+        prices = self._prices(fit)  # a forward of width w verifies w - 1 drafted tokens
+        seconds = {k: sum(prices[w - 1] for w in self.replay(k)) for k in range(self.max_k + 1)}
         self.replay_s = time.perf_counter() - started
         return min(seconds, key=lambda k: (seconds[k], -k))  # on a tie the longer draft: copies come in runs
 

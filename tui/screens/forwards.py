@@ -26,10 +26,9 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Static
 
-from ...core.draft_stats import DraftStats
 from ...core.errors import UsageError
 from ...core.events import Event, Finished, Started
-from ...core.timeline import Timeline, verify_line
+from ...core.timeline import Timeline, draft_stats, verify_line
 from ...core.whatif import DRAFT_LENGTHS, Costs, WhatIf, lookup_grid, table, trace_from_events
 from .. import forward_views
 from ..cost_view import cost_line
@@ -101,7 +100,7 @@ class ForwardsScreen(ModalScreen[None]):
                          "What prompt lookup would have needed (for a greedy run) comes first; the forwards are below.",
                          id="forwards-acceptance")
             speculative = any(isinstance(e, Started) and e.mode == "speculative" for e in self.events)
-            cost = cost_line(DraftStats.from_rows(rows)) if speculative else None
+            cost = cost_line(draft_stats(rows)) if speculative else None
             if cost:
                 yield Static(cost[0].upper() + cost[1:] + ".", id="forwards-cost")
             whatif = [Static(part, id="forwards-whatif" if i == 0 else None, classes="forwards-whatif")
