@@ -128,7 +128,9 @@ class AdaptiveDraftLength:
             if self.replay is None and k > 0 and cheapest is not None:
                 guesses.append(cheapest)
             prices.append(min(guesses))
-        return prices
+        # A verification does a plain step's work and more: one priced under a step is noise (tiny models, where
+        # every width costs about the same), and drafting on it would look free.
+        return [prices[0], *(max(p, prices[0]) for p in prices[1:])]
 
     def _best(self) -> int | None:
         """The k with the most expected tokens per second, or None before two draft lengths were timed."""
@@ -198,8 +200,9 @@ class AdaptiveDraftLength:
             self.accepted_sum = decay * self.accepted_sum + accepted
             self.trials_sum = decay * self.trials_sum + accepted + (accepted < k)
             # A draft after plain steps first feeds the draft model the tokens it skipped, and the first draft may
-            # prefill the prompt: neither is a per-token cost.
-            if self.rounds > 1 and last_k > 0:
+            # prefill the prompt: neither is a per-token cost, but until a draft is timed without them, an estimate
+            # on the high side is better than none (a drafter idle between probes would otherwise look free).
+            if self.rounds > 1 and (last_k > 0 or not self.draft_cost):
                 per_token = draft_s / k
                 previous = self.draft_cost or per_token
                 self.draft_cost = (1 - smooth) * previous + smooth * per_token
