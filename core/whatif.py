@@ -346,8 +346,9 @@ def measure_costs(lm: LoadedModel, trace: Trace, max_width: int, draft: DraftMod
             if draft.target_kv is None:
                 draft_prefill = statistics.median(draft_prefills) * len(trace.prompt_ids) / len(half)
     verify = [statistics.median(samples[w]) for w in samples]
-    # Feeding fewer tokens never costs more than feeding more: a wider forward that timed faster was noise (another
-    # process, a frequency change), so each width costs at most what the next wider one did.
+    # A verification never costs more than a wider one: on a CPU, where a wider forward can be cheaper, the verifier
+    # pads to it (core/widths.py); elsewhere a wider forward that timed faster was noise. So each width costs at most
+    # what the next wider one did.
     for w in range(len(verify) - 2, -1, -1):
         verify[w] = min(verify[w], verify[w + 1])
     # The spread: each width's interquartile range over its median, the median of those over the widths.

@@ -32,6 +32,7 @@ It knows verification; the drafter knows drafting, the transcript the text.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Literal, NamedTuple
@@ -44,12 +45,14 @@ from ..events import DraftProposed, DraftVerified, Event, PositionVerdict, Token
 from ..forward import forward, prepare, rollback, to_host
 from ..grammar import GrammarMask
 from ..live import LiveParams
+from ..loading import context_length
 from ..params import SamplingParams
 from ..path import Path, host_stats, prefill, token_stats
 from ..prefix_cache import keep, take
 from ..sampling import CONTEXT_FREE, StageContext, processed, stage_processors
 from ..transcript import TokenStats, Transcript
 from ..whatif import LookupMemo, Trace
+from ..widths import width_costs
 from .adaptive import AdaptiveDraftLength, remembered_times
 
 if TYPE_CHECKING:
@@ -100,6 +103,9 @@ def speculative(
     # nor verified. Prompt lookup copies the target's own tokens, so there it is all of it.
     shared = slice(0, vocab_size)
     static = fast or graphs  # a static cache: every verification padded to one width, for one graph
+    # Otherwise, on a CPU, each verification is padded to the width that costs the least; elsewhere none is.
+    widths = width_costs(model) if device.type == "cpu" and not static else None
+    room = context_length(model) or sys.maxsize  # positions the model can read: a pad must not pass them
 
     context = [*transcript.prompt_ids, *(path.ids if path else ())]
     policy = AdaptiveDraftLength(num_draft_tokens, replay=_lookup_replay(drafter, transcript),
@@ -155,9 +161,15 @@ def speculative(
             confirmed = len(context) - 1  # what the caches hold between rounds: everything but the pending token
             try:
                 # 3. Verify: one target forward over [pending, d_1 .. d_k] gives p_1 .. p_{k+1}.
-                pad_to = num_draft_tokens + 1 if static and confirmed + num_draft_tokens + 1 <= max_len else 0
+                if static:
+                    pad_to = num_draft_tokens + 1 if confirmed + num_draft_tokens + 1 <= max_len else 0
+                else:  # on a CPU, the narrowest width that costs the least (core/widths.py)
+                    pad_to = widths.width_for(len(drafted) + 1, room - confirmed) if widths else 0
                 feed = _verification_feed(context[-1], drafted, pad_to, device)  # [1, W], W >= k + 1
+                forward_started = time.perf_counter()
                 raw = forward(model, feed, cache, keep=feed.shape[1])[0, : len(drafted) + 1]  # [k+1, V]
+                if widths:
+                    widths.observe(feed.shape[1], time.perf_counter() - forward_started)
                 transcript.target_forwards += 1
                 # 4. Accept: the acceptance test, position by position, and the target's extra token.
                 p = _distributions(processors, context, drafted, raw[:, shared])  # [k+1, V]

@@ -1,0 +1,67 @@
+"""How many positions to run a verification forward over: on a CPU, a few more can cost less than fewer.
+
+A verification feeds the target the pending token and k drafted tokens, k + 1 positions. Speculative decoding
+assumes that costs about one decoding step, as it does on a GPU, where any width up to a few dozen is one pass over
+the weights. On a CPU it depends on how the matrix library multiplies a few rows by each weight. On 2 cores with
+MKL, 2 or 3 rows take about two and three times as long as one, and 4 or 5 rows less than 2: SmolLM2's forward
+after 60 tokens costs 59 ms over 1 position, 99 over 2, 123 over 3, 90 over 4, 87 over 5, 109 over 7 and 84 over
+8 (BENCHMARKS.md). So a verification of 1 or 2 drafted tokens is cheaper padded to 5 positions. The pads come after
+the real positions, which never attend to them, and the rollback after the round forgets them with the rejected
+drafts, so no output changes.
+
+Which widths are cheap is measured, not assumed: another library, CPU or thread count has other ones, and a proxy
+(one weight's product) missed what the whole forward pays. The verifier runs each width it may pad to a couple of
+times, keeps the times per model for the process's life, and from then on pads to the cheapest. Off the CPU every
+width runs as it is: a GPU's forward over a few positions costs about the same whatever their number, and timing
+its asynchronous kernels would need a synchronisation every round. No library offers this choice, hence this module.
+
+It knows widths and the clock, and nothing of models beyond using one as the key its times are kept under, nor of
+drafts, acceptance or caches.
+"""
+
+from __future__ import annotations
+
+import statistics
+import weakref
+from collections import deque
+
+MAX_WIDTH = 8  # wider verifications run as they are: past 8 rows the kernels' costs grow with the width again
+GAIN = 0.85  # pad only to a width measured at least 15 % cheaper: a smaller difference may be noise
+TRIES = 2  # forwards of a width before its times are compared (a first one may pay a kernel's warm-up)
+
+
+class WidthCosts:
+    """The measured seconds of a model's forwards of 2 .. MAX_WIDTH positions, and the width to run each at."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[int, deque[float]] = {w: deque(maxlen=8) for w in range(2, MAX_WIDTH + 1)}
+
+    def width_for(self, width: int, room: int) -> int:
+        """The width to run a forward of ``width`` positions at, at most ``room`` (the positions the model has left
+        and the cache holds: a pad past them would read a position the model has no embedding for).
+
+        Until each candidate (``width`` and every wider one up to MAX_WIDTH that fits) was timed TRIES times, the
+        first one short of that, so that it gets timed; then the cheapest, where it costs at most GAIN times
+        ``width``'s own time, else ``width``."""
+        if not 2 <= width <= MAX_WIDTH:
+            return width
+        candidates = range(width, max(width, min(MAX_WIDTH, room)) + 1)
+        for v in candidates:
+            if len(self.seconds[v]) < TRIES:
+                return v
+        cost = {v: statistics.median(self.seconds[v]) for v in candidates}
+        best = min(candidates, key=lambda v: (cost[v], v))
+        return best if cost[best] <= GAIN * cost[width] else width
+
+    def observe(self, width: int, seconds: float) -> None:
+        """A forward of ``width`` positions took ``seconds``."""
+        if width in self.seconds:
+            self.seconds[width].append(seconds)
+
+
+_COSTS: weakref.WeakKeyDictionary[object, WidthCosts] = weakref.WeakKeyDictionary()
+
+
+def width_costs(model: object) -> WidthCosts:
+    """The width costs measured for ``model`` by the runs of this process so far, to be added to."""
+    return _COSTS.setdefault(model, WidthCosts())

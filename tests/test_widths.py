@@ -1,0 +1,89 @@
+"""Verification widths: which width a forward runs at, and that padding one changes no output."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from decode_tui.core.drafters import ModelDrafter, PromptLookup
+from decode_tui.core.events import Finished
+from decode_tui.core.widths import GAIN, MAX_WIDTH, TRIES, WidthCosts, width_costs
+
+from .conftest import tiny_model
+from .test_speculative import ARCHS, V, greedy, repetitive_prompt, run
+
+
+def timed(costs: dict[int, float]) -> WidthCosts:
+    widths = WidthCosts()
+    for w, seconds in costs.items():
+        widths.seconds[w].extend([seconds] * TRIES)
+    return widths
+
+
+def test_each_candidate_is_timed_before_any_is_chosen() -> None:
+    widths = WidthCosts()
+    asked = []
+    for _ in range(TRIES * (MAX_WIDTH - 2)):
+        w = widths.width_for(3, room=100)
+        asked.append(w)
+        widths.observe(w, {3: 1.0, 5: 0.5}.get(w, 2.0))
+    assert sorted(set(asked)) == list(range(3, MAX_WIDTH + 1))
+    assert all(asked.count(w) == TRIES for w in range(3, MAX_WIDTH + 1))
+    assert widths.width_for(3, room=100) == 5  # the cheapest at or above 3
+    assert widths.width_for(6, room=100) == 6  # nothing wider is cheaper than 6's own 2.0 ... all cost 2.0
+    assert widths.width_for(5, room=4) == 5, "never narrower than the width asked for"
+
+
+def test_a_width_is_padded_only_where_it_saves_enough() -> None:
+    # Measured on 2 cores (ms): the forward over 1 .. 8 positions after 60 tokens.
+    cpu = timed({2: 99, 3: 123, 4: 90, 5: 87, 6: 90, 7: 109, 8: 84})
+    assert [cpu.width_for(w, room=100) for w in range(1, MAX_WIDTH + 1)] == [1, 8, 8, 4, 5, 6, 8, 8]
+    assert cpu.width_for(3, room=6) == 5, "the room left caps the pad"
+    assert cpu.width_for(3, room=2) == 3, "a width that barely fits runs as it is"
+    assert cpu.width_for(12, room=100) == 12, "wider than MAX_WIDTH runs as it is"
+    flat = timed({w: 10.0 for w in range(2, MAX_WIDTH + 1)})
+    assert [flat.width_for(w, room=100) for w in range(2, MAX_WIDTH + 1)] == list(range(2, MAX_WIDTH + 1))
+
+
+@given(st.lists(st.floats(0.01, 1.0), min_size=MAX_WIDTH - 1, max_size=MAX_WIDTH - 1),
+       st.integers(1, MAX_WIDTH + 2), st.integers(0, 2 * MAX_WIDTH))
+def test_the_width_chosen_fits_and_never_costs_more(seconds: list[float], width: int, room_past: int) -> None:
+    widths = timed(dict(zip(range(2, MAX_WIDTH + 1), seconds, strict=True)))
+    room = width + room_past
+    chosen = widths.width_for(width, room)
+    assert width <= chosen <= max(width, room)
+    if 2 <= width <= MAX_WIDTH and chosen != width:
+        assert seconds[chosen - 2] <= GAIN * seconds[width - 2]
+
+
+@pytest.mark.parametrize("cheapest", [4, MAX_WIDTH])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_padded_verifications_give_plain_greedy_tokens(byte_bpe: Any, arch: str, cheapest: int) -> None:
+    """Every verification padded to ``cheapest`` positions (where it fits: the prompt and answer fill the model's
+    context to the last position, past which a pad would read a position gpt2 has no embedding for)."""
+    prompt = repetitive_prompt(3, 9)
+    max_new = 23
+    model = tiny_model(arch, vocab_size=V, seed=7, max_positions=len(prompt) + max_new)
+    widths = width_costs(model)
+    for w in widths.seconds:
+        widths.seconds[w].extend([1.0 if w != cheapest else 1e-9] * TRIES)
+    expected = greedy(model, byte_bpe, prompt, max_new).token_ids
+    ran: list[int] = []
+    observe = widths.observe
+
+    def recorded(width: int, seconds: float) -> None:
+        ran.append(width)
+        observe(width, seconds)
+
+    widths.observe = recorded  # type: ignore[method-assign]
+    for drafter in (PromptLookup(3, 4, frozenset({V - 1})), ModelDrafter(model, V, confidence_threshold=0.0)):
+        ran.clear()
+        result = run(model, byte_bpe, drafter, prompt, max_new, k=2)[-1]
+        assert isinstance(result, Finished)
+        assert result.token_ids == expected
+        assert all(w <= cheapest for w in ran), ran
+    # The model drafting for itself drafts every round: padded but where the run neared the model's last position.
+    assert ran.count(cheapest) >= 5, ran
