@@ -2,7 +2,8 @@
 
 For each prompt (decode_vs_hf.py's three and the demo prompts of greedy, beam and speculative mode; pld's is
 decode_vs_hf's code edit), in one process on the embedded model: a warm-up of each variant, then ``--repeats``
-rounds of greedy, speculative with the default draft at k = 5, the same adaptive, and adaptive PLD, in turn.
+rounds of greedy, speculative with the default draft at the default k (20), the same adaptive, and adaptive PLD, in
+turn.
 Prints each variant's speed-up over greedy: the ratio of median times, with the range (slowest to fastest
 round against greedy's median). End-of-sequence stays on, as in the app.
 
@@ -45,7 +46,7 @@ def main() -> None:
     n = args.new_tokens
     variants: dict[str, tuple[DecodeConfig, Any]] = {
         "greedy": (DecodeConfig(mode="greedy", max_new_tokens=n), None),
-        "speculative k=5": (DecodeConfig(mode="speculative", max_new_tokens=n), draft),
+        f"speculative k={DraftParams().num_draft_tokens}": (DecodeConfig(mode="speculative", max_new_tokens=n), draft),
         "speculative adaptive": (DecodeConfig(mode="speculative", max_new_tokens=n,
                                               draft=DraftParams(adaptive=True)), draft),
         "pld adaptive": (DecodeConfig(mode="pld", max_new_tokens=n, draft=DraftParams(adaptive=True)), None),

@@ -215,8 +215,8 @@ def drafting(lm: LoadedModel, new_tokens: int, repeats: int, spec: str = DEFAULT
         "pld": (DecodeConfig(mode="pld", max_new_tokens=new_tokens), None),
         "pld adaptive": (DecodeConfig(mode="pld", max_new_tokens=new_tokens,
                                       draft=DraftParams(adaptive=True)), None),
-        f"speculative {spec} k=5": (DecodeConfig(mode="speculative", max_new_tokens=new_tokens,
-                                                 draft=DraftParams(draft=spec)), draft),
+        f"speculative {spec} k={DraftParams().num_draft_tokens}": (
+            DecodeConfig(mode="speculative", max_new_tokens=new_tokens, draft=DraftParams(draft=spec)), draft),
         f"speculative {spec} adaptive": (DecodeConfig(mode="speculative", max_new_tokens=new_tokens,
                                                       draft=DraftParams(draft=spec, adaptive=True)), draft),
     }

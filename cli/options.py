@@ -336,7 +336,7 @@ DraftOpt = Annotated[str | None, typer.Option(help="speculative: the draft model
                                               "int4+layers:20. \\[default: int4]",
                                               rich_help_panel="Speculative and PLD")]
 NumDraftTokensOpt = Annotated[int | None, typer.Option(min=1, help="speculative: tokens drafted per round (the "
-                                                         "most, with --adaptive). \\[default: 5]",
+                                                         "most, with --adaptive). \\[default: 20]",
                                                          rich_help_panel="Speculative and PLD")]
 MaxNgramSizeOpt = Annotated[int | None, typer.Option(min=1, help="pld: the longest n-gram to look up. "
                                                        "\\[default: 3]", rich_help_panel="Speculative and PLD")

@@ -43,7 +43,7 @@ from .errors import first_line
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-COMPILED_UP_TO = 17  # the longest input the fast path compiles: a verification of 16 drafts plus the pending token
+COMPILED_UP_TO = 21  # the longest input the fast path compiles: a verification of 20 drafts plus the pending token
 GRAPH_DEVICES = frozenset({"cuda"})  # where the default path captures CUDA graphs; elsewhere it is the plain path
 CAPTURED_UP_TO = COMPILED_UP_TO  # the longest input replayed as a graph; a longer one runs eagerly
 

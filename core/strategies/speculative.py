@@ -69,7 +69,7 @@ def speculative(
     sampling: SamplingParams,
     *,
     greedy: bool,
-    num_draft_tokens: int = 5,
+    num_draft_tokens: int = 20,
     adaptive: bool = False,
     vocab_size: int | None = None,
     generator: torch.Generator | None = None,
