@@ -247,13 +247,16 @@ def drafting(lm: LoadedModel, new_tokens: int, repeats: int, spec: str = DEFAULT
                 same[variant] = same.get(variant, True) and tokens == hf_greedy
         greedy_t = statistics.median(times["greedy"])
         hf_t = statistics.median(times["HF greedy"])
+        row["greedy_seconds"], row["hf_greedy_seconds"] = times["greedy"], times["HF greedy"]
         for variant, ts in times.items():
             if variant in ("greedy", "HF greedy"):
                 continue
             base = hf_t if variant.startswith("HF") else greedy_t
-            row[variant] = {"speedup": base / statistics.median(ts), "identical": same[variant],
-                            **extra.get(variant, {})}
-            print(f"drafting {name:>10} {variant:>26}: {row[variant]['speedup']:.2f}x  identical={same[variant]}"
+            # The range: the slowest and the fastest round against the baseline's median.
+            row[variant] = {"speedup": base / statistics.median(ts), "range": [base / max(ts), base / min(ts)],
+                            "seconds": ts, "identical": same[variant], **extra.get(variant, {})}
+            print(f"drafting {name:>10} {variant:>26}: {row[variant]['speedup']:.2f}x "
+                  f"({base / max(ts):.2f}-{base / min(ts):.2f})  identical={same[variant]}"
                   + (f"  acceptance {extra[variant]['acceptance_rate']:.0%}  tokens/forward "
                      f"{extra[variant]['tokens_per_forward']:.2f}" if variant in extra else ""), flush=True)
         rows[name] = row

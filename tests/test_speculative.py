@@ -473,6 +473,19 @@ def test_adaptive_policy_prices_each_draft_length_by_its_own_times() -> None:
     assert settled(LineOnly(5)) < 80, "the control: a line cannot tell which widths are cheap"
 
 
+def test_a_draft_that_stops_itself_is_asked_for_all_or_nothing() -> None:
+    """A draft model with a confidence cut-off chooses each draft's length; the policy only whether to draft. Where
+    drafting pays (the widths of the test above) it asks for the most, where it does not, for plain steps."""
+    cpu = {0: 0.056, 1: 0.093, 2: 0.113, 3: 0.084, 4: 0.081, 5: 0.086}
+    paying = simulate(AdaptiveDraftLength(5, stops_itself=True), 200, alpha=0.85, c0=0.0, c1=0.0, draft=0.012,
+                      verify_s=cpu)
+    assert set(paying) <= {0, 5} and sum(k == 5 for k in paying[-100:]) >= 90
+    assert set(simulate(AdaptiveDraftLength(5), 200, alpha=0.85, c0=0.0, c1=0.0, draft=0.012,
+                        verify_s=cpu)) - {0, 5}, "the control: left to the geometric model it drafts less"
+    failing = simulate(AdaptiveDraftLength(5, stops_itself=True), 400, alpha=0.02, c0=0.060, c1=0.005, draft=0.0)
+    assert sum(k > 0 for k in failing[-200:]) <= 5
+
+
 @pytest.mark.parametrize("sample", [False, True], ids=["greedy", "sample"])
 def test_positions_after_a_rejection_are_untested_not_rejected(byte_bpe: Any, sample: bool) -> None:
     """A round tests its positions in order and stops at the first rejection: the rest were never tested."""

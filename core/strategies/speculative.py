@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 import torch
 
 from ..draft_stats import DraftStats
-from ..drafters import Draft, Drafter, PromptLookup
+from ..drafters import Draft, Drafter, ModelDrafter, PromptLookup
 from ..events import DraftProposed, DraftVerified, Event, PositionVerdict, TokenSource
 from ..forward import forward, prepare, rollback, to_host
 from ..grammar import GrammarMask
@@ -109,7 +109,8 @@ def speculative(
 
     context = [*transcript.prompt_ids, *(path.ids if path else ())]
     policy = AdaptiveDraftLength(num_draft_tokens, replay=_lookup_replay(drafter, transcript),
-                                 times_by_k=remembered_times(model, len(context), padded=static)) if adaptive else None
+                                 times_by_k=remembered_times(model, len(context), padded=static),
+                                 stops_itself=_stops_itself(drafter)) if adaptive else None
     # Room for the prompt, every new token and a padded verification past the last of them.
     max_len = len(transcript.prompt_ids) + transcript.max_new_tokens + num_draft_tokens + 1
     # A branch starts from its parent's cache, cropped where they part (core/prefix_cache.py).
@@ -140,9 +141,9 @@ def speculative(
                 greedy = greedy_verify or sampling.greedy
                 processors = stage_processors(sampling, greedy, context=stages)
                 num_draft_tokens = snapshot.draft.length(drafter.kind)
-                if policy is not None:
-                    policy.max_k = num_draft_tokens
                 drafter.tune(snapshot.draft)
+                if policy is not None:
+                    policy.max_k, policy.stops_itself = num_draft_tokens, _stops_itself(drafter)
             # 2. Draft: the drafter proposes up to k tokens (at most remaining - 1: the target always adds one).
             k = min(policy.choose() if policy else num_draft_tokens, transcript.remaining - 1)
             started = time.perf_counter()
@@ -229,6 +230,12 @@ def _grammar_cut(stages: StageContext | None, context: list[int], drafted: list[
     q = 1.0  # the drafter's probability is not what ended it; a copy's is 1
     return tuple(PositionVerdict(i, drafted[i], 0.0, q, None, "cut" if i == allowed else "untested")
                  for i in range(allowed, len(drafted)))
+
+
+def _stops_itself(drafter: Drafter) -> bool:
+    """Whether the drafter ends a draft where it is unsure of its next token (a draft model with a confidence
+    cut-off), so that the adaptive policy need only choose whether to draft."""
+    return isinstance(drafter, ModelDrafter) and drafter.confidence_threshold > 0
 
 
 def _lookup_replay(drafter: Drafter, transcript: Transcript) -> Callable[[int], tuple[int, ...]] | None:
