@@ -4,8 +4,9 @@ A verification feeds the target the pending token and k drafted tokens, k + 1 po
 assumes that costs about one decoding step, as it does on a GPU, where any width up to a few dozen is one pass over
 the weights. On a CPU it depends on how the matrix library multiplies a few rows by each weight. On 2 cores with
 MKL, 2 or 3 rows take about two and three times as long as one, and 4 or 5 rows less than 2: SmolLM2's forward
-after 60 tokens costs 59 ms over 1 position, 99 over 2, 123 over 3, 90 over 4, 87 over 5, 109 over 7 and 84 over
-8 (BENCHMARKS.md). So a verification of 1 or 2 drafted tokens is cheaper padded to 5 positions. The pads come after
+after 60 tokens costs 58 ms over 1 position, 98 over 2, 118 over 3, 87 over 4, 80 over 5, 103 over 7 and 86 over
+8 (``benchmarks/verify_widths.py``, BENCHMARKS.md). So a verification of 1 or 2 drafted tokens is cheaper padded
+to 5 positions. The pads come after
 the real positions, which never attend to them, and the rollback after the round forgets them with the rejected
 drafts, so no output changes.
 
