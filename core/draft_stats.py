@@ -23,7 +23,7 @@ def predicted_speedup(alpha: float, gamma: float, c: float, verify: float = 1.0)
     return tokens / (gamma * c + verify)
 
 
-def cost_line(times_by_k: Mapping[int, Sequence[float]]) -> tuple[float, float] | None:
+def fit_verify_costs(times_by_k: Mapping[int, Sequence[float]]) -> tuple[float, float] | None:
     """(c0, c1) of cost(k) = c0 + c1 * k, k the tokens drafted: least squares over the median time of each k
     (medians, so one slow round does not tilt the line); None before two draft lengths were timed."""
     points = [(k, statistics.median(ts)) for k, ts in times_by_k.items() if ts]
@@ -94,7 +94,7 @@ class DraftStats:
         return self.accepted / tested if tested else None
 
     def step_s(self) -> float | None:
-        """A plain target step's time: the verification cost line's value at k = 0 (:func:`cost_line`: one token
+        """A plain target step's time: the verification cost line's value at k = 0 (:func:`fit_verify_costs`: one token
         in, no draft), at most the cheapest draft length's median verification. Where the line cannot say it
         (one draft length timed, or noisy times tilting it to under half of that median: a step costs at least
         half a verification of a few tokens on any device measured), that median itself, which on a CPU costs
@@ -102,7 +102,7 @@ class DraftStats:
         if not self.verify_by_k:
             return None
         cheapest = min(statistics.median(ts) for ts in self.verify_by_k.values() if ts)
-        line = cost_line(self.verify_by_k)
+        line = fit_verify_costs(self.verify_by_k)
         return cheapest if line is None or line[0] < cheapest / 2 else min(line[0], cheapest)
 
     def cost_ratio(self) -> float | None:

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .draft_stats import DraftStats, cost_line
+from .draft_stats import DraftStats, fit_verify_costs
 from .events import DraftVerified, Event, Finished, Started, TokenEmitted
 
 BARS = "▁▂▃▄▅▆▇█"
@@ -141,9 +141,9 @@ def sparkline(values: Sequence[float]) -> str:
 
 
 def verify_line(rows: Sequence[ForwardRow]) -> tuple[float, float] | None:
-    """:func:`cost_line` of a run's verifying forwards, in seconds."""
+    """:func:`fit_verify_costs` of a run's verifying forwards, in seconds."""
     by_k: dict[int, list[float]] = {}
     for r in rows:
         if r.k is not None and r.verify_ms is not None:
             by_k.setdefault(r.k, []).append(r.verify_ms / 1e3)
-    return cost_line(by_k)
+    return fit_verify_costs(by_k)

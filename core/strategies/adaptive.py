@@ -14,7 +14,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable
 
-from ..draft_stats import cost_line
+from ..draft_stats import fit_verify_costs
 
 Replay = Callable[[int], tuple[int, ...]]  # k -> the widths of the forwards a fixed k would have used so far
 Times = dict[int, deque[float]]  # draft length k -> verify seconds of its last 16 rounds
@@ -109,10 +109,10 @@ class AdaptiveDraftLength:
         self.rounds = 0
 
     def _fit(self) -> tuple[float, float] | None:
-        """(c0, c1) of cost(k) = c0 + c1 * k (:func:`~decode_tui.core.draft_stats.cost_line`) over each k's last 16
-        times: per k, so a long stretch of one length (plain steps on prose) does not make the policy forget
-        what the others cost and measure them again."""
-        return cost_line(self.times_by_k)
+        """(c0, c1) of cost(k) = c0 + c1 * k (:func:`~decode_tui.core.draft_stats.fit_verify_costs`) over each k's
+        last 16 times: per k, so a long stretch of one length (plain steps on prose) does not make the policy
+        forget what the others cost and measure them again."""
+        return fit_verify_costs(self.times_by_k)
 
     def _prices(self, fit: tuple[float, float]) -> list[float]:
         """Seconds to verify k = 0 .. max_k drafted tokens: a k's own median once timed TRUSTED times; until then

@@ -262,10 +262,11 @@ def _lookup_replay(drafter: Drafter, transcript: Transcript) -> Callable[[int], 
 def _verification_feed(pending: int, drafted: list[int], pad_to: int, device: torch.device) -> torch.Tensor:
     """``[pending, d_1 .. d_k]``, padded to ``pad_to`` positions with copies of the pending token ([1, W]).
 
-    Only the fast paths pad: one compiled graph (or captured CUDA graph) then serves every round whatever the
-    drafter proposed. The pads come after the real positions, which attend only to what precedes them, and the
-    rollback after the round forgets them with the rejected drafts. (No padding where a draft length raised
-    mid-run would overrun the static cache: the real positions always fit.)
+    The fast paths pad to the longest draft, so that one compiled graph (or captured CUDA graph) serves every
+    round whatever the drafter proposed; on a CPU the plain path pads to the width that costs the least
+    (:mod:`decode_tui.core.widths`). The pads come after the real positions, which attend only to what precedes
+    them, and the rollback after the round forgets them with the rejected drafts. (No padding where a draft
+    length raised mid-run would overrun the static cache: the real positions always fit.)
     """
     real = [pending, *drafted]
     return torch.tensor([real + [pending] * max(0, pad_to - len(real))], device=device)
