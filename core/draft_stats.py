@@ -37,7 +37,6 @@ def fit_verify_costs(times_by_k: Mapping[int, Sequence[float]]) -> tuple[float, 
     return max(mean_t - slope * mean_k, 1e-6), slope
 
 
-
 @dataclass
 class DraftStats:
     """Counters for the Finished event: what was drafted, what was accepted, where the time went."""

@@ -6,9 +6,8 @@ the weights. On a CPU it depends on how the matrix library multiplies a few rows
 MKL, 2 or 3 rows take about two and three times as long as one, and 4 or 5 rows less than 2: SmolLM2's forward
 after 60 tokens costs 58 ms over 1 position, 98 over 2, 118 over 3, 87 over 4, 80 over 5, 103 over 7 and 86 over
 8 (``benchmarks/verify_widths.py``, BENCHMARKS.md). So a verification of 1 or 2 drafted tokens is cheaper padded
-to 5 positions. The pads come after
-the real positions, which never attend to them, and the rollback after the round forgets them with the rejected
-drafts, so no output changes.
+to 5 positions. The pads come after the real positions, which never attend to them, and the rollback after the
+round forgets them with the rejected drafts, so no output changes.
 
 Which widths are cheap is measured, not assumed: another library, CPU or thread count has other ones, and a proxy
 (one weight's product) missed what the whole forward pays. The verifier runs each width it may pad to a couple of

@@ -36,7 +36,7 @@ Applies = Literal["live", "restart", "rerank", "view"]
 
 SLOW_MOTION_S: tuple[float, ...] = (0.0, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
 # The draft lengths d and D step through: one at a time where each token shows, then by the few that still differ.
-DRAFT_LENGTHS: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 20, 24, 32)
+DRAFT_LENGTH_LADDER: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 20, 24, 32)
 TOP_K_LADDER: tuple[int, ...] = (0, 1, 2, 3, 5, 10, 20, 50, 100, 200)
 
 
@@ -132,7 +132,7 @@ KNOBS: tuple[Knob, ...] = (
          lambda s: s.config.beam.length_penalty, _linear(0.25, -3.0, 3.0), _put("beam", "length_penalty")),
     # One key for the draft length in both modes; prompt lookup's is its copy length (DraftParams.length).
     Knob("num_draft_tokens", "draft length", ("d", "D"), "live", ("speculative", "pld"),
-         lambda s: s.config.draft.length(_drafter(s)), _ladder(DRAFT_LENGTHS),
+         lambda s: s.config.draft.length(_drafter(s)), _ladder(DRAFT_LENGTH_LADDER),
          lambda s, v: _put("draft", "num_pred_tokens" if s.mode == "pld" else "num_draft_tokens", int)(s, v),
          fmt=lambda v: f"{int(v)}"),
     Knob("confidence_threshold", "draft confidence cut-off", ("o", "O"), "live", ("speculative",),

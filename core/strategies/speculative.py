@@ -165,11 +165,11 @@ def speculative(
                 if static:
                     pad_to = num_draft_tokens + 1 if confirmed + num_draft_tokens + 1 <= max_len else 0
                 else:  # on a CPU, the narrowest width that costs the least (core/widths.py)
-                    pad_to = widths.width_for(len(drafted) + 1, room - confirmed) if widths else 0
+                    pad_to = widths.width_for(len(drafted) + 1, room - confirmed) if widths is not None else 0
                 feed = _verification_feed(context[-1], drafted, pad_to, device)  # [1, W], W >= k + 1
                 forward_started = time.perf_counter()
                 raw = forward(model, feed, cache, keep=feed.shape[1])[0, : len(drafted) + 1]  # [k+1, V]
-                if widths:
+                if widths is not None:
                     widths.observe(feed.shape[1], time.perf_counter() - forward_started)
                 transcript.target_forwards += 1
                 # 4. Accept: the acceptance test, position by position, and the target's extra token.
