@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, NoReturn, TextIO
 
 import typer
 
-from ..core.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, DecodeTuiError
+from ..core.errors import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_TERMINATED, DecodeTuiError
 from ..core.params import DecodeConfig, check_device_map
 from ..tui.numbers import count
 from .options import DecodingOptions, FormatChoice, ModeChoice
@@ -327,3 +327,9 @@ def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: F
                 if c.get("unreliable"):
                     stderr().print(f"decode-tui: warning: {c['speedup']:.2f}x is not a reliable figure: "
                                    f"{c['unreliable']}.")
+    if result is not None and result.constraint_complete is False:
+        # The output is a valid start of what the constraint asks for, not a whole: exit 4 so a script notices
+        # (jsonl's `finished` says `constraint_complete: false` too).
+        stderr().print(f"decode-tui: the output is incomplete: --max-new-tokens {config.max_new_tokens} stopped the "
+                       "run before it satisfied the constraint (exit status 4). Raise --max-new-tokens.")
+        raise typer.Exit(EXIT_INCOMPLETE)

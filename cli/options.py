@@ -311,10 +311,13 @@ MinNewTokensOpt = Annotated[int | None, typer.Option(help="Forbid the end of tex
                                                      "\\[default: 0]", rich_help_panel="Sampling")]
 JsonSchemaOpt = Annotated[str | None, typer.Option(help="Constrain the output to this JSON schema: a file, or "
                                                    "the schema itself.", rich_help_panel="Constrained decoding")]
-RegexOpt = Annotated[str | None, typer.Option(help="Constrain the output to match this regex in full.",
+RegexOpt = Annotated[str | None, typer.Option(help="Constrain the output to match this regex in full. \\d means "
+                                              "an ASCII digit, [0-9], as in a JSON schema's pattern.",
                                               rich_help_panel="Constrained decoding")]
 GrammarOpt = Annotated[Path | None, typer.Option(help="Constrain the output to this Lark grammar file "
-                                                 "(llguidance's syntax).", rich_help_panel="Constrained decoding")]
+                                                 "(llguidance's syntax; in its /regexes/ \\d is any "
+                                                 "Unicode digit: write [0-9]).",
+                                                 rich_help_panel="Constrained decoding")]
 SeedOpt = Annotated[int | None, typer.Option(min=0, help="Seed for sampling; the same seed gives the same "
                                              "tokens.", rich_help_panel="Sampling")]
 NumBeamsOpt = Annotated[int | None, typer.Option(min=1, help="Beams kept at each step. \\[default: 4]",

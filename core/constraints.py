@@ -28,13 +28,55 @@ def grammar_text(constraint: Constraint) -> str:
         schema = _schema(constraint)
         grammar = llguidance.LLMatcher.grammar_from_json_schema(schema, defaults=JSON_OPTIONS)  # type: ignore[arg-type]
     elif constraint.kind == "regex":
-        grammar = llguidance.LLMatcher.grammar_from_regex(constraint.text)
+        grammar = llguidance.LLMatcher.grammar_from_regex(ascii_digits(constraint.text))
     else:
         grammar = llguidance.LLMatcher.grammar_from_lark(constraint.text)
     is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(grammar)
     if is_error:
         raise UsageError(f"The {constraint.describe()} is invalid: {messages[0].strip()}")
     return grammar
+
+
+def ascii_digits(regex: str) -> str:
+    """``regex`` with ``\\d`` as ``[0-9]`` and ``\\D`` as ``[^0-9]``: what a user writing a phone number or a date
+    means, and what a JSON schema's ``pattern`` means (ECMA-262). llguidance reads ``\\d`` as Rust's regex crate does,
+    any Unicode digit, and the embedded model, asked for ``\\d{3}``, wrote U+1FBF8 (segmented digit eight) three
+    times. No library rewrites one class in a regex, so this walks it: an escaped backslash is skipped whole, and
+    inside a ``[...]`` class ``\\d`` becomes the range ``0-9`` (a ``\\D`` there is left as it is: a negated class
+    cannot be spliced into another)."""
+    out: list[str] = []
+    in_class = False
+    i = 0
+    while i < len(regex):
+        char = regex[i]
+        if char == "\\" and i + 1 < len(regex):
+            escaped = regex[i + 1]
+            if escaped == "d":
+                out.append("0-9" if in_class else "[0-9]")
+            elif escaped == "D" and not in_class:
+                out.append("[^0-9]")
+            else:
+                out.append(regex[i:i + 2])
+            i += 2
+            continue
+        if char == "[" and not in_class:
+            in_class = True
+            out.append(char)
+            # A ']' right after '[' or '[^' is a literal, not the class's end.
+            j = i + 1
+            if j < len(regex) and regex[j] == "^":
+                out.append("^")
+                j += 1
+            if j < len(regex) and regex[j] == "]":
+                out.append("]")
+                j += 1
+            i = j
+            continue
+        if char == "]" and in_class:
+            in_class = False
+        out.append(char)
+        i += 1
+    return "".join(out)
 
 
 def _schema(constraint: Constraint) -> dict[str, Any]:

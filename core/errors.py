@@ -12,6 +12,9 @@ EXIT_OK = 0
 EXIT_INTERNAL = 1
 EXIT_USAGE = 2  # bad option, prompt or parameter
 EXIT_MODEL_UNAVAILABLE = 3  # the model is not on this machine and cannot be fetched
+# A constrained run that stopped (--max-new-tokens) before its output satisfied the constraint: the output is a valid
+# start, not a valid whole, and a script that reads it must be able to tell without parsing stderr.
+EXIT_INCOMPLETE = 4
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell convention for Ctrl-C
 EXIT_TERMINATED = 143  # 128 + SIGTERM: ended by `kill`, as cleanly as by Ctrl-C
 

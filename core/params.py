@@ -338,3 +338,7 @@ class DecodeConfig:
             raise UsageError(f"max_new_tokens must be at least 1, not {self.max_new_tokens}.")
         if self.top_n < 1:
             raise UsageError(f"top_n must be at least 1, not {self.top_n}.")
+        if self.sampling.min_new_tokens > self.max_new_tokens:
+            raise UsageError(f"min_new_tokens ({self.sampling.min_new_tokens}) is more than max_new_tokens "
+                             f"({self.max_new_tokens}): the run would stop before it may. Lower the first or raise "
+                             "the second.")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import torch
 
@@ -17,6 +19,7 @@ from decode_tui.core.errors import EXIT_INTERRUPTED, EXIT_MODEL_UNAVAILABLE, EXI
 from decode_tui.core.registry import ALIASES
 
 SCRIPT = str(Path(sys.executable).parent / "decode-tui")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def cli(*args: str, env: dict[str, str] | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -364,14 +367,15 @@ def test_every_readme_generate_and_whatif_example_runs_as_written(smollm2: Any, 
     `decode-tui whatif` line on the trace one of them wrote."""
     import shlex
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
     examples = [line for line in readme.splitlines() if line.startswith("decode-tui generate ")]
     assert len(examples) >= 8
     # The files the examples name, in the folder they run in.
     (tmp_path / "edit-this-code.txt").write_text("Rename x to y: def f(x):\n    return x + x\n", encoding="utf-8")
     (tmp_path / "notes.txt").write_text("Notes: the meeting moved to Tuesday.", encoding="utf-8")
-    (tmp_path / "person.json").write_text(json.dumps({"type": "object", "properties": {
-        "name": {"type": "string"}, "age": {"type": "integer"}}, "required": ["name", "age"]}), encoding="utf-8")
+    (tmp_path / "docs").mkdir()  # the README's schema, as shipped
+    (tmp_path / "docs" / "person.json").write_text((ROOT / "docs" / "person.json").read_text(encoding="utf-8"),
+                                                   encoding="utf-8")
     (tmp_path / "my-checkpoint").symlink_to(tiny_model_dir, target_is_directory=True)
     # In this process (the model code is imported once, not nine times), through the same command-line parser;
     # the first one also as a real process, so the console script and its stdout are covered as written.
@@ -380,24 +384,36 @@ def test_every_readme_generate_and_whatif_example_runs_as_written(smollm2: Any, 
     from decode_tui.cli.commands import app
 
     monkeypatch.chdir(tmp_path)
+    constrained = 0
     for i, example in enumerate(examples):
         args = shlex.split(example, comments=True)[1:]
         redirect = args.index(">") if ">" in args else None
         if redirect is not None:
             args = args[:redirect]
+        # A constrained example claims its output matches: it gets the tokens to finish, and the claim is checked.
+        limit = "64" if "--regex" in args or "--json-schema" in args else "6"
         if i == 0:
-            done = subprocess.run([SCRIPT, *args, "--max-new-tokens", "6"], capture_output=True, text=True,
+            done = subprocess.run([SCRIPT, *args, "--max-new-tokens", limit], capture_output=True, text=True,
                                   cwd=tmp_path, timeout=300)
             assert done.returncode == 0 and done.stdout.strip(), (example, done.stderr[-2000:])
             assert "Traceback" not in done.stderr, example
-        result = CliRunner().invoke(app, [*args, "--max-new-tokens", "6"])
+        result = CliRunner().invoke(app, [*args, "--max-new-tokens", limit])
         assert result.exception is None or isinstance(result.exception, SystemExit), (example, result.exception)
         assert result.exit_code == 0, (example, result.stderr[-2000:])
         assert result.stdout.strip(), (example, "no output")
+        if "--regex" in args:  # as a user reads it: \d an ASCII digit
+            assert re.fullmatch(args[args.index("--regex") + 1], result.stdout.strip(), re.ASCII), (example,
+                                                                                                   result.stdout)
+            constrained += 1
+        if "--json-schema" in args:
+            schema = json.loads((tmp_path / args[args.index("--json-schema") + 1]).read_text(encoding="utf-8"))
+            jsonschema.validate(json.loads(result.stdout), schema)
+            constrained += 1
         if "--format jsonl" in example:
             assert json.loads(result.stdout.splitlines()[-1])["event"] == "finished"
         if redirect is not None:  # a trace the whatif examples read
             (tmp_path / shlex.split(example, comments=True)[redirect + 2]).write_text(result.stdout, encoding="utf-8")
+    assert constrained >= 2
     whatifs = [line for line in readme.splitlines() if line.startswith("decode-tui whatif ")]
     assert whatifs
     for example in whatifs:

@@ -361,6 +361,24 @@ def test_a_run_that_stops_before_the_grammar_is_satisfied_says_so(byte_bpe: Any)
         assert finished.finish_reason == ("length" if max_new == 3 else "eos")
 
 
+@pytest.mark.parametrize(("regex", "ascii"), [(r"\d{3}-\d{2}", r"[0-9]{3}-[0-9]{2}"), (r"[\d,]+", r"[0-9,]+"),
+                                            (r"\D\d", r"[^0-9][0-9]"), (r"\\d", r"\\d"), (r"[]\d]", r"[]0-9]"),
+                                            (r"[^\d]", r"[^0-9]"), (r"\w+", r"\w+")])
+def test_a_regexs_digits_are_ascii_digits(regex: str, ascii: str) -> None:
+    from decode_tui.core.constraints import ascii_digits
+
+    assert ascii_digits(regex) == ascii
+
+
+def test_a_regex_digit_admits_ascii_digits_only(byte_bpe: Any) -> None:
+    """llguidance's \\d is any Unicode digit: the embedded model wrote U+1FBF8 for a phone number. As a JSON
+    schema's pattern does, \\d means [0-9]."""
+    grammar = Grammar(Constraint("regex", r"\d\d-\D"), byte_bpe, frozenset({eos_of(byte_bpe)}))
+    assert grammar.complete(byte_bpe.encode("12-x", add_special_tokens=False))
+    for text in ("\U0001FBF8\U0001FBF8-x", "\u0663\u0663-x", "12-3"):
+        assert not grammar.complete(byte_bpe.encode(text, add_special_tokens=False)), text
+
+
 def test_a_forced_token_the_grammar_forbids_is_refused(byte_bpe: Any) -> None:
     lm = loaded(model_for(byte_bpe, 3), byte_bpe, eos_of(byte_bpe))
     config = DecodeConfig(max_new_tokens=20, use_chat=False, constraint=Constraint("regex", r"[0-9]+"))
@@ -386,6 +404,8 @@ def test_a_forced_token_the_grammar_forbids_is_refused(byte_bpe: Any) -> None:
         (("--epsilon-cutoff", "-0.1"), ("epsilon_cutoff must be in [0, 1)",)),
         (("--no-repeat-ngram-size", "-1"), ("no_repeat_ngram_size must be 0",)),
         (("--bad-words", "ok,,no"), ("holds an empty word",)),
+        (("--min-new-tokens", "500", "--max-new-tokens", "10"), ("min_new_tokens (500) is more than max_new_tokens "
+                                                                 "(10)",)),
     ],
 )
 def test_bad_constraints_and_stage_values_exit_2_with_where_the_error_is(tmp_path: Path, args: tuple[str, ...],
@@ -395,6 +415,25 @@ def test_bad_constraints_and_stage_values_exit_2_with_where_the_error_is(tmp_pat
     args = tuple(str(bad) if a == "GRAMMAR" else a for a in args)
     done = cli("generate", "--model", "no-such-model-needed", "--prompt", "x", *args)
     assert_clean_failure(done, 2, *fragments)
+
+
+def test_a_constrained_run_cut_short_exits_4_and_says_incomplete(tiny_model_dir: Path,
+                                                                isolated_env: dict[str, str]) -> None:
+    """A script must tell a valid whole from a valid start without parsing stderr: a distinct exit status, and
+    ``constraint_complete: false`` in jsonl's ``finished``."""
+    from decode_tui.core.errors import EXIT_INCOMPLETE
+
+    args = ("generate", "--model", str(tiny_model_dir), "--prompt", "x", "--regex", "[a-z]{40}",
+            "--max-new-tokens", "3")
+    text = cli(*args, env=isolated_env)
+    assert text.returncode == EXIT_INCOMPLETE == 4, text.stderr
+    assert text.stdout.strip() and "incomplete" in text.stderr and "Traceback" not in text.stderr
+    jsonl = cli(*args, "--format", "jsonl", env=isolated_env)
+    assert jsonl.returncode == EXIT_INCOMPLETE, jsonl.stderr
+    assert json.loads(jsonl.stdout.splitlines()[-1])["constraint_complete"] is False
+    done = cli("generate", "--model", str(tiny_model_dir), "--prompt", "x", "--regex", "[a-z]{2}",
+               "--max-new-tokens", "8", env=isolated_env)
+    assert done.returncode == 0, done.stderr
 
 
 def test_a_recordings_settings_keep_the_constraint_and_the_stages() -> None:
