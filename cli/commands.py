@@ -38,11 +38,11 @@ from .options import (
     TableFormatChoice,
     ThemeOpt,
     TrustRemoteCodeOpt,
-    check_output,
     decoding_command,
     parse_modes,
     theme_name,
 )
+from .outputs import check_output
 
 if TYPE_CHECKING:
     from rich.table import Table  # imported where used: `decode-tui --help` stays light

@@ -542,24 +542,3 @@ def theme_name(theme: str | None) -> str | None:
         short = ", ".join(n.removeprefix("decode-") for n in known)
         raise UsageError(f"Unknown theme {theme!r}. Use one of: {short}.")
     return name
-
-
-def check_output(path: Path, what: str) -> None:
-    """Refuse, before any work starts, an output file that cannot be written: a race measured for a minute, or
-    an app that opens, must not end in a write error that loses the work. Opened for appending (never truncated)
-    as the real write will be, so a read-only folder, a path under a file or /proc are all caught; a file made
-    only for the check is removed again."""
-    if path.is_dir():
-        raise UsageError(f"Cannot {what} to {path}: it is a folder. Name a file in it, e.g. {path / 'run.jsonl'}.")
-    folder = path.parent
-    if not folder.exists():
-        raise UsageError(f"Cannot {what} to {path}: the folder {folder} does not exist.")
-    existed = path.exists()
-    try:
-        with path.open("a", encoding="utf-8"):
-            pass
-    except OSError as exc:
-        raise UsageError(f"Cannot {what} to {path}: {exc.strerror or exc}. Pick a file in a folder you can write."
-                         ) from None
-    if not existed:
-        path.unlink(missing_ok=True)

@@ -35,12 +35,12 @@ from .options import (
     TableFormatChoice,
     ThemeOpt,
     build_config,
-    check_output,
     constraint_of,
     decoding_command,
     parse_modes,
     theme_name,
 )
+from .outputs import check_output
 
 if TYPE_CHECKING:
     from ..core.race import Lane

@@ -273,6 +273,32 @@ def test_bad_app_input_fails_before_the_app_opens(args: list[str], code: int, fr
     assert_clean_failure(cli(*args, env=isolated_env), code, *fragments)
 
 
+def test_a_file_another_process_is_recording_to_is_refused_before_the_app_opens(tmp_path: Path,
+                                                                                isolated_env: dict[str, str]) -> None:
+    """Two `run --record same.jsonl` at once each rewrote the file and exited 0, and one run was gone: the file is
+    claimed (locked) by the first, and the second is refused at once with a name it could use."""
+    import fcntl
+
+    from decode_tui.cli.outputs import check_output
+
+    same = tmp_path / "same.jsonl"
+    check_output(same, "record")  # this process is the first recorder, as a running app would be
+    check_output(same, "record")  # and may check its own file again
+    done = cli("run", "--record", str(same), env=isolated_env)
+    assert_clean_failure(done, EXIT_USAGE, "another process", "is writing to it now", "same-2.jsonl")
+    other = tmp_path / "other.jsonl"
+    with other.open("a") as held:  # any writer holding the lock, not only decode-tui
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        refused = cli("replay", "x.jsonl", "--cast", str(other), env=isolated_env)
+        assert_clean_failure(refused, EXIT_USAGE, "another process")
+    # A file made only for the check, never written, is gone when the process exits.
+    fresh = tmp_path / "fresh.jsonl"
+    code = ("from pathlib import Path; from decode_tui.cli.outputs import check_output; "
+            f"check_output(Path({str(fresh)!r}), 'r')")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    assert not fresh.exists()
+
+
 def test_a_damaged_recording_is_refused(tmp_path: Path, isolated_env: dict[str, str]) -> None:
     path = tmp_path / "damaged.jsonl"
     path.write_text('{"event": "recording", "version": 1, "settings": {}}\n{"t": 0, "event": "token_emitted"}\n',
