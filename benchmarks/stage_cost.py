@@ -48,7 +48,7 @@ STAGES: dict[str, tuple[SamplingParams, bool]] = {
     "eta_cutoff": (SamplingParams(top_k=0, eta_cutoff=3e-4), False),
     "top_h": (SamplingParams(top_k=0, top_h=0.4), False),
     "no_repeat_ngram_size": (SamplingParams(no_repeat_ngram_size=3), True),
-    "bad_words_ids": (SamplingParams(bad_words=("sorry", "apologize")), True),
+    "bad_words": (SamplingParams(bad_words=("sorry", "apologize")), True),
     "min_new_tokens": (SamplingParams(min_new_tokens=32), True),
 }
 

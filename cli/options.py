@@ -305,8 +305,10 @@ TopHOpt = Annotated[float | None, typer.Option(help="Top-h: keep the top tokens 
 NoRepeatNgramSizeOpt = Annotated[int | None, typer.Option(help="Forbid any n-gram of this size from appearing "
                                                           "twice (prompt included). \\[default: 0, off]",
                                                           rich_help_panel="Sampling")]
-BadWordsOpt = Annotated[str | None, typer.Option(help="Comma-separated words the output must not contain (each "
-                                                 "also after a space).", rich_help_panel="Sampling")]
+BadWordsOpt = Annotated[str | None, typer.Option(help="Comma-separated words the output must not contain, "
+                                                 "however the tokenizer would spell them: matched as written (case "
+                                                 "too), anywhere, also inside a longer word.",
+                                                 rich_help_panel="Sampling")]
 MinNewTokensOpt = Annotated[int | None, typer.Option(help="Forbid the end of text before this many new tokens. "
                                                      "\\[default: 0]", rich_help_panel="Sampling")]
 JsonSchemaOpt = Annotated[str | None, typer.Option(help="Constrain the output to this JSON schema: a file, or "

@@ -33,10 +33,11 @@ FinishReason = Literal["eos", "length", "cancelled"]
 TokenSource = Literal["target", "draft", "lookup", "resampled", "bonus", "forced"]
 
 # The sampling stages, named as transformers' GenerationConfig fields, in the order generate applies them;
-# ``grammar`` is a constraint, applied where generate applies a caller's logits_processor.
-Stage = Literal["raw", "repetition_penalty", "no_repeat_ngram_size", "bad_words_ids", "min_new_tokens", "grammar",
+# ``grammar`` is a constraint, applied where generate applies a caller's logits_processor, and ``bad_words`` bans
+# text where generate's bad_words_ids bans token sequences (core/bad_words.py).
+Stage = Literal["raw", "repetition_penalty", "no_repeat_ngram_size", "bad_words", "min_new_tokens", "grammar",
                 "temperature", "top_h", "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff"]
-STAGES: tuple[Stage, ...] = ("raw", "repetition_penalty", "no_repeat_ngram_size", "bad_words_ids", "min_new_tokens",
+STAGES: tuple[Stage, ...] = ("raw", "repetition_penalty", "no_repeat_ngram_size", "bad_words", "min_new_tokens",
                              "grammar", "temperature", "top_h", "top_k", "top_p", "min_p", "typical_p",
                              "epsilon_cutoff", "eta_cutoff")
 

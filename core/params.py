@@ -96,7 +96,7 @@ class SamplingParams:
     top_p: float = 1.0
     repetition_penalty: float = 1.0
     # The other stages transformers applies to a causal LM's text, off by default as in ``GenerationConfig``
-    # (named as its fields; ``bad_words`` holds text, which the run tokenizes into ``bad_words_ids``).
+    # (named as its fields; ``bad_words`` holds text, which the output may never contain: core/bad_words.py).
     min_p: float | None = None
     typical_p: float = 1.0
     epsilon_cutoff: float = 0.0

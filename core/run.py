@@ -13,6 +13,7 @@ It knows which strategy serves which mode; it knows nothing about display.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import random
 import time
 from collections.abc import Generator
@@ -20,6 +21,7 @@ from typing import Any
 
 import torch
 
+from .bad_words import token_bytes
 from .detokenize import Detokenizer, TokenLabels
 from .drafters import Drafter, DraftModel, PromptLookup, load_draft
 from .errors import UsageError
@@ -102,10 +104,10 @@ class Run:
         if config.constraint is not None:
             grammar = GrammarMask(Grammar(config.constraint, lm.tokenizer, lm.eos_token_ids), len(self.prompt_ids))
         stages = StageContext(eos_token_ids=tuple(sorted(lm.eos_token_ids)), prompt_length=len(self.prompt_ids),
-                              encode=lambda text: list(lm.tokenizer.encode(text, add_special_tokens=False)),
+                              token_bytes=functools.partial(token_bytes, lm.tokenizer),
                               grammar=grammar, device=str(lm.device))
         if config.sampling.bad_words:
-            stages.bad_words_ids(config.sampling.bad_words)
+            stages.bad_words(config.sampling.bad_words)
         return stages
 
     def _check_grammar(self, path: Path) -> None:

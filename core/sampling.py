@@ -7,7 +7,9 @@ its value makes it do something: first the processors every mode applies
 grammar where a caller's ``logits_processor`` would go), then the warpers only
 sampling applies (temperature, top-h, top-k, top-p, min-p, typical,
 epsilon, eta). We call HF's own processors rather than re-deriving them, so
-what the UI shows is what ``generate`` computes; this module adds only the
+what the UI shows is what ``generate`` computes, with one exception: the bad
+words, which HF bans as token sequences that a model can spell around
+(:mod:`decode_tui.core.bad_words` bans the text). This module adds only the
 per-stage snapshots the UI needs, the figures that say why a stage cut where
 it did (:func:`stage_figures`), and the draw itself.
 
@@ -17,7 +19,7 @@ explicit ``torch.Generator``. It knows logits and token ids, not models or text.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -27,7 +29,6 @@ from transformers.generation.logits_process import (
     LogitsProcessor,
     MinNewTokensLengthLogitsProcessor,
     MinPLogitsWarper,
-    NoBadWordsLogitsProcessor,
     NoRepeatNGramLogitsProcessor,
     RepetitionPenaltyLogitsProcessor,
     TemperatureLogitsWarper,
@@ -37,6 +38,7 @@ from transformers.generation.logits_process import (
     TypicalLogitsWarper,
 )
 
+from .bad_words import NoBadWords
 from .errors import UsageError
 from .events import Stage
 from .forward import HostCopy
@@ -49,34 +51,27 @@ from .transcript import TokenStats
 class StageContext:
     """What some stages need besides their own value, fixed for a run.
 
-    ``prompt_length``: min_new_tokens counts the tokens after it (a branch's path counts as generated).
-    ``encode``: text to token ids, for the bad words. ``grammar``: a constraint's processor
+    ``prompt_length``: min_new_tokens counts the tokens after it (a branch's path counts as generated), and the bad
+    words are looked for after it. ``token_bytes``: each token id's bytes (:func:`~decode_tui.core.bad_words.
+    token_bytes`), for the bad words, asked for only when there are some. ``grammar``: a constraint's processor
     (:class:`~decode_tui.core.grammar.GrammarMask`), applied where ``generate`` applies a caller's
     ``logits_processor``.
     """
 
     eos_token_ids: tuple[int, ...] = ()
     prompt_length: int = 0
-    encode: Callable[[str], list[int]] | None = None
+    token_bytes: Callable[[], Sequence[bytes]] | None = None
     grammar: LogitsProcessor | None = None
     device: str = "cpu"  # where the EOS ids of min_new_tokens live: the model's device
-    _bad_words: dict[tuple[str, ...], list[list[int]]] = field(default_factory=dict, compare=False, repr=False)
+    _bad_words: dict[tuple[str, ...], NoBadWords] = field(default_factory=dict, compare=False, repr=False)
 
-    def bad_words_ids(self, words: tuple[str, ...]) -> list[list[int]]:
-        """Each word's ids as written and after a space (how a word mid-sentence is tokenized), as
-        ``GenerationConfig.bad_words_ids`` wants them."""
+    def bad_words(self, words: tuple[str, ...]) -> NoBadWords:
+        """The processor that keeps ``words`` out of the output's text (built once per set of words: it scans the
+        vocabulary)."""
         if words not in self._bad_words:
-            if self.encode is None:
+            if self.token_bytes is None:
                 raise UsageError("Bad words need the model's tokenizer; this caller gave none.")
-            ids: list[list[int]] = []
-            for word in words:
-                for variant in dict.fromkeys((word, " " + word.lstrip())):
-                    tokens = self.encode(variant)
-                    if not tokens:
-                        raise UsageError(f"The bad word {word!r} tokenizes to nothing: give a word with text in it.")
-                    if tokens not in ids:
-                        ids.append(tokens)
-            self._bad_words[words] = ids
+            self._bad_words[words] = NoBadWords(words, self.token_bytes(), self.prompt_length)
         return self._bad_words[words]
 
 
@@ -101,7 +96,7 @@ def stage_processors(params: SamplingParams, greedy: bool, min_tokens_to_keep: i
     if params.no_repeat_ngram_size > 0:
         stages.append(("no_repeat_ngram_size", NoRepeatNGramLogitsProcessor(params.no_repeat_ngram_size)))
     if params.bad_words:
-        stages.append(("bad_words_ids", NoBadWordsLogitsProcessor(ctx.bad_words_ids(params.bad_words), eos or None)))
+        stages.append(("bad_words", ctx.bad_words(params.bad_words)))
     if params.min_new_tokens > 0 and eos:
         stages.append(("min_new_tokens", MinNewTokensLengthLogitsProcessor(ctx.prompt_length, params.min_new_tokens,
                                                                            eos, device=ctx.device)))

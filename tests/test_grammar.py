@@ -4,6 +4,7 @@ outputs that always satisfy their constraint, drafts cut by the grammar, and bad
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
 from pathlib import Path
@@ -15,6 +16,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from decode_tui.core.bad_words import token_bytes
 from decode_tui.core.detokenize import Detokenizer
 from decode_tui.core.drafters import ModelDrafter, PromptLookup
 from decode_tui.core.errors import UsageError
@@ -45,7 +47,7 @@ def context(tokenizer: Any, prompt: list[int], constraint: Constraint | None = N
     eos = eos_of(tokenizer)
     mask = GrammarMask(Grammar(constraint, tokenizer, frozenset({eos})), len(prompt)) if constraint else None
     return StageContext(eos_token_ids=(eos,), prompt_length=len(prompt),
-                        encode=lambda text: tokenizer.encode(text, add_special_tokens=False), grammar=mask)
+                        token_bytes=functools.partial(token_bytes, tokenizer), grammar=mask)
 
 
 def transcript(tokenizer: Any, prompt: list[int], max_new: int, mode: str = "greedy") -> Transcript:
@@ -65,8 +67,8 @@ def decode(model: Any, tokenizer: Any, prompt: list[int], params: SamplingParams
 
 def hf_generate(model: Any, tokenizer: Any, prompt: list[int], params: SamplingParams, max_new: int, *,
                 greedy: bool = True, seed: int = 0, constraint: Constraint | None = None, **extra: Any) -> list[int]:
-    """``generate`` with the same stages from its own GenerationConfig, and a fresh GrammarMask as its
-    ``logits_processor``."""
+    """``generate`` with the same stages from its own GenerationConfig, and our bad words and a fresh GrammarMask
+    as its ``logits_processor``."""
     eos = eos_of(tokenizer)
     stages = context(tokenizer, prompt, constraint)
     torch.manual_seed(seed)
@@ -76,9 +78,11 @@ def hf_generate(model: Any, tokenizer: Any, prompt: list[int], params: SamplingP
         top_p=params.top_p, repetition_penalty=params.repetition_penalty, min_p=params.min_p,
         typical_p=params.typical_p, epsilon_cutoff=params.epsilon_cutoff, eta_cutoff=params.eta_cutoff,
         top_h=params.top_h, no_repeat_ngram_size=params.no_repeat_ngram_size or None,
-        bad_words_ids=stages.bad_words_ids(params.bad_words) if params.bad_words else None,
         min_new_tokens=params.min_new_tokens or None,
-        logits_processor=[stages.grammar] if stages.grammar is not None else None, **extra)
+        # Our bad words (generate's bad_words_ids bans token runs, ours the text) and the grammar as the caller's
+        # processors: both only ban, so where generate applies them changes nothing.
+        logits_processor=[p for p in (stages.bad_words(params.bad_words) if params.bad_words else None,
+                                      stages.grammar) if p is not None] or None, **extra)
     return [int(t) for t in out[0, len(prompt):]]
 
 
@@ -446,4 +450,4 @@ def test_a_recordings_settings_keep_the_constraint_and_the_stages() -> None:
     header = json.loads(json.dumps(dataclasses.asdict(settings)))  # as a recording's header holds them
     assert settings_from_dict(header) == settings
     line = params_line(settings)
-    assert "min-p=0.1" in line and "regex" in line, line
+    assert "min-p=0.1" in line and "regex" in line and "bad words=x" in line, line

@@ -134,12 +134,13 @@ def test_the_draft_confidence_cut_off_reaches_the_draft_model_between_rounds(byt
 
 def test_bad_words_set_mid_run_are_banned_from_the_next_step(byte_bpe: Any) -> None:
     """The stage editor's bad words go through the live parameters as its other stages do."""
+    from decode_tui.core.bad_words import token_bytes
     from decode_tui.core.sampling import StageContext
 
     model = tiny_model("llama", vocab_size=V, seed=6)
     prompt = [21, 22, 23, 24]
     context = StageContext(eos_token_ids=(V - 1,), prompt_length=len(prompt),
-                           encode=lambda text: byte_bpe.encode(text, add_special_tokens=False))
+                           token_bytes=lambda: token_bytes(byte_bpe))
     plain = list(autoregressive(model, transcript(byte_bpe, prompt, 12), SamplingParams(), greedy=True,
                                 stages=context))
     written = [e.token_id for e in plain if isinstance(e, TokenSampled)]
@@ -153,5 +154,5 @@ def test_bad_words_set_mid_run_are_banned_from_the_next_step(byte_bpe: Any) -> N
     steps = [e for e in events if isinstance(e, TokenSampled)]
     assert [e.token_id for e in steps[:3]] == written[:3]
     assert token not in [e.token_id for e in steps[3:]], word
-    assert any(s.stage == "bad_words_ids" for e in steps[3:] for s in e.stages)
-    assert not any(s.stage == "bad_words_ids" for e in steps[:3] for s in e.stages)
+    assert any(s.stage == "bad_words" for e in steps[3:] for s in e.stages)
+    assert not any(s.stage == "bad_words" for e in steps[:3] for s in e.stages)

@@ -82,3 +82,24 @@ def test_drafting_modes_equal_plain_greedy_on_the_real_model(smollm2: Any, mode:
     assert drafted.token_ids == greedy.token_ids
     assert drafted.drafted and drafted.accepted  # the drafts were used, not just made
     assert drafted.target_forwards < greedy.target_forwards
+
+
+@pytest.mark.parametrize("mode", ["greedy", "pld", "beam"])
+def test_a_bad_word_never_reaches_the_text_however_the_model_spells_it(smollm2: Any, mode: Mode) -> None:
+    """Banned as token runs (generate's bad_words_ids: ' elder' + 'berry'), the model wrote ' elder' 'ber' 'ry'.
+    Without the ban it writes the word (the control), with it the text never holds it, in every mode."""
+    prompt = "Repeat exactly: apple, banana, elderberry, fig."
+    plain = list(Run(smollm2, prompt, DecodeConfig(mode=mode, max_new_tokens=24)).events())[-1]
+    assert isinstance(plain, Finished)
+    assert "elderberry" in plain.text, plain.text
+    banned = DecodeConfig(mode=mode, max_new_tokens=24, sampling=SamplingParams(bad_words=("elderberry",)))
+    finished = list(Run(smollm2, prompt, banned).events())[-1]
+    assert isinstance(finished, Finished)
+    assert "elderberry" not in finished.text, finished.text
+    if mode != "beam":  # (beam search finds another answer altogether)
+        assert "banana" in finished.text  # still repeating the list, around the word
+    token_runs = [[smollm2.tokenizer.encode(w, add_special_tokens=False)] for w in ("elderberry", " elderberry")]
+    if mode == "greedy":  # the ban generate's processor makes is spelt around
+        hf = hf_new_tokens(smollm2, Run(smollm2, prompt, banned).prompt_ids, 24, do_sample=False,
+                           bad_words_ids=[run for runs in token_runs for run in runs])
+        assert "elderberry" in smollm2.tokenizer.decode(hf), smollm2.tokenizer.decode(hf)

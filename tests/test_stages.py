@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from transformers import GenerationConfig
 
@@ -22,12 +22,10 @@ V = 97
 EOS = 3
 
 
-def fake_encode(text: str) -> list[int]:
-    """A tokenizer for these tests: a character per token (bad words need one)."""
-    return [ord(c) % V for c in text]
-
-
-CONTEXT = StageContext(eos_token_ids=(EOS,), prompt_length=5, encode=fake_encode)
+# A vocabulary for these tests (bad words need one): tokens 0-25 are the letters a-z, 26-51 the same letters
+# doubled, and so on, so that a word has many spellings ("aab" is "a" + "a" + "b" or "aa" + "b"); EOS writes nothing.
+FAKE_BYTES = [b"" if i == EOS else bytes([ord("a") + i % 26]) * (1 + i // 26) for i in range(V)]
+CONTEXT = StageContext(eos_token_ids=(EOS,), prompt_length=5, token_bytes=lambda: FAKE_BYTES)
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +41,6 @@ def generation_config(params: SamplingParams, do_sample: bool, context: StageCon
         repetition_penalty=params.repetition_penalty, min_p=params.min_p, typical_p=params.typical_p,
         epsilon_cutoff=params.epsilon_cutoff, eta_cutoff=params.eta_cutoff, top_h=params.top_h,
         no_repeat_ngram_size=params.no_repeat_ngram_size or None,
-        bad_words_ids=context.bad_words_ids(params.bad_words) if params.bad_words else None,
         min_new_tokens=params.min_new_tokens or None, eos_token_id=list(context.eos_token_ids), **extra)
     return config
 
@@ -52,8 +49,13 @@ def hf_processors(model: Any, params: SamplingParams, do_sample: bool) -> Any:
     """The processor list ``generate`` itself builds for these parameters (its EOS tensor set as generate sets it)."""
     config = generation_config(params, do_sample)
     config._eos_token_tensor = torch.tensor([EOS])
-    return model._get_logits_processor(generation_config=config, input_ids_seq_length=CONTEXT.prompt_length,
-                                       device="cpu")
+    processors = list(model._get_logits_processor(generation_config=config, input_ids_seq_length=CONTEXT.prompt_length,
+                                                  device="cpu"))
+    if params.bad_words:  # ours, not generate's (which bans token runs): in the place generate's would take
+        place = sum(type(p).__name__ in ("RepetitionPenaltyLogitsProcessor", "NoRepeatNGramLogitsProcessor")
+                    for p in processors)
+        processors.insert(place, CONTEXT.bad_words(params.bad_words))
+    return processors
 
 
 PARAMS = st.builds(
@@ -154,15 +156,33 @@ def test_the_stage_order_is_generates() -> None:
                             epsilon_cutoff=3e-4, eta_cutoff=3e-4, top_h=0.4, no_repeat_ngram_size=3,
                             bad_words=("ab",), min_new_tokens=2)
     assert [s for s, _ in stage_processors(params, greedy=False, context=CONTEXT)] == [
-        "repetition_penalty", "no_repeat_ngram_size", "bad_words_ids", "min_new_tokens", "temperature", "top_h",
+        "repetition_penalty", "no_repeat_ngram_size", "bad_words", "min_new_tokens", "temperature", "top_h",
         "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff"]
     assert [s for s, _ in stage_processors(params, greedy=True, context=CONTEXT)] == [
-        "repetition_penalty", "no_repeat_ngram_size", "bad_words_ids", "min_new_tokens"]
+        "repetition_penalty", "no_repeat_ngram_size", "bad_words", "min_new_tokens"]
 
 
-def test_bad_words_are_forbidden_as_written_and_after_a_space() -> None:
-    ids = CONTEXT.bad_words_ids(("ab", " cd"))
-    assert ids == [fake_encode("ab"), fake_encode(" ab"), fake_encode(" cd")]
+def written(output: list[int]) -> bytes:
+    return b"".join(FAKE_BYTES[t] for t in output)
+
+
+@settings(max_examples=300, deadline=None)
+@given(output=st.lists(st.integers(0, 30), max_size=12),
+       words=st.lists(st.text("abcz", min_size=1, max_size=5), min_size=1, max_size=3))
+def test_a_bad_word_is_banned_however_it_would_be_spelt(output: list[int], words: list[str]) -> None:
+    """A token is banned exactly where it would put a bad word into the text after the prompt: every spelling
+    ("a"+"b", or "aa"+"b" after "a"), inside a longer token too."""
+    from decode_tui.core.bad_words import NoBadWords
+
+    prompt = [0, 1]  # "ab": the prompt may hold a bad word; only the output counts
+    processor = NoBadWords(words, FAKE_BYTES, len(prompt))
+    scores = processor(torch.tensor([prompt + output]), torch.zeros(1, V))
+    before = written(output)
+    assume(not any(w.encode() in before for w in words))  # as every earlier step of a run made sure
+    for token in range(V):
+        after = written([*output, token])
+        expected = any(w.encode() in after for w in words)
+        assert (scores[0, token] == float("-inf")) == expected, (before, token, FAKE_BYTES[token])
 
 
 @pytest.mark.parametrize(
@@ -186,10 +206,9 @@ def test_out_of_range_stage_values_say_the_valid_range(kwargs: dict[str, Any], f
     assert fragment in err.value.message
 
 
-def test_a_bad_word_that_tokenizes_to_nothing_is_refused() -> None:
-    context = StageContext(encode=lambda text: [])
-    with pytest.raises(UsageError, match="tokenizes to nothing"):
-        stage_processors(SamplingParams(bad_words=("zz",)), greedy=True, context=context)
+def test_bad_words_without_a_tokenizer_are_refused() -> None:
+    with pytest.raises(UsageError, match="need the model's tokenizer"):
+        stage_processors(SamplingParams(bad_words=("zz",)), greedy=True, context=StageContext())
 
 
 def test_the_stages_never_edit_the_logits_they_are_given() -> None:

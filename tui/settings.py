@@ -286,6 +286,8 @@ def params_line(settings: Settings, seed: object = None, width: int | None = Non
         parts.append(f"rep={s.repetition_penalty:g}")
     parts += [f"{knob.label.split()[0]}={knob.fmt(knob.get(settings))}" for knob in STAGE_KNOBS
               if knob.get(settings) != knob.get(Settings()) and _effective(settings, knob) is None]
+    if s.bad_words:
+        parts.append(f"bad words={','.join(s.bad_words)}")
     if c.constraint is not None:
         parts.append(c.constraint.describe())
     if settings.mode == "beam":

@@ -25,12 +25,12 @@ BAR_WIDTH = 20
 LABEL_MAX = 24  # a longer token label is cut, so the bars stay in one column
 PERCENT_W = len("100.0%")
 STAGE_NAMES = {"raw": "raw logits", "repetition_penalty": "repetition penalty",
-               "no_repeat_ngram_size": "no-repeat n-gram", "bad_words_ids": "bad words",
+               "no_repeat_ngram_size": "no-repeat n-gram", "bad_words": "bad words",
                "min_new_tokens": "min new tokens", "grammar": "grammar", "temperature": "temperature",
                "top_h": "top-h", "top_k": "top-k", "top_p": "top-p", "min_p": "min-p", "typical_p": "typical-p",
                "epsilon_cutoff": "epsilon cutoff", "eta_cutoff": "eta cutoff"}
 # Stages that ban tokens outright rather than cut a tail: the best raw candidates they removed are shown, struck.
-BANS = frozenset({"no_repeat_ngram_size", "bad_words_ids", "min_new_tokens", "grammar"})
+BANS = frozenset({"no_repeat_ngram_size", "bad_words", "min_new_tokens", "grammar"})
 STRUCK = 3  # removed candidates shown per banning stage
 
 
@@ -55,8 +55,10 @@ def stage_note(stage: StageCandidates) -> str | None:
         return f"kept the top while their entropy ≤ top_h × H = {thr:.2f} nats: {left}"
     if stage.stage == "no_repeat_ngram_size":
         return f"{stage.removed:,} removed: each would repeat an n-gram" if stage.removed else None
-    if stage.stage == "bad_words_ids":
-        return f"{stage.removed:,} removed: each would complete a bad word" if stage.removed else None
+    if stage.stage == "bad_words":
+        # Banned as text, however spelt (core/bad_words.py): say so, since HF's stage of that name bans token runs.
+        return (f"{stage.removed:,} removed: each would write a bad word into the text" if stage.removed else
+                "none removed: no token here would write a bad word into the text")
     if stage.stage == "min_new_tokens":
         return "the end of text removed: too few new tokens yet" if stage.removed else None
     if stage.stage in ("top_k", "top_p"):
