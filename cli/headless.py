@@ -22,7 +22,7 @@ import typer
 
 from ..core.errors import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_TERMINATED, DecodeTuiError
 from ..core.params import DecodeConfig, check_device_map
-from ..tui.numbers import count
+from ..tui.numbers import count, decoded_tokens
 from .options import DecodingOptions, FormatChoice, ModeChoice
 from .steering import Steering, build_path, forced_summary
 
@@ -141,10 +141,11 @@ def _write(out: TextIO, text: str) -> None:
 
 def _stats_line(lm: LoadedModel, result: Finished) -> str:
     dtype = str(lm.dtype).removeprefix("torch.")
-    per_forward = result.new_tokens / result.target_forwards if result.target_forwards else 0.0
-    return (f"{lm.name} · {result.mode} · {lm.device.type} {dtype} · {count(result.new_tokens, 'token')} in "
+    # A forced or kept token was not decoded: the figures count the decoded ones, and the others are said beside.
+    decoded = decoded_tokens(*result.token_counts)
+    return (f"{lm.name} · {result.mode} · {lm.device.type} {dtype} · {decoded} in "
             f"{result.elapsed_s:.2f} s ({result.tokens_per_s:.1f} tok/s) · "
-            f"{count(result.target_forwards, 'target forward')} ({per_forward:.2f} tokens/forward) · "
+            f"{count(result.target_forwards, 'target forward')} ({result.tokens_per_forward:.2f} tokens/forward) · "
             + (f"perplexity {result.perplexity:.2f} · " if result.perplexity is not None else "")
             + f"finish: {result.finish_reason}"
             + ("" if result.constraint_complete is not False else

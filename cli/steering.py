@@ -74,6 +74,9 @@ def build_path(steering: Steering, lm: LoadedModel, prompt_ids: Sequence[int]) -
     return path
 
 
+SAID_FORCED = 8  # forced tokens listed one by one on the text output's last line; the others are summed up
+
+
 def forced_summary(tokens: Sequence[TokenEmitted]) -> str | None:
     """How likely the forced tokens were, for the end of a text run: each one's probability and rank."""
     import math
@@ -81,6 +84,10 @@ def forced_summary(tokens: Sequence[TokenEmitted]) -> str | None:
     forced = [t for t in tokens if t.source == "forced"]
     if not forced:
         return None
-    each = ", ".join(f"{t.text!r} p={math.exp(t.logprob):.3g} rank {t.rank}" for t in forced
-                     if t.logprob is not None)
-    return f"forced {count(len(forced), 'token')} ({each}): how likely the model found each before it was forced"
+    said = [f"{t.text!r} p={math.exp(t.logprob):.3g} rank {t.rank}" for t in forced if t.logprob is not None]
+    if len(said) > SAID_FORCED:  # a long forced text: its first tokens, and the rest summed up
+        rest = [t for t in forced[SAID_FORCED:] if t.logprob is not None]
+        mean = sum(t.logprob for t in rest if t.logprob is not None) / len(rest)
+        said = [*said[:SAID_FORCED], f"… {len(rest)} more, mean p={math.exp(mean):.3g} (geometric)"]
+    return (f"forced {count(len(forced), 'token')} ({', '.join(said)}): how likely the model found each before it "
+            "was forced")

@@ -404,6 +404,25 @@ class Finished(Event):
     # the run stopped first (max_new_tokens, a cancel): the output is then a valid start, incomplete. None
     # without a constraint.
     constraint_complete: bool | None = _optional()
+    # Of new_tokens, those this run did not decode: kept from the branch it forks from, and forced by the user
+    # (omitted where none). tokens_per_s and tokens per forward count only the tokens it decoded.
+    kept_tokens: int | None = _optional()
+    forced_tokens: int | None = _optional()
+
+    @property
+    def decoded_tokens(self) -> int:
+        """The tokens this run decoded: ``new_tokens`` less the kept and forced ones."""
+        return self.new_tokens - (self.kept_tokens or 0) - (self.forced_tokens or 0)
+
+    @property
+    def token_counts(self) -> tuple[int, int, int]:
+        """(decoded, kept, forced)."""
+        return self.decoded_tokens, self.kept_tokens or 0, self.forced_tokens or 0
+
+    @property
+    def tokens_per_forward(self) -> float:
+        """Decoded tokens per target forward (the figure drafting raises above 1)."""
+        return self.decoded_tokens / self.target_forwards if self.target_forwards else 0.0
 
 
 @dataclass(frozen=True)

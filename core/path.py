@@ -146,7 +146,7 @@ def prefill(model: PreTrainedModel, transcript: Transcript, context: torch.Tenso
             stats = token_stats(logits[0, rows], context[0, t0 + computed[0] :])
             fresh = dict(zip(computed, host_stats(stats.flatten().tolist(), len(computed)), strict=True))
         for j, (token, source) in enumerate(zip(ids, path.sources, strict=True)):
-            emitted.append(transcript.emit(token, source, fresh.get(j) or path.known(j)))
+            emitted.append(transcript.emit(token, source, fresh.get(j) or path.known(j), given=True))
             if transcript.done:
                 break
     return logits[:, -1], emitted

@@ -53,6 +53,10 @@ class Transcript:
         self.token_ids: list[int] = []
         self.logprobs: list[float] = []  # of the emitted tokens that came with their figures
         self.target_forwards = 0
+        # Tokens this run did not decode: kept from a parent branch, and forced by the user. They are emitted like
+        # the others but no speed figure counts them (1001 forced tokens in one prefill are not 200 tokens a forward).
+        self.kept = 0
+        self.forced = 0
         self.finish_reason: FinishReason | None = None
         self._cancel = threading.Event()
         self._started = time.perf_counter()
@@ -97,11 +101,23 @@ class Transcript:
         """The prompt and every token emitted so far: what the model reads next."""
         return [*self.prompt_ids, *self.token_ids]
 
-    def emit(self, token_id: int, source: TokenSource = "target", stats: TokenStats | None = None) -> TokenEmitted:
+    @property
+    def decoded(self) -> int:
+        """The tokens this run decoded itself: those emitted, less the kept and forced ones."""
+        return len(self.token_ids) - self.kept - self.forced
+
+    def emit(self, token_id: int, source: TokenSource = "target", stats: TokenStats | None = None, *,
+             given: bool = False) -> TokenEmitted:
         """Record one emitted token, with its figures under the raw distribution when the strategy has them;
-        sets ``finish_reason`` when it ends the run."""
+        sets ``finish_reason`` when it ends the run. ``given``: a token of the path (kept or forced), not
+        decoded here."""
         if self.done:
             raise RuntimeError("a finished transcript takes no more tokens")
+        if given:
+            if source == "forced":
+                self.forced += 1
+            else:
+                self.kept += 1
         self.token_ids.append(token_id)
         if token_id in self.eos_token_ids:
             self.finish_reason = "eos"
@@ -137,7 +153,9 @@ class Transcript:
             new_tokens=len(self.token_ids),
             target_forwards=self.target_forwards,
             elapsed_s=elapsed,
-            tokens_per_s=len(self.token_ids) / elapsed if elapsed > 0 else 0.0,
+            tokens_per_s=self.decoded / elapsed if elapsed > 0 else 0.0,
+            kept_tokens=self.kept or None,
+            forced_tokens=self.forced or None,
             **self.likelihood(),
             **extras,
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,10 @@ def test_force_begins_the_reply_with_the_text_and_decodes_on(tiny_model_dir: Pat
     assert final["text"].startswith("Once upon") and "".join(t["text"] for t in tokens) == final["text"]
     assert final["new_tokens"] > len(forced)
     assert final["perplexity"] >= 1.0
+    # The forced tokens were not decoded: they are counted apart, and the speed counts only the decoded ones.
+    assert final["forced_tokens"] == len(forced) and "kept_tokens" not in final
+    decoded = final["new_tokens"] - len(forced)
+    assert final["tokens_per_s"] == pytest.approx(decoded / final["elapsed_s"])
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -54,6 +59,7 @@ def test_resume_keeps_the_traces_first_tokens_then_this_runs_options_apply(
     assert [t["source"] for t in tokens[:4]] == ["target"] * 4
     assert tokens[4]["source"] == "forced"
     assert events[1]["position"] == 4 and events[1]["parent"] is None
+    assert events[-1]["kept_tokens"] == 4 and events[-1]["forced_tokens"] == 1
     if mode in ("greedy", "pld", "speculative"):  # greedy from a greedy path with nothing forced is the trace again
         again = jsonl(tiny_model_dir, isolated_env, "--mode", mode, "--resume", str(trace), "--at", "4")
         assert again[-1]["token_ids"] == original[-1]["token_ids"]
@@ -67,6 +73,22 @@ def test_text_output_says_how_likely_the_forced_tokens_were(tiny_model_dir: Path
     assert done.stdout.startswith("Hi")
     message = " ".join(done.stderr.split())
     assert "forced" in message and "rank" in message and "perplexity" in message
+
+
+def test_a_long_forced_text_is_not_counted_as_decoded(tiny_model_dir: Path, isolated_env: dict[str, str]) -> None:
+    """1001 forced tokens read as "1006 tokens ... (201.20 tokens/forward)": they were prefilled in one forward, not
+    decoded. The stats line counts the decoded tokens, says the forced ones beside, and summarises a long list."""
+    force = "ab " * 300
+    done = cli("generate", "--model", str(tiny_model_dir), "-p", "Hello", "--max-new-tokens", "1000", "--force", force,
+               "--mode", "greedy", env=isolated_env)
+    assert done.returncode == 0, done.stderr
+    stats = next(line for line in done.stderr.splitlines() if "target forward" in line)
+    decoded = int(stats.split(" · ")[3].split()[0])
+    forwards = int(stats.split(" · ")[4].split()[0])
+    per_forward = float(re.search(r"\(([\d.]+) tokens/forward\)", stats).group(1))  # type: ignore[union-attr]
+    assert "decoded (+" in stats and " forced)" in stats, stats
+    assert per_forward == pytest.approx(decoded / forwards, abs=0.01) and per_forward <= 1.0, stats
+    assert max(len(line) for line in done.stderr.splitlines()) < 1000, "a long forced text is summarised"
 
 
 def test_bad_steering_is_refused_with_what_to_do(tiny_model_dir: Path, isolated_env: dict[str, str],

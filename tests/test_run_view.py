@@ -91,6 +91,35 @@ def test_forwards_follow_the_events_step_by_step(byte_bpe: Any) -> None:
     assert view.counters.forwards == transcript.target_forwards == 12
 
 
+@pytest.mark.parametrize("batch", [1, 1000])
+def test_a_branchs_kept_and_forced_tokens_are_not_counted_as_decoded(byte_bpe: Any, batch: int) -> None:
+    """A greedy branch showed 1.17 tokens a forward: its kept and forced tokens came in one prefill. The bar counts
+    the decoded tokens, while the run goes and at its end alike, and says the others beside."""
+    from decode_tui.core.events import Branched
+    from decode_tui.core.path import Path as DecodePath
+    from decode_tui.tui.widgets.stats_bar import StatsBar
+
+    model = tiny_model("llama", vocab_size=V, seed=2)
+    transcript = Transcript("greedy", [5, 6, 7], Detokenizer(byte_bpe), frozenset({V - 1}), 12)
+    path = DecodePath(kept=(8, 9, 10), forced=(11, 12), forced_text="xy", branch=1, parent=0)
+    branched = Branched(branch=1, parent=0, position=3, forced_token_ids=(11, 12), forced_text="xy")
+    events: list[Event] = [STARTED, branched, *autoregressive(model, transcript, SamplingParams(), greedy=True,
+                                                              path=path)]
+    finished = events[-1]
+    assert isinstance(finished, Finished)
+    assert (finished.kept_tokens, finished.forced_tokens, finished.decoded_tokens) == (3, 2, 7)
+    assert finished.tokens_per_forward == 1.0  # greedy decodes one token a forward, the prefill included
+    middle = RunView(paused=False, now=0.0)
+    middle.apply(events[:-1], now=1.0, paused=False)
+    assert middle.counters.decoded == 7 and middle.counters.given == "+3 kept, 2 forced"
+    view = view_of(events, batch)
+    assert view.counters.decoded == 7 and view.counters.given == "+3 kept, 2 forced"
+    bar = StatsBar()
+    bar.show(view.counters)
+    line = " · ".join(full for full, _, _ in bar._parts)
+    assert "7 tokens decoded (+3 kept, 2 forced)" in line and "1.00 tok/forward" in line, line
+
+
 def test_beam_counters_come_from_the_steps(byte_bpe: Any) -> None:
     model = tiny_model("llama", vocab_size=V, seed=1)
     transcript = Transcript("beam", [5, 6, 7], Detokenizer(byte_bpe), frozenset({V - 1}), 8)

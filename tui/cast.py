@@ -18,7 +18,7 @@ from typing import Any
 
 from ..core.events import Event, Finished, Started, TokenEmitted, TokenSource
 from ..core.race import Lane
-from .numbers import count
+from .numbers import count, decoded_tokens
 
 # SGR colours by provenance: the app's meaning (see the help screen), in the 8 colours every player has.
 COLOURS: dict[TokenSource, str] = {"target": "", "draft": "\x1b[32m", "lookup": "\x1b[36m",
@@ -50,7 +50,8 @@ def cast_lines(trace: Sequence[tuple[float, Event]], width: int = 100, height: i
                                     ensure_ascii=False))
             last = at
         elif isinstance(event, Finished):
-            figures = (f"\n\n{count(event.new_tokens, 'token')} in {count(event.target_forwards, 'target forward')}, "
+            figures = (f"\n\n{decoded_tokens(*event.token_counts)} in "
+                       f"{count(event.target_forwards, 'target forward')}, "
                        f"{event.tokens_per_s:.1f} tok/s, {event.finish_reason}\n")
             lines.append(json.dumps([at, "o", "\x1b[2m" + _terminal(figures) + RESET]))
             last = at
@@ -116,7 +117,8 @@ def _race_frame(lanes: Sequence[Lane], clock: float, title: str, width: int, hei
         cell.append_text(Text("\n").join(wrapped))
         if done is not None:
             gain = speedup(lane, baseline)
-            cell.append(f"\n\n{count(done.new_tokens, 'token')}, {count(done.target_forwards, 'forward')}, "
+            cell.append(f"\n\n{decoded_tokens(*done.token_counts)}, "
+                        f"{count(done.target_forwards, 'forward')}, "
                         f"{done.tokens_per_s:.1f} tok/s"
                         + (f", {speedup_text(gain)}" if gain is not None and lane.name != BASELINE else ""),
                         style="dim")

@@ -34,6 +34,20 @@ def bar(p: float, width: int) -> str:
     return "█" * full + (EIGHTHS[rest] if rest else "")
 
 
+def given_tokens(kept: int | None, forced: int | None) -> str:
+    """A branch's tokens that it did not decode, said beside the decoded ones: ``+3 kept, 2 forced``; empty where
+    there are none."""
+    said = [f"{kept} kept"] * bool(kept) + [f"{forced} forced"] * bool(forced)
+    return f"+{', '.join(said)}" if said else ""
+
+
+def decoded_tokens(decoded: int, kept: int | None = None, forced: int | None = None) -> str:
+    """``12 tokens``, or for a run with a path ``5 tokens decoded (+1001 forced)``: tok/s and tokens per forward
+    count only the decoded ones, so the figure says which they are."""
+    given = given_tokens(kept, forced)
+    return count(decoded, "token") + (f" decoded ({given})" if given else "")
+
+
 def count(n: int, noun: str) -> str:
     """``1 token``, ``2 tokens``, ``1 target forward``: a figure with its noun in the right number."""
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

@@ -22,6 +22,7 @@ from typing import Literal
 from ..core.draft_stats import DraftStats
 from ..core.events import (
     BeamStepped,
+    Branched,
     DraftProposed,
     DraftVerified,
     Event,
@@ -32,6 +33,7 @@ from ..core.events import (
     TokenEmitted,
     TokenSampled,
 )
+from .numbers import given_tokens
 from .pump import Failed, Notice, StepTracker
 from .teaching import CAPTIONED_ALONE, EOS_MARK, caption
 
@@ -60,6 +62,10 @@ class Counters:
 
     state: str = "loading"
     tokens: int = 0
+    # Of ``tokens``, those a branch kept from its parent and those the user forced: emitted, not decoded, so no
+    # speed figure counts them.
+    kept: int = 0
+    forced: int = 0
     forwards: int = 0
     drafted: int = 0
     accepted: int = 0
@@ -73,6 +79,20 @@ class Counters:
     sum_logprob: float | None = 0.0
     result: Finished | None = None
     kernels: str = ""  # on CUDA with a background compile: eager or compiled graphs (core/background_compile.py)
+
+    @property
+    def decoded(self) -> int:
+        """The tokens this run decoded itself (the result's once the run ended)."""
+        if self.result is not None:
+            return self.result.decoded_tokens
+        return max(0, self.tokens - self.kept - self.forced)
+
+    @property
+    def given(self) -> str:
+        """The kept and forced tokens, said beside the decoded ones (``+3 kept, 2 forced``); empty where none."""
+        if self.result is not None:
+            return given_tokens(self.result.kept_tokens, self.result.forced_tokens)
+        return given_tokens(self.kept, self.forced)
 
     @property
     def perplexity(self) -> float | None:
@@ -176,6 +196,8 @@ class RunView:
                 pending.steps.append(event)
                 c.beam_steps = event.step + 1
                 c.beam_tokens += len(event.beams)
+            elif isinstance(event, Branched):
+                c.kept, c.forced = event.position, len(event.forced_token_ids)
             elif isinstance(event, DraftProposed):
                 self._proposed = event
             elif isinstance(event, DraftVerified):

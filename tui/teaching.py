@@ -20,7 +20,7 @@ from ..core.events import (
     Finished,
     TokenSampled,
 )
-from .numbers import count, prob
+from .numbers import count, decoded_tokens, prob
 
 
 def ordinal(n: int) -> str:
@@ -96,7 +96,7 @@ def caption(event: Event, proposed: DraftProposed | None = None, extra_text: str
     if isinstance(event, Finished):
         why = {"eos": "the model ended the text (EOS)", "length": "max new tokens reached",
                "cancelled": "stopped"}[event.finish_reason]
-        return (f"finished: {why}; {count(event.new_tokens, 'token')} in "
+        return (f"finished: {why}; {decoded_tokens(*event.token_counts)} in "
                 f"{count(event.target_forwards, 'target forward')}")
     return None
 

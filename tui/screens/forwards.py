@@ -32,7 +32,7 @@ from ...core.timeline import Timeline, draft_stats, verify_line
 from ...core.whatif import DRAFT_LENGTHS, Costs, WhatIf, lookup_grid, table, trace_from_events
 from .. import forward_views
 from ..cost_view import cost_line
-from ..numbers import count
+from ..numbers import count, decoded_tokens
 
 
 def whatif_tables(events: Sequence[Event], timeline: Timeline) -> list[Table | str]:
@@ -91,7 +91,7 @@ class ForwardsScreen(ModalScreen[None]):
         with VerticalScroll(id="forwards-body"):
             yield Static(f"[b]Forward passes[/b] · {count(len(rows), 'target forward')} so far"
                          if self.finished is None else
-                         f"[b]Forward passes[/b] · {count(self.finished.new_tokens, 'token')} in "
+                         f"[b]Forward passes[/b] · {decoded_tokens(*self.finished.token_counts)} in "
                          f"{count(self.finished.target_forwards, 'target forward')}", id="forwards-title")
             line = forward_views.acceptance_line(self.finished.acceptance_by_position if self.finished else None,
                                                  rows)

@@ -13,7 +13,7 @@ from textual.widgets import Static
 
 from ...core.events import Finished
 from ...lessons import Lesson, Pause
-from ..numbers import count
+from ..numbers import count, decoded_tokens
 
 
 def pause_text(pause: Pause, live: bool, name: str) -> str:
@@ -27,8 +27,8 @@ def pause_text(pause: Pause, live: bool, name: str) -> str:
 
 def figures(result: Finished) -> str:
     """The run's own figures, for the summary."""
-    parts = [f"{count(result.new_tokens, 'token')} in {count(result.target_forwards, 'target forward')} "
-             f"({result.new_tokens / max(1, result.target_forwards):.2f} per forward)"]
+    parts = [f"{decoded_tokens(*result.token_counts)} in "
+             f"{count(result.target_forwards, 'target forward')} ({result.tokens_per_forward:.2f} per forward)"]
     if result.drafted:
         parts.append(f"{result.accepted or 0} of {result.drafted} drafted tokens accepted "
                      f"({(result.accepted or 0) / result.drafted:.0%})")

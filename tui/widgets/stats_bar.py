@@ -33,11 +33,15 @@ class StatsBar(LivePanel):
     def show(self, counters: Counters) -> None:
         self.counters = counters
         r = counters.result
-        tokens = r.new_tokens if r else counters.tokens
+        # Only the tokens this run decoded count in its figures; a branch's kept and forced ones are said beside.
+        tokens = counters.decoded
         forwards = r.target_forwards if r else counters.forwards
         elapsed = r.elapsed_s if r else counters.elapsed_s
         rate = r.tokens_per_s if r else (tokens / elapsed if elapsed > 0 else 0.0)
-        parts = [(counters.state, counters.state, 9), (count(tokens, "token"), f"{tokens} tok", 7),
+        given = counters.given
+        parts = [(counters.state, counters.state, 9),
+                 (count(tokens, "token") + (f" decoded ({given})" if given else ""),
+                  f"{tokens} tok" + (f" ({given})" if given else ""), 7),
                  (f"{rate:.1f} tok/s", f"{rate:.1f} tok/s", 8),
                  (count(forwards, "target forward"), f"{forwards} fwd", 5)]
         searching = r is None and counters.beam_steps > 0 and not tokens
