@@ -395,3 +395,42 @@ async def test_the_what_if_lesson_holds_its_branch_and_the_claims_its_text_makes
         assert len(app.branching.tree.branches) == 2
         await pilot.press("down", "enter")
         await until(pilot, lambda: text(app) == other)
+
+
+@pytest.mark.parametrize("where", ["intro", "first pause"])
+@in_event_loop
+async def test_showing_a_branch_and_coming_back_leaves_the_lesson_where_it_was(where: str) -> None:
+    """`B`, down, `enter` (branch #1), then `B`, up, `enter` (back to #0) left the lesson stuck: the run shown
+    again had been stopped, and n and space did nothing while the narration offered them. The run on screen is
+    parked while another branch is shown, and goes on from where it was when its branch is shown again."""
+    from decode_tui.tui.screens.branches import BranchesScreen
+
+    lesson = next(lesson for lesson in LESSONS if lesson.name == "what-if")
+    pauses, last = reached(lesson)
+    app = playback(lesson, speed=0.0)
+    async with app.run_test(size=SIZE) as pilot:
+        narration = app.query_one(Narration)
+        await pilot.pause(0.2)
+        said = lesson.intro
+        if where == "first pause":
+            await pilot.press("n")
+            said = pause_text(pauses[0], live=False, name=lesson.name)
+            await until(pilot, lambda: said in narration.text)
+        before = text(app)
+        for keys in (("down", "enter"), ("up", "enter")):
+            await pilot.press("B")
+            await until(pilot, lambda: isinstance(app.screen, BranchesScreen))
+            await pilot.press(*keys)
+            await until(pilot, lambda: not isinstance(app.screen, BranchesScreen))
+            await pilot.pause(0.2)
+        assert app.branching.tree.current == 0 and text(app) == before
+        assert said in narration.text, "the narration says where the lesson stands"
+        assert app.pump is not None and app.pump.paused
+        for pause in pauses[1 if where == "first pause" else 0 :]:
+            await pilot.press("n")  # the key the narration offers goes on to the next moment
+            said = pause_text(pause, live=False, name=lesson.name)
+            await until(pilot, lambda said=said: said in narration.text)  # type: ignore[misc]
+        if app.view.finished is None:
+            await pilot.press("n")
+        await until(pilot, lambda: "This run:" in narration.text)
+        assert text(app) == last.text

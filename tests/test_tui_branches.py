@@ -101,6 +101,10 @@ async def test_the_branches_screen_shows_a_stored_branch_without_decoding_and_co
         await until(pilot, lambda: isinstance(app.screen, CompareBranches))
         shown = " ".join(str(w.render()) for w in app.screen.query(".compare-text"))
         assert " cat" in shown and " fox" in shown
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, CompareBranches | BranchesScreen))
+        await pilot.press("space")  # a stored branch decodes nothing: the key says why instead of doing nothing
+        await until(pilot, lambda: any("Branch #0's run finished" in m for m in app.messages))
 
 
 @in_event_loop

@@ -162,6 +162,7 @@ class DecodeApp(App[int]):
     # ------------------------------------------------------------------ the run
     def start_run(self) -> None:
         self.race_stop.set()  # a race being measured gives way to the new run
+        self.retired = self.branching.unpark() or self.retired  # one decoder at a time: a parked run gives way
         previous = self.pump or self.retired
         if previous is not None:
             previous.stop()
@@ -191,16 +192,15 @@ class DecodeApp(App[int]):
         self.painter.clear(self.settings.mode, self.view)
         self._refresh_header()
 
-    def show_events(self, trace: list[tuple[float, Event]]) -> None:
-        """Show a stored branch from its own events: the run on screen stops, nothing is decoded again."""
-        if self.pump is not None:
-            self.pump.stop()
-            self.retired, self.pump = self.pump, None
+    def show_events(self, trace: list[tuple[float, Event]], paused: bool) -> None:
+        """Show a run from its stored events (a branch), nothing decoded again (tui/branch_control.py)."""
         now = time.monotonic()
-        self.view = RunView(paused=False, now=now)
+        self.view = RunView(paused=paused, now=now)
         self._clear()
-        self.view.apply([event for _, event in trace], now, paused=False)
+        self.view.apply([event for _, event in trace], now, paused=paused)
         self.view.trace = trace
+
+    def repaint(self) -> None:
         with self.batch_update():
             self._paint()
 
@@ -257,6 +257,7 @@ class DecodeApp(App[int]):
     # ------------------------------------------------------------------ actions
     def action_toggle_pause(self) -> None:
         if self.pump is None:
+            self.branching.nothing_to_go_on()
             return
         if self.pump.paused:
             self.lessons.goes_on(self.view)
@@ -270,6 +271,7 @@ class DecodeApp(App[int]):
     def action_step(self) -> None:
         """One step; in a lesson stopped at one of its moments (or its intro), on to the lesson's next moment."""
         if self.pump is None:
+            self.branching.nothing_to_go_on()
             return
         if self.lessons.waiting and self.pump.paused:
             self.action_toggle_pause()  # resumes, and the lesson goes on to its next moment
@@ -380,8 +382,9 @@ class DecodeApp(App[int]):
 
     def _stop(self) -> None:
         self.race_stop.set()
-        if self.pump is not None:
-            self.pump.stop()
+        for pump in (self.pump, self.branching.unpark()):
+            if pump is not None:
+                pump.stop()
 
     def on_unmount(self) -> None:
         # However the app ends (quit, Ctrl-C, an error, a test leaving run_test), a paused decoder is woken and told

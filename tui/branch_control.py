@@ -18,6 +18,8 @@ from typing import Any, Protocol
 from ..core.events import Event, TokenEmitted
 from ..core.transcript import TokenStats
 from .branches import BranchRequest, BranchTree
+from .lesson_control import LessonControl
+from .pump import EventPump
 from .run_view import RunView, Severity
 from .screens.branch_here import BranchHere, Choice, Row
 from .screens.branches import BranchesScreen, Picked
@@ -29,10 +31,14 @@ class BranchHost(Protocol):
     settings: Settings
     replaying: str | None
     view: RunView
+    pump: EventPump | None
+    retired: EventPump | None  # the last run's pump, finished or stopped
+    lessons: LessonControl
 
     def say(self, message: str, severity: Severity = ...) -> None: ...
     def start_run(self) -> None: ...
-    def show_events(self, trace: list[tuple[float, Event]]) -> None: ...
+    def show_events(self, trace: list[tuple[float, Event]], paused: bool) -> None: ...
+    def repaint(self) -> None: ...
     def selected_token(self) -> TokenEmitted | None: ...
     def push_screen(self, screen: Any, callback: Callable[[Any], None] | None = ...) -> Any: ...
 
@@ -42,6 +48,9 @@ class BranchControl:
         self.host = host
         self.tree = BranchTree()
         self.settings: dict[int, Settings] = {}  # each branch's settings, to show it in its own mode
+        # A run still going when another branch was shown: paused, with its view and whether a lesson waited at one
+        # of its moments, until its branch is shown again (it goes on where it was) or another run starts.
+        self.parked: tuple[int, EventPump, RunView, bool] | None = None
 
     def new_tree(self) -> None:
         """A new prompt or model: the old branches belong to another text."""
@@ -126,11 +135,42 @@ class BranchControl:
 
     def show(self, number: int) -> None:
         """Show a stored branch from its own events, in its own settings."""
-        self.tree.current = number
+        host = self.host
+        leaving, self.tree.current = self.tree.current, number
+        if leaving == number and host.pump is not None and not host.pump.finished.is_set():
+            return  # the branch on screen, still going: nothing to show anew
         settings = self.settings.get(number)
         if settings is not None:
-            self.host.settings = settings
-        self.host.show_events(self.tree.branches[number].trace)
+            host.settings = settings
+        # A run still going is paused and parked, not stopped: looking at another branch loses nothing, and showing
+        # this one again brings it back where it was (a lesson at its moment, n and space working).
+        if host.pump is not None:
+            if host.pump.finished.is_set():
+                host.retired = host.pump
+            else:
+                host.pump.pause()
+                self.parked = (leaving, host.pump, host.view, host.lessons.waiting)
+            host.pump = None
+        back = self.parked if self.parked is not None and self.parked[0] == number else None
+        host.show_events(self.tree.branches[number].trace, paused=back is not None)
+        if back is not None:
+            self.parked, (_, host.pump, parked_view, waiting) = None, back
+            host.view.narration, host.view.narration_final = parked_view.narration, parked_view.narration_final
+            host.lessons.shown_again(waiting)
+            host.lessons.narrate(host.view)
+        host.repaint()
+
+    def unpark(self) -> EventPump | None:
+        """The parked run's pump, given up (a new run starts, or the app ends): the caller stops it."""
+        pump = self.parked[1] if self.parked is not None else None
+        self.parked = None
+        return pump
+
+    def nothing_to_go_on(self) -> None:
+        """space or n on a stored branch, whose run is not going: say why, and what does work."""
+        ended = "finished" if self.host.view.finished is not None else "was stopped when another run started"
+        self.host.say(f"Branch #{self.tree.current}'s run {ended}; it is shown from its events, so nothing steps or "
+                      "resumes. r decodes it again; B shows another branch.", "warning")
 
 
 def _figures(raw: tuple[float, int] | None, entropy: float | None) -> TokenStats | None:

@@ -44,6 +44,14 @@ class LessonControl:
         self.waiting, self._narrated = paused, (None, False)
         self.narration().intro() if paused else self.narration().going()
 
+    def shown_again(self, waiting: bool) -> None:
+        """The run was parked while another branch was shown and is on screen again: the lesson waits where it
+        did, and the narration panel is written anew."""
+        if self.lesson is not None:
+            self.waiting, self._narrated = waiting, (None, False)
+            if waiting:
+                self.narration().intro()
+
     def narrate(self, view: RunView) -> None:
         """Show the lesson's text for where the run is: a pause's, or at the end the summary with the figures."""
         now = (view.narration, view.finished is not None)
