@@ -28,6 +28,7 @@ from .steering import Steering, build_path, forced_summary
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from transformers import PreTrainedTokenizerBase
 
     from ..core.drafters import DraftModel
     from ..core.events import BeamStepped, Finished, TokenEmitted
@@ -48,9 +49,9 @@ def generate(options: DecodingOptions, *, compare: bool, compare_runs: int, outp
         if mode is ModeChoice.greedy and options.warpers_given:
             stderr().print("decode-tui: note: greedy mode takes the argmax, so --temperature, --top-k, --top-p "
                            "and the other sampling cut-offs change nothing; use --mode sample to sample.")
-        lm, draft = _load_models(options, config if mode is ModeChoice.speculative else None)
+        path, tokenizer = _steer(options, steering, text, config) if steering else (None, None)
+        lm, draft = _load_models(options, config if mode is ModeChoice.speculative else None, tokenizer)
         _warm_up(lm, text, config, draft)
-        path = build_path(steering, lm, lm.encode_prompt(text, config.use_chat)) if steering else None
         _decode(lm, text, config, output_format, draft, compare_runs if compare else 0, path)
     except DecodeTuiError as err:
         fail(err)
@@ -106,24 +107,44 @@ def ensure_model(spec: str) -> ResolvedModel:
         return ensure(spec, progress)
 
 
-def _load_models(options: DecodingOptions, speculative: DecodeConfig | None) -> tuple[LoadedModel, DraftModel | None]:
-    """The target model, and the draft model ``speculative``'s settings name (when there is a speculative run)."""
+def _steer(options: DecodingOptions, steering: Steering, prompt: str, config: DecodeConfig,
+           ) -> tuple[Path, PreTrainedTokenizerBase]:
+    """The path ``steering`` asks for, built with the model's tokenizer alone, so that a trace of another model or
+    prompt, an --at out of range or a --force too long is refused in a second, before the model loads and warms
+    up; the tokenizer goes on to the load."""
+    from ..core.loading import configured_context_length, encode_prompt, load_tokenizer
+
+    resolved = ensure_model(options.model_name)
+    with status(f"Checking the steering with {resolved.display_name}'s tokenizer"):
+        tokenizer = load_tokenizer(resolved, options.trust_remote_code)
+        chat = config.use_chat and bool(getattr(tokenizer, "chat_template", None))
+        prompt_ids = encode_prompt(tokenizer, prompt, chat)
+        context = configured_context_length(resolved, options.trust_remote_code)
+        return build_path(steering, resolved.display_name, tokenizer, prompt_ids, config.max_new_tokens,
+                          context), tokenizer
+
+
+def _load_models(options: DecodingOptions, speculative: DecodeConfig | None,
+                 tokenizer: PreTrainedTokenizerBase | None = None) -> tuple[LoadedModel, DraftModel | None]:
+    """The target model (with ``tokenizer``, where it was loaded already), and the draft model ``speculative``'s
+    settings name (when there is a speculative run)."""
     draft_spec = speculative.draft.model_spec if speculative is not None else None
     if draft_spec is not None:
         ensure_model(draft_spec)  # a missing draft is refused now, not after the target's load
     resolved = ensure_model(options.model_name)
-    lm = _load(resolved, options.device, options.dtype.value, options.trust_remote_code, options.device_map_name)
+    lm = _load(resolved, options.device, options.dtype.value, options.trust_remote_code, options.device_map_name,
+               tokenizer)
     draft = _load_draft(lm, speculative.draft.draft, options.trust_remote_code) if speculative is not None else None
     return lm, draft
 
 
 def _load(resolved: ResolvedModel, device: str, dtype: str, trust_remote_code: bool,
-          device_map: str | None = None) -> LoadedModel:
+          device_map: str | None = None, tokenizer: PreTrainedTokenizerBase | None = None) -> LoadedModel:
     with status(f"Loading {resolved.display_name}") as progress:
         from ..core.loading import load_model
 
         return load_model(resolved, device=device, dtype=dtype, trust_remote_code=trust_remote_code,
-                          device_map=device_map, progress=progress)
+                          tokenizer=tokenizer, device_map=device_map, progress=progress)
 
 
 def _write(out: TextIO, text: str) -> None:

@@ -16,8 +16,9 @@ from ..core.errors import UsageError
 from ..tui.numbers import count
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
     from ..core.events import Event, Started, TokenEmitted
-    from ..core.loading import LoadedModel
     from ..core.path import Path
 
 
@@ -60,17 +61,20 @@ def prompt_of(steering: Steering | None, given: str | None) -> str | None:
     return steering.started.prompt_text
 
 
-def build_path(steering: Steering, lm: LoadedModel, prompt_ids: Sequence[int]) -> Path:
-    """The path: the trace's first N tokens, then the forced text's tokens."""
-    from ..core.path import Path, forced_tokens
+def build_path(steering: Steering, model: str, tokenizer: PreTrainedTokenizerBase, prompt_ids: Sequence[int],
+               max_new_tokens: int, context: int | None) -> Path:
+    """The path: the trace's first N tokens, then the forced text's tokens. Needs the tokenizer only, so every
+    range, trace and length error comes before the model loads and warms up (11-28 s)."""
+    from ..core.path import Path, check_room, forced_tokens
     from ..core.traces import resume_path
 
     path = Path()
     if steering.resume is not None and steering.at is not None:
-        path = resume_path(steering.trace, str(steering.resume), steering.at, lm.name, prompt_ids)
+        path = resume_path(steering.trace, str(steering.resume), steering.at, model, prompt_ids)
     if steering.force is not None:
-        forced = forced_tokens(lm.tokenizer, lm.name, steering.force)
+        forced = forced_tokens(tokenizer, model, steering.force)
         path = replace(path, forced=forced, forced_text=steering.force)
+    check_room(path, len(prompt_ids), max_new_tokens, context, model)
     return path
 
 

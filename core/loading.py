@@ -131,8 +131,25 @@ def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) ->
 
 
 def context_length(model: PreTrainedModel) -> int | None:
+    return _context_of(model.config)
+
+
+def configured_context_length(resolved: ResolvedModel, trust_remote_code: bool = False) -> int | None:
+    """The context length from the model's config alone (milliseconds, no weights), for checks made before a
+    model loads; None where the config does not say or cannot be read (the load then checks)."""
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(resolved.path, gguf_file=resolved.gguf_file,
+                                            trust_remote_code=trust_remote_code)
+    except Exception:
+        return None
+    return _context_of(config)
+
+
+def _context_of(config: Any) -> int | None:
     for attr in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
-        value = getattr(model.config, attr, None)
+        value = getattr(config, attr, None)
         if isinstance(value, int) and value > 0:
             return value
     return None

@@ -114,6 +114,19 @@ class Path:
         return self.forced_stats[f] if f < len(self.forced_stats) else None
 
 
+def check_room(path: Path, prompt_length: int, max_new_tokens: int, context: int | None, model: str) -> None:
+    """A UsageError where ``path`` leaves nothing to decode: it fills ``max_new_tokens``, or with the prompt the
+    model's ``context``."""
+    decided = len(path.ids)
+    if decided >= max_new_tokens:
+        raise UsageError(f"The path is {decided} tokens long, but max_new_tokens is {max_new_tokens}: nothing "
+                         f"would be left to decode. Raise --max-new-tokens above {decided}.")
+    if context is not None and decided and prompt_length + decided >= context:
+        raise UsageError(f"The prompt ({prompt_length} tokens) and the branch's {decided} decided tokens make "
+                         f"{prompt_length + decided}, but {model} reads at most {context} tokens: nothing would be "
+                         "left to decode. Branch earlier, or shorten the prompt.")
+
+
 def prefill(model: PreTrainedModel, transcript: Transcript, context: torch.Tensor, cache: Cache, path: Path | None,
             held: int = 0) -> tuple[torch.Tensor, list[TokenEmitted]]:
     """Feed ``context`` (prompt + path, [B, T]) into ``cache``, which may hold its first ``held`` positions (a

@@ -31,7 +31,7 @@ from .grammar import Grammar, GrammarMask
 from .live import LiveParams
 from .loading import LoadedModel
 from .params import DecodeConfig
-from .path import Path
+from .path import Path, check_room
 from .sampling import StageContext
 from .strategies.autoregressive import autoregressive
 from .strategies.beam import beam_search
@@ -60,22 +60,15 @@ class Run:
         self.notes: list[str] = []  # things a front end should tell the user, not errors
         self.branch = path if path is not None and path.ids else None  # the decided tokens it starts from
         max_new = config.max_new_tokens
+        ctx = lm.context_length
+        if ctx is not None and len(self.prompt_ids) >= ctx:
+            raise UsageError(f"The prompt is {len(self.prompt_ids)} tokens long, but {lm.name} reads at most "
+                             f"{ctx} tokens. Shorten the prompt.")
         if self.branch is not None:
             self._check_path(self.branch, max_new)
-        ctx = lm.context_length
-        if ctx is not None:
-            decided = len(self.branch.ids) if self.branch is not None else 0
-            if len(self.prompt_ids) >= ctx:
-                raise UsageError(f"The prompt is {len(self.prompt_ids)} tokens long, but {lm.name} reads at most "
-                                 f"{ctx} tokens. Shorten the prompt.")
-            if len(self.prompt_ids) + decided >= ctx:  # the branch's decided tokens fill what the prompt left
-                raise UsageError(f"The prompt ({len(self.prompt_ids)} tokens) and the branch's {decided} decided "
-                                 f"tokens make {len(self.prompt_ids) + decided}, but {lm.name} reads at most {ctx} "
-                                 "tokens: nothing would be left to decode. Branch earlier, or shorten the prompt.")
-            if len(self.prompt_ids) + max_new > ctx:
-                max_new = ctx - len(self.prompt_ids)
-                self.notes.append(f"max_new_tokens lowered to {max_new} to fit {lm.name}'s context of {ctx} "
-                                  "tokens.")
+        if ctx is not None and len(self.prompt_ids) + max_new > ctx:
+            max_new = ctx - len(self.prompt_ids)
+            self.notes.append(f"max_new_tokens lowered to {max_new} to fit {lm.name}'s context of {ctx} tokens.")
         self.stages = self._stages(lm, config)
         if self.branch is not None:
             self._check_grammar(self.branch)
@@ -93,9 +86,7 @@ class Run:
         if any(not 0 <= t < vocab for t in path.ids):
             raise UsageError(f"The path holds a token id outside {self.lm.name}'s vocabulary of {vocab}: it was "
                              "made with another model. Branch from a run of this model.")
-        if len(path.ids) >= max_new:
-            raise UsageError(f"The path is {len(path.ids)} tokens long, but max_new_tokens is {max_new}: nothing "
-                             f"would be left to decode. Raise --max-new-tokens above {len(path.ids)}.")
+        check_room(path, len(self.prompt_ids), max_new, self.lm.context_length, self.lm.name)
 
     def _stages(self, lm: LoadedModel, config: DecodeConfig) -> StageContext:
         """What the stages need besides their values; the bad words tokenized and the grammar compiled now, so

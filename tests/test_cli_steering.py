@@ -91,27 +91,36 @@ def test_a_long_forced_text_is_not_counted_as_decoded(tiny_model_dir: Path, isol
     assert max(len(line) for line in done.stderr.splitlines()) < 1000, "a long forced text is summarised"
 
 
+def refused_before_loading(done: Any, code: int, *fragments: str) -> None:
+    """Refused as assert_clean_failure says, and before the model loaded or warmed up: a steering error is told in
+    a second, not after the 11-28 s a load and a warm-up take."""
+    assert_clean_failure(done, code, *fragments)
+    assert "weights onto" not in done.stderr and "Warming up" not in done.stderr, done.stderr
+
+
 def test_bad_steering_is_refused_with_what_to_do(tiny_model_dir: Path, isolated_env: dict[str, str],
                                                  tmp_path: Path) -> None:
     model = ["generate", "--model", str(tiny_model_dir), "--max-new-tokens", "8"]
     assert_clean_failure(cli(*model, "--force", "", env=isolated_env), 2, "--force needs")
     assert_clean_failure(cli(*model, "--at", "3", env=isolated_env), 2, "--resume FILE")
+    refused_before_loading(cli(*model, "--force", "ab " * 20, env=isolated_env), 2, "nothing would be left to decode",
+                           "Raise --max-new-tokens above")
     assert_clean_failure(cli(*model, "--resume", str(tmp_path / "none.jsonl"), "--at", "1", env=isolated_env), 2,
                          "does not exist")
     trace = tmp_path / "t.jsonl"
     done = cli(*model, "-p", "Hello", "--format", "jsonl", "--mode", "sample", "--seed", "1", env=isolated_env)
     events = [json.loads(line) for line in done.stdout.splitlines()]
     trace.write_text("\n".join(json.dumps(e) for e in events), encoding="utf-8")
-    assert_clean_failure(cli(*model, "--resume", str(trace), "--at", "99", env=isolated_env), 2, "0 to 8")
-    assert_clean_failure(cli(*model, "--resume", str(trace), "--at", "-1", env=isolated_env), 2, "0 to 8")
-    assert_clean_failure(cli(*model, "-p", "Other prompt", "--resume", str(trace), "--at", "2", env=isolated_env), 2,
+    refused_before_loading(cli(*model, "--resume", str(trace), "--at", "99", env=isolated_env), 2, "0 to 8")
+    refused_before_loading(cli(*model, "--resume", str(trace), "--at", "-1", env=isolated_env), 2, "0 to 8")
+    refused_before_loading(cli(*model, "-p", "Other prompt", "--resume", str(trace), "--at", "2", env=isolated_env), 2,
                          "another prompt")
     name = events[0]["model"]
     events[0]["model"] = "someone-else"
     trace.write_text("\n".join(json.dumps(e) for e in events), encoding="utf-8")
-    assert_clean_failure(cli(*model, "--resume", str(trace), "--at", "2", env=isolated_env), 2, "someone-else")
+    refused_before_loading(cli(*model, "--resume", str(trace), "--at", "2", env=isolated_env), 2, "someone-else")
     events[0]["model"] = name
     del events[0]["params"]["seed"]
     trace.write_text("\n".join(json.dumps(e) for e in events), encoding="utf-8")
-    assert_clean_failure(cli(*model, "--resume", str(trace), "--at", "2", env=isolated_env), 2,
+    refused_before_loading(cli(*model, "--resume", str(trace), "--at", "2", env=isolated_env), 2,
                          "does not say its seed")
