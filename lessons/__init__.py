@@ -49,6 +49,9 @@ class Pause:
     on: str  # one of EVENTS, or "token N"
     text: str  # what to look at, what just happened: true of the recording and of a live run alike
     try_: str = ""  # what to try with the keys: a recording cannot change, so it is offered for --live runs
+    # The try works in a replay too (a key that only changes the view, such as v, or a command to run elsewhere):
+    # then a replay offers it as it is, instead of sending the reader to --live for it.
+    try_in_replay: bool = False
 
     @property
     def after_tokens(self) -> int | None:
@@ -138,12 +141,16 @@ def parse(text: str, source: str) -> Lesson:
         raise bad("settings", "must be a table of decoding options ([settings] max_new_tokens = 48, ...).")
     pauses = []
     for i, item in enumerate(data.get("pause", [])):
-        if not isinstance(item, dict) or not {"on", "text"} <= set(item) <= {"on", "text", "try"}:
-            raise bad("pause", f"number {i + 1} must have `on` and `text`, and may have `try`; nothing else.")
+        if not isinstance(item, dict) or not {"on", "text"} <= set(item) <= {"on", "text", "try", "try_in_replay"}:
+            raise bad("pause", f"number {i + 1} must have `on` and `text`, and may have `try` and "
+                      "`try_in_replay`; nothing else.")
         for key in ("text", "try"):
             if key in item and (not isinstance(item[key], str) or not item[key].strip()):
                 raise bad(key, f"of pause {i + 1} must be a non-empty string.")
-        pause = Pause(str(item["on"]), prose(item["text"]), prose(item.get("try", "")))
+        if not isinstance(item.get("try_in_replay", False), bool):
+            raise bad("try_in_replay", f"of pause {i + 1} must be true or false.")
+        pause = Pause(str(item["on"]), prose(item["text"]), prose(item.get("try", "")),
+                      bool(item.get("try_in_replay", False)))
         if pause.on not in EVENTS and pause.after_tokens is None:
             raise bad("on", f"of pause {i + 1} must be one of {', '.join(map(repr, EVENTS))} or \"token N\", not "
                       f"{pause.on!r}.")

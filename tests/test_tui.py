@@ -1191,7 +1191,7 @@ async def test_a_short_beam_panel_keeps_the_early_stopping_test_after_the_open_b
         await settle(pilot, app)
         panel = app.query_one(BeamPanel)
         shown = _shown(panel)
-        assert "step 2: open beams" in shown[0], shown
+        assert "step 3: open beams" in shown[0], shown
         stop = [i for i, line in enumerate(shown) if line.startswith("early stop (False)")]
         assert stop, f"the early-stopping test is cut: {shown}"
         finished = [i for i, line in enumerate(shown) if line.startswith("finished hypotheses")]

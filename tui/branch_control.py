@@ -19,6 +19,7 @@ from ..core.events import Event, TokenEmitted
 from ..core.transcript import TokenStats
 from .branches import BranchRequest, BranchTree
 from .lesson_control import LessonControl
+from .numbers import nth
 from .pump import EventPump
 from .run_view import RunView, Severity
 from .screens.branch_here import BranchHere, Choice, Row
@@ -114,7 +115,7 @@ class BranchControl:
             forced_ids=(choice.token_id,) if choice.token_id is not None else (), forced_text=choice.text,
             forced_stats=(choice.stats,) if choice.stats is not None else ())
         host.settings = dataclasses.replace(host.settings, branch=request)
-        host.say(f"branch #{branch.number}: token {position} forced to {choice.text!r}; decoding on (B lists the "
+        host.say(f"branch #{branch.number}: token {nth(position)} forced to {choice.text!r}; decoding on (B lists the "
                  "branches)")
         host.start_run()
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from ..core.events import Branched, Event, Finished, TokenEmitted, TokenSource
 from ..core.transcript import TokenStats
+from .numbers import nth
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ class Branch:
             forced = self.forced
             p = math.exp(sum(t.logprob for t in forced if t.logprob is not None)) if forced else None
             rank = f" rank {forced[0].rank}" if forced and forced[0].rank is not None else ""
-            parts.append(f"at token {self.position}: {self.forced_text!r}"
+            parts.append(f"at token {nth(self.position)}: {self.forced_text!r}"
                          + (f" (p {p:.1%}{rank})" if p is not None else ""))
         else:
             parts.append("the first run")

@@ -34,6 +34,13 @@ def bar(p: float, width: int) -> str:
     return "█" * full + (EIGHTHS[rest] if rest else "")
 
 
+def nth(index: int) -> int:
+    """A token's or step's number on screen: counted from 1, as the lessons' narration and a reader count ("the
+    third token" is token 3). The events' ``index`` and ``step`` count from 0 (docs/events.md); only the screen
+    adds the one."""
+    return index + 1
+
+
 def given_tokens(kept: int | None, forced: int | None) -> str:
     """A branch's tokens that it did not decode, said beside the decoded ones: ``+3 kept, 2 forced``; empty where
     there are none."""

@@ -20,7 +20,7 @@ from ..core.events import (
     Finished,
     TokenSampled,
 )
-from .numbers import count, decoded_tokens, prob
+from .numbers import count, decoded_tokens, nth, prob
 
 
 def ordinal(n: int) -> str:
@@ -53,20 +53,20 @@ def caption(event: Event, proposed: DraftProposed | None = None, extra_text: str
         alternatives = [c for c in final.kept if c.token_id != event.token_id][:1]  # a runner-up was kept
         runner_up = f"; runner-up {alternatives[0].text!r} {alternatives[0].prob:.0%}" if alternatives else ""
         if event.greedy:
-            return f"step {event.step}: took the argmax {event.text!r} (p={prob(event.prob)}){runner_up}"
+            return f"step {nth(event.step)}: took the argmax {event.text!r} (p={prob(event.prob)}){runner_up}"
         stages = " → ".join(s.stage.replace("_", " ") for s in event.stages)
-        return f"step {event.step}: {stages}; drew {event.text!r} with p={prob(event.prob)}{runner_up}"
+        return f"step {nth(event.step)}: {stages}; drew {event.text!r} with p={prob(event.prob)}{runner_up}"
     if isinstance(event, DraftVerified):
         k = len(event.verdicts)
         drafted = "copied" if proposed is not None and proposed.drafter == "lookup" else "drafted"
         parts = [f"round {event.round}: {drafted} {k}; target accepted {event.accepted}"]
         rejected = next((v for v in event.verdicts if v.verdict == "rejected"), None)
         if rejected is not None:
-            nth = ordinal(rejected.position + 1)
+            which = ordinal(nth(rejected.position))
             if rejected.u is None:
-                parts.append(f"{nth} rejected: the target's argmax differs (p={prob(rejected.p)})")
+                parts.append(f"{which} rejected: the target's argmax differs (p={prob(rejected.p)})")
             else:
-                parts.append(f"{nth} rejected: p={prob(rejected.p)} < u·q={prob(rejected.u * rejected.q)}")
+                parts.append(f"{which} rejected: p={prob(rejected.p)} < u·q={prob(rejected.u * rejected.q)}")
         extra = extra_text if extra_text is not None else f"#{event.extra_token_id}"
         if event.extra_kind == "resampled":
             parts.append(f"resampled {quoted(extra)} from max(0, p-q)")
@@ -79,7 +79,8 @@ def caption(event: Event, proposed: DraftProposed | None = None, extra_text: str
         best = event.beams[0] if event.beams else None
         pruned = sum(c.verdict == "pruned" for c in event.candidates)
         ended = sum(c.verdict == "finished" for c in event.candidates)
-        text = f"beam step {event.step}: {len(event.candidates)} candidates, {len(event.beams)} kept, {pruned} pruned"
+        text = (f"beam step {nth(event.step)}: {len(event.candidates)} candidates, {len(event.beams)} kept, "
+                f"{pruned} pruned")
         if ended:
             text += f", {ended} finished"
         if best is not None:

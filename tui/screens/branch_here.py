@@ -14,7 +14,7 @@ from textual.widgets import Input, Label, OptionList
 from textual.widgets.option_list import Option
 
 from ...core.transcript import TokenStats
-from ..numbers import percent
+from ..numbers import nth, percent
 
 
 @dataclass(frozen=True)
@@ -50,8 +50,8 @@ class BranchHere(ModalScreen[Choice | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="branch-box"):
-            yield Label(f"Branch at token {self.position} (the run chose {self.current!r}): pick another token, or "
-                        "type any text; the run rewinds here, forces it and decodes on. The old path is kept "
+            yield Label(f"Branch at token {nth(self.position)} (the run chose {self.current!r}): pick another token, "
+                        "or type any text; the run rewinds here, forces it and decodes on. The old path is kept "
                         "(B lists every branch). esc cancels.", id="branch-title")
             if self.rows:
                 yield Label(f"candidates: p {self.stages} · raw p before any stage", id="branch-legend")

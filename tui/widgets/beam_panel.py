@@ -16,6 +16,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from ...core.events import Beam, BeamStepped, Hypothesis, rerank, rescored_check
+from ..numbers import nth
 from .live_panel import LivePanel
 
 TREE_STEPS = 6  # the ancestry tree shows this many most recent steps
@@ -82,7 +83,7 @@ class BeamPanel(LivePanel):
         """The open beams and the finished hypotheses, as boxed tables."""
         step = self.history[-1]
         best = self.style_of("beam-panel--best")
-        beams = Table(title=f"step {step.step}: open beams", title_justify="left", expand=True, padding=(0, 1))
+        beams = Table(title=f"step {nth(step.step)}: open beams", title_justify="left", expand=True, padding=(0, 1))
         for name, justify in (("#", "right"), ("slot←parent", "left"), ("text tail", "left"), ("Σ log p", "right"),
                               ("score", "right")):
             beams.add_column(name, justify=justify, no_wrap=name != "text tail")  # type: ignore[arg-type]
@@ -105,7 +106,7 @@ class BeamPanel(LivePanel):
         step = self.history[-1]
         best = self.style_of("beam-panel--best")
         beams = Text()
-        beams.append(f"step {step.step}: open beams\n", style="italic")
+        beams.append(f"step {nth(step.step)}: open beams\n", style="italic")
         beams.append(f"{'#':>2} {'slot←p':<7}{'Σ log p':>9}{'score':>8}\n", style="bold")
         for rank, b in enumerate(self._ranked(), start=1):
             beams.append(f"{rank:>2} {f'{b.beam}←{b.parent}':<7}{b.sum_logprobs:>9.3f}{b.score:>8.3f}\n"

@@ -18,7 +18,7 @@ from rich.segment import Segment
 from rich.text import Text
 
 from ...core.events import StageCandidates, TokenSampled
-from ..numbers import bar, percent, prob
+from ..numbers import bar, nth, percent, prob
 from .live_panel import LivePanel
 
 BAR_WIDTH = 20
@@ -94,7 +94,7 @@ class CandidatesPanel(LivePanel):
         chosen_style = self.style_of("candidates--chosen")
         stage_style = self.style_of("candidates--stage")
         how = "argmax" if step.greedy else "drawn"
-        text = Text(f"step {step.step}: {how} {step.text!r}  p={prob(step.prob)}", style=chosen_style)
+        text = Text(f"step {nth(step.step)}: {how} {step.text!r}  p={prob(step.prob)}", style=chosen_style)
         mark = self.glyphs.get("chosen", ">")
         # (probability, label, is the drawn token, its rank where shown below the top candidates)
         rows: list[tuple[StageCandidates, list[tuple[float, str, bool, int | None]]]] = []
@@ -125,8 +125,12 @@ class CandidatesPanel(LivePanel):
                 text.append(f" {percent(p)}")
                 if rank is not None:
                     text.append(f" #{rank}", style=chosen_style)
-            if stage.stage in BANS:  # what the ban took away, struck through, at its probability before it
-                for c in (stage.removed_candidates or ())[:STRUCK]:
+            if stage.stage in BANS and stage.removed_candidates:
+                # What the ban took away, struck through, at its probability before it: another scale than the rows
+                # above (after the ban), so it gets its own label ('white' 43 % above 'G' 17 % read as a ranking).
+                text.append("\n")
+                text.append("  removed, p before this stage:", style="dim italic")
+                for c in stage.removed_candidates[:STRUCK]:
                     text.append("\n")
                     text.append(set_cell_size(f"✗ {c.text!r}", width), style="strike dim")
                     text.append(" ")

@@ -17,10 +17,11 @@ from ..numbers import count, decoded_tokens
 
 
 def pause_text(pause: Pause, live: bool, name: str) -> str:
-    """A pause's narration. Its ``try`` line needs a live run: a recording plays as it was recorded."""
+    """A pause's narration. Its ``try`` line needs a live run (a recording plays as it was recorded), unless the
+    lesson says it works in a replay too."""
     if not pause.try_:
         return pause.text
-    if live:
+    if live or pause.try_in_replay:
         return f"{pause.text}\nTry: {pause.try_}"
     return f"{pause.text}\nLive, you could try this (decode-tui lesson {name} --live): {pause.try_}"
 

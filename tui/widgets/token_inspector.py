@@ -8,7 +8,7 @@ import math
 from rich.table import Table
 
 from ...core.events import PositionVerdict, TokenEmitted, TokenSampled
-from ..numbers import bar, percent
+from ..numbers import bar, nth, percent
 from .live_panel import LivePanel
 
 BAR = 16
@@ -17,7 +17,7 @@ BAR = 16
 class TokenInspector(LivePanel):
     def show(self, piece: TokenEmitted, sampled: TokenSampled | None, verdict: PositionVerdict | None,
              glyphs: dict[str, str]) -> None:
-        title = f"token {piece.index}: {piece.text!r} (id {piece.token_id}, {piece.source}){likelihood(piece)}"
+        title = f"token {nth(piece.index)}: {piece.text!r} (id {piece.token_id}, {piece.source}){likelihood(piece)}"
         if sampled is not None:
             table = Table(title=title, title_justify="left", box=None, padding=(0, 1), show_header=False)
             final = sampled.stages[-1]
