@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Generator
 from typing import TYPE_CHECKING
 
 from .events import BeamStepped, DraftVerified, TokenEmitted
@@ -33,7 +34,21 @@ WARM_ROUNDS = 2  # draft rounds a speculative or PLD warm-up verifies, if the pr
 
 def warm_up(lm: LoadedModel, prompt: str, config: DecodeConfig,
             draft: DraftModel | None = None) -> float:
-    """Decode the first few steps of ``prompt`` under ``config`` and stop; the seconds it took.
+    """Decode the first few steps of ``prompt`` under ``config`` and stop; the seconds it took (see
+    :func:`warming`, which says how far along it is)."""
+    steps = warming(lm, prompt, config, draft)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return float(done.value)
+
+
+def warming(lm: LoadedModel, prompt: str, config: DecodeConfig,
+            draft: DraftModel | None = None) -> Generator[str, None, float]:
+    """:func:`warm_up`, yielding a line on how far along it is at each token or draft round (a front end shows
+    them: a speculative warm-up on a busy machine takes tens of seconds, and a wait must not be silent); returns
+    the seconds it took.
 
     Prefill, steps, and (speculative, PLD) the verification of the configured draft length, whose
     CUDA graph is captured right after the prefill. The generator is closed early, as any consumer
@@ -50,20 +65,32 @@ def warm_up(lm: LoadedModel, prompt: str, config: DecodeConfig,
     # So there the warm-up decodes the whole length once. The graph path's cache is static, and on the
     # CPU a first run measured as fast as a third (BENCHMARKS.md): a few steps do.
     whole = lm.device.type == "cuda" and run.path == "plain"
+    drafting = config.mode in ("speculative", "pld")
     events = run.events()
     tokens = rounds = 0
+    yield f"warming up {config.mode}: the prompt's prefill"
     try:
         for event in events:
             tokens += isinstance(event, TokenEmitted | BeamStepped)
             rounds += isinstance(event, DraftVerified)
+            if isinstance(event, TokenEmitted | BeamStepped | DraftVerified):
+                yield _how_far(config.mode, tokens, rounds, whole, config.max_new_tokens, drafting)
             if whole or tokens < WARM_TOKENS:
                 continue
-            if config.mode not in ("speculative", "pld") or rounds >= WARM_ROUNDS or tokens >= 4 * WARM_TOKENS:
+            if not drafting or rounds >= WARM_ROUNDS or tokens >= 4 * WARM_TOKENS:
                 break
     finally:
         events.close()
     _synchronize(lm)
     return time.perf_counter() - started
+
+
+def _how_far(mode: str, tokens: int, rounds: int, whole: bool, max_new: int, drafting: bool) -> str:
+    """``warming up speculative: 12 tokens, draft round 1 of 2 verified``."""
+    said = f"warming up {mode}: {tokens} of {max_new if whole else WARM_TOKENS} tokens"
+    if drafting:
+        said += f", draft round {min(rounds, WARM_ROUNDS)} of {WARM_ROUNDS} verified"
+    return said
 
 
 def describe(lm: LoadedModel, config: DecodeConfig) -> str:

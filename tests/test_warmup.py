@@ -77,6 +77,27 @@ def test_a_warm_up_stops_early_and_changes_nothing_a_run_sees(lm: Any) -> None:
     assert before[-1].token_ids == after[-1].token_ids
 
 
+@pytest.mark.parametrize("mode", ["greedy", "pld"])
+def test_a_warm_up_says_how_far_along_it_is(lm: Any, mode: str) -> None:
+    """A speculative warm-up showed one line for 16-35 s on a busy machine: it says its phase at each token and
+    draft round, counting up to the tokens and rounds it stops at."""
+    from decode_tui.core.warmup import WARM_ROUNDS, WARM_TOKENS, warming
+
+    steps = warming(lm, PROMPT, DecodeConfig(mode=mode, max_new_tokens=40, seed=3))  # type: ignore[arg-type]
+    lines = []
+    while True:
+        try:
+            lines.append(next(steps))
+        except StopIteration as done:
+            assert done.value > 0
+            break
+    assert lines[0] == f"warming up {mode}: the prompt's prefill"
+    assert lines[1].startswith(f"warming up {mode}: ") and len(lines) > 2
+    assert f"{WARM_TOKENS} of {WARM_TOKENS} tokens" in lines[-1] or mode == "pld"
+    if mode == "pld":
+        assert any(f"draft round 1 of {WARM_ROUNDS} verified" in line for line in lines), lines
+
+
 def test_compare_times_warm_runs_alternated_and_reports_the_spread(lm: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Warm-ups first (closed early, not timed), then AB, BA, AB; the speed-up is the median ratio."""
     order: list[tuple[str, bool]] = []

@@ -97,11 +97,17 @@ class ModelRunner:
         key = (settings.mode, settings.config.draft.draft if settings.mode == "speculative" else "")
         if key in self._warm:
             return
-        from ..core.warmup import describe, warm_up
+        from ..core.warmup import describe, warming
 
         what = describe(lm, settings.config)
         yield Notice("loading", f"warming up {settings.mode}{' and ' + what if what else ''}…")
-        seconds = warm_up(lm, settings.prompt, settings.config, draft)
+        steps = warming(lm, settings.prompt, settings.config, draft)
+        while True:  # how far along, a line a token or a draft round: a wait of tens of seconds says what it does
+            try:
+                yield Notice("loading", f"{next(steps)}{'; ' + what if what else ''}…")
+            except StopIteration as done:
+                seconds = done.value
+                break
         if settings.config.compiles:
             yield Notice("note", f"compiled and warmed up in {seconds:.1f} s")
         self._warm.add(key)
