@@ -47,6 +47,10 @@ if TYPE_CHECKING:
 
 GROUP = 32  # int4: weights per group sharing a scale and an offset (the GGUF's Q4_1 block)
 ROWS = 1024  # rows quantised at a time (a multiple of the int4 layout's 64-row blocks)
+# The int4 packing's "inner k tiles": how many 16-wide tiles of the input dimension the CUDA kernel interleaves
+# (gpt-fast uses 8). The CPU packing keeps the rows as they are, two 4-bit values a byte, and ignores it (its
+# output is [N, K/2] whatever the value), so it is 1: no tiling.
+INNER_K_TILES = 1
 COMPUTE = torch.bfloat16  # the quantised kernels' fast input type on the CPU (fp32 input: 25x slower)
 def check(draft: TargetDraft, model: PreTrainedModel, spec: str) -> None:
     """A UsageError when ``model`` cannot give this draft: too many or too few layers, or a quantised draft of a
@@ -183,7 +187,7 @@ class Int4Linear(_QuantisedLinear):
             low, high = w.amin(-1), w.amax(-1)  # [n, K/G]
             scale = ((high - low) / 15).clamp(min=1e-8)
             q = torch.round((w - low[..., None]) / scale[..., None]).clamp(0, 15).to(torch.int32).reshape(n, k)
-            packed.append(torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1))
+            packed.append(torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, INNER_K_TILES))
             scales_and_zeros.append(torch.stack([scale, low + 8 * scale], -1).to(COMPUTE))  # [n, K/G, 2]
         self.register_buffer("packed", torch.cat(packed))
         # [K/G, N, 2]: (scale, zero) per group and output, as the kernel wants them.

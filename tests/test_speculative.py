@@ -15,6 +15,7 @@ from decode_tui.core.drafters import ModelDrafter, PromptLookup, shared_vocab_si
 from decode_tui.core.errors import UsageError
 from decode_tui.core.events import DraftProposed, DraftVerified, Event, Finished, TokenEmitted
 from decode_tui.core.params import SamplingParams, TargetDraft
+from decode_tui.core.strategies import acceptance
 from decode_tui.core.strategies import speculative as spec_module
 from decode_tui.core.strategies.adaptive import AdaptiveDraftLength, remembered_times
 from decode_tui.core.strategies.autoregressive import autoregressive
@@ -323,14 +324,14 @@ def test_negative_control_a_verifier_that_accepts_everything_fails_the_same_test
         byte_bpe: Any, sampling_case: Any, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
     target, other, prompt, expected = sampling_case
     draft = draft_of(kind, target, other)
-    honest = spec_module._verify
+    honest = acceptance.accept
 
     def accept_all(p: torch.Tensor, q: Any, drafted: list[int], greedy: bool, generator: Any, raw: Any = None) -> Any:
         verdicts = honest(p, q, drafted, greedy, generator).verdicts
         bonus = int(torch.multinomial(p[len(drafted)], 1, generator=generator))
-        return spec_module.VerifiedRound(len(drafted), bonus, "bonus", verdicts)
+        return acceptance.VerifiedRound(len(drafted), bonus, "bonus", verdicts)
 
-    monkeypatch.setattr(spec_module, "_verify", accept_all)
+    monkeypatch.setattr(spec_module, "accept", accept_all)  # the name the verifier calls
     counts = sampled_outcomes(target, byte_bpe, lambda: ModelDrafter(draft, V), prompt, 3000)
     assert chi_square_p_value(counts, expected) < 1e-6
 
@@ -355,7 +356,7 @@ def test_toy_logits_first_and_later_tokens_follow_p(accept_all: bool) -> None:
         if accept_all:
             emitted = drafted
         else:
-            n, extra, *_ = spec_module._verify(p, q, drafted, False, g)
+            n, extra, *_ = acceptance.accept(p, q, drafted, False, g)
             emitted = [*drafted[:n], extra]
         first[emitted[0]] += 1
         if len(emitted) > 1:

@@ -15,6 +15,9 @@ from collections import deque
 from collections.abc import Callable
 
 from ..draft_stats import fit_verify_costs
+from ..drafters import Drafter, ModelDrafter, PromptLookup
+from ..transcript import Transcript
+from ..whatif import LookupMemo, Trace
 
 Replay = Callable[[int], tuple[int, ...]]  # k -> the widths of the forwards a fixed k would have used so far
 Times = dict[int, deque[float]]  # draft length k -> verify seconds of its last 16 rounds
@@ -218,3 +221,30 @@ class AdaptiveDraftLength:
             self.probing = False
             self.probe_wait = self.probe_every if self._best() else min(64, 2 * self.probe_wait)
             self.next_probe = self.rounds + self.probe_wait
+
+
+def stops_itself(drafter: Drafter) -> bool:
+    """Whether the drafter ends a draft where it is unsure of its next token (a draft model with a confidence
+    cut-off), so that the adaptive policy need only choose whether to draft."""
+    return isinstance(drafter, ModelDrafter) and drafter.confidence_threshold > 0
+
+
+def lookup_replay(drafter: Drafter, transcript: Transcript) -> Callable[[int], tuple[int, ...]] | None:
+    """For prompt lookup, what a fixed draft length k would have fed the target so far (an exact replay,
+    core/whatif.py), for the adaptive policy; None for a draft model, whose drafts cannot be replayed free."""
+    if not isinstance(drafter, PromptLookup):
+        return None
+    memo: LookupMemo | None = None
+
+    def widths(k: int) -> tuple[int, ...]:
+        nonlocal memo
+        so_far = transcript.token_ids
+        if k == 0 or len(so_far) < 2:
+            return (1,) * max(len(so_far) - 1, 0)
+        if memo is None or memo.settings != (drafter.max_ngram_size, drafter.num_pred_tokens):  # retuned mid-run
+            memo = LookupMemo(transcript.eos_token_ids, drafter.max_ngram_size, drafter.num_pred_tokens)
+        trace = Trace(source="the run so far", model="", mode="pld", prompt_ids=transcript.prompt_ids,
+                      token_ids=tuple(so_far), max_new_tokens=len(so_far), target_forwards=0, params={})
+        return memo.widths(trace, k)
+
+    return widths

@@ -17,8 +17,9 @@ distributions p_1 .. p_{k+1} in one forward pass. Then:
   prompt-lookup draft is a copy, so q is one-hot. The output is distributed
   exactly as the target's own sampling.
 
-The fast paths (a static cache whose verification is padded to one width, graphs prepared ahead) stay in
-helpers (``_verification_feed``), so the loop reads as the algorithm.
+The accept rule, in the papers' names, is :mod:`.acceptance`; the fast paths (a static cache whose verification
+is padded to one width, graphs prepared ahead, a CPU's cheapest width) stay in :class:`_VerifyForward`, so the
+loop reads as the algorithm.
 
 The target's cache is cropped back to the confirmed prefix after every round
 (in ``finally:``, so a consumer that stops mid-round leaves it consistent),
@@ -35,30 +36,28 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal
 
 import torch
 
 from ..draft_stats import DraftStats
-from ..drafters import Draft, Drafter, ModelDrafter, PromptLookup
+from ..drafters import Draft, Drafter
 from ..events import DraftProposed, DraftVerified, Event, PositionVerdict, TokenSource
-from ..forward import forward, prepare, rollback, to_host
+from ..forward import forward, prepare, rollback
 from ..grammar import GrammarMask
 from ..live import LiveParams
 from ..loading import context_length
 from ..params import SamplingParams
-from ..path import Path, host_stats, prefill, token_stats
+from ..path import Path, prefill
 from ..prefix_cache import keep, take
-from ..sampling import CONTEXT_FREE, StageContext, processed, stage_processors
-from ..transcript import TokenStats, Transcript
-from ..whatif import LookupMemo, Trace
+from ..sampling import StageContext, stage_processors
+from ..transcript import Transcript
 from ..widths import width_costs
-from .adaptive import AdaptiveDraftLength, remembered_times
+from .acceptance import accept, distributions, first_token
+from .adaptive import AdaptiveDraftLength, lookup_replay, remembered_times, stops_itself
 
 if TYPE_CHECKING:
-    from transformers import LogitsProcessor, PreTrainedModel
-
-    from ..events import Stage
+    from transformers import Cache, PreTrainedModel
 
 
 @torch.inference_mode()
@@ -92,32 +91,31 @@ def speculative(
     stages need besides their values; with a grammar there, a drafted token it forbids ends the draft before
     verification (its verdict is ``cut``: the target could only reject it, its p under the grammar is 0).
     """
-    greedy_verify = greedy
-    greedy = greedy_verify or sampling.greedy
+    # Verification is greedy where the caller asks for it, and wherever the stages make sampling greedy
+    # (temperature 0), which a front end may change mid-run: ``greedy`` is what this round does.
+    greedy_asked = greedy
+    greedy = greedy_asked or sampling.greedy
     processors = stage_processors(sampling, greedy, context=stages)
     version = live.version if live else 0
     stats = DraftStats()
     source: TokenSource = "lookup" if drafter.kind == "lookup" else "draft"
-    device = model.device
     # The vocabulary the drafter shares with the target: a draft model's logits rows past it are never drafted
     # nor verified. Prompt lookup copies the target's own tokens, so there it is all of it.
     shared = slice(0, vocab_size)
     static = fast or graphs  # a static cache: every verification padded to one width, for one graph
-    # Otherwise, on a CPU, each verification is padded to the width that costs the least; elsewhere none is.
-    widths = width_costs(model) if device.type == "cpu" and not static else None
-    room = context_length(model) or sys.maxsize  # positions the model can read: a pad must not pass them
 
     context = [*transcript.prompt_ids, *(path.ids if path else ())]
-    policy = AdaptiveDraftLength(num_draft_tokens, replay=_lookup_replay(drafter, transcript),
+    policy = AdaptiveDraftLength(num_draft_tokens, replay=lookup_replay(drafter, transcript),
                                  times_by_k=remembered_times(model, len(context), padded=static),
-                                 stops_itself=_stops_itself(drafter)) if adaptive else None
+                                 stops_itself=stops_itself(drafter)) if adaptive else None
     # Room for the prompt, every new token and a padded verification past the last of them.
     max_len = len(transcript.prompt_ids) + transcript.max_new_tokens + num_draft_tokens + 1
+    verify = _VerifyForward(model, static, max_len)
     # A branch starts from its parent's cache, cropped where they part (core/prefix_cache.py).
     cache, held = take(model, context, reuse=path is not None, rollback_ready=True, fast=fast, graphs=graphs,
                        max_len=max_len)
     try:
-        raw, emitted = prefill(model, transcript, torch.tensor([context], device=device), cache, path,
+        raw, emitted = prefill(model, transcript, torch.tensor([context], device=model.device), cache, path,
                                held)  # [1, V]
         drafter.prefilled(context, cache)  # a draft made from the target takes these keys and values
         yield from emitted
@@ -125,7 +123,7 @@ def speculative(
         if not transcript.done:
             if static and len(context) + num_draft_tokens + 1 <= max_len:
                 prepare(model, cache, num_draft_tokens + 1, keep=num_draft_tokens + 1)  # the verification's graph
-            first, first_stats = _first(_distributions(processors, context, [], raw[:, shared]), raw, greedy,
+            first, first_stats = first_token(distributions(processors, context, [], raw[:, shared]), raw, greedy,
                                         generator)
             yield transcript.emit(first, stats=first_stats)
             context.append(first)
@@ -138,12 +136,12 @@ def speculative(
             # 1. Settings: what a front end changed since the last round applies from this round on.
             if live is not None and (snapshot := live.changed_since(version)) is not None:
                 version, sampling = snapshot.version, snapshot.sampling
-                greedy = greedy_verify or sampling.greedy
+                greedy = greedy_asked or sampling.greedy
                 processors = stage_processors(sampling, greedy, context=stages)
                 num_draft_tokens = snapshot.draft.length(drafter.kind)
                 drafter.tune(snapshot.draft)
                 if policy is not None:
-                    policy.max_k, policy.stops_itself = num_draft_tokens, _stops_itself(drafter)
+                    policy.max_k, policy.stops_itself = num_draft_tokens, stops_itself(drafter)
             # 2. Draft: the drafter proposes up to k tokens (at most remaining - 1: the target always adds one).
             k = min(policy.choose() if policy else num_draft_tokens, transcript.remaining - 1)
             started = time.perf_counter()
@@ -162,20 +160,12 @@ def speculative(
             confirmed = len(context) - 1  # what the caches hold between rounds: everything but the pending token
             try:
                 # 3. Verify: one target forward over [pending, d_1 .. d_k] gives p_1 .. p_{k+1}.
-                if static:
-                    pad_to = num_draft_tokens + 1 if confirmed + num_draft_tokens + 1 <= max_len else 0
-                else:  # on a CPU, the narrowest width that costs the least (core/widths.py)
-                    pad_to = widths.width_for(len(drafted) + 1, room - confirmed) if widths is not None else 0
-                feed = _verification_feed(context[-1], drafted, pad_to, device)  # [1, W], W >= k + 1
-                forward_started = time.perf_counter()
-                raw = forward(model, feed, cache, keep=feed.shape[1])[0, : len(drafted) + 1]  # [k+1, V]
-                if widths is not None:
-                    widths.observe(feed.shape[1], time.perf_counter() - forward_started)
+                raw = verify(cache, context[-1], drafted, confirmed, num_draft_tokens)  # [k+1, V]
                 transcript.target_forwards += 1
                 # 4. Accept: the acceptance test, position by position, and the target's extra token.
-                p = _distributions(processors, context, drafted, raw[:, shared])  # [k+1, V]
+                p = distributions(processors, context, drafted, raw[:, shared])  # [k+1, V]
                 extra: int | None  # None: no extra token, an accepted one ended the run
-                n, extra, kind, verdicts, figures = _verify(p, draft.q, drafted, greedy, generator, raw)
+                n, extra, kind, verdicts, figures = accept(p, draft.q, drafted, greedy, generator, raw)
                 # An accepted token that ends the run (an EOS, or the last token max_new_tokens allows) ends
                 # the round there: what was drafted after it never reaches the output, so it gets no verdict,
                 # no count and no extra token after it.
@@ -232,44 +222,36 @@ def _grammar_cut(stages: StageContext | None, context: list[int], drafted: list[
                  for i in range(allowed, len(drafted)))
 
 
-def _stops_itself(drafter: Drafter) -> bool:
-    """Whether the drafter ends a draft where it is unsure of its next token (a draft model with a confidence
-    cut-off), so that the adaptive policy need only choose whether to draft."""
-    return isinstance(drafter, ModelDrafter) and drafter.confidence_threshold > 0
+class _VerifyForward:
+    """The verification's forward, fed ``[pending, d_1 .. d_k]`` and padded with copies of the pending token
+    where a wider feed pays: its logits at the k + 1 real positions.
 
-
-def _lookup_replay(drafter: Drafter, transcript: Transcript) -> Callable[[int], tuple[int, ...]] | None:
-    """For prompt lookup, what a fixed draft length k would have fed the target so far (an exact replay,
-    core/whatif.py), for the adaptive policy; None for a draft model, whose drafts cannot be replayed free."""
-    if not isinstance(drafter, PromptLookup):
-        return None
-    memo: LookupMemo | None = None
-
-    def widths(k: int) -> tuple[int, ...]:
-        nonlocal memo
-        so_far = transcript.token_ids
-        if k == 0 or len(so_far) < 2:
-            return (1,) * max(len(so_far) - 1, 0)
-        if memo is None or memo.settings != (drafter.max_ngram_size, drafter.num_pred_tokens):  # retuned mid-run
-            memo = LookupMemo(transcript.eos_token_ids, drafter.max_ngram_size, drafter.num_pred_tokens)
-        trace = Trace(source="the run so far", model="", mode="pld", prompt_ids=transcript.prompt_ids,
-                      token_ids=tuple(so_far), max_new_tokens=len(so_far), target_forwards=0, params={})
-        return memo.widths(trace, k)
-
-    return widths
-
-
-def _verification_feed(pending: int, drafted: list[int], pad_to: int, device: torch.device) -> torch.Tensor:
-    """``[pending, d_1 .. d_k]``, padded to ``pad_to`` positions with copies of the pending token ([1, W]).
-
-    The fast paths pad to the longest draft, so that one compiled graph (or captured CUDA graph) serves every
-    round whatever the drafter proposed; on a CPU the plain path pads to the width that costs the least
-    (:mod:`decode_tui.core.widths`). The pads come after the real positions, which attend only to what precedes
-    them, and the rollback after the round forgets them with the rejected drafts. (No padding where a draft
-    length raised mid-run would overrun the static cache: the real positions always fit.)
+    The fast paths (``static``) pad to the longest draft, so that one compiled graph (or captured CUDA graph)
+    serves every round whatever the drafter proposed; on a CPU the plain path pads to the width that costs the
+    least (:mod:`decode_tui.core.widths`: a forward over 2 or 3 positions costs more than one over 5), and times
+    each width it feeds. The pads come after the real positions, which attend only to what precedes them, and
+    the rollback after the round forgets them with the rejected drafts. No pad passes the static cache's end or
+    the model's last position: the real positions always fit.
     """
-    real = [pending, *drafted]
-    return torch.tensor([real + [pending] * max(0, pad_to - len(real))], device=device)
+
+    def __init__(self, model: PreTrainedModel, static: bool, max_len: int) -> None:
+        self.model, self.static, self.max_len = model, static, max_len
+        self.widths = width_costs(model) if model.device.type == "cpu" and not static else None
+        self.room = context_length(model) or sys.maxsize  # positions the model can read
+
+    def __call__(self, cache: Cache, pending: int, drafted: list[int], confirmed: int,
+                 num_draft_tokens: int) -> torch.Tensor:
+        real = [pending, *drafted]
+        if self.static:
+            width = num_draft_tokens + 1 if confirmed + num_draft_tokens + 1 <= self.max_len else 0
+        else:
+            width = self.widths.width_for(len(real), self.room - confirmed) if self.widths is not None else 0
+        feed = torch.tensor([real + [pending] * max(0, width - len(real))], device=self.model.device)  # [1, W]
+        started = time.perf_counter()
+        logits = forward(self.model, feed, cache, keep=feed.shape[1])[0, : len(real)]  # [k+1, V]
+        if self.widths is not None:
+            self.widths.observe(feed.shape[1], time.perf_counter() - started)
+        return logits
 
 
 def _run_ends_after(accepted: list[int], eos_token_ids: frozenset[int], remaining: int) -> int | None:
@@ -278,118 +260,6 @@ def _run_ends_after(accepted: list[int], eos_token_ids: frozenset[int], remainin
         if token in eos_token_ids or i + 1 >= remaining:
             return i + 1
     return None
-
-
-def _distributions(processors: list[tuple[Stage, LogitsProcessor]], context: list[int], drafted: list[int],
-                   logits: torch.Tensor) -> torch.Tensor:
-    """Target probabilities at each verified position, each processed with its own prefix ([k+1, V])."""
-    if all(stage in CONTEXT_FREE for stage, _ in processors):
-        # The warpers act on each row alone and never read the context: all k + 1 rows at
-        # once, a few kernels a round instead of a few per position (at hundreds of tokens a second on a
-        # GPU, each launch counts).
-        no_context = torch.empty((logits.shape[0], 0), dtype=torch.long, device=logits.device)
-        return torch.softmax(processed(processors, no_context, logits), dim=-1)
-    ids = torch.tensor([context + drafted], device=logits.device)  # [1, T+k]
-    rows = []
-    for i in range(logits.shape[0]):
-        scores = processed(processors, ids[:, : len(context) + i], logits[i : i + 1])
-        rows.append(torch.softmax(scores, dim=-1)[0])
-    return torch.stack(rows)
-
-
-def _first(p: torch.Tensor, raw: torch.Tensor, greedy: bool, generator: torch.Generator | None,
-           ) -> tuple[int, TokenStats]:
-    """The first token, from the prefill's distribution p ([1, V]) as plain decoding picks it, with its figures
-    under the raw logits ([1, V]), in one host copy."""
-    token = torch.argmax(p[0], -1, keepdim=True) if greedy else torch.multinomial(p[0], 1, generator=generator)  # [1]
-    host = to_host([token, token_stats(raw, token)])
-    return int(host[0]), host_stats(host[1:], 1)[0]
-
-
-class VerifiedRound(NamedTuple):
-    n: int  # how many drafted tokens were accepted
-    extra: int  # the target's extra token after them
-    kind: Literal["target", "resampled", "bonus"] | None
-    verdicts: tuple[PositionVerdict, ...]
-    # The emitted tokens' figures under the target's raw distribution (d_1 .. d_n, then the extra token), when
-    # the raw logits were given.
-    figures: list[TokenStats] | None = None
-
-
-def _verify(
-    p: torch.Tensor,  # [k+1, V] target distributions p_1 .. p_{k+1}
-    q: torch.Tensor | None,  # [k, V] draft distributions q_1 .. q_k; None for a lookup copy (one-hot)
-    drafted: list[int],  # d_1 .. d_k
-    greedy: bool,
-    generator: torch.Generator | None,
-    raw: torch.Tensor | None = None,  # [k+1, V] the target's raw logits at those positions
-) -> VerifiedRound:
-    """The acceptance test: the accepted count n, the extra token and its kind, the per-position verdicts.
-
-    Speculative sampling (Leviathan et al. 2023, Algorithm 1; Chen et al. 2023): accept d_i while
-    u_i < min(1, p_i(d_i) / q_i(d_i)); at the first rejection draw from max(0, p_i - q_i), normalised;
-    if all k pass, draw a bonus token from p_{k+1}. Greedy verification accepts while d_i is p_i's argmax
-    and adds the argmax of the first position that disagrees (or of p_{k+1}).
-    Everything is computed on the device; what decides the round (n, the extra token) and what the viewer
-    shows (p_i(d_i), q_i(d_i), u_i) come to the host in one copy (:func:`_round_to_host`).
-    """
-    k = len(drafted)
-    d = torch.tensor(drafted, dtype=torch.long, device=p.device)  # [k] d_1 .. d_k
-    p_d = p[:k].gather(1, d[:, None])[:, 0]  # [k] p_i(d_i)
-    # A lookup copy's q is one-hot on the copied token: q_i(d_i) = 1.
-    q_d = q[:k].gather(1, d[:, None])[:, 0] if q is not None else p.new_ones(k)  # [k] q_i(d_i)
-    u = None
-    if greedy:
-        argmax = p.argmax(-1)  # [k+1]
-        accepted = argmax[:k] == d  # [k]
-    else:
-        u = torch.rand(k, generator=generator, device=p.device) if k else p.new_zeros(0)  # [k] u_i ~ U(0, 1)
-        ratio = torch.where(q_d > 0, p_d / q_d, torch.zeros_like(p_d))
-        accepted = u < ratio.clamp(max=1.0)  # accept d_i with probability min(1, p_i(d_i) / q_i(d_i))
-    n = accepted.long().cumprod(0).sum()  # [] how many lead the row unbroken
-    if greedy:
-        extra = argmax[n]  # the target's own choice at the first disagreement, or after the last draft
-    else:  # a lookup copy's q rows are built only here, where the residual max(0, p - q) needs them
-        q_rows = q[:k] if q is not None else torch.nn.functional.one_hot(d, p.shape[-1]).to(p.dtype)  # [k, V]
-        extra = _resample(p, q_rows, n, k, generator)
-    stats = None
-    if raw is not None:  # what is emitted: d_1 .. d_n, then the extra token at position n
-        emitted = torch.cat([d, d.new_zeros(1)]).index_put((n.view(1),), extra.view(1))  # [k+1]
-        stats = token_stats(raw, emitted)  # [3, k+1]
-    n_host, extra_host, p_host, q_host, u_host, figures = _round_to_host(n, extra, p_d, q_d, u, stats)
-    # Positions after the first rejection were never tested: the round discards them with it.
-    verdicts = tuple(PositionVerdict(i, drafted[i], p_host[i], q_host[i], u_host[i] if u_host and i <= n_host else None,
-                                     "accepted" if i < n_host else "rejected" if i == n_host else "untested")
-                     for i in range(k))
-    if n_host == k:
-        return VerifiedRound(n_host, extra_host, "bonus" if k else None, verdicts, figures)
-    return VerifiedRound(n_host, extra_host, "target" if greedy else "resampled", verdicts, figures)
-
-
-def _resample(p: torch.Tensor, q: torch.Tensor, n: torch.Tensor, k: int,
-              generator: torch.Generator | None) -> torch.Tensor:
-    """The extra token under sampling: from norm(max(0, p_n - q_n)) after a rejection at position n, or the bonus
-    from p_{k+1} when all k were accepted (there is no q_{k+1} to subtract)."""
-    q_padded = torch.cat([q, q.new_zeros(1, q.shape[-1])])  # [k+1, V]
-    residual = torch.clamp(p[n] - q_padded[n], min=0.0)  # max(0, p - q)
-    total = residual.sum()
-    # p == q exactly leaves nothing to resample from; then rejection had probability 0 and p is the answer.
-    resample = torch.where(total > 0, residual / total, p[n])
-    return torch.multinomial(torch.where(n == k, p[n], resample), 1, generator=generator)[0]
-
-
-def _round_to_host(n: torch.Tensor, extra: torch.Tensor, p_d: torch.Tensor, q_d: torch.Tensor,
-                   u: torch.Tensor | None, stats: torch.Tensor | None,
-                   ) -> tuple[int, int, list[float], list[float], list[float], list[TokenStats] | None]:
-    """The round's one device-to-host copy, unpacked: n, the extra token, p_i(d_i), q_i(d_i), u_i (empty
-    under greedy verification) and the emitted tokens' figures. One copy, not six: on a GPU each is a wait for
-    the device."""
-    k = p_d.shape[0]
-    host = to_host([n, extra, p_d, q_d] + ([u] if u is not None else []) + ([stats.flatten()] if stats is not None
-                                                                            else []))
-    u_end = 2 + 2 * k + (k if u is not None else 0)
-    figures = host_stats(host[u_end:], k + 1) if stats is not None else None
-    return int(host[0]), int(host[1]), host[2 : 2 + k], host[2 + k : 2 + 2 * k], host[2 + 2 * k : u_end], figures
 
 
 def _proposed(round_: int, kind: Literal["model", "lookup"], draft: Draft, drafted: list[int],
