@@ -55,6 +55,9 @@ class DraftStats:
     verify_by_k: dict[int, list[float]] = field(default_factory=dict)
     round_tokens: int = 0
     round_s: float = 0.0
+    # A plain target step's seconds, timed once at the run's start (one forward of one token, rolled back); None
+    # where it was not (the compiled path, an older recording): then it is inferred from the verifications.
+    plain_step_s: float | None = None
 
     def record(self, k: int, n: int, draft_s: float | None = None, verify_s: float | None = None,
                emitted: int | None = None) -> None:
@@ -93,11 +96,13 @@ class DraftStats:
         return self.accepted / tested if tested else None
 
     def step_s(self) -> float | None:
-        """A plain target step's time: the verification cost line's value at k = 0 (:func:`fit_verify_costs`: one token
-        in, no draft), at most the cheapest draft length's median verification. Where the line cannot say it
-        (one draft length timed, or noisy times tilting it to under half of that median: a step costs at least
-        half a verification of a few tokens on any device measured), that median itself, which on a CPU costs
-        a little more than a step."""
+        """A plain target step's time: the one timed at the run's start where there is one. Else inferred: the
+        verification cost line's value at k = 0 (:func:`fit_verify_costs`: one token in, no draft), at most the
+        cheapest draft length's median verification. Where the line cannot say it (one draft length timed, or
+        noisy times tilting it to under half of that median: a step costs at least half a verification of a few
+        tokens on any device measured), that median itself, which on a CPU costs a little more than a step."""
+        if self.plain_step_s is not None:
+            return self.plain_step_s
         if not self.verify_by_k:
             return None
         cheapest = min(statistics.median(ts) for ts in self.verify_by_k.values() if ts)
@@ -117,11 +122,32 @@ class DraftStats:
         return statistics.median(times) / step if times and step else None
 
     def predicted(self) -> float | None:
-        """The formula's speed-up from this run's alpha, mean draft length and c."""
+        """The run's one prediction: Leviathan et al.'s formula from this run's alpha, mean draft length, c and
+        what a verification really cost in steps (the paper's 1 where none was timed), all against the same step."""
         alpha, gamma, c = self.alpha(), self.gamma(), self.cost_ratio()
         if alpha is None or gamma is None or c is None:
             return None
-        return predicted_speedup(alpha, gamma, c)
+        return predicted_speedup(alpha, gamma, c, self.verify_steps() or 1.0)
+
+    def far_from_prediction(self, measured: float) -> str | None:
+        """Why ``measured`` is far (a quarter or more either way) from :meth:`predicted`, in words, where it is;
+        None where it is close. The causes in the order they most often are: a busy machine (the same draft
+        length's verifications took very different times), then acceptance that falls along the draft (the
+        formula takes one rate for every position), then what the formula leaves out (the host's time a round)."""
+        predicted = self.predicted()
+        if predicted is None or 0.75 <= measured / predicted <= 1.33:
+            return None
+        said = f"{measured:.2f}x measured against {predicted:.2f}x predicted"
+        spreads = [max(ts) / min(ts) for ts in self.verify_by_k.values() if len(ts) >= 3 and min(ts) > 0]
+        if spreads and max(spreads) >= 2.0:
+            return (f"{said}: verifications of one draft length took up to {max(spreads):.1f}x one another, so "
+                    "the machine was busy (other work shares its cores); measure again when it is quiet")
+        rates = self.by_position()
+        if len(rates) >= 2 and rates[0] - rates[-1] >= 0.3:
+            return (f"{said}: acceptance falls along the draft ({rates[0]:.0%} at its first token, {rates[-1]:.0%} at "
+                    "its last), and the formula takes one rate a for every position")
+        return (f"{said}: the formula counts only forwards, and each round also spends host time (drafting "
+                "bookkeeping, the acceptance test, the events)")
 
     def observed(self) -> float | None:
         """The rounds' tokens per second times a plain step's time: the speed-up over plain decoding as this run

@@ -355,6 +355,9 @@ class DraftVerified(Event):
     # and the acceptance test). None in recordings made before they existed.
     draft_s: float | None = _optional()
     verify_s: float | None = _optional()
+    # A plain target step's seconds, timed once at the run's start (one forward of one token, then rolled back):
+    # what c and a verification's cost in steps divide by. None where it was not timed (the compiled path).
+    step_s: float | None = _optional()
 
 
 # ------------------------------------------------------------------ the end

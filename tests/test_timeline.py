@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -137,7 +138,8 @@ def test_draft_stats_measure_c_against_a_plain_step_and_leave_out_the_first_roun
     assert stats.verify_steps() == pytest.approx(1.4)  # the median verification (0.14 s), in steps
     alpha = 13 / (13 + 2)  # accepted over tested: two rounds ended on a rejection
     assert stats.alpha() == pytest.approx(alpha)
-    assert stats.predicted() == pytest.approx(predicted_speedup(alpha, 16 / 5, 0.2))
+    # One prediction, with what a verification really cost (1.4 steps), not the paper's 1.
+    assert stats.predicted() == pytest.approx(predicted_speedup(alpha, 16 / 5, 0.2, verify=1.4))
     rounds_s = 1.14 + sum(0.02 * k + 0.10 + 0.01 * k for k in (4, 2, 4, 2))
     assert stats.observed() == pytest.approx((5 + 3 + 3 + 5 + 2) / rounds_s * 0.10)
     assert DraftStats().cost_ratio() is None and DraftStats().predicted() is None
@@ -150,11 +152,71 @@ def test_the_cost_line_shows_c_the_prediction_and_the_measured_speed_up() -> Non
     rows = [ForwardRow(1, 1, None, None, None, None, 50.0)]
     rows += [ForwardRow(i + 2, n + 1, k, n, 20.0 * k, 100.0 + 30 * k, 0.0)
              for i, (k, n) in enumerate([(4, 4), (4, 3), (2, 2), (4, 4), (2, 1)])]
-    line = cost_line(draft_stats(rows), measured=1.4)
-    assert line is not None
-    assert "draft cost c = 0.20 of a target step" in line and "measured 1.40x" in line
-    assert "a verification costs 2.20 steps here" in line  # median of 220, 220, 160, 220 ms over 100 ms
+    stats = draft_stats(rows)
+    line = cost_line(stats, measured=1.4)
+    assert line is not None and "(inferred from the verifications)" in line  # no plain step timed
+    predicted = stats.predicted()
+    assert predicted is not None
+    assert "c = 0.20 of it" in line and "measured 1.40x" in line
+    assert "a verification v = 2.20" in line  # median of 220, 220, 160, 220 ms over 100 ms
+    assert line.count("predicts") == 1 and f"predicts {predicted:.2f}x" in line, "one prediction, not two"
+    short = cost_line(stats, short=True)
+    assert short is not None and f"predicted {predicted:.2f}x" in short  # the panel says the same prediction
     assert cost_line(draft_stats(rows[:2])) is None  # the first round alone: no draft step timed
+    # A plain step the run timed (on its DraftVerified events) is what the figures divide by.
+    timed = [dataclasses.replace(r, step_ms=80.0) for r in rows]
+    line = cost_line(draft_stats(timed), measured=1.4)
+    assert line is not None and "a plain step of 80.0 ms (timed)" in line and "c = 0.25 of it" in line
+
+
+def test_a_run_times_a_plain_step_once_and_every_view_divides_by_it(byte_bpe: Any) -> None:
+    """c and v were inferred from the verifications: the panel, f and bench could each say another prediction.
+    The run times one plain step at its start; its rounds carry it, and the run's Finished, the rows a viewer
+    builds and their cost line give one and the same prediction."""
+    from decode_tui.core.drafters import ModelDrafter
+    from decode_tui.core.events import DraftVerified
+    from decode_tui.core.timeline import Timeline, draft_stats
+    from decode_tui.tui.cost_view import cost_line
+
+    model = tiny_model("llama", vocab_size=V, seed=1)
+    transcript = Transcript("speculative", repetitive_prompt(1, 12), Detokenizer(byte_bpe), frozenset({V - 1}), 40)
+    timeline = Timeline()
+    events = list(timeline.watch(speculative(model, transcript, ModelDrafter(tiny_model("llama", vocab_size=V,
+                                                                                         seed=1), V),
+                                             SamplingParams(), greedy=True, num_draft_tokens=4)))
+    steps = {e.step_s for e in events if isinstance(e, DraftVerified)}
+    (step,) = steps
+    assert step is not None and step > 0
+    finished = events[-1]
+    assert isinstance(finished, Finished) and finished.predicted_speedup is not None
+    stats = draft_stats(timeline.rows)
+    assert stats.plain_step_s == pytest.approx(step)
+    assert stats.predicted() == pytest.approx(finished.predicted_speedup)
+    line = cost_line(stats)
+    assert line is not None and "(timed)" in line
+
+
+def test_a_measured_speed_up_far_from_the_prediction_says_the_likely_cause() -> None:
+    """A run on a busy machine said "4.18x predicted, this run 0.63x" and nothing else."""
+    from decode_tui.core.draft_stats import DraftStats
+    from decode_tui.tui.cost_view import cost_line
+
+    busy = DraftStats(plain_step_s=0.05)
+    for i, verify_s in enumerate((0.06, 0.30, 0.07, 0.25, 0.06, 0.28)):  # one draft length, times 5x apart
+        busy.record(4, 4 if i % 2 else 3, draft_s=0.04, verify_s=verify_s)
+    predicted = busy.predicted()
+    assert predicted is not None
+    cause = busy.far_from_prediction(predicted / 3)
+    assert cause is not None and "the machine was busy" in cause
+    assert busy.far_from_prediction(predicted * 1.1) is None, "close to the prediction: nothing to say"
+    line = cost_line(busy, measured=predicted / 3)
+    assert line is not None and "Far from the prediction" in line and "busy" in line
+    short = cost_line(busy, measured=predicted / 3, short=True)
+    assert short is not None and "far from it" in short
+    falling = DraftStats(plain_step_s=0.05)
+    for _ in range(4):
+        falling.record(4, 1, draft_s=0.04, verify_s=0.07)  # accepted at the first position, never later
+    assert "acceptance falls along the draft" in (falling.far_from_prediction(0.2) or "")
 
 
 def test_a_plain_steps_time_never_comes_from_a_line_that_noise_tilted() -> None:

@@ -93,7 +93,8 @@ def test_speculative_copies_once_per_target_forward_and_per_draft_token(
         else 0
     rounds = sum(isinstance(e, DraftProposed) for e in events)
     assert rounds >= 2  # the test means something only if there were rounds to verify
-    assert len(calls) <= final.target_forwards + draft_steps, calls
+    # One more: the plain step the run times once at its start (its c and v are against it).
+    assert len(calls) <= final.target_forwards + draft_steps + 1, calls
 
 
 @pytest.mark.parametrize("num_beams", [2, 4])

@@ -205,6 +205,8 @@ class RunView:
                 cut = next((v.position for v in event.verdicts if v.verdict == "cut"), len(event.verdicts))
                 emitted = event.accepted + (event.extra_token_id is not None)
                 self.draft_stats.record(cut, event.accepted, event.draft_s, event.verify_s, emitted)
+                if event.step_s is not None:  # the plain step the run timed: what its cost figures divide by
+                    self.draft_stats.plain_step_s = event.step_s
                 c.drafted, c.accepted = self.draft_stats.drafted, self.draft_stats.accepted
                 self._verdicts = list(event.verdicts[: event.accepted])
                 if self._proposed is not None:

@@ -43,7 +43,7 @@ import torch
 from ..draft_stats import DraftStats
 from ..drafters import Draft, Drafter
 from ..events import DraftProposed, DraftVerified, Event, PositionVerdict, TokenSource
-from ..forward import forward, prepare, rollback
+from ..forward import forward, prepare, rollback, to_host
 from ..grammar import GrammarMask
 from ..live import LiveParams
 from ..loading import context_length
@@ -127,6 +127,8 @@ def speculative(
                                         generator)
             yield transcript.emit(first, stats=first_stats)
             context.append(first)
+            if not fast:  # a new shape would mean a new compile: there the step is inferred from the verifications
+                stats.plain_step_s = _plain_step(model, cache, context, repeat=2 if graphs else 1)
 
         round_ = 0
         while not transcript.done:
@@ -182,7 +184,7 @@ def speculative(
                     yield DraftVerified(round=round_, verdicts=verdicts if end is not None else verdicts + cut,
                                         accepted=n, extra_token_id=extra,
                                         extra_kind=kind, target_forwards=transcript.target_forwards,
-                                        draft_s=draft_s, verify_s=verify_s)
+                                        draft_s=draft_s, verify_s=verify_s, step_s=stats.plain_step_s)
                 # 5. Emit the accepted prefix, then the target's extra token, if the run goes on past the prefix.
                 # Each with the target's figures for it under its raw distribution, from this verification.
                 for i, token in enumerate(drafted[:n]):
@@ -220,6 +222,21 @@ def _grammar_cut(stages: StageContext | None, context: list[int], drafted: list[
     q = 1.0  # the drafter's probability is not what ended it; a copy's is 1
     return tuple(PositionVerdict(i, drafted[i], 0.0, q, None, "cut" if i == allowed else "untested")
                  for i in range(allowed, len(drafted)))
+
+
+def _plain_step(model: PreTrainedModel, cache: Cache, context: list[int], repeat: int) -> float:
+    """A plain target step's seconds: one forward of the pending token, as greedy decoding runs it, then rolled
+    back (it decides nothing). The run's c and a verification's cost are against this measured step, not one
+    inferred from verifications. On a graph path the first call may capture its graph, so the last is timed."""
+    confirmed = len(context) - 1  # the cache holds everything but the pending token
+    feed = torch.tensor([context[-1:]], device=model.device)  # [1, 1]
+    seconds = 0.0
+    for _ in range(repeat):
+        started = time.perf_counter()
+        to_host([forward(model, feed, cache)[0, -1, :1]])  # the copy waits for the device
+        seconds = time.perf_counter() - started
+        rollback(cache, confirmed)
+    return seconds
 
 
 class _VerifyForward:
