@@ -23,11 +23,9 @@ from ..core.registry import ALIASES, DEFAULT_ALIAS, EMBEDDED_ALIASES, is_availab
 from . import headless, measure
 from .config import UserConfig
 from .config import load as load_config
-from .headless import fail, status
-from .options import (
+from .flags import (
     CompareOpt,
     CompareRunsOpt,
-    DecodingOptions,
     DeviceOpt,
     DraftConfidenceOpt,
     DtypeChoice,
@@ -38,6 +36,10 @@ from .options import (
     TableFormatChoice,
     ThemeOpt,
     TrustRemoteCodeOpt,
+)
+from .headless import fail, status
+from .options import (
+    DecodingOptions,
     decoding_command,
     parse_modes,
     theme_name,

@@ -23,7 +23,8 @@ import typer
 from ..core.errors import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_TERMINATED, DecodeTuiError
 from ..core.params import DecodeConfig, check_device_map
 from ..tui.numbers import count, decoded_tokens
-from .options import DecodingOptions, FormatChoice, ModeChoice
+from .flags import FormatChoice, ModeChoice
+from .options import DecodingOptions
 from .steering import Steering, build_path, forced_summary
 
 if TYPE_CHECKING:

@@ -1,9 +1,12 @@
 """The ``decode-tui`` entry point: the commands (cli/commands.py), with no traceback for Ctrl-C or a closed pipe.
 
-The command line is five files: cli/options.py (each option defined once,
-and the config they become), cli/headless.py (``generate``'s output),
-cli/measure.py (``bench``'s and ``whatif``'s), cli/commands.py (the commands
-themselves) and cli/teaching.py (the lessons).
+The command line is these files: cli/flags.py (each option's declaration:
+name, help, range check), cli/options.py (the options a decoding command
+takes, and the config they become), cli/steering.py (--force and --resume),
+cli/outputs.py (the files a command writes, checked and claimed),
+cli/headless.py (``generate``'s output), cli/measure.py (``bench``'s and
+``whatif``'s), cli/commands.py (the commands themselves) and cli/teaching.py
+(the lessons).
 """
 
 from __future__ import annotations

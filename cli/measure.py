@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 from ..core.errors import DecodeTuiError
 from ..core.params import check_device_map
 from ..tui.numbers import count
+from .flags import ModeChoice, TableFormatChoice
 from .headless import _load, _load_draft, _load_models, _write, ensure_model, fail, status
-from .options import DecodingOptions, ModeChoice, TableFormatChoice
+from .options import DecodingOptions
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -27,13 +27,11 @@ from ..core.registry import EMBEDDED_ALIASES, resolve
 from ..lessons import Lesson, LessonError, load, shipped
 from ..tui.numbers import count
 from .commands import _run_app, app, configured_model_exists, need_terminal, user_config
+from .flags import ModeChoice, TableFormatChoice, ThemeOpt
 from .headless import fail
 from .options import (
     ONLY_FOR,
     DecodingOptions,
-    ModeChoice,
-    TableFormatChoice,
-    ThemeOpt,
     build_config,
     constraint_of,
     decoding_command,

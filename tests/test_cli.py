@@ -363,7 +363,8 @@ def test_run_and_generate_take_the_same_decoding_options() -> None:
 
 
 def test_build_config_takes_keywords_only() -> None:
-    from decode_tui.cli.options import ModeChoice, build_config
+    from decode_tui.cli.flags import ModeChoice
+    from decode_tui.cli.options import build_config
 
     with pytest.raises(TypeError):
         build_config(ModeChoice.sample, 16)  # type: ignore[call-arg]

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from decode_tui.cli.options import ModeChoice
+from decode_tui.cli.flags import ModeChoice
 from decode_tui.cli.teaching import lesson_config, playback
 from decode_tui.core.events import Finished
 from decode_tui.lessons import Lesson, Pause, PauseTracker, parse, shipped

@@ -1,0 +1,205 @@
+"""Each command-line option's declaration: its Typer annotation (name, type, help, panel) and its range check,
+and the choices some of them take.
+
+One module of declarations, so that cli/options.py holds what the options become (a DecodeConfig and a prompt)
+and the commands take their annotations from here. It imports typer and the core's parameter names, never torch:
+`decode-tui --help` stays light.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..core.params import EarlyStopping
+from ..core.registry import DEFAULT_ALIAS
+
+
+class ModeChoice(StrEnum):
+    greedy = "greedy"
+    sample = "sample"
+    beam = "beam"
+    speculative = "speculative"
+    pld = "pld"
+
+
+class FormatChoice(StrEnum):
+    text = "text"
+    jsonl = "jsonl"
+
+
+class TableFormatChoice(StrEnum):
+    text = "text"
+    json = "json"
+
+
+class EarlyStoppingChoice(StrEnum):
+    true = "true"
+    false = "false"
+    never = "never"
+
+
+EARLY_STOPPING: dict[EarlyStoppingChoice, EarlyStopping] = {
+    EarlyStoppingChoice.true: True, EarlyStoppingChoice.false: False, EarlyStoppingChoice.never: "never"}
+
+
+class DtypeChoice(StrEnum):
+    auto = "auto"
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
+
+
+class DeviceMapChoice(StrEnum):
+    auto = "auto"
+    balanced = "balanced"
+    sequential = "sequential"
+
+
+
+
+def _check_top_p(value: float | None) -> float | None:
+    if value is not None and not (0.0 < value <= 1.0):
+        raise typer.BadParameter(f"{value} is not in (0, 1]. Use 1 to turn nucleus sampling off.")
+    return value
+
+
+def _check_penalty(value: float | None) -> float | None:
+    if value is not None and not value > 0:
+        raise typer.BadParameter(f"{value} is not positive. Use 1 for no penalty, above 1 to discourage repeats.")
+    return value
+
+
+def _check_device(value: str) -> str:
+    import re
+
+    if not re.match(r"^(auto|cpu|mps|cuda(:\d+)?)$", value):
+        raise typer.BadParameter(f"unknown device {value!r}. Use auto, cpu, cuda, cuda:N or mps.")
+    return value
+
+
+ModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="Alias (see `decode-tui models`), Hugging "
+                                              "Face repo id, local folder or .gguf file. \\[default: the config "
+                                              f"file's model, else {DEFAULT_ALIAS}]", rich_help_panel="Model")]
+DeviceOpt = Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N or mps.", callback=_check_device,
+                                        rich_help_panel="Model")]
+DtypeOpt = Annotated[DtypeChoice, typer.Option(help="auto: bf16 on CUDA, fp32 on CPU.",
+                                               rich_help_panel="Model")]
+TrustRemoteCodeOpt = Annotated[bool, typer.Option("--trust-remote-code", help="Allow a checkpoint's own "
+                                                    "Python code to run.", rich_help_panel="Model")]
+PromptOpt = Annotated[str | None, typer.Option("--prompt", "-p", help="The prompt text.",
+                                               rich_help_panel="Prompt")]
+PromptFileOpt = Annotated[Path | None, typer.Option(help="Read the prompt from a UTF-8 file (- for stdin).",
+                                                     rich_help_panel="Prompt")]
+NoChatOpt = Annotated[bool, typer.Option("--no-chat", help="Feed the prompt as-is, without the chat "
+                                          "template.", rich_help_panel="Prompt")]
+ModeOpt = Annotated[ModeChoice, typer.Option(help="Decoding strategy.", rich_help_panel="Decoding")
+                    ]
+MaxNewTokensOpt = Annotated[int, typer.Option(min=1, help="Stop after this many new tokens.",
+                                                rich_help_panel="Decoding")]
+TemperatureOpt = Annotated[float | None, typer.Option(min=0.0, help="Sampling temperature; 0 is greedy. "
+                                                      "\\[default: 1.0]", rich_help_panel="Sampling")]
+TopKOpt = Annotated[int | None, typer.Option(min=0, help="Keep the k most likely tokens; 0 is off. "
+                                              "\\[default: 50]", rich_help_panel="Sampling")]
+TopPOpt = Annotated[float | None, typer.Option(callback=_check_top_p, help="Nucleus sampling mass in "
+                                                "(0, 1]. \\[default: 1.0]", rich_help_panel="Sampling")]
+RepetitionPenaltyOpt = Annotated[float | None, typer.Option(callback=_check_penalty, help="> 1 discourages "
+                                                             "tokens already seen. \\[default: 1.0]",
+                                                             rich_help_panel="Sampling")]
+MinPOpt = Annotated[float | None, typer.Option(help="min-p: drop tokens below min_p × the top token's "
+                                               "probability, in [0, 1] (0.05 is common). \\[default: off]",
+                                               rich_help_panel="Sampling")]
+TypicalPOpt = Annotated[float | None, typer.Option(help="Typical sampling: keep the tokens whose surprisal is "
+                                                   "closest to the entropy, up to this mass, in (0, 1]. "
+                                                   "\\[default: 1.0, off]", rich_help_panel="Sampling")]
+EpsilonCutoffOpt = Annotated[float | None, typer.Option(help="Drop tokens below this probability, in [0, 1) "
+                                                        "(3e-4 is common). \\[default: 0, off]",
+                                                        rich_help_panel="Sampling")]
+EtaCutoffOpt = Annotated[float | None, typer.Option(help="Eta sampling: drop tokens below min(eta, √eta·e^-H), "
+                                                    "in [0, 1). \\[default: 0, off]", rich_help_panel="Sampling")]
+TopHOpt = Annotated[float | None, typer.Option(help="Top-h: keep the top tokens while their entropy stays below "
+                                               "this fraction of the entropy, in (0, 1]. \\[default: off]",
+                                               rich_help_panel="Sampling")]
+NoRepeatNgramSizeOpt = Annotated[int | None, typer.Option(help="Forbid any n-gram of this size from appearing "
+                                                          "twice (prompt included). \\[default: 0, off]",
+                                                          rich_help_panel="Sampling")]
+BadWordsOpt = Annotated[str | None, typer.Option(help="Comma-separated words the output must not contain, "
+                                                 "however the tokenizer would spell them: matched as written (case "
+                                                 "too), anywhere, also inside a longer word.",
+                                                 rich_help_panel="Sampling")]
+MinNewTokensOpt = Annotated[int | None, typer.Option(help="Forbid the end of text before this many new tokens. "
+                                                     "\\[default: 0]", rich_help_panel="Sampling")]
+JsonSchemaOpt = Annotated[str | None, typer.Option(help="Constrain the output to this JSON schema: a file, or "
+                                                   "the schema itself.", rich_help_panel="Constrained decoding")]
+RegexOpt = Annotated[str | None, typer.Option(help="Constrain the output to match this regex in full. \\d means "
+                                              "an ASCII digit, [0-9], as in a JSON schema's pattern.",
+                                              rich_help_panel="Constrained decoding")]
+GrammarOpt = Annotated[Path | None, typer.Option(help="Constrain the output to this Lark grammar file "
+                                                 "(llguidance's syntax; in its /regexes/ \\d is any "
+                                                 "Unicode digit: write [0-9]).",
+                                                 rich_help_panel="Constrained decoding")]
+SeedOpt = Annotated[int | None, typer.Option(min=0, help="Seed for sampling; the same seed gives the same "
+                                             "tokens.", rich_help_panel="Sampling")]
+NumBeamsOpt = Annotated[int | None, typer.Option(min=1, help="Beams kept at each step. \\[default: 4]",
+                                                  rich_help_panel="Beam search")]
+LengthPenaltyOpt = Annotated[float | None, typer.Option(help="Score = sum log-prob / length ** this; > 0 favours "
+                                                         "longer outputs. \\[default: 1.0]",
+                                                         rich_help_panel="Beam search")]
+EarlyStoppingOpt = Annotated[EarlyStoppingChoice | None, typer.Option(help="true: stop once num-beams "
+                                                                       "hypotheses are finished; false: when no "
+                                                                       "open beam can win (heuristic); never: the "
+                                                                       "exact test. \\[default: false]",
+                                                                       rich_help_panel="Beam search")]
+NumReturnSequencesOpt = Annotated[int | None, typer.Option(min=1, help="Hypotheses to return, best first "
+                                                             "(<= num-beams). \\[default: 1]",
+                                                             rich_help_panel="Beam search")]
+DraftOpt = Annotated[str | None, typer.Option(help="speculative: the draft model: a model spec, self (the "
+                                              "target's own weights), int4 or int8 (the target quantised, "
+                                              "CPU), layers:N (its first N layers) or a combination such as "
+                                              "int4+layers:20. \\[default: int4]",
+                                              rich_help_panel="Speculative and PLD")]
+NumDraftTokensOpt = Annotated[int | None, typer.Option(min=1, help="speculative: tokens drafted per round (the "
+                                                         "most, with --adaptive). \\[default: 20]",
+                                                         rich_help_panel="Speculative and PLD")]
+MaxNgramSizeOpt = Annotated[int | None, typer.Option(min=1, help="pld: the longest n-gram to look up. "
+                                                       "\\[default: 3]", rich_help_panel="Speculative and PLD")
+                              ]
+NumPredTokensOpt = Annotated[int | None, typer.Option(min=1, help="pld: the most tokens copied per match, its "
+                                                        "draft length (the most, with --adaptive). \\[default: 10]",
+                                                        rich_help_panel="Speculative and PLD")
+                               ]
+DraftConfidenceOpt = Annotated[float | None, typer.Option(
+    help="speculative: the draft model stops a round's draft once it gives its own token less than this "
+         "probability (transformers' assistant_confidence_threshold; 0 always drafts the full length). "
+         "\\[default: 0.4]", rich_help_panel="Speculative and PLD")]
+AdaptiveOpt = Annotated[bool, typer.Option("--adaptive", help="Choose the draft length from the measured "
+                                           "acceptance and verify cost (never much slower than greedy).",
+                                           rich_help_panel="Speculative and PLD")]
+CompareOpt = Annotated[bool, typer.Option("--compare", help="Also run plain greedy on the same prompt; report "
+                                          "the speedup and whether the outputs are identical.",
+                                          rich_help_panel="Speculative and PLD")]
+FastOpt = Annotated[bool, typer.Option("--fast", help="Static KV cache and compiled decoding steps and "
+                                       "verifications (torch.compile; CUDA graphs on a GPU): the same tokens, "
+                                       "faster on a GPU once compiled (the first run compiles for tens of "
+                                       "seconds). On a CPU it does not pay for a demo: 96 s of compiling for "
+                                       "at best 1.4x (README). Not for beam search.", rich_help_panel="Decoding")]
+CompareRunsOpt = Annotated[int, typer.Option("--compare-runs", min=1, help="With --compare: timed runs a side, "
+                                             "alternated, after a warm-up of each; the speed-up is their median "
+                                             "ratio, printed with its range.", rich_help_panel="Speculative and PLD")]
+CudaGraphsOpt = Annotated[bool, typer.Option("--cuda-graphs/--no-cuda-graphs", help="On CUDA, replay decoding steps "
+                                             "and verifications as CUDA graphs of the model on a static KV cache "
+                                             "(captured in milliseconds while loading; the same tokens). Ignored "
+                                             "elsewhere and for beam search.", rich_help_panel="Decoding")]
+DeviceMapOpt = Annotated[DeviceMapChoice | None, typer.Option("--device-map", help="Spread a model too big for one "
+                                                              "GPU over this host's GPUs (accelerate's big-model "
+                                                              "inference; the CPU, then the disk, take what does "
+                                                              "not fit). Replaces --device.",
+                                                              rich_help_panel="Model")]
+OutputFormatOpt = Annotated[FormatChoice, typer.Option("--format", help="text: the text on stdout, stats "
+                                                        "on stderr. jsonl: one JSON event per line.",
+                                                        rich_help_panel="Output")]
+ThemeOpt = Annotated[str | None, typer.Option(help="dark (default), presenter (light, high contrast), colorblind "
+                                              "or mono (the default when NO_COLOR is set).", rich_help_panel="App")]
