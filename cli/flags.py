@@ -121,7 +121,8 @@ EpsilonCutoffOpt = Annotated[float | None, typer.Option(help="Drop tokens below 
 EtaCutoffOpt = Annotated[float | None, typer.Option(help="Eta sampling: drop tokens below min(eta, √eta·e^-H), "
                                                     "in [0, 1). \\[default: 0, off]", rich_help_panel="Sampling")]
 TopHOpt = Annotated[float | None, typer.Option(help="Top-h: keep the top tokens while their entropy stays below "
-                                               "this fraction of the entropy, in (0, 1]. \\[default: off]",
+                                               "this fraction of the entropy of the 100 most likely (transformers "
+                                               "looks no further), in (0, 1]. \\[default: off]",
                                                rich_help_panel="Sampling")]
 NoRepeatNgramSizeOpt = Annotated[int | None, typer.Option(help="Forbid any n-gram of this size from appearing "
                                                           "twice (prompt included). \\[default: 0, off]",

@@ -324,7 +324,8 @@ def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: F
         else:
             _write(out, "\n")
         how = "terminated" if interrupted == signal.SIGTERM else "interrupted"
-        stderr().print(f"decode-tui: {how} after {count(result.new_tokens, 'token')}; the text so far is above. "
+        where = "the events so far are above, ending with `finished`" if jsonl else "the text so far is above"
+        stderr().print(f"decode-tui: {how} after {count(result.new_tokens, 'token')}; {where}. "
                         f"{_stats_line(lm, result)}")
         raise typer.Exit(EXIT_TERMINATED if interrupted == signal.SIGTERM else EXIT_INTERRUPTED) from None
     finally:

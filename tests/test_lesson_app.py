@@ -405,6 +405,8 @@ async def test_showing_a_branch_and_coming_back_leaves_the_lesson_where_it_was(w
     """`B`, down, `enter` (branch #1), then `B`, up, `enter` (back to #0) left the lesson stuck: the run shown
     again had been stopped, and n and space did nothing while the narration offered them. The run on screen is
     parked while another branch is shown, and goes on from where it was when its branch is shown again."""
+    from textual.widgets import Tree
+
     from decode_tui.tui.screens.branches import BranchesScreen
 
     lesson = next(lesson for lesson in LESSONS if lesson.name == "what-if")
@@ -422,6 +424,8 @@ async def test_showing_a_branch_and_coming_back_leaves_the_lesson_where_it_was(w
         for keys in (("down", "enter"), ("up", "enter")):
             await pilot.press("B")
             await until(pilot, lambda: isinstance(app.screen, BranchesScreen))
+            labels = [str(node.label) for node in app.screen.query_one("#branches-tree", Tree).root.children]
+            assert labels[0].endswith("paused"), labels  # the first run is paused (parked, or on screen), not running
             await pilot.press(*keys)
             await until(pilot, lambda: not isinstance(app.screen, BranchesScreen))
             await pilot.pause(0.2)

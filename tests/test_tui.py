@@ -206,6 +206,28 @@ async def test_restart_runs_again_from_the_start() -> None:
 
 
 @in_event_loop
+async def test_a_restart_clears_the_last_runs_candidates() -> None:
+    """A replay's r left "step 10: argmax" of the run before in the candidates panel until its next step."""
+    from decode_tui.tui.widgets.candidates import CandidatesPanel
+
+    loading = threading.Event()
+    loading.set()
+    app, fake = make(fake=FakeDecoder(loading=loading))
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot, app)
+            panel = app.query_one(CandidatesPanel)
+            assert panel.last is not None
+            loading.clear()  # the new run "loads" until set: none of its steps come
+            await pilot.press("r")
+            await until(pilot, lambda: len(fake.runs) == 2)
+            await pilot.pause(0.2)
+            assert panel.last is None and "step" not in str(panel.render())
+    finally:
+        loading.set()
+
+
+@in_event_loop
 async def test_cycling_the_mode_mid_run_restarts_in_the_next_mode() -> None:
     app, fake = make(fake=FakeDecoder(delay=0.05))
     async with app.run_test(size=SIZE) as pilot:
@@ -407,6 +429,20 @@ def test_a_name_that_gives_way_keeps_its_end_from_a_words_start() -> None:
     assert cut_keeping_end(label, 28, 12) == "…(04-speculative.jsonl)", "not '…ding (04-speculative.jsonl)'"
     assert cut_keeping_end("/models/a-very-long-model-name", 12, 8) == "…-model-name"
     assert cut_keeping_end("short.jsonl", 40, 12) == "short.jsonl"
+    assert cut_keeping_end(label, 16, 12) == "…culative.jsonl", "a cut that took the '(' leaves no stray ')'"
+
+
+@in_event_loop
+async def test_before_the_run_starts_the_header_says_no_auto_auto() -> None:
+    """The header read "smollm2 · auto auto · GREEDY" until the first step: "auto" is "not chosen yet"."""
+    from decode_tui.tui.widgets.run_header import RunHeader
+
+    app, _ = make(start_paused=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.1)
+        header = app.query_one(RunHeader)
+        header.show(app.settings, None, "loading")
+        assert "auto" not in header._shown.splitlines()[0], header._shown
 
 
 def test_bars_show_eighths_of_a_cell() -> None:
@@ -1300,7 +1336,7 @@ async def test_the_grammar_and_cutoff_stages_say_what_they_cut_and_show_the_refu
         segments = list(panel.render_line(struck[0]))
         assert any(seg.style is not None and Style.parse("strike") in [Style(strike=seg.style.strike)]
                    for seg in segments if seg.text.strip()), "refused candidates are struck through"
-        assert any(line.startswith("min-p: cut p < min_p × p_max = 0.10: 1 removed, 1 left") for line in shown), \
+        assert any(line.startswith("min-p: cut p < min_p × p_max = 10.0%: 1 removed, 1 left") for line in shown), \
             "\n".join(shown)
 
 

@@ -132,7 +132,10 @@ class BranchControl:
             else:
                 self.host.push_screen(CompareBranches(self.tree, self.tree.current, number))
 
-        self.host.push_screen(BranchesScreen(self.tree), picked)
+        states = {self.tree.current: self.host.view.counters.state}  # the run on screen: running or paused
+        if self.parked is not None:
+            states[self.parked[0]] = "paused"
+        self.host.push_screen(BranchesScreen(self.tree, states), picked)
 
     def show(self, number: int) -> None:
         """Show a stored branch from its own events, in its own settings."""

@@ -59,8 +59,9 @@ class Branch:
     def forced(self) -> list[TokenEmitted]:
         return [t for t in self.tokens if t.source == "forced"]
 
-    def summary(self) -> str:
-        """One line for the tree: where it forks, what was forced and how likely it was, its length and figures."""
+    def summary(self, state: str = "stopped") -> str:
+        """One line for the tree: where it forks, what was forced and how likely it was, its length and figures.
+        ``state``: what an unfinished branch's run is doing (running, paused, stopped)."""
         done = self.finished
         length = done.new_tokens if done else len(self.tokens)
         parts = [f"#{self.number}"]
@@ -75,7 +76,7 @@ class Branch:
         parts.append(f"{length} tokens")
         if done is not None and done.sum_logprob is not None and done.perplexity is not None:
             parts.append(f"sum log-prob {done.sum_logprob:.2f}, perplexity {done.perplexity:.2f}")
-        parts.append(f"finish: {done.finish_reason}" if done else "running")
+        parts.append(f"finish: {done.finish_reason}" if done else state)
         return " · ".join(parts)
 
 

@@ -21,6 +21,12 @@ def percent(p: float) -> str:
     return f"{p:6.1%}"
 
 
+def cut_at(p: float) -> str:
+    """A probability threshold on the candidates' scale (a percentage, one decimal, as the bars beside it say
+    theirs: ``4.3%``), with two significant digits where one decimal would read as nothing (``0.03%``)."""
+    return f"{p:.1%}" if p >= 0.001 or p == 0.0 else f"{p * 100:.2g}%"
+
+
 EIGHTHS = " ▏▎▍▌▋▊▉"
 
 

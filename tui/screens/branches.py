@@ -25,9 +25,11 @@ class BranchesScreen(ModalScreen[Picked | None]):
         Binding("escape", "cancel", "Close", id="branches.close"),
     ]
 
-    def __init__(self, tree: BranchTree) -> None:
+    def __init__(self, tree: BranchTree, states: dict[int, str] | None = None) -> None:
+        """``states``: what the unfinished branches' runs are doing (running, paused); the others were stopped."""
         super().__init__()
         self.family = tree
+        self.states = states or {}
 
     def compose(self) -> ComposeResult:
         with Vertical(id="branches-box"):
@@ -39,8 +41,8 @@ class BranchesScreen(ModalScreen[Picked | None]):
             for _, branch in self.family.rows():
                 parent = nodes.get(branch.parent, widget.root) if branch.parent is not None else widget.root
                 mark = "▶ " if branch.number == self.family.current else ""
-                nodes[branch.number] = parent.add(mark + branch.summary(), data=branch.number, expand=True,
-                                                  allow_expand=False)
+                label = mark + branch.summary(self.states.get(branch.number, "stopped"))
+                nodes[branch.number] = parent.add(label, data=branch.number, expand=True, allow_expand=False)
             yield widget
 
     def on_mount(self) -> None:

@@ -18,7 +18,7 @@ from rich.segment import Segment
 from rich.text import Text
 
 from ...core.events import StageCandidates, TokenSampled
-from ..numbers import bar, nth, percent, prob
+from ..numbers import bar, cut_at, nth, percent, prob
 from .live_panel import LivePanel
 
 BAR_WIDTH = 20
@@ -44,11 +44,11 @@ def stage_note(stage: StageCandidates) -> str | None:
     if stage.stage == "grammar":
         return stage.detail
     if stage.stage == "min_p" and thr is not None:
-        return f"cut p < min_p × p_max = {prob(thr)}: {left}"
+        return f"cut p < min_p × p_max = {cut_at(thr)}: {left}"
     if stage.stage == "epsilon_cutoff" and thr is not None:
-        return f"cut p < ε = {prob(thr)}: {left}"
+        return f"cut p < ε = {cut_at(thr)}: {left}"
     if stage.stage == "eta_cutoff" and thr is not None and h is not None:
-        return f"cut p < min(η, √η·e^-H) = {prob(thr)}, H = {h:.2f} nats: {left}"
+        return f"cut p < min(η, √η·e^-H) = {cut_at(thr)}, H = {h:.2f} nats: {left}"
     if stage.stage == "typical_p" and thr is not None and h is not None:
         return f"kept |-log p - H| ≤ {thr:.2f} around H = {h:.2f} nats: {left}"
     if stage.stage == "top_h" and thr is not None:
@@ -81,6 +81,11 @@ class CandidatesPanel(LivePanel):
     def show(self, step: TokenSampled) -> None:
         self.last = step
         self.redraw()
+
+    def reset(self) -> None:
+        """A new run: the last run's step goes (a restart showed it until the new run's first step)."""
+        self.last = None
+        self.update("waiting for the first step")
 
     def redraw(self) -> None:
         if self.last is not None:

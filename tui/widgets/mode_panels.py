@@ -43,6 +43,7 @@ class ModePanels(ContentSwitcher):
         self.mode = mode
         self.current = PANEL_FOR_MODE[mode]
         self.query_one(BeamPanel).reset()
+        self.query_one(CandidatesPanel).reset()
         for panel in self.query(DraftPanel):
             panel.reset()
         self.query_one(LookupPanel).reset(())

@@ -21,7 +21,9 @@ class RunHeader(LivePanel):
         params = started.params if started is not None else {}
         device = params.get("device", settings.device)
         dtype = params.get("dtype", settings.dtype)
-        line = self._first_line(settings.model, f"{device} {dtype}", settings.mode.upper(), state, replaying)
+        # Before the run starts, "auto" means "not chosen yet": said as nothing rather than "auto auto".
+        where = " ".join(part for part in (device, dtype) if part != "auto")
+        line = self._first_line(settings.model, where, settings.mode.upper(), state, replaying)
         line.append("\n")
         line.append(f" {params_line(settings, params.get('seed'), self.size.width - 2 if self.size.width else None)}\n")
         # The prompt in every mode (PLD also shows it, token by token, around each match): one line, cut to fit.
@@ -62,7 +64,7 @@ class RunHeader(LivePanel):
         line.append(label, style="bold reverse")
         if name is not None:
             line.append(f"{replay}{name} ", style="bold reverse")
-        line.append(f"{sep[:len(sep) // 2]}{shown}{sep}{where}{sep}")
+        line.append(f"{sep[:len(sep) // 2]}{shown}{sep}" + (f"{where}{sep}" if where else ""))
         line.append(mode, style="bold")
         line.append(f"{sep}{state}")
         return line
@@ -77,4 +79,6 @@ def cut_keeping_end(name: str, room: int, least: int) -> str:
     kept = name[-(room - 1):]
     if " " in kept[:-1]:  # from a word's start: "…(04-speculative.jsonl)", not "…ding (04-speculative.jsonl)"
         kept = kept[kept.index(" ") + 1:]
+    if kept.count(")") > kept.count("("):  # the cut took the opening bracket: "…what-if.jsonl", not "…jsonl)"
+        kept = kept[: kept.rindex(")")] + kept[kept.rindex(")") + 1 :]
     return "…" + kept
