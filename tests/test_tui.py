@@ -690,13 +690,13 @@ async def test_a_long_recording_or_model_name_gives_way_in_the_header_and_the_pr
         await settle(pilot, app)
         first, params, prompt = _shown(app.query_one(RunHeader))
         assert first.endswith("SPECULATIVE · finished") and len(first) < 80, first
-        assert first.startswith(" REPLAY …-length.jsonl)  …") and "-Instruct-v2 · cpu float32" in first, first
+        assert first.startswith(" REPLAY …-length.jsonl  …") and "-Instruct-v2 · cpu float32" in first, first
         assert prompt.startswith(" prompt: ") and "k≤" in params, (params, prompt)
     app = DecodeApp(with_mode(Settings(), "speculative"), FakeDecoder().source, replaying=long_name)
     async with app.run_test(size=(80, 24)) as pilot:  # a lesson at 80 columns: only the recording's name gives way
         await settle(pilot, app)
         first = _shown(app.query_one(RunHeader))[0]
-        assert first.endswith("…ve-draft-length.jsonl)  smollm2 · cpu float32 · SPECULATIVE · finished"), first
+        assert first.endswith("…ve-draft-length.jsonl  smollm2 · cpu float32 · SPECULATIVE · finished"), first
         assert len(first) < 80, first
     app = DecodeApp(settings, FakeDecoder().source, replaying="x.jsonl")
     async with app.run_test(size=(160, 24)) as pilot:  # room for both: nothing is cut
