@@ -160,7 +160,11 @@ async def test_each_mode_shows_its_panel(mode: str) -> None:
 async def test_paused_run_advances_one_step_per_key() -> None:
     app, _ = make(start_paused=True)
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, paused_at(app, WORDS[0]))  # a paused run stops at the end of its first step
+        await pilot.pause(0.3)
+        # A run started paused has decoded nothing (it said "1 token, 0.2 tok/s" before any key): n is its first.
+        assert app.pump is not None and app.pump.paused and text(app) == "" and app.view.counters.tokens == 0
+        await pilot.press("n")
+        await until(pilot, paused_at(app, WORDS[0]))
         await pilot.press("n")
         await until(pilot, paused_at(app, "".join(WORDS[:2])))
         await pilot.press("n", "n")
@@ -174,6 +178,7 @@ async def test_paused_run_advances_one_step_per_key() -> None:
 async def test_a_step_in_speculative_mode_is_a_whole_draft_round() -> None:
     app, _ = make("speculative", start_paused=True)
     async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("n")
         await until(pilot, paused_at(app, WORDS[0]))  # the prefill's token
         await pilot.press("n")
         await until(pilot, paused_at(app, "".join(WORDS[:5])))  # 3 accepted + the bonus, in one step
@@ -653,6 +658,7 @@ async def test_a_replay_pauses_and_steps_like_a_live_run() -> None:
         recorded = list(app.view.trace)
     replayed = DecodeApp(Settings(), lambda s, live: replay(recorded, 0.0), start_paused=True, replaying="x")
     async with replayed.run_test(size=SIZE) as pilot:
+        await pilot.press("n")
         await until(pilot, paused_at(replayed, WORDS[0]))
         await pilot.press("n")
         await until(pilot, paused_at(replayed, "".join(WORDS[:2])))

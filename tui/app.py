@@ -181,7 +181,7 @@ class DecodeApp(App[int]):
                               auto_pause=AutoPause().check if self.auto_pause else None,
                               after=previous.finished if previous is not None else None,
                               lesson_pause=self.lessons.pauses(),
-                              hold_first=self.lesson is not None and self.start_paused)
+                              hold_first=self.start_paused)
         if self.start_paused:
             self.pump.pause()
         self._clear()
