@@ -188,7 +188,8 @@ def whatif_cmd(
 @decoding_command
 def run_app(
     options: DecodingOptions,
-    start_paused: Annotated[bool, typer.Option("--paused", help="Start paused, before the first token (the model loads and warms up meanwhile); n steps, space resumes.",
+    start_paused: Annotated[bool, typer.Option("--paused", help="Start paused, before the first token (the model "
+                                               "loads and warms up meanwhile); n steps, space resumes.",
                                                rich_help_panel="App")] = False,
     auto_pause: Annotated[bool, typer.Option("--auto-pause", help="Pause by itself on the first rejection, a "
                                              "lookup miss, a beam finishing and the end of the text.",
@@ -292,7 +293,8 @@ def replay_cmd(
                                               "key (x) or `decode-tui race --record`.")],
     speed: Annotated[float, typer.Option(min=0.0, help="Playback speed: 1 is the recorded pace, 2 twice as fast, "
                                          "0 as fast as possible.")] = 1.0,
-    start_paused: Annotated[bool, typer.Option("--paused", help="Start paused, before the first token (the model loads and warms up meanwhile); n steps, space resumes.")] = False,
+    start_paused: Annotated[bool, typer.Option(
+        "--paused", help="Start paused, before the first token; n steps, space resumes.")] = False,
     theme: ThemeOpt = None,
     cast: Annotated[Path | None, typer.Option(help="Instead of playing it, write the run (or race) as an "
                                               "asciinema cast file (the text streaming at the recorded pace, "
