@@ -1224,6 +1224,14 @@ async def test_a_token_drawn_from_below_the_top_candidates_shows_at_every_stage_
         inspector.show(TokenEmitted(index=3, token_id=77, text=" zed", start=0, end=4), surprise, None, {})
         rows = _plain(inspector).splitlines()
         assert any("' zed'" in row and row.rstrip().endswith("2.0% #12") for row in rows), rows
+        # Its title is one line (it wrapped at the table's width, ~25 columns), and the end of text, which writes
+        # no text, is named as the candidates name it, not ''.
+        eos = TokenSampled(step=4, token_id=2, text="<|im_end|>", prob=0.9, greedy=True, stages=stages[:1])
+        inspector.show(TokenEmitted(index=4, token_id=2, text="", start=4, end=4, logprob=-0.1, entropy=0.5, rank=1),
+                       eos, None, {})
+        rows = _plain(inspector).splitlines()
+        assert rows[0].startswith("token 5: '<|im_end|>' (id 2, target) · p"), rows
+        assert rows[0].rstrip().endswith("H 0.50"), rows
 
 
 @in_event_loop

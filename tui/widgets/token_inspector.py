@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import math
 
+from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 from ...core.events import PositionVerdict, TokenEmitted, TokenSampled
 from ..numbers import bar, nth, percent
@@ -17,9 +19,14 @@ BAR = 16
 class TokenInspector(LivePanel):
     def show(self, piece: TokenEmitted, sampled: TokenSampled | None, verdict: PositionVerdict | None,
              glyphs: dict[str, str]) -> None:
-        title = f"token {nth(piece.index)}: {piece.text!r} (id {piece.token_id}, {piece.source}){likelihood(piece)}"
+        # A token that writes no text (the end of text) by the name the candidates give it, not as ''.
+        named = piece.text or (sampled.text if sampled is not None and sampled.token_id == piece.token_id else "")
+        shown = repr(named) if named else "(a special token: it writes no text)"
+        title = f"token {nth(piece.index)}: {shown} (id {piece.token_id}, {piece.source}){likelihood(piece)}"
         if sampled is not None:
-            table = Table(title=title, title_justify="left", box=None, padding=(0, 1), show_header=False)
+            # The title as its own line above the table: as the table's title it wrapped at the table's width,
+            # about 25 columns of a 73-column panel.
+            table = Table(box=None, padding=(0, 1), show_header=False)
             final = sampled.stages[-1]
             for c in final.kept[:6]:
                 mark = glyphs.get("chosen", ">") if c.token_id == sampled.token_id else " "
@@ -28,7 +35,7 @@ class TokenInspector(LivePanel):
                 # drawn from below the candidates shown: its own row, with its rank
                 table.add_row(glyphs.get("chosen", ">"), repr(sampled.text), bar(final.chosen_prob, BAR),
                               f"{percent(final.chosen_prob)} #{final.chosen_rank}")
-            self.update(table)
+            self.update(Group(Text(title), table))
         elif verdict is not None:
             self.update(f"{title}\n  {verdict_line(verdict, copied=piece.source == 'lookup')}")
         elif piece.source in ("resampled", "bonus", "target", "forced"):
