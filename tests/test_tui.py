@@ -896,6 +896,17 @@ async def test_a_too_small_terminal_shows_a_notice_instead_of_the_layout() -> No
         assert "60×15" in _plain(notice)
         await pilot.resize_terminal(*SIZE)
         await until(pilot, lambda: not notice.display and app.query_one("#main").display)
+        # A dialog open when the terminal shrinks gives way to the notice (it was drawn over it).
+        from decode_tui.tui.screens.help import HelpScreen
+
+        await pilot.press("question_mark")
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        assert all(child.display for child in app.screen.children)
+        await pilot.resize_terminal(60, 15)
+        await until(pilot, lambda: not any(child.display for child in app.screen.children))
+        assert notice.display
+        await pilot.resize_terminal(*SIZE)
+        await until(pilot, lambda: all(child.display for child in app.screen.children))
 
 
 def test_adjust_clamps_at_the_limits_and_validates() -> None:

@@ -12,6 +12,8 @@ class TooSmall(LivePanel):
         """Mark the screen ``too-small`` (its stylesheet then shows this instead of the layout) when it is."""
         small = width < MIN_WIDTH or height < MIN_HEIGHT
         self.screen.set_class(small, "too-small")
+        # A dialog open over the screen hides its own content too, so the notice is not drawn under it.
+        self.app.set_class(small, "too-small")
         if small:
             self.show_size(width, height)
 
