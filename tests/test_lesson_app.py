@@ -315,7 +315,7 @@ async def test_at_80x24_a_lessons_summary_keeps_its_figures_in_view(lesson: Less
             await pilot.press("n")
             await pilot.pause(0.05)
         await settle(pilot, app)
-        shown = " ".join(" ".join(_shown(narration)).split())
+        shown = " ".join(" ".join(_shown(narration.body)).split())
         assert f"This run: {last.new_tokens} tokens" in shown, shown
         assert app.view.counters.state == "finished", "a lesson whose last pause is its end is finished, not paused"
 
@@ -440,3 +440,53 @@ async def test_showing_a_branch_and_coming_back_leaves_the_lesson_where_it_was(w
             await pilot.press("n")
         await until(pilot, lambda: "This run:" in narration.text)
         assert text(app) == last.text
+
+
+@pytest.mark.parametrize("lesson", LESSONS, ids=lambda lesson: lesson.name)
+@in_event_loop
+async def test_at_80x24_each_pause_shows_what_its_narration_points_at(lesson: Lesson) -> None:
+    """On a classroom projector's 80x24: at every pause of a lesson whose moments are in the candidates panel, each
+    stage's line (what it cut: min-p's threshold, the grammar's count) is on screen whole, and the final stage's
+    candidates with it; a narration taller than its panel says there is more, and PgDn reaches its end (the
+    json-schema summary stopped mid-sentence with no sign that more followed)."""
+    from decode_tui.core.events import TokenSampled
+    from decode_tui.tui.widgets.candidates import STAGE_NAMES, CandidatesPanel, stage_note
+
+    from .test_tui import _shown
+
+    pauses, _ = reached(lesson)
+    app = playback(lesson, speed=0)
+    async with app.run_test(size=(80, 24)) as pilot:
+        narration = app.query_one(Narration)
+        await pilot.pause(0.2)
+        for pause in pauses:
+            await pilot.press("n")
+            said = pause_text(pause, live=False, name=lesson.name)
+            await until(pilot, lambda said=said: said in narration.text)  # type: ignore[misc]
+            await pilot.pause(0.2)
+            _assert_more_is_signed(narration, pause.on)
+            sampled = [e for _, e in app.view.trace if isinstance(e, TokenSampled)]
+            if lesson.mode not in ("greedy", "sample") or not sampled:
+                continue
+            shown = " ".join(_shown(app.query_one(CandidatesPanel)))  # wrapped lines read as one
+            shown = " ".join(shown.split())
+            step = sampled[-1]
+            for stage in step.stages:
+                line = STAGE_NAMES.get(stage.stage, stage.stage) + (f": {note}" if (note := stage_note(stage)) else "")
+                assert " ".join(line.split()) in shown, (pause.on, line, shown)
+            best = step.stages[-1].kept[0]
+            assert repr(best.text) in shown, (pause.on, "the final stage's best candidate", shown)
+        if app.view.finished is None:
+            await pilot.press("n")
+        await until(pilot, lambda: "This run:" in narration.text)
+        await pilot.pause(0.2)
+        _assert_more_is_signed(narration, "summary")
+        for _ in range(10):  # PgDn until the end: the summary's last words come into view
+            await pilot.press("pagedown")
+            await pilot.pause(0.05)
+        assert narration.scroll_y == narration.max_scroll_y and not str(narration.border_subtitle).startswith("▼")
+
+
+def _assert_more_is_signed(narration: Narration, where: str) -> None:
+    taller = narration.max_scroll_y > 0
+    assert str(narration.border_subtitle).startswith("▼ more") == taller, (where, narration.border_subtitle)

@@ -278,6 +278,9 @@ class DecodeApp(App[int]):
             return
         self.pump.step()
 
+    def action_narration_page(self, pages: int) -> None:
+        self.lessons.page(pages)
+
     def action_restart(self) -> None:
         self.start_run()
 

@@ -54,6 +54,8 @@ APP_BINDINGS: tuple[Binding, ...] = (
     Binding("x", "export", "Export trace", show=False, id="export"),
     Binding("R", "race", "Race greedy, PLD and speculative on this prompt, side by side", show=False, id="race"),
     Binding("X", "save_svg", "Save the screen as an SVG (for a slide)", show=False, id="screenshot"),
+    Binding("pagedown", "narration_page(1)", "Scroll the lesson's text down", show=False, id="narration.down"),
+    Binding("pageup", "narration_page(-1)", "Scroll the lesson's text up", show=False, id="narration.up"),
     Binding("q", "quit", "Quit", id="quit"),
     Binding("ctrl+c", "interrupt", "Quit (Ctrl-C)", show=False, priority=True, id="interrupt"),
 )

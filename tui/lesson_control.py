@@ -70,3 +70,8 @@ class LessonControl:
             self.waiting = False
             if view.finished is None:
                 self.narration().going()
+
+    def page(self, pages: int) -> None:
+        """PgDn / PgUp: scroll the narration a panel at a time (a summary taller than an 80x24 panel)."""
+        if self.lesson is not None:
+            self.narration().page(pages)

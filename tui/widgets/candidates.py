@@ -92,9 +92,11 @@ class CandidatesPanel(LivePanel):
             text, self._row_width = self._text(self.last, self.top)
             self.update(text)
 
-    def _text(self, step: TokenSampled, top: int, room: int | None = None) -> tuple[Text, int]:
+    def _text(self, step: TokenSampled, top: int, room: int | None = None, compact: bool = False,
+              ) -> tuple[Text, int]:
         """The step's stages, ``top`` candidates each, with bars short enough for rows ``room`` cells wide (at
-        least 4 cells); and the width its rows take with full bars."""
+        least 4 cells); and the width its rows take with full bars. ``compact``: the stages between the raw
+        one and the last show their line (what they cut) without candidates."""
         bar_style = self.style_of("candidates--bar")
         chosen_style = self.style_of("candidates--chosen")
         stage_style = self.style_of("candidates--stage")
@@ -116,12 +118,14 @@ class CandidatesPanel(LivePanel):
         ranked = max((len(f" #{rank}") for _, shown in rows for _, _, _, rank in shown if rank is not None), default=0)
         full = width + 1 + BAR_WIDTH + 1 + PERCENT_W + ranked
         bar_width = BAR_WIDTH if room is None else max(4, BAR_WIDTH - max(0, full - room))
-        for stage, shown in rows:
+        for i, (stage, shown) in enumerate(rows):
             text.append("\n")
             text.append(STAGE_NAMES.get(stage.stage, stage.stage), style=stage_style)
             note = stage_note(stage)
             if note:
                 text.append(f": {note}", style="dim")
+            if compact and 0 < i < len(rows) - 1:
+                continue
             for p, label, chosen, rank in shown:
                 text.append("\n")
                 text.append(set_cell_size(label, width), style=chosen_style if chosen else "")
@@ -147,7 +151,9 @@ class CandidatesPanel(LivePanel):
         """Every stage, with shorter bars where the panel is narrow and fewer candidates where it is short.
 
         Cut at the bottom, a short panel (an 80x24 terminal) hid the last stages, top-k and top-p: the
-        distribution the token is drawn from. Each stage keeps at least its first candidate.
+        distribution the token is drawn from. Each stage keeps at least its first candidate; where even that is
+        too tall (a lesson's narration below), the stages between the raw one and the last keep only their line,
+        which says what each cut (min-p's threshold, say), and the raw and last stages their candidates.
         """
         lines = super().fit(width, height)
         step = self.last
@@ -156,4 +162,9 @@ class CandidatesPanel(LivePanel):
                 lines = self.lines_of(self._text(step, top, width)[0], width)
                 if len(lines) <= height:
                     break
+            else:  # one candidate a stage is still too tall: the stages between keep their line, not their rows
+                for top in range(self.top, 0, -1):
+                    lines = self.lines_of(self._text(step, top, width, compact=True)[0], width)
+                    if len(lines) <= height:
+                        break
         return lines

@@ -9,6 +9,8 @@ shows text it is given; which pause a run has reached is decided by
 from __future__ import annotations
 
 from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from ...core.events import Finished
@@ -42,15 +44,25 @@ def figures(result: Finished) -> str:
     return "; ".join(parts)
 
 
-class Narration(Static):
-    """A bordered panel titled with the lesson; its text changes a few times a lesson, not per token."""
+class Narration(VerticalScroll):
+    """A bordered panel titled with the lesson; its text changes a few times a lesson, not per token. A text taller
+    than the panel scrolls (a Static alone only cuts it): PgDn and PgUp, with a sign on the border while more
+    is below."""
+
+    # Never focused: a focused scroll view takes the arrows and enter, which select tokens and branch.
+    can_focus = False
 
     def __init__(self, lesson: Lesson, live: bool, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.body = Static(id="narration-body")
         self.lesson = lesson
         self.live = live
         self.border_title = f"lesson: {lesson.title}"
         self.text = ""
+        self.hint = ""
+
+    def compose(self) -> ComposeResult:
+        yield self.body
 
     def on_mount(self) -> None:
         self.intro()
@@ -59,8 +71,25 @@ class Narration(Static):
         """``body`` inside; the keys to press on the bottom border, where a long text (the summary in an
         80x24 terminal) cannot push them out of view as it did when they were its last line."""
         self.text = body
+        self.hint = hint
         self.border_subtitle = hint
-        self.update(Text(body))
+        self.body.update(Text(body))
+        self.scroll_home(animate=False)
+        self.call_after_refresh(self._sign_more)
+
+    def _sign_more(self) -> None:
+        """A text taller than the panel says so on the border, with the keys that scroll it: a summary cut
+        mid-sentence with no sign of more read as finished."""
+        self.border_subtitle = (f"▼ more: PgDn · {self.hint}" if self.max_scroll_y > 0 and self.scroll_y <
+                                self.max_scroll_y else self.hint)
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._sign_more)
+
+    def page(self, pages: int) -> None:
+        """Scroll the text by ``pages`` panels (PgDn: 1, PgUp: -1)."""
+        self.scroll_to(y=self.scroll_y + pages * max(1, self.content_size.height - 1), animate=False)
+        self.call_after_refresh(self._sign_more)
 
     def intro(self) -> None:
         self._show(self.lesson.intro, "n: start · space: pause or resume · ?: every key")
