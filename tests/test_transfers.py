@@ -93,8 +93,8 @@ def test_speculative_copies_once_per_target_forward_and_per_draft_token(
         else 0
     rounds = sum(isinstance(e, DraftProposed) for e in events)
     assert rounds >= 2  # the test means something only if there were rounds to verify
-    # One more: the plain step the run times once at its start (its c and v are against it).
-    assert len(calls) <= final.target_forwards + draft_steps + 1, calls
+    # A draft model's run makes one more: the plain step it times once at its start (its c and v are against it).
+    assert len(calls) <= final.target_forwards + draft_steps + (drafter_kind == "model"), calls
 
 
 @pytest.mark.parametrize("num_beams", [2, 4])

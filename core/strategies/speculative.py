@@ -127,7 +127,9 @@ def speculative(
                                         generator)
             yield transcript.emit(first, stats=first_stats)
             context.append(first)
-            if not fast:  # a new shape would mean a new compile: there the step is inferred from the verifications
+            # What a draft model's c and v divide by (a lookup's copy costs no forward: it has no c). Not on the
+            # compiled path, where a new shape would mean a new compile: there the step is inferred instead.
+            if drafter.kind == "model" and not fast:
                 stats.plain_step_s = _plain_step(model, cache, context, repeat=2 if graphs else 1)
 
         round_ = 0
