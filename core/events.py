@@ -445,6 +445,20 @@ class Branched(Event):
     forced_text: str
 
 
+@dataclass(frozen=True)
+class DraftLengthDecided(Event):
+    """Speculative and pld modes with ``--adaptive``: the policy changed what it drafts, and why, in words.
+
+    ``k``: the tokens it now asks the drafter for (0: plain steps, no draft). Emitted before the round it applies
+    to, each time its decision or its reason changes (a few times a run), not every round.
+    """
+
+    name: ClassVar[str] = "draft_length_decided"
+    round: int
+    k: int
+    reason: str
+
+
 EVENT_TYPES: tuple[type[Event], ...] = (
     Started,
     TokenEmitted,
@@ -452,6 +466,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     BeamStepped,
     DraftProposed,
     DraftVerified,
+    DraftLengthDecided,
     Finished,
     Branched,
 )

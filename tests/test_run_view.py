@@ -235,3 +235,13 @@ def test_a_recording_without_the_clock_replays_on_its_recorded_times() -> None:
                                                        worst_finished_score=None, done=False)))]
     played = list(replay(old, speed=0)())
     assert [getattr(e, "elapsed_s", None) for e in played] == [None, 0.25, 0.5, 0.5]  # and the "ended" notice
+
+
+def test_the_adaptive_policys_decision_reaches_the_draft_panel() -> None:
+    """A DraftLengthDecided is kept for the drafting panel to show, under its rounds or alone during plain steps."""
+    from decode_tui.core.events import DraftLengthDecided
+
+    view = RunView(paused=False, now=0.0)
+    view.apply([STARTED, DraftLengthDecided(round=3, k=0, reason="plain steps: no draft length pays")], now=1.0,
+               paused=False)
+    assert view.take().adaptive == "adaptive: plain steps: no draft length pays"

@@ -208,6 +208,28 @@ def test_adaptive_mode_is_lossless_and_stops_drafting_when_drafts_fail(byte_bpe:
     assert result.drafted < fixed.drafted / 2, "a drafter that is always wrong should mostly be left idle"
 
 
+
+def test_the_adaptive_policy_says_what_it_decided_and_why_when_it_changes(byte_bpe: Any) -> None:
+    """The app showed nothing of the policy's decisions: it says, before the round a decision applies to, what it
+    drafts now and why, only when that changes; a fixed draft length says nothing."""
+    from decode_tui.core.events import DraftLengthDecided
+
+    model = tiny_model("llama", vocab_size=V, seed=5)
+    events = run(model, byte_bpe, ModelDrafter(tiny_model("llama", vocab_size=V, seed=999), V), [3, 4, 5], 80, k=4,
+                 adaptive=True)
+    chosen = [e for e in events if isinstance(e, DraftLengthDecided)]
+    assert chosen and chosen[0].round == 0 and chosen[0].k == 4 and "first round" in chosen[0].reason
+    assert any(e.k == 0 and "plain step" in e.reason for e in chosen), [e.reason for e in chosen]
+    assert all((a.k, a.reason[:12]) != (b.k, b.reason[:12]) for a, b in itertools.pairwise(chosen)), "once a change"
+    assert len(chosen) <= 12, "a few times a run, not every round"
+    proposed = [e for e in events if isinstance(e, DraftProposed)]
+    for e in chosen:  # the decision precedes the round it applies to
+        later = [p for p in proposed if p.round >= e.round]
+        assert not later or e.k == 0 or later[0].max_tokens == e.k
+    fixed = run(model, byte_bpe, ModelDrafter(tiny_model("llama", vocab_size=V, seed=999), V), [3, 4, 5], 20, k=4)
+    assert not any(isinstance(e, DraftLengthDecided) for e in fixed)
+
+
 def test_int8_draft_is_lossless(byte_bpe: Any) -> None:
     model = tiny_model("llama", vocab_size=V, seed=6)
     draft = target_drafts.build(model, TargetDraft(8))

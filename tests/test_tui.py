@@ -1086,6 +1086,22 @@ def _shown(panel: Any) -> list[str]:
 
 
 @in_event_loop
+async def test_the_draft_panel_shows_the_adaptive_policys_decision() -> None:
+    from decode_tui.tui.widgets.draft_panel import DraftPanel
+
+    app, _ = make("speculative")
+    async with app.run_test(size=SIZE) as pilot:
+        panel = app.query_one("#panel-draft", DraftPanel)
+        panel.set_adaptive("adaptive: plain steps: at acceptance 20% no draft length beats a plain step")
+        await pilot.pause()
+        assert any("adaptive: plain steps" in line for line in _shown(panel)), _shown(panel)  # alone, no rounds
+        await settle(pilot, app)
+        panel.set_adaptive("adaptive: drafting up to 20: it beats a plain step")
+        await pilot.pause()
+        assert any("adaptive: drafting up to 20" in line for line in _shown(panel)), _shown(panel)  # under them
+
+
+@in_event_loop
 async def test_a_short_rounds_panel_shows_the_newest_rounds_and_the_latest_test() -> None:
     """Cut at the bottom, the panel would show the oldest of its ten rounds and hide the newest one's test."""
     from decode_tui.tui.run_view import Round

@@ -23,6 +23,7 @@ from ..core.draft_stats import DraftStats
 from ..core.events import (
     BeamStepped,
     Branched,
+    DraftLengthDecided,
     DraftProposed,
     DraftVerified,
     Event,
@@ -116,6 +117,7 @@ class Pending:
     caption: str | None = None  # a draft round's caption, written when its tokens are in
     captioned: Event | None = None  # or the newest event with a caption, written only if it is shown
     lookup_changed: bool = False
+    adaptive: str | None = None  # the adaptive policy's latest decision and why, when it changed
 
     def say(self, text: str | None) -> None:
         self.caption, self.captioned = text, None
@@ -198,6 +200,8 @@ class RunView:
                 c.beam_tokens += len(event.beams)
             elif isinstance(event, Branched):
                 c.kept, c.forced = event.position, len(event.forced_token_ids)
+            elif isinstance(event, DraftLengthDecided):
+                pending.adaptive = f"adaptive: {event.reason}"
             elif isinstance(event, DraftProposed):
                 self._proposed = event
             elif isinstance(event, DraftVerified):

@@ -110,6 +110,10 @@ class AdaptiveDraftLength:
         self.draft_cost = 0.0  # seconds per drafted token, moving average
         self.last_k = 0  # the draft length of the last round observed
         self.rounds = 0
+        self.reason = ""  # why the last choice, in words (a front end shows it)
+        # What kind of choice it was, with its k: a front end is told the reason when this changes, not every time
+        # the acceptance in its words moves a point.
+        self.decision: tuple[str, int] = ("", -1)
 
     def _fit(self) -> tuple[float, float] | None:
         """(c0, c1) of cost(k) = c0 + c1 * k (:func:`~decode_tui.core.draft_stats.fit_verify_costs`) over each k's
@@ -166,14 +170,19 @@ class AdaptiveDraftLength:
         self.replay_s = time.perf_counter() - started
         return min(seconds, key=lambda k: (seconds[k], -k))  # on a tie the longer draft: copies come in runs
 
+    def _decide(self, kind: str, k: int, reason: str) -> int:
+        self.decision, self.reason = (kind, k), reason
+        return k
+
     def choose(self) -> int:
         self.rounds += 1
         if self.replay is not None:
             return self._choose_by_replay()
         if self.rounds == 1:  # the acceptance, and the cost of the longest draft
-            return self.max_k
+            return self._decide("first", self.max_k, f"drafting {self.max_k}: the first round measures the "
+                                "acceptance and what drafting costs")
         if self._fit() is None:  # a second width to draw a line through
-            return 0
+            return self._decide("timing", 0, "a plain step: timing a second width, to price every draft length")
         return self._choose_by_model()
 
     def _choose_by_replay(self) -> int:
@@ -189,17 +198,29 @@ class AdaptiveDraftLength:
                 # Keep the replays under a twentieth of the run: wait as many rounds as that takes, at least 4.
                 per_round = self.spent_s / max(self.rounds - 1, 1)
                 self.next_replay = self.rounds + max(4, round(20 * self.replay_s / max(per_round, 1e-9)))
-            return min(self.replayed, self.max_k)
-        return self.max_k
+            k = min(self.replayed, self.max_k)
+            return self._decide("replay", k, f"copying up to {k}: replayed, the run so far would have been fastest "
+                                f"at {k}" if k else "plain steps: replayed, the run so far would have been fastest "
+                                "with no copies")
+        return self._decide("history", self.max_k, f"copying up to {self.max_k} until {MIN_HISTORY} tokens and two "
+                            "widths are timed")
 
     def _choose_by_model(self) -> int:
         best = self._best()
         if best is None:
             return self.max_k
+        a = min(self.accepted_sum / self.trials_sum, 0.999)
         if best == 0 and self.rounds >= self.next_probe:
             self.probing = True
-            return min(2, self.max_k)
-        return self.max_k if best and self.stops_itself else best
+            return self._decide("probe", min(2, self.max_k), f"a probe of {min(2, self.max_k)}: at acceptance "
+                                f"{a:.0%} drafting does not pay, and a probe notices when that changes")
+        if best == 0:
+            return self._decide("plain", 0, f"plain steps: at acceptance {a:.0%} and the verify times measured, no "
+                                "draft length beats a plain step")
+        k = self.max_k if self.stops_itself else best
+        return self._decide("draft", k, f"drafting {'up to ' if self.stops_itself else ''}{k}: at acceptance "
+                            f"{a:.0%} and the verify times measured, it beats a plain step"
+                            + (" (the draft stops by itself where it is unsure)" if self.stops_itself else ""))
 
     def observe(self, k: int, accepted: int, verify_s: float, draft_s: float) -> None:
         smooth = 0.3

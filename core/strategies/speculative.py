@@ -42,7 +42,7 @@ import torch
 
 from ..draft_stats import DraftStats
 from ..drafters import Draft, Drafter
-from ..events import DraftProposed, DraftVerified, Event, PositionVerdict, TokenSource
+from ..events import DraftLengthDecided, DraftProposed, DraftVerified, Event, PositionVerdict, TokenSource
 from ..forward import forward, prepare, rollback, to_host
 from ..grammar import GrammarMask
 from ..live import LiveParams
@@ -132,7 +132,7 @@ def speculative(
             if drafter.kind == "model" and not fast:
                 stats.plain_step_s = _plain_step(model, cache, context, repeat=2 if graphs else 1)
 
-        round_ = 0
+        round_, said = 0, ("", -1)
         while not transcript.done:
             if transcript.cancel_requested:
                 yield transcript.finished("cancelled", **stats.extras())
@@ -148,6 +148,9 @@ def speculative(
                     policy.max_k, policy.stops_itself = num_draft_tokens, stops_itself(drafter)
             # 2. Draft: the drafter proposes up to k tokens (at most remaining - 1: the target always adds one).
             k = min(policy.choose() if policy else num_draft_tokens, transcript.remaining - 1)
+            if policy is not None and policy.decision != said:  # what the adaptive policy decided, when it changes
+                said = policy.decision
+                yield DraftLengthDecided(round=round_, k=k, reason=policy.reason)
             started = time.perf_counter()
             draft = drafter.propose(context, k, processors, greedy, generator) if k > 0 else Draft([])
             drafted = draft.token_ids[:k]

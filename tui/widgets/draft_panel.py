@@ -44,14 +44,23 @@ class DraftPanel(LivePanel):
         self.rounds: list[Round] = []
         self.by_position: tuple[float, ...] = ()  # acceptance by draft position, from the run's DraftStats
         self.cost: str | None = None  # the draft's cost ratio and the formula's speed-up, from that DraftStats
+        self.adaptive: str | None = None  # with --adaptive: what the policy drafts now, and why
         self.glyphs: dict[str, str] = {}
         self._rows: list[tuple[str, Text]] = []  # one per round shown, oldest first: its label and its tokens
         self._tail = Text()  # the latest round's test and the acceptance by position
         self._test_width = 0  # the width of that test's table, laid out in full
 
     def reset(self) -> None:
-        self.rounds, self.by_position, self.cost = [], (), None
+        self.rounds, self.by_position, self.cost, self.adaptive = [], (), None, None
         self.update("waiting for the first draft")
+
+    def set_adaptive(self, decision: str) -> None:
+        """The adaptive policy's decision and why: under the rounds, or alone while it takes plain steps."""
+        self.adaptive = decision
+        if self.rounds:
+            self.redraw()
+        else:
+            self.update(f"no draft round yet\n{decision}")
 
     def add(self, rounds: list[Round], by_position: tuple[float, ...], cost: str | None = None) -> None:
         """Show the newest rounds, the acceptance by position of every round so far and ``cost``, the draft's cost
@@ -146,6 +155,8 @@ class DraftPanel(LivePanel):
         text.append(f"\nacceptance by position  {rates}")
         if self.cost:
             text.append(f"\n{self.cost}")
+        if self.adaptive:
+            text.append(f"\n{self.adaptive}", style="italic")
         return text, width
 
     def fit(self, width: int, height: int) -> list[list[Segment]]:

@@ -64,6 +64,9 @@ class ModePanels(ContentSwitcher):
         if pending.sampled is not None:
             self.query_one(CandidatesPanel).show(pending.sampled)
         self.query_one(BeamPanel).add(pending.steps)
+        if pending.adaptive is not None:
+            self.query_one("#pld-rounds" if self.mode == "pld" else "#panel-draft", DraftPanel).set_adaptive(
+                pending.adaptive)
         if pending.rounds:
             panel = self.query_one("#pld-rounds" if self.mode == "pld" else "#panel-draft", DraftPanel)
             panel.add(pending.rounds, stats.by_position(),
