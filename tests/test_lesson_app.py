@@ -490,3 +490,28 @@ async def test_at_80x24_each_pause_shows_what_its_narration_points_at(lesson: Le
 def _assert_more_is_signed(narration: Narration, where: str) -> None:
     taller = narration.max_scroll_y > 0
     assert str(narration.border_subtitle).startswith("▼ more") == taller, (where, narration.border_subtitle)
+
+
+@in_event_loop
+async def test_at_80x24_the_what_if_text_keeps_its_rows_after_left_and_v() -> None:
+    """The narration asks for Left (select the close call) and v (colour by probability): at 80x24 the inspector
+    took the text pane's every row, and after v only the legend showed. The text keeps two rows at least."""
+    from decode_tui.tui.widgets.text_pane import TextPane
+    from decode_tui.tui.widgets.token_inspector import TokenInspector
+
+    from .test_tui import _shown
+
+    lesson = next(lesson for lesson in LESSONS if lesson.name == "what-if")
+    app = playback(lesson, speed=0)
+    async with app.run_test(size=(80, 24)) as pilot:
+        narration = app.query_one(Narration)
+        await pilot.pause(0.2)
+        await pilot.press("n")
+        await until(pilot, lambda: lesson.pauses[0].text in narration.text)
+        for key in ("left", "v"):
+            await pilot.press(key)
+            await pilot.pause(0.2)
+            pane = app.query_one(TextPane)
+            assert pane.content_size.height >= 2, key
+            assert "I'm sorry" in " ".join(_shown(pane)), (key, _shown(pane))
+        assert app.query_one(TokenInspector).has_class("visible")
