@@ -426,6 +426,7 @@ async def test_showing_a_branch_and_coming_back_leaves_the_lesson_where_it_was(w
             await until(pilot, lambda: isinstance(app.screen, BranchesScreen))
             labels = [str(node.label) for node in app.screen.query_one("#branches-tree", Tree).root.children]
             assert labels[0].endswith("paused"), labels  # the first run is paused (parked, or on screen), not running
+            assert all(len(label) <= 66 for label in labels), labels  # a tree row fits an 80-column dialog
             await pilot.press(*keys)
             await until(pilot, lambda: not isinstance(app.screen, BranchesScreen))
             await pilot.pause(0.2)

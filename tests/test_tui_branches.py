@@ -89,7 +89,8 @@ async def test_the_branches_screen_shows_a_stored_branch_without_decoding_and_co
         await pilot.press("B")
         await until(pilot, lambda: isinstance(app.screen, BranchesScreen))
         labels = [str(node.label) for node in app.screen.query_one("#branches-tree", Tree).root.children]
-        assert "the first run" in labels[0] and "perplexity" in labels[0]
+        assert "the first run" in labels[0] and "ppl" in labels[0]
+        assert all(len(label) <= 66 for label in labels), "a row fits an 80-column dialog: it is cut, not wrapped"
         await pilot.press("enter")  # the first run, highlighted first
         await until(pilot, lambda: text(app) == "".join(WORDS))
         assert len(fake.runs) == 2, "showing a stored branch decodes nothing"

@@ -68,15 +68,17 @@ class Branch:
         if self.parent is not None:
             forced = self.forced
             p = math.exp(sum(t.logprob for t in forced if t.logprob is not None)) if forced else None
-            rank = f" rank {forced[0].rank}" if forced and forced[0].rank is not None else ""
-            parts.append(f"at token {nth(self.position)}: {self.forced_text!r}"
+            rank = f", #{forced[0].rank}" if forced and forced[0].rank is not None else ""
+            parts.append(f"token {nth(self.position)}: {self.forced_text!r}"
                          + (f" (p {p:.1%}{rank})" if p is not None else ""))
         else:
             parts.append("the first run")
-        parts.append(f"{length} tokens")
-        if done is not None and done.sum_logprob is not None and done.perplexity is not None:
-            parts.append(f"sum log-prob {done.sum_logprob:.2f}, perplexity {done.perplexity:.2f}")
-        parts.append(f"finish: {done.finish_reason}" if done else state)
+        parts.append(f"{length} tok")
+        # Short enough for a tree row in an 80-column dialog (a row is cut, never wrapped): the sum log-prob is in
+        # the comparison (c), the perplexity says the same here.
+        if done is not None and done.perplexity is not None:
+            parts.append(f"ppl {done.perplexity:.2f}")
+        parts.append(done.finish_reason if done else state)
         return " · ".join(parts)
 
 
