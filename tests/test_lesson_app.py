@@ -446,12 +446,15 @@ async def test_showing_a_branch_and_coming_back_leaves_the_lesson_where_it_was(w
 @pytest.mark.parametrize("lesson", LESSONS, ids=lambda lesson: lesson.name)
 @in_event_loop
 async def test_at_80x24_each_pause_shows_what_its_narration_points_at(lesson: Lesson) -> None:
-    """On a classroom projector's 80x24: at every pause of a lesson whose moments are in the candidates panel, each
-    stage's line (what it cut: min-p's threshold, the grammar's count) is on screen whole, and the final stage's
-    candidates with it; a narration taller than its panel says there is more, and PgDn reaches its end (the
-    json-schema summary stopped mid-sentence with no sign that more followed)."""
-    from decode_tui.core.events import TokenSampled
+    """On a classroom projector's 80x24, at every pause: in the candidates panel each stage's line (what it cut:
+    min-p's threshold, the grammar's count) is on screen whole, and the final stage's best candidate with it; in
+    the drafting modes the newest round's row; in beam search the newest step's open beams. A narration taller
+    than its panel says there is more, and PgDn reaches its end (the json-schema summary stopped mid-sentence with
+    no sign that more followed)."""
+    from decode_tui.core.events import BeamStepped, DraftVerified, TokenSampled
+    from decode_tui.tui.widgets.beam_panel import BeamPanel
     from decode_tui.tui.widgets.candidates import STAGE_NAMES, CandidatesPanel, stage_note
+    from decode_tui.tui.widgets.draft_panel import DraftPanel
 
     from .test_tui import _shown
 
@@ -466,6 +469,15 @@ async def test_at_80x24_each_pause_shows_what_its_narration_points_at(lesson: Le
             await until(pilot, lambda said=said: said in narration.text)  # type: ignore[misc]
             await pilot.pause(0.2)
             _assert_more_is_signed(narration, pause.on)
+            verified = [e for _, e in app.view.trace if isinstance(e, DraftVerified)]
+            if verified:  # the drafting modes: the newest round's row, with its verdicts, is on screen
+                panel = app.query_one("#pld-rounds" if lesson.mode == "pld" else "#panel-draft", DraftPanel)
+                rows = " ".join(_shown(panel))
+                assert f"r{verified[-1].round} " in rows, (pause.on, rows)
+            steps = [e for _, e in app.view.trace if isinstance(e, BeamStepped)]
+            if steps and lesson.mode == "beam" and app.view.finished is None:  # the newest step's open beams
+                rows = " ".join(_shown(app.query_one(BeamPanel)))
+                assert f"step {steps[-1].step + 1}: open beams" in rows, (pause.on, rows)
             sampled = [e for _, e in app.view.trace if isinstance(e, TokenSampled)]
             if lesson.mode not in ("greedy", "sample") or not sampled:
                 continue
