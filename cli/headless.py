@@ -121,8 +121,13 @@ def _steer(options: DecodingOptions, steering: Steering, prompt: str, config: De
         chat = config.use_chat and bool(getattr(tokenizer, "chat_template", None))
         prompt_ids = encode_prompt(tokenizer, prompt, chat)
         context = configured_context_length(resolved, options.trust_remote_code)
-        return build_path(steering, resolved.display_name, tokenizer, prompt_ids, config.max_new_tokens,
-                          context), tokenizer
+        path = build_path(steering, resolved.display_name, tokenizer, prompt_ids, config.max_new_tokens, context)
+        if config.constraint is not None:  # a forced token the constraint forbids could never be decoded
+            from ..core.grammar import Grammar, check_path
+
+            eos = frozenset({tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else ())
+            check_path(Grammar(config.constraint, tokenizer, eos), tokenizer, path.ids, len(path.kept))
+        return path, tokenizer
 
 
 def _load_models(options: DecodingOptions, speculative: DecodeConfig | None,

@@ -22,6 +22,7 @@ It knows tokens and grammars, not models.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -203,3 +204,17 @@ class GrammarMask(LogitsProcessor):
         """How many of ``token_ids``, written after ``output``, the grammar takes before it refuses one."""
         self.rows = self._follow([output])
         return int(self.rows[0].matcher.validate_tokens(token_ids))
+
+
+def check_path(grammar: Grammar, tokenizer: PreTrainedTokenizerBase, ids: Sequence[int], kept: int) -> None:
+    """A UsageError where ``grammar`` refuses one of a path's tokens (its first ``kept`` from a trace, the rest
+    forced): such a token could never be decoded under it. Needs the tokenizer only, so a front end checks it
+    before the model loads."""
+    allowed = grammar.allows(list(ids))
+    if allowed < len(ids):
+        piece = tokenizer.decode(list(ids[allowed : allowed + 1]))
+        where = "forced" if allowed >= kept else "kept"
+        before = tokenizer.decode(list(ids[:allowed]))
+        at = f"after {before!r}" if before else "at the start of the output"
+        raise UsageError(f"The {grammar.constraint.describe()} does not allow the {where} token {piece!r} {at}. "
+                         "Force a token it allows, or decode without the constraint.")

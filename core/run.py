@@ -27,7 +27,7 @@ from .drafters import Drafter, DraftModel, PromptLookup, load_draft
 from .errors import UsageError
 from .events import Branched, Event, Finished, Started
 from .forward import graphs_available
-from .grammar import Grammar, GrammarMask
+from .grammar import Grammar, GrammarMask, check_path
 from .live import LiveParams
 from .loading import LoadedModel
 from .params import DecodeConfig
@@ -106,14 +106,7 @@ class Run:
         grammar = self.stages.grammar
         if not isinstance(grammar, GrammarMask):
             return
-        allowed = grammar.allowed_prefix([], list(path.ids))
-        if allowed < len(path.ids):
-            piece = self.lm.tokenizer.decode(list(path.ids[allowed : allowed + 1]))
-            where = "forced" if allowed >= len(path.kept) else "kept"
-            before = self.lm.tokenizer.decode(list(path.ids[:allowed]))
-            at = f"after {before!r}" if before else "at the start of the output"
-            raise UsageError(f"The {grammar.grammar.constraint.describe()} does not allow the {where} token "
-                             f"{piece!r} {at}. Force a token it allows, or decode without the constraint.")
+        check_path(grammar.grammar, self.lm.tokenizer, path.ids, len(path.kept))
 
     @property
     def path(self) -> str:

@@ -105,6 +105,8 @@ def test_bad_steering_is_refused_with_what_to_do(tiny_model_dir: Path, isolated_
     assert_clean_failure(cli(*model, "--at", "3", env=isolated_env), 2, "--resume FILE")
     refused_before_loading(cli(*model, "--force", "ab " * 20, env=isolated_env), 2, "nothing would be left to decode",
                            "Raise --max-new-tokens above")
+    refused_before_loading(cli(*model, "--regex", "[0-9]+", "--force", "ab", env=isolated_env), 2,
+                           "does not allow the forced token", "at the start of the output")
     assert_clean_failure(cli(*model, "--resume", str(tmp_path / "none.jsonl"), "--at", "1", env=isolated_env), 2,
                          "does not exist")
     trace = tmp_path / "t.jsonl"
