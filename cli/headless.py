@@ -182,20 +182,13 @@ def _stats_line(lm: LoadedModel, result: Finished) -> str:
 def _warm_up(lm: LoadedModel, prompt: str, config: DecodeConfig, draft: DraftModel | None) -> None:
     """Run the first steps of this decode once, so the timed run is not a cold one (see core/warmup.py)."""
     from ..core.forward import graph_failure
-    from ..core.warmup import describe, warming
+    from ..core.warmup import describe, warm_up
 
     what = describe(lm, config)
     terminal = stderr().is_terminal  # a spinner's line says how far along; a log gets the phases only
     with status(f"Warming up {lm.name} ({what + '; ' if what else ''}{config.mode})") as progress:
-        steps = warming(lm, prompt, config, draft)
-        while True:
-            try:
-                line = next(steps)
-            except StopIteration as done:
-                seconds = done.value
-                break
-            if terminal:
-                progress(line[0].upper() + line[1:])
+        seconds = warm_up(lm, prompt, config, draft,
+                          (lambda line: progress(line[0].upper() + line[1:])) if terminal else None)
     if config.compiles:
         stderr().print(f"decode-tui: compiled and warmed up in {seconds:.1f} s")
     failure = graph_failure(lm.model)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING
 
 from .events import BeamStepped, DraftVerified, TokenEmitted
@@ -32,16 +32,18 @@ WARM_TOKENS = 8  # tokens (or beam steps) a warm-up decodes before it stops
 WARM_ROUNDS = 2  # draft rounds a speculative or PLD warm-up verifies, if the prompt gives any
 
 
-def warm_up(lm: LoadedModel, prompt: str, config: DecodeConfig,
-            draft: DraftModel | None = None) -> float:
-    """Decode the first few steps of ``prompt`` under ``config`` and stop; the seconds it took (see
-    :func:`warming`, which says how far along it is)."""
+def warm_up(lm: LoadedModel, prompt: str, config: DecodeConfig, draft: DraftModel | None = None,
+            progress: Callable[[str], None] | None = None) -> float:
+    """Decode the first few steps of ``prompt`` under ``config`` and stop; the seconds it took. ``progress`` hears
+    how far along it is (:func:`warming`'s lines)."""
     steps = warming(lm, prompt, config, draft)
     while True:
         try:
-            next(steps)
+            line = next(steps)
         except StopIteration as done:
             return float(done.value)
+        if progress is not None:
+            progress(line)
 
 
 def warming(lm: LoadedModel, prompt: str, config: DecodeConfig,

@@ -82,18 +82,21 @@ class Counters:
     kernels: str = ""  # on CUDA with a background compile: eager or compiled graphs (core/background_compile.py)
 
     @property
-    def decoded(self) -> int:
-        """The tokens this run decoded itself (the result's once the run ended)."""
+    def token_counts(self) -> tuple[int, int, int]:
+        """(decoded, kept, forced), as ``Finished.token_counts`` says them: the result's once the run ended."""
         if self.result is not None:
-            return self.result.decoded_tokens
-        return max(0, self.tokens - self.kept - self.forced)
+            return self.result.token_counts
+        return max(0, self.tokens - self.kept - self.forced), self.kept, self.forced
+
+    @property
+    def decoded(self) -> int:
+        """The tokens this run decoded itself."""
+        return self.token_counts[0]
 
     @property
     def given(self) -> str:
         """The kept and forced tokens, said beside the decoded ones (``+3 kept, 2 forced``); empty where none."""
-        if self.result is not None:
-            return given_tokens(self.result.kept_tokens, self.result.forced_tokens)
-        return given_tokens(self.kept, self.forced)
+        return given_tokens(*self.token_counts[1:])
 
     @property
     def perplexity(self) -> float | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from rich.segment import Segment
 from rich.text import Text
 
-from ..numbers import count
+from ..numbers import count, decoded_tokens
 from ..run_view import Counters
 from .live_panel import LivePanel
 
@@ -40,8 +40,7 @@ class StatsBar(LivePanel):
         rate = r.tokens_per_s if r else (tokens / elapsed if elapsed > 0 else 0.0)
         given = counters.given
         parts = [(counters.state, counters.state, 9),
-                 (count(tokens, "token") + (f" decoded ({given})" if given else ""),
-                  f"{tokens} tok" + (f" ({given})" if given else ""), 7),
+                 (decoded_tokens(*counters.token_counts), f"{tokens} tok" + (f" ({given})" if given else ""), 7),
                  (f"{rate:.1f} tok/s", f"{rate:.1f} tok/s", 8),
                  (count(forwards, "target forward"), f"{forwards} fwd", 5)]
         searching = r is None and counters.beam_steps > 0 and not tokens
