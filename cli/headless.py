@@ -140,7 +140,8 @@ def _load_models(options: DecodingOptions, speculative: DecodeConfig | None,
     resolved = ensure_model(options.model_name)
     lm = _load(resolved, options.device, options.dtype.value, options.trust_remote_code, options.device_map_name,
                tokenizer)
-    draft = _load_draft(lm, speculative.draft.draft, options.trust_remote_code) if speculative is not None else None
+    draft = _load_draft(lm, speculative.draft.draft, options.trust_remote_code, speculative.draft.named) \
+        if speculative is not None else None
     return lm, draft
 
 
@@ -197,11 +198,14 @@ def _warm_up(lm: LoadedModel, prompt: str, config: DecodeConfig, draft: DraftMod
                         "the static cache, with the same tokens. --no-cuda-graphs takes the plain path.")
 
 
-def _load_draft(lm: LoadedModel, spec: str, trust_remote_code: bool) -> DraftModel:
+def _load_draft(lm: LoadedModel, spec: str, trust_remote_code: bool, named: bool = True) -> DraftModel:
     from ..core.drafters import load_draft, preparing
 
     with status(preparing(spec)) as progress:
-        return load_draft(lm, spec, trust_remote_code, progress)
+        draft = load_draft(lm, spec, trust_remote_code, progress, named=named)
+    if draft.note is not None:
+        stderr().print(f"decode-tui: note: {draft.note}")
+    return draft
 
 
 def _compare(lm: LoadedModel, prompt: str, config: DecodeConfig, result: Finished, runs: int,

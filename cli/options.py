@@ -169,6 +169,7 @@ def build_config(*, mode: ModeChoice, max_new_tokens: int = 128, temperature: fl
         num_pred_tokens=num_pred_tokens or draft_defaults.num_pred_tokens,
         adaptive=adaptive,
         confidence_threshold=draft_defaults.confidence_threshold if draft_confidence is None else draft_confidence,
+        named=draft is not None,
     )
     # Beam, speculative and pld modes sample (beam sampling, sampling verification) when a sampling
     # parameter is given; otherwise they are greedy.

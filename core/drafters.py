@@ -21,7 +21,7 @@ instead of computing its own. Drafters know nothing of acceptance.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal, Protocol
 
 import torch
@@ -29,7 +29,7 @@ import torch
 from . import target_drafts
 from .acquire import Progress, ensure, quiet
 from .errors import UsageError
-from .forward import forward, new_cache, rollback, to_host
+from .forward import StaticKV, forward, new_cache, release, rollback, to_host
 from .params import target_draft
 from .path import common_prefix
 from .sampling import processed
@@ -74,6 +74,10 @@ class Drafter(Protocol):
 
     def tune(self, params: DraftParams) -> None:
         """Take new settings between rounds (a front end changed them mid-run)."""
+        ...
+
+    def close(self) -> None:
+        """The run is over: give back what it holds for the run (a pooled cache)."""
         ...
 
 
@@ -121,6 +125,9 @@ class PromptLookup:
     def tune(self, params: DraftParams) -> None:
         self.max_ngram_size = params.max_ngram_size
         self.num_pred_tokens = params.num_pred_tokens
+
+    def close(self) -> None:
+        pass
 
 
 class ModelDrafter:
@@ -184,7 +191,16 @@ class ModelDrafter:
         return Draft(tokens, torch.stack(qs), q_probs=tuple(q_probs), forwards=forwards, stopped=stopped)
 
     def prefilled(self, context: list[int], cache: Cache) -> None:
-        """Take the target's keys and values of ``context``, if this draft was made from the target.
+        """Follow the target onto its path, and take its keys and values of ``context`` if this draft was made from
+        the target.
+
+        A target whose passes replay as CUDA graphs (a pooled static cache on the ``graphs`` path) has the draft
+        do the same: its steps and its catch-up after a verification replay graphs captured on a static cache of
+        its own, rolled back by moving its end, through the one machinery of :mod:`~decode_tui.core.forward`.
+        A draft that launches a few hundred kernels a step from Python would otherwise cost many target steps on
+        a GPU (an uncaptured step of the embedded model's draft took 63 ms on an H100, a captured target step
+        3.7 ms). The draft's first pass over a prompt is eager, as the target's is; its graphs are captured on
+        first use and kept with its pooled cache for the next run.
 
         Such a draft has the target's attention layers (or its first ones) with approximate weights, so the
         target's keys and values are what its own approximate; starting from them skips the draft's prefill,
@@ -193,19 +209,40 @@ class ModelDrafter:
         the draft's guesses may change, rarely, and for the better. QuantSpec (Tiwari et al., 2025) shares one
         cache between a 4-bit self-draft and its target the same way. The draft computes its own keys and
         values for everything after the prompt."""
+        if isinstance(cache, StaticKV) and cache.path == "graphs":
+            self._take_static(cache.max_len)
         if self.target_kv is None or cache.get_seq_length() < len(context):
             return
         n = len(context)
-        mine = new_cache(self.model, rollback=True)
+        layers = []
         for i in range(self.model.config.num_hidden_layers):  # the draft's layers: the target's first ones
             keys, values = getattr(cache.layers[i], "keys", None), getattr(cache.layers[i], "values", None)
             # A layer that does not hold every position's keys (a sliding window, linear attention): the draft
             # prefills itself.
             if not (isinstance(keys, torch.Tensor) and isinstance(values, torch.Tensor) and keys.shape[-2] >= n):
                 return
-            mine.update(keys[:, :, :n].to(self.target_kv, copy=True), values[:, :, :n].to(self.target_kv, copy=True),
-                        i)
+            layers.append((keys[:, :, :n], values[:, :, :n]))
+        if isinstance(self.cache, StaticKV):
+            mine: Cache = self.cache  # written in place: its graphs read it where it is
+            mine.move_end(0)
+        else:
+            mine = new_cache(self.model, rollback=True)
+        for i, (keys, values) in enumerate(layers):
+            mine.update(keys.to(self.target_kv, copy=True), values.to(self.target_kv, copy=True), i)
+        if isinstance(mine, StaticKV):
+            mine.prefilled = True  # the prompt is in: the next pass is a step, replayed
         self.cache, self.cached = mine, list(context)
+
+    def _take_static(self, size: int) -> None:
+        """A pooled static cache of ``size`` positions for the draft (the target's size: the same prompt, tokens
+        and longest draft), in place of its plain one; kept across runs of that size."""
+        if isinstance(self.cache, StaticKV) and self.cache.max_len >= size:
+            return
+        release(self.cache)
+        self.cache, self.cached = new_cache(self.model, graphs=True, max_len=size), []
+
+    def close(self) -> None:
+        release(self.cache)  # a pooled static cache serves the next run's draft
 
     def rollback(self, confirmed: int) -> None:
         if len(self.cached) > confirmed:
@@ -226,6 +263,8 @@ class DraftModel:
     # A draft made from the target takes the target's keys and values of the prompt, kept in this dtype (its own
     # compute dtype); None for another model, whose layers differ.
     target_kv: torch.dtype | None = None
+    # Said once to the user when the default draft could not run on this device and this one replaced it.
+    note: str | None = None
 
     def drafter(self, confidence_threshold: float, eos_token_ids: frozenset[int]) -> ModelDrafter:
         """A drafter over this model for one run."""
@@ -241,7 +280,7 @@ def preparing(spec: str) -> str:
 
 
 def load_draft(target: LoadedModel, spec: str, trust_remote_code: bool = False,
-               progress: Progress = quiet) -> DraftModel:
+               progress: Progress = quiet, named: bool = True) -> DraftModel:
     """The draft model for ``spec``, sharing the target's vocabulary.
 
     ``self``: the target's own weights (greedy acceptance is then 100 %);
@@ -249,12 +288,21 @@ def load_draft(target: LoadedModel, spec: str, trust_remote_code: bool = False,
     quantised (:mod:`~decode_tui.core.target_drafts`); anything else: a model spec, fetched like the target
     (:func:`~decode_tui.core.acquire.ensure`) and loaded on the target's device and dtype, whose tokenizer must
     have the target's vocabulary.
+
+    ``named``: the user asked for this draft. A quantised draft whose kernel the device lacks is then refused
+    (a UsageError); when it was only the default, the target itself drafts instead, and the returned draft's
+    ``note`` says so in one line: speculative decoding runs on every device by default.
     """
     width = target.model.get_output_embeddings().weight.shape[0]
     if spec == "self":
         return DraftModel(target.model, min(width, len(target.tokenizer)), spec, target.model.dtype)
     made = target_draft(spec)
     if made is not None:
+        why = None if named else target_drafts.unavailable(made, target.model)
+        if why is not None:
+            note = (f"the default draft ({spec}) cannot run here: {why}; the target drafts for itself "
+                    "(--draft self). --draft names another.")
+            return replace(load_draft(target, "self"), note=note)
         target_drafts.check(made, target.model, spec)
         progress(preparing(spec))
         return DraftModel(target_drafts.build(target.model, made), min(width, len(target.tokenizer)), spec,

@@ -251,6 +251,9 @@ class DraftParams:
     # A draft model stops a round's draft once it gives its own token less than this probability: such a token
     # is likely rejected, and drafting past it wasted work (transformers' assistant_confidence_threshold, 0.4).
     confidence_threshold: float = 0.4
+    # The user named ``draft`` (a flag, the settings): one this device cannot run is refused, not replaced by
+    # ``self`` as the default is (core/drafters.load_draft).
+    named: bool = False
 
     def __post_init__(self) -> None:
         target_draft(self.draft)  # a malformed layers:N or int4+int8 is refused before any model loads

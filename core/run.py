@@ -51,13 +51,16 @@ class Run:
         decodes on after them in its mode (see :mod:`~decode_tui.core.path`)."""
         self.lm = lm
         self.live = live
-        if config.mode == "speculative" and draft is None:
-            draft = load_draft(lm, config.draft.draft)
+        loaded_here = config.mode == "speculative" and draft is None
+        if loaded_here:
+            draft = load_draft(lm, config.draft.draft, named=config.draft.named)
         self.draft = draft
         self.config = config
         self.prompt = prompt
         self.prompt_ids = lm.encode_prompt(prompt, config.use_chat)
         self.notes: list[str] = []  # things a front end should tell the user, not errors
+        if loaded_here and draft is not None and draft.note is not None:  # a draft given was announced by its loader
+            self.notes.append(draft.note)
         self.branch = path if path is not None and path.ids else None  # the decided tokens it starts from
         max_new = config.max_new_tokens
         ctx = lm.context_length

@@ -24,7 +24,15 @@ its int8 weight-only path has no fast eager CPU kernel (0.76 of a target step
 against 0.39 here); ``torch.ao.quantization.quantize_dynamic`` is deprecated and
 quantises each call's activations per tensor, which costs acceptance (61 % on
 the open-ended story). The kernels below, ``_weight_int4pack_mm_for_cpu`` and
-``_weight_int8pack_mm``, are the ones torchao and gpt-fast call on the CPU.
+``_weight_int8pack_mm``, are the ones torchao and gpt-fast call on the CPU;
+``_weight_int4pack_mm`` is the one gpt-fast calls on CUDA.
+
+Whether a device can run a quantised draft is not guessed from its name:
+:func:`unavailable` multiplies a small matrix whose 4- or 8-bit form is exact
+with the device's kernel and compares it with the plain product. A device with
+no kernel, a torch that lacks one, a GPU the kernel does not support, or a
+packing that came out wrong all fail that check, and the draft is refused (or,
+when nobody named it, replaced: :func:`decode_tui.core.drafters.load_draft`).
 
 It knows how to build a draft module; nothing of drafting or verifying.
 """
@@ -39,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .errors import UsageError
+from .errors import UsageError, first_line
 from .params import TargetDraft
 
 if TYPE_CHECKING:
@@ -48,25 +56,84 @@ if TYPE_CHECKING:
 GROUP = 32  # int4: weights per group sharing a scale and an offset (the GGUF's Q4_1 block)
 ROWS = 1024  # rows quantised at a time (a multiple of the int4 layout's 64-row blocks)
 # The int4 packing's "inner k tiles": how many 16-wide tiles of the input dimension the CUDA kernel interleaves
-# (gpt-fast uses 8). The CPU packing keeps the rows as they are, two 4-bit values a byte, and ignores it (its
-# output is [N, K/2] whatever the value), so it is 1: no tiling.
+# for one wide load (gpt-fast uses 8). The CPU packing keeps the rows as they are, two 4-bit values a byte, and
+# ignores it (its output is [N, K/2] whatever the value), so it is 1 there: no tiling. On CUDA the count must
+# divide the input's tiles: SmolLM2's 576 inputs are 36 tiles, so 4 (:func:`inner_k_tiles`).
 INNER_K_TILES = 1
-COMPUTE = torch.bfloat16  # the quantised kernels' fast input type on the CPU (fp32 input: 25x slower)
+COMPUTE = torch.bfloat16  # the quantised kernels' input type: the CUDA kernels' only one, the CPU's fast one
+# torch's kernels by device type: (pack int4, multiply int4, multiply int8).
+KERNELS: dict[str, tuple[str, str, str]] = {
+    "cpu": ("_convert_weight_to_int4pack_for_cpu", "_weight_int4pack_mm_for_cpu", "_weight_int8pack_mm"),
+    "cuda": ("_convert_weight_to_int4pack", "_weight_int4pack_mm", "_weight_int8pack_mm"),
+}
+
+
+def inner_k_tiles(in_features: int, device: torch.device) -> int:
+    """The CUDA packing's inner k tiles for an input of ``in_features``: the most of 8, 4, 2 that divides its
+    16-wide tiles (the kernel needs the tiles to be a multiple of it). INNER_K_TILES on the CPU."""
+    if device.type == "cpu":
+        return INNER_K_TILES
+    tiles = in_features // 16
+    return next(t for t in (8, 4, 2) if tiles % t == 0)  # GROUP (32) divides in_features: 2 always does
+
+
 def check(draft: TargetDraft, model: PreTrainedModel, spec: str) -> None:
-    """A UsageError when ``model`` cannot give this draft: too many or too few layers, or a quantised draft of a
-    model that is not on the CPU (the kernels are CPU kernels), or a torch that lacks them."""
+    """A UsageError when ``model`` cannot give this draft: too many or too few layers, or a quantised draft on a
+    device whose kernel is missing or fails (:func:`unavailable`)."""
     total = len(_layers(model))
     if draft.layers is not None and not 1 <= draft.layers <= total - 1:
         raise UsageError(f"--draft {spec}: the target has {total} decoder layers, so N must be between 1 and "
                          f"{total - 1} (all {total} would be the target itself: use --draft self).")
-    if draft.bits is not None:
-        device = next(model.parameters()).device
-        if device.type != "cpu":
-            raise UsageError(f"The int{draft.bits} draft uses a CPU kernel, and the target is on {device}. Pass "
-                             "--draft layers:N, --draft self or --draft with a smaller model of the same family.")
-        if not hasattr(torch.ops.aten, "_weight_int4pack_mm_for_cpu" if draft.bits == 4 else "_weight_int8pack_mm"):
-            raise UsageError(f"This torch ({torch.__version__}) has no int{draft.bits} CPU kernel. Install "
-                             "torch>=2.6, or pass --draft layers:N or --draft self.")
+    why = unavailable(draft, model)
+    if why is not None:
+        raise UsageError(f"--draft {spec}: {why}. Pass --draft layers:N, --draft self or --draft with a smaller "
+                         "model of the same family.")
+
+
+_WORKS: dict[tuple[int, str], str | None] = {}  # (bits, device): why its kernel cannot serve, None if it can
+
+
+def unavailable(draft: TargetDraft, model: PreTrainedModel) -> str | None:
+    """Why this draft's quantised layers cannot run where ``model`` is, in words for a message; None if they can
+    (or the draft is not quantised). Checked once per device by a product whose quantised form is exact."""
+    if draft.bits is None:
+        return None
+    device = next(model.parameters()).device
+    key = (draft.bits, str(device))
+    if key not in _WORKS:
+        _WORKS[key] = _probe(draft.bits, device)
+    return _WORKS[key]
+
+
+def _probe(bits: int, device: torch.device) -> str | None:
+    names = KERNELS.get(device.type)
+    if names is None:
+        return f"torch has no int{bits} kernel for {device.type} (the target is on {device})"
+    needed = names[:2] if bits == 4 else names[2:]
+    if not all(hasattr(torch.ops.aten, name) for name in needed):
+        return f"this torch ({torch.__version__}) has no int{bits} kernel for {device.type}"
+    # Weights the quantisation keeps exactly: small integers, each group's (or row's) range from 0 to 15 (int4)
+    # or reaching 127 (int8), so scale 1 and zero 0; inputs small integers. The kernel's product must then be the
+    # plain one, up to bf16 rounding; a wrong packing or a kernel the device lacks gives something else or raises.
+    generator = torch.Generator().manual_seed(0)
+    n, k = 32, 128
+    if bits == 4:
+        w = torch.randint(0, 16, (n, k), generator=generator).float()
+        w[:, ::GROUP], w[:, 1::GROUP] = 0, 15
+    else:
+        w = torch.randint(-127, 128, (n, k), generator=generator).float()
+        w[:, 0] = 127
+    x = torch.randint(-2, 3, (3, k), generator=generator).float()
+    try:
+        linear = torch.nn.Linear(k, n, bias=False)
+        linear.weight.data = w.to(device)
+        quantised = (Int4Linear if bits == 4 else Int8Linear)(linear)
+        got = quantised(x.to(device)).float().cpu()
+    except Exception as exc:  # whatever the kernel raised, the message names it; nothing else depends on it
+        return f"torch's int{bits} kernel does not run on {device} ({first_line(exc, 160)})"
+    if not torch.allclose(got, x @ w.T, rtol=1e-2, atol=1.0):
+        return f"torch's int{bits} kernel gives wrong products on {device}"
+    return None
 
 
 def build(model: PreTrainedModel, draft: TargetDraft) -> PreTrainedModel:
@@ -168,16 +235,20 @@ class _QuantisedLinear(torch.nn.Module):
 
 
 class Int4Linear(_QuantisedLinear):
-    """y = x W^T with W in 4 bits: w = (q - 8) * scale + zero per group of 32 inputs (torch's int4 CPU layout;
-    a Q4_1 block's w = d q + m is the same with scale = d, zero = m + 8 d)."""
+    """y = x W^T with W in 4 bits: w = (q - 8) * scale + zero per group of 32 inputs (torch's int4 layout, on
+    the CPU and on CUDA; a Q4_1 block's w = d q + m is the same with scale = d, zero = m + 8 d)."""
 
     @staticmethod
-    def fits(linear: torch.nn.Linear) -> bool:
+    def fits(linear: torch.nn.Linear) -> bool:  # CUDA's layout wants rows in eights; the CPU's in sixteens
         return linear.in_features % GROUP == 0 and linear.out_features % 16 == 0
 
     def __init__(self, linear: torch.nn.Linear) -> None:
         super().__init__(linear)
         packed, scales_and_zeros = [], []
+        device = linear.weight.device
+        pack_name, mm_name, _ = KERNELS.get(device.type, KERNELS["cpu"])
+        self.mm = getattr(torch.ops.aten, mm_name)
+        tiles = inner_k_tiles(linear.in_features, device)
         # By slices of rows, so what quantising allocates in passing stays a few MB (the 49k-row head at once
         # would be four 113 MB temporaries). The packed layout is row-blocked: slices of a multiple of 64 rows
         # pack to the whole's bytes.
@@ -187,14 +258,16 @@ class Int4Linear(_QuantisedLinear):
             low, high = w.amin(-1), w.amax(-1)  # [n, K/G]
             scale = ((high - low) / 15).clamp(min=1e-8)
             q = torch.round((w - low[..., None]) / scale[..., None]).clamp(0, 15).to(torch.int32).reshape(n, k)
-            packed.append(torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, INNER_K_TILES))
+            if device.type != "cpu":  # CUDA packs bytes: two values a byte, the even column in the high nibble
+                q = (q[:, ::2] << 4 | q[:, 1::2]).to(torch.uint8)  # [n, K/2]
+            packed.append(getattr(torch.ops.aten, pack_name)(q, tiles))
             scales_and_zeros.append(torch.stack([scale, low + 8 * scale], -1).to(COMPUTE))  # [n, K/G, 2]
         self.register_buffer("packed", torch.cat(packed))
         # [K/G, N, 2]: (scale, zero) per group and output, as the kernel wants them.
         self.register_buffer("scales_and_zeros", torch.cat(scales_and_zeros).transpose(0, 1).contiguous())
 
     def matmul(self, flat: torch.Tensor) -> torch.Tensor:
-        y: torch.Tensor = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, GROUP, self.scales_and_zeros)
+        y: torch.Tensor = self.mm(flat.contiguous(), self.packed, GROUP, self.scales_and_zeros)
         return y
 
 

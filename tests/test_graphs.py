@@ -18,7 +18,7 @@ import torch
 
 from decode_tui.core import forward as forward_module
 from decode_tui.core.drafters import ModelDrafter, PromptLookup
-from decode_tui.core.events import BeamStepped, Event, Finished
+from decode_tui.core.events import BeamStepped, DraftVerified, Event, Finished
 from decode_tui.core.forward import StaticKV, graph_failure, graphs_available, new_cache, release
 from decode_tui.core.params import BeamParams, SamplingParams
 from decode_tui.core.strategies.autoregressive import autoregressive
@@ -34,11 +34,13 @@ class EagerGraphs:
     """Stands in for CudaGraphs: 'capture' records the pass, 'replay' runs it again into the same output."""
 
     captures = 0
+    by_model: dict[int, int] = {}  # noqa: RUF012 - id(model) -> its captures; reset by the fixture
 
     @classmethod
     def capture(cls, model: Any, run: Callable[[], torch.Tensor], put_back: Callable[[], None],
                 ) -> tuple[Callable[[], None], torch.Tensor]:
         cls.captures += 1
+        cls.by_model[id(model)] = cls.by_model.get(id(model), 0) + 1
         warm = run()  # the warm-up pass, as on CUDA: it advances the cache, which put_back() must undo
         put_back()
         out = torch.full_like(warm, float("nan"))  # a graph's output holds nothing until it is replayed
@@ -60,6 +62,7 @@ def cpu_graphs(monkeypatch: pytest.MonkeyPatch) -> type[EagerGraphs]:
     monkeypatch.setattr(forward_module, "GRAPH_DEVICES", frozenset({"cpu"}))
     monkeypatch.setattr(forward_module, "GraphBackend", EagerGraphs)
     EagerGraphs.captures = 0
+    EagerGraphs.by_model = {}
     return EagerGraphs
 
 
@@ -96,9 +99,10 @@ def test_replayed_verifications_give_the_plain_paths_events(byte_bpe: Any, cpu_g
     prompt = repetitive_prompt(seed, 4 + seed)
     k = 1 + seed % 6
 
+    draft_model = tiny_model("llama", vocab_size=V, seed=seed + 50)
+
     def go(graphs: bool) -> list[Event]:
-        proposer = PromptLookup(3, 6) if drafter == "lookup" else \
-            ModelDrafter(tiny_model("llama", vocab_size=V, seed=seed + 50), V)
+        proposer = PromptLookup(3, 6) if drafter == "lookup" else ModelDrafter(draft_model, V)
         return list(speculative(model, transcript(byte_bpe, prompt, 2 + 5 * seed), proposer,
                                 SamplingParams(top_k=30) if sample else SamplingParams(), greedy=not sample,
                                 num_draft_tokens=k, generator=torch.Generator().manual_seed(seed), graphs=graphs))
@@ -107,7 +111,11 @@ def test_replayed_verifications_give_the_plain_paths_events(byte_bpe: Any, cpu_g
     assert_same_events(plain, replayed)
     # The verification of k + 1 tokens is captured right after the prefill, whatever the rounds proposed; a draft
     # model's run also captures the one-token step it times once (what its c and v are measured against).
-    assert cpu_graphs.captures == (2 if drafter == "model" else 1)
+    assert cpu_graphs.by_model.get(id(model)) == (2 if drafter == "model" else 1)
+    # The draft model follows the target onto graphs: each width it feeds (a step, a catch-up) captured once.
+    drafted = sum(e.draft_forwards for e in replayed if isinstance(e, Finished) and e.draft_forwards) \
+        if drafter == "model" else 0
+    assert (cpu_graphs.by_model.get(id(draft_model), 0) > 0) == (drafted > 1)
 
 
 def test_a_second_run_reuses_the_pooled_cache_and_its_graphs(byte_bpe: Any, cpu_graphs: type[EagerGraphs]) -> None:
@@ -284,3 +292,44 @@ def test_a_models_pooled_caches_and_graphs_do_not_keep_it_alive(byte_bpe: Any, c
     del model
     gc.collect()
     assert gone() is None
+
+
+@pytest.mark.parametrize("spec", ["self", "int8", "layers:1"])
+def test_a_draft_made_from_the_target_replays_graphs_on_its_own_pooled_cache(
+        byte_bpe: Any, cpu_graphs: type[EagerGraphs], spec: str) -> None:
+    """The draft follows the target onto the graph path: the target's keys and values of the prompt copied into
+    its static cache, its steps and catch-ups replayed, its cache rolled back by moving its end; the same events
+    as the plain path, its cache handed back at the end (also when the consumer stops) and its graphs reused by
+    the next run."""
+    from decode_tui.core import target_drafts
+    from decode_tui.core.params import target_draft
+
+    model = tiny_model("llama", vocab_size=V, seed=11)
+    made = target_draft(spec)
+    draft_model = model if made is None else target_drafts.build(model, made)
+    kv = model.dtype if made is None else target_drafts.kv_dtype(model, made)
+    prompt = repetitive_prompt(11, 9)
+
+    def go(graphs: bool, drafter: ModelDrafter) -> list[Event]:
+        return list(speculative(model, transcript(byte_bpe, prompt, 30), drafter, SamplingParams(), greedy=True,
+                                num_draft_tokens=4, generator=torch.Generator().manual_seed(0), graphs=graphs))
+
+    plain = go(False, ModelDrafter(draft_model, V, target_kv=kv, confidence_threshold=0.0))
+    drafter = ModelDrafter(draft_model, V, target_kv=kv, confidence_threshold=0.0)
+    replayed = go(True, drafter)
+    assert_same_events(plain, replayed)
+    assert isinstance(drafter.cache, StaticKV) and drafter.cache.path == "graphs" and not drafter.cache.leased
+    steps = [key for key in drafter.cache.graphs if key[1] == 1]
+    assert steps, "the draft's one-token step is replayed"
+    captured = cpu_graphs.captures
+    again = ModelDrafter(draft_model, V, target_kv=kv, confidence_threshold=0.0)
+    assert_same_events(plain, go(True, again))
+    assert again.cache is drafter.cache or again.cache.graphs, "the pooled cache and its graphs serve again"
+    assert cpu_graphs.captures == captured, "nothing captured twice"
+    stopped = ModelDrafter(draft_model, V, target_kv=kv, confidence_threshold=0.0)
+    run = speculative(model, transcript(byte_bpe, prompt, 30), stopped, SamplingParams(), greedy=True,
+                      num_draft_tokens=4, graphs=True)
+    next(e for e in run if isinstance(e, DraftVerified))  # a round verified, then the consumer stops
+    assert isinstance(stopped.cache, StaticKV) and stopped.cache.leased
+    run.close()
+    assert isinstance(stopped.cache, StaticKV) and not stopped.cache.leased

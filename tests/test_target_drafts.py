@@ -140,3 +140,97 @@ def test_the_cli_refuses_bad_layer_drafts_with_exit_2(tiny_model_dir: Path, isol
     done = cli("generate", "--model", str(tiny_model_dir), "-p", "hello", "--mode", "speculative", "--draft", spec,
                "--max-new-tokens", "4", env=isolated_env)
     assert_clean_failure(done, 2, fragment)
+
+
+# Which devices run a quantised draft: checked by a product whose quantised form is exact, not guessed from a name.
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_the_cpu_kernels_pass_the_exact_product_check(bits: int) -> None:
+    assert target_drafts._probe(bits, torch.device("cpu")) is None
+
+
+def test_a_device_type_without_kernels_is_named_in_the_reason() -> None:
+    assert target_drafts._probe(4, torch.device("meta")) == "torch has no int4 kernel for meta (the target is on meta)"
+
+
+def test_a_kernel_giving_wrong_products_fails_the_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check catches a packing that came out wrong (the rows of the product shuffled), not only a missing op."""
+    right = target_drafts.Int4Linear.matmul
+    monkeypatch.setattr(target_drafts.Int4Linear, "matmul", lambda self, flat: right(self, flat).flip(-1))
+    assert target_drafts._probe(4, torch.device("cpu")) == "torch's int4 kernel gives wrong products on cpu"
+
+
+def test_a_kernel_that_raises_fails_the_check_with_its_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(self: Any, flat: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("no kernel image is available for execution on the device")
+
+    monkeypatch.setattr(target_drafts.Int8Linear, "matmul", broken)
+    reason = target_drafts._probe(8, torch.device("cpu"))
+    assert reason is not None and reason.startswith("torch's int8 kernel does not run on cpu (RuntimeError: no kernel")
+
+
+@pytest.mark.parametrize(("width", "tiles"), [(576, 4), (1536, 8), (3072, 8), (96, 2), (32, 2)])
+def test_the_cuda_packing_takes_the_most_inner_tiles_that_divide_the_input(width: int, tiles: int) -> None:
+    """SmolLM2's 576 inputs are 36 tiles of 16: 8 does not divide them, 4 does."""
+    assert target_drafts.inner_k_tiles(width, torch.device("cuda")) == tiles
+    assert target_drafts.inner_k_tiles(width, torch.device("cpu")) == target_drafts.INNER_K_TILES
+
+
+class _Target:
+    """A LoadedModel's few fields that load_draft reads."""
+
+    def __init__(self, model: Any, vocab: int) -> None:
+        self.model, self.tokenizer, self.device = model, list(range(vocab)), model.device
+
+
+@pytest.mark.parametrize("spec", ["int4", "int8", "int4+layers:1"])
+def test_a_default_draft_the_device_cannot_run_falls_back_to_self_with_a_note(
+        monkeypatch: pytest.MonkeyPatch, spec: str) -> None:
+    monkeypatch.setitem(target_drafts._WORKS, (target_draft(spec).bits, "cpu"), "no kernel here")  # type: ignore[union-attr]
+    model = tiny_model("llama", vocab_size=V)
+    draft = load_draft(cast(Any, _Target(model, V)), spec, named=False)
+    assert draft.model is model and draft.spec == "self"
+    assert draft.note == (f"the default draft ({spec}) cannot run here: no kernel here; the target drafts for "
+                          "itself (--draft self). --draft names another.")
+    with pytest.raises(UsageError, match=f"--draft {spec.replace('+', '.')}: no kernel here. Pass --draft layers:N"):
+        load_draft(cast(Any, _Target(model, V)), spec, named=True)
+
+
+def test_a_draft_the_device_runs_is_built_whether_named_or_not() -> None:
+    model = tiny_model("llama", vocab_size=V)
+    for named in (False, True):
+        draft = load_draft(cast(Any, _Target(model, V)), "int4", named=named)
+        assert draft.spec == "int4" and draft.note is None and draft.model is not model
+
+
+NO_CPU_KERNELS = ("import sys; from decode_tui.core import target_drafts; target_drafts.KERNELS.pop('cpu'); "
+                  "from decode_tui.cli.main import main; sys.argv[0] = 'decode-tui'; main()")
+
+
+def _without_cpu_kernels(*args: str, env: dict[str, str]) -> Any:
+    """decode-tui on a device with no int4 kernel: the CPU's removed from the table of kernels."""
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-c", NO_CPU_KERNELS, *args], capture_output=True, text=True, env=env,
+                          timeout=120)
+
+
+def test_the_cli_drafts_with_self_where_the_default_draft_has_no_kernel(tiny_model_dir: Path,
+                                                                       isolated_env: dict[str, str]) -> None:
+    """Speculative decoding runs by default on such a device: one note, exit 0, greedy's tokens."""
+    common = ("generate", "--model", str(tiny_model_dir), "-p", "hello", "--max-new-tokens", "6", "--no-chat")
+    plain = cli(*common, env=isolated_env)
+    done = _without_cpu_kernels(*common, "--mode", "speculative", env=isolated_env)
+    assert done.returncode == 0, done.stderr
+    message = " ".join(done.stderr.split())
+    assert "note: the default draft (int4) cannot run here: torch has no int4 kernel for cpu" in message
+    assert message.count("cannot run here") == 1 and "Traceback" not in message
+    assert done.stdout == plain.stdout
+
+
+def test_the_cli_refuses_a_named_draft_the_device_cannot_run_with_exit_2(tiny_model_dir: Path,
+                                                                         isolated_env: dict[str, str]) -> None:
+    done = _without_cpu_kernels("generate", "--model", str(tiny_model_dir), "-p", "hello", "--mode", "speculative",
+                                "--draft", "int4", "--max-new-tokens", "4", env=isolated_env)
+    assert_clean_failure(done, 2, "--draft int4: torch has no int4 kernel for cpu", "--draft self")

@@ -138,6 +138,9 @@ class Scripted:
     def prefilled(self, context: list[int], cache: Any) -> None:
         pass
 
+    def close(self) -> None:
+        pass
+
     def tune(self, params: Any) -> None:
         pass
 

@@ -141,7 +141,9 @@ class ModelRunner:
         yield Notice("loading", f"preparing the draft model ({spec})…")
         from ..core.drafters import load_draft
 
-        draft = load_draft(lm, spec, settings.trust_remote_code)
+        draft = load_draft(lm, spec, settings.trust_remote_code, named=settings.config.draft.named)
+        if draft.note is not None:
+            yield Notice("note", draft.note)
         self._drafts[key] = draft
         return draft
 

@@ -209,6 +209,7 @@ def speculative(
     finally:
         # Kept for a branch of this run (a pooled static cache goes back to its pool when none comes).
         keep(model, cache, context, rollback_ready=True, fast=fast, graphs=graphs)
+        drafter.close()
 
 
 def _grammar_cut(stages: StageContext | None, context: list[int], drafted: list[int]) -> tuple[PositionVerdict, ...]:
