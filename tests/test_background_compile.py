@@ -208,11 +208,11 @@ def test_the_apps_runner_compiles_behind_its_runs_says_when_they_switch_and_time
     def tokens(events: list[Event]) -> tuple[int, ...]:
         return next(e.token_ids for e in events if isinstance(e, Finished))
 
-    plain = list(source(ModelRunner(background_compile=False), settings))
-    assert not any("background" in n for n in notes(plain))
+    plain = list(source(ModelRunner(), settings))
+    assert not any("background" in n for n in notes(plain)), "off unless asked"
 
     # A run that is decoding when the worker finishes: it switches between two steps and says after which token.
-    runner = ModelRunner()
+    runner = ModelRunner(background_compile=True)
     first: list[Event] = []
     for event in (stream := source(runner, settings)):
         first.append(event)
@@ -236,7 +236,7 @@ def test_the_apps_runner_compiles_behind_its_runs_says_when_they_switch_and_time
     # mid-run: its graphs switch in a warm-up first.
     gate.clear()
     torch._dynamo.reset()  # else the second model, of the same class and shapes, reuses the first one's graph
-    runner = ModelRunner()
+    runner = ModelRunner(background_compile=True)
     list(source(runner, settings))  # loads, warms up, starts the compile (held at the gate)
     model = next(iter(runner._models.values())).model
     assert not background_compile.settled(model)

@@ -60,9 +60,10 @@ class ModelRunner:
     Needs no lock: runs never overlap (the pump starts a run only after the previous one has ended).
     """
 
-    def __init__(self, background_compile: bool = True) -> None:
+    def __init__(self, background_compile: bool = False) -> None:
         """``background_compile``: on CUDA, compile the captured passes in the background after a warm-up and
-        switch to them when ready (core/background_compile.py): this process lives long enough for it."""
+        switch to them when ready (core/background_compile.py). Off unless asked: decoding is much slower while
+        the worker compiles, and a process cannot stop a compile thread cleanly when it quits."""
         self.background_compile = background_compile
         self._models: dict[tuple[str, str, str, str | None], LoadedModel] = {}
         self._drafts: dict[tuple[str, str, str, str], DraftModel] = {}
