@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import llguidance
 import llguidance.hf
+import numpy as np
 import torch
 from transformers.generation.logits_process import LogitsProcessor
 
@@ -101,63 +102,96 @@ class GrammarMask(LogitsProcessor):
         self.rows: list[_Row] = [_Row(grammar.matcher())]
         self.allowed = grammar.vocab_size
         self.detail: str | None = None
-        # prepare() computes a mask ahead; False makes it a no-op (a benchmark compares the two).
+        # prepare() computes masks ahead; False makes it a no-op (a benchmark compares the two).
         self.ahead = True
-        self._ready: tuple[int, torch.Tensor] | None = None  # (the ids' length it is for, [1, 32 W] allowed)
-        self._bitmask = torch.zeros((1, (grammar.vocab_size + 31) // 32), dtype=torch.int32)
-        self._bits = torch.arange(32, dtype=torch.int32)  # [32] bit i of each 32-bit word is token 32 w + i
-        self._eos = torch.tensor(sorted(grammar.eos_token_ids), dtype=torch.long)
+        # What prepare() computed: (the ids' length of its first row, [n, W] words on the device, and each row's
+        # ``allowed`` and ``detail``).
+        self._ready: tuple[int, torch.Tensor, list[tuple[int, str | None]]] | None = None
+        self._words = (grammar.vocab_size + 31) // 32  # W: 32-bit words of the bitmask, bit i of word w token 32w+i
+        self._bits: dict[torch.device, torch.Tensor] = {}  # [32] per device, for unpacking words there
+        # Page-locked staging for the words' copy to a GPU, two in turn: a copy still queued from one is never
+        # overwritten by the next prepare() (the step in between read its token back, which waits for it).
+        self._staging: list[torch.Tensor] = []
 
-    def prepare(self, output: list[int], device: torch.device) -> None:
-        """Compute the mask for the step after ``output`` (one row: the ids after the prompt) before the call
-        that applies it, and start copying it to ``device``.
+    def prepare(self, output: list[int], device: torch.device, drafted: Sequence[int] = ()) -> None:
+        """Compute the masks for the step after ``output`` (one row: the ids after the prompt), and after each
+        prefix of ``drafted`` (a verification's k + 1 positions), before the calls that apply them; start
+        copying them to ``device``.
 
-        The mask needs the output on the host, and reading a device's ids back waits for every pass queued
-        before the read. A loop that already has its tokens on the host and queues the next forward pass
-        before it reads the logits (the autoregressive loop on a GPU) calls this in between: the host computes
-        the mask while the device runs the pass. The call that follows, for ids of this length, applies it
-        without reading the ids back."""
+        The masks need the output on the host, and reading a device's ids back waits for every pass queued
+        before the read. A loop that has its tokens on the host and queues the forward pass before it reads the
+        logits (the autoregressive loop's next step on a GPU, a verification) calls this in between: the host
+        computes the masks while the device runs the pass. What goes to the device is the bitmask itself (49k
+        tokens in 6 KB), unpacked there. The calls that follow, for ids of these lengths, apply them without
+        reading the ids back."""
         if not self.ahead:
             return
-        allowed = self._host_allowed([output])  # [1, 32 W]
-        if device.type == "cuda":  # from page-locked memory the copy is queued, not waited for
-            allowed = allowed.pin_memory().to(device, non_blocking=True)
-        self._ready = (self.prompt_length + len(output), allowed)
+        outputs = [[*output, *drafted[:i]] for i in range(len(drafted) + 1)]
+        rows = []
+        words = torch.empty((len(outputs), self._words), dtype=torch.int32)
+        for i, row in enumerate(outputs):  # one at a time: each prefix's matcher follows on from the last
+            words[i : i + 1] = self._host_words([row])
+            rows.append((self.allowed, self.detail))
+        self._ready = (self.prompt_length + len(output), self._to_device(words, device), rows)
+
+    def _to_device(self, words: torch.Tensor, device: torch.device) -> torch.Tensor:
+        if device.type != "cuda":
+            return words.to(device)
+        if not self._staging or self._staging[0].shape != words.shape:
+            self._staging = [torch.empty_like(words).pin_memory() for _ in range(2)]
+        self._staging.reverse()
+        staged = self._staging[0]
+        staged.copy_(words)
+        return staged.to(device, non_blocking=True)  # queued, not waited for
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
+        # Prepared rows serve the calls that follow in order (lengths L, L + 1 ...), each once; any other call
+        # drops them, so a mask is never applied to ids it was not computed for (a draft model's calls
+        # between two verifications have lengths of their own).
         ready, self._ready = self._ready, None
-        if ready is not None and input_ids.shape[0] == 1 and ready[0] == input_ids.shape[1]:
-            allowed = ready[1]
+        if ready is not None and input_ids.shape[0] == 1 and input_ids.shape[1] == ready[0]:
+            words = ready[1][:1]
+            self.allowed, self.detail = ready[2][0]
+            if ready[1].shape[0] > 1:
+                self._ready = (ready[0] + 1, ready[1][1:], ready[2][1:])
         else:
-            allowed = self._host_allowed(input_ids[:, self.prompt_length :].tolist())  # [B][T - prompt] read
-        vocab = scores.shape[-1]
+            words = self._host_words(input_ids[:, self.prompt_length :].tolist()).to(scores.device)  # read back
+        return scores.masked_fill(~self._unpacked(words, scores.shape[-1]), float("-inf"))
+
+    def _unpacked(self, words: torch.Tensor, vocab: int) -> torch.Tensor:
+        """[B, W] words -> [B, vocab] allowed, on the words' device (a few small kernels there)."""
+        bits = self._bits.get(words.device)
+        if bits is None:
+            bits = self._bits[words.device] = torch.arange(32, dtype=torch.int32, device=words.device)
+        allowed = ((words.unsqueeze(-1) >> bits) & 1).flatten(1).bool()  # [B, 32 W]
         if allowed.shape[1] < vocab:  # logits rows past the tokenizer's vocabulary are padding: never allowed
             allowed = torch.cat([allowed, allowed.new_zeros(allowed.shape[0], vocab - allowed.shape[1])], 1)
-        return scores.masked_fill(~allowed[:, :vocab].to(scores.device), float("-inf"))
+        return allowed[:, :vocab]
 
-    def _host_allowed(self, outputs: list[list[int]]) -> torch.Tensor:
-        """[B, 32 W] which tokens the grammar allows after each output, on the host; ``allowed`` and ``detail``
-        say it for row 0."""
+    def _host_words(self, outputs: list[list[int]]) -> torch.Tensor:
+        """[B, W] the bitmask of the tokens the grammar allows after each output, on the host; ``allowed`` and
+        ``detail`` say it for row 0."""
+        self._ready = None  # the matchers move on: what was prepared is for other outputs
         # Past an end-of-text token the output is over (a verification's row after a drafted EOS is never
         # used): the grammar reads up to it and, like a finished run, allows nothing but the end again.
         ended = [self._ends(output) for output in outputs]
         self.rows = self._follow([output[:end] for output, end in zip(outputs, ended, strict=True)])
-        if self._bitmask.shape[0] != len(self.rows):
-            self._bitmask = torch.zeros((len(self.rows), self._bitmask.shape[1]), dtype=torch.int32)
+        bitmask = torch.zeros((len(self.rows), self._words), dtype=torch.int32)
         for b, row in enumerate(self.rows):
             if row.matcher.is_error():  # a row that left the grammar (a beam fed a forbidden token): no way on
-                self._bitmask[b] = 0
-            else:  # what llguidance.torch.fill_next_token_bitmask does, without importing its compiled kernel
-                words = self._bitmask[b]
-                row.matcher.unsafe_compute_mask_ptr(words.data_ptr(), words.numel() * words.element_size())
-        allowed = ((self._bitmask.unsqueeze(-1) >> self._bits) & 1).flatten(1).bool()  # [B, 32 W]
+                continue
+            # What llguidance.torch.fill_next_token_bitmask does, without importing its compiled kernel.
+            words = bitmask[b]
+            row.matcher.unsafe_compute_mask_ptr(words.data_ptr(), words.numel() * words.element_size())
+        as_unsigned = bitmask.numpy().view(np.uint32)  # the same memory: bit 31 without int32's sign in the way
         for b, (output, end) in enumerate(zip(outputs, ended, strict=True)):
             if end < len(output):
-                allowed[b] = False
-                allowed[b, self._eos] = True
-        self.allowed = int(allowed[0].sum())
+                as_unsigned[b] = 0
+                for eos in self.grammar.eos_token_ids:
+                    as_unsigned[b, eos // 32] |= np.uint32(1 << (eos % 32))
+        self.allowed = int(np.unpackbits(as_unsigned[0].view(np.uint8)).sum())
         self.detail = self._where(self.rows[0].matcher)
-        return allowed
+        return bitmask
 
     def _ends(self, output: list[int]) -> int:
         """Where ``output``'s first end-of-text token is, else its length."""

@@ -259,6 +259,26 @@ def test_bounded_schemas_finish_and_validate(byte_bpe: Any, schema: dict[str, An
     jsonschema.validate(json.loads(finished.text), schema)
 
 
+def watch_reads(monkeypatch: pytest.MonkeyPatch, reads: list[str]) -> None:
+    """Record in ``reads`` who computed each mask: prepare() ahead, or the call reading the ids back."""
+    original_prepare, original_host = GrammarMask.prepare, GrammarMask._host_words
+    ahead = [False]
+
+    def prepare(self: GrammarMask, output: list[int], device: torch.device, drafted: Any = ()) -> None:
+        ahead[0] = True
+        try:
+            original_prepare(self, output, device, drafted)
+        finally:
+            ahead[0] = False
+
+    def host_words(self: GrammarMask, outputs: list[list[int]]) -> torch.Tensor:
+        reads.append("ahead" if ahead[0] else "call")
+        return original_host(self, outputs)
+
+    monkeypatch.setattr(GrammarMask, "prepare", prepare)
+    monkeypatch.setattr(GrammarMask, "_host_words", host_words)
+
+
 @pytest.mark.parametrize("run_ahead", [False, True])
 @pytest.mark.parametrize("seed", range(3))
 def test_the_mask_computed_ahead_is_applied_without_reading_the_ids_back(byte_bpe: Any, seed: int, run_ahead: bool,
@@ -269,22 +289,7 @@ def test_the_mask_computed_ahead_is_applied_without_reading_the_ids_back(byte_bp
     model, prompt = model_for(byte_bpe, seed), prompt_of(byte_bpe, seed)
     constraint = Constraint("regex", REGEXES[seed % len(REGEXES)])
     reads: list[str] = []  # who computed each mask: prepare() ahead, or the call reading the ids back
-    original_prepare, original_host = GrammarMask.prepare, GrammarMask._host_allowed
-    ahead = [False]
-
-    def prepare(self: GrammarMask, output: list[int], device: torch.device) -> None:
-        ahead[0] = True
-        try:
-            original_prepare(self, output, device)
-        finally:
-            ahead[0] = False
-
-    def host_allowed(self: GrammarMask, outputs: list[list[int]]) -> torch.Tensor:
-        reads.append("ahead" if ahead[0] else "call")
-        return original_host(self, outputs)
-
-    monkeypatch.setattr(GrammarMask, "prepare", prepare)
-    monkeypatch.setattr(GrammarMask, "_host_allowed", host_allowed)
+    watch_reads(monkeypatch, reads)
     runs = {}
     for computed_ahead in (True, False):
         reads.clear()
@@ -451,3 +456,41 @@ def test_a_recordings_settings_keep_the_constraint_and_the_stages() -> None:
     assert settings_from_dict(header) == settings
     line = params_line(settings)
     assert "min-p=0.1" in line and "regex" in line and "bad words=x" in line, line
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("sample", [False, True], ids=["greedy", "sample"])
+def test_a_verifications_masks_are_computed_while_its_pass_runs(byte_bpe: Any, seed: int, sample: bool,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each round hands the grammar the output and the drafted tokens once the verification is queued: its k + 1
+    masks are computed then (on a GPU, while the pass runs), and the verification's calls read no ids back. A
+    draft model's own calls in between are computed in the call, never served a mask prepared for other ids. The
+    events are those of masks computed in each call."""
+    model = model_for(byte_bpe, seed)
+    prompt = repetitive(byte_bpe, "12 apples and 34 pears. yes no maybe. ")[: 20 + seed]
+    constraint = Constraint("regex", REGEXES[seed % len(REGEXES)])
+    params = SamplingParams(temperature=1.5, top_k=0) if sample else SamplingParams()
+    reads: list[str] = []
+    watch_reads(monkeypatch, reads)
+    for name in drafters(byte_bpe, seed):
+        runs = {}
+        for computed_ahead in (True, False):
+            reads.clear()
+            stages = context(byte_bpe, prompt, constraint)
+            assert isinstance(stages.grammar, GrammarMask)
+            stages.grammar.ahead = computed_ahead
+            runs[computed_ahead] = list(speculative(
+                model, transcript(byte_bpe, prompt, 20, "pld"), drafters(byte_bpe, seed)[name], params,
+                greedy=not sample, num_draft_tokens=4, generator=torch.Generator().manual_seed(seed), stages=stages))
+            verified = [e for e in runs[computed_ahead] if isinstance(e, DraftVerified)]
+            if computed_ahead:  # every verified position's mask ahead
+                positions = sum(1 + sum(v.verdict not in ("cut", "untested") for v in e.verdicts) for e in verified)
+                assert reads.count("ahead") >= positions, (name, reads)
+            else:
+                assert "ahead" not in reads
+        # The tokens and every verdict, not the figures: the CPU pads a verification to the width it timed
+        # cheapest, and another width's products round the last bits of p and the logprobs differently.
+        clockless = [(tokens(run), [(e.round, e.accepted, e.extra_token_id, [(v.token_id, v.verdict)
+                                                                              for v in e.verdicts])
+                                    for e in run if isinstance(e, DraftVerified)]) for run in runs.values()]
+        assert clockless[0] == clockless[1], name

@@ -169,6 +169,8 @@ def speculative(
                 # 3. Verify: one target forward over [pending, d_1 .. d_k] gives p_1 .. p_{k+1}.
                 raw = verify(cache, context[-1], drafted, confirmed, num_draft_tokens)  # [k+1, V]
                 transcript.target_forwards += 1
+                if stages is not None and isinstance(stages.grammar, GrammarMask):  # on a GPU, while the pass runs
+                    stages.grammar.prepare(context[stages.grammar.prompt_length :], model.device, drafted)
                 # 4. Accept: the acceptance test, position by position, and the target's extra token.
                 p = distributions(processors, context, drafted, raw[:, shared])  # [k+1, V]
                 extra: int | None  # None: no extra token, an accepted one ended the run
