@@ -24,6 +24,7 @@ import itertools
 import json
 import statistics
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -71,9 +72,9 @@ def grammar_share(lm: LoadedModel, config: DecodeConfig) -> float:
 
     class Timed(GrammarMask):
         # A step's mask in both its halves: prepare() computes it ahead where the loop allows, the call applies it.
-        def prepare(self, output: list[int], device: torch.device) -> None:
+        def prepare(self, output: list[int], device: torch.device, drafted: Sequence[int] = ()) -> None:
             started = time.perf_counter()
-            super().prepare(output, device)
+            super().prepare(output, device, drafted)
             ahead[0] = time.perf_counter() - started
 
         def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:

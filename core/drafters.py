@@ -222,11 +222,9 @@ class ModelDrafter:
             if not (isinstance(keys, torch.Tensor) and isinstance(values, torch.Tensor) and keys.shape[-2] >= n):
                 return
             layers.append((keys[:, :, :n], values[:, :, :n]))
-        if isinstance(self.cache, StaticKV):
-            mine: Cache = self.cache  # written in place: its graphs read it where it is
-            mine.move_end(0)
-        else:
-            mine = new_cache(self.model, rollback=True)
+        mine = self.cache if isinstance(self.cache, StaticKV) else new_cache(self.model, rollback=True)
+        if isinstance(mine, StaticKV):
+            mine.move_end(0)  # written in place: its graphs read it where it is
         for i, (keys, values) in enumerate(layers):
             mine.update(keys.to(self.target_kv, copy=True), values.to(self.target_kv, copy=True), i)
         if isinstance(mine, StaticKV):

@@ -186,7 +186,9 @@ class _Target:
 @pytest.mark.parametrize("spec", ["int4", "int8", "int4+layers:1"])
 def test_a_default_draft_the_device_cannot_run_falls_back_to_self_with_a_note(
         monkeypatch: pytest.MonkeyPatch, spec: str) -> None:
-    monkeypatch.setitem(target_drafts._WORKS, (target_draft(spec).bits, "cpu"), "no kernel here")  # type: ignore[union-attr]
+    made = target_draft(spec)
+    assert made is not None and made.bits is not None
+    monkeypatch.setitem(target_drafts._WORKS, (made.bits, "cpu"), "no kernel here")
     model = tiny_model("llama", vocab_size=V)
     draft = load_draft(cast(Any, _Target(model, V)), spec, named=False)
     assert draft.model is model and draft.spec == "self"
