@@ -23,6 +23,9 @@ Replay = Callable[[int], tuple[int, ...]]  # k -> the widths of the forwards a f
 Times = dict[int, deque[float]]  # draft length k -> verify seconds of its last 16 rounds
 MIN_HISTORY = 8  # tokens of the run a replay needs before its choice is trusted
 TRUSTED = 3  # rounds of one draft length after which its own median alone prices it
+# The first round's draft length with a draft model: enough to measure the acceptance, and a draft that cannot pay
+# (a GPU, where a draft step costs about a target step) costs at most this many of its steps before the policy knows.
+FIRST_DRAFT = 8
 
 # What verifying each draft length cost, per target model, kept from run to run: it is the model's and the
 # device's, not the prompt's, and a short run cannot afford to measure it again (on a CPU, trying a costly width
@@ -59,12 +62,20 @@ class AdaptiveDraftLength:
     On a GPU c1 is nearly 0. The times are the target
     model's, kept from run to run (:func:`remembered_times`).
 
-    With a draft model the policy first drafts the most (for the acceptance),
-    then, unless earlier runs timed two widths already, takes a plain step.
+    With a draft model the policy first drafts FIRST_DRAFT tokens (for the
+    acceptance and a drafted token's cost; on a GPU, where a draft step of a
+    launch-bound model costs about a target step, a longer first draft alone
+    lost several percent of a short answer), then, unless earlier runs timed
+    two widths already, takes a plain step. A drafted token's cost is taken
+    from a draft with no prefill and no catch-up in it once there is one;
+    until then from the lowest of the rounds so far, an estimate on the high
+    side (never 0: a draft priced free would be drafted on a GPU where it
+    cannot pay).
     A draft model that stops drafting where it is unsure (``stops_itself``)
     already chooses each draft's length, round by round, from its own
     confidence; the policy then only chooses whether to draft: the most, or
-    nothing. The geometric model above assumes each token is accepted
+    nothing, pricing "the most" at the length such drafts turned out to have.
+    The geometric model above assumes each token is accepted
     independently, but acceptance comes in runs (a copied line is accepted
     whole), so its best k cut off long accepted drafts: on the code edit it
     drafted 12-17 where the draft went on to 20, all accepted.
@@ -108,12 +119,17 @@ class AdaptiveDraftLength:
         # Verify seconds of the last 16 rounds of each draft length; earlier runs' (remembered_times) when given.
         self.times_by_k: Times = {} if times_by_k is None else times_by_k
         self.draft_cost = 0.0  # seconds per drafted token, moving average
+        self.draft_clean = False  # draft_cost was measured on a draft with no prefill and no catch-up in it
+        self.asked = 0  # the draft length the last choice asked for
+        self.drafted_length = 0.0  # moving average of what a draft asked for max_k gave (0: none yet)
         self.last_k = 0  # the draft length of the last round observed
         self.rounds = 0
         self.reason = ""  # why the last choice, in words (a front end shows it)
         # What kind of choice it was, with its k: a front end is told the reason when this changes, not every time
         # the acceptance in its words moves a point.
         self.decision: tuple[str, int] = ("", -1)
+        self.c = 0.0  # a drafted token's cost in plain steps, as the last choice priced it
+        self.best_drafting = (0, 0.0)  # the best k > 0 at the last choice, and its predicted speed-up
 
     def _fit(self) -> tuple[float, float] | None:
         """(c0, c1) of cost(k) = c0 + c1 * k (:func:`~decode_tui.core.draft_stats.fit_verify_costs`) over each k's
@@ -154,11 +170,23 @@ class AdaptiveDraftLength:
             return None
         a = min(self.accepted_sum / self.trials_sum, 0.999)
         best_k, best_rate = 0, 0.0
-        for k, price in enumerate(self._prices(fit)):
+        rates = []
+        prices = self._prices(fit)
+        for k, price in enumerate(prices):
             tokens = (1 - a ** (k + 1)) / (1 - a)
-            rate = tokens / (price + k * self.draft_cost)
-            if rate > best_rate:
-                best_k, best_rate = k, rate
+            rates.append(tokens / (price + k * self.draft_cost))
+            if rates[-1] > best_rate:
+                best_k, best_rate = k, rates[-1]
+        # For the reason shown when drafting does not pay: c (a drafted token's cost in plain steps) and the
+        # predicted speed-up of the best draft length, which is then under 1.
+        drafting = max(range(1, len(rates)), key=lambda k: rates[k], default=0)
+        if self.stops_itself and self.max_k > 0:
+            # Asked for the most, such a draft gives what its confidence allows: price that length, not the best
+            # one the geometric model would pick (it cannot be asked for).
+            drafting = max(1, min(self.max_k, round(self.drafted_length or self.max_k)))
+            best_k = self.max_k if rates[drafting] > rates[0] else 0
+        self.c = self.draft_cost / prices[0] if prices[0] > 0 else 0.0
+        self.best_drafting = (drafting, rates[drafting] / rates[0] if drafting and rates[0] > 0 else 0.0)
         return best_k
 
     def _replayed_best(self, fit: tuple[float, float]) -> int:
@@ -171,15 +199,16 @@ class AdaptiveDraftLength:
         return min(seconds, key=lambda k: (seconds[k], -k))  # on a tie the longer draft: copies come in runs
 
     def _decide(self, kind: str, k: int, reason: str) -> int:
-        self.decision, self.reason = (kind, k), reason
+        self.decision, self.reason, self.asked = (kind, k), reason, k
         return k
 
     def choose(self) -> int:
         self.rounds += 1
         if self.replay is not None:
             return self._choose_by_replay()
-        if self.rounds == 1:  # the acceptance, and the cost of the longest draft
-            return self._decide("first", self.max_k, f"drafting {self.max_k}: the first round measures the "
+        if self.rounds == 1:  # the acceptance, and what a drafted token costs
+            first = min(self.max_k, FIRST_DRAFT)
+            return self._decide("first", first, f"drafting {first}: the first round measures the "
                                 "acceptance and what drafting costs")
         if self._fit() is None:  # a second width to draw a line through
             return self._decide("timing", 0, "a plain step: timing a second width, to price every draft length")
@@ -210,13 +239,15 @@ class AdaptiveDraftLength:
         if best is None:
             return self.max_k
         a = min(self.accepted_sum / self.trials_sum, 0.999)
+        k_best, gain = self.best_drafting
+        why = (f"a drafted token costs c = {self.c:.2f} steps and the target accepts {a:.0%}: the best draft "
+               f"length, {k_best}, would go {gain:.2f}x")
         if best == 0 and self.rounds >= self.next_probe:
             self.probing = True
-            return self._decide("probe", min(2, self.max_k), f"a probe of {min(2, self.max_k)}: at acceptance "
-                                f"{a:.0%} drafting does not pay, and a probe notices when that changes")
+            return self._decide("probe", min(2, self.max_k), f"a probe of {min(2, self.max_k)}: drafting does not "
+                                f"pay ({why}), and a probe notices when that changes")
         if best == 0:
-            return self._decide("plain", 0, f"plain steps: at acceptance {a:.0%} and the verify times measured, no "
-                                "draft length beats a plain step")
+            return self._decide("plain", 0, f"plain steps: {why}")
         k = self.max_k if self.stops_itself else best
         return self._decide("draft", k, f"drafting {'up to ' if self.stops_itself else ''}{k}: at acceptance "
                             f"{a:.0%} and the verify times measured, it beats a plain step"
@@ -234,10 +265,15 @@ class AdaptiveDraftLength:
             # A draft after plain steps first feeds the draft model the tokens it skipped, and the first draft may
             # prefill the prompt: neither is a per-token cost, but until a draft is timed without them, an estimate
             # on the high side is better than none (a drafter idle between probes would otherwise look free).
-            if self.rounds > 1 and (last_k > 0 or not self.draft_cost):
-                per_token = draft_s / k
-                previous = self.draft_cost or per_token
+            per_token = draft_s / k
+            if self.rounds > 1 and last_k > 0:  # a clean measure: no prefill, no catch-up
+                previous = self.draft_cost if self.draft_clean else per_token
                 self.draft_cost = (1 - smooth) * previous + smooth * per_token
+                self.draft_clean = True
+            elif not self.draft_clean:  # the lowest of the high-side estimates so far
+                self.draft_cost = min(self.draft_cost or per_token, per_token)
+            if self.asked == self.max_k:  # how long a draft asked for the most turns out (one that stops itself)
+                self.drafted_length = (1 - smooth) * (self.drafted_length or k) + smooth * k
         if self.probing:  # back off unless the probe changed the decision
             self.probing = False
             self.probe_wait = self.probe_every if self._best() else min(64, 2 * self.probe_wait)
