@@ -12,10 +12,12 @@ Sections (``--only``, comma-separated):
 - ``verify``: the cost of one forward over k = 1, 2, 4, 8, 16 tokens (a verification of k-1 drafts
   plus the pending token) relative to one decoding step, on the same model; the fast path for k = 1,
   4, 16 (each k is a graph to compile).
-- ``drafting``: on the embedded SmolLM2 (bf16): PLD (fixed and adaptive) and speculative decoding over
-  our greedy, on the CPU benchmark's prompts, with acceptance; and the draft lengths the adaptive mode
-  chooses on this device. The speculative draft is SmolLM2's first ``--draft-layers`` layers (its
-  int8 copy, the CPU benchmark's draft, is a CPU-only kernel).
+- ``drafting``: on the embedded SmolLM2 (bf16): PLD (fixed and adaptive) and speculative decoding with each
+  draft of ``--drafts`` (default int4, int8, self, layers:10), at the default length and adaptive, over our
+  greedy, on the CPU benchmark's prompts: speed-up with its range, acceptance, c, and the draft lengths the
+  adaptive mode chooses on this device.
+- ``draftcost``: c of the int4 and int8 drafts of the Phi-3-mini-sized model (bandwidth-bound: the int4 draft
+  should cost clearly less than a step).
 - ``app``: the app's tokens/s against headless on the embedded model (as ``app_vs_headless.py``).
 - ``behind``: the background compile (core/background_compile.py) on the Phi-3-mini-sized model, as the
   app uses it: greedy on the default path (CUDA graphs of the eager model), then runs while the worker
@@ -25,7 +27,8 @@ Sections (``--only``, comma-separated):
 ``--tiny`` swaps the Phi-3-mini-sized model for a small one of the same architecture, so the script
 can be checked on a CPU before device time is spent.
 
-    python benchmarks/gpu.py [--only phi3,verify,drafting,app,behind] [--new-tokens 256] [--repeats 3] [--json out.json]
+    python benchmarks/gpu.py [--only phi3,verify,draftcost,drafting,app,behind] [--new-tokens 256] [--repeats 3]
+                             [--drafts int4,int8,self,layers:10] [--json out.json]
 """
 
 from __future__ import annotations
@@ -172,8 +175,11 @@ def behind_section(lm: LoadedModel, new_tokens: int, repeats: int, bandwidth: fl
 
     bound = bandwidth / weight_bytes(lm.model)
 
+    prompt_ids: list[int] = []
+
     def run() -> tuple[float, list[int]]:
         result, ids = ours(lm, PHI3_PROMPT, new_tokens, fast=False)
+        prompt_ids[:] = result.prompt_token_ids
         return result.tokens_per_s, ids
 
     run()  # warm-up: captures the step's graph, as the app's warm-up does
@@ -198,7 +204,26 @@ def behind_section(lm: LoadedModel, new_tokens: int, repeats: int, bandwidth: fl
               + f"  ({len(rates)} runs)", flush=True)
     print(f"behind: settled after {settle_s:.1f} s; {rows['progress']}; same tokens: {rows['same_tokens']}",
           flush=True)
+    rows["first_divergence"] = divergence(lm, prompt_ids, eager[0][1], compiled[0][1])
+    if rows["first_divergence"]:
+        print(f"behind: first divergence {rows['first_divergence']}", flush=True)
     return rows
+
+
+def divergence(lm: LoadedModel, prompt_ids: list[int], eager: list[int], compiled: list[int]) -> dict[str, Any] | None:
+    """Where two outputs of one prompt part first, and why: the eager model's logits there (a plain forward over
+    the prompt and the common part), its top two's margin and its logits of the two tokens chosen. A margin of a
+    few hundredths in bf16 is a near-tie that another kernel's rounding may flip."""
+    at = next((i for i, (a, b) in enumerate(zip(eager, compiled, strict=False)) if a != b), None)
+    if at is None:
+        return None
+    ids = torch.tensor([prompt_ids + eager[:at]], device=lm.device)
+    with torch.inference_mode():
+        logits = lm.model(input_ids=ids).logits[0, -1].float()
+    top = logits.topk(2).values
+    return {"index": at, "eager_token": eager[at], "compiled_token": compiled[at],
+            "top_two_margin": float(top[0] - top[1]),
+            "logits_of_the_two": [float(logits[eager[at]]), float(logits[compiled[at]])]}
 
 
 def verify_section(lm: LoadedModel, ks: list[int], fast_ks: list[int], repeats: int) -> dict[str, Any]:
@@ -233,53 +258,72 @@ def verify_section(lm: LoadedModel, ks: list[int], fast_ks: list[int], repeats: 
     return rows
 
 
-def shallow_copy(model: Any, layers: int) -> Any:
-    """The model with only its first ``layers`` decoder layers: a draft that needs no other checkpoint."""
-    import copy
+def drafting_section(lm: LoadedModel, new_tokens: int, repeats: int, drafts: list[str]) -> dict[str, Any]:
+    """Each draft made from the target (built as the CLI builds it: int4/int8 on the device's own kernels, its
+    graphs captured like the target's), at the default draft length and adaptive, and PLD, against our greedy
+    on the same path: speed-up (ratio of medians), identical tokens, acceptance, c (a draft step over a target
+    step) and the prediction."""
+    from decode_tui.core.drafters import load_draft
 
-    clone = copy.deepcopy(model)
-    clone.model.layers = clone.model.layers[:layers]
-    clone.config.num_hidden_layers = layers
-    if getattr(clone.config, "layer_types", None):
-        clone.config.layer_types = clone.config.layer_types[:layers]
-    return clone
-
-
-def drafting_section(lm: LoadedModel, new_tokens: int, repeats: int, draft_layers: int) -> dict[str, Any]:
-    draft = (shallow_copy(lm.model, draft_layers), min(lm.model.get_output_embeddings().weight.shape[0],
-                                                        len(lm.tokenizer)))
+    built = {spec: load_draft(lm, spec) for spec in drafts}
     variants: dict[str, tuple[DecodeConfig, Any]] = {
         "pld": (DecodeConfig(mode="pld", max_new_tokens=new_tokens), None),
         "pld adaptive": (DecodeConfig(mode="pld", max_new_tokens=new_tokens,
                                       draft=DraftParams(adaptive=True)), None),
-        f"speculative ({draft_layers}-layer draft) k=5": (DecodeConfig(mode="speculative",
-                                                                       max_new_tokens=new_tokens), draft),
-        f"speculative ({draft_layers}-layer draft) adaptive": (
-            DecodeConfig(mode="speculative", max_new_tokens=new_tokens, draft=DraftParams(adaptive=True)), draft),
     }
+    for spec, draft in built.items():
+        variants[f"speculative {spec}"] = (DecodeConfig(mode="speculative", max_new_tokens=new_tokens,
+                                                        draft=DraftParams(draft=spec)), draft)
+        variants[f"speculative {spec} adaptive"] = (DecodeConfig(
+            mode="speculative", max_new_tokens=new_tokens, draft=DraftParams(draft=spec, adaptive=True)), draft)
     rows: dict[str, Any] = {}
     for name, prompt in PROMPTS.items():
         greedy = DecodeConfig(mode="greedy", max_new_tokens=new_tokens)
         reference = run_once(lm, prompt, greedy)[0]  # warm-up
+        for config, drafter in variants.values():
+            run_once(lm, prompt, config, drafter)  # each variant's warm-up: its graphs captured before timing
         times: dict[str, list[float]] = {}
         row: dict[str, Any] = {}
-        for _ in range(repeats):
+        for _ in range(repeats):  # alternated: greedy, then every variant, round after round
             times.setdefault("greedy", []).append(run_once(lm, prompt, greedy)[1])
             for variant, (config, drafter) in variants.items():
                 final, elapsed, lengths = run_once(lm, prompt, config, drafter)
                 times.setdefault(variant, []).append(elapsed)
                 row[variant] = {"identical": final.token_ids == reference.token_ids,
-                                "acceptance_rate": final.acceptance_rate,
+                                "acceptance_rate": final.acceptance_rate, "c": final.draft_cost_ratio,
+                                "predicted": final.predicted_speedup,
                                 "tokens_per_forward": final.new_tokens / final.target_forwards,
                                 "draft_lengths": dict(sorted(Counter(lengths).items()))}
         base = statistics.median(times["greedy"])
         for variant in variants:
+            ratios = [base / t for t in times[variant]]
             row[variant]["speedup"] = base / statistics.median(times[variant])
+            row[variant]["range"] = [min(ratios), max(ratios)]
             v = row[variant]
-            print(f"drafting {name:>10} {variant:>40}: {v['speedup']:.2f}x  identical={v['identical']}  "
-                  f"acceptance {v['acceptance_rate']:.0%}  tokens/forward {v['tokens_per_forward']:.2f}"
+            c = f"  c {v['c']:.2f}" if v["c"] is not None else ""
+            print(f"drafting {name:>10} {variant:>32}: {v['speedup']:.2f}x ({min(ratios):.2f}-{max(ratios):.2f})  "
+                  f"identical={v['identical']}  acceptance {v['acceptance_rate']:.0%}{c}  "
+                  f"tokens/forward {v['tokens_per_forward']:.2f}"
                   + (f"  draft lengths {v['draft_lengths']}" if "adaptive" in variant else ""), flush=True)
         rows[name] = row
+    return rows
+
+
+def draft_cost_section(lm: LoadedModel, drafts: list[str], new_tokens: int) -> dict[str, Any]:
+    """c of each quantised draft on the Phi-3-mini-sized model (random weights: the acceptance means nothing
+    there, the cost per step does): a warm speculative run's draft step over its measured target step."""
+    from decode_tui.core.drafters import load_draft
+
+    rows: dict[str, Any] = {}
+    for spec in drafts:
+        draft = load_draft(lm, spec)
+        config = DecodeConfig(mode="speculative", max_new_tokens=new_tokens, draft=DraftParams(draft=spec,
+                                                                                               confidence_threshold=0.0))
+        run_once(lm, "the the the the", config, draft)  # warm-up: the draft's graphs captured
+        final = run_once(lm, "the the the the", config, draft)[0]
+        rows[spec] = {"c": final.draft_cost_ratio, "draft_forwards": final.draft_forwards}
+        print(f"draft cost phi3-sized {spec}: c {final.draft_cost_ratio}", flush=True)
+        del draft
     return rows
 
 
@@ -302,7 +346,7 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--bandwidth", type=float, default=3.35e12, help="bytes/s; 3.35e12 for an H100 SXM")
-    parser.add_argument("--draft-layers", type=int, default=8)
+    parser.add_argument("--drafts", default="int4,int8,self,layers:10", help="drafts made from the target")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--tiny", action="store_true", help="a small Phi-3, to check the script on a CPU")
     parser.add_argument("--json", type=Path)
@@ -328,8 +372,12 @@ def main() -> None:
     def save() -> None:  # after every section: a run stopped at its time limit keeps what it measured
         if args.json:
             args.json.write_text(json.dumps(results, indent=2))
-    if sections & {"phi3", "verify", "behind"}:
+    drafts = args.drafts.split(",")
+    if sections & {"phi3", "verify", "behind", "draftcost"}:
         lm = phi3_sized(device, dtype, args.tiny)
+        if "draftcost" in sections:
+            results["draftcost"] = draft_cost_section(lm, [d for d in drafts if d.startswith("int")], 64)
+            save()
         if "phi3" in sections:
             results["phi3"] = phi3_section(lm, args.new_tokens, args.repeats, args.bandwidth)
             save()
@@ -350,7 +398,7 @@ def main() -> None:
         pull("smollm2")
         smol = load_model(resolve("smollm2"), device=args.device, dtype="auto")
         if "drafting" in sections:
-            results["drafting"] = drafting_section(smol, 128, args.repeats, args.draft_layers)
+            results["drafting"] = drafting_section(smol, 128, args.repeats, drafts)
             save()
         if "app" in sections:
             import app_vs_headless

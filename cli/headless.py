@@ -148,10 +148,22 @@ def _load_models(options: DecodingOptions, speculative: DecodeConfig | None,
 def _load(resolved: ResolvedModel, device: str, dtype: str, trust_remote_code: bool,
           device_map: str | None = None, tokenizer: PreTrainedTokenizerBase | None = None) -> LoadedModel:
     with status(f"Loading {resolved.display_name}") as progress:
+        from ..core.startup import importing_torch
+
+        steps = importing_torch()
+        while True:  # torch's own start-up, named on the progress line
+            try:
+                progress(f"Loading {resolved.display_name}: {next(steps)}")
+            except StopIteration as done:
+                torch_s = done.value
+                break
         from ..core.loading import load_model
 
-        return load_model(resolved, device=device, dtype=dtype, trust_remote_code=trust_remote_code,
-                          tokenizer=tokenizer, device_map=device_map, progress=progress)
+        lm = load_model(resolved, device=device, dtype=dtype, trust_remote_code=trust_remote_code,
+                        tokenizer=tokenizer, device_map=device_map, progress=progress)
+    if torch_s:
+        lm.timings["torch"] = round(torch_s, 3)
+    return lm
 
 
 def _write(out: TextIO, text: str) -> None:

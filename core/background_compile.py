@@ -21,7 +21,9 @@ Guarantees, each tested on the CPU with an eager stand-in for the graphs (tests/
 - The foreground switches only while the worker is idle (one lock). So a capture never overlaps
   compilation's device work, and the compiler's global stance is changed by one thread at a time.
 - A failure (compiling, or capturing the compiled pass) keeps the eager graph, and :func:`progress`
-  says what failed. The tokens are the plain path's either way.
+  says what failed. So does a compiled pass whose top token differs from the eager graph's on the pass it
+  would first replace: the switch is checked on that pass, both graphs run from the same position. The
+  tokens are the plain path's either way.
 
 What it costs: while it compiles, the worker takes turns with the decoding thread for the interpreter
 lock, so decoding is slower until the switch: on an H100, 28 tok/s for 50 s against the eager graphs' 160
@@ -46,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
+from transformers.cache_utils import StaticLayer
 
 from .errors import first_line
 from .forward import COMPILED_UP_TO, StaticKV, _Captured, attach_background, captured_shapes, compile_forward
@@ -182,11 +185,15 @@ def wait(model: PreTrainedModel, timeout: float | None = None, poll: float = 0.0
     return True
 
 
-def upgrade(model: PreTrainedModel, cache: StaticKV, key: tuple[int, int, int], captured: _Captured) -> _Captured:
+def upgrade(model: PreTrainedModel, cache: StaticKV, key: tuple[int, int, int], captured: _Captured,
+            input_ids: torch.Tensor | None = None) -> _Captured:
     """The graph to replay for ``key`` on ``cache``: the compiled one once the worker has it, else ``captured``.
 
     Called by the foreground before each replay of an eager graph, so the switch happens between two
-    passes. Cheap when there is nothing to do: two dictionary lookups.
+    passes. Cheap when there is nothing to do: two dictionary lookups. Given the pass's ``input_ids``, the
+    switch is checked first: both graphs run on them from the same cache position, and a compiled pass whose
+    top token differs from the eager graph's anywhere is refused (the eager graph serves on, and
+    :func:`progress` says where and by how little the two differed): the switch never changes the tokens.
     """
     state = _state(model)
     shape = (cache.max_len, *key)
@@ -203,12 +210,43 @@ def upgrade(model: PreTrainedModel, cache: StaticKV, key: tuple[int, int, int], 
                 state.refused.add(shape)
                 state.refusal = f"capturing the compiled pass failed: {first_line(exc, 160)}"
             return captured
+        flipped = _flips(captured, new, cache, input_ids) if input_ids is not None else None
+        if flipped is not None:
+            with _STATE:
+                state.ready.discard(shape)
+                state.refused.add(shape)
+                state.refusal = flipped
+            return captured
         cache.graphs[key] = new
         with _STATE:
             state.switched.add((id(cache), shape))
         return new
     finally:
         _BUSY.release()
+
+
+def _flips(eager: _Captured, compiled: _Captured, cache: StaticKV, input_ids: torch.Tensor) -> str | None:
+    """Why the compiled pass may not replace the eager one: where its top token differs on ``input_ids``, with the
+    eager logits' margin between its top two there (a near-tie another kernel's rounding flips); None if the two
+    agree everywhere. Both run from the cache's current position, which is put back after each."""
+    layers = [layer for layer in cache.layers if isinstance(layer, StaticLayer)]
+    starts = [layer.cumulative_length.clone() for layer in layers]
+
+    def put_back() -> None:
+        for layer, start in zip(layers, starts, strict=True):
+            layer.cumulative_length.copy_(start)
+
+    a = eager(input_ids).float().clone()  # [B, keep, V]
+    put_back()
+    b = compiled(input_ids).float().clone()
+    put_back()
+    differ = (a.argmax(-1) != b.argmax(-1)).flatten()
+    if not bool(differ.any()):  # one wait for the device, once per shape switched
+        return None
+    at = int(differ.nonzero()[0])
+    top = a.flatten(0, 1)[at].topk(2).values
+    return (f"the compiled pass's top token differed from the eager graph's at {int(differ.sum())} of "
+            f"{differ.numel()} positions (the first a near-tie: margin {float(top[0] - top[1]):.3g}); eager kept")
 
 
 def _compiled_forward(model: Any) -> Callable[..., Any]:

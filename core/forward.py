@@ -50,7 +50,8 @@ CAPTURED_UP_TO = COMPILED_UP_TO  # the longest input replayed as a graph; a long
 StaticPath = Literal["graphs", "compiled"]
 
 # A background compile (core/background_compile.py) attaches these when it is imported: ``upgrade`` swaps an eager
-# graph for its compiled one between two passes, ``ask`` queues a newly captured shape for compiling. This module
+# graph for its compiled one between two passes (given the pass's input, to check that the two agree on it),
+# ``ask`` queues a newly captured shape for compiling. This module
 # does not import that one, which imports this one: only a front end that starts a background compile needs it.
 _UPGRADE: Callable[..., _Captured] | None = None
 _ASK: Callable[..., None] | None = None
@@ -291,7 +292,7 @@ def _replayed(model: PreTrainedModel, cache: StaticKV, input_ids: torch.Tensor, 
     if captured is None:
         return None
     if not captured.compiled and _UPGRADE is not None:  # the compiled pass replaces it once a background compile has it
-        captured = _UPGRADE(model, cache, key, captured)
+        captured = _UPGRADE(model, cache, key, captured, input_ids)
     return captured(input_ids)
 
 

@@ -162,6 +162,37 @@ def test_a_shape_the_worker_has_not_compiled_keeps_its_eager_graph_and_is_never_
     assert_same_events(plain, list(go(model, byte_bpe, prompt, "sample", graphs=True)))
 
 
+class FlippingBackend(CountingBackend):
+    """Runs the traced graph, then raises one token's logit past every other: a compiled pass that picks another
+    top token than the eager one (as Inductor's rounding may at a near-tie), on every position."""
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
+        run = super().__call__(gm, example_inputs)
+
+        def flipped(*args: Any) -> Any:
+            out = run(*args)
+            for t in out if isinstance(out, (tuple, list)) else (out,):
+                if isinstance(t, torch.Tensor) and t.is_floating_point() and t.shape[-1] == V:
+                    t[..., 7] += 1e4
+            return out
+
+        return flipped
+
+
+def test_a_compiled_pass_whose_top_token_differs_is_refused_and_the_eager_graph_serves_on(
+        byte_bpe: Any, fresh_dynamo: None) -> None:
+    """The switch is checked on the pass it would first replace: the compiled pass that flips the top token is
+    never switched to, the run's tokens stay the plain path's, and the progress line says why."""
+    model, prompt, plain = compiled_behind(byte_bpe, "llama", 6, FlippingBackend())
+    after = list(go(model, byte_bpe, prompt, "sample", graphs=True))
+    assert_same_events(plain, after)
+    now = background_compile.progress(model)
+    assert now is not None and now.switched == 0 and now.refused is not None
+    assert now.refused.startswith("the compiled pass's top token differed from the eager graph's at 1 of 1 "
+                                  "positions"), now.refused
+    assert now.label() == "compiled graphs, some eager" or "eager" in now.label()
+
+
 def test_a_failed_compile_leaves_the_eager_graphs_serving_and_says_why(
         byte_bpe: Any, fresh_dynamo: None) -> None:
     model, prompt, plain = compiled_behind(byte_bpe, "gpt2", 1, CountingBackend(fail=True))

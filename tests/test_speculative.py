@@ -592,14 +592,16 @@ def test_adaptive_lookup_is_lossless(byte_bpe: Any) -> None:
     assert result.token_ids == greedy(model, byte_bpe, prompt, 60).token_ids
 
 
-def speed(policy: AdaptiveDraftLength, tokens: int, alpha: float, c: float, step: float = 1.0) -> float:
+def speed(policy: AdaptiveDraftLength, tokens: int, alpha: float, c: float, step: float = 1.0,
+          stops_at: int | None = None) -> float:
     """Plain decoding's time over the policy's for ``tokens`` tokens on an imaginary GPU: every verification
     costs about a step (c1 nearly 0), a drafted token c steps, each drafted token accepted with probability
-    ``alpha``, drafts never cut short by the draft (the worst case for a draft that stops itself)."""
+    ``alpha``, drafts cut short by the draft at ``stops_at`` tokens (None: never, the worst case for a draft
+    that stops itself)."""
     g = torch.Generator().manual_seed(0)
     spent = done = 0.0
     while done < tokens:
-        k = policy.choose()
+        k = min(policy.choose(), stops_at or 10**6)
         accepted = 0
         while accepted < k and float(torch.rand(1, generator=g)) < alpha:
             accepted += 1
@@ -611,16 +613,14 @@ def speed(policy: AdaptiveDraftLength, tokens: int, alpha: float, c: float, step
 
 
 # Costs from the H100 runs of the issue that asked for this (SmolLM2 in bf16, a captured step 3.7 ms): a launch-bound
-# model's draft step costs what its target's does; its first 10 layers a third; a bandwidth-bound model's int4
-# draft about half (torch's int4 kernel at 0.54 of bf16's time on Phi-3-mini's products).
-GPU_DRAFTS = {"int4 of SmolLM2": (0.95, 1.0), "self": (1.0, 1.0), "layers:10 of SmolLM2": (0.0, 0.33),
-              "int4 of Phi-3-mini": (0.9, 0.55)}
+# model's draft step costs what its target's does; its first 10 layers a third.
+GPU_DRAFTS = {"int4 of SmolLM2": (0.95, 1.0), "self": (1.0, 1.0), "layers:10 of SmolLM2": (0.0, 0.33)}
 
 
 @pytest.mark.parametrize("stops_itself", [True, False])
 @pytest.mark.parametrize("draft", list(GPU_DRAFTS))
 def test_adaptive_never_loses_to_plain_decoding_on_gpu_like_costs(draft: str, stops_itself: bool) -> None:
-    """At 128 tokens the policy keeps 0.95 of plain decoding's speed with each draft, whatever it costs; where
+    """At 128 tokens the policy keeps 0.95 of plain decoding's speed with each draft of SmolLM2 on an H100; where
     drafting cannot pay its reason says so in numbers (c, the acceptance, the best length's predicted speed-up
     under 1)."""
     alpha, c = GPU_DRAFTS[draft]
@@ -649,9 +649,19 @@ def test_the_control_a_policy_that_prices_drafting_free_loses_on_a_gpu() -> None
     assert speed(FirstDraftFree(20), 128, *GPU_DRAFTS["int4 of SmolLM2"]) < 0.92
 
 
-def test_a_draft_that_stops_itself_is_priced_at_the_length_it_gives() -> None:
-    """Asked for the most, a draft that never stops early gives 20 tokens: at c 0.55 and acceptance 0.9 that
-    loses (8.9 tokens for 12.2 steps), though a draft of 4 would pay; the policy, unable to ask for 4, stops."""
+def test_a_confident_draft_that_stops_itself_is_dropped_once_measured_to_lose() -> None:
+    """A bandwidth-bound model's int4 draft (c 0.55, acceptance 0.9) pays at a short length, which the policy picks
+    when it chooses the length; a draft that stops itself cannot be asked for 4, and one that never stops gives 20
+    (8.9 tokens for 12.2 steps). The geometric model says drafting pays; the rounds measured say it loses, and the
+    policy keeps to plain steps, saying so in numbers. The control: a draft that stops itself early on the same
+    costs (drafts of 4) is kept."""
+    chooses = AdaptiveDraftLength(20)
+    assert speed(chooses, 512, 0.9, 0.55) >= 1.1
     policy = AdaptiveDraftLength(20, stops_itself=True)
-    assert speed(policy, 256, 0.9, 0.55) >= 0.95
-    assert policy.drafted_length > 15 and policy.decision[0] in ("plain", "probe")
+    assert speed(policy, 512, 0.9, 0.55) >= 0.9
+    assert policy.decision == ("plain", 0)
+    assert re.fullmatch(r"plain steps: drafting up to 20 was measured at 0\.\d\dx a plain step \(a drafted token "
+                        r"costs c = 0\.55 steps, the target accepts \d+%\)", policy.reason), policy.reason
+    stopping = AdaptiveDraftLength(20, stops_itself=True)
+    assert speed(stopping, 512, 0.9, 0.55, stops_at=4) >= 1.1
+    assert stopping.decision == ("draft", 20)

@@ -21,7 +21,7 @@ import json
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..core.errors import UsageError
 from ..core.events import BeamStepped, Event, Finished, TokenEmitted, from_dict
@@ -52,6 +52,8 @@ def _path_of(request: BranchRequest, lm: LoadedModel) -> DecodePath:
                 kept_stats=request.kept_stats,
                 forced=forced, forced_text=request.forced_text, branch=request.branch, parent=request.parent,
                 forced_stats=request.forced_stats)
+
+T = TypeVar("T")
 
 
 class ModelRunner:
@@ -120,10 +122,15 @@ class ModelRunner:
             return cached
         resolved = yield from _ensure(settings.model)
         yield Notice("loading", f"loading {resolved.display_name}…")
-        from ..core.loading import load_model
+        from ..core.startup import importing_torch
 
-        lm = load_model(resolved, device=settings.device, dtype=settings.dtype,
-                        trust_remote_code=settings.trust_remote_code, device_map=settings.device_map)
+        torch_s = yield from _said(importing_torch(), f"loading {resolved.display_name}: ")
+        from ..core.loading import loading
+
+        lm = yield from _said(loading(resolved, device=settings.device, dtype=settings.dtype,
+                                      trust_remote_code=settings.trust_remote_code, device_map=settings.device_map))
+        if torch_s:
+            lm.timings["torch"] = round(torch_s, 3)
         self._models = {key: lm}  # keep one model: switching models frees the old one
         self._drafts.clear()
         self._warm.clear()
@@ -148,6 +155,17 @@ class ModelRunner:
         self._drafts[key] = draft
         return draft
 
+
+
+def _said(steps: Generator[str, None, T], prefix: str = "") -> Generator[Event, None, T]:
+    """Run a core generator of progress lines (loading, importing), each line a loading notice; its value."""
+    while True:
+        try:
+            line = next(steps)
+        except StopIteration as done:
+            value: T = done.value
+            return value
+        yield Notice("loading", f"{prefix}{line[:1].lower()}{line[1:]}…")
 
 
 def _compile_behind(lm: LoadedModel) -> Generator[Event, None, None]:

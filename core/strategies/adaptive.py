@@ -26,6 +26,10 @@ TRUSTED = 3  # rounds of one draft length after which its own median alone price
 # The first round's draft length with a draft model: enough to measure the acceptance, and a draft that cannot pay
 # (a GPU, where a draft step costs about a target step) costs at most this many of its steps before the policy knows.
 FIRST_DRAFT = 8
+# A draft that stops itself and was asked for the most is measured over 8 clean rounds; below this fraction of a
+# plain step's speed it clearly loses. Not 1: on a CPU a stretch of short drafts (prose) verifies at 1.7-2 plain
+# steps a round and measures 0.9x, where the whole run, with its long accepted drafts, goes 1.3x.
+LOST = 0.8
 
 # What verifying each draft length cost, per target model, kept from run to run: it is the model's and the
 # device's, not the prompt's, and a short run cannot afford to measure it again (on a CPU, trying a costly width
@@ -74,7 +78,9 @@ class AdaptiveDraftLength:
     A draft model that stops drafting where it is unsure (``stops_itself``)
     already chooses each draft's length, round by round, from its own
     confidence; the policy then only chooses whether to draft: the most, or
-    nothing, pricing "the most" at the length such drafts turned out to have.
+    nothing. Where the geometric model says the most pays but the rounds that
+    drafted it were measured slower than plain steps, it keeps to plain steps
+    until the acceptance rises (``_measured_loss``).
     The geometric model above assumes each token is accepted
     independently, but acceptance comes in runs (a copied line is accepted
     whole), so its best k cut off long accepted drafts: on the code edit it
@@ -121,7 +127,10 @@ class AdaptiveDraftLength:
         self.draft_cost = 0.0  # seconds per drafted token, moving average
         self.draft_clean = False  # draft_cost was measured on a draft with no prefill and no catch-up in it
         self.asked = 0  # the draft length the last choice asked for
-        self.drafted_length = 0.0  # moving average of what a draft asked for max_k gave (0: none yet)
+        # A draft that stops itself: the tokens and seconds of its last rounds asked for the most, and, once those
+        # were measured to lose to plain steps, the acceptance then and the measured speed-up.
+        self.most_rounds: deque[tuple[int, float]] = deque(maxlen=8)
+        self.lost: tuple[float, float] | None = None
         self.last_k = 0  # the draft length of the last round observed
         self.rounds = 0
         self.reason = ""  # why the last choice, in words (a front end shows it)
@@ -180,11 +189,6 @@ class AdaptiveDraftLength:
         # For the reason shown when drafting does not pay: c (a drafted token's cost in plain steps) and the
         # predicted speed-up of the best draft length, which is then under 1.
         drafting = max(range(1, len(rates)), key=lambda k: rates[k], default=0)
-        if self.stops_itself and self.max_k > 0:
-            # Asked for the most, such a draft gives what its confidence allows: price that length, not the best
-            # one the geometric model would pick (it cannot be asked for).
-            drafting = max(1, min(self.max_k, round(self.drafted_length or self.max_k)))
-            best_k = self.max_k if rates[drafting] > rates[0] else 0
         self.c = self.draft_cost / prices[0] if prices[0] > 0 else 0.0
         self.best_drafting = (drafting, rates[drafting] / rates[0] if drafting and rates[0] > 0 else 0.0)
         return best_k
@@ -248,10 +252,38 @@ class AdaptiveDraftLength:
                                 f"pay ({why}), and a probe notices when that changes")
         if best == 0:
             return self._decide("plain", 0, f"plain steps: {why}")
+        if self.stops_itself:
+            lost = self._measured_loss(a)
+            if lost is not None:
+                return self._decide("plain", 0, lost)
         k = self.max_k if self.stops_itself else best
         return self._decide("draft", k, f"drafting {'up to ' if self.stops_itself else ''}{k}: at acceptance "
                             f"{a:.0%} and the verify times measured, it beats a plain step"
                             + (" (the draft stops by itself where it is unsure)" if self.stops_itself else ""))
+
+    def _measured_loss(self, a: float) -> str | None:
+        """Why a draft that stops itself should not be asked for the most, though the geometric model says it
+        pays: its last 8 clean rounds asked for the most were measured clearly slower than plain steps (under
+        LOST). The model assumes drafts of the length it picks, where such a draft goes on as long as it is sure:
+        on a GPU, a confident draft of 20 steps that each cost half a target step loses. Kept until the
+        acceptance rises past what it was then (a probe shows it). None where drafting was not measured to lose.
+        """
+        fit = self._fit()
+        if fit is None:
+            return None
+        step = self._prices(fit)[0]
+        if self.lost is None and len(self.most_rounds) == self.most_rounds.maxlen:
+            tokens, seconds = sum(t for t, _ in self.most_rounds), sum(s for _, s in self.most_rounds)
+            measured = tokens * step / seconds if seconds > 0 else 0.0
+            if measured < LOST:
+                self.lost = (a, measured)
+            self.most_rounds.clear()
+        if self.lost is not None and a > self.lost[0] + 0.05:
+            self.lost = None  # the acceptance changed: measure again
+        if self.lost is None:
+            return None
+        return (f"plain steps: drafting up to {self.max_k} was measured at {self.lost[1]:.2f}x a plain step (a "
+                f"drafted token costs c = {self.c:.2f} steps, the target accepts {self.lost[0]:.0%})")
 
     def observe(self, k: int, accepted: int, verify_s: float, draft_s: float) -> None:
         smooth = 0.3
@@ -272,8 +304,10 @@ class AdaptiveDraftLength:
                 self.draft_clean = True
             elif not self.draft_clean:  # the lowest of the high-side estimates so far
                 self.draft_cost = min(self.draft_cost or per_token, per_token)
-            if self.asked == self.max_k:  # how long a draft asked for the most turns out (one that stops itself)
-                self.drafted_length = (1 - smooth) * (self.drafted_length or k) + smooth * k
+            if self.asked == self.max_k and self.rounds > 1 and last_k > 0:
+                # What a round asked for the most gave, and cost (a draft that stops itself), measured clean: after
+                # plain steps the draft first catches up on the tokens it skipped, which no drafting round pays.
+                self.most_rounds.append((accepted + 1, verify_s + draft_s))
         if self.probing:  # back off unless the probe changed the decision
             self.probing = False
             self.probe_wait = self.probe_every if self._best() else min(64, 2 * self.probe_wait)
