@@ -148,6 +148,12 @@ def start(model: PreTrainedModel, backend: str | Callable[..., Any] = "inductor"
         ask(model, shape)
 
 
+def started() -> bool:
+    """Whether this process started a background compile: its worker thread cannot be stopped, so a front end
+    that ends the process while it may compile ends it with ``os._exit`` (the interpreter's exit aborts mid-compile)."""
+    return _worker is not None
+
+
 def ask(model: PreTrainedModel, shape: Shape) -> None:
     """The foreground captured ``shape``: compile it too, if ``model`` compiles in the background."""
     with _STATE:

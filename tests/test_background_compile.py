@@ -293,3 +293,38 @@ def test_a_model_with_a_background_compile_is_freed_with_its_compiled_forward(
     del model
     gc.collect()
     assert gone() is None
+
+
+@pytest.mark.parametrize("code", [0, 143])
+def test_the_app_ends_its_process_at_once_where_a_compile_thread_was_started(monkeypatch: pytest.MonkeyPatch,
+                                                                           code: int) -> None:
+    """`q` (0) or SIGTERM (143) in an app that started a background compile: once the app has closed, the process
+    ends with os._exit, never through the interpreter's exit, which aborted mid-compile on an H100. The control:
+    with no compile started, the usual exit."""
+    import typer
+
+    from decode_tui.cli import commands
+
+    class App:
+        pump = None
+        error = None
+
+        def run(self) -> int:
+            return code
+
+    exits: list[int] = []
+
+    def exit_now(status: int) -> None:
+        exits.append(status)
+        raise SystemExit(status)
+
+    monkeypatch.setattr(commands, "need_terminal", lambda command: None)
+    monkeypatch.setattr("os._exit", exit_now)
+    monkeypatch.setattr(background_compile, "_worker", None)
+    with pytest.raises(typer.Exit):
+        commands._run_app(App())
+    assert exits == []
+    monkeypatch.setattr(background_compile, "_worker", threading.Thread(target=lambda: None))
+    with pytest.raises(SystemExit):
+        commands._run_app(App())
+    assert exits == [code]
