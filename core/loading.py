@@ -213,7 +213,7 @@ def loading(
     from transformers.utils import logging as hf_logging
 
     lap("transformers")
-    yield f"Loading {resolved.display_name}: importing transformers' {resolved.display_name} model code"
+    yield f"Loading {resolved.display_name}: importing transformers' model code for it"
     _import_model_code(resolved, trust_remote_code)
     lap("model code")
 

@@ -55,7 +55,7 @@ def test_every_loading_phase_is_named_as_it_starts_and_timed(tiny_model_dir: Pat
             lm = done.value
             break
     name = lm.name
-    assert lines[-3:] == [f"Loading {name}: importing transformers' {name} model code", f"Loading {name}: tokenizer",
+    assert lines[-3:] == [f"Loading {name}: importing transformers' model code for it", f"Loading {name}: tokenizer",
                           f"Loading {name}: weights onto cpu in float32"]
     assert {"transformers", "model code", "tokenizer", "weights"} <= set(lm.timings)
 
