@@ -14,13 +14,16 @@ import argparse
 import json
 import selectors
 import subprocess
+import sys
 import time
 
 
 def one_run(args: list[str]) -> dict[str, object]:
     started = time.perf_counter()
-    process = subprocess.Popen(["decode-tui", "generate", "--format", "jsonl", *args], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, bufsize=1)
+    # The command as its console script runs it, through this interpreter (a machine may lack the script).
+    command = [sys.executable, "-c", "import sys; from decode_tui.cli.main import main; sys.argv[0] = 'decode-tui'; "
+               "main()", "generate", "--format", "jsonl", *args]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
     assert process.stdout is not None and process.stderr is not None
     selector = selectors.DefaultSelector()
     selector.register(process.stdout, selectors.EVENT_READ)

@@ -83,6 +83,7 @@ open("/tmp/code-edit.txt", "w").write(PROMPTS["code-edit"])'
             generate --prompt-file /tmp/code-edit.txt $args > /dev/null 2>> "$OUT/cli.log"; } 2>> "$OUT/cli.log"
     done
     cat "$OUT/cli.log"
+    timeout 60 python3 benchmarks/first_token_phases.py --runs 2 > "$OUT/first-token-phases.jsonl" 2>&1
     timeout 100 python3 benchmarks/first_run.py --only smol --new-tokens 96 --out "$OUT/first-run-smol.jsonl" 2>&1 \
         | tee "$OUT/first-run-smol.log"
     if [ -z "${SKIP_APP:-}" ]; then
