@@ -29,7 +29,7 @@ import torch
 from . import target_drafts
 from .acquire import Progress, ensure, quiet
 from .errors import UsageError
-from .forward import StaticKV, forward, new_cache, release, rollback, to_host
+from .forward import StaticKV, forward, new_cache, prepare, release, rollback, to_host
 from .params import target_draft
 from .path import common_prefix
 from .sampling import processed
@@ -166,8 +166,11 @@ class ModelDrafter:
         qs = []
         stopped = None
         # In fp32 whatever the draft computes in (a quantised draft gives bf16): q must be the distribution drawn from.
+        first_pass = isinstance(self.cache, StaticKV) and not self.cache.prefilled
         logits = forward(self.model, ids[:, same:], self.cache)[:, -1, : self.vocab_size].float()  # [1, V]
         self.cached = list(context)
+        if first_pass:  # a draft model's own prefill, done: its step's graphs next
+            self._prepare_graphs()
         forwards = 1
         for i in range(k):
             q = torch.softmax(processed(processors, ids, logits), dim=-1)  # [1, V]
@@ -230,6 +233,16 @@ class ModelDrafter:
         if isinstance(mine, StaticKV):
             mine.prefilled = True  # the prompt is in: the next pass is a step, replayed
         self.cache, self.cached = mine, list(context)
+        self._prepare_graphs()
+
+    def _prepare_graphs(self) -> None:
+        """Capture now the draft's two usual passes, so no round pays for a capture: a step (one token), and
+        the catch-up after a round whose drafts were all accepted (the last drafted token and the target's
+        extra one); after a rejection the catch-up is the target's token alone, a step. A catch-up after plain
+        steps is as wide as the tokens skipped, captured when first met (or run eagerly past 21)."""
+        if isinstance(self.cache, StaticKV) and self.cache.prefilled:
+            for width in (1, 2):
+                prepare(self.model, self.cache, width, keep=1)
 
     def _take_static(self, size: int) -> None:
         """A pooled static cache of ``size`` positions for the draft (the target's size: the same prompt, tokens
