@@ -55,6 +55,18 @@ def ll_tokenizer(tokenizer: PreTrainedTokenizerBase, eos_token_ids: frozenset[in
     return _TOKENIZERS[key]
 
 
+@dataclass(frozen=True)
+class _Ready:
+    """Masks computed ahead: for ids of ``length`` (then length + 1 ... one row each, or all rows at once when
+    ``batch``), as ``words`` on the device ([n, W]), with ``allowed`` and ``detail`` for each (row 0's when
+    ``batch``)."""
+
+    length: int
+    words: torch.Tensor
+    rows: list[tuple[int, str | None]]
+    batch: bool
+
+
 @dataclass
 class _Row:
     matcher: llguidance.LLMatcher
@@ -104,13 +116,14 @@ class GrammarMask(LogitsProcessor):
         self.detail: str | None = None
         # prepare() computes masks ahead; False makes it a no-op (a benchmark compares the two).
         self.ahead = True
-        # What prepare() computed: (the ids' length of its first row, [n, W] words on the device, and each row's
-        # ``allowed`` and ``detail``).
-        self._ready: tuple[int, torch.Tensor, list[tuple[int, str | None]]] | None = None
+        # What prepare() or prepare_rows() computed, for the calls that follow.
+        self._ready: _Ready | None = None
         self._words = (grammar.vocab_size + 31) // 32  # W: 32-bit words of the bitmask, bit i of word w token 32w+i
         self._bits: dict[torch.device, torch.Tensor] = {}  # [32] per device, for unpacking words there
         # Page-locked staging for the words' copy to a GPU, two in turn: a copy still queued from one is never
-        # overwritten by the next prepare() (the step in between read its token back, which waits for it).
+        # overwritten by the next prepare() (the step in between read its token back, which waits for it). Each
+        # holds the most rows asked so far (a verification's vary round by round): page-locking is slow, done
+        # only when it grows.
         self._staging: list[torch.Tensor] = []
 
     def prepare(self, output: list[int], device: torch.device, drafted: Sequence[int] = ()) -> None:
@@ -132,29 +145,45 @@ class GrammarMask(LogitsProcessor):
         for i, row in enumerate(outputs):  # one at a time: each prefix's matcher follows on from the last
             words[i : i + 1] = self._host_words([row])
             rows.append((self.allowed, self.detail))
-        self._ready = (self.prompt_length + len(output), self._to_device(words, device), rows)
+        self._ready = _Ready(self.prompt_length + len(output), self._to_device(words, device), rows, batch=False)
+
+    def prepare_rows(self, outputs: list[list[int]], device: torch.device) -> None:
+        """:meth:`prepare` for one call over several rows of the same length (beam search's next step, one row a
+        beam, in the order the call's ids will have)."""
+        if not self.ahead or not outputs:
+            return
+        words = self._host_words(outputs)
+        self._ready = _Ready(self.prompt_length + len(outputs[0]), self._to_device(words, device),
+                             [(self.allowed, self.detail)], batch=True)
 
     def _to_device(self, words: torch.Tensor, device: torch.device) -> torch.Tensor:
         if device.type != "cuda":
             return words.to(device)
-        if not self._staging or self._staging[0].shape != words.shape:
-            self._staging = [torch.empty_like(words).pin_memory() for _ in range(2)]
+        if not self._staging or self._staging[0].shape[0] < words.shape[0]:
+            rows = max(words.shape[0], 2 * self._staging[0].shape[0] if self._staging else 1)
+            self._staging = [torch.empty((rows, self._words), dtype=torch.int32).pin_memory() for _ in range(2)]
         self._staging.reverse()
-        staged = self._staging[0]
+        staged = self._staging[0][: words.shape[0]]
         staged.copy_(words)
         return staged.to(device, non_blocking=True)  # queued, not waited for
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor) -> torch.Tensor:
-        # Prepared rows serve the calls that follow in order (lengths L, L + 1 ...), each once; any other call
-        # drops them, so a mask is never applied to ids it was not computed for (a draft model's calls
-        # between two verifications have lengths of their own).
+        # Prepared rows serve the calls that follow in order (lengths L, L + 1 ... one row each, or one call of
+        # all rows), each once; any other call drops them, so a mask is never applied to ids it was not computed
+        # for (a draft model's calls between two verifications have lengths of their own).
         ready, self._ready = self._ready, None
-        if ready is not None and input_ids.shape[0] == 1 and input_ids.shape[1] == ready[0]:
-            words = ready[1][:1]
-            self.allowed, self.detail = ready[2][0]
-            if ready[1].shape[0] > 1:
-                self._ready = (ready[0] + 1, ready[1][1:], ready[2][1:])
-        else:
+        rows, length = input_ids.shape
+        words = None
+        if ready is not None and length == ready.length:
+            if ready.batch and rows == ready.words.shape[0]:
+                words = ready.words
+                self.allowed, self.detail = ready.rows[0]
+            elif not ready.batch and rows == 1:
+                words = ready.words[:1]
+                self.allowed, self.detail = ready.rows[0]
+                if ready.words.shape[0] > 1:
+                    self._ready = _Ready(length + 1, ready.words[1:], ready.rows[1:], batch=False)
+        if words is None:
             words = self._host_words(input_ids[:, self.prompt_length :].tolist()).to(scores.device)  # read back
         return scores.masked_fill(~self._unpacked(words, scores.shape[-1]), float("-inf"))
 

@@ -20,7 +20,7 @@ from decode_tui.core.bad_words import token_bytes
 from decode_tui.core.detokenize import Detokenizer
 from decode_tui.core.drafters import ModelDrafter, PromptLookup
 from decode_tui.core.errors import UsageError
-from decode_tui.core.events import DraftVerified, Event, Finished, TokenSampled
+from decode_tui.core.events import BeamStepped, DraftVerified, Event, Finished, TokenSampled
 from decode_tui.core.grammar import Grammar, GrammarMask
 from decode_tui.core.params import BeamParams, Constraint, DecodeConfig, SamplingParams
 from decode_tui.core.path import Path as DecodePath
@@ -494,3 +494,47 @@ def test_a_verifications_masks_are_computed_while_its_pass_runs(byte_bpe: Any, s
                                                                               for v in e.verdicts])
                                     for e in run if isinstance(e, DraftVerified)]) for run in runs.values()]
         assert clockless[0] == clockless[1], name
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_beam_searchs_masks_are_computed_while_its_next_pass_runs(byte_bpe: Any, seed: int,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Beam search hands the grammar every row's output (from the step's one host transfer, dead rows too) once the
+    next pass is queued: every step's masks after the first are computed ahead, for all rows at once, and the
+    search is the one with masks computed in the call."""
+    model, prompt = model_for(byte_bpe, seed), prompt_of(byte_bpe, seed)
+    constraint = Constraint("regex", r"(cat|dog|bird)s? (and|or) (cat|dog|bird)s?")
+    reads: list[str] = []  # who computed each step's masks: prepare_rows() ahead, or the call reading ids back
+    original_rows, original_host = GrammarMask.prepare_rows, GrammarMask._host_words
+    ahead = [False]
+
+    def prepare_rows(self: GrammarMask, outputs: list[list[int]], device: torch.device) -> None:
+        ahead[0] = True
+        try:
+            original_rows(self, outputs, device)
+        finally:
+            ahead[0] = False
+
+    def host_words(self: GrammarMask, outputs: list[list[int]]) -> torch.Tensor:
+        reads.append("ahead" if ahead[0] else "call")
+        return original_host(self, outputs)
+
+    monkeypatch.setattr(GrammarMask, "prepare_rows", prepare_rows)
+    monkeypatch.setattr(GrammarMask, "_host_words", host_words)
+    runs = {}
+    for computed_ahead in (True, False):
+        reads.clear()
+        stages = context(byte_bpe, prompt, constraint)
+        assert isinstance(stages.grammar, GrammarMask)
+        stages.grammar.ahead = computed_ahead
+        runs[computed_ahead] = list(beam_search(model, transcript(byte_bpe, prompt, 16, "beam"),
+                                                BeamParams(num_beams=4, num_return_sequences=3), SamplingParams(),
+                                                decode=byte_bpe.decode, stages=stages))
+        steps = sum(isinstance(e, BeamStepped) for e in runs[computed_ahead])
+        if computed_ahead:  # the first step's masks in the call (nothing ran before it); every later one ahead
+            assert reads[0] == "call" and reads.count("call") == 1 and reads.count("ahead") >= steps - 1, reads
+        else:
+            assert "ahead" not in reads
+    last = [run[-1] for run in runs.values()]
+    assert isinstance(last[0], Finished) and isinstance(last[1], Finished)
+    assert last[0].hypotheses == last[1].hypotheses

@@ -43,6 +43,7 @@ from ..events import (
     TokenSampled,
 )
 from ..forward import forward, new_cache, release
+from ..grammar import GrammarMask
 from ..live import LiveParams
 from ..params import BeamParams, SamplingParams
 from ..path import Path, prefill, token_stats
@@ -204,8 +205,8 @@ def _search(model: PreTrainedModel, transcript: Transcript, beam: BeamParams, ca
         valid_continuations = ~hits.all()
         done = ~(heuristic_unsatisfied & exists_open_beam & valid_continuations)  # []
 
-        event = step_event(step, T0, gen_len, lp, s, early_stopping, best_possible, done, label, decode,
-                            transcript.target_forwards, transcript.elapsed_s)
+        event, rows = step_event(step, T0, gen_len, lp, s, early_stopping, best_possible, done, label, decode,
+                                 transcript.target_forwards, transcript.elapsed_s)
         yield event
         if event.early_stop.done:
             break
@@ -214,9 +215,20 @@ def _search(model: PreTrainedModel, transcript: Transcript, beam: BeamParams, ca
             return
         logits = forward(model, s.running[:, cur_len : cur_len + 1], cache)[:, -1]  # [N, V]
         transcript.target_forwards += 1
+        _prepare_grammar(stages, start, rows, device)  # on a GPU, while the pass just queued runs
 
     hypotheses, best_stats = hypotheses_of(s, T0, decode)
     yield from _finish(transcript, hypotheses[: beam.num_return_sequences], best_stats)
+
+
+def _prepare_grammar(stages: StageContext | None, start: list[int], rows: list[list[int]], device: torch.device,
+                     ) -> None:
+    """Hand the grammar every running row's output, on the host from the step's one transfer, so that the next
+    step's masks are computed while its pass runs."""
+    grammar = stages.grammar if stages is not None else None
+    if isinstance(grammar, GrammarMask):
+        head = start[grammar.prompt_length :]  # the path, where the run started from one
+        grammar.prepare_rows([[*head, *row] for row in rows], device)
 
 
 def _finish(transcript: Transcript, hypotheses: list[Hypothesis], stats: list[TokenStats],

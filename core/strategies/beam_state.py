@@ -78,8 +78,10 @@ def _host_hypotheses(ids: list[list[int]], scores: list[float], sums: list[float
 def step_event(step: int, T0: int, gen_len: int, lp: float, s: BeamState,
                 early_stopping: bool | Literal["never"], best_possible: torch.Tensor, done: torch.Tensor,
                 label: Callable[[int], str], decode: Callable[[list[int]], str], target_forwards: int,
-                elapsed_s: float | None = None) -> BeamStepped:
-    """Everything a viewer needs about one step, and whether the search is done, in one host transfer."""
+                elapsed_s: float | None = None) -> tuple[BeamStepped, list[list[int]]]:
+    """Everything a viewer needs about one step, and whether the search is done, in one host transfer; and every
+    running row's generated ids, the dead ones too (the event leaves those out), for whoever needs the rows on
+    the host before the next step (a grammar computing their masks ahead)."""
     assert s.tokens is not None and s.parents is not None and s.topk_log_probs is not None
     assert s.hits is not None and s.just_finished is not None and s.next_indices is not None
     N, K, g = s.running.shape[0], s.tokens.shape[0], gen_len
@@ -118,5 +120,6 @@ def step_event(step: int, T0: int, gen_len: int, lp: float, s: BeamState,
     worst = min((h.score for h in hyps), default=None)
     check = EarlyStopCheck(early_stopping=early_stopping, best_attainable_score=best if beams else None,
                            worst_finished_score=worst, done=bool(is_done))
-    return BeamStepped(step=step, beams=beams, candidates=cand, finished=tuple(hyps), early_stop=check,
-                       target_forwards=target_forwards, elapsed_s=elapsed_s)
+    event = BeamStepped(step=step, beams=beams, candidates=cand, finished=tuple(hyps), early_stop=check,
+                        target_forwards=target_forwards, elapsed_s=elapsed_s)
+    return event, beam_ids
