@@ -202,8 +202,8 @@ class ModelDrafter:
         its own, rolled back by moving its end, through the one machinery of :mod:`~decode_tui.core.forward`.
         A draft that launches a few hundred kernels a step from Python would otherwise cost many target steps on
         a GPU (an uncaptured step of the embedded model's draft took 63 ms on an H100, a captured target step
-        3.7 ms). The draft's first pass over a prompt is eager, as the target's is; its graphs are captured on
-        first use and kept with its pooled cache for the next run.
+        3.7 ms). The draft's first pass over a prompt is eager, as the target's is; its step's graphs are
+        captured right after it (:meth:`_prepare_graphs`) and kept with its pooled cache for the next run.
 
         Such a draft has the target's attention layers (or its first ones) with approximate weights, so the
         target's keys and values are what its own approximate; starting from them skips the draft's prefill,
