@@ -38,7 +38,7 @@ def test_a_sequence_grown_token_by_token_counts_as_one_added_whole(seq: list[int
     whole, grown = SuffixTree(5), SuffixTree(5)
     whole.add(seq)
     start = 0
-    for cut in sorted(c for c in cuts if c <= len(seq)) + [len(seq)]:
+    for cut in [*sorted(c for c in cuts if c <= len(seq)), len(seq)]:
         grown.extend(7, seq[start:cut])
         start = cut
     for i in range(len(seq)):
