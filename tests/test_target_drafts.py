@@ -4,7 +4,7 @@ weights, refused clearly where they cannot be built."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import pytest
 import torch
@@ -236,3 +236,30 @@ def test_the_cli_refuses_a_named_draft_the_device_cannot_run_with_exit_2(tiny_mo
     done = _without_cpu_kernels("generate", "--model", str(tiny_model_dir), "-p", "hello", "--mode", "speculative",
                                 "--draft", "int4", "--max-new-tokens", "4", env=isolated_env)
     assert_clean_failure(done, 2, "--draft int4: torch has no int4 kernel for cpu", "--draft self")
+
+
+def test_the_apps_runner_says_once_that_the_default_draft_gave_way_to_self(
+        tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In the app, on a device with no int4 kernel: the loading notices say the default draft gave way to the
+    target drafting for itself, once; the run decodes greedy's tokens; a second run says nothing more."""
+    from decode_tui.core.live import LiveParams
+    from decode_tui.tui.pump import Notice
+    from decode_tui.tui.settings import Settings
+    from decode_tui.tui.sources import ModelRunner
+
+    monkeypatch.setitem(target_drafts._WORKS, (4, "cpu"), "torch has no int4 kernel for cpu")
+    runner = ModelRunner()
+
+    def run(mode: Literal["speculative", "greedy"]) -> list[Any]:
+        settings = Settings(model=str(tiny_model_dir), device="cpu", prompt="ab ab ab ab",
+                            config=DecodeConfig(mode=mode, max_new_tokens=12, seed=1))
+        return list(runner.source(settings, LiveParams(settings.config.sampling, settings.config.draft))())
+
+    first, again, plain = run("speculative"), run("speculative"), run("greedy")
+    notes = [e.message for e in first if isinstance(e, Notice) and e.kind == "note"]
+    assert notes == ["the default draft (int4) cannot run here: torch has no int4 kernel for cpu; the target drafts "
+                     "for itself (--draft self). --draft names another."]
+    assert not [e for e in again if isinstance(e, Notice) and e.kind == "note"]
+    finals = [next(e for e in events if isinstance(e, Finished)) for events in (first, again, plain)]
+    assert finals[0].token_ids == finals[1].token_ids == finals[2].token_ids
+    assert finals[0].drafted, "it drafted, with the target itself"
