@@ -148,15 +148,11 @@ def _load_models(options: DecodingOptions, speculative: DecodeConfig | None,
 def _load(resolved: ResolvedModel, device: str, dtype: str, trust_remote_code: bool,
           device_map: str | None = None, tokenizer: PreTrainedTokenizerBase | None = None) -> LoadedModel:
     with status(f"Loading {resolved.display_name}") as progress:
+        from ..core.acquire import drive
         from ..core.startup import importing_torch
 
-        steps = importing_torch()
-        while True:  # torch's own start-up, named on the progress line
-            try:
-                progress(f"Loading {resolved.display_name}: {next(steps)}")
-            except StopIteration as done:
-                torch_s = done.value
-                break
+        # torch's own start-up, named on the progress line
+        torch_s = drive(importing_torch(), lambda line: progress(f"Loading {resolved.display_name}: {line}"))
         from ..core.loading import load_model
 
         lm = load_model(resolved, device=device, dtype=dtype, trust_remote_code=trust_remote_code,

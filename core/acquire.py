@@ -13,16 +13,31 @@ weights (see :mod:`~decode_tui.core.loading`) or about any front end.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
+from typing import TypeVar
 
 from .errors import ModelUnavailableError
 from .registry import EMBEDDED_ALIASES, ResolvedModel, describe, is_available, resolve
 
 Progress = Callable[[str], None]
+T = TypeVar("T")
 
 
 def quiet(_: str) -> None:
     pass
+
+
+def drive(steps: Generator[str, None, T], progress: Progress | None = None) -> T:
+    """Run a generator of progress lines (loading, warming up, importing) to its end, each line to ``progress``;
+    its value. The generators are what a front end that shows lines as events steps through itself."""
+    while True:
+        try:
+            line = next(steps)
+        except StopIteration as done:
+            value: T = done.value
+            return value
+        if progress is not None:
+            progress(line)
 
 
 def fetching(spec: str) -> str | None:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .acquire import drive
 from .errors import ModelLoadError, UsageError
 from .params import check_device_map
 from .registry import ResolvedModel
@@ -175,7 +176,7 @@ def loading(
     tokenizer: PreTrainedTokenizerBase | None = None,
     device_map: str | None = None,
     max_memory: dict[int | str, int | str] | None = None,
-    ) -> Generator[str, None, LoadedModel]:
+) -> Generator[str, None, LoadedModel]:
     """Load a resolved model (and its tokenizer unless given) in eval mode on the chosen device.
 
     The weights go straight to the device in the dtype asked for, tensor by tensor (transformers'
@@ -275,14 +276,7 @@ def load_model(
     progress: Callable[[str], None] | None = None,
 ) -> LoadedModel:
     """:func:`loading` as a call: ``progress`` hears each phase's line as it starts."""
-    steps = loading(resolved, device, dtype, trust_remote_code, tokenizer, device_map, max_memory)
-    while True:
-        try:
-            line = next(steps)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        if progress is not None:
-            progress(line)
+    return drive(loading(resolved, device, dtype, trust_remote_code, tokenizer, device_map, max_memory), progress)
 
 
 def _import_model_code(resolved: ResolvedModel, trust_remote_code: bool) -> None:

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING
 
+from .acquire import drive
 from .events import BeamStepped, DraftVerified, TokenEmitted
 
 if TYPE_CHECKING:
@@ -36,14 +37,7 @@ def warm_up(lm: LoadedModel, prompt: str, config: DecodeConfig, draft: DraftMode
             progress: Callable[[str], None] | None = None) -> float:
     """Decode the first few steps of ``prompt`` under ``config`` and stop; the seconds it took. ``progress`` hears
     how far along it is (:func:`warming`'s lines)."""
-    steps = warming(lm, prompt, config, draft)
-    while True:
-        try:
-            line = next(steps)
-        except StopIteration as done:
-            return float(done.value)
-        if progress is not None:
-            progress(line)
+    return drive(warming(lm, prompt, config, draft), progress)
 
 
 def warming(lm: LoadedModel, prompt: str, config: DecodeConfig,

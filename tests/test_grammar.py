@@ -260,22 +260,27 @@ def test_bounded_schemas_finish_and_validate(byte_bpe: Any, schema: dict[str, An
 
 
 def watch_reads(monkeypatch: pytest.MonkeyPatch, reads: list[str]) -> None:
-    """Record in ``reads`` who computed each mask: prepare() ahead, or the call reading the ids back."""
-    original_prepare, original_host = GrammarMask.prepare, GrammarMask._host_words
+    """Record in ``reads`` who computed each mask: prepare() or prepare_rows() ahead, or the call reading the ids
+    back."""
+    original_host = GrammarMask._host_words
     ahead = [False]
 
-    def prepare(self: GrammarMask, output: list[int], device: torch.device, drafted: Any = ()) -> None:
-        ahead[0] = True
-        try:
-            original_prepare(self, output, device, drafted)
-        finally:
-            ahead[0] = False
+    def ahead_of(original: Any) -> Any:
+        def prepared(self: GrammarMask, *args: Any) -> None:
+            ahead[0] = True
+            try:
+                original(self, *args)
+            finally:
+                ahead[0] = False
+
+        return prepared
 
     def host_words(self: GrammarMask, outputs: list[list[int]]) -> torch.Tensor:
         reads.append("ahead" if ahead[0] else "call")
         return original_host(self, outputs)
 
-    monkeypatch.setattr(GrammarMask, "prepare", prepare)
+    monkeypatch.setattr(GrammarMask, "prepare", ahead_of(GrammarMask.prepare))
+    monkeypatch.setattr(GrammarMask, "prepare_rows", ahead_of(GrammarMask.prepare_rows))
     monkeypatch.setattr(GrammarMask, "_host_words", host_words)
 
 
@@ -504,23 +509,8 @@ def test_beam_searchs_masks_are_computed_while_its_next_pass_runs(byte_bpe: Any,
     search is the one with masks computed in the call."""
     model, prompt = model_for(byte_bpe, seed), prompt_of(byte_bpe, seed)
     constraint = Constraint("regex", r"(cat|dog|bird)s? (and|or) (cat|dog|bird)s?")
-    reads: list[str] = []  # who computed each step's masks: prepare_rows() ahead, or the call reading ids back
-    original_rows, original_host = GrammarMask.prepare_rows, GrammarMask._host_words
-    ahead = [False]
-
-    def prepare_rows(self: GrammarMask, outputs: list[list[int]], device: torch.device) -> None:
-        ahead[0] = True
-        try:
-            original_rows(self, outputs, device)
-        finally:
-            ahead[0] = False
-
-    def host_words(self: GrammarMask, outputs: list[list[int]]) -> torch.Tensor:
-        reads.append("ahead" if ahead[0] else "call")
-        return original_host(self, outputs)
-
-    monkeypatch.setattr(GrammarMask, "prepare_rows", prepare_rows)
-    monkeypatch.setattr(GrammarMask, "_host_words", host_words)
+    reads: list[str] = []
+    watch_reads(monkeypatch, reads)
     runs = {}
     for computed_ahead in (True, False):
         reads.clear()

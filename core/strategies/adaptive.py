@@ -137,6 +137,7 @@ class AdaptiveDraftLength:
         # What kind of choice it was, with its k: a front end is told the reason when this changes, not every time
         # the acceptance in its words moves a point.
         self.decision: tuple[str, int] = ("", -1)
+        self.step_s = 0.0  # a plain step's price, as the last choice priced it
         self.c = 0.0  # a drafted token's cost in plain steps, as the last choice priced it
         self.best_drafting = (0, 0.0)  # the best k > 0 at the last choice, and its predicted speed-up
 
@@ -189,6 +190,7 @@ class AdaptiveDraftLength:
         # For the reason shown when drafting does not pay: c (a drafted token's cost in plain steps) and the
         # predicted speed-up of the best draft length, which is then under 1.
         drafting = max(range(1, len(rates)), key=lambda k: rates[k], default=0)
+        self.step_s = prices[0]
         self.c = self.draft_cost / prices[0] if prices[0] > 0 else 0.0
         self.best_drafting = (drafting, rates[drafting] / rates[0] if drafting and rates[0] > 0 else 0.0)
         return best_k
@@ -268,13 +270,9 @@ class AdaptiveDraftLength:
         on a GPU, a confident draft of 20 steps that each cost half a target step loses. Kept until the
         acceptance rises past what it was then (a probe shows it). None where drafting was not measured to lose.
         """
-        fit = self._fit()
-        if fit is None:
-            return None
-        step = self._prices(fit)[0]
-        if self.lost is None and len(self.most_rounds) == self.most_rounds.maxlen:
+        if self.lost is None and len(self.most_rounds) == self.most_rounds.maxlen:  # priced by _best just before
             tokens, seconds = sum(t for t, _ in self.most_rounds), sum(s for _, s in self.most_rounds)
-            measured = tokens * step / seconds if seconds > 0 else 0.0
+            measured = tokens * self.step_s / seconds if seconds > 0 else 0.0
             if measured < LOST:
                 self.lost = (a, measured)
             self.most_rounds.clear()
