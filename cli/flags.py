@@ -24,6 +24,7 @@ class ModeChoice(StrEnum):
     beam = "beam"
     speculative = "speculative"
     pld = "pld"
+    suffix = "suffix"
 
 
 class FormatChoice(StrEnum):
@@ -168,10 +169,18 @@ NumDraftTokensOpt = Annotated[int | None, typer.Option(min=1, help="speculative:
 MaxNgramSizeOpt = Annotated[int | None, typer.Option(min=1, help="pld: the longest n-gram to look up. "
                                                        "\\[default: 3]", rich_help_panel="Speculative and PLD")
                               ]
-NumPredTokensOpt = Annotated[int | None, typer.Option(min=1, help="pld: the most tokens copied per match, its "
-                                                        "draft length (the most, with --adaptive). \\[default: 10]",
-                                                        rich_help_panel="Speculative and PLD")
-                               ]
+NumPredTokensOpt = Annotated[int | None, typer.Option(
+    min=1, help="pld and suffix: the most tokens copied per match (suffix: the deepest path of its tree), the "
+                "draft length (the most, with --adaptive). \\[default: 10]", rich_help_panel="Speculative and PLD")]
+TreeBudgetOpt = Annotated[int | None, typer.Option(help="pld and suffix: the most drafted nodes one verification "
+                                                   "reads when drafts are trees (pld then drafts every earlier "
+                                                   "match, not the first only). \\[default: pld: a chain; "
+                                                   "suffix: 16 on a CPU, 64 on a GPU]",
+                                                   rich_help_panel="Speculative and PLD")]
+HistoryOpt = Annotated[list[Path] | None, typer.Option(
+    "--history", metavar="FILE", help="suffix: an earlier output to draft from (a recording, a `generate "
+                                      "--format jsonl` trace or a text file); repeat for more.",
+    rich_help_panel="Speculative and PLD")]
 DraftConfidenceOpt = Annotated[float | None, typer.Option(
     help="speculative: the draft model stops a round's draft once it gives its own token less than this "
          "probability (transformers' assistant_confidence_threshold; 0 always drafts the full length). "

@@ -53,6 +53,7 @@ from .flags import (
     EtaCutoffOpt,
     FastOpt,
     GrammarOpt,
+    HistoryOpt,
     JsonSchemaOpt,
     LengthPenaltyOpt,
     MaxNewTokensOpt,
@@ -77,6 +78,7 @@ from .flags import (
     TopHOpt,
     TopKOpt,
     TopPOpt,
+    TreeBudgetOpt,
     TrustRemoteCodeOpt,
     TypicalPOpt,
 )
@@ -85,12 +87,15 @@ R = TypeVar("R")
 
 
 # The options that apply to some modes only (every other decoding option applies to all).
-_BEAM, _DRAFTING = frozenset({ModeChoice.beam}), frozenset({ModeChoice.speculative, ModeChoice.pld})
+_BEAM = frozenset({ModeChoice.beam})
+_DRAFTING = frozenset({ModeChoice.speculative, ModeChoice.pld, ModeChoice.suffix})
+_COPYING = frozenset({ModeChoice.pld, ModeChoice.suffix})
 ONLY_FOR: dict[str, frozenset[ModeChoice]] = {
     "num_beams": _BEAM, "length_penalty": _BEAM, "early_stopping": _BEAM, "num_return_sequences": _BEAM,
     "draft": frozenset({ModeChoice.speculative}), "num_draft_tokens": frozenset({ModeChoice.speculative}),
     "draft_confidence": frozenset({ModeChoice.speculative}), "max_ngram_size": frozenset({ModeChoice.pld}),
-    "num_pred_tokens": frozenset({ModeChoice.pld}), "adaptive": _DRAFTING, "compare": _DRAFTING,
+    "num_pred_tokens": _COPYING, "adaptive": _DRAFTING, "compare": _DRAFTING, "tree_budget": _COPYING,
+    "history": frozenset({ModeChoice.suffix}),
 }
 
 
@@ -121,7 +126,9 @@ def build_config(*, mode: ModeChoice, max_new_tokens: int = 128, temperature: fl
                  cuda_graphs: bool = True, min_p: float | None = None, typical_p: float | None = None,
                  epsilon_cutoff: float | None = None, eta_cutoff: float | None = None, top_h: float | None = None,
                  no_repeat_ngram_size: int | None = None, bad_words: tuple[str, ...] | list[str] | None = None,
-                 min_new_tokens: int | None = None, constraint: Constraint | None = None) -> DecodeConfig:
+                 min_new_tokens: int | None = None, constraint: Constraint | None = None,
+                 tree_budget: int | None = None, history: list[Path] | tuple[Path, ...] | None = None,
+                 ) -> DecodeConfig:
     """The run's settings from the decoding options; UsageError if they clash. Keyword-only: many of them are
     ``float | None`` or ``int | None``, and two swapped positionally would still type-check. The other stages
     (``min_p`` ... ``min_new_tokens``) are named as their ``SamplingParams`` fields; None: not given."""
@@ -149,15 +156,16 @@ def build_config(*, mode: ModeChoice, max_new_tokens: int = 128, temperature: fl
         early_stopping=beam_defaults.early_stopping if early_stopping is None else EARLY_STOPPING[early_stopping],
         num_return_sequences=1 if num_return_sequences is None else num_return_sequences,
     )
-    drafting = mode in (ModeChoice.speculative, ModeChoice.pld)
+    drafting = mode in _DRAFTING
     given_options = {"draft": draft, "max_ngram_size": max_ngram_size, "num_pred_tokens": num_pred_tokens,
                      "num_draft_tokens": num_draft_tokens, "draft_confidence": draft_confidence,
-                     "adaptive": adaptive or None, "compare": compare or None}
+                     "adaptive": adaptive or None, "compare": compare or None, "tree_budget": tree_budget,
+                     "history": history or None}
     for name, given in given_options.items():
         allowed, flag = ONLY_FOR[name], "--" + name.replace("_", "-")
-        if given is not None and name == "num_draft_tokens" and mode is ModeChoice.pld:
-            raise UsageError("In --mode pld the draft length is --num-pred-tokens: the most tokens prompt lookup "
-                             "copies in a round (transformers' prompt_lookup_num_tokens, 10 by default).")
+        if given is not None and name == "num_draft_tokens" and mode in _COPYING:
+            raise UsageError(f"In --mode {mode.value} the draft length is --num-pred-tokens: the most tokens "
+                             "copied in a round (transformers' prompt_lookup_num_tokens, 10 by default).")
         if given is not None and mode not in allowed:
             modes = " or ".join(f"--mode {m.value}" for m in sorted(allowed, key=lambda m: m.value))
             raise UsageError(f"{flag} applies to {modes}, not to --mode {mode.value}.")
@@ -170,7 +178,13 @@ def build_config(*, mode: ModeChoice, max_new_tokens: int = 128, temperature: fl
         adaptive=adaptive,
         confidence_threshold=draft_defaults.confidence_threshold if draft_confidence is None else draft_confidence,
         named=draft is not None,
+        tree_budget=tree_budget,
+        history=tuple(str(path) for path in history or ()),
     )
+    for path in history or ():  # a missing file is refused now, before any model loads
+        if not path.is_file():
+            raise UsageError(f"--history {path}: no such file. Name a recording, a `generate --format jsonl` "
+                             "trace or a text file.")
     # Beam, speculative and pld modes sample (beam sampling, sampling verification) when a sampling
     # parameter is given; otherwise they are greedy.
     sampling_asked = asks_sampling({"temperature": temperature, "top_k": top_k, "top_p": top_p, **given_stages})
@@ -281,6 +295,8 @@ class DecodingOptions:
     num_pred_tokens: NumPredTokensOpt = None
     draft_confidence: DraftConfidenceOpt = None
     adaptive: AdaptiveOpt = False
+    tree_budget: TreeBudgetOpt = None
+    history: HistoryOpt = None
 
     def config(self, *, compare: bool = False) -> DecodeConfig:
         """The run's settings; a UsageError names the options that clash."""
@@ -292,7 +308,8 @@ class DecodingOptions:
             max_ngram_size=self.max_ngram_size, num_pred_tokens=self.num_pred_tokens,
             draft_confidence=self.draft_confidence, adaptive=self.adaptive, compare=compare, no_chat=self.no_chat,
             fast=self.fast, cuda_graphs=self.cuda_graphs, **self.stages(),
-            constraint=constraint_of(self.json_schema, self.regex, self.grammar))
+            constraint=constraint_of(self.json_schema, self.regex, self.grammar), tree_budget=self.tree_budget,
+            history=self.history)
 
     def stages(self) -> dict[str, Any]:
         """The other sampling stages, by their ``SamplingParams`` field; None where not given."""

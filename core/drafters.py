@@ -30,9 +30,11 @@ from . import target_drafts
 from .acquire import Progress, ensure, quiet
 from .errors import UsageError
 from .forward import StaticKV, forward, new_cache, prepare, release, rollback, to_host
+from .lookup_tree import lookup_tree
 from .params import target_draft
 from .path import common_prefix
 from .sampling import processed
+from .token_tree import ROOT, TokenTree
 
 if TYPE_CHECKING:
     from transformers import Cache, LogitsProcessor, PreTrainedModel, PreTrainedTokenizerBase
@@ -44,7 +46,11 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Draft:
-    """Proposed tokens. ``q`` holds the draft's full distributions ([k, V]) when it sampled from a model."""
+    """Proposed tokens. ``q`` holds the draft's full distributions ([k, V]) when it sampled from a model.
+
+    A tree of drafts (:mod:`~decode_tui.core.token_tree`) has ``parents``: node i holds ``token_ids[i]`` and
+    follows node ``parents[i]`` (-1: the pending token); ``sources`` says where each node was copied from, in
+    words a viewer can show. A chain has neither."""
 
     token_ids: list[int]
     q: torch.Tensor | None = None  # [k, V]; None for a deterministic copy (q is one-hot)
@@ -53,10 +59,32 @@ class Draft:
     forwards: int = 0
     q_probs: tuple[float, ...] | None = None  # q_i(d_i) on the host, with q
     stopped: str | None = None  # why fewer than the k asked for were drafted, in words a viewer can show
+    parents: tuple[int, ...] | None = None  # a tree's: each node's parent (-1 the root); None for a chain
+    sources: tuple[str, ...] | None = None  # a tree's: where each node came from
+
+    @property
+    def tree(self) -> TokenTree | None:
+        """The draft as a token tree, when it is one."""
+        return TokenTree(tuple(self.token_ids), self.parents) if self.parents is not None else None
+
+    def first_branch(self) -> Draft:
+        """A tree draft's first branch (the first child at every node) as a chain: what a verifier that takes
+        chains only (one under a grammar) verifies. A copying drafter's first branch is the chain it would
+        have drafted."""
+        tree = self.tree
+        if tree is None:
+            return self
+        chain, node = [], ROOT
+        while children := tree.children(node):
+            node = children[0]
+            chain.append(tree.tokens[node])
+        return replace(self, token_ids=chain, parents=None, sources=None)
 
 
 class Drafter(Protocol):
     kind: Literal["model", "lookup"]
+    # The most nodes a draft tree may have (one verification's width); 0: this drafter drafts chains.
+    tree_budget: int
 
     def propose(self, context: list[int], k: int, processors: list[tuple[Stage, LogitsProcessor]], greedy: bool,
                 generator: torch.Generator | None) -> Draft:
@@ -87,16 +115,28 @@ class PromptLookup:
     kind: Literal["model", "lookup"] = "lookup"
 
     def __init__(self, max_ngram_size: int = 3, num_pred_tokens: int = 10,
-                 eos_token_ids: frozenset[int] = frozenset()) -> None:
+                 eos_token_ids: frozenset[int] = frozenset(), tree_budget: int = 0) -> None:
         if max_ngram_size < 1 or num_pred_tokens < 1:
             raise UsageError("--max-ngram-size and --num-pred-tokens must be at least 1.")
         self.max_ngram_size = max_ngram_size
         self.num_pred_tokens = num_pred_tokens
         self.eos_token_ids = eos_token_ids
+        # Above 0: every earlier match's continuation, merged into a tree of at most this many nodes
+        # (core/lookup_tree.py), instead of the first match's alone.
+        self.tree_budget = tree_budget
 
     def propose(self, context: list[int], k: int, processors: list[tuple[Stage, LogitsProcessor]], greedy: bool,
                 generator: torch.Generator | None) -> Draft:
         k = min(k, self.num_pred_tokens)
+        if self.tree_budget > 0 and k > 0:
+            found = lookup_tree(context, self.max_ngram_size, k, self.tree_budget, self.eos_token_ids)
+            if found.tree.tokens and not found.tree.is_chain():
+                start, size = found.sources[0], found.ngram
+                first = len(Draft(list(found.tree.tokens), parents=found.tree.parents).first_branch().token_ids)
+                return Draft(list(found.tree.tokens), None, (start, start + size), (start + size, start + size + first),
+                             parents=found.tree.parents,
+                             sources=tuple(f"the match at {s}" for s in found.sources))
+            # One match, or every match alike: the chain below is the whole tree, verified the chain's way.
         n = len(context)
         for size in range(min(self.max_ngram_size, n - 1), 0, -1):
             tail = context[n - size :]
@@ -125,6 +165,7 @@ class PromptLookup:
     def tune(self, params: DraftParams) -> None:
         self.max_ngram_size = params.max_ngram_size
         self.num_pred_tokens = params.num_pred_tokens
+        self.tree_budget = params.tree_budget or 0
 
     def close(self) -> None:
         pass
@@ -134,6 +175,7 @@ class ModelDrafter:
     """A smaller (or quantised, or identical) model that drafts token by token from its own KV cache."""
 
     kind: Literal["model", "lookup"] = "model"
+    tree_budget = 0  # one chain a round: its runners-up are not drafted
 
     def __init__(self, model: PreTrainedModel, vocab_size: int, confidence_threshold: float = 0.4,
                  eos_token_ids: frozenset[int] = frozenset(), target_kv: torch.dtype | None = None) -> None:

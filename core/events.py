@@ -21,8 +21,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-Mode = Literal["greedy", "sample", "beam", "speculative", "pld"]
-MODES: tuple[Mode, ...] = ("greedy", "sample", "beam", "speculative", "pld")
+Mode = Literal["greedy", "sample", "beam", "speculative", "pld", "suffix"]
+MODES: tuple[Mode, ...] = ("greedy", "sample", "beam", "speculative", "pld", "suffix")
+# The modes where a drafter proposes and the target verifies: a draft model, prompt lookup, suffix drafting.
+DRAFTING_MODES: tuple[Mode, ...] = ("speculative", "pld", "suffix")
 
 FinishReason = Literal["eos", "length", "cancelled"]
 
@@ -297,6 +299,11 @@ class DraftProposed(Event):
     could draft (the draft length in force), and ``stopped`` says why it
     drafted fewer, when it did (a draft model's confidence cut-off, the end of
     what could be copied, an EOS in the copy).
+
+    A tree of drafts (several continuations verified in one forward) has
+    ``parents``: node i is ``token_ids[i]`` and follows node ``parents[i]``
+    (-1: the last emitted token), parents before children; ``sources`` says
+    where each node was copied from. A chain has neither.
     """
 
     name: ClassVar[str] = "draft_proposed"
@@ -311,6 +318,22 @@ class DraftProposed(Event):
     copy_end: int | None = _optional()
     max_tokens: int | None = _optional()
     stopped: str | None = _optional()
+    parents: tuple[int, ...] | None = _optional()
+    sources: tuple[str, ...] | None = _optional()
+
+    def __post_init__(self) -> None:
+        # A recording read back is checked here too: a malformed tree is refused before it is drawn.
+        if self.parents is not None:
+            if len(self.parents) != len(self.token_ids):
+                raise ValueError(f"draft_proposed.parents has {len(self.parents)} entries for "
+                                 f"{len(self.token_ids)} tokens")
+            for i, parent in enumerate(self.parents):
+                if not -1 <= parent < i:
+                    raise ValueError(f"draft_proposed.parents[{i}] is {parent}: a node follows -1 (the last "
+                                     "emitted token) or an earlier node")
+        if self.sources is not None and len(self.sources) != len(self.token_ids):
+            raise ValueError(f"draft_proposed.sources has {len(self.sources)} entries for {len(self.token_ids)} "
+                             "tokens")
 
 
 @dataclass(frozen=True)
@@ -342,6 +365,10 @@ class DraftVerified(Event):
     (``target``); under sampling one resampled from max(0, p - q) after a
     rejection (``resampled``); or the bonus token after a fully accepted
     draft (``bonus``).
+
+    For a tree, ``verdicts`` has one per node (its ``position`` the node's
+    index), ``path`` the accepted nodes from the root down (``accepted`` is
+    its length); for a chain the accepted ones are the first ``accepted``.
     """
 
     name: ClassVar[str] = "draft_verified"
@@ -358,6 +385,20 @@ class DraftVerified(Event):
     # A plain target step's seconds, timed once at the run's start (one forward of one token, then rolled back):
     # what c and a verification's cost in steps divide by. None where it was not timed (the compiled path).
     step_s: float | None = _optional()
+    path: tuple[int, ...] | None = _optional()
+
+    def __post_init__(self) -> None:
+        if self.path is not None and (len(self.path) != self.accepted or list(self.path) != sorted(set(self.path))
+                                      or any(not 0 <= i < len(self.verdicts) for i in self.path)):
+            raise ValueError(f"draft_verified.path {list(self.path)} is not {self.accepted} nodes, root first, "
+                             f"among its {len(self.verdicts)} verdicts")
+
+    @property
+    def accepted_verdicts(self) -> tuple[PositionVerdict, ...]:
+        """The verdicts of the drafted tokens the round kept, in the order they were emitted."""
+        if self.path is not None:
+            return tuple(self.verdicts[i] for i in self.path)
+        return self.verdicts[: self.accepted]
 
 
 # ------------------------------------------------------------------ the end
@@ -495,7 +536,7 @@ def from_dict(data: Mapping[str, Any]) -> Event:
 # or a time (never negative), or a log-probability or score (any finite value).
 _PROBABILITIES = frozenset({"prob", "p", "q", "u", "chosen_prob", "q_probs", "acceptance_rate",
                             "acceptance_by_position"})
-_SIGNED = frozenset({"sum_logprobs", "score", "best_attainable_score", "worst_finished_score", "logprob",
+_SIGNED = frozenset({"parents", "sum_logprobs", "score", "best_attainable_score", "worst_finished_score", "logprob",
                      "sum_logprob", "mean_logprob"})
 
 

@@ -47,6 +47,9 @@ DEMO_PROMPTS: dict[str, str] = {
     "speculative": ("Repeat this list exactly, one item per line: apple, banana, cherry, date, elderberry, fig, "
                     "grape, honeydew, kiwi, lemon, mango, nectarine."),
     "pld": CODE_EDIT_PROMPT,
+    # Suffix drafting shines on a task seen before (a second run, --history): the code edit is one a pipeline
+    # repeats with small changes, and it copies from the prompt as well.
+    "suffix": CODE_EDIT_PROMPT,
 }
 
 
@@ -254,12 +257,21 @@ class DraftParams:
     # The user named ``draft`` (a flag, the settings): one this device cannot run is refused, not replaced by
     # ``self`` as the default is (core/drafters.load_draft).
     named: bool = False
+    # The most drafted nodes one verification reads when drafts are trees: prompt lookup then merges every match
+    # (None: it drafts the first match's chain, as transformers does); suffix drafting always drafts trees (None:
+    # the device's budget, core/suffix_drafting.py).
+    tree_budget: int | None = None
+    # Suffix drafting's files of earlier outputs (--history): recordings, jsonl traces or text, read by each run.
+    history: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         target_draft(self.draft)  # a malformed layers:N or int4+int8 is refused before any model loads
         for name in ("num_draft_tokens", "max_ngram_size", "num_pred_tokens"):
             if getattr(self, name) < 1:
                 raise UsageError(f"{name} must be at least 1, not {getattr(self, name)}.")
+        if self.tree_budget is not None and not 1 <= self.tree_budget <= MAX_TREE_BUDGET:
+            raise UsageError(f"--tree-budget takes 1 to {MAX_TREE_BUDGET} drafted nodes a verification, not "
+                             f"{self.tree_budget}. Leave it out for the device's own budget.")
         if not 0.0 <= self.confidence_threshold <= 1.0:
             raise UsageError(f"The draft confidence cut-off must be between 0 and 1 (0 drafts every token), not "
                              f"{self.confidence_threshold}.")
@@ -279,6 +291,8 @@ class DraftParams:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+
+MAX_TREE_BUDGET = 512  # nodes: a verification that wide costs many steps on any device
 
 ConstraintKind = Literal["json_schema", "regex", "grammar"]
 CONSTRAINT_NAMES: dict[str, str] = {"json_schema": "JSON schema", "regex": "regex", "grammar": "Lark grammar"}

@@ -17,6 +17,7 @@ import functools
 import random
 import time
 from collections.abc import Generator
+from pathlib import Path as FilePath
 from typing import Any
 
 import torch
@@ -25,7 +26,7 @@ from .bad_words import token_bytes
 from .detokenize import Detokenizer, TokenLabels
 from .drafters import Drafter, DraftModel, PromptLookup, load_draft
 from .errors import UsageError
-from .events import Branched, Event, Finished, Started
+from .events import DRAFTING_MODES, Branched, Event, Finished, Started
 from .forward import graphs_available
 from .grammar import Grammar, GrammarMask, check_path
 from .live import LiveParams
@@ -36,6 +37,7 @@ from .sampling import StageContext
 from .strategies.autoregressive import autoregressive
 from .strategies.beam import beam_search
 from .strategies.speculative import speculative
+from .suffix_drafting import SuffixDrafter, SuffixHistory, default_tree_budget, read_history
 from .transcript import Transcript
 
 
@@ -43,14 +45,23 @@ class Run:
     """A prompt checked against the model, ready to decode."""
 
     def __init__(self, lm: LoadedModel, prompt: str, config: DecodeConfig,
-                 draft: DraftModel | None = None, live: LiveParams | None = None, path: Path | None = None) -> None:
+                 draft: DraftModel | None = None, live: LiveParams | None = None, path: Path | None = None,
+                 history: SuffixHistory | None = None) -> None:
         """``draft``: for speculative mode, the draft model (see :func:`~decode_tui.core.drafters.load_draft`);
         built from ``config.draft`` when not given.
         ``live``: settings a front end may change mid-run (see :mod:`~decode_tui.core.live`).
         ``path``: tokens already decided (a branch: kept from a parent, then forced), emitted first; the run
-        decodes on after them in its mode (see :mod:`~decode_tui.core.path`)."""
+        decodes on after them in its mode (see :mod:`~decode_tui.core.path`).
+        ``history``: for suffix mode, the earlier outputs it drafts from (none: this run's own text only); the run
+        reads it and never adds to it."""
         self.lm = lm
         self.live = live
+        # A copy: what the run drafts from stays as it was when the run began (fair figures, suffix_drafting.py).
+        self.history = history.snapshot() if history is not None else SuffixHistory()
+        if config.mode == "suffix" and config.draft.history:
+            read_history([FilePath(p) for p in config.draft.history],
+                         lambda text: list(lm.tokenizer.encode(text, add_special_tokens=False)), lm.name,
+                         self.history)
         loaded_here = config.mode == "speculative" and draft is None
         if loaded_here:
             draft = load_draft(lm, config.draft.draft, named=config.draft.named)
@@ -69,6 +80,7 @@ class Run:
                              f"{ctx} tokens. Shorten the prompt.")
         if self.branch is not None:
             self._check_path(self.branch, max_new)
+        self.tree_budget = self._tree_budget(config, ctx)
         if ctx is not None and len(self.prompt_ids) + max_new > ctx:
             max_new = ctx - len(self.prompt_ids)
             self.notes.append(f"max_new_tokens lowered to {max_new} to fit {lm.name}'s context of {ctx} tokens.")
@@ -136,7 +148,7 @@ class Run:
             params["constraint"] = self.config.constraint.to_dict()
         if self.config.mode == "beam":
             params.update(self.config.beam.to_dict(), beam_sample=self.config.beam_sample)
-        if self.config.mode in ("speculative", "pld"):
+        if self.config.mode in DRAFTING_MODES:
             params.update(self.config.draft.to_dict(), draft_sample=self.config.draft_sample)
         return params
 
@@ -183,7 +195,7 @@ class Run:
                 stages=self.stages,
             )
             return
-        if self.config.mode in ("speculative", "pld"):
+        if self.config.mode in DRAFTING_MODES:
             drafter = self._drafter()
             yield from speculative(
                 self.lm.model,
@@ -218,10 +230,25 @@ class Run:
             stages=self.stages,
         )
 
+    def _tree_budget(self, config: DecodeConfig, ctx: int | None) -> int:
+        """Nodes per verification when drafts are trees (0: chains): the user's, or suffix drafting's per device;
+        refused where the prompt leaves no room for that wide a verification."""
+        draft = config.draft
+        budget = draft.tree_budget or (default_tree_budget(self.lm.device.type) if config.mode == "suffix" else 0)
+        if config.mode not in ("pld", "suffix"):
+            return 0
+        if draft.tree_budget is not None and ctx is not None and len(self.prompt_ids) + budget + 1 > ctx:
+            raise UsageError(f"--tree-budget {budget} does not fit: the prompt is {len(self.prompt_ids)} tokens and "
+                             f"{self.lm.name} reads at most {ctx}. Give a budget under {ctx - len(self.prompt_ids)}.")
+        return budget
+
     def _drafter(self) -> Drafter:
+        if self.config.mode == "suffix":
+            return SuffixDrafter(self.history, self.config.draft.num_pred_tokens, self.tree_budget,
+                                 self.lm.eos_token_ids)
         if self.config.mode == "pld":
             return PromptLookup(self.config.draft.max_ngram_size, self.config.draft.num_pred_tokens,
-                                self.lm.eos_token_ids)
+                                self.lm.eos_token_ids, self.tree_budget)
         assert self.draft is not None
         return self.draft.drafter(self.config.draft.confidence_threshold, self.lm.eos_token_ids)
 

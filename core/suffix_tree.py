@@ -96,15 +96,23 @@ class SuffixTree:
 
     def speculate(self, context: Sequence[int], max_tokens: int, max_spec_factor: float = MAX_SPEC_FACTOR,
                   min_token_prob: float = MIN_TOKEN_PROB) -> Speculation:
-        """The draft tree for what follows ``context``: from the longest suffix of it the tree holds (with something
-        after it), the likeliest continuations best first, at most ``max_spec_factor`` times the pattern's length
-        and ``max_tokens`` nodes. An empty tree where no suffix matches."""
+        """The draft tree for what follows ``context``: for each suffix of it the tree holds (with something after
+        it), the likeliest continuations best first, at most ``max_spec_factor`` times the pattern's length and
+        ``max_tokens`` nodes; of these the one with the highest score (the longer pattern on a tie), as
+        ArcticInference's implementation of the paper chooses. The longest match alone would not do in a
+        depth-bounded tree: a pattern of ``max_depth - 1`` tokens leaves room for one token after it. An empty
+        tree where no suffix matches."""
+        best = Speculation(TokenTree((), ()), (), 0)
         for length in range(min(self.max_depth - 1, len(context)), 0, -1):
             node = self._find(context[len(context) - length :])
-            if node is not None and node.children:
+            if node is None:  # no longer suffix can be held once a shorter one is not: keep shortening anyway
+                continue
+            if node.children:
                 budget = min(max_tokens, int(max_spec_factor * length))
-                return self._grow(node, budget, min_token_prob, length)
-        return Speculation(TokenTree((), ()), (), 0)
+                found = self._grow(node, budget, min_token_prob, length)
+                if found.score > best.score:
+                    best = found
+        return best
 
     def _grow(self, start: _Node, budget: int, min_token_prob: float, length: int) -> Speculation:
         """Best-first expansion by path probability: a node is drafted before any of lower probability, and its

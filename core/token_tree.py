@@ -88,6 +88,21 @@ class TokenTree:
             node = self.parents[node]
         return path[::-1]
 
+    def kept(self, keep: Sequence[bool]) -> tuple[TokenTree, list[int]]:
+        """The tree of the nodes ``keep`` marks whose ancestors are all kept (a node left out takes its subtree
+        with it), and for each new node its index in this tree."""
+        index: dict[int, int] = {ROOT: ROOT}
+        tokens: list[int] = []
+        parents: list[int] = []
+        old: list[int] = []
+        for i, (token, parent) in enumerate(zip(self.tokens, self.parents, strict=True)):
+            if keep[i] and parent in index:
+                index[i] = len(tokens)
+                tokens.append(token)
+                parents.append(index[parent])
+                old.append(i)
+        return TokenTree(tuple(tokens), tuple(parents)), old
+
     def is_chain(self) -> bool:
         return all(parent == i - 1 for i, parent in enumerate(self.parents))
 

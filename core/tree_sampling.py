@@ -17,23 +17,35 @@ It knows distributions and tokens; nothing of trees' layout, models or events.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 
 
+class Among(NamedTuple):
+    """What the rule did at one node: the index of the accepted child (None: every child was rejected), the token
+    emitted, and the uniform draw each child tried was tested with, in order."""
+
+    child: int | None
+    token: int
+    draws: list[float]
+
+
 def accept_among(p: torch.Tensor, children: Sequence[int], q: Sequence[torch.Tensor | None],
-                 generator: torch.Generator | None) -> tuple[int | None, int]:
+                 generator: torch.Generator | None) -> Among:
     """The multi-draft rule at one node: ``p`` the target's distribution there ([V]), ``children`` the children's
-    tokens in the order tried, ``q[i]`` the distribution child i was drafted from ([V]; None for a copy). Returns
-    (the index of the accepted child, or None, and the token emitted: the child's, or one drawn from the
-    residual)."""
+    tokens in the order tried, ``q[i]`` the distribution child i was drafted from ([V]; None for a copy). The token
+    emitted is the accepted child's, or one drawn from the last residual (from p itself where there are no
+    children: the bonus token after a whole path)."""
     residual = p.clone()
+    draws: list[float] = []
     for i, (token, drafted_from) in enumerate(zip(children, q, strict=True)):
         q_x = 1.0 if drafted_from is None else float(drafted_from[token])
         p_x = float(residual[token])
         u = float(torch.rand((), generator=generator, device=p.device))
+        draws.append(u)
         if q_x > 0 and u < min(1.0, p_x / q_x):
-            return i, token
+            return Among(i, token, draws)
         # Rejected: what is left of p once q's share is taken out, renormalised (a copy takes out its one token).
         taken = torch.zeros_like(residual) if drafted_from is None else drafted_from
         if drafted_from is None:
@@ -42,4 +54,4 @@ def accept_among(p: torch.Tensor, children: Sequence[int], q: Sequence[torch.Ten
         total = float(residual.sum())
         # q covered all of p only where p was q's, and then the child was bound to pass: never reached in law.
         residual = p.clone() if total <= 0 else residual / total
-    return None, int(torch.multinomial(residual, 1, generator=generator))
+    return Among(None, int(torch.multinomial(residual, 1, generator=generator)), draws)

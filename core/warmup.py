@@ -22,7 +22,7 @@ from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING
 
 from .acquire import drive
-from .events import BeamStepped, DraftVerified, TokenEmitted
+from .events import DRAFTING_MODES, BeamStepped, DraftVerified, TokenEmitted
 
 if TYPE_CHECKING:
     from .drafters import DraftModel
@@ -61,7 +61,7 @@ def warming(lm: LoadedModel, prompt: str, config: DecodeConfig,
     # So there the warm-up decodes the whole length once. The graph path's cache is static, and on the
     # CPU a first run measured as fast as a third (BENCHMARKS.md): a few steps do.
     whole = lm.device.type == "cuda" and run.path == "plain"
-    drafting = config.mode in ("speculative", "pld")
+    drafting = config.mode in DRAFTING_MODES
     events = run.events()
     tokens = rounds = 0
     yield f"warming up {config.mode}: the prompt's prefill"

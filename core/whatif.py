@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from .drafters import Drafter as Proposer
 from .drafters import PromptLookup
 from .errors import UsageError
-from .events import Event, Finished, Started
+from .events import DRAFTING_MODES, Event, Finished, Started
 from .params import DraftParams, SamplingParams
 from .sampling import stage_processors
 from .traces import read_events
@@ -89,9 +89,9 @@ def trace_from_events(events: Iterable[Event], source: str = "the run") -> Trace
         raise UsageError(f"{source} is not a whole run: it has no {'start' if started is None else 'end'}. Record "
                          "one with `decode-tui generate --mode greedy --format jsonl > run.jsonl`.")
     params = started.params
-    greedy = started.mode == "greedy" or (started.mode in ("pld", "speculative") and not params.get("draft_sample"))
+    greedy = started.mode == "greedy" or (started.mode in DRAFTING_MODES and not params.get("draft_sample"))
     if not greedy:
-        what = f"{started.mode} run" + (" with sampled drafts" if started.mode in ("pld", "speculative") else "")
+        what = f"{started.mode} run" + (" with sampled drafts" if started.mode in DRAFTING_MODES else "")
         raise UsageError(f"{source} is a {what}: a what-if replays greedy output, whose tokens do not depend on "
                          "how they were drafted. Record a greedy run (or a greedy pld or speculative one).")
     if finished.finish_reason == "cancelled":

@@ -68,6 +68,17 @@ def test_the_draft_follows_the_longest_match_best_first() -> None:
     assert len(tree.speculate([x, a, b, c], max_tokens=10, min_token_prob=0.9).tree) == 0, "under the floor"
 
 
+def test_a_pattern_that_fills_the_depth_gives_way_to_a_shorter_one_with_room_after_it() -> None:
+    """In a tree 6 deep a pattern of 5 tokens has room for one more; a pattern of 2 leaves room for 4, and its
+    draft expects more tokens accepted."""
+    tree = SuffixTree(6)
+    text = list(range(10))
+    tree.add(text)
+    spec = tree.speculate(text[:5], max_tokens=10, max_spec_factor=2.0)
+    assert spec.match_length < 5 and len(spec.tree) > 1
+    assert spec.tree.tokens[:2] == (5, 6)
+
+
 @settings(max_examples=60, deadline=None)
 @given(seqs=sequences, context=st.lists(st.integers(0, 3), min_size=1, max_size=10), max_tokens=st.integers(1, 12),
        factor=st.sampled_from([0.5, 1.0, 2.0]), floor=st.sampled_from([0.0, 0.1, 0.3]))
@@ -79,12 +90,12 @@ def test_every_draft_keeps_the_papers_rules(seqs: list[list[int]], context: list
     spec = tree.speculate(context, max_tokens, max_spec_factor=factor, min_token_prob=floor)
     n = len(spec.tree)
     assert n <= max_tokens and n <= int(factor * spec.match_length)
-    if spec.match_length:  # the longest suffix of the context the tree holds with a continuation
+    if spec.match_length:  # a suffix of the context the tree holds
         pattern = context[len(context) - spec.match_length :]
         assert tree.count(pattern) > 0
-        longer = context[len(context) - spec.match_length - 1 :]
-        assert spec.match_length == len(context) or spec.match_length == 5 or not any(
-            tree.count([*longer, t]) for t in range(4))
+    for length in range(1, len(context)):  # no shorter suffix's draft scores more
+        shorter = tree.speculate(context[len(context) - length :], max_tokens, factor, floor)
+        assert shorter.score <= spec.score + 1e-12
     for i in range(n):
         assert spec.probs[i] >= floor
         parent = spec.tree.parents[i]

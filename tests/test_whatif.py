@@ -125,6 +125,7 @@ class Scripted:
     """A drafter that proposes the given next tokens wherever it is asked (the Drafter protocol)."""
 
     kind: Literal["model", "lookup"] = "model"
+    tree_budget = 0
 
     def __init__(self, tokens: list[int]) -> None:
         self.tokens, self.start = tokens, 0

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..core.errors import UsageError
-from ..core.events import MODES, STAGES, Mode
+from ..core.events import DRAFTING_MODES, MODES, STAGES, Mode
 from ..core.params import DEMO_PROMPT, DEMO_PROMPTS, WARPERS, DecodeConfig, demo_prompt, words_of
 from ..core.registry import DEFAULT_ALIAS
 from .branches import BranchRequest
@@ -107,11 +107,12 @@ def _put(part: Literal["sampling", "beam", "draft"], name: str, cast: type = flo
     return put
 
 
-SAMPLING_MODES: tuple[Mode, ...] = ("sample", "beam", "speculative", "pld")
+SAMPLING_MODES: tuple[Mode, ...] = ("sample", "beam", "speculative", "pld", "suffix")
+COPYING_MODES: tuple[Mode, ...] = ("pld", "suffix")  # drafts copied from the text, not drafted by a model
 
 
 def _drafter(settings: Settings) -> Literal["model", "lookup"]:
-    return "lookup" if settings.mode == "pld" else "model"
+    return "lookup" if settings.mode in COPYING_MODES else "model"
 
 
 KNOBS: tuple[Knob, ...] = (
@@ -131,9 +132,9 @@ KNOBS: tuple[Knob, ...] = (
     Knob("length_penalty", "length penalty", ("l", "L"), "rerank", ("beam",),
          lambda s: s.config.beam.length_penalty, _linear(0.25, -3.0, 3.0), _put("beam", "length_penalty")),
     # One key for the draft length in both modes; prompt lookup's is its copy length (DraftParams.length).
-    Knob("num_draft_tokens", "draft length", ("d", "D"), "live", ("speculative", "pld"),
+    Knob("num_draft_tokens", "draft length", ("d", "D"), "live", DRAFTING_MODES,
          lambda s: s.config.draft.length(_drafter(s)), _ladder(DRAFT_LENGTH_LADDER),
-         lambda s, v: _put("draft", "num_pred_tokens" if s.mode == "pld" else "num_draft_tokens", int)(s, v),
+         lambda s, v: _put("draft", "num_pred_tokens" if s.mode in COPYING_MODES else "num_draft_tokens", int)(s, v),
          fmt=lambda v: f"{int(v)}"),
     Knob("confidence_threshold", "draft confidence cut-off", ("o", "O"), "live", ("speculative",),
          lambda s: s.config.draft.confidence_threshold, _linear(0.05, 0.0, 1.0), _put("draft", "confidence_threshold"),
@@ -208,7 +209,7 @@ def _effective(settings: Settings, knob: Knob) -> str | None:
         c = settings.config
         if mode == "beam" and not c.beam_sample:
             return "no effect: this beam search is not sampling (start it with --temperature to sample beams)"
-        if mode in ("speculative", "pld") and not c.draft_sample:
+        if mode in DRAFTING_MODES and not c.draft_sample:
             return "no effect: this run verifies greedily (start it with --temperature to verify by sampling)"
     return None
 
@@ -298,7 +299,11 @@ def params_line(settings: Settings, seed: object = None, width: int | None = Non
                   f"stop at q<{c.draft.confidence_threshold:g}"]
     if settings.mode == "pld":
         parts += [f"k≤{c.draft.num_pred_tokens}", f"ngram≤{c.draft.max_ngram_size}"]
-    if settings.mode in ("speculative", "pld"):
+    if settings.mode == "suffix":
+        parts += [f"depth≤{c.draft.num_pred_tokens}"]
+    if settings.mode in COPYING_MODES and c.draft.tree_budget is not None:
+        parts += [f"tree≤{c.draft.tree_budget}"]
+    if settings.mode in DRAFTING_MODES:
         parts.append("adaptive" if c.draft.adaptive else "fixed k")
         parts.append("sampling verify" if c.draft_sample else "greedy verify")
     parts.append(f"max={c.max_new_tokens}")

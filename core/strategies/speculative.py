@@ -18,8 +18,14 @@ distributions p_1 .. p_{k+1} in one forward pass. Then:
   exactly as the target's own sampling.
 
 The accept rule, in the papers' names, is :mod:`.acceptance`; the fast paths (a static cache whose verification
-is padded to one width, graphs prepared ahead, a CPU's cheapest width) stay in :class:`_VerifyForward`, so the
+is padded to one width, graphs prepared ahead, a CPU's cheapest width) stay in :mod:`.verify_forward`, so the
 loop reads as the algorithm.
+
+A drafter may propose a tree of drafts instead of a chain (continuations sharing their prefixes). The target then
+reads every node in one forward with a tree attention mask (:mod:`~decode_tui.core.token_tree`), the tree rule
+(:mod:`.tree_acceptance`) follows its choice down the tree, and only the kept path's keys and values stay in the
+cache, where a chain's would be. Greedy, it still emits plain greedy's tokens; sampling, the target's
+distribution. Under a grammar a tree is verified as its first branch (the grammar checks chains).
 
 The target's cache is cropped back to the confirmed prefix after every round
 (in ``finally:``, so a consumer that stops mid-round leaves it consistent),
@@ -33,7 +39,7 @@ It knows verification; the drafter knows drafting, the transcript the text.
 
 from __future__ import annotations
 
-import sys
+import dataclasses
 import time
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Literal
@@ -43,21 +49,22 @@ import torch
 from ..draft_stats import DraftStats
 from ..drafters import Draft, Drafter
 from ..events import DraftLengthDecided, DraftProposed, DraftVerified, Event, PositionVerdict, TokenSource
-from ..forward import forward, prepare, rollback, to_host
+from ..forward import prepare, rollback
 from ..grammar import GrammarMask
 from ..live import LiveParams
-from ..loading import context_length
 from ..params import SamplingParams
 from ..path import Path, prefill
 from ..prefix_cache import keep, take
 from ..sampling import StageContext, stage_processors
+from ..token_tree import keep_path, tree_forward
 from ..transcript import Transcript
-from ..widths import width_costs
 from .acceptance import accept, distributions, first_token
 from .adaptive import AdaptiveDraftLength, lookup_replay, remembered_times, stops_itself
+from .tree_acceptance import accept_tree, tree_distributions
+from .verify_forward import VerifyForward, plain_step
 
 if TYPE_CHECKING:
-    from transformers import Cache, PreTrainedModel
+    from transformers import PreTrainedModel
 
 
 @torch.inference_mode()
@@ -108,9 +115,9 @@ def speculative(
     policy = AdaptiveDraftLength(num_draft_tokens, replay=lookup_replay(drafter, transcript),
                                  times_by_k=remembered_times(model, len(context), padded=static),
                                  stops_itself=stops_itself(drafter)) if adaptive else None
-    # Room for the prompt, every new token and a padded verification past the last of them.
-    max_len = len(transcript.prompt_ids) + transcript.max_new_tokens + num_draft_tokens + 1
-    verify = _VerifyForward(model, static, max_len)
+    # Room for the prompt, every new token and a padded verification (or a draft tree) past the last of them.
+    max_len = len(transcript.prompt_ids) + transcript.max_new_tokens + max(num_draft_tokens, drafter.tree_budget) + 1
+    verify = VerifyForward(model, static, max_len)
     # A branch starts from its parent's cache, cropped where they part (core/prefix_cache.py).
     cache, held = take(model, context, reuse=path is not None, rollback_ready=True, fast=fast, graphs=graphs,
                        max_len=max_len)
@@ -130,7 +137,7 @@ def speculative(
             # What a draft model's c and v divide by (a lookup's copy costs no forward: it has no c). Not on the
             # compiled path, where a new shape would mean a new compile: there the step is inferred instead.
             if drafter.kind == "model" and not fast:
-                stats.plain_step_s = _plain_step(model, cache, context, repeat=2 if graphs else 1)
+                stats.plain_step_s = plain_step(model, cache, context, repeat=2 if graphs else 1)
 
         round_, said = 0, ("", -1)
         while not transcript.done:
@@ -153,7 +160,10 @@ def speculative(
                 yield DraftLengthDecided(round=round_, k=k, reason=policy.reason)
             started = time.perf_counter()
             draft = drafter.propose(context, k, processors, greedy, generator) if k > 0 else Draft([])
-            drafted = draft.token_ids[:k]
+            if stages is not None and isinstance(stages.grammar, GrammarMask):
+                draft = draft.first_branch()
+            tree = draft.tree  # None for a chain
+            drafted = draft.token_ids[:k] if tree is None else list(draft.token_ids)
             cut = _grammar_cut(stages, context, drafted)
             draft_s = time.perf_counter() - started
             stats.draft_time_s += draft_s
@@ -165,33 +175,46 @@ def speculative(
 
             started = time.perf_counter()
             confirmed = len(context) - 1  # what the caches hold between rounds: everything but the pending token
+            past, nodes = confirmed, None  # a tree's kept nodes, once verified
             try:
-                # 3. Verify: one target forward over [pending, d_1 .. d_k] gives p_1 .. p_{k+1}.
-                raw = verify(cache, context[-1], drafted, confirmed, num_draft_tokens)  # [k+1, V]
-                transcript.target_forwards += 1
-                if stages is not None and isinstance(stages.grammar, GrammarMask):  # on a GPU, while the pass runs
-                    stages.grammar.prepare(context[stages.grammar.prompt_length :], model.device, drafted)
-                # 4. Accept: the acceptance test, position by position, and the target's extra token.
-                p = distributions(processors, context, drafted, raw[:, shared])  # [k+1, V]
                 extra: int | None  # None: no extra token, an accepted one ended the run
-                n, extra, kind, verdicts, figures = accept(p, draft.q, drafted, greedy, generator, raw)
+                if tree is not None:
+                    # 3-4. One forward over the pending token and every node gives each node's p; the target's
+                    # choice is followed down the tree, and the accepted path is the round's chain from here on.
+                    raw = tree_forward(model, cache, context[-1], tree)  # [1+n, V]
+                    transcript.target_forwards += 1
+                    p = tree_distributions(processors, context, tree, raw[:, shared])  # [1+n, V]
+                    nodes, extra, kind, verdicts, figures = accept_tree(p, tree, greedy, generator, raw)
+                    n, drafted = len(nodes), [tree.tokens[i] for i in nodes]
+                else:
+                    # 3. Verify: one target forward over [pending, d_1 .. d_k] gives p_1 .. p_{k+1}.
+                    raw = verify(cache, context[-1], drafted, confirmed, num_draft_tokens)  # [k+1, V]
+                    transcript.target_forwards += 1
+                    if stages is not None and isinstance(stages.grammar, GrammarMask):  # on a GPU, while it runs
+                        stages.grammar.prepare(context[stages.grammar.prompt_length :], model.device, drafted)
+                    # 4. Accept: the acceptance test, position by position, and the target's extra token.
+                    p = distributions(processors, context, drafted, raw[:, shared])  # [k+1, V]
+                    n, extra, kind, verdicts, figures = accept(p, draft.q, drafted, greedy, generator, raw)
                 # An accepted token that ends the run (an EOS, or the last token max_new_tokens allows) ends
                 # the round there: what was drafted after it never reaches the output, so it gets no verdict,
                 # no count and no extra token after it.
                 end = _run_ends_after(drafted[:n], transcript.eos_token_ids, transcript.remaining)
                 if end is not None:
-                    n, extra, kind, verdicts = end, None, None, verdicts[:end]
+                    n, extra, kind = end, None, None
+                    verdicts = verdicts[:end] if nodes is None else _untested_after(verdicts, nodes, end)
+                    nodes = nodes[:end] if nodes is not None else None
                 verify_s = time.perf_counter() - started
                 stats.verify_time_s += verify_s
                 stats.record(len(verdicts), n, draft_s, verify_s, n + (extra is not None))
                 if policy:
                     policy.observe(len(verdicts), n, verify_s, draft_s)
                 confirmed = len(context) + n
-                if drafted or cut:
+                if verdicts or cut:
                     yield DraftVerified(round=round_, verdicts=verdicts if end is not None else verdicts + cut,
                                         accepted=n, extra_token_id=extra,
                                         extra_kind=kind, target_forwards=transcript.target_forwards,
-                                        draft_s=draft_s, verify_s=verify_s, step_s=stats.plain_step_s)
+                                        draft_s=draft_s, verify_s=verify_s, step_s=stats.plain_step_s,
+                                        path=tuple(nodes) if nodes is not None else None)
                 # 5. Emit the accepted prefix, then the target's extra token, if the run goes on past the prefix.
                 # Each with the target's figures for it under its raw distribution, from this verification.
                 for i, token in enumerate(drafted[:n]):
@@ -203,7 +226,10 @@ def speculative(
                     context.append(extra)
             finally:
                 # 6. Roll back: the target's cache holds the context up to (not including) the pending token plus
-                # the draft; keep only what was confirmed. The drafter forgets the rest too.
+                # the draft; keep only what was confirmed (a tree's kept path moved to where a chain's would be).
+                # The drafter forgets the rest too.
+                if nodes and confirmed > past + 1:
+                    keep_path(cache, past, nodes[: confirmed - past - 1])
                 rollback(cache, confirmed)
                 drafter.rollback(confirmed)
             round_ += 1
@@ -232,51 +258,12 @@ def _grammar_cut(stages: StageContext | None, context: list[int], drafted: list[
                  for i in range(allowed, len(drafted)))
 
 
-def _plain_step(model: PreTrainedModel, cache: Cache, context: list[int], repeat: int) -> float:
-    """A plain target step's seconds: one forward of the pending token, as greedy decoding runs it, then rolled
-    back (it decides nothing). The run's c and a verification's cost are against this measured step, not one
-    inferred from verifications. On a graph path the first call may capture its graph, so the last is timed."""
-    confirmed = len(context) - 1  # the cache holds everything but the pending token
-    feed = torch.tensor([context[-1:]], device=model.device)  # [1, 1]
-    seconds = 0.0
-    for _ in range(repeat):
-        started = time.perf_counter()
-        to_host([forward(model, feed, cache)[0, -1, :1]])  # the copy waits for the device
-        seconds = time.perf_counter() - started
-        rollback(cache, confirmed)
-    return seconds
-
-
-class _VerifyForward:
-    """The verification's forward, fed ``[pending, d_1 .. d_k]`` and padded with copies of the pending token
-    where a wider feed pays: its logits at the k + 1 real positions.
-
-    The fast paths (``static``) pad to the longest draft, so that one compiled graph (or captured CUDA graph)
-    serves every round whatever the drafter proposed; on a CPU the plain path pads to the width that costs the
-    least (:mod:`decode_tui.core.widths`: a forward over 2 or 3 positions costs more than one over 5), and times
-    each width it feeds. The pads come after the real positions, which attend only to what precedes them, and
-    the rollback after the round forgets them with the rejected drafts. No pad passes the static cache's end or
-    the model's last position: the real positions always fit.
-    """
-
-    def __init__(self, model: PreTrainedModel, static: bool, max_len: int) -> None:
-        self.model, self.static, self.max_len = model, static, max_len
-        self.widths = width_costs(model) if model.device.type == "cpu" and not static else None
-        self.room = context_length(model) or sys.maxsize  # positions the model can read
-
-    def __call__(self, cache: Cache, pending: int, drafted: list[int], confirmed: int,
-                 num_draft_tokens: int) -> torch.Tensor:
-        real = [pending, *drafted]
-        if self.static:
-            width = num_draft_tokens + 1 if confirmed + num_draft_tokens + 1 <= self.max_len else 0
-        else:
-            width = self.widths.width_for(len(real), self.room - confirmed) if self.widths is not None else 0
-        feed = torch.tensor([real + [pending] * max(0, width - len(real))], device=self.model.device)  # [1, W]
-        started = time.perf_counter()
-        logits = forward(self.model, feed, cache, keep=feed.shape[1])[0, : len(real)]  # [k+1, V]
-        if self.widths is not None:
-            self.widths.observe(feed.shape[1], time.perf_counter() - started)
-        return logits
+def _untested_after(verdicts: tuple[PositionVerdict, ...], path: list[int], end: int,
+                    ) -> tuple[PositionVerdict, ...]:
+    """A tree round's verdicts when the ``end``-th accepted node ended the run: the path's nodes after it never
+    reach the output, so they are untested, as everything below them was."""
+    dropped = set(path[end:])
+    return tuple(dataclasses.replace(v, verdict="untested") if v.position in dropped else v for v in verdicts)
 
 
 def _run_ends_after(accepted: list[int], eos_token_ids: frozenset[int], remaining: int) -> int | None:
@@ -296,6 +283,7 @@ def _proposed(round_: int, kind: Literal["model", "lookup"], draft: Draft, draft
         q_probs=q_probs,
         match_start=match[0] if match else None, match_end=match[1] if match else None,
         copy_start=copied[0] if copied else None,
-        copy_end=copied[0] + len(drafted) if copied else None,
+        copy_end=copied[0] + len(drafted) if copied and draft.parents is None else copied[1] if copied else None,
         max_tokens=k, stopped=draft.stopped if len(drafted) < k else None,
+        parents=draft.parents, sources=draft.sources,
     )

@@ -22,7 +22,8 @@ from .draft_panel import DraftPanel
 from .lookup_panel import LookupPanel
 
 PANEL_FOR_MODE: dict[Mode, str] = {"greedy": "panel-candidates", "sample": "panel-candidates", "beam": "panel-beam",
-                                   "speculative": "panel-draft", "pld": "panel-pld"}
+                                   "speculative": "panel-draft", "pld": "panel-pld",
+                                   "suffix": "panel-pld"}
 
 
 class ModePanels(ContentSwitcher):
@@ -64,11 +65,11 @@ class ModePanels(ContentSwitcher):
         if pending.sampled is not None:
             self.query_one(CandidatesPanel).show(pending.sampled)
         self.query_one(BeamPanel).add(pending.steps)
+        rounds = "#pld-rounds" if self.mode in ("pld", "suffix") else "#panel-draft"
         if pending.adaptive is not None:
-            self.query_one("#pld-rounds" if self.mode == "pld" else "#panel-draft", DraftPanel).set_adaptive(
-                pending.adaptive)
+            self.query_one(rounds, DraftPanel).set_adaptive(pending.adaptive)
         if pending.rounds:
-            panel = self.query_one("#pld-rounds" if self.mode == "pld" else "#panel-draft", DraftPanel)
+            panel = self.query_one(rounds, DraftPanel)
             panel.add(pending.rounds, stats.by_position(),
                       cost_line(stats, short=True) if self.mode == "speculative" else None)
             if pending.lookup_changed:
