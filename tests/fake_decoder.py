@@ -85,17 +85,20 @@ class FakeDecoder:
             yield from self._sampling(mode == "greedy", live, emitted)
         elif mode == "beam":
             yield from self._beam(settings, emitted)
+        elif mode == "suffix":
+            yield from self._tree(emitted)
         else:
             yield from self._drafting(mode == "pld", emitted)
         if self.fail_with is not None:
             raise self.fail_with
         extras: dict[str, object] = {}
-        if mode in ("speculative", "pld"):
+        if mode in ("speculative", "pld", "suffix"):
             extras = dict(drafted=7, accepted=5, draft_forwards=0 if mode == "pld" else 7, acceptance_rate=5 / 7,
                           acceptance_by_position=(1.0, 1.0, 0.5), draft_time_s=0.01, verify_time_s=0.05)
         if mode == "beam":
             extras = dict(hypotheses=(Hypothesis(tuple(range(3)), "".join(self.words[:3]), -1.2, -0.4),))
-        forwards = {"greedy": len(emitted.ids), "sample": len(emitted.ids), "beam": 3, "speculative": 3, "pld": 3}
+        forwards = {"greedy": len(emitted.ids), "sample": len(emitted.ids), "beam": 3, "speculative": 3, "pld": 3,
+                    "suffix": 3}
         yield Finished(mode=mode, prompt_token_ids=tuple(range(len(PROMPT_PIECES))), token_ids=tuple(emitted.ids),
                        text=emitted.text, finish_reason="length", new_tokens=len(emitted.ids),
                        target_forwards=forwards[mode], elapsed_s=0.5, tokens_per_s=len(emitted.ids) / 0.5,
@@ -144,6 +147,42 @@ class FakeDecoder:
                               target_forwards=emitted.forwards)
         for i, word in enumerate(self.words[:3]):
             yield emitted.emit(i, word)
+
+    def _tree(self, emitted: _Emitter) -> Iterator[Event]:
+        """Suffix drafting's two rounds of trees: one whose deepest branch the target follows to its leaf (a bonus
+        token after it), one where it takes the second child at the root and then leaves the tree."""
+        w = self.words
+        emitted.forwards = 1
+        yield emitted.emit(0, w[0])
+        self._wait()
+        # " quick" -> " brown" -> " fox" is the path; " cat" at the root and " dog" after " quick" are left.
+        yield DraftProposed(round=0, drafter="lookup", token_ids=(1, 50, 2, 51, 3),
+                            texts=(w[1], " cat", w[2], " dog", w[3]), parents=(-1, -1, 0, 0, 2),
+                            sources=("earlier runs",) * 5, match_start=0, match_end=1, max_tokens=10)
+        verdicts = (PositionVerdict(0, 1, 0.9, 1.0, None, "accepted"),
+                    PositionVerdict(1, 50, 0.05, 1.0, None, "rejected"),
+                    PositionVerdict(2, 2, 0.8, 1.0, None, "accepted"),
+                    PositionVerdict(3, 51, 0.1, 1.0, None, "rejected"),
+                    PositionVerdict(4, 3, 0.7, 1.0, None, "accepted"))
+        emitted.forwards = 2
+        yield DraftVerified(round=0, verdicts=verdicts, accepted=3, extra_token_id=4, extra_kind="bonus",
+                            target_forwards=emitted.forwards, draft_s=0.001, verify_s=0.03, path=(0, 2, 4))
+        for i in (1, 2, 3):
+            yield emitted.emit(i, w[i], "lookup")
+        yield emitted.emit(4, w[4], "bonus")
+        self._wait()
+        yield DraftProposed(round=1, drafter="lookup", token_ids=(52, 5, 53, 54),
+                            texts=(" under", w[5], " a", " an"), parents=(-1, -1, 1, 1),
+                            sources=("this run", "earlier runs", "earlier runs", "earlier runs"), max_tokens=10)
+        verdicts_1 = (PositionVerdict(0, 52, 0.1, 1.0, None, "rejected"),
+                      PositionVerdict(1, 5, 0.8, 1.0, None, "accepted"),
+                      PositionVerdict(2, 53, 0.2, 1.0, None, "rejected"),
+                      PositionVerdict(3, 54, 0.1, 1.0, None, "rejected"))
+        emitted.forwards = 3
+        yield DraftVerified(round=1, verdicts=verdicts_1, accepted=1, extra_token_id=6, extra_kind="target",
+                            target_forwards=emitted.forwards, draft_s=0.001, verify_s=0.03, path=(1,))
+        yield emitted.emit(5, w[5], "lookup")
+        yield emitted.emit(6, w[6], "target")
 
     def _drafting(self, lookup: bool, emitted: _Emitter) -> Iterator[Event]:
         kind: TokenSource = "lookup" if lookup else "draft"

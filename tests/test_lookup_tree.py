@@ -53,7 +53,8 @@ def test_a_greedy_loop_verifying_lookup_trees_emits_plain_greedys_tokens() -> No
     import torch
 
     from decode_tui.core.forward import forward, new_cache
-    from decode_tui.core.token_tree import greedy_path, keep_path, tree_forward
+    from decode_tui.core.token_tree import greedy_path
+    from decode_tui.core.tree_attention import keep_path, tree_forward
 
     from .conftest import tiny_model
 

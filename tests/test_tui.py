@@ -20,7 +20,7 @@ from textual.binding import Binding
 from textual.widgets import ContentSwitcher, Static, TextArea
 
 from decode_tui.core.errors import UsageError
-from decode_tui.core.events import DraftVerified, Event, TokenSampled
+from decode_tui.core.events import MODES, DraftVerified, Event, TokenSampled
 from decode_tui.core.params import SamplingParams
 from decode_tui.tui.app import DecodeApp
 from decode_tui.tui.bindings import explained
@@ -135,14 +135,14 @@ async def test_the_stats_bar_names_the_kernels_a_background_compile_switched_the
         assert "kernels" not in str(plain.query_one(StatsBar).content), "no background compile, no word of it"
 
 
-@pytest.mark.parametrize("mode", ["greedy", "sample", "beam", "speculative", "pld"])
+@pytest.mark.parametrize("mode", ["greedy", "sample", "beam", "speculative", "pld", "suffix"])
 @in_event_loop
 async def test_each_mode_shows_its_panel(mode: str) -> None:
     app, _ = make(mode)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app)
         panel = {"greedy": "panel-candidates", "sample": "panel-candidates", "beam": "panel-beam",
-                 "speculative": "panel-draft", "pld": "panel-pld"}[mode]
+                 "speculative": "panel-draft", "pld": "panel-pld", "suffix": "panel-pld"}[mode]
         assert app.query_one(ContentSwitcher).current == panel
         if mode == "beam":
             assert app.query_one(BeamPanel).history[-1].step == 2
@@ -243,7 +243,7 @@ async def test_cycling_the_mode_mid_run_restarts_in_the_next_mode() -> None:
         assert first is not None and first.finished.wait(2)
         assert [s.mode for s in fake.runs] == ["greedy", "sample"]
         assert app.settings.mode == "sample" and text(app) == "".join(WORDS)
-        for _ in range(4):
+        for _ in range(len(MODES) - 1):  # sample -> ... -> suffix -> greedy
             await pilot.press("m")
         await settle(pilot, app)
         assert [s.mode for s in fake.runs][-1] == "greedy"
@@ -1123,6 +1123,32 @@ async def test_a_short_rounds_panel_shows_the_newest_rounds_and_the_latest_test(
         assert "r4" not in labels, shown
         assert any(line.startswith("round 13: 3 drafted") for line in shown), shown
         assert shown[-1].startswith("acceptance by position  1:100%  2:50%  3:25%"), shown
+
+
+@pytest.mark.parametrize("size", [SIZE, (80, 24)])
+@in_event_loop
+async def test_a_tree_round_is_drawn_with_its_path_first_and_its_verdicts(size: tuple[int, int]) -> None:
+    app, _ = make("suffix")
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot, app)
+        panel = app.query_one("#pld-rounds", DraftPanel)
+        assert [r.verified.accepted for r in panel.rounds] == [3, 1]
+        shown = _shown(panel)
+        rows = [line for line in shown if line[:1] == "r" and line[1:2].isdigit()]
+        assert rows[-1].split()[:4] == ["r1", "tree", "1/4", "✓over"], rows
+        if size == SIZE:  # the older round's row too where there is room
+            assert rows[0].split()[:3] == ["r0", "tree", "3/5"] and "(+2 nodes)" in rows[0], rows
+            assert "✓quick" in rows[0] and "✓fox" in rows[0] and "cat" not in rows[0], "the kept path, not the tree"
+        start = next(i for i, line in enumerate(shown) if line.startswith("round 1: 4-node tree, 1 accepted"))
+        tree = [line.strip() for line in shown[start + 1 : start + 5]]
+        # The accepted child first at the root, its children under it, then the sibling the target left.
+        assert tree[0].startswith("✓' over'") and tree[0].split()[-1] == ("runs" if size == SIZE else "0.80"), tree
+        assert tree[1].startswith("✗' a'") and tree[2].startswith("✗' an'"), tree
+        assert tree[3].startswith("✗' under'") and tree[3].endswith("this run" if size == SIZE else "0.10"), tree
+        assert shown[start + 1].index("✓") < shown[start + 2].index("✗"), "a child indented under its parent"
+        assert any("→ ' the': the target's own token where" in line for line in shown), shown
+        stats = app.query_one(StatsBar)
+        assert stats.counters.tree_nodes == 4 and "tree of 4 nodes" in str(stats.content)
 
 
 @in_event_loop

@@ -34,6 +34,7 @@ from ..core.events import (
     TokenEmitted,
     TokenSampled,
 )
+from ..core.token_tree import TokenTree
 from .numbers import given_tokens
 from .pump import Failed, Notice, StepTracker
 from .teaching import CAPTIONED_ALONE, EOS_MARK, caption
@@ -79,6 +80,7 @@ class Counters:
     # older recording).
     sum_logprob: float | None = 0.0
     result: Finished | None = None
+    tree_nodes: int = 0  # the latest draft tree's size (0: the drafts are chains)
     kernels: str = ""  # on CUDA with a background compile: eager or compiled graphs (core/background_compile.py)
 
     @property
@@ -210,12 +212,15 @@ class RunView:
             elif isinstance(event, DraftVerified):
                 # Positions the grammar cut (and those after them) were never verified, so never count as drafted.
                 cut = next((v.position for v in event.verdicts if v.verdict == "cut"), len(event.verdicts))
+                tree = self._tree()
+                if tree is not None:  # a tree's drafted length is its depth, as the core counts it
+                    cut, c.tree_nodes = max(tree.depths(), default=0), len(tree)
                 emitted = event.accepted + (event.extra_token_id is not None)
                 self.draft_stats.record(cut, event.accepted, event.draft_s, event.verify_s, emitted)
                 if event.step_s is not None:  # the plain step the run timed: what its cost figures divide by
                     self.draft_stats.plain_step_s = event.step_s
                 c.drafted, c.accepted = self.draft_stats.drafted, self.draft_stats.accepted
-                self._verdicts = list(event.verdicts[: event.accepted])
+                self._verdicts = list(event.accepted_verdicts)
                 if self._proposed is not None:
                     # The round is shown once its tokens are in, so the extra token has its text.
                     self._open = (self._proposed, event)
@@ -244,6 +249,13 @@ class RunView:
         if c.state == "running" and not self._clocked:  # a recording made before events carried the clock
             c.elapsed_s = now - self.t0
         return Applied(urgent, tuple(messages))
+
+    def _tree(self) -> TokenTree | None:
+        """The tree the round being verified drafted, if it drafted one."""
+        proposed = self._proposed
+        if proposed is None or proposed.parents is None:
+            return None
+        return TokenTree(proposed.token_ids, proposed.parents)
 
     def _round_token(self, event: TokenEmitted, closes_step: bool) -> None:
         if self._verdicts and event.source in ("draft", "lookup"):

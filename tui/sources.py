@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from ..core.path import Path as DecodePath
     from ..core.race import Lane
     from ..core.registry import ResolvedModel
+    from ..core.suffix_drafting import SuffixHistory
 
 RECORDING_VERSION = 1
 
@@ -70,6 +71,9 @@ class ModelRunner:
         self._models: dict[tuple[str, str, str, str | None], LoadedModel] = {}
         self._drafts: dict[tuple[str, str, str, str], DraftModel] = {}
         self._warm: set[tuple[str, str]] = set()  # (mode, draft) warmed up on the loaded model
+        # Every finished run's output in this session, for suffix drafting's tree of earlier runs (a restart, a
+        # branch, another mode's run of the same prompt); kept for the loaded model only: ids mean nothing to another.
+        self._history: SuffixHistory | None = None
 
     def source(self, settings: Settings, live: LiveParams) -> EventSource:
         def events() -> Iterator[Event]:
@@ -81,7 +85,8 @@ class ModelRunner:
             from ..core.run import Run
 
             path = _path_of(settings.branch, lm) if settings.branch is not None else None
-            run = Run(lm, settings.prompt, settings.config, draft, live, path=path)
+            history = self._session_history()
+            run = Run(lm, settings.prompt, settings.config, draft, live, path=path, history=history)
             for note in run.notes:
                 yield Notice("note", note)
             if run.graphs and self.background_compile:
@@ -90,9 +95,23 @@ class ModelRunner:
                 from ..core.warmup import warm_up
 
                 warm_up(lm, settings.prompt, settings.config, draft)  # its graphs switch here, not in a timed run
-            yield from _compile_news(lm, run.events())
+            events = _compile_news(lm, run.events())
+            try:
+                for event in events:
+                    if isinstance(event, Finished) and event.finish_reason != "cancelled":
+                        history.add(event.token_ids, f"run {len(history) + 1} ({event.mode})")
+                    yield event
+            finally:
+                events.close()  # a run stopped here stops now: its finally blocks roll its caches back
 
         return events
+
+    def _session_history(self) -> SuffixHistory:
+        if self._history is None:
+            from ..core.suffix_drafting import SuffixHistory
+
+            self._history = SuffixHistory()
+        return self._history
 
     def _warm_up(self, settings: Settings, lm: LoadedModel, draft: DraftModel | None,
                  ) -> Generator[Event, None, None]:
@@ -132,6 +151,7 @@ class ModelRunner:
         if torch_s:
             lm.timings["torch"] = round(torch_s, 3)
         self._models = {key: lm}  # keep one model: switching models frees the old one
+        self._history = None
         self._drafts.clear()
         self._warm.clear()
         return lm

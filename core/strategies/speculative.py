@@ -56,8 +56,8 @@ from ..params import SamplingParams
 from ..path import Path, prefill
 from ..prefix_cache import keep, take
 from ..sampling import StageContext, stage_processors
-from ..token_tree import keep_path, tree_forward
 from ..transcript import Transcript
+from ..tree_attention import keep_path, tree_forward
 from .acceptance import accept, distributions, first_token
 from .adaptive import AdaptiveDraftLength, lookup_replay, remembered_times, stops_itself
 from .tree_acceptance import accept_tree, tree_distributions
@@ -205,9 +205,11 @@ def speculative(
                     nodes = nodes[:end] if nodes is not None else None
                 verify_s = time.perf_counter() - started
                 stats.verify_time_s += verify_s
-                stats.record(len(verdicts), n, draft_s, verify_s, n + (extra is not None))
+                # A tree's drafted length is its depth: the acceptance by position is then by depth.
+                drafted_k = len(verdicts) if tree is None else max(tree.depths(), default=0)
+                stats.record(drafted_k, n, draft_s, verify_s, n + (extra is not None))
                 if policy:
-                    policy.observe(len(verdicts), n, verify_s, draft_s)
+                    policy.observe(drafted_k, n, verify_s, draft_s)
                 confirmed = len(context) + n
                 if verdicts or cut:
                     yield DraftVerified(round=round_, verdicts=verdicts if end is not None else verdicts + cut,

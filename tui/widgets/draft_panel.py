@@ -21,6 +21,7 @@ from rich.text import Text
 from ...core.events import DraftProposed
 from ..numbers import prob
 from ..run_view import Round
+from ..tree_lines import tree_lines
 from .live_panel import LivePanel
 
 ROWS = 10
@@ -30,6 +31,8 @@ TOKEN_W = 24  # the acceptance test's token column at its widest; it fits the ro
 def _of(proposed: DraftProposed) -> str:
     """' of ≤k' where a round drafted fewer than it could: the draft length shown is the one drafted."""
     limit = proposed.max_tokens
+    if proposed.parents is not None:  # a tree's limit is its depth, not its size
+        return ""
     return f" of ≤{limit}" if limit is not None and len(proposed.token_ids) < limit else ""
 
 
@@ -77,7 +80,7 @@ class DraftPanel(LivePanel):
         if not self.rounds:
             return
         style = self._verdict_styles()
-        labels = [(f"r{r.verified.round}", f"{'copy' if r.proposed.drafter == 'lookup' else 'draft'} "
+        labels = [(f"r{r.verified.round}", f"{_kind(r.proposed)} "
                                             f"{r.verified.accepted}/{len(r.verified.verdicts)}{_of(r.proposed)}")
                   for r in self.rounds]
         round_w, count_w = max(len(a) for a, _ in labels), max(len(b) for _, b in labels)
@@ -85,14 +88,22 @@ class DraftPanel(LivePanel):
         for r, (label, count) in zip(self.rounds, labels, strict=True):
             text = Text()
             rows.append((f"{label:<{round_w}} {count:<{count_w}} ", text))
-            for v, piece in zip(r.verified.verdicts, r.proposed.texts, strict=False):
-                text.append(marked(self._glyph(v.verdict), piece), style=style[v.verdict])
-                text.append(" ")
+            if r.proposed.parents is not None:  # a tree: the path it kept, then the rest of it in a count
+                for v in r.verified.accepted_verdicts:
+                    text.append(marked(self._glyph(v.verdict), r.proposed.texts[v.position]), style=style[v.verdict])
+                    text.append(" ")
+            else:
+                for v, piece in zip(r.verified.verdicts, r.proposed.texts, strict=False):
+                    text.append(marked(self._glyph(v.verdict), piece), style=style[v.verdict])
+                    text.append(" ")
             kind = r.verified.extra_kind
             if kind is not None and r.verified.extra_token_id is not None:
                 text.append("→ ")
                 glyph = self._glyph(kind) if kind in ("resampled", "bonus") else ""
                 text.append(marked(glyph, r.extra_text), style=style[kind])
+            if r.proposed.parents is not None:
+                others = len(r.verified.verdicts) - r.verified.accepted
+                text.append(f"  (+{others} nodes)", style=style["untested"])
         text, self._test_width = self._test(style, compact=False)
         self._rows, self._tail = rows, text
         self.update(Text("\n").join([*(Text(label) + body for label, body in rows), text]))
@@ -107,6 +118,8 @@ class DraftPanel(LivePanel):
         each position keeps one line."""
         text = Text()
         last = self.rounds[-1]
+        if last.proposed.parents is not None:
+            return self._tree_test(last, style, compact)
         pieces = [repr(piece) for piece in last.proposed.texts]
         token_w = min(6 if compact else TOKEN_W, max([len("token"), *(cell_len(p) for p in pieces)]))
         # test: u against min(1, p/q) under sampling; whether the target's argmax agrees under greedy
@@ -151,13 +164,33 @@ class DraftPanel(LivePanel):
         if any(v.verdict == "cut" for v in last.verified.verdicts):
             text.append(f"  {self._glyph('cut')}cut by the grammar: it forbids this token here, so the draft ends "
                         "before verification (p = 0 under the grammar)\n", style=style["cut"])
+        self._rates(text)
+        return text, width
+
+    def _rates(self, text: Text) -> None:
         rates = "  ".join(f"{i + 1}:{rate:.0%}" for i, rate in enumerate(self.by_position))
         text.append(f"\nacceptance by position  {rates}")
         if self.cost:
             text.append(f"\n{self.cost}")
         if self.adaptive:
             text.append(f"\n{self.adaptive}", style="italic")
-        return text, width
+
+    def _tree_test(self, last: Round, style: dict[str, Style], compact: bool) -> tuple[Text, int]:
+        """A tree round's verification: every node under its parent, the accepted path first (tui/tree_lines.py),
+        then what its glyphs mean."""
+        proposed, verified = last.proposed, last.verified
+        text = Text(f"round {verified.round}: {len(proposed.token_ids)}-node tree, {verified.accepted} accepted\n")
+        text.append_text(tree_lines(proposed, verified, style, self._glyph, compact))
+        kind = verified.extra_kind
+        if kind is not None and verified.extra_token_id is not None:
+            said = {"target": "the target's own token where it left the tree",
+                    "resampled": "drawn from what the rejected children left of p",
+                    "bonus": "the bonus token after a whole branch"}[kind]
+            text.append(f"  → {last.extra_text!r}: {said}\n", style=style[kind])
+        text.append(f"  {self._glyph('rejected')}the target chose another token; "
+                    f"{self._glyph('untested')}never tested\n", style=style["untested"])
+        self._rates(text)
+        return text, max((cell_len(line) for line in text.plain.splitlines()), default=0)
 
     def fit(self, width: int, height: int) -> list[list[Segment]]:
         """The newest rounds that fit above the latest round's test, newest last.
@@ -188,6 +221,12 @@ class DraftPanel(LivePanel):
             return self.lines_of(Text(label) + body, width)
         lines = self.lines_of(body, width - indent)
         return [[Segment(label if i == 0 else " " * indent, self._style), *line] for i, line in enumerate(lines)]
+
+
+def _kind(proposed: DraftProposed) -> str:
+    if proposed.parents is not None:
+        return "tree"
+    return "copy" if proposed.drafter == "lookup" else "draft"
 
 
 def marked(glyph: str, piece: str) -> str:

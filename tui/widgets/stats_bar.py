@@ -56,6 +56,8 @@ class StatsBar(LivePanel):
         accepted = r.accepted if r and r.accepted is not None else counters.accepted
         if drafted:
             parts.append((f"acceptance {accepted / drafted:.0%}", f"acc {accepted / drafted:.0%}", 6))
+        if counters.tree_nodes:
+            parts.append((f"tree of {counters.tree_nodes} nodes", f"tree {counters.tree_nodes}", 5))
         if (perplexity := counters.perplexity) is not None:
             parts.append((f"perplexity {perplexity:.2f}", f"ppl {perplexity:.2f}", 1))
         parts.append((f"{elapsed:.1f} s", f"{elapsed:.1f} s", 2))
