@@ -136,7 +136,7 @@ def user_config() -> UserConfig:
 def bench_cmd(
     options: DecodingOptions,
     modes: Annotated[str, typer.Option("--modes", help="Comma-separated modes to time: greedy, sample, beam, "
-                                       "speculative, pld. Greedy is always timed: speed-ups are over it.",
+                                       "speculative, pld, suffix. Greedy is always timed: speed-ups are over it.",
                                        rich_help_panel="Benchmark")] = "greedy,pld,speculative",
     repeats: Annotated[int, typer.Option("--repeats", min=1, help="Timed runs a mode, after a warm-up each; the "
                                          "order alternates from round to round.", rich_help_panel="Benchmark")] = 3,

@@ -94,7 +94,7 @@ ONLY_FOR: dict[str, frozenset[ModeChoice]] = {
     "num_beams": _BEAM, "length_penalty": _BEAM, "early_stopping": _BEAM, "num_return_sequences": _BEAM,
     "draft": frozenset({ModeChoice.speculative}), "num_draft_tokens": frozenset({ModeChoice.speculative}),
     "draft_confidence": frozenset({ModeChoice.speculative}), "max_ngram_size": frozenset({ModeChoice.pld}),
-    "num_pred_tokens": _COPYING, "adaptive": _DRAFTING, "compare": _DRAFTING, "tree_budget": _COPYING,
+    "num_pred_tokens": _COPYING, "adaptive": _DRAFTING, "compare": _DRAFTING, "tree_budget": _DRAFTING,
     "history": frozenset({ModeChoice.suffix}),
 }
 

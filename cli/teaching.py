@@ -100,6 +100,9 @@ def lesson_config(lesson: Lesson, overrides: dict[str, Any]) -> DecodeConfig:
     settings = {k: v for k, v in lesson.settings.items() if k not in ONLY_FOR or mode in ONLY_FOR[k]}
     ours = {k: settings.pop(k) for k in list(settings) if k in CONSTRAINTS}  # in the file's order
     theirs = {k: overrides[k] for k in CONSTRAINTS if overrides.get(k) is not None}
+    if "history" in settings:  # earlier outputs shipped beside the lesson (suffix drafting's --history)
+        files = settings["history"] if isinstance(settings["history"], list) else [settings["history"]]
+        settings["history"] = [Path(lesson.source).parent / str(name) for name in files]
     settings.update({k: v for k, v in overrides.items() if k in SETTINGS and k not in CONSTRAINTS})
     # A constraint given on the command line replaces the lesson's, whichever kind each is.
     constraint = constraint_of(theirs.get("json_schema"), theirs.get("regex"), theirs.get("grammar")) if theirs \
@@ -265,7 +268,7 @@ def _save_race(path: Path, settings: Settings, lanes: list[Lane], device: str) -
 def race_cmd(
     options: DecodingOptions,
     modes: Annotated[str, typer.Option("--modes", help="Comma-separated modes to race: greedy, sample, beam, "
-                                       "speculative, pld (at least two; greedy joins as the baseline).",
+                                       "speculative, pld, suffix (at least two; greedy joins as the baseline).",
                                        rich_help_panel="Race")] = "greedy,pld,speculative",
     record: Annotated[Path | None, typer.Option(help="Save the race (.jsonl) to replay it with `decode-tui replay`, "
                                                 "with no model.", rich_help_panel="Race")] = None,

@@ -171,15 +171,24 @@ class PromptLookup:
         pass
 
 
+# A draft token the draft gives less than this probability has its runner-up drafted beside it, when the draft
+# may be a tree: the draft is unsure there, and the target often takes the second choice.
+RUNNER_UP_BELOW = 0.8
+
+
 class ModelDrafter:
     """A smaller (or quantised, or identical) model that drafts token by token from its own KV cache."""
 
     kind: Literal["model", "lookup"] = "model"
-    tree_budget = 0  # one chain a round: its runners-up are not drafted
 
     def __init__(self, model: PreTrainedModel, vocab_size: int, confidence_threshold: float = 0.4,
-                 eos_token_ids: frozenset[int] = frozenset(), target_kv: torch.dtype | None = None) -> None:
+                 eos_token_ids: frozenset[int] = frozenset(), target_kv: torch.dtype | None = None,
+                 tree_budget: int = 0) -> None:
         self.model = model
+        # Above 0, under greedy verification: where the draft is unsure of its token, its runner-up joins the
+        # draft as a sibling leaf, up to this many nodes in all (EAGLE-2's dynamic draft tree, its simplest
+        # form: one extra candidate per unsure position, never drafted on from).
+        self.tree_budget = tree_budget
         # A draft made from the target (DraftModel.target_kv): the dtype its keys and values are kept in.
         self.target_kv = target_kv
         # A drafted end-of-text token ends the draft: nothing after it can reach the output (transformers'
@@ -207,6 +216,8 @@ class ModelDrafter:
         q_probs: list[float] = []
         qs = []
         stopped = None
+        runners_up: list[tuple[int, int, float]] = []  # (chain position, token, q) of the siblings to add
+        with_runners_up = greedy and self.tree_budget > 0
         # In fp32 whatever the draft computes in (a quantised draft gives bf16): q must be the distribution drawn from.
         first_pass = isinstance(self.cache, StaticKV) and not self.cache.prefilled
         logits = forward(self.model, ids[:, same:], self.cache)[:, -1, : self.vocab_size].float()  # [1, V]
@@ -216,8 +227,15 @@ class ModelDrafter:
         forwards = 1
         for i in range(k):
             q = torch.softmax(processed(processors, ids, logits), dim=-1)  # [1, V]
-            token = torch.argmax(q, -1) if greedy else torch.multinomial(q, 1, generator=generator).view(1)
-            token_id, q_prob = to_host([token, q[0].gather(0, token)])  # one copy per draft token
+            if with_runners_up:
+                top = q[0].topk(2)  # the token and its runner-up, in one copy
+                token = top.indices[:1]
+                token_id, second, q_prob, q_second = to_host([top.indices, top.values])
+                if q_prob < RUNNER_UP_BELOW and len(tokens) + len(runners_up) + 2 <= self.tree_budget:
+                    runners_up.append((i, int(second), q_second))
+            else:
+                token = torch.argmax(q, -1) if greedy else torch.multinomial(q, 1, generator=generator).view(1)
+                token_id, q_prob = to_host([token, q[0].gather(0, token)])  # one copy per draft token
             tokens.append(int(token_id))
             q_probs.append(q_prob)
             qs.append(q[0])
@@ -233,7 +251,21 @@ class ModelDrafter:
             logits = forward(self.model, token.view(1, 1), self.cache)[:, -1, : self.vocab_size].float()
             self.cached.append(tokens[-1])
             forwards += 1
+        if runners_up:
+            return self._with_runners_up(tokens, q_probs, runners_up, forwards, stopped)
         return Draft(tokens, torch.stack(qs), q_probs=tuple(q_probs), forwards=forwards, stopped=stopped)
+
+    @staticmethod
+    def _with_runners_up(tokens: list[int], q_probs: list[float], runners_up: list[tuple[int, int, float]],
+                         forwards: int, stopped: str | None) -> Draft:
+        """The chain, then each runner-up as a leaf beside the chain's token at its position (the chain's
+        nodes first, so a parent always comes before its children). Greedy verification only: a runner-up is
+        not a draw from q, which the sampling rule needs of a drafted child."""
+        parents = [*range(-1, len(tokens) - 1), *(position - 1 for position, _, _ in runners_up)]
+        sources = ["the draft's choice"] * len(tokens) + ["the draft's runner-up"] * len(runners_up)
+        return Draft([*tokens, *(t for _, t, _ in runners_up)], None,
+                     q_probs=(*q_probs, *(q for _, _, q in runners_up)), forwards=forwards, stopped=stopped,
+                     parents=tuple(parents), sources=tuple(sources))
 
     def prefilled(self, context: list[int], cache: Cache) -> None:
         """Follow the target onto its path, and take its keys and values of ``context`` if this draft was made from
@@ -304,6 +336,7 @@ class ModelDrafter:
 
     def tune(self, params: DraftParams) -> None:
         self.confidence_threshold = params.confidence_threshold  # the draft length is the verifier's to choose
+        self.tree_budget = params.tree_budget or 0
 
 
 @dataclass(frozen=True)
@@ -319,9 +352,11 @@ class DraftModel:
     # Said once to the user when the default draft could not run on this device and this one replaced it.
     note: str | None = None
 
-    def drafter(self, confidence_threshold: float, eos_token_ids: frozenset[int]) -> ModelDrafter:
+    def drafter(self, confidence_threshold: float, eos_token_ids: frozenset[int], tree_budget: int = 0,
+                ) -> ModelDrafter:
         """A drafter over this model for one run."""
-        return ModelDrafter(self.model, self.vocab_size, confidence_threshold, eos_token_ids, self.target_kv)
+        return ModelDrafter(self.model, self.vocab_size, confidence_threshold, eos_token_ids, self.target_kv,
+                            tree_budget)
 
 
 def preparing(spec: str) -> str:

@@ -302,8 +302,9 @@ class DraftProposed(Event):
 
     A tree of drafts (several continuations verified in one forward) has
     ``parents``: node i is ``token_ids[i]`` and follows node ``parents[i]``
-    (-1: the last emitted token), parents before children; ``sources`` says
-    where each node was copied from. A chain has neither.
+    (-1: the last emitted token), parents before children. ``sources`` says
+    where each token was copied from, where the drafter says (suffix
+    drafting, for chains too).
     """
 
     name: ClassVar[str] = "draft_proposed"

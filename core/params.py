@@ -266,6 +266,8 @@ class DraftParams:
 
     def __post_init__(self) -> None:
         target_draft(self.draft)  # a malformed layers:N or int4+int8 is refused before any model loads
+        # Read back from JSON (a recording's header) the files come as a list: one form, so configs compare equal.
+        object.__setattr__(self, "history", tuple(str(name) for name in self.history))
         for name in ("num_draft_tokens", "max_ngram_size", "num_pred_tokens"):
             if getattr(self, name) < 1:
                 raise UsageError(f"{name} must be at least 1, not {getattr(self, name)}.")

@@ -231,11 +231,12 @@ class Run:
         )
 
     def _tree_budget(self, config: DecodeConfig, ctx: int | None) -> int:
-        """Nodes per verification when drafts are trees (0: chains): the user's, or suffix drafting's per device;
-        refused where the prompt leaves no room for that wide a verification."""
+        """Nodes per verification when drafts are trees (0: chains): the user's (prompt lookup's every match, a
+        draft model's runners-up), or suffix drafting's per device; refused where the prompt leaves no room for
+        that wide a verification."""
         draft = config.draft
         budget = draft.tree_budget or (default_tree_budget(self.lm.device.type) if config.mode == "suffix" else 0)
-        if config.mode not in ("pld", "suffix"):
+        if config.mode not in ("pld", "suffix", "speculative"):
             return 0
         if draft.tree_budget is not None and ctx is not None and len(self.prompt_ids) + budget + 1 > ctx:
             raise UsageError(f"--tree-budget {budget} does not fit: the prompt is {len(self.prompt_ids)} tokens and "
@@ -250,7 +251,7 @@ class Run:
             return PromptLookup(self.config.draft.max_ngram_size, self.config.draft.num_pred_tokens,
                                 self.lm.eos_token_ids, self.tree_budget)
         assert self.draft is not None
-        return self.draft.drafter(self.config.draft.confidence_threshold, self.lm.eos_token_ids)
+        return self.draft.drafter(self.config.draft.confidence_threshold, self.lm.eos_token_ids, self.tree_budget)
 
     def cancel(self) -> None:
         """Ask the strategy to stop at its next step boundary (thread-safe)."""

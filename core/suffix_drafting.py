@@ -141,8 +141,8 @@ class SuffixDrafter:
         if not tree.tokens:
             return Draft([], stopped="no suffix of the text's end was seen before")
         match = (len(context) - best.match_length, len(context))
-        if tree.is_chain():
-            return Draft(list(tree.tokens), match=match)
+        if tree.is_chain():  # verified the chain's way (its cheapest width); still said where it came from
+            return Draft(list(tree.tokens), match=match, sources=(source,) * len(tree))
         return Draft(list(tree.tokens), match=match, parents=tree.parents, sources=(source,) * len(tree))
 
     def _trimmed(self, speculation: Speculation, depth: int) -> TokenTree:

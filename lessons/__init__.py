@@ -28,13 +28,16 @@ from ..core.events import BeamStepped, DraftProposed, DraftVerified, Event, Fini
 from ..core.params import WARPERS, DecodeConfig
 from ..core.toml_lines import line_of
 
-MODES = ("greedy", "sample", "beam", "speculative", "pld")
-# What a pause can wait for: the app's notable events (tui/teaching.AutoPause), two more, or "token N".
-EVENTS = ("first rejection", "lookup miss", "beam finished", "end of text", "resampled", "bonus")
+MODES = ("greedy", "sample", "beam", "speculative", "pld", "suffix")
+# What a pause can wait for: the app's notable events (tui/teaching.AutoPause), three more, or "token N". "second
+# branch": a tree round whose kept path left the tree's first branch, so a chain (the first branch alone) would
+# have kept fewer of its tokens.
+EVENTS = ("first rejection", "lookup miss", "beam finished", "end of text", "resampled", "bonus", "second branch")
 FIELDS = {"name", "title", "mode", "prompt", "intro", "summary", "settings", "pause", "recording"}
 # The modes in which each event can happen at all; "end of text" and "token N" happen in every mode.
-PAUSE_MODES = {"first rejection": ("speculative", "pld"), "lookup miss": ("pld",), "beam finished": ("beam",),
-               "resampled": ("speculative", "pld"), "bonus": ("speculative", "pld")}
+PAUSE_MODES = {"first rejection": ("speculative", "pld", "suffix"), "lookup miss": ("pld", "suffix"),
+               "beam finished": ("beam",), "resampled": ("speculative", "pld", "suffix"),
+               "bonus": ("speculative", "pld", "suffix"), "second branch": ("pld", "suffix")}
 # Settings greedy mode ignores (it takes the argmax): a lesson that sets them says something its run does not do.
 SAMPLING_ONLY = (*WARPERS, "seed")
 DEFAULT_MAX_NEW_TOKENS = DecodeConfig().max_new_tokens  # what --max-new-tokens is when a lesson leaves it out
@@ -206,6 +209,7 @@ class PauseTracker:
         self.pending = list(pauses)
         self.steps = 0  # tokens emitted, or beam steps (beam search emits its tokens at the end)
         self.drafter: str | None = None
+        self.proposed: DraftProposed | None = None
 
     def check(self, event: Event) -> Pause | None:
         kinds = self._kinds(event)
@@ -223,8 +227,11 @@ class PauseTracker:
         if isinstance(event, BeamStepped) and any(c.verdict == "finished" for c in event.candidates):
             kinds.add("beam finished")
         if isinstance(event, DraftProposed):
-            self.drafter = event.drafter
+            self.drafter, self.proposed = event.drafter, event
         elif isinstance(event, DraftVerified):
+            tree = self.proposed.parents if self.proposed is not None else None
+            if event.path and tree is not None and _chain_keeps(tree, event.path) < len(event.path):
+                kinds.add("second branch")
             if self.drafter == "lookup" and event.accepted == 0 and event.verdicts:
                 kinds.add("lookup miss")
             if event.accepted < len(event.verdicts):
@@ -234,3 +241,16 @@ class PauseTracker:
         elif isinstance(event, Finished):
             kinds.add("end of text")
         return kinds
+
+
+def _chain_keeps(parents: tuple[int, ...], path: tuple[int, ...]) -> int:
+    """How many of a tree round's kept ``path`` its first branch (the first child at every node: the chain a
+    chain drafter would have drafted) holds, from the root."""
+    first, node = [], -1
+    while (child := next((i for i, p in enumerate(parents) if p == node), None)) is not None:
+        first.append(child)
+        node = child
+    kept = 0
+    while kept < min(len(first), len(path)) and first[kept] == path[kept]:
+        kept += 1
+    return kept

@@ -78,7 +78,9 @@ def test_beam_jsonl_adds_hypotheses_best_first(tiny_model_dir: Path, isolated_en
 
 
 @pytest.mark.parametrize("args", [["--mode", "pld"], ["--mode", "speculative", "--draft", "self"],
-                                  ["--mode", "speculative", "--draft", "int4", "--adaptive"]])
+                                  ["--mode", "speculative", "--draft", "int4", "--adaptive"],
+                                  ["--mode", "pld", "--tree-budget", "8"], ["--mode", "suffix"],
+                                  ["--mode", "suffix", "--adaptive", "--tree-budget", "4"]])
 def test_drafting_modes_report_their_counters_and_compare_with_greedy(tiny_model_dir: Path,
                                                                       isolated_env: dict[str, str],
                                                                       args: list[str]) -> None:
@@ -144,12 +146,51 @@ def test_prompt_file_and_stdin(tiny_model_dir: Path, isolated_env: dict[str, str
         (["--mode", "pld", "--num-beams", "4"], ["beam search only", "--mode pld"]),
         (["--prompt", "a", "--prompt-file", "x.txt"], ["either --prompt or --prompt-file"]),
         (["--format", "xml"], ["format"]),
+        (["--mode", "pld", "--tree-budget", "0"], ["--tree-budget takes 1 to 512", "not 0"]),
+        (["--mode", "suffix", "--tree-budget", "100000"], ["--tree-budget takes 1 to 512"]),
+        (["--mode", "greedy", "--tree-budget", "8"],
+         ["--tree-budget applies to --mode pld or --mode speculative or --mode suffix"]),
+        (["--mode", "pld", "--history", "x.jsonl"], ["--history applies to --mode suffix"]),
+        (["--mode", "suffix", "--history", "no-such.jsonl"], ["--history no-such.jsonl: no such file"]),
+        (["--mode", "suffix", "--max-ngram-size", "2"], ["--max-ngram-size applies to --mode pld"]),
+        (["--mode", "suffix", "--num-draft-tokens", "4"], ["In --mode suffix the draft length is --num-pred-tokens"]),
+        (["--mode", "suffix", "--draft", "self"], ["--draft applies to --mode speculative"]),
     ],
 )
 def test_bad_options_are_usage_errors(tiny_model_dir: Path, isolated_env: dict[str, str], args: list[str],
                                       fragments: list[str]) -> None:
     done = cli("generate", "--model", str(tiny_model_dir), *args, env=isolated_env)
     assert_clean_failure(done, EXIT_USAGE, *fragments)
+
+
+def test_a_second_suffix_run_drafts_from_the_first_and_a_bad_history_is_refused(
+        tiny_model_dir: Path, isolated_env: dict[str, str], tmp_path: Path) -> None:
+    first = cli("generate", "--model", str(tiny_model_dir), "-p", "tell me a story", "--format", "jsonl",
+                "--max-new-tokens", "24", env=isolated_env)
+    assert first.returncode == 0, first.stderr
+    trace = tmp_path / "first.jsonl"
+    trace.write_text(first.stdout, encoding="utf-8")
+    again = cli("generate", "--model", str(tiny_model_dir), "-p", "tell me a story", "--format", "jsonl",
+                "--max-new-tokens", "24", "--mode", "suffix", "--history", str(trace), env=isolated_env)
+    assert again.returncode == 0, again.stderr
+    events = [json.loads(line) for line in again.stdout.splitlines()]
+    final = events[-1]
+    assert final["token_ids"] == json.loads(first.stdout.splitlines()[-1])["token_ids"], "lossless"
+    assert final["target_forwards"] < final["new_tokens"] // 2, "most tokens copied from the first run"
+    assert events[0]["params"]["history"] == [str(trace)]
+    empty = tmp_path / "empty.txt"
+    empty.write_text("", encoding="utf-8")
+    done = cli("generate", "--model", str(tiny_model_dir), "-p", "x", "--mode", "suffix", "--history", str(empty),
+               env=isolated_env)
+    assert_clean_failure(done, EXIT_USAGE, "nothing to draft from")
+    broken = tmp_path / "broken.jsonl"
+    lines = first.stdout.splitlines()
+    broken.write_text("\n".join([lines[0], '{"event": "draft_proposed", "round": 0, "drafter": "lookup", '
+                                            '"token_ids": [1, 2], "texts": ["a", "b"], "parents": [1, -1]}']),
+                      encoding="utf-8")
+    done = cli("generate", "--model", str(tiny_model_dir), "-p", "x", "--mode", "suffix", "--history", str(broken),
+               env=isolated_env)
+    assert_clean_failure(done, EXIT_USAGE, "line 2", "parents[0] is 1")
 
 
 def test_missing_prompt_file(tiny_model_dir: Path, isolated_env: dict[str, str], tmp_path: Path) -> None:

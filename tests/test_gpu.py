@@ -454,3 +454,44 @@ def test_a_verifications_grammar_masks_wait_for_nothing_on_cuda(byte_bpe: Any) -
     blocked = sum(w.filename == grammar_py and "synchroniz" in str(w.message).lower() for w in caught)
     assert tokens(events) == tokens(run(None))
     assert blocked <= 1, blocked
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_greedy_tree_verification_equals_plain_greedy_on_cuda_graphs(byte_bpe: Any, seed: int) -> None:
+    """Prompt lookup's trees, suffix drafting and a draft model's runners-up, verified on the default CUDA path
+    (a tree's forward eager on the pooled static cache, between replayed steps): greedy's tokens."""
+    from decode_tui.core.suffix_drafting import SuffixDrafter, SuffixHistory
+
+    model = on_cuda(tiny_model(ARCHS[seed % 4], vocab_size=V, seed=seed))
+    prompt = prompt_for(seed, 6 + 2 * seed)
+    expected = ours_greedy(model, byte_bpe, prompt, 30)[-1]
+    assert isinstance(expected, Finished)
+    drafters: dict[str, Drafter] = {
+        "lookup tree": PromptLookup(2, 6, frozenset({V - 1}), tree_budget=16),
+        "suffix": SuffixDrafter(SuffixHistory(), 6, 16, frozenset({V - 1})),
+        "runners-up": ModelDrafter(on_cuda(tiny_model("llama", vocab_size=V, seed=seed + 100)), V,
+                                   confidence_threshold=0.0, tree_budget=16)}
+    for name, drafter in drafters.items():
+        result = list(speculative(model, transcript(byte_bpe, prompt, 30), drafter, SamplingParams(), greedy=True,
+                                  num_draft_tokens=6, generator=torch.Generator(device=CUDA).manual_seed(0),
+                                  graphs=True))[-1]
+        assert isinstance(result, Finished)
+        assert result.token_ids == expected.token_ids, name
+
+
+def test_suffix_drafting_on_smollm2_a_second_run_is_greedy_in_few_forwards(smollm2_bf16: Any) -> None:
+    """The why-trees lesson's task on CUDA in bf16: its second run drafts from the first and emits its tokens."""
+    from decode_tui.core.run import Run
+    from decode_tui.core.suffix_drafting import SuffixHistory
+
+    prompt = "Write a Python function `is_prime(n)` that returns whether n is a prime number."
+    first = list(Run(smollm2_bf16, prompt, DecodeConfig(max_new_tokens=64)).events())[-1]
+    assert isinstance(first, Finished)
+    history = SuffixHistory()
+    history.add(first.token_ids, "the first run")
+    second = list(Run(smollm2_bf16, prompt, DecodeConfig(mode="suffix", max_new_tokens=64), history=history)
+                  .events())[-1]
+    assert isinstance(second, Finished) and second.token_ids == first.token_ids
+    print(f"suffix second run on {torch.cuda.get_device_name()}: {second.target_forwards} forwards for "
+          f"{second.new_tokens} tokens, {second.tokens_per_s:.1f} tok/s against greedy's {first.tokens_per_s:.1f}")
+    assert second.target_forwards <= second.new_tokens // 3

@@ -90,6 +90,29 @@ def test_replayed_steps_give_the_plain_paths_events(byte_bpe: Any, cpu_graphs: t
     assert cpu_graphs.captures == 1, "one graph for the step"
 
 
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("drafter", ["lookup tree", "suffix"])
+@pytest.mark.parametrize("sample", [False, True], ids=["greedy", "sample"])
+def test_tree_verifications_on_the_graph_path_give_the_plain_paths_events(
+        byte_bpe: Any, cpu_graphs: type[EagerGraphs], seed: int, drafter: str, sample: bool) -> None:
+    """A tree's forward runs eagerly on the pooled static cache (its width changes every round), between replayed
+    steps: its kept path's keys moved in place, its end moved back, as on the plain path."""
+    from decode_tui.core.suffix_drafting import SuffixDrafter, SuffixHistory
+
+    model = model_for(seed)
+    prompt = repetitive_prompt(seed, 6 + seed)
+
+    def go(graphs: bool) -> list[Event]:
+        proposer = PromptLookup(2, 4, tree_budget=8) if drafter == "lookup tree" else \
+            SuffixDrafter(SuffixHistory(), 4, 8)
+        return list(speculative(model, transcript(byte_bpe, prompt, 24), proposer,
+                                SamplingParams(top_k=30) if sample else SamplingParams(), greedy=not sample,
+                                num_draft_tokens=4, generator=torch.Generator().manual_seed(seed), graphs=graphs))
+
+    plain, replayed = go(False), go(True)
+    assert_same_events(plain, replayed)
+
+
 @pytest.mark.parametrize("seed", range(8))
 @pytest.mark.parametrize("drafter", ["lookup", "model"])
 @pytest.mark.parametrize("sample", [False, True], ids=["greedy", "sample"])

@@ -57,7 +57,11 @@ def test_each_recording_is_of_its_lesson_and_reaches_every_pause(lesson: Lesson)
     # reads it: a field added since the recording was made, such as a new sampling stage, is at its default.)
     from decode_tui.tui.settings import settings_from_dict
 
-    assert settings_from_dict(settings).config == lesson_config(lesson, {})
+    recorded, configured = settings_from_dict(settings).config, lesson_config(lesson, {})
+    # A history file is named by its path where the recording was made: the same file, beside the lesson.
+    assert [Path(p).name for p in recorded.draft.history] == [Path(p).name for p in configured.draft.history]
+    assert dataclasses.replace(recorded, draft=dataclasses.replace(recorded.draft, history=())) == \
+        dataclasses.replace(configured, draft=dataclasses.replace(configured.draft, history=()))
     assert set(settings["config"]) <= set(dataclasses.asdict(lesson_config(lesson, {})))
 
 
@@ -253,6 +257,39 @@ def test_what_each_lesson_says_of_its_run_is_true_of_its_recording() -> None:
     possible = [c.possible or 0 for c in cuts]
     assert min(possible) <= 10 and max(possible) >= 100, possible
     assert _events("min-p")[-1].finish_reason == "eos"
+
+
+def test_what_the_why_trees_lesson_says_is_true_of_its_recording() -> None:
+    from decode_tui.core.events import DraftProposed, DraftVerified, Finished, TokenEmitted
+    from decode_tui.core.token_tree import ROOT, TokenTree
+
+    events = _events("why-trees")
+    lesson = next(lesson for lesson in LESSONS if lesson.name == "why-trees")
+    # The second branch: after the opening fence, a line break (first) and 'python'; the target refused the first
+    # and took the second, with a bonus token after it, in one forward.
+    proposed = next(e for e in events if isinstance(e, DraftProposed))
+    verified = next(e for e in events if isinstance(e, DraftVerified))
+    assert proposed.parents is not None and verified.path is not None
+    roots = TokenTree(proposed.token_ids, proposed.parents).children(ROOT)
+    assert [proposed.texts[i] for i in roots] == ["\n", "python"]
+    assert verified.verdicts[roots[0]].verdict == "rejected" and verified.path == (roots[1],)
+    assert verified.extra_kind == "bonus"
+    before = "".join(e.text for e in events[: events.index(proposed)] if isinstance(e, TokenEmitted))
+    assert before.endswith("```")
+    # Token 40: every round since accepted whole, with a bonus, longer as the match grew, up to ten.
+    tokens, sizes = 0, []
+    for e in events:
+        tokens += isinstance(e, TokenEmitted)
+        if isinstance(e, DraftVerified) and e.round > 0 and tokens < 40:
+            assert e.accepted == len(e.verdicts) and e.extra_kind == "bonus", e.round
+            sizes.append(e.accepted)
+    assert sizes == sorted(sizes) and sizes[-1] == 10, sizes
+    # The summary: exactly the first (greedy) answer, in a fraction of greedy's forwards.
+    finished = events[-1]
+    assert isinstance(finished, Finished)
+    assert lesson.recording_path is not None
+    first = (lesson.recording_path.parent / "11-why-trees-first-run.txt").read_text(encoding="utf-8")
+    assert finished.text == first and finished.target_forwards <= finished.new_tokens // 4
 
 
 def test_what_the_json_schema_lesson_says_of_the_grammar_is_true_of_its_recording() -> None:
@@ -471,7 +508,7 @@ async def test_at_80x24_each_pause_shows_what_its_narration_points_at(lesson: Le
             _assert_more_is_signed(narration, pause.on)
             verified = [e for _, e in app.view.trace if isinstance(e, DraftVerified)]
             if verified:  # the drafting modes: the newest round's row, with its verdicts, is on screen
-                panel = app.query_one("#pld-rounds" if lesson.mode == "pld" else "#panel-draft", DraftPanel)
+                panel = app.query_one("#pld-rounds" if lesson.mode in ("pld", "suffix") else "#panel-draft", DraftPanel)
                 rows = " ".join(_shown(panel))
                 assert f"r{verified[-1].round} " in rows, (pause.on, rows)
             steps = [e for _, e in app.view.trace if isinstance(e, BeamStepped)]

@@ -12,7 +12,8 @@ from decode_tui.core.events import DraftProposed, DraftVerified, Finished, Posit
 from decode_tui.lessons import LessonError, Pause, PauseTracker, load, parse, shipped
 
 SHIPPED = ["greedy-vs-sampling", "repetition-penalty", "beam-search", "speculative", "prompt-lookup",
-           "when-drafting-does-not-pay", "adaptive-draft-length", "what-if", "min-p", "json-schema"]
+           "when-drafting-does-not-pay", "adaptive-draft-length", "what-if", "min-p", "json-schema",
+           "why-trees"]
 
 
 def test_the_lessons_ship_and_their_settings_are_what_run_accepts() -> None:

@@ -15,7 +15,7 @@ from typing import Any, Literal
 import pytest
 import torch
 
-from decode_tui.core.drafters import Draft, PromptLookup
+from decode_tui.core.drafters import Draft, ModelDrafter, PromptLookup
 from decode_tui.core.errors import UsageError
 from decode_tui.core.events import DraftProposed, DraftVerified, Event, Finished, from_dict
 from decode_tui.core.params import SamplingParams
@@ -291,3 +291,69 @@ def test_the_run_tree_starts_again_when_the_context_is_not_a_continuation() -> N
     assert drafter.propose([1, 2, 3, 1, 2], 4, [], True, None).token_ids == [3, 1]
     # A rewound run (another context): what the old one saw is not drafted from.
     assert drafter.propose([4, 5, 1, 2], 4, [], True, None).token_ids == []
+
+
+def test_a_tree_budget_the_context_cannot_hold_is_refused_and_suffix_mode_has_a_budget_per_device(
+        byte_bpe: Any) -> None:
+    from decode_tui.core.params import DecodeConfig, DraftParams
+    from decode_tui.core.run import Run
+
+    from .test_autoregressive import loaded
+
+    lm = loaded(tiny_model("llama", vocab_size=len(byte_bpe), seed=4, max_positions=64), byte_bpe, 2)
+    with pytest.raises(UsageError, match="--tree-budget 60 does not fit"):
+        Run(lm, "Hello world", DecodeConfig(mode="suffix", draft=DraftParams(tree_budget=60)))
+    assert Run(lm, "Hello world", DecodeConfig(mode="suffix")).tree_budget == 16, "a CPU's own budget"
+    assert Run(lm, "Hello world", DecodeConfig(mode="pld")).tree_budget == 0, "prompt lookup drafts chains unasked"
+    assert Run(lm, "Hello world", DecodeConfig(mode="pld", draft=DraftParams(tree_budget=5))).tree_budget == 5
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_draft_models_runners_up_join_as_leaves_and_greedy_stays_greedy(byte_bpe: Any, seed: int) -> None:
+    model = tiny_model(ARCHS[seed % 4], vocab_size=V, seed=seed)
+    draft = tiny_model(ARCHS[(seed + 1) % 4], vocab_size=V, seed=seed + 100, initializer_range=0.05)
+    prompt = repetitive_prompt(seed, 6)
+    expected = greedy(model, byte_bpe, prompt, 16).token_ids
+    events = run(model, byte_bpe, ModelDrafter(draft, V, confidence_threshold=0.0, tree_budget=8), prompt, 16, k=4)
+    result = events[-1]
+    assert isinstance(result, Finished) and result.token_ids == expected
+    trees = [(p, v) for p, v in rounds(events) if p.parents is not None]
+    assert trees, "an unsure random draft has runners-up"
+    for proposed, verified in trees:
+        assert len(proposed.token_ids) <= 8 and proposed.q_probs is not None
+        tree = TokenTree(proposed.token_ids, proposed.parents or ())
+        chain = [i for i, s in enumerate(proposed.sources or ()) if s == "the draft's choice"]
+        assert [tree.parents[i] for i in chain] == list(range(-1, len(chain) - 1)), "the chain comes first"
+        for i in range(len(chain), len(tree)):
+            assert not tree.children(i), "a runner-up is a leaf"
+            sibling = next(c for c in chain if tree.parents[c] == tree.parents[i])
+            assert proposed.q_probs[i] <= proposed.q_probs[sibling], "the second choice"
+        assert [v.q for v in verified.verdicts] == list(proposed.q_probs)
+    sampled = run(model, byte_bpe, ModelDrafter(draft, V, tree_budget=8), prompt, 8, k=4, sample=True,
+                  params=SAMPLING)
+    assert all(e.parents is None for e in sampled if isinstance(e, DraftProposed)), "no runners-up when sampling"
+
+
+def test_every_timed_suffix_run_drafts_from_the_same_history(byte_bpe: Any, tmp_path: Path) -> None:
+    """The fair-figures rule: a benchmark's rounds of suffix drafting each start from the history files alone, so no
+    timed run learns from an earlier repeat of itself (each would otherwise copy the last one whole)."""
+    from decode_tui.core.compare import timed_rounds
+    from decode_tui.core.params import DecodeConfig, DraftParams
+
+    from .test_autoregressive import loaded
+
+    lm = loaded(tiny_model("llama", vocab_size=len(byte_bpe), seed=7), byte_bpe, 2)
+    earlier = tmp_path / "earlier.txt"
+    earlier.write_text("the cat sat on the mat", encoding="utf-8")
+    config = DecodeConfig(mode="suffix", max_new_tokens=24, use_chat=False,
+                          draft=DraftParams(history=(str(earlier),)))
+    results = timed_rounds(lm, "a story", {"suffix": config}, runs=3)["suffix"]
+    assert len({r.token_ids for r in results}) == 1
+    assert len({r.target_forwards for r in results}) == 1, "every round drafted from the same state"
+    session = SuffixHistory()
+    session.add(list(results[0].token_ids), "a finished run")  # what the app's session would hold next
+    from decode_tui.core.run import Run
+
+    warmed = list(Run(lm, "a story", config, history=session).events())[-1]
+    assert isinstance(warmed, Finished) and warmed.token_ids == results[0].token_ids
+    assert warmed.target_forwards < results[0].target_forwards, "the session's earlier run is what it learns from"

@@ -42,6 +42,23 @@ def quoted(piece: str) -> str:
     return piece if piece == EOS_MARK else repr(piece)
 
 
+def _tree_caption(event: DraftVerified, proposed: DraftProposed, extra_text: str | None) -> str:
+    """A tree round in one line: its size, the path the target followed, the candidates it went past (the nodes it
+    tested and refused), its extra token."""
+    left = sum(v.verdict == "rejected" for v in event.verdicts)
+    kept = " ".join(quoted(proposed.texts[i]) for i in event.path or ())
+    parts = [f"round {event.round}: a tree of {len(event.verdicts)} in one forward; the target followed "
+             f"{event.accepted}" + (f" ({kept})" if kept else "")]
+    if left:
+        parts.append(f"went past {left} other {'candidate' if left == 1 else 'candidates'}")
+    extra = extra_text if extra_text is not None else f"#{event.extra_token_id}"
+    if event.extra_kind == "bonus":
+        parts.append(f"bonus token {quoted(extra)} after the branch's end")
+    elif event.extra_kind in ("target", "resampled"):
+        parts.append(f"then {quoted(extra)}, which no branch held")
+    return "; ".join(parts)
+
+
 def caption(event: Event, proposed: DraftProposed | None = None, extra_text: str | None = None) -> str | None:
     """What ``event`` did, in one line; None for events that close no step.
 
@@ -56,6 +73,8 @@ def caption(event: Event, proposed: DraftProposed | None = None, extra_text: str
             return f"step {nth(event.step)}: took the argmax {event.text!r} (p={prob(event.prob)}){runner_up}"
         stages = " → ".join(s.stage.replace("_", " ") for s in event.stages)
         return f"step {nth(event.step)}: {stages}; drew {event.text!r} with p={prob(event.prob)}{runner_up}"
+    if isinstance(event, DraftVerified) and event.path is not None and proposed is not None:
+        return _tree_caption(event, proposed, extra_text)
     if isinstance(event, DraftVerified):
         k = len(event.verdicts)
         drafted = "copied" if proposed is not None and proposed.drafter == "lookup" else "drafted"

@@ -184,7 +184,8 @@ def speculative(
                     raw = tree_forward(model, cache, context[-1], tree)  # [1+n, V]
                     transcript.target_forwards += 1
                     p = tree_distributions(processors, context, tree, raw[:, shared])  # [1+n, V]
-                    nodes, extra, kind, verdicts, figures = accept_tree(p, tree, greedy, generator, raw)
+                    nodes, extra, kind, verdicts, figures = accept_tree(p, tree, greedy, generator, raw,
+                                                                        draft.q_probs)
                     n, drafted = len(nodes), [tree.tokens[i] for i in nodes]
                 else:
                     # 3. Verify: one target forward over [pending, d_1 .. d_k] gives p_1 .. p_{k+1}.

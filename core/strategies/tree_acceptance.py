@@ -65,9 +65,12 @@ def tree_distributions(processors: list[tuple[Stage, LogitsProcessor]], context:
 
 
 def accept_tree(p: torch.Tensor, tree: TokenTree, greedy: bool, generator: torch.Generator | None,
-                raw: torch.Tensor | None = None) -> VerifiedTree:
+                raw: torch.Tensor | None = None, q: tuple[float, ...] | None = None) -> VerifiedTree:
     """The acceptance test of one tree round over the target's distributions at its rows (``p``, [1 + n, V]; ``raw``
-    the raw logits there, for the figures). Every node is a copy (q one-hot): trees come from copying drafters."""
+    the raw logits there, for the figures). Under sampling every node must be a copy (q one-hot): a copying
+    drafter's tree. ``q``: a draft model's probability of each node, shown in its verdict (greedy only)."""
+    if q is not None and not greedy:
+        raise ValueError("a draft model's tree is verified greedily only: its runners-up are not draws from q")
     n = len(tree)
     rows = torch.tensor([parent + 1 for parent in tree.parents], dtype=torch.long, device=p.device)  # [n]
     tokens = torch.tensor(tree.tokens, dtype=torch.long, device=p.device)  # [n]
@@ -97,7 +100,7 @@ def accept_tree(p: torch.Tensor, tree: TokenTree, greedy: bool, generator: torch
         tried = parent in tested and (greedy or i in draws)
         verdict: Literal["accepted", "rejected", "untested"] = (
             "accepted" if i in kept else "rejected" if tried else "untested")
-        verdicts.append(PositionVerdict(i, token, p_host[i], 1.0, draws.get(i), verdict))
+        verdicts.append(PositionVerdict(i, token, p_host[i], q[i] if q is not None else 1.0, draws.get(i), verdict))
     last = path[-1] if path else ROOT
     kind: Literal["target", "resampled", "bonus"] | None
     kind = ("bonus" if n else None) if not tree.children(last) else "target" if greedy else "resampled"

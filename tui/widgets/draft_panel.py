@@ -183,9 +183,9 @@ class DraftPanel(LivePanel):
         text.append_text(tree_lines(proposed, verified, style, self._glyph, compact))
         kind = verified.extra_kind
         if kind is not None and verified.extra_token_id is not None:
-            said = {"target": "the target's own token where it left the tree",
-                    "resampled": "drawn from what the rejected children left of p",
-                    "bonus": "the bonus token after a whole branch"}[kind]
+            said = {"target": "the target's own token",
+                    "resampled": "drawn from what the refused children left of p",
+                    "bonus": "bonus token after a whole branch"}[kind]
             text.append(f"  → {last.extra_text!r}: {said}\n", style=style[kind])
         text.append(f"  {self._glyph('rejected')}the target chose another token; "
                     f"{self._glyph('untested')}never tested\n", style=style["untested"])

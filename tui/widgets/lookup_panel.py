@@ -1,8 +1,11 @@
-"""Prompt lookup: where the last copy came from, shown in the prompt and the output so far.
+"""Prompt lookup and suffix drafting: where the last copy came from, shown in the prompt and the output so far.
 
 The context (prompt tokens, then generated ones) is shown around the matched
 n-gram and the span copied after it, both highlighted with theme styles,
 with the tail of the context (the n-gram that was looked up) marked too.
+Suffix drafting copies from suffix trees, not from one span: there the
+panel shows the pattern matched at the text's end and which trees the
+draft came from.
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ class LookupPanel(LivePanel):
     def _text(self, before: int) -> Text | None:
         """The last lookup, with ``before`` context tokens ahead of the match and WINDOW after the copy."""
         p = self.last
+        if p is not None and p.match_start is not None and p.copy_start is None:
+            return self._suffix_text(p, before)
         if p is None or p.match_start is None or p.copy_start is None:
             return None
         match_style = self.style_of("lookup-panel--match")
@@ -70,6 +75,24 @@ class LookupPanel(LivePanel):
             body.append(self.context[i], style=style)
         if hi < len(self.context):
             body.append("…")
+        return head + body
+
+    def _suffix_text(self, p: DraftProposed, before: int) -> Text:
+        """Suffix drafting's round: the pattern it matched (the text's last tokens) and where the draft came from."""
+        match_style = self.style_of("lookup-panel--match")
+        m0, m1 = p.match_start or 0, p.match_end or len(self.context)
+        sources = sorted(set(p.sources or ()))
+        where = " and ".join(sources) if sources else "what the run has seen"
+        head = Text(f"round {p.round}: the text's last {m1 - m0} tokens ")
+        head.append(repr("".join(self.context[m0:m1])), style=match_style)
+        head.append(f" were seen before ({where}); drafted {len(p.token_ids)} tokens of what followed them")
+        if self.last_accepted is not None:
+            head.append(f"; target accepted {self.last_accepted}")
+        head.append("\n\n")
+        lo = max(0, m0 - before)
+        body = Text("…" if lo > 0 else "")
+        for i in range(lo, min(m1, len(self.context))):
+            body.append(self.context[i], style=match_style if i >= m0 else "")
         return head + body
 
     def fit(self, width: int, height: int) -> list[list[Segment]]:
