@@ -7,14 +7,16 @@ greedy, printed with its lowest and highest):
 1. ``prompts``: on pld_vs_hf.py's input-grounded prompts (and its open-ended control), greedy, chain PLD
    (``--num-pred-tokens 10``: verifications of at most 10 drafted tokens), tree PLD at the same budget (at most
    10 drafted nodes a verification, ``--tree-budget 10``) and at suffix drafting's CPU budget (16), and suffix
-   drafting with no history. Tokens per target forward are deterministic (greedy): they are reported once.
+   drafting with no history (fixed, and with ``--adaptive``). Tokens per target forward are deterministic
+   (greedy): they are reported once.
 2. ``repeat``: a first greedy run of a task, then its second run (the same prompt) and a similar task's run, each
    with suffix drafting from the first run's output (``--history``), and with ``--adaptive``. Every measured run
    drafts from the same history, the first run's output alone: no measured run learns from another.
 
 Every drafted run is checked to emit greedy's tokens.
 
-    python benchmarks/trees.py [--repeats 3] [--new-tokens 96] [--part prompts,repeat] [--json out.json]
+    python benchmarks/trees.py [--repeats 3] [--new-tokens 96] [--part prompts,repeat] [--only open-ended]
+                               [--json out.json]
 """
 
 from __future__ import annotations
@@ -99,6 +101,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--new-tokens", type=int, default=96)
     parser.add_argument("--part", default="prompts,repeat")
+    parser.add_argument("--only", help="comma-separated prompt names (the prompts part)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     pull("smollm2")
@@ -117,8 +120,13 @@ def main() -> None:
                                                      draft=DraftParams(tree_budget=10)), None),
                         "tree pld 16": (DecodeConfig(mode="pld", max_new_tokens=n,
                                                      draft=DraftParams(tree_budget=16)), None),
-                        "suffix": (DecodeConfig(mode="suffix", max_new_tokens=n), None)}
+                        "suffix": (DecodeConfig(mode="suffix", max_new_tokens=n), None),
+                        "suffix adaptive": (DecodeConfig(mode="suffix", max_new_tokens=n,
+                                                         draft=DraftParams(adaptive=True)), None)}
+        only = args.only.split(",") if args.only else list(PROMPTS)
         for name, prompt in PROMPTS.items():
+            if name not in only:
+                continue
             results["prompts"][name] = row = measure(lm, prompt, sides, args.repeats)
             show(name, row)
     if "repeat" in parts:

@@ -138,9 +138,11 @@ def whatif(path: Path, *, model: str | None, device: str, dtype: str, draft: str
             raise UsageError(f"{path} was decoded by {trace.model}, not {lm.name}: its token ids mean nothing to "
                              f"{lm.name}. Pass --model with the model that decoded it, or leave --model out.")
         draft_model = _load_draft(lm, draft, trust_remote_code) if draft is not None else None
-        width = max(w.DRAFT_LENGTHS) + 1
+        width = max(max(w.DRAFT_LENGTHS), max(w.TREE_BUDGETS)) + 1
         with status("Replaying every setting and timing this machine's forward passes") as progress:
             replays = w.lookup_grid(trace, lm.eos_token_ids)
+            progress("Replaying draft trees: prompt lookup's every match, and suffix drafting")
+            replays += w.tree_rows(trace, lm.eos_token_ids)
             if draft_model is not None:
                 threshold = w.draft_confidence(trace, draft_confidence)
                 for k in w.DRAFT_LENGTHS:
@@ -169,6 +171,10 @@ def _flags(row: WhatIf) -> str:
     """The options that pick ``row``'s setting."""
     if row.drafter == "pld":
         return f"--mode pld --max-ngram-size {row.max_ngram_size} --num-pred-tokens {row.draft_length}"
+    if row.drafter == "pld tree":
+        return f"--mode pld --tree-budget {row.tree_budget}"
+    if row.drafter == "suffix":
+        return f"--mode suffix --tree-budget {row.tree_budget}"
     return f"--mode speculative --num-draft-tokens {row.draft_length}"
 
 
@@ -209,7 +215,21 @@ def _whatif_tables(trace: Trace, lm: LoadedModel, costs: Costs, greedy: WhatIf, 
                           f"{r.acceptance_rate:.0%}" if r.acceptance_rate is not None else "-",
                           f"{r.est_tokens_per_s:.1f}", f"{r.est_speedup:.2f}x")
         console.print(table)
-    for label, rows in (("PLD", list(pld.values())), ("the draft model", drafts)):
+    trees = [r for r in settings if r.drafter in ("pld tree", "suffix")]
+    if trees:
+        table = Table(title="Draft trees, one forward over every node (--num-pred-tokens 10 deep): target forwards "
+                            "exact; suffix drafting from the trace's own text, no history", title_justify="left")
+        for column in ("--tree-budget", "pld fwd", "pld est.", "suffix fwd", "suffix est."):
+            table.add_column(column, justify="right")
+        by: dict[tuple[str, int], WhatIf] = {(r.drafter, r.tree_budget): r for r in trees}
+        for budget in sorted({r.tree_budget for r in trees}):
+            cells = [str(budget)]
+            for kind in ("pld tree", "suffix"):
+                r = by[(kind, budget)]
+                cells += [str(r.target_forwards), f"{r.est_speedup or 0.0:.2f}x"]
+            table.add_row(*cells)
+        console.print(table)
+    for label, rows in (("PLD", list(pld.values())), ("the draft model", drafts), ("trees", trees)):
         if not rows:
             continue
         top = best([greedy, *rows])

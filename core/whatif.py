@@ -42,6 +42,7 @@ from .errors import UsageError
 from .events import DRAFTING_MODES, Event, Finished, Started
 from .params import DraftParams, SamplingParams
 from .sampling import stage_processors
+from .token_tree import TokenTree, greedy_path
 from .traces import read_events
 
 if TYPE_CHECKING:
@@ -50,11 +51,13 @@ if TYPE_CHECKING:
     from .drafters import DraftModel
     from .events import Stage
     from .loading import LoadedModel
+    from .suffix_drafting import SuffixDrafter
 
 NGRAM_SIZES = range(1, 6)  # max_ngram_size settings a PLD what-if tries
 DRAFT_LENGTHS = range(1, 13)  # num_pred_tokens / num_draft_tokens settings
+TREE_BUDGETS = (4, 8, 16)  # --tree-budget settings: prompt lookup's every match, and suffix drafting
 
-Drafter = Literal["greedy", "pld", "draft"]
+Drafter = Literal["greedy", "pld", "draft", "pld tree", "suffix"]
 
 
 @dataclass(frozen=True)
@@ -120,13 +123,15 @@ class Replayed:
     drafted: int
     accepted: int
     lookup_s: float = 0.0  # the lookups' own time, measured while replaying them (pld)
+    tree_budget: int = 0  # drafted nodes a verification at most, where the drafts are trees (0: chains)
 
     @property
     def acceptance_rate(self) -> float | None:
         return self.accepted / self.drafted if self.drafted else None
 
 
-Propose = Callable[[list[int], int, int], list[int]]  # (context, emitted so far, k) -> draft tokens
+# (context, emitted so far, k) -> draft tokens, or a tree of them
+Propose = Callable[[list[int], int, int], "list[int] | TokenTree"]
 
 
 def _replay(trace: Trace, eos_token_ids: frozenset[int], k_max: int, propose: Propose,
@@ -141,13 +146,21 @@ def _replay(trace: Trace, eos_token_ids: frozenset[int], k_max: int, propose: Pr
     done = out[0] in eos_token_ids or emitted >= limit
     while not done:
         k = min(k_max, limit - emitted - 1)  # the target always adds one token of its own
-        draft = propose(context, emitted, k)[:k] if k > 0 else []
-        n = 0
-        while n < len(draft) and draft[n] == out[emitted + n]:
-            n += 1
+        proposed = propose(context, emitted, k) if k > 0 else []
+        if isinstance(proposed, TokenTree):  # the target's own tokens, followed down the tree as far as they go
+            # The target's token at each row: after the pending token, and after each node's path (its depth).
+            choice = [out[emitted], *(out[emitted + depth] for depth in proposed.depths())]
+            path, _ = greedy_path(proposed, choice)
+            n, width = len(path), len(proposed) + 1
+        else:
+            draft = proposed[:k]
+            n = 0
+            while n < len(draft) and draft[n] == out[emitted + n]:
+                n += 1
+            width = len(draft) + 1
         forwards += 1
-        widths.append(len(draft) + 1)
-        drafted += len(draft)
+        widths.append(width)
+        drafted += width - 1
         accepted += n
         # The accepted prefix, then the target's own token, unless an EOS or the limit came first.
         for token in out[emitted : emitted + n + 1]:
@@ -186,6 +199,38 @@ def replay_drafter(trace: Trace, eos_token_ids: frozenset[int], drafter: Propose
     return Replayed("draft", None, k, forwards, tuple(widths), drafted, accepted)
 
 
+def replay_tree(trace: Trace, eos_token_ids: frozenset[int], drafter: Proposer, k: int) -> Replayed:
+    """Greedy tree verification with a copying drafter that gives trees (prompt lookup's every match, suffix
+    drafting with no history but the trace's own text) on the trace: exact forwards, each as wide as its tree."""
+    spent = 0.0
+
+    def propose(context: list[int], _emitted: int, room: int) -> list[int] | TokenTree:
+        nonlocal spent
+        started = time.perf_counter()
+        draft = drafter.propose(context, room, [], True, None)
+        spent += time.perf_counter() - started
+        return draft.tree or TokenTree.from_chains([draft.token_ids[:room]])
+
+    forwards, widths, drafted, accepted = _replay(trace, eos_token_ids, k, propose, drafter.rollback)
+    size = drafter.max_ngram_size if isinstance(drafter, PromptLookup) else None
+    kind: Drafter = "pld tree" if isinstance(drafter, PromptLookup) else "suffix"
+    return Replayed(kind, size, k, forwards, tuple(widths), drafted, accepted, spent, drafter.tree_budget)
+
+
+def tree_rows(trace: Trace, eos_token_ids: frozenset[int], budgets: Iterable[int] = TREE_BUDGETS,
+              max_ngram_size: int = 3, num_pred_tokens: int = 10) -> list[Replayed]:
+    """:func:`replay_tree` at each tree budget: prompt lookup's every match, and suffix drafting."""
+    from .suffix_drafting import SuffixDrafter, SuffixHistory
+
+    rows = []
+    for budget in budgets:
+        rows.append(replay_tree(trace, eos_token_ids, PromptLookup(max_ngram_size, num_pred_tokens, eos_token_ids,
+                                                                   budget), num_pred_tokens))
+        rows.append(replay_tree(trace, eos_token_ids, SuffixDrafter(SuffixHistory(), num_pred_tokens, budget,
+                                                                    eos_token_ids), num_pred_tokens))
+    return rows
+
+
 def replay_lookup(trace: Trace, eos_token_ids: frozenset[int], max_ngram_size: int,
                   num_pred_tokens: int) -> Replayed:
     """Greedy PLD with these settings on the trace (its lookups timed as they run: they are part of its cost)."""
@@ -218,6 +263,39 @@ class LookupMemo:
             return self.copies[len(context)][:room]
 
         return tuple(_replay(trace, self.eos_token_ids, min(k, self.lookup.num_pred_tokens), propose)[1])
+
+
+class SuffixMemo:
+    """Suffix drafting's replay widths for every k, each position's draft made once.
+
+    Suffix drafting's tree at draft length k is its deepest tree with the nodes deeper than k left out (the trees
+    it grows do not depend on k), so one tree per position serves the replays of every k. The trees are made in
+    the order of the text, so the memo's own drafter grows its tree of the run a token at a time, as the live one
+    does; it drafts from the same history.
+    """
+
+    def __init__(self, drafter: SuffixDrafter, eos_token_ids: frozenset[int]) -> None:
+        from .suffix_drafting import SuffixDrafter
+
+        self.eos_token_ids = eos_token_ids
+        self.settings = (drafter.num_pred_tokens, drafter.tree_budget)
+        self.drafter = SuffixDrafter(drafter.history, drafter.num_pred_tokens, drafter.tree_budget, eos_token_ids)
+        self.trees: list[TokenTree] = []  # trees[i]: the draft after the prompt and the first i + 1 tokens
+
+    def widths(self, trace: Trace, k: int) -> tuple[int, ...]:
+        """The widths of the target's forwards greedy suffix drafting with draft length ``k`` would have used."""
+        text = [*trace.prompt_ids, *trace.token_ids]
+        for i in range(len(self.trees), len(trace.token_ids)):  # the positions not drafted yet, in order
+            draft = self.drafter.propose(text[: len(trace.prompt_ids) + i + 1], self.drafter.num_pred_tokens, [],
+                                         True, None)
+            self.trees.append(draft.tree or TokenTree.from_chains([draft.token_ids]))
+        start = len(trace.prompt_ids)
+
+        def propose(context: list[int], _emitted: int, room: int) -> TokenTree:
+            tree = self.trees[len(context) - start - 1]
+            return tree.kept([depth <= room for depth in tree.depths()])[0]
+
+        return tuple(_replay(trace, self.eos_token_ids, min(k, self.drafter.num_pred_tokens), propose)[1])
 
 
 def draft_confidence(trace: Trace, given: float | None) -> float:
@@ -376,12 +454,16 @@ class WhatIf:
     acceptance_rate: float | None
     est_tokens_per_s: float | None
     est_speedup: float | None  # over greedy's estimate
+    tree_budget: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form: ``num_pred_tokens`` for PLD, ``num_draft_tokens`` for a draft model."""
+        """The JSON form: ``num_pred_tokens`` for PLD and trees, ``num_draft_tokens`` for a draft model,
+        ``tree_budget`` for trees."""
         data = asdict(self)
         length = data.pop("draft_length")
-        if self.drafter == "pld":
+        if not self.tree_budget:
+            data.pop("tree_budget")
+        if self.drafter in ("pld", "pld tree", "suffix"):
             data["num_pred_tokens"] = length
         elif self.drafter == "draft":
             data["num_draft_tokens"] = length
@@ -398,7 +480,7 @@ def table(trace: Trace, replays: Sequence[Replayed], costs: Costs | None) -> lis
         rate = new_tokens / costs.seconds(r) if costs else None
         rows.append(WhatIf(r.drafter, r.max_ngram_size, r.draft_length, r.target_forwards,
                            new_tokens / r.target_forwards, r.acceptance_rate, rate,
-                           rate / base if rate is not None and base else None))
+                           rate / base if rate is not None and base else None, r.tree_budget))
     return rows
 
 

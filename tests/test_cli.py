@@ -553,7 +553,7 @@ def test_whatif_predicts_the_forwards_a_real_pld_run_takes(tiny_model_dir: Path,
     done = cli("whatif", str(trace), "--model", str(tiny_model_dir), "--format", "json", env=isolated_env)
     assert done.returncode == 0, done.stderr
     rows = [json.loads(line) for line in done.stdout.splitlines()]
-    assert len(rows) == 5 * 12 and {r["drafter"] for r in rows} == {"pld"}
+    assert len(rows) == 5 * 12 + 2 * 3 and {r["drafter"] for r in rows} == {"pld", "pld tree", "suffix"}
     for row in rows:
         for key in ("drafter", "max_ngram_size", "num_pred_tokens", "target_forwards", "est_tokens_per_s"):
             assert key in row
@@ -564,10 +564,15 @@ def test_whatif_predicts_the_forwards_a_real_pld_run_takes(tiny_model_dir: Path,
                    env=isolated_env)
         finished = json.loads(real.stdout.splitlines()[-1])
         assert by_setting[(n, k)]["target_forwards"] == finished["target_forwards"], (n, k)
+    trees = {(r["drafter"], r["tree_budget"]): r for r in rows if "tree_budget" in r}
+    for mode, kind in (("pld", "pld tree"), ("suffix", "suffix")):
+        real = cli("generate", *prompt, "--mode", mode, "--tree-budget", "8", env=isolated_env)
+        finished = json.loads(real.stdout.splitlines()[-1])
+        assert trees[(kind, 8)]["target_forwards"] == finished["target_forwards"], kind
     text = cli("whatif", str(trace), "--model", str(tiny_model_dir), "--draft", "self", env=isolated_env)
     assert text.returncode == 0, text.stderr
     assert "PLD: target forwards (exact)" in text.stdout and "Draft model" in text.stdout
-    assert "Best with PLD" in text.stdout
+    assert "Best with PLD" in text.stdout and "Draft trees" in text.stdout
 
 
 def test_whatif_refuses_what_it_cannot_replay(tiny_model_dir: Path, isolated_env: dict[str, str],

@@ -357,3 +357,29 @@ def test_every_timed_suffix_run_drafts_from_the_same_history(byte_bpe: Any, tmp_
     warmed = list(Run(lm, "a story", config, history=session).events())[-1]
     assert isinstance(warmed, Finished) and warmed.token_ids == results[0].token_ids
     assert warmed.target_forwards < results[0].target_forwards, "the session's earlier run is what it learns from"
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_suffix_draftings_replay_gives_each_draft_lengths_real_widths(byte_bpe: Any, seed: int) -> None:
+    """The adaptive policy prices suffix drafting's draft lengths by an exact replay (core/whatif.SuffixMemo): the
+    widths it replays for k are those a real run at k feeds, and an adaptive run stays greedy's tokens."""
+    from decode_tui.core.whatif import SuffixMemo, Trace
+
+    model = tiny_model(ARCHS[seed % 4], vocab_size=V, seed=seed)
+    prompt = repetitive_prompt(seed, 8)
+    history = SuffixHistory()
+    history.add(list(greedy(model, byte_bpe, prompt, 10).token_ids), "earlier")
+    expected = greedy(model, byte_bpe, prompt, 20)
+    trace = Trace(source="t", model="", mode="greedy", prompt_ids=tuple(prompt), token_ids=expected.token_ids,
+                  max_new_tokens=20, target_forwards=0, params={})
+    memo = SuffixMemo(SuffixDrafter(history, 6, 8, frozenset({V - 1})), frozenset({V - 1}))
+    for k in (1, 3, 6):
+        events = run(model, byte_bpe, SuffixDrafter(history, 6, 8, frozenset({V - 1})), prompt, 20, k=k)
+        widths = [1 + len(e.verdicts) for e in events if isinstance(e, DraftVerified)]
+        forwards = events[-1].target_forwards if isinstance(events[-1], Finished) else None
+        replayed = memo.widths(trace, k)
+        assert [w for w in replayed if w > 1] == widths, k
+        assert len(replayed) + 1 == forwards, k
+    adaptive = run(model, byte_bpe, SuffixDrafter(history, 6, 8, frozenset({V - 1})), prompt, 20, k=6,
+                   adaptive=True)[-1]
+    assert isinstance(adaptive, Finished) and adaptive.token_ids == expected.token_ids

@@ -16,8 +16,9 @@ from collections.abc import Callable
 
 from ..draft_stats import fit_verify_costs
 from ..drafters import Drafter, ModelDrafter, PromptLookup
+from ..suffix_drafting import SuffixDrafter
 from ..transcript import Transcript
-from ..whatif import LookupMemo, Trace
+from ..whatif import LookupMemo, SuffixMemo, Trace
 
 Replay = Callable[[int], tuple[int, ...]]  # k -> the widths of the forwards a fixed k would have used so far
 Times = dict[int, deque[float]]  # draft length k -> verify seconds of its last 16 rounds
@@ -319,9 +320,12 @@ def stops_itself(drafter: Drafter) -> bool:
 
 
 def lookup_replay(drafter: Drafter, transcript: Transcript) -> Callable[[int], tuple[int, ...]] | None:
-    """For prompt lookup, what a fixed draft length k would have fed the target so far (an exact replay,
-    core/whatif.py), for the adaptive policy; None for a draft model, whose drafts cannot be replayed free."""
-    if not isinstance(drafter, PromptLookup):
+    """For prompt lookup's chains and suffix drafting, what a fixed draft length k would have fed the target so far
+    (an exact replay, core/whatif.py), for the adaptive policy; None for a draft model, whose drafts cannot be
+    replayed free, and for prompt lookup's trees, whose replay would cost a lookup of every match per length."""
+    if isinstance(drafter, SuffixDrafter):
+        return _suffix_replay(drafter, transcript)
+    if not isinstance(drafter, PromptLookup) or drafter.tree_budget:
         return None
     memo: LookupMemo | None = None
 
@@ -333,6 +337,23 @@ def lookup_replay(drafter: Drafter, transcript: Transcript) -> Callable[[int], t
         if memo is None or memo.settings != (drafter.max_ngram_size, drafter.num_pred_tokens):  # retuned mid-run
             memo = LookupMemo(transcript.eos_token_ids, drafter.max_ngram_size, drafter.num_pred_tokens)
         trace = Trace(source="the run so far", model="", mode="pld", prompt_ids=transcript.prompt_ids,
+                      token_ids=tuple(so_far), max_new_tokens=len(so_far), target_forwards=0, params={})
+        return memo.widths(trace, k)
+
+    return widths
+
+
+def _suffix_replay(drafter: SuffixDrafter, transcript: Transcript) -> Callable[[int], tuple[int, ...]]:
+    memo: SuffixMemo | None = None
+
+    def widths(k: int) -> tuple[int, ...]:
+        nonlocal memo
+        so_far = transcript.token_ids
+        if k == 0 or len(so_far) < 2:
+            return (1,) * max(len(so_far) - 1, 0)
+        if memo is None or memo.settings != (drafter.num_pred_tokens, drafter.tree_budget):  # retuned mid-run
+            memo = SuffixMemo(drafter, transcript.eos_token_ids)
+        trace = Trace(source="the run so far", model="", mode="suffix", prompt_ids=transcript.prompt_ids,
                       token_ids=tuple(so_far), max_new_tokens=len(so_far), target_forwards=0, params={})
         return memo.widths(trace, k)
 
