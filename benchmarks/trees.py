@@ -16,7 +16,7 @@ greedy, printed with its lowest and highest):
 Every drafted run is checked to emit greedy's tokens.
 
     python benchmarks/trees.py [--repeats 3] [--new-tokens 96] [--part prompts,repeat] [--only open-ended]
-                               [--json out.json]
+                               [--device cuda --dtype bfloat16] [--json out.json]
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from pld_vs_hf import PROMPTS
 from decode_tui.core.embedded import pull
 from decode_tui.core.events import Finished
 from decode_tui.core.loading import LoadedModel, load_model
-from decode_tui.core.params import DecodeConfig, DraftParams
+from decode_tui.core.params import CODE_EDIT_PROMPT, DecodeConfig, DraftParams
 from decode_tui.core.registry import resolve
 from decode_tui.core.run import Run
 from decode_tui.core.suffix_drafting import SuffixHistory
@@ -46,6 +46,8 @@ SIMILAR = {
                  "docstring and type hints, and nothing else.",
                  "Write a Python function `is_even(n)` that returns whether n is an even number. Include a "
                  "docstring and type hints, and nothing else."),
+    "code edit": (CODE_EDIT_PROMPT, CODE_EDIT_PROMPT.replace("rename the variable `total` to `running_sum`",
+                                                             "rename the variable `count` to `n_items`")),
     "story": (PROMPTS["open-ended"],
               "Write a short story about a lighthouse keeper who finds a letter in a bottle."),
 }
@@ -102,10 +104,12 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=96)
     parser.add_argument("--part", default="prompts,repeat")
     parser.add_argument("--only", help="comma-separated prompt names (the prompts part)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     pull("smollm2")
-    lm = load_model(resolve("smollm2"), device="cpu", dtype="float32")
+    lm = load_model(resolve("smollm2"), device=args.device, dtype=args.dtype)
     n = args.new_tokens
     greedy = DecodeConfig(mode="greedy", max_new_tokens=n)
     results: dict[str, Any] = {"machine": machine(), "repeats": args.repeats,
