@@ -15,8 +15,9 @@ times, keeps the times per model for the process's life, and from then on pads t
 width runs as it is: a GPU's forward over a few positions costs about the same whatever their number, and timing
 its asynchronous kernels would need a synchronisation every round. No library offers this choice, hence this module.
 
-It knows widths and the clock, and nothing of models beyond using one as the key its times are kept under, nor of
-drafts, acceptance or caches.
+It also keeps, per model, what each draft length's verification cost in earlier runs (:func:`remembered_times`),
+for the adaptive draft length. It knows widths and the clock, and nothing of models beyond using one as the key
+its times are kept under, nor of drafts, acceptance or caches.
 """
 
 from __future__ import annotations
@@ -65,3 +66,20 @@ _COSTS: weakref.WeakKeyDictionary[object, WidthCosts] = weakref.WeakKeyDictionar
 def width_costs(model: object) -> WidthCosts:
     """The width costs measured for ``model`` by the runs of this process so far, to be added to."""
     return _COSTS.setdefault(model, WidthCosts())
+
+
+Times = dict[int, deque[float]]  # draft length k -> verify seconds of its last 16 rounds (the adaptive policy's)
+
+# What verifying each draft length cost, per target model, kept from run to run: it is the model's and the
+# device's, not the prompt's, and a short run cannot afford to measure it again (on a CPU, trying a costly width
+# three times is a few percent of a 20-token answer). But attention reads the whole context, so it is kept per
+# context length, to the power of two (on 2 cores a 5-token verification costs 85 ms after 50 tokens, 115 ms
+# after 300: priced from the one, the other prompt stopped drafting where drafting paid). Padded verifications
+# (a static cache) are kept apart: their width is always the longest.
+_VERIFY_TIMES: weakref.WeakKeyDictionary[object, dict[tuple[bool, int], Times]] = weakref.WeakKeyDictionary()
+
+
+def remembered_times(model: object, context_length: int, padded: bool = False) -> Times:
+    """The verify times of ``model`` after about ``context_length`` tokens measured by earlier runs of this
+    process, to be added to by this one."""
+    return _VERIFY_TIMES.setdefault(model, {}).setdefault((padded, context_length.bit_length()), {})

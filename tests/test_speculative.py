@@ -18,10 +18,11 @@ from decode_tui.core.events import DraftProposed, DraftVerified, Event, Finished
 from decode_tui.core.params import SamplingParams, TargetDraft
 from decode_tui.core.strategies import acceptance
 from decode_tui.core.strategies import speculative as spec_module
-from decode_tui.core.strategies.adaptive import AdaptiveDraftLength, remembered_times
+from decode_tui.core.strategies.adaptive import AdaptiveDraftLength
 from decode_tui.core.strategies.autoregressive import autoregressive
 from decode_tui.core.strategies.speculative import speculative
 from decode_tui.core.transcript import Transcript
+from decode_tui.core.widths import remembered_times
 
 from .conftest import tiny_model
 

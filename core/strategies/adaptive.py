@@ -10,18 +10,13 @@ from __future__ import annotations
 
 import statistics
 import time
-import weakref
 from collections import deque
 from collections.abc import Callable
 
 from ..draft_stats import fit_verify_costs
-from ..drafters import Drafter, ModelDrafter, PromptLookup
-from ..suffix_drafting import SuffixDrafter
-from ..transcript import Transcript
-from ..whatif import LookupMemo, SuffixMemo, Trace
+from ..widths import Times
 
 Replay = Callable[[int], tuple[int, ...]]  # k -> the widths of the forwards a fixed k would have used so far
-Times = dict[int, deque[float]]  # draft length k -> verify seconds of its last 16 rounds
 MIN_HISTORY = 8  # tokens of the run a replay needs before its choice is trusted
 TRUSTED = 3  # rounds of one draft length after which its own median alone prices it
 # The first round's draft length with a draft model: enough to measure the acceptance, and a draft that cannot pay
@@ -31,21 +26,6 @@ FIRST_DRAFT = 8
 # plain step's speed it clearly loses. Not 1: on a CPU a stretch of short drafts (prose) verifies at 1.7-2 plain
 # steps a round and measures 0.9x, where the whole run, with its long accepted drafts, goes 1.3x.
 LOST = 0.8
-
-# What verifying each draft length cost, per target model, kept from run to run: it is the model's and the
-# device's, not the prompt's, and a short run cannot afford to measure it again (on a CPU, trying a costly width
-# three times is a few percent of a 20-token answer). But attention reads the whole context, so it is kept per
-# context length, to the power of two (on 2 cores a 5-token verification costs 85 ms after 50 tokens, 115 ms
-# after 300: priced from the one, the other prompt stopped drafting where drafting paid). Padded verifications
-# (a static cache) are kept apart: their width is always the longest.
-_VERIFY_TIMES: weakref.WeakKeyDictionary[object, dict[tuple[bool, int], Times]] = weakref.WeakKeyDictionary()
-
-
-def remembered_times(model: object, context_length: int, padded: bool = False) -> Times:
-    """The verify times of ``model`` after about ``context_length`` tokens measured by earlier runs of this
-    process, to be added to by this one."""
-    return _VERIFY_TIMES.setdefault(model, {}).setdefault((padded, context_length.bit_length()), {})
-
 
 class AdaptiveDraftLength:
     """Chooses how many tokens to draft from the measured acceptance and the measured cost of verifying.
@@ -65,7 +45,7 @@ class AdaptiveDraftLength:
     cheapest verification timed, its own times), so that a width is tried
     before it is ruled out and one slow round does not rule it out for good.
     On a GPU c1 is nearly 0. The times are the target
-    model's, kept from run to run (:func:`remembered_times`).
+    model's, kept from run to run (:func:`~decode_tui.core.widths.remembered_times`).
 
     With a draft model the policy first drafts FIRST_DRAFT tokens (for the
     acceptance and a drafted token's cost; on a GPU, where a draft step of a
@@ -311,50 +291,3 @@ class AdaptiveDraftLength:
             self.probing = False
             self.probe_wait = self.probe_every if self._best() else min(64, 2 * self.probe_wait)
             self.next_probe = self.rounds + self.probe_wait
-
-
-def stops_itself(drafter: Drafter) -> bool:
-    """Whether the drafter ends a draft where it is unsure of its next token (a draft model with a confidence
-    cut-off), so that the adaptive policy need only choose whether to draft."""
-    return isinstance(drafter, ModelDrafter) and drafter.confidence_threshold > 0
-
-
-def lookup_replay(drafter: Drafter, transcript: Transcript) -> Callable[[int], tuple[int, ...]] | None:
-    """For prompt lookup's chains and suffix drafting, what a fixed draft length k would have fed the target so far
-    (an exact replay, core/whatif.py), for the adaptive policy; None for a draft model, whose drafts cannot be
-    replayed free, and for prompt lookup's trees, whose replay would cost a lookup of every match per length."""
-    if isinstance(drafter, SuffixDrafter):
-        return _suffix_replay(drafter, transcript)
-    if not isinstance(drafter, PromptLookup) or drafter.tree_budget:
-        return None
-    memo: LookupMemo | None = None
-
-    def widths(k: int) -> tuple[int, ...]:
-        nonlocal memo
-        so_far = transcript.token_ids
-        if k == 0 or len(so_far) < 2:
-            return (1,) * max(len(so_far) - 1, 0)
-        if memo is None or memo.settings != (drafter.max_ngram_size, drafter.num_pred_tokens):  # retuned mid-run
-            memo = LookupMemo(transcript.eos_token_ids, drafter.max_ngram_size, drafter.num_pred_tokens)
-        trace = Trace(source="the run so far", model="", mode="pld", prompt_ids=transcript.prompt_ids,
-                      token_ids=tuple(so_far), max_new_tokens=len(so_far), target_forwards=0, params={})
-        return memo.widths(trace, k)
-
-    return widths
-
-
-def _suffix_replay(drafter: SuffixDrafter, transcript: Transcript) -> Callable[[int], tuple[int, ...]]:
-    memo: SuffixMemo | None = None
-
-    def widths(k: int) -> tuple[int, ...]:
-        nonlocal memo
-        so_far = transcript.token_ids
-        if k == 0 or len(so_far) < 2:
-            return (1,) * max(len(so_far) - 1, 0)
-        if memo is None or memo.settings != (drafter.num_pred_tokens, drafter.tree_budget):  # retuned mid-run
-            memo = SuffixMemo(drafter, transcript.eos_token_ids)
-        trace = Trace(source="the run so far", model="", mode="suffix", prompt_ids=transcript.prompt_ids,
-                      token_ids=tuple(so_far), max_new_tokens=len(so_far), target_forwards=0, params={})
-        return memo.widths(trace, k)
-
-    return widths

@@ -58,8 +58,10 @@ from ..prefix_cache import keep, take
 from ..sampling import StageContext, stage_processors
 from ..transcript import Transcript
 from ..tree_attention import keep_path, tree_forward
+from ..widths import remembered_times
 from .acceptance import accept, distributions, first_token
-from .adaptive import AdaptiveDraftLength, lookup_replay, remembered_times, stops_itself
+from .adaptive import AdaptiveDraftLength
+from .drafter_replays import drafter_replay, stops_itself
 from .tree_acceptance import accept_tree, tree_distributions
 from .verify_forward import VerifyForward, plain_step
 
@@ -112,7 +114,7 @@ def speculative(
     static = fast or graphs  # a static cache: every verification padded to one width, for one graph
 
     context = [*transcript.prompt_ids, *(path.ids if path else ())]
-    policy = AdaptiveDraftLength(num_draft_tokens, replay=lookup_replay(drafter, transcript),
+    policy = AdaptiveDraftLength(num_draft_tokens, replay=drafter_replay(drafter, transcript),
                                  times_by_k=remembered_times(model, len(context), padded=static),
                                  stops_itself=stops_itself(drafter)) if adaptive else None
     # Room for the prompt, every new token and a padded verification (or a draft tree) past the last of them.
