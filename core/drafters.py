@@ -34,7 +34,7 @@ from .lookup_tree import lookup_tree
 from .params import target_draft
 from .path import common_prefix
 from .sampling import processed
-from .token_tree import ROOT, TokenTree
+from .token_tree import TokenTree
 
 if TYPE_CHECKING:
     from transformers import Cache, LogitsProcessor, PreTrainedModel, PreTrainedTokenizerBase
@@ -74,11 +74,8 @@ class Draft:
         tree = self.tree
         if tree is None:
             return self
-        chain, node = [], ROOT
-        while children := tree.children(node):
-            node = children[0]
-            chain.append(tree.tokens[node])
-        return replace(self, token_ids=chain, parents=None, sources=None)
+        return replace(self, token_ids=[tree.tokens[node] for node in tree.first_branch()], parents=None,
+                       sources=None)
 
 
 class Drafter(Protocol):

@@ -67,6 +67,20 @@ class TokenTree:
             depth.append(1 if parent == ROOT else depth[parent] + 1)
         return depth
 
+    @property
+    def depth(self) -> int:
+        """The deepest node's depth: the most tokens one verification of the tree can accept (0 for no nodes)."""
+        return max(self.depths(), default=0)
+
+    def first_branch(self) -> list[int]:
+        """The nodes of the first branch (the first child at every node), root first: the chain a drafter of
+        chains would have drafted, where the tree was grown from it."""
+        branch, node = [], ROOT
+        while children := self.children(node):
+            node = children[0]
+            branch.append(node)
+        return branch
+
     def children(self, node: int) -> list[int]:
         """The nodes that follow ``node`` (ROOT: the pending token), in order."""
         return [i for i, parent in enumerate(self.parents) if parent == node]

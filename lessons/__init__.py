@@ -26,6 +26,7 @@ from typing import Any
 from ..core.errors import UsageError
 from ..core.events import BeamStepped, DraftProposed, DraftVerified, Event, Finished, TokenEmitted
 from ..core.params import WARPERS, DecodeConfig
+from ..core.token_tree import TokenTree
 from ..core.toml_lines import line_of
 
 MODES = ("greedy", "sample", "beam", "speculative", "pld", "suffix")
@@ -246,10 +247,7 @@ class PauseTracker:
 def _chain_keeps(parents: tuple[int, ...], path: tuple[int, ...]) -> int:
     """How many of a tree round's kept ``path`` its first branch (the first child at every node: the chain a
     chain drafter would have drafted) holds, from the root."""
-    first, node = [], -1
-    while (child := next((i for i, p in enumerate(parents) if p == node), None)) is not None:
-        first.append(child)
-        node = child
+    first = TokenTree((0,) * len(parents), parents).first_branch()  # the layout alone: tokens play no part
     kept = 0
     while kept < min(len(first), len(path)) and first[kept] == path[kept]:
         kept += 1

@@ -214,7 +214,7 @@ class RunView:
                 cut = next((v.position for v in event.verdicts if v.verdict == "cut"), len(event.verdicts))
                 tree = self._tree()
                 if tree is not None:  # a tree's drafted length is its depth, as the core counts it
-                    cut, c.tree_nodes = max(tree.depths(), default=0), len(tree)
+                    cut, c.tree_nodes = tree.depth, len(tree)
                 emitted = event.accepted + (event.extra_token_id is not None)
                 self.draft_stats.record(cut, event.accepted, event.draft_s, event.verify_s, emitted)
                 if event.step_s is not None:  # the plain step the run timed: what its cost figures divide by

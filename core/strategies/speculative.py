@@ -209,7 +209,7 @@ def speculative(
                 verify_s = time.perf_counter() - started
                 stats.verify_time_s += verify_s
                 # A tree's drafted length is its depth: the acceptance by position is then by depth.
-                drafted_k = len(verdicts) if tree is None else max(tree.depths(), default=0)
+                drafted_k = len(verdicts) if tree is None else tree.depth
                 stats.record(drafted_k, n, draft_s, verify_s, n + (extra is not None))
                 if policy:
                     policy.observe(drafted_k, n, verify_s, draft_s)
