@@ -60,14 +60,9 @@ class LookupPanel(LivePanel):
         match_style = self.style_of("lookup-panel--match")
         copy_style = self.style_of("lookup-panel--copy")
         m0, m1, c0, c1 = p.match_start, p.match_end or p.match_start, p.copy_start, p.copy_end or p.copy_start
-        n = m1 - m0
         where = "the prompt" if c0 < self.prompt_len else "the earlier output"
-        head = Text(f"round {p.round}: the last {n}-gram ")
-        head.append(repr("".join(self.context[m0:m1])), style=match_style)
-        head.append(f" was found at token {m0} of {where}; copied {len(p.token_ids)} tokens after it")
-        if self.last_accepted is not None:
-            head.append(f"; target accepted {self.last_accepted}")
-        head.append("\n\n")
+        head = self._headline(p, f"the last {m1 - m0}-gram", (m0, m1),
+                              f"was found at token {m0} of {where}; copied {len(p.token_ids)} tokens after it")
         lo, hi = max(0, m0 - before), min(len(self.context), c1 + WINDOW)
         body = Text("…" if lo > 0 else "")
         for i in range(lo, hi):
@@ -77,18 +72,25 @@ class LookupPanel(LivePanel):
             body.append("…")
         return head + body
 
+    def _headline(self, p: DraftProposed, what: str, match: tuple[int, int], found: str) -> Text:
+        """A round's first line: what was matched, its tokens in the match style, where it was found, and how many
+        of the draft the target accepted."""
+        head = Text(f"round {p.round}: {what} ")
+        head.append(repr("".join(self.context[match[0] : match[1]])), style=self.style_of("lookup-panel--match"))
+        head.append(f" {found}")
+        if self.last_accepted is not None:
+            head.append(f"; target accepted {self.last_accepted}")
+        head.append("\n\n")
+        return head
+
     def _suffix_text(self, p: DraftProposed, before: int) -> Text:
         """Suffix drafting's round: the pattern it matched (the text's last tokens) and where the draft came from."""
         match_style = self.style_of("lookup-panel--match")
         m0, m1 = p.match_start or 0, p.match_end or len(self.context)
         sources = sorted(set(p.sources or ()))
         where = " and ".join(sources) if sources else "what the run has seen"
-        head = Text(f"round {p.round}: the text's last {m1 - m0} tokens ")
-        head.append(repr("".join(self.context[m0:m1])), style=match_style)
-        head.append(f" were seen before ({where}); drafted {len(p.token_ids)} tokens of what followed them")
-        if self.last_accepted is not None:
-            head.append(f"; target accepted {self.last_accepted}")
-        head.append("\n\n")
+        head = self._headline(p, f"the text's last {m1 - m0} tokens", (m0, m1),
+                              f"were seen before ({where}); drafted {len(p.token_ids)} tokens of what followed them")
         lo = max(0, m0 - before)
         body = Text("…" if lo > 0 else "")
         for i in range(lo, min(m1, len(self.context))):
