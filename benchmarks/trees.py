@@ -6,7 +6,8 @@ greedy, printed with its lowest and highest):
 
 1. ``prompts``: on pld_vs_hf.py's input-grounded prompts (and its open-ended control), greedy, chain PLD
    (``--num-pred-tokens 10``: verifications of at most 10 drafted tokens), tree PLD at the same budget (at most
-   10 drafted nodes a verification, ``--tree-budget 10``) and at suffix drafting's CPU budget (16), and suffix
+   10 drafted nodes a verification, ``--tree-budget 10``) and at ``--tree-budgets`` (by default 10 and suffix
+   drafting's CPU budget, 16; 64 is its GPU budget), and suffix
    drafting with no history (fixed, and with ``--adaptive``). Tokens per target forward are deterministic
    (greedy): they are reported once.
 2. ``repeat``: a first greedy run of a task, then its second run (the same prompt) and a similar task's run, each
@@ -16,7 +17,8 @@ greedy, printed with its lowest and highest):
 Every drafted run is checked to emit greedy's tokens.
 
     python benchmarks/trees.py [--repeats 3] [--new-tokens 96] [--part prompts,repeat] [--only open-ended]
-                               [--device cuda --dtype bfloat16] [--json out.json]
+                               [--device cuda --dtype bfloat16] [--tree-budgets 10,64]
+                               [--json out.json]
 """
 
 from __future__ import annotations
@@ -106,6 +108,8 @@ def main() -> None:
     parser.add_argument("--only", help="comma-separated prompt names (the prompts part)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--tree-budgets", default="10,16",
+                        help="tree PLD's budgets beside the chain's 10 (16 is the CPU's, 64 a GPU's)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     pull("smollm2")
@@ -117,22 +121,25 @@ def main() -> None:
                                            "speed-up = median of the rounds' ratios over greedy", "prompts": {},
                                "repeat": {}}
     parts = args.part.split(",")
+
+    def save() -> None:  # after every row: a run stopped at its time limit keeps what it measured
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     if "prompts" in parts:
-        sides: Sides = {"greedy": (greedy, None),
-                        "chain pld": (DecodeConfig(mode="pld", max_new_tokens=n), None),
-                        "tree pld 10": (DecodeConfig(mode="pld", max_new_tokens=n,
-                                                     draft=DraftParams(tree_budget=10)), None),
-                        "tree pld 16": (DecodeConfig(mode="pld", max_new_tokens=n,
-                                                     draft=DraftParams(tree_budget=16)), None),
-                        "suffix": (DecodeConfig(mode="suffix", max_new_tokens=n), None),
-                        "suffix adaptive": (DecodeConfig(mode="suffix", max_new_tokens=n,
-                                                         draft=DraftParams(adaptive=True)), None)}
+        sides: Sides = {"greedy": (greedy, None), "chain pld": (DecodeConfig(mode="pld", max_new_tokens=n), None)}
+        for budget in (int(b) for b in args.tree_budgets.split(",")):
+            sides[f"tree pld {budget}"] = (DecodeConfig(mode="pld", max_new_tokens=n,
+                                                        draft=DraftParams(tree_budget=budget)), None)
+        sides["suffix"] = (DecodeConfig(mode="suffix", max_new_tokens=n), None)
+        sides["suffix adaptive"] = (DecodeConfig(mode="suffix", max_new_tokens=n, draft=DraftParams(adaptive=True)),
+                                    None)
         only = args.only.split(",") if args.only else list(PROMPTS)
         for name, prompt in PROMPTS.items():
             if name not in only:
                 continue
             results["prompts"][name] = row = measure(lm, prompt, sides, args.repeats)
             show(name, row)
+            save()
     if "repeat" in parts:
         for name, (first_prompt, similar_prompt) in SIMILAR.items():
             first, _ = timed(lm, first_prompt, greedy)
@@ -145,8 +152,8 @@ def main() -> None:
                                 "suffix adaptive": (adaptive, history), "suffix, no history": (suffix, None)}
                 results["repeat"][f"{name}: {label}"] = row = measure(lm, prompt, again, args.repeats)
                 show(f"{name}: {label}", row)
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+                save()
+    save()
 
 
 if __name__ == "__main__":
