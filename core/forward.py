@@ -46,6 +46,10 @@ if TYPE_CHECKING:
 COMPILED_UP_TO = 21  # the longest input the fast path compiles: a verification of 20 drafts plus the pending token
 GRAPH_DEVICES = frozenset({"cuda"})  # where the default path captures CUDA graphs; elsewhere it is the plain path
 CAPTURED_UP_TO = COMPILED_UP_TO  # the longest input replayed as a graph; a longer one runs eagerly
+# The widest token tree replayed as a graph (a tree budget of 128 and the pending token): a GPU verifies 64 nodes
+# for about a step's cost; wider trees run eagerly. A tree graph's key in a cache's graphs ends with TREE.
+TREE_CAPTURED_UP_TO = 129
+TREE = -1
 
 StaticPath = Literal["graphs", "compiled"]
 
@@ -81,7 +85,7 @@ class StaticKV(Cache):
         self.max_len = max_len
         self.path = path  # how its short passes run: replayed CUDA graphs or torch.compile
         self.prefilled = False  # the first pass (the prompt) is never compiled or captured
-        self.graphs: dict[tuple[int, ...], _Captured] = {}  # by (batch, width, logits kept)
+        self.graphs: dict[tuple[int, ...], _Captured] = {}  # by (batch, width, logits kept[, TREE])
         self.leased = False  # a run is using it; the pool hands it to nobody else until released
         self.leases = 0  # how many runs it has served: a kept prefix is still in it while no other run leased it
 
@@ -253,13 +257,18 @@ class _Captured:
     """
 
     def __init__(self, model: PreTrainedModel, cache: StaticKV, shape: tuple[int, int], keep: int,
-                 compiled: Callable[[Any], Callable[..., Any]] | None = None) -> None:
+                 compiled: Callable[[Any], Callable[..., Any]] | None = None, tree: bool = False) -> None:
         """``compiled``: gives the model's compiled forward, captured instead of the eager model (the background
         compile's). The pass reaches the model through a weak reference: a pooled cache and its graphs must not
-        keep alive (with its device memory) a model the app has let go of for another."""
+        keep alive (with its device memory) a model the app has let go of for another. ``tree``: a token tree's
+        forward, which also reads its attention mask and position ids from fixed addresses."""
         self.compiled = compiled is not None
         model_ref = weakref.ref(model)
         self.ids = torch.zeros(shape, dtype=torch.long, device=model.device)  # [B, W]
+        tree_inputs = {"attention_mask": torch.zeros((1, 1, shape[1], cache.max_len), dtype=model.dtype,
+                                                     device=model.device),  # [1, 1, W, K]
+                       "position_ids": torch.zeros(shape, dtype=torch.long, device=model.device)} if tree else {}
+        self.tree_inputs = tree_inputs
         layers = [layer for layer in cache.layers if isinstance(layer, StaticLayer)]
         starts = [layer.cumulative_length.clone() for layer in layers]
 
@@ -271,16 +280,18 @@ class _Captured:
             live = model_ref()
             assert live is not None, "a graph of a freed model"
             forward_fn: Callable[..., Any] = compiled(live) if compiled is not None else live
-            out: torch.Tensor = forward_fn(input_ids=self.ids, cache=cache, use_cache=True,
-                                           logits_to_keep=keep).logits
+            out: torch.Tensor = forward_fn(input_ids=self.ids, cache=cache, use_cache=True, logits_to_keep=keep,
+                                           **tree_inputs).logits
             return out
 
         self.replay: Callable[[], None]
         self.logits: torch.Tensor  # [B, keep, V], overwritten by every replay
         self.replay, self.logits = GraphBackend.capture(model, run, put_back)
 
-    def __call__(self, input_ids: torch.Tensor) -> torch.Tensor:
+    def __call__(self, input_ids: torch.Tensor, **tree_inputs: torch.Tensor) -> torch.Tensor:
         self.ids.copy_(input_ids)
+        for name, value in tree_inputs.items():
+            self.tree_inputs[name].copy_(value)
         self.replay()
         return self.logits
 
@@ -296,17 +307,37 @@ def _replayed(model: PreTrainedModel, cache: StaticKV, input_ids: torch.Tensor, 
     return captured(input_ids)
 
 
-def _capture(model: PreTrainedModel, cache: StaticKV, shape: tuple[int, ...], keep: int) -> _Captured | None:
+def _capture(model: PreTrainedModel, cache: StaticKV, shape: tuple[int, ...], keep: int, tree: bool = False,
+             ) -> _Captured | None:
     if model in _GRAPH_FAILURES:
         return None
+    key = (*shape, keep, *((TREE,) if tree else ()))
     try:
-        captured = cache.graphs[(*shape, keep)] = _Captured(model, cache, (shape[0], shape[1]), keep)
+        captured = cache.graphs[key] = _Captured(model, cache, (shape[0], shape[1]), keep, tree=tree)
     except Exception as exc:  # whatever failed, the eager pass on the same cache gives the same logits
         _GRAPH_FAILURES[model] = first_line(exc, 200)
         return None
-    if _ASK is not None:
+    if _ASK is not None and not tree:  # a background compile knows the chain's passes only
         _ASK(model, (cache.max_len, shape[0], shape[1], keep))
     return captured
+
+
+def replayed_tree(model: PreTrainedModel, cache: Cache, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                  position_ids: torch.Tensor) -> torch.Tensor | None:
+    """A token tree's forward (:mod:`decode_tui.core.tree_attention`) replayed as a graph captured for its width:
+    its logits at every row ([1, W, V], a copy in float32), or None off the graph path, past the widest tree
+    captured or where capture failed (the caller runs it eagerly). The tree's mask and position ids are inputs
+    of the graph like its ids, so that one graph serves every round of a fixed width (the drafter's tree budget,
+    the tree padded to it)."""
+    if not (isinstance(cache, StaticKV) and cache.path == "graphs" and cache.prefilled) \
+            or input_ids.shape[1] > TREE_CAPTURED_UP_TO or attention_mask.shape[-1] != cache.max_len:
+        return None
+    width = input_ids.shape[1]
+    captured = cache.graphs.get((1, width, width, TREE)) or _capture(model, cache, (1, width), width, tree=True)
+    if captured is None:
+        return None
+    logits = captured(input_ids, attention_mask=attention_mask, position_ids=position_ids)
+    return logits.float() if logits.dtype != torch.float32 else logits.clone()
 
 
 def captured_shapes(model: PreTrainedModel) -> list[tuple[int, int, int, int]]:

@@ -19,52 +19,70 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .forward import StaticKV, rollback
+from .forward import StaticKV, replayed_tree, rollback
 from .token_tree import ROOT, TokenTree
 
 if TYPE_CHECKING:
     from transformers import Cache, PreTrainedModel
 
 
-def tree_mask(tree: TokenTree, past: int, key_length: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """[1, 1, 1 + n, key_length] additive attention mask (0 where a row may look, the dtype's minimum elsewhere):
+def tree_mask(tree: TokenTree, past: int, key_length: int, dtype: torch.dtype, device: torch.device,
+              rows: int | None = None) -> torch.Tensor:
+    """[1, 1, rows, key_length] additive attention mask (0 where a row may look, the dtype's minimum elsewhere):
     every row sees the ``past`` cached positions; the pending token (row 0, at position ``past``) sees itself; node
-    i sees the pending token, its ancestors and itself. Key positions past ``past + 1 + n`` (a static cache's
-    unused end) are hidden from every row."""
+    i sees the pending token, its ancestors and itself. Key positions past the tree (a static cache's unused end)
+    are hidden from every row. ``rows`` past 1 + n are padding (a graph of a fixed width): each sees the cache and
+    itself, and nothing reads what it gives."""
     n = len(tree)
-    allowed = torch.zeros((1 + n, key_length), dtype=torch.bool)
+    rows = 1 + n if rows is None else rows
+    allowed = torch.zeros((rows, key_length), dtype=torch.bool)
     allowed[:, :past] = True
-    allowed[:, past] = True  # the pending token: every row's first ancestor
+    allowed[: 1 + n, past] = True  # the pending token: every node's first ancestor
     for i, parent in enumerate(tree.parents):
         row = 1 + i
         if parent != ROOT:
             allowed[row, past + 1 : past + 1 + n] = allowed[1 + parent, past + 1 : past + 1 + n]
         allowed[row, past + 1 + i] = True
-    mask = torch.zeros((1 + n, key_length), dtype=dtype)
+    for row in range(1 + n, rows):
+        allowed[row, past + row] = True
+    mask = torch.zeros((rows, key_length), dtype=dtype)
     mask.masked_fill_(~allowed, torch.finfo(dtype).min)
     return mask[None, None].to(device)
 
 
-def tree_positions(tree: TokenTree, past: int, device: torch.device) -> torch.Tensor:
-    """[1, 1 + n] position ids: the pending token at ``past``, each node at ``past`` + its depth (siblings share
-    one position, as the tokens they stand for would)."""
-    return torch.tensor([[past, *(past + d for d in tree.depths())]], device=device)
+def tree_positions(tree: TokenTree, past: int, device: torch.device, rows: int | None = None) -> torch.Tensor:
+    """[1, rows] position ids: the pending token at ``past``, each node at ``past`` + its depth (siblings share
+    one position, as the tokens they stand for would); padding rows at ``past``."""
+    n = len(tree)
+    padding = [past] * ((1 + n if rows is None else rows) - 1 - n)
+    return torch.tensor([[past, *(past + d for d in tree.depths()), *padding]], device=device)
 
 
-def tree_forward(model: PreTrainedModel, cache: Cache, pending: int, tree: TokenTree) -> torch.Tensor:
+def tree_forward(model: PreTrainedModel, cache: Cache, pending: int, tree: TokenTree, width: int | None = None,
+                 ) -> torch.Tensor:
     """The target's logits at every row of the tree ([1 + n, V], float32): one forward over the pending token and
     every node, appended to ``cache`` (which held everything before the pending token). Follow it with
-    :func:`keep_path`."""
-    past = cache.get_seq_length()
-    past = int(past)
-    key_length = cache.max_len if isinstance(cache, StaticKV) else past + 1 + len(tree)
+    :func:`keep_path`.
+
+    ``width``: on the graph path, the rows every tree is padded to (the drafter's budget and the pending token),
+    so that the forward replays one captured graph whatever the round's tree (a GPU runs 64 rows for about the
+    cost of one, and an eager forward of a small model costs several captured steps there)."""
+    past = int(cache.get_seq_length())
+    n = len(tree)
+    key_length = cache.max_len if isinstance(cache, StaticKV) else past + 1 + n
+    rows = 1 + n
+    if width is not None and isinstance(cache, StaticKV) and cache.path == "graphs" and 1 + n <= width \
+            and past + width <= key_length:
+        rows = width
     device = model.device
-    ids = torch.tensor([[pending, *tree.tokens]], device=device)  # [1, 1 + n]
-    mask = tree_mask(tree, past, key_length, model.dtype, device)  # [1, 1, 1 + n, K]
-    out = model(input_ids=ids, attention_mask=mask, position_ids=tree_positions(tree, past, device), cache=cache,
-                use_cache=True)
-    logits: torch.Tensor = out.logits[0].float()
-    return logits
+    ids = torch.tensor([[pending, *tree.tokens, *[pending] * (rows - 1 - n)]], device=device)  # [1, rows]
+    mask = tree_mask(tree, past, key_length, model.dtype, device, rows)  # [1, 1, rows, K]
+    positions = tree_positions(tree, past, device, rows)  # [1, rows]
+    logits = replayed_tree(model, cache, ids, mask, positions)
+    if logits is None:
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache,
+                       use_cache=True).logits.float()
+    return logits[0, : 1 + n]
 
 
 def keep_path(cache: Cache, past: int, path: Sequence[int]) -> None:

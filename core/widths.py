@@ -16,8 +16,9 @@ width runs as it is: a GPU's forward over a few positions costs about the same w
 its asynchronous kernels would need a synchronisation every round. No library offers this choice, hence this module.
 
 It also keeps, per model, what each draft length's verification cost in earlier runs (:func:`remembered_times`),
-for the adaptive draft length. It knows widths and the clock, and nothing of models beyond using one as the key
-its times are kept under, nor of drafts, acceptance or caches.
+and prices each length from those times (:func:`verify_prices`), for the adaptive draft length. It knows widths
+and the clock, and nothing of models beyond using one as the key its times are kept under, nor of drafts,
+acceptance or caches.
 """
 
 from __future__ import annotations
@@ -83,3 +84,33 @@ def remembered_times(model: object, context_length: int, padded: bool = False) -
     """The verify times of ``model`` after about ``context_length`` tokens measured by earlier runs of this
     process, to be added to by this one."""
     return _VERIFY_TIMES.setdefault(model, {}).setdefault((padded, context_length.bit_length()), {})
+
+
+TRUSTED = 3  # rounds of one draft length after which its own median alone prices it
+
+
+def verify_prices(times_by_k: Times, max_k: int, fit: tuple[float, float], push: bool) -> list[float]:
+    """Seconds to verify k = 0 .. max_k drafted tokens, for the adaptive draft length: a k's own median once timed
+    TRUSTED times; until then a guess on the cheap side, so that an untried or unlucky width gets tried: the lower
+    of the line ``fit`` (c0 + c1 * k) and its own times.
+
+    ``push`` (a draft model): the guess is also at most the cheapest verification timed. A draft model that stops
+    drafting when unsure may never produce the long draft asked for, so that width is never timed, and the line
+    extrapolated from the short drafts that cost the most (on a CPU) priced it out for good; asked for, it is
+    drafted as far as the draft is confident, as with a fixed k. A lookup's replay needs no such push (a width it
+    chooses gets timed), and on prose every wider verification it tried would be a loss."""
+    c0, c1 = fit
+    timed = {k: statistics.median(ts) for k, ts in times_by_k.items() if ts}
+    cheapest = min((t for k, t in timed.items() if k > 0), default=None)
+    prices = []
+    for k in range(max_k + 1):
+        if len(times_by_k.get(k, ())) >= TRUSTED:
+            prices.append(timed[k])
+            continue
+        guesses = [c0 + c1 * k, *([timed[k]] if k in timed else [])]
+        if push and k > 0 and cheapest is not None:
+            guesses.append(cheapest)
+        prices.append(min(guesses))
+    # A verification does a plain step's work and more: one priced under a step is noise (tiny models, where
+    # every width costs about the same), and drafting on it would look free.
+    return [prices[0], *(max(p, prices[0]) for p in prices[1:])]

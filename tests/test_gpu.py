@@ -28,7 +28,7 @@ import torch
 import decode_tui.core
 from decode_tui.core.detokenize import Detokenizer
 from decode_tui.core.drafters import Drafter, ModelDrafter, PromptLookup
-from decode_tui.core.events import Event, Finished
+from decode_tui.core.events import DraftVerified, Event, Finished
 from decode_tui.core.forward import HostCopy
 from decode_tui.core.loading import resolve_device, resolve_dtype
 from decode_tui.core.params import BeamParams, DecodeConfig, SamplingParams
@@ -459,7 +459,9 @@ def test_a_verifications_grammar_masks_wait_for_nothing_on_cuda(byte_bpe: Any) -
 @pytest.mark.parametrize("seed", range(4))
 def test_greedy_tree_verification_equals_plain_greedy_on_cuda_graphs(byte_bpe: Any, seed: int) -> None:
     """Prompt lookup's trees, suffix drafting and a draft model's runners-up, verified on the default CUDA path
-    (a tree's forward eager on the pooled static cache, between replayed steps): greedy's tokens."""
+    (a tree's forward replayed as a CUDA graph captured at the budget's width, its mask and position ids inputs of
+    the graph): greedy's tokens, and the tree graph captured, not fallen back to eager passes."""
+    from decode_tui.core.forward import captured_shapes, graph_failure
     from decode_tui.core.suffix_drafting import SuffixDrafter, SuffixHistory
 
     model = on_cuda(tiny_model(ARCHS[seed % 4], vocab_size=V, seed=seed))
@@ -471,12 +473,18 @@ def test_greedy_tree_verification_equals_plain_greedy_on_cuda_graphs(byte_bpe: A
         "suffix": SuffixDrafter(SuffixHistory(), 6, 16, frozenset({V - 1})),
         "runners-up": ModelDrafter(on_cuda(tiny_model("llama", vocab_size=V, seed=seed + 100)), V,
                                    confidence_threshold=0.0, tree_budget=16)}
+    trees = 0
     for name, drafter in drafters.items():
-        result = list(speculative(model, transcript(byte_bpe, prompt, 30), drafter, SamplingParams(), greedy=True,
+        events = list(speculative(model, transcript(byte_bpe, prompt, 30), drafter, SamplingParams(), greedy=True,
                                   num_draft_tokens=6, generator=torch.Generator(device=CUDA).manual_seed(0),
-                                  graphs=True))[-1]
+                                  graphs=True))
+        result = events[-1]
         assert isinstance(result, Finished)
         assert result.token_ids == expected.token_ids, name
+        trees += sum(isinstance(e, DraftVerified) and e.path is not None for e in events)
+    assert graph_failure(model) is None
+    if trees:  # a round verified a tree: through the graph captured at the budget's width (16 nodes, the pending)
+        assert any(width == 17 == kept for _, _, width, kept in captured_shapes(model)), captured_shapes(model)
 
 
 def test_suffix_drafting_on_smollm2_a_second_run_is_greedy_in_few_forwards(smollm2_bf16: Any) -> None:

@@ -95,8 +95,10 @@ def test_replayed_steps_give_the_plain_paths_events(byte_bpe: Any, cpu_graphs: t
 @pytest.mark.parametrize("sample", [False, True], ids=["greedy", "sample"])
 def test_tree_verifications_on_the_graph_path_give_the_plain_paths_events(
         byte_bpe: Any, cpu_graphs: type[EagerGraphs], seed: int, drafter: str, sample: bool) -> None:
-    """A tree's forward runs eagerly on the pooled static cache (its width changes every round), between replayed
-    steps: its kept path's keys moved in place, its end moved back, as on the plain path."""
+    """A tree's forward replays one graph captured at the drafter's budget (the tree padded to it, its mask and
+    position ids inputs of the graph like its ids), between replayed steps: its kept path's keys moved in place,
+    its end moved back, the same events as the plain path."""
+    from decode_tui.core.forward import captured_shapes
     from decode_tui.core.suffix_drafting import SuffixDrafter, SuffixHistory
 
     model = model_for(seed)
@@ -111,6 +113,10 @@ def test_tree_verifications_on_the_graph_path_give_the_plain_paths_events(
 
     plain, replayed = go(False), go(True)
     assert_same_events(plain, replayed)
+    trees = [e for e in replayed if isinstance(e, DraftVerified) and e.path is not None]
+    if trees:  # a round that drafted a tree replayed the tree graph of the budget's width, 8 nodes and the pending
+        assert any(width == 9 == kept for _, _, width, kept in captured_shapes(model)), captured_shapes(model)
+    assert_same_events(plain, go(True))  # the next run replays the pooled cache's graphs
 
 
 @pytest.mark.parametrize("seed", range(8))

@@ -603,6 +603,12 @@ def speed(policy: AdaptiveDraftLength, tokens: int, alpha: float, c: float, step
     spent = done = 0.0
     while done < tokens:
         k = min(policy.choose(), stops_at or 10**6)
+        if k == 0:  # the loop runs the plain steps until the policy's next look as one stretch, a step each
+            steps = policy.plain_stretch()
+            policy.observe_plain(steps, steps * step)
+            spent += steps * step
+            done += steps
+            continue
         accepted = 0
         while accepted < k and float(torch.rand(1, generator=g)) < alpha:
             accepted += 1
@@ -631,6 +637,23 @@ def test_adaptive_never_loses_to_plain_decoding_on_gpu_like_costs(draft: str, st
         assert policy.decision[0] in ("plain", "probe")
         assert re.search(rf"c = {c:.2f} steps and the target accepts \d+%: the best draft length, \d+, would go "
                          r"0\.\d\dx", policy.reason), policy.reason
+
+
+def test_a_draft_that_could_not_pay_even_fully_accepted_is_left_without_probes(monkeypatch: Any) -> None:
+    """SmolLM2's int4 draft on an H200 drafted a token for 0.94-1.03 of a target step, accepted 93 %, stopping itself
+    after about 7: a ceiling (every drafted token accepted) of 1.06x, and 0.90-0.93x measured. The policy then keeps
+    to plain steps with no probes, saying why in numbers; the control, with no ceiling, goes on drafting and
+    probing and keeps less of plain decoding's speed."""
+    policy = AdaptiveDraftLength(20, stops_itself=True)
+    assert speed(policy, 512, 0.93, 0.94, stops_at=7) >= 0.99
+    assert policy.decision == ("plain", 0)
+    assert re.fullmatch(r"plain steps: a drafted token costs c = 0\.94 steps, so even if the target accepted every "
+                        r"one, drafting would go at most 1\.0\dx", policy.reason), policy.reason
+    from decode_tui.core.strategies import adaptive
+
+    monkeypatch.setattr(adaptive, "CEILING", 0.0)
+    control = AdaptiveDraftLength(20, stops_itself=True)
+    assert speed(control, 512, 0.93, 0.94, stops_at=7) < 0.98
 
 
 def test_the_control_a_policy_that_prices_drafting_free_loses_on_a_gpu() -> None:
@@ -666,3 +689,50 @@ def test_a_confident_draft_that_stops_itself_is_dropped_once_measured_to_lose() 
     stopping = AdaptiveDraftLength(20, stops_itself=True)
     assert speed(stopping, 512, 0.9, 0.55, stops_at=4) >= 1.1
     assert stopping.decision == ("draft", 20)
+
+
+@pytest.mark.parametrize("run_ahead", [False, True])
+@pytest.mark.parametrize("sample", [False, True])
+def test_the_policys_plain_steps_run_as_one_stretch(byte_bpe: Any, monkeypatch: Any, run_ahead: bool,
+                                                    sample: bool) -> None:
+    """Where drafting does not pay, the policy's plain steps run as stretches, each forward queued ahead of the
+    last read on a GPU (forced here on the CPU): greedy's tokens, one counted forward a token, and a run that ends
+    inside a stretch (at an EOS) leaves the cache as a round would and counts no queued forward. The control: with
+    the policy's stretches cut to one step, the same tokens and forwards."""
+    from functools import partial
+
+    from decode_tui.core.strategies.plain_steps import plain_steps
+
+    model = tiny_model("llama", vocab_size=V, seed=5)
+    prompt = [3, 4, 5]
+    params = SamplingParams(temperature=0.9, top_k=50) if sample else SamplingParams()
+    expected = greedy(model, byte_bpe, prompt, 80, eos=V + 1).token_ids  # an EOS that never comes
+    # An EOS well inside the run, where the policy takes plain steps: a token first seen after 30 others.
+    eos = next(t for i, t in enumerate(expected) if i >= 30 and t not in expected[:i])
+
+    def adaptive_run() -> tuple[Finished, list[int]]:
+        lengths: list[int] = []
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            steps, seconds = yield from partial(plain_steps, run_ahead=run_ahead)(*args, **kwargs)
+            lengths.append(steps)
+            return steps, seconds
+
+        monkeypatch.setattr(spec_module, "plain_steps", counted)
+        drafter = ModelDrafter(tiny_model("llama", vocab_size=V, seed=999), V)
+        result = run(model, byte_bpe, drafter, prompt, 80, eos=eos, params=params, k=4, sample=sample,
+                     adaptive=True)[-1]
+        assert isinstance(result, Finished)
+        return result, lengths
+
+    result, lengths = adaptive_run()
+    assert max(lengths) > 1, f"the policy's plain steps ran as stretches: {lengths}"
+    if not sample:
+        assert result.token_ids == expected[: expected.index(eos) + 1]
+        assert result.finish_reason == "eos"
+    # Each emitted token came from one counted forward, but those a verification accepted.
+    assert result.target_forwards == result.new_tokens - (result.accepted or 0)
+    monkeypatch.setattr(AdaptiveDraftLength, "plain_stretch", lambda self: 1)
+    control, single = adaptive_run()
+    assert set(single) == {1}
+    assert control.token_ids == result.token_ids and control.target_forwards == result.target_forwards

@@ -149,3 +149,11 @@ def first_token(p: torch.Tensor, raw: torch.Tensor, greedy: bool, generator: tor
     token = torch.argmax(p[0], -1, keepdim=True) if greedy else torch.multinomial(p[0], 1, generator=generator)  # [1]
     host = to_host([token, token_stats(raw, token)])
     return int(host[0]), host_stats(host[1:], 1)[0]
+
+
+def run_ends_after(accepted: list[int], eos_token_ids: frozenset[int], remaining: int) -> int | None:
+    """How many of the accepted draft tokens reach the output when one of them ends the run, else None."""
+    for i, token in enumerate(accepted):
+        if token in eos_token_ids or i + 1 >= remaining:
+            return i + 1
+    return None

@@ -8,24 +8,26 @@ events.
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections import deque
 from collections.abc import Callable
 
 from ..draft_stats import fit_verify_costs
-from ..widths import Times
+from ..widths import Times, verify_prices
 
 Replay = Callable[[int], tuple[int, ...]]  # k -> the widths of the forwards a fixed k would have used so far
 MIN_HISTORY = 8  # tokens of the run a replay needs before its choice is trusted
-TRUSTED = 3  # rounds of one draft length after which its own median alone prices it
 # The first round's draft length with a draft model: enough to measure the acceptance, and a draft that cannot pay
 # (a GPU, where a draft step costs about a target step) costs at most this many of its steps before the policy knows.
 FIRST_DRAFT = 8
-# A draft that stops itself and was asked for the most is measured over 8 clean rounds; below this fraction of a
-# plain step's speed it clearly loses. Not 1: on a CPU a stretch of short drafts (prose) verifies at 1.7-2 plain
-# steps a round and measures 0.9x, where the whole run, with its long accepted drafts, goes 1.3x.
+# A draft that stops itself, asked for the most over 8 clean rounds, measured under this share of plain steps' speed
+# loses. Not 1: on a CPU short drafts (prose) measure 0.9x where the whole run, with its long drafts, goes 1.3x.
 LOST = 0.8
+# Drafting is left for good (no probes) when even an acceptance of 1 would give under this: a drafting round's own
+# work (the draft's catch-up, the verdicts) is not in the prices, and on an H200 a draft priced at a 1.06x ceiling
+# (c 0.94, SmolLM2's int4) measured 0.90-0.93x.
+CEILING = 1.1
+
 
 class AdaptiveDraftLength:
     """Chooses how many tokens to draft from the measured acceptance and the measured cost of verifying.
@@ -40,12 +42,13 @@ class AdaptiveDraftLength:
     of its last 16 rounds: a CPU's matrix kernels are not linear in the width
     (on 2 cores verifying 1 or 2 drafts costs 1.7-2.0 plain steps, 4 drafts
     1.5), so no line through the widths says which k is cheap. A k timed
-    fewer than three times is priced on the cheap side (``_prices``:
+    fewer than three times is priced on the cheap side (``verify_prices``:
     the line ``c0 + c1 * k`` fitted by least squares to the widths timed, the
     cheapest verification timed, its own times), so that a width is tried
     before it is ruled out and one slow round does not rule it out for good.
-    On a GPU c1 is nearly 0. The times are the target
-    model's, kept from run to run (:func:`~decode_tui.core.widths.remembered_times`).
+    On a GPU c1 is nearly 0. The times are the target model's, kept from run
+    to run (:func:`~decode_tui.core.widths.remembered_times`); a plain step's
+    are those of the stretches of plain steps the loop runs in its own way.
 
     With a draft model the policy first drafts FIRST_DRAFT tokens (for the
     acceptance and a drafted token's cost; on a GPU, where a draft step of a
@@ -53,41 +56,32 @@ class AdaptiveDraftLength:
     lost several percent of a short answer), then, unless earlier runs timed
     two widths already, takes a plain step. A drafted token's cost is taken
     from a draft with no prefill and no catch-up in it once there is one;
-    until then from the lowest of the rounds so far, an estimate on the high
-    side (never 0: a draft priced free would be drafted on a GPU where it
-    cannot pay).
+    until then from the lowest of the rounds so far, on the high side (never
+    0: a draft priced free would be drafted on a GPU where it cannot pay).
     A draft model that stops drafting where it is unsure (``stops_itself``)
     already chooses each draft's length, round by round, from its own
     confidence; the policy then only chooses whether to draft: the most, or
     nothing. Where the geometric model says the most pays but the rounds that
     drafted it were measured slower than plain steps, it keeps to plain steps
     until the acceptance rises (``_measured_loss``).
-    The geometric model above assumes each token is accepted
-    independently, but acceptance comes in runs (a copied line is accepted
-    whole), so its best k cut off long accepted drafts: on the code edit it
-    drafted 12-17 where the draft went on to 20, all accepted.
-    With a poor drafter the best k is 0 and the run is plain decoding; it
-    keeps probing a short draft now and then so that a changing acceptance is
-    noticed, and a probe that gets nothing accepted doubles the wait before
-    the next one (up to 64 rounds), so a useless drafter costs well under 1 %.
+    (The geometric model assumes independent acceptance, but acceptance comes
+    in runs: its best k cut off long accepted drafts of the code edit.)
+    With a poor drafter the best k is 0 and the run is plain decoding; a short
+    probe now and then notices a changing acceptance, and a fruitless one
+    doubles the wait to the next (up to 64 rounds).
 
-    A drafter whose proposals are known without drafting (prompt lookup:
-    :mod:`~decode_tui.core.whatif` replays it exactly) needs neither the
-    geometric model nor probes. Given ``replay``, the policy replays the run so
+    A drafter whose proposals are known without drafting (prompt lookup,
+    replayed exactly as :mod:`~decode_tui.core.whatif` does) needs neither the
+    geometric model nor probes: given ``replay``, the policy replays the run so
     far under every fixed k (0 .. max), prices each forward at the width it
-    had (a copy cut short is narrower than k + 1), and keeps the k that would
-    have been fastest (the longer one on a tie). Acceptance in a copy comes in
-    runs, which the geometric model misses, and a k = 0 stretch still shows
-    what the lookup would have offered. It drafts the most until two widths
-    have been timed and the run has MIN_HISTORY tokens, and re-evaluates every
-    few rounds, at most one twentieth of the run's time. On the CPU's
-    copy-friendly prompts it settles on 9-10 and needs the fixed length's
-    forwards; on prose, plain steps after the first few rounds (BENCHMARKS.md,
-    the adaptive draft length's section).
+    had, and keeps the fastest k (the longer on a tie: copies come in runs).
+    It drafts the most until two widths are timed and the run has MIN_HISTORY
+    tokens, then re-evaluates every few rounds, within a twentieth of the
+    run's time (BENCHMARKS.md, the adaptive draft length's section).
     """
 
-    def __init__(self, max_k: int, probe_every: int = 8, replay: Replay | None = None,
-                 times_by_k: Times | None = None, stops_itself: bool = False) -> None:
+    def __init__(self, max_k: int, probe_every: int = 8, replay: Replay | None = None, times_by_k: Times | None = None,
+                 stops_itself: bool = False) -> None:
         self.max_k = max_k
         self.stops_itself = stops_itself  # the drafter ends a draft where it is unsure: choose 0 or max_k
         self.replay = replay
@@ -121,6 +115,7 @@ class AdaptiveDraftLength:
         self.step_s = 0.0  # a plain step's price, as the last choice priced it
         self.c = 0.0  # a drafted token's cost in plain steps, as the last choice priced it
         self.best_drafting = (0, 0.0)  # the best k > 0 at the last choice, and its predicted speed-up
+        self.ceiling = float("inf")  # the best speed-up drafting could give at an acceptance of 1, as last priced
 
     def _fit(self) -> tuple[float, float] | None:
         """(c0, c1) of cost(k) = c0 + c1 * k (:func:`~decode_tui.core.draft_stats.fit_verify_costs`) over each k's
@@ -129,30 +124,8 @@ class AdaptiveDraftLength:
         return fit_verify_costs(self.times_by_k)
 
     def _prices(self, fit: tuple[float, float]) -> list[float]:
-        """Seconds to verify k = 0 .. max_k drafted tokens: a k's own median once timed TRUSTED times; until then
-        a guess on the cheap side, so that an untried or unlucky width gets tried: the lower of the line and its
-        own times.
-
-        With a draft model the guess is also at most the cheapest verification timed: a draft model that stops
-        drafting when unsure may never produce the long draft asked for, so that width is never timed, and the
-        line extrapolated from the short drafts that cost the most (on a CPU) priced it out for good; asked for,
-        it is drafted as far as the draft is confident, as with a fixed k. A lookup's replay needs no such
-        push (a width it chooses gets timed), and on prose every wider verification it tried would be a loss."""
-        c0, c1 = fit
-        timed = {k: statistics.median(ts) for k, ts in self.times_by_k.items() if ts}
-        cheapest = min((t for k, t in timed.items() if k > 0), default=None)
-        prices = []
-        for k in range(self.max_k + 1):
-            if len(self.times_by_k.get(k, ())) >= TRUSTED:
-                prices.append(timed[k])
-                continue
-            guesses = [c0 + c1 * k, *([timed[k]] if k in timed else [])]
-            if self.replay is None and k > 0 and cheapest is not None:
-                guesses.append(cheapest)
-            prices.append(min(guesses))
-        # A verification does a plain step's work and more: one priced under a step is noise (tiny models, where
-        # every width costs about the same), and drafting on it would look free.
-        return [prices[0], *(max(p, prices[0]) for p in prices[1:])]
+        """Seconds to verify k = 0 .. max_k drafted tokens (:func:`~decode_tui.core.widths.verify_prices`)."""
+        return verify_prices(self.times_by_k, self.max_k, fit, push=self.replay is None)
 
     def _best(self) -> int | None:
         """The k with the most expected tokens per second, or None before two draft lengths were timed."""
@@ -174,13 +147,18 @@ class AdaptiveDraftLength:
         self.step_s = prices[0]
         self.c = self.draft_cost / prices[0] if prices[0] > 0 else 0.0
         self.best_drafting = (drafting, rates[drafting] / rates[0] if drafting and rates[0] > 0 else 0.0)
+        # The most drafting could give if every drafted token were accepted: k + 1 tokens for one verification and
+        # k drafted tokens. No acceptance can beat it, so under CEILING no probe is worth its cost either.
+        self.ceiling = max(((k + 1) * prices[0] / (prices[k] + k * self.draft_cost) for k in range(1, len(prices))),
+                           default=0.0)
         return best_k
 
     def _replayed_best(self, fit: tuple[float, float]) -> int:
         """The fixed k that would have been fastest on the run so far, by an exact replay of the drafter."""
         assert self.replay is not None
         started = time.perf_counter()
-        prices = self._prices(fit)  # a forward of width w verifies w - 1 drafted tokens
+        # A forward of width w verifies w - 1 drafted tokens.
+        prices = self._prices(fit)
         seconds = {k: sum(prices[w - 1] for w in self.replay(k)) for k in range(self.max_k + 1)}
         self.replay_s = time.perf_counter() - started
         return min(seconds, key=lambda k: (seconds[k], -k))  # on a tie the longer draft: copies come in runs
@@ -229,6 +207,10 @@ class AdaptiveDraftLength:
         k_best, gain = self.best_drafting
         why = (f"a drafted token costs c = {self.c:.2f} steps and the target accepts {a:.0%}: the best draft "
                f"length, {k_best}, would go {gain:.2f}x")
+        if self.draft_clean and self.ceiling < CEILING:  # c measured on a clean draft: nothing can pay, no probe
+            self.next_probe = self.rounds + 64
+            return self._decide("plain", 0, f"plain steps: a drafted token costs c = {self.c:.2f} steps, so even "
+                                f"if the target accepted every one, drafting would go at most {self.ceiling:.2f}x")
         if best == 0 and self.rounds >= self.next_probe:
             self.probing = True
             return self._decide("probe", min(2, self.max_k), f"a probe of {min(2, self.max_k)}: drafting does not "
@@ -263,6 +245,21 @@ class AdaptiveDraftLength:
             return None
         return (f"plain steps: drafting up to {self.max_k} was measured at {self.lost[1]:.2f}x a plain step (a "
                 f"drafted token costs c = {self.c:.2f} steps, the target accepts {self.lost[0]:.0%})")
+
+    def plain_stretch(self) -> int:
+        """How many plain steps the last choice (of none) stands for: the rounds until its next probe or replay.
+        The loop runs them as one stretch (:mod:`~decode_tui.core.strategies.plain_steps`)."""
+        kind = self.decision[0]
+        if self.asked != 0 or kind not in ("plain", "replay"):
+            return 1
+        until = self.next_replay if kind == "replay" else self.next_probe
+        return until - self.rounds if until > self.rounds else self.probe_every
+
+    def observe_plain(self, steps: int, seconds: float) -> None:
+        """A stretch of plain steps, each a round that drafted nothing (:meth:`choose` counted the first)."""
+        for _ in range(steps):
+            self.observe(0, 0, seconds / steps, 0.0)
+        self.rounds += steps - 1
 
     def observe(self, k: int, accepted: int, verify_s: float, draft_s: float) -> None:
         smooth = 0.3

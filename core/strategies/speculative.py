@@ -39,7 +39,6 @@ It knows verification; the drafter knows drafting, the transcript the text.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Literal
@@ -59,10 +58,11 @@ from ..sampling import StageContext, stage_processors
 from ..transcript import Transcript
 from ..tree_attention import keep_path, tree_forward
 from ..widths import remembered_times
-from .acceptance import accept, distributions, first_token
+from .acceptance import accept, distributions, first_token, run_ends_after
 from .adaptive import AdaptiveDraftLength
 from .drafter_replays import drafter_replay, stops_itself
-from .tree_acceptance import accept_tree, tree_distributions
+from .plain_steps import plain_steps
+from .tree_acceptance import accept_tree, tree_distributions, untested_after
 from .verify_forward import VerifyForward, plain_step
 
 if TYPE_CHECKING:
@@ -160,6 +160,18 @@ def speculative(
             if policy is not None and policy.decision != said:  # what the adaptive policy decided, when it changes
                 said = policy.decision
                 yield DraftLengthDecided(round=round_, k=k, reason=policy.reason)
+            if k == 0 and policy is not None and not fast and not (stages and isinstance(stages.grammar, GrammarMask)):
+                # Drafting does not pay: the plain steps until the policy's next look run as greedy decoding runs
+                # them, each forward queued before the last token is read back (a round would pad and wait).
+                steps, seconds = yield from plain_steps(
+                    model, cache, transcript, context, min(policy.plain_stretch(), transcript.remaining), processors,
+                    greedy, generator, shared, live, version)
+                policy.observe_plain(steps, seconds)
+                stats.verify_time_s += seconds
+                for _ in range(steps):
+                    stats.record(0, 0, 0.0, seconds / steps, 1)
+                round_ += steps
+                continue
             started = time.perf_counter()
             draft = drafter.propose(context, k, processors, greedy, generator) if k > 0 else Draft([])
             if stages is not None and isinstance(stages.grammar, GrammarMask):
@@ -183,7 +195,7 @@ def speculative(
                 if tree is not None:
                     # 3-4. One forward over the pending token and every node gives each node's p; the target's
                     # choice is followed down the tree, and the accepted path is the round's chain from here on.
-                    raw = tree_forward(model, cache, context[-1], tree)  # [1+n, V]
+                    raw = tree_forward(model, cache, context[-1], tree, drafter.tree_budget + 1)  # [1+n, V]
                     transcript.target_forwards += 1
                     p = tree_distributions(processors, context, tree, raw[:, shared])  # [1+n, V]
                     nodes, extra, kind, verdicts, figures = accept_tree(p, tree, greedy, generator, raw,
@@ -201,10 +213,10 @@ def speculative(
                 # An accepted token that ends the run (an EOS, or the last token max_new_tokens allows) ends
                 # the round there: what was drafted after it never reaches the output, so it gets no verdict,
                 # no count and no extra token after it.
-                end = _run_ends_after(drafted[:n], transcript.eos_token_ids, transcript.remaining)
+                end = run_ends_after(drafted[:n], transcript.eos_token_ids, transcript.remaining)
                 if end is not None:
                     n, extra, kind = end, None, None
-                    verdicts = verdicts[:end] if nodes is None else _untested_after(verdicts, nodes, end)
+                    verdicts = verdicts[:end] if nodes is None else untested_after(verdicts, nodes, end)
                     nodes = nodes[:end] if nodes is not None else None
                 verify_s = time.perf_counter() - started
                 stats.verify_time_s += verify_s
@@ -261,22 +273,6 @@ def _grammar_cut(stages: StageContext | None, context: list[int], drafted: list[
     q = 1.0  # the drafter's probability is not what ended it; a copy's is 1
     return tuple(PositionVerdict(i, drafted[i], 0.0, q, None, "cut" if i == allowed else "untested")
                  for i in range(allowed, len(drafted)))
-
-
-def _untested_after(verdicts: tuple[PositionVerdict, ...], path: list[int], end: int,
-                    ) -> tuple[PositionVerdict, ...]:
-    """A tree round's verdicts when the ``end``-th accepted node ended the run: the path's nodes after it never
-    reach the output, so they are untested, as everything below them was."""
-    dropped = set(path[end:])
-    return tuple(dataclasses.replace(v, verdict="untested") if v.position in dropped else v for v in verdicts)
-
-
-def _run_ends_after(accepted: list[int], eos_token_ids: frozenset[int], remaining: int) -> int | None:
-    """How many of the accepted draft tokens reach the output when one of them ends the run, else None."""
-    for i, token in enumerate(accepted):
-        if token in eos_token_ids or i + 1 >= remaining:
-            return i + 1
-    return None
 
 
 def _proposed(round_: int, kind: Literal["model", "lookup"], draft: Draft, drafted: list[int],

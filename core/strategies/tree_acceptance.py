@@ -22,6 +22,7 @@ It knows distributions, a tree's layout and token ids; the verifier (speculative
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import torch
@@ -110,3 +111,11 @@ def accept_tree(p: torch.Tensor, tree: TokenTree, greedy: bool, generator: torch
         emitted = torch.tensor([*(tree.tokens[i] for i in path), extra], device=raw.device)
         figures = host_stats(to_host([token_stats(raw[emitted_rows], emitted).flatten()]), len(path) + 1)
     return VerifiedTree(path, extra, kind, tuple(verdicts), figures)
+
+
+def untested_after(verdicts: tuple[PositionVerdict, ...], path: list[int], end: int,
+                   ) -> tuple[PositionVerdict, ...]:
+    """A tree round's verdicts when the ``end``-th accepted node ended the run: the path's nodes after it never
+    reach the output, so they are untested, as everything below them was."""
+    dropped = set(path[end:])
+    return tuple(dataclasses.replace(v, verdict="untested") if v.position in dropped else v for v in verdicts)

@@ -1,0 +1,92 @@
+"""Plain target steps inside a speculative run, run as the autoregressive loop runs them.
+
+Where the adaptive policy has decided that drafting does not pay, the speculative loop hands it a stretch of
+one-token steps (until its next probe or replay). A round of the speculative loop with nothing drafted is a
+verification of one token: fed at the verification's padded width on the graph paths, read back before the next
+forward is queued, then turned into events. On a GPU, where a step of a small model takes 3.3 ms, such a round
+cost about 1.6 plain greedy steps (BENCHMARKS.md, the H200 figures), so a policy that rightly stopped drafting
+still lost a third of greedy's speed. Here each step feeds the one pending token, and the next step's forward is
+queued on the device before this step's token is read back, as in
+:func:`~decode_tui.core.strategies.autoregressive.autoregressive`. The tokens are the verification's: the argmax
+of the processed distribution, or one draw from it with the run's generator (the draw a round with nothing
+drafted makes), with the same figures.
+
+It knows the model call, the sampling stages and the transcript; nothing of drafters, the policy or events
+beyond the emitted tokens.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Generator
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..events import Event
+from ..forward import forward, rollback, to_host
+from ..live import LiveParams
+from ..path import host_stats, token_stats
+from ..transcript import Transcript
+from .acceptance import distributions
+
+if TYPE_CHECKING:
+    from transformers import Cache, LogitsProcessor, PreTrainedModel
+
+    from ..events import Stage
+
+
+@torch.inference_mode()
+def plain_steps(
+    model: PreTrainedModel,
+    cache: Cache,  # holds every token of ``context`` but the last (the pending one)
+    transcript: Transcript,
+    context: list[int],  # prompt and output so far; grows by each emitted token
+    steps: int,
+    processors: list[tuple[Stage, LogitsProcessor]],
+    greedy: bool,
+    generator: torch.Generator | None,
+    vocab: slice,  # the logits' columns a token may come from (the vocabulary a drafter shares with the target)
+    live: LiveParams | None = None,  # a front end's parameters: a change ends the stretch, for the loop to apply
+    version: int = 0,  # the version of them this stretch runs under
+    run_ahead: bool | None = None,  # queue each forward before the last token is read back (default: on CUDA)
+) -> Generator[Event, None, tuple[int, float]]:
+    """Up to ``steps`` plain steps, each token emitted as the target's; returns how many steps ran and their
+    seconds, less the time the caller spent on their events (a verification's time leaves that out too).
+
+    The cache again holds every token of ``context`` but the last when it returns, as between two rounds: a
+    forward queued ahead for a step that never came (the run ended, or was cancelled) is rolled back.
+    """
+    if run_ahead is None:
+        run_ahead = model.device.type == "cuda"  # on a CPU nothing would overlap
+    started = time.perf_counter()
+    outside = 0.0  # seconds the caller held an event
+    feed = torch.tensor([context[-1:]], device=model.device)  # [1, 1] the pending token
+    raw = forward(model, feed, cache)[0]  # [1, V]
+    transcript.target_forwards += 1
+    done = 0
+    try:
+        for step in range(steps):
+            p = distributions(processors, context, [], raw[:, vocab])  # [1, V]
+            token = p[0].argmax(-1, keepdim=True) if greedy else torch.multinomial(p[0], 1, generator=generator)
+            figures = token_stats(raw, token)  # [3, 1]
+            more = step + 1 < steps and transcript.remaining > 1
+            if run_ahead and more:  # queued behind this step's work; read back below while the device runs it
+                raw = forward(model, token.view(1, 1), cache)[0]  # [1, V]
+            host = to_host([token, figures])
+            token_id = int(host[0])
+            emitted = transcript.emit(token_id, "target", host_stats(host[1:], 1)[0])
+            context.append(token_id)
+            done += 1
+            handed = time.perf_counter()
+            yield emitted
+            outside += time.perf_counter() - handed
+            if not more or transcript.done or transcript.cancel_requested or (
+                    live is not None and live.version != version):
+                break
+            if not run_ahead:
+                raw = forward(model, torch.tensor([[token_id]], device=model.device), cache)[0]  # [1, V]
+            transcript.target_forwards += 1
+    finally:
+        rollback(cache, len(context) - 1)  # the pending token is fed by whatever comes next
+    return done, time.perf_counter() - started - outside
