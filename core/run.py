@@ -37,8 +37,9 @@ from .sampling import StageContext
 from .strategies.autoregressive import autoregressive
 from .strategies.beam import beam_search
 from .strategies.speculative import speculative
-from .suffix_drafting import SuffixDrafter, SuffixHistory, default_tree_budget, read_history
+from .suffix_drafting import SuffixDrafter, SuffixHistory, read_history
 from .transcript import Transcript
+from .tree_budget import tree_budget
 
 
 class Run:
@@ -232,12 +233,14 @@ class Run:
 
     def _tree_budget(self, config: DecodeConfig, ctx: int | None) -> int:
         """Nodes per verification when drafts are trees (0: chains): the user's (prompt lookup's every match, a
-        draft model's runners-up), or suffix drafting's per device; refused where the prompt leaves no room for
-        that wide a verification."""
+        draft model's runners-up), or suffix drafting's, measured for the device (:mod:`~decode_tui.core.tree_budget`);
+        refused where the prompt leaves no room for that wide a verification."""
         draft = config.draft
-        budget = draft.tree_budget or (default_tree_budget(self.lm.device.type) if config.mode == "suffix" else 0)
         if config.mode not in ("pld", "suffix", "speculative"):
             return 0
+        budget = draft.tree_budget or (tree_budget(self.lm.model) if config.mode == "suffix" else 0)
+        if budget and ctx is not None and draft.tree_budget is None:  # a measured budget is cut to fit, not refused
+            budget = max(1, min(budget, ctx - len(self.prompt_ids) - 1))
         if draft.tree_budget is not None and ctx is not None and len(self.prompt_ids) + budget + 1 > ctx:
             raise UsageError(f"--tree-budget {budget} does not fit: the prompt is {len(self.prompt_ids)} tokens and "
                              f"{self.lm.name} reads at most {ctx}. Give a budget under {ctx - len(self.prompt_ids)}.")

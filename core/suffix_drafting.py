@@ -34,16 +34,6 @@ if TYPE_CHECKING:
     from .events import Stage
     from .params import DraftParams
 
-# Nodes per verification where the user gives no --tree-budget. A CPU's forward costs more with each position
-# fed (2 cores: a 17-position verification costs about 2 plain steps), a GPU's about nothing up to a few dozen
-# positions on a launch-bound model (BENCHMARKS.md).
-TREE_BUDGETS = {"cpu": 16, "cuda": 64}
-
-
-def default_tree_budget(device_type: str) -> int:
-    return TREE_BUDGETS.get(device_type, TREE_BUDGETS["cpu"])
-
-
 @dataclass
 class SuffixHistory:
     """The suffix tree over earlier outputs, and what each came from (for messages and the panel)."""

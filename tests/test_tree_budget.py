@@ -1,0 +1,58 @@
+"""The tree budget per device: the widest tree whose verification costs at most TREE_COST plain forwards, measured
+on the CPU once per model; the widest offered on a GPU."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+
+from decode_tui.core import tree_budget as budget_module
+from decode_tui.core.tree_budget import CANDIDATES, TREE_COST, tree_budget
+
+from .conftest import tiny_model
+
+
+def costs(by_width: dict[int, float]) -> Any:
+    return lambda width: by_width[width]
+
+
+@pytest.mark.parametrize(("by_width", "expected"), [
+    # 2 cores with SmolLM2: a 17-position forward about two 1-position ones, a 33-position one about three.
+    ({1: 1.0, 5: 1.2, 9: 1.5, 17: 1.9, 33: 3.0, 65: 5.5}, 16),
+    ({1: 1.0, 5: 1.1, 9: 1.1, 17: 1.2, 33: 1.4, 65: 1.9}, 64),  # many cores: wide forwards nearly free
+    ({1: 1.0, 5: 2.5, 9: 3.0, 17: 4.0, 33: 6.0, 65: 9.0}, 4),  # none fits: the narrowest
+    ({1: 1.0, 5: 1.2, 9: TREE_COST, 17: 2.1, 33: 3.0, 65: 5.5}, 8),  # at the limit it still fits
+])
+def test_the_widest_budget_whose_forward_costs_at_most_two_plain_ones(by_width: dict[int, float],
+                                                                      expected: int) -> None:
+    model = tiny_model("llama", vocab_size=64, seed=0)
+    assert tree_budget(model, timer=costs(by_width)) == expected
+
+
+def test_off_the_cpu_the_widest_budget_without_timing_anything() -> None:
+    def never(width: int) -> float:
+        raise AssertionError("a GPU's budget is not timed")
+
+    gpu = SimpleNamespace(device=torch.device("cuda"))
+    assert tree_budget(gpu, timer=never) == CANDIDATES[-1]  # type: ignore[arg-type]
+
+
+def test_a_cpu_budget_is_timed_on_the_model_once_a_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = tiny_model("llama", vocab_size=64, seed=1)
+    timers = []
+    real = budget_module._forward_timer
+
+    def counted(m: Any) -> Any:
+        timers.append(m)
+        return real(m)
+
+    monkeypatch.setattr(budget_module, "_forward_timer", counted)
+    first = tree_budget(model)
+    assert first in CANDIDATES and len(timers) == 1
+    assert tree_budget(model) == first and len(timers) == 1, "kept for the model's life in the process"
+    other = tiny_model("llama", vocab_size=64, seed=2)
+    tree_budget(other)
+    assert len(timers) == 2, "each model is measured on its own"
