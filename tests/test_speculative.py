@@ -594,13 +594,14 @@ def test_adaptive_lookup_is_lossless(byte_bpe: Any) -> None:
 
 
 def speed(policy: AdaptiveDraftLength, tokens: int, alpha: float, c: float, step: float = 1.0,
-          stops_at: int | None = None) -> float:
+          stops_at: int | None = None, catch_up: float = 0.0) -> float:
     """Plain decoding's time over the policy's for ``tokens`` tokens on an imaginary GPU: every verification
     costs about a step (c1 nearly 0), a drafted token c steps, each drafted token accepted with probability
     ``alpha``, drafts cut short by the draft at ``stops_at`` tokens (None: never, the worst case for a draft
-    that stops itself)."""
+    that stops itself), and a draft after plain steps first catching up on them for ``catch_up`` steps."""
     g = torch.Generator().manual_seed(0)
     spent = done = 0.0
+    behind = False  # plain steps since the last draft: the draft must catch up first
     while done < tokens:
         k = min(policy.choose(), stops_at or 10**6)
         if k == 0:  # the loop runs the plain steps until the policy's next look as one stretch, a step each
@@ -608,11 +609,13 @@ def speed(policy: AdaptiveDraftLength, tokens: int, alpha: float, c: float, step
             policy.observe_plain(steps, steps * step)
             spent += steps * step
             done += steps
+            behind = True
             continue
         accepted = 0
         while accepted < k and float(torch.rand(1, generator=g)) < alpha:
             accepted += 1
-        verify_s, draft_s = step * (1 + 0.01 * k), step * c * k
+        verify_s, draft_s = step * (1 + 0.01 * k), step * (c * k + (catch_up if behind else 0.0))
+        behind = False
         policy.observe(k, accepted, verify_s, draft_s)
         spent += verify_s + draft_s
         done += accepted + 1
@@ -652,13 +655,42 @@ def test_a_draft_that_could_not_pay_even_fully_accepted_is_left_without_probes(m
     from decode_tui.core.strategies import adaptive
 
     monkeypatch.setattr(adaptive, "CEILING", 0.0)
+    monkeypatch.setattr(adaptive, "PROBES", float("inf"))  # probes spaced by doubling alone: the ceiling's own part
     control = AdaptiveDraftLength(20, stops_itself=True)
     assert speed(control, 512, 0.93, 0.94, stops_at=7) < 0.98
 
 
-def test_the_control_a_policy_that_prices_drafting_free_loses_on_a_gpu() -> None:
+def test_probes_are_spaced_by_what_they_cost(monkeypatch: Any) -> None:
+    """A draft that gets nothing accepted (the first 10 layers of SmolLM2 on an H200: c 0.4, acceptance 0, stopping
+    itself after 1-2 tokens) is probed now and then, and each probe after plain steps first catches up on them (an
+    eager forward there, about 4 steps): the probes are spaced so that their cost stays a few percent, and the run
+    keeps 0.95 of plain decoding. The control, backing off by doubling alone, probes 4 times in 128 tokens."""
+    class Counted(AdaptiveDraftLength):
+        probes = 0
+
+        def choose(self) -> int:
+            k = super().choose()
+            self.probes += self.decision[0] == "probe"
+            return k
+
+    policy = Counted(20, stops_itself=True)
+    assert speed(policy, 128, 0.0, 0.4, stops_at=2, catch_up=4.0) >= 0.95
+    assert policy.probes == 1, "after a costly fruitless probe the next is past the run's end"
+    from decode_tui.core.strategies import adaptive
+
+    monkeypatch.setattr(adaptive, "PROBES", float("inf"))  # no bound from the probes' cost
+    control = Counted(20, stops_itself=True)
+    assert speed(control, 128, 0.0, 0.4, stops_at=2, catch_up=4.0) < 0.93
+    assert control.probes >= 3
+
+
+def test_the_control_a_policy_that_prices_drafting_free_loses_on_a_gpu(monkeypatch: Any) -> None:
     """The control: the old first-round rule (the first draft's cost never counted, so drafting looked free
-    until a later draft was timed) drafted 20 again in round 3 and lost a tenth with SmolLM2's int4 draft."""
+    until a later draft was timed) drafted 20 again in round 3 and lost a tenth with SmolLM2's int4 draft (probes
+    spaced by doubling alone, as then: spaced by their cost, they hide part of that loss)."""
+    from decode_tui.core.strategies import adaptive
+
+    monkeypatch.setattr(adaptive, "PROBES", float("inf"))
 
     class FirstDraftFree(AdaptiveDraftLength):
         def observe(self, k: int, accepted: int, verify_s: float, draft_s: float) -> None:
@@ -697,8 +729,7 @@ def test_the_policys_plain_steps_run_as_one_stretch(byte_bpe: Any, monkeypatch: 
                                                     sample: bool) -> None:
     """Where drafting does not pay, the policy's plain steps run as stretches, each forward queued ahead of the
     last read on a GPU (forced here on the CPU): greedy's tokens, one counted forward a token, and a run that ends
-    inside a stretch (at an EOS) leaves the cache as a round would and counts no queued forward. The control: with
-    the policy's stretches cut to one step, the same tokens and forwards."""
+    inside a stretch (at an EOS) leaves the cache as a round would and counts no queued forward."""
     from functools import partial
 
     from decode_tui.core.strategies.plain_steps import plain_steps
@@ -709,30 +740,59 @@ def test_the_policys_plain_steps_run_as_one_stretch(byte_bpe: Any, monkeypatch: 
     expected = greedy(model, byte_bpe, prompt, 80, eos=V + 1).token_ids  # an EOS that never comes
     # An EOS well inside the run, where the policy takes plain steps: a token first seen after 30 others.
     eos = next(t for i, t in enumerate(expected) if i >= 30 and t not in expected[:i])
+    lengths: list[int] = []
 
-    def adaptive_run() -> tuple[Finished, list[int]]:
-        lengths: list[int] = []
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        steps, seconds = yield from partial(plain_steps, run_ahead=run_ahead)(*args, **kwargs)
+        lengths.append(steps)
+        return steps, seconds
 
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            steps, seconds = yield from partial(plain_steps, run_ahead=run_ahead)(*args, **kwargs)
-            lengths.append(steps)
-            return steps, seconds
-
-        monkeypatch.setattr(spec_module, "plain_steps", counted)
-        drafter = ModelDrafter(tiny_model("llama", vocab_size=V, seed=999), V)
-        result = run(model, byte_bpe, drafter, prompt, 80, eos=eos, params=params, k=4, sample=sample,
-                     adaptive=True)[-1]
-        assert isinstance(result, Finished)
-        return result, lengths
-
-    result, lengths = adaptive_run()
+    monkeypatch.setattr(spec_module, "plain_steps", counted)
+    drafter = ModelDrafter(tiny_model("llama", vocab_size=V, seed=999), V)
+    result = run(model, byte_bpe, drafter, prompt, 80, eos=eos, params=params, k=4, sample=sample, adaptive=True)[-1]
+    assert isinstance(result, Finished)
     assert max(lengths) > 1, f"the policy's plain steps ran as stretches: {lengths}"
     if not sample:
         assert result.token_ids == expected[: expected.index(eos) + 1]
         assert result.finish_reason == "eos"
     # Each emitted token came from one counted forward, but those a verification accepted.
     assert result.target_forwards == result.new_tokens - (result.accepted or 0)
-    monkeypatch.setattr(AdaptiveDraftLength, "plain_stretch", lambda self: 1)
-    control, single = adaptive_run()
-    assert set(single) == {1}
-    assert control.token_ids == result.token_ids and control.target_forwards == result.target_forwards
+
+
+class NeverDrafts(PromptLookup):
+    """Proposes nothing, ever: every round of a fixed draft length verifies the pending token alone."""
+
+    def propose(self, *args: Any, **kwargs: Any) -> Any:
+        from decode_tui.core.drafters import Draft
+
+        return Draft([])
+
+
+@pytest.mark.parametrize("run_ahead", [False, True])
+@pytest.mark.parametrize("sample", [False, True])
+def test_a_stretch_emits_what_rounds_of_nothing_drafted_emit(byte_bpe: Any, monkeypatch: Any, run_ahead: bool,
+                                                             sample: bool) -> None:
+    """A stretch's steps take the same tokens, with the same figures, as rounds that drafted nothing: the argmax, or
+    one draw from the processed distribution with the run's generator (the draw such a round makes for its extra
+    token). The rounds: a fixed draft length with a drafter that proposes nothing; the stretches: a policy that
+    always takes plain steps, 7 at a time."""
+    from functools import partial
+
+    from decode_tui.core.strategies.plain_steps import plain_steps
+
+    model = tiny_model("qwen2", vocab_size=V, seed=8)
+    prompt = [7, 8, 9, 10]
+    params = SamplingParams(temperature=0.8, top_k=40, repetition_penalty=1.2) if sample else SamplingParams()
+    rounds = run(model, byte_bpe, NeverDrafts(3, 4), prompt, 40, eos=V + 1, params=params, sample=sample, seed=3)
+    monkeypatch.setattr(spec_module, "plain_steps", partial(plain_steps, run_ahead=run_ahead))
+    monkeypatch.setattr(AdaptiveDraftLength, "choose", lambda self: self._decide("plain", 0, "plain steps"))
+    monkeypatch.setattr(AdaptiveDraftLength, "plain_stretch", lambda self: 7)
+    stretches = run(model, byte_bpe, NeverDrafts(3, 4), prompt, 40, eos=V + 1, params=params, sample=sample, seed=3,
+                    adaptive=True)
+    emitted = [(e.token_id, e.logprob, e.rank) for e in rounds if isinstance(e, TokenEmitted)]
+    assert emitted == [(e.token_id, e.logprob, e.rank) for e in stretches if isinstance(e, TokenEmitted)]
+    assert len(emitted) == 40
+    last = stretches[-1]
+    assert isinstance(last, Finished) and last.target_forwards == 40
+
+

@@ -8,6 +8,7 @@ events.
 
 from __future__ import annotations
 
+import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -27,6 +28,9 @@ LOST = 0.8
 # work (the draft's catch-up, the verdicts) is not in the prices, and on an H200 a draft priced at a 1.06x ceiling
 # (c 0.94, SmolLM2's int4) measured 0.90-0.93x.
 CEILING = 1.1
+# A fruitless probe's cost over a plain step is kept under this share of the rounds until the next: a probe after
+# plain steps pays the draft's catch-up on the tokens it skipped (on a GPU an eager forward, several steps).
+PROBES = 0.03
 
 
 class AdaptiveDraftLength:
@@ -68,7 +72,8 @@ class AdaptiveDraftLength:
     in runs: its best k cut off long accepted drafts of the code edit.)
     With a poor drafter the best k is 0 and the run is plain decoding; a short
     probe now and then notices a changing acceptance, and a fruitless one
-    doubles the wait to the next (up to 64 rounds).
+    doubles the wait to the next (up to 64 rounds), or more: enough for its
+    cost over a plain step to be a share PROBES of the rounds between.
 
     A drafter whose proposals are known without drafting (prompt lookup,
     replayed exactly as :mod:`~decode_tui.core.whatif` does) needs neither the
@@ -287,4 +292,6 @@ class AdaptiveDraftLength:
         if self.probing:  # back off unless the probe changed the decision
             self.probing = False
             self.probe_wait = self.probe_every if self._best() else min(64, 2 * self.probe_wait)
+            if self.step_s > 0 and self.probe_wait > self.probe_every:  # its cost over a plain step, kept a share
+                self.probe_wait = max(self.probe_wait, math.ceil(((verify_s + draft_s) / self.step_s - 1) / PROBES))
             self.next_probe = self.rounds + self.probe_wait
