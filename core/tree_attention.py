@@ -93,13 +93,17 @@ def keep_path(cache: Cache, past: int, path: Sequence[int]) -> None:
     one gather reads every source before any is overwritten."""
     kept = len(path)
     if kept and list(path) != list(range(kept)):  # the first nodes in order are where a chain's would be already
+        sources = [past + 1 + node for node in path]
+        indices: dict[torch.device, torch.Tensor] = {}  # one copy to each device the layers are on, not one a layer
         for layer in cache.layers:
             keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
             if not isinstance(keys, torch.Tensor) or not isinstance(values, torch.Tensor):
                 continue
             if keys.shape[-2] < past + 2 + max(path):  # a sliding window that let positions go: not a tree's
                 raise ValueError("a cache layer that does not hold every position cannot keep a tree's path")
-            index = torch.tensor([past + 1 + node for node in path], device=keys.device)
+            index = indices.get(keys.device)
+            if index is None:
+                index = indices[keys.device] = torch.tensor(sources, device=keys.device)
             keys[:, :, past + 1 : past + 1 + kept] = keys.index_select(2, index)
             values[:, :, past + 1 : past + 1 + kept] = values.index_select(2, index)
     rollback(cache, past + 1 + kept)
