@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .forward import rollback
+from .forward import new_cache, rollback
 from .loading import context_length
 
 if TYPE_CHECKING:
@@ -66,9 +66,7 @@ def tree_budget(model: PreTrainedModel, timer: Callable[[int], float] | None = N
 
 def _forward_timer(model: PreTrainedModel) -> Callable[[int], float]:
     """Times a forward of ``width`` positions after CONTEXT cached ones, each cropped back after it."""
-    from transformers import DynamicCache
-
-    cache = DynamicCache(config=model.config)
+    cache = new_cache(model, rollback=True)  # croppable, a sliding-window model's too
     ids = torch.zeros((1, CONTEXT), dtype=torch.long, device=model.device)  # [1, CONTEXT]
     with torch.inference_mode():
         model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)

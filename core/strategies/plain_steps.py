@@ -85,7 +85,7 @@ def plain_steps(
                     live is not None and live.version != version):
                 break
             if not run_ahead:
-                raw = forward(model, torch.tensor([[token_id]], device=model.device), cache)[0]  # [1, V]
+                raw = forward(model, token.view(1, 1), cache)[0]  # [1, V]
             transcript.target_forwards += 1
     finally:
         rollback(cache, len(context) - 1)  # the pending token is fed by whatever comes next

@@ -112,6 +112,7 @@ def speculative(
     # nor verified. Prompt lookup copies the target's own tokens, so there it is all of it.
     shared = slice(0, vocab_size)
     static = fast or graphs  # a static cache: every verification padded to one width, for one graph
+    grammar = stages.grammar if stages is not None and isinstance(stages.grammar, GrammarMask) else None
 
     context = [*transcript.prompt_ids, *(path.ids if path else ())]
     policy = AdaptiveDraftLength(num_draft_tokens, replay=drafter_replay(drafter, transcript),
@@ -160,7 +161,7 @@ def speculative(
             if policy is not None and policy.decision != said:  # what the adaptive policy decided, when it changes
                 said = policy.decision
                 yield DraftLengthDecided(round=round_, k=k, reason=policy.reason)
-            if k == 0 and policy is not None and not fast and not (stages and isinstance(stages.grammar, GrammarMask)):
+            if k == 0 and policy is not None and not fast and grammar is None:
                 # Drafting does not pay: the plain steps until the policy's next look run as greedy decoding runs
                 # them, each forward queued before the last token is read back (a round would pad and wait).
                 steps, seconds = yield from plain_steps(
@@ -174,7 +175,7 @@ def speculative(
                 continue
             started = time.perf_counter()
             draft = drafter.propose(context, k, processors, greedy, generator) if k > 0 else Draft([])
-            if stages is not None and isinstance(stages.grammar, GrammarMask):
+            if grammar is not None:
                 draft = draft.first_branch()
             tree = draft.tree  # None for a chain
             drafted = draft.token_ids[:k] if tree is None else list(draft.token_ids)
@@ -205,8 +206,8 @@ def speculative(
                     # 3. Verify: one target forward over [pending, d_1 .. d_k] gives p_1 .. p_{k+1}.
                     raw = verify(cache, context[-1], drafted, confirmed, num_draft_tokens)  # [k+1, V]
                     transcript.target_forwards += 1
-                    if stages is not None and isinstance(stages.grammar, GrammarMask):  # on a GPU, while it runs
-                        stages.grammar.prepare(context[stages.grammar.prompt_length :], model.device, drafted)
+                    if grammar is not None:  # on a GPU, while it runs
+                        grammar.prepare(context[grammar.prompt_length :], model.device, drafted)
                     # 4. Accept: the acceptance test, position by position, and the target's extra token.
                     p = distributions(processors, context, drafted, raw[:, shared])  # [k+1, V]
                     n, extra, kind, verdicts, figures = accept(p, draft.q, drafted, greedy, generator, raw)
