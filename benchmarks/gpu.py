@@ -28,7 +28,7 @@ Sections (``--only``, comma-separated):
 can be checked on a CPU before device time is spent.
 
     python benchmarks/gpu.py [--only phi3,verify,draftcost,drafting,app,behind] [--new-tokens 256] [--repeats 3]
-                             [--drafts int4,int8,self,layers:10] [--json out.json]
+                             [--drafts int4,int8,self,layers:10] [--in-order] [--json out.json]
 """
 
 from __future__ import annotations
@@ -259,11 +259,12 @@ def verify_section(lm: LoadedModel, ks: list[int], fast_ks: list[int], repeats: 
 
 
 def drafting_section(lm: LoadedModel, new_tokens: int, repeats: int, drafts: list[str], prompts: list[str],
-                     ) -> dict[str, Any]:
+                     in_order: bool = False) -> dict[str, Any]:
     """Each draft made from the target (built as the CLI builds it: int4/int8 on the device's own kernels, its
     graphs captured like the target's), at the default draft length and adaptive, and PLD, against our greedy
     on the same path: speed-up (ratio of medians), identical tokens, acceptance, c (a draft step over a target
-    step) and the prediction."""
+    step) and the prediction. ``in_order``: each draft also stepping in order (the control for running ahead).
+    """
     from decode_tui.core.drafters import load_draft
 
     built = {spec: load_draft(lm, spec) for spec in drafts}
@@ -277,6 +278,10 @@ def drafting_section(lm: LoadedModel, new_tokens: int, repeats: int, drafts: lis
                                                         draft=DraftParams(draft=spec)), draft)
         variants[f"speculative {spec} adaptive"] = (DecodeConfig(
             mode="speculative", max_new_tokens=new_tokens, draft=DraftParams(draft=spec, adaptive=True)), draft)
+        if in_order:  # the control: each draft step's token read back before its next pass is queued
+            variants[f"speculative {spec} in order"] = (DecodeConfig(
+                mode="speculative", max_new_tokens=new_tokens, draft=DraftParams(draft=spec)),
+                dataclasses.replace(draft, run_ahead=False))
     rows: dict[str, Any] = {}
     for name in prompts:
         prompt = PROMPTS[name]
@@ -318,14 +323,17 @@ def draft_cost_section(lm: LoadedModel, drafts: list[str], new_tokens: int) -> d
 
     rows: dict[str, Any] = {}
     for spec in drafts:
-        draft = load_draft(lm, spec)
+        built = load_draft(lm, spec)
         config = DecodeConfig(mode="speculative", max_new_tokens=new_tokens, draft=DraftParams(draft=spec,
                                                                                                confidence_threshold=0.0))
-        run_once(lm, "the the the the", config, draft)  # warm-up: the draft's graphs captured
-        final = run_once(lm, "the the the the", config, draft)[0]
-        rows[spec] = {"c": final.draft_cost_ratio, "draft_forwards": final.draft_forwards}
-        print(f"draft cost phi3-sized {spec}: c {final.draft_cost_ratio}", flush=True)
-        del draft
+        # The default (on CUDA each draft step's pass queued before the last token is read back), then the same
+        # draft stepping in order, the control: what running ahead saves of c.
+        for name, draft in ((spec, built), (f"{spec} in order", dataclasses.replace(built, run_ahead=False))):
+            run_once(lm, "the the the the", config, draft)  # warm-up: the draft's graphs captured
+            final = run_once(lm, "the the the the", config, draft)[0]
+            rows[name] = {"c": final.draft_cost_ratio, "draft_forwards": final.draft_forwards}
+            print(f"draft cost phi3-sized {name}: c {final.draft_cost_ratio}", flush=True)
+        del built, draft
     return rows
 
 
@@ -351,6 +359,8 @@ def main() -> None:
     parser.add_argument("--drafts", default="int4,int8,self,layers:10", help="drafts made from the target")
     parser.add_argument("--prompts", help="comma-separated: which of decode_vs_hf.py's prompts the drafting section "
                         "runs (all by default)")
+    parser.add_argument("--in-order", action="store_true", help="the drafting section also times each draft "
+                        "stepping in order (the control for a draft's passes queued ahead, the default on CUDA)")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--tiny", action="store_true", help="a small Phi-3, to check the script on a CPU")
     parser.add_argument("--json", type=Path)
@@ -403,7 +413,8 @@ def main() -> None:
         smol = load_model(resolve("smollm2"), device=args.device, dtype="auto")
         if "drafting" in sections:
             results["drafting"] = drafting_section(smol, 128, args.repeats, drafts,
-                                                   args.prompts.split(",") if args.prompts else list(PROMPTS))
+                                                   args.prompts.split(",") if args.prompts else list(PROMPTS),
+                                                   args.in_order)
             save()
         if "app" in sections:
             import app_vs_headless

@@ -29,7 +29,7 @@ import torch
 from . import target_drafts
 from .acquire import Progress, ensure, quiet
 from .errors import UsageError
-from .forward import StaticKV, forward, new_cache, prepare, release, rollback, to_host
+from .forward import HostCopy, StaticKV, forward, new_cache, prepare, release, rollback
 from .lookup_tree import lookup_tree
 from .params import target_draft
 from .path import common_prefix
@@ -180,8 +180,10 @@ class ModelDrafter:
 
     def __init__(self, model: PreTrainedModel, vocab_size: int, confidence_threshold: float = 0.4,
                  eos_token_ids: frozenset[int] = frozenset(), target_kv: torch.dtype | None = None,
-                 tree_budget: int = 0) -> None:
+                 tree_budget: int = 0, run_ahead: bool | None = None) -> None:
         self.model = model
+        # Queue each draft step's pass before the last drafted token is read back (None: on CUDA); see propose.
+        self.run_ahead = run_ahead
         # Above 0, under greedy verification: where the draft is unsure of its token, its runner-up joins the
         # draft as a sibling leaf, up to this many nodes in all (EAGLE-2's dynamic draft tree, its simplest
         # form: one extra candidate per unsure position, never drafted on from).
@@ -222,32 +224,53 @@ class ModelDrafter:
         if first_pass:  # a draft model's own prefill, done: its step's graphs next
             self._prepare_graphs()
         forwards = 1
+        # On a GPU, the next draft step's pass is queued before this token is read back, as greedy decoding's
+        # steps are (see autoregressive): the device computes it while the host reads the token and decides
+        # whether to go on, instead of idling through that. Where the draft then stops (an end-of-text token,
+        # an unsure token), that pass computed keys and values the next round can still use if the token is
+        # accepted, and its logits are dropped. On a CPU nothing would overlap, so the loop stays in order.
+        run_ahead = device.type == "cuda" if self.run_ahead is None else self.run_ahead
         for i in range(k):
             q = torch.softmax(processed(processors, ids, logits), dim=-1)  # [1, V]
             if with_runners_up:
                 top = q[0].topk(2)  # the token and its runner-up, in one copy
                 token = top.indices[:1]
-                token_id, second, q_prob, q_second = to_host([top.indices, top.values])
+                copy = HostCopy([top.indices, top.values])
+            else:
+                token = torch.argmax(q, -1) if greedy else torch.multinomial(q, 1, generator=generator).view(1)
+                copy = HostCopy([token, q[0].gather(0, token)])  # one copy per draft token
+            ids = torch.cat([ids, token.view(1, 1)], dim=1)  # [1, T + i + 1]
+            more = i + 1 < k
+            if run_ahead and more:
+                logits = forward(self.model, token.view(1, 1), self.cache)[:, -1, : self.vocab_size].float()
+                forwards += 1
+            if with_runners_up:
+                token_id, second, q_prob, q_second = copy.wait()
                 if q_prob < RUNNER_UP_BELOW and len(tokens) + len(runners_up) + 2 <= self.tree_budget:
                     runners_up.append((i, int(second), q_second))
             else:
-                token = torch.argmax(q, -1) if greedy else torch.multinomial(q, 1, generator=generator).view(1)
-                token_id, q_prob = to_host([token, q[0].gather(0, token)])  # one copy per draft token
+                token_id, q_prob = copy.wait()
             tokens.append(int(token_id))
             q_probs.append(q_prob)
             qs.append(q[0])
-            ids = torch.cat([ids, token.view(1, 1)], dim=1)
-            if i + 1 == k:
+            if not more:
                 break
+            if run_ahead:
+                self.cached.append(tokens[-1])  # its pass is queued already
             if tokens[-1] in self.eos_token_ids:
                 stopped = "an end-of-text token in the draft"
-                break
-            if q_prob < self.confidence_threshold:
+            elif q_prob < self.confidence_threshold:
                 stopped = f"draft q {q_prob:.2f} < {self.confidence_threshold:g}"
+            if stopped is not None:
+                if run_ahead and device.type == "cuda":
+                    # Waited for here, so the pass queued past the stop is timed as the draft's work, not as
+                    # the verification's that would queue behind it (c and the adaptive policy read both).
+                    torch.cuda.current_stream(device).synchronize()
                 break
-            logits = forward(self.model, token.view(1, 1), self.cache)[:, -1, : self.vocab_size].float()
-            self.cached.append(tokens[-1])
-            forwards += 1
+            if not run_ahead:
+                logits = forward(self.model, token.view(1, 1), self.cache)[:, -1, : self.vocab_size].float()
+                self.cached.append(tokens[-1])
+                forwards += 1
         if runners_up:
             return self._with_runners_up(tokens, q_probs, runners_up, forwards, stopped)
         return Draft(tokens, torch.stack(qs), q_probs=tuple(q_probs), forwards=forwards, stopped=stopped)
@@ -348,12 +371,16 @@ class DraftModel:
     target_kv: torch.dtype | None = None
     # Said once to the user when the default draft could not run on this device and this one replaced it.
     note: str | None = None
+    # Queue each draft step's pass before the last drafted token is read back (ModelDrafter.propose); None: on
+    # CUDA, where the device then computes while the host decides. False keeps the loop in order (a benchmark's
+    # control).
+    run_ahead: bool | None = None
 
     def drafter(self, confidence_threshold: float, eos_token_ids: frozenset[int], tree_budget: int = 0,
                 ) -> ModelDrafter:
         """A drafter over this model for one run."""
         return ModelDrafter(self.model, self.vocab_size, confidence_threshold, eos_token_ids, self.target_kv,
-                            tree_budget)
+                            tree_budget, self.run_ahead)
 
 
 def preparing(spec: str) -> str:

@@ -397,6 +397,28 @@ def test_greedy_speculative_with_each_target_draft_is_greedy_on_cuda_graphs(byte
         assert isinstance(drafter.cache, StaticKV) and any(key[1] == 1 for key in drafter.cache.graphs)
 
 
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_draft_on_cuda_runs_ahead_and_drafts_what_an_in_order_draft_drafts(byte_bpe: Any, seed: int) -> None:
+    """On CUDA a draft step's pass is queued before the last drafted token is read back (by default): its rounds
+    equal the in-order loop's on captured graphs, with a confidence cut-off that stops drafts often, so passes
+    run past a stop and the next round drafts from the right cache."""
+    from decode_tui.core.events import DraftProposed
+
+    model = on_cuda(tiny_model(ARCHS[seed], vocab_size=V, seed=seed))
+    draft = on_cuda(tiny_model("llama", vocab_size=V, seed=seed + 100))
+    prompt = prompt_for(seed, 9)
+    runs = []
+    for run_ahead in (False, None):
+        drafter = ModelDrafter(draft, V, confidence_threshold=0.08, run_ahead=run_ahead)
+        runs.append(ours_on(model, byte_bpe, prompt, 40, graphs=True, drafter=drafter, k=4))
+        assert (drafter.run_ahead is None) == (run_ahead is None)
+    in_order, ahead = ([(e.token_ids, e.stopped) for e in run if isinstance(e, DraftProposed)] for run in runs)
+    assert in_order == ahead
+    assert any(stopped for _, stopped in ahead), "some draft stopped early"
+    assert isinstance(runs[0][-1], Finished) and isinstance(runs[1][-1], Finished)
+    assert runs[0][-1].token_ids == runs[1][-1].token_ids
+
 def test_a_speculative_run_starts_on_cuda_with_its_defaults(smollm2_bf16: Any) -> None:
     """`--mode speculative` with nothing else: the int4 draft, built on CUDA, greedy's tokens, and its c measured
     (printed for BENCHMARKS.md: the issue's target is c <= 1.2 on an H100)."""

@@ -18,7 +18,7 @@ import torch
 
 from decode_tui.core import forward as forward_module
 from decode_tui.core.drafters import ModelDrafter, PromptLookup
-from decode_tui.core.events import BeamStepped, DraftVerified, Event, Finished
+from decode_tui.core.events import BeamStepped, DraftProposed, DraftVerified, Event, Finished
 from decode_tui.core.forward import StaticKV, graph_failure, graphs_available, new_cache, release
 from decode_tui.core.params import BeamParams, SamplingParams
 from decode_tui.core.strategies.autoregressive import autoregressive
@@ -361,3 +361,44 @@ def test_a_draft_made_from_the_target_replays_graphs_on_its_own_pooled_cache(
     assert isinstance(stopped.cache, StaticKV) and stopped.cache.leased
     run.close()
     assert isinstance(stopped.cache, StaticKV) and not stopped.cache.leased
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("sample", [False, True], ids=["greedy", "sample"])
+@pytest.mark.parametrize("graphs", [False, True], ids=["eager", "graphs"])
+def test_a_draft_running_ahead_drafts_what_an_in_order_draft_drafts(byte_bpe: Any, cpu_graphs: type[EagerGraphs],
+                                                                    seed: int, sample: bool, graphs: bool) -> None:
+    """On a GPU a draft step's pass is queued before the last drafted token is read back. Where the draft then
+    stops (an unsure token, an end-of-text token) that pass ran past the stop: the next round must still draft
+    from the right cache, so every round's draft, q and verdicts equal the in-order loop's, on a random draft
+    whose confidence cut-off stops it often, with the runners-up tree too."""
+    model = model_for(seed)
+    draft_model = tiny_model(ARCHS[(seed + 1) % 4], vocab_size=V, seed=seed + 70)
+    prompt = repetitive_prompt(seed, 6 + seed)
+    eos = frozenset({int(t) for t in torch.randperm(V, generator=torch.Generator().manual_seed(seed))[:40]})
+
+    def go(run_ahead: bool) -> tuple[list[Event], ModelDrafter]:
+        drafter = ModelDrafter(draft_model, V, confidence_threshold=0.05 + 0.03 * (seed % 3), eos_token_ids=eos,
+                               tree_budget=0 if sample or seed % 2 else 12, run_ahead=run_ahead)
+        events = list(speculative(model, transcript(byte_bpe, prompt, 40), drafter,
+                                  SamplingParams(top_k=30) if sample else SamplingParams(), greedy=not sample,
+                                  num_draft_tokens=2 + seed % 5, generator=torch.Generator().manual_seed(seed),
+                                  graphs=graphs))
+        return events, drafter
+
+    (in_order, _), (ahead, drafter) = go(False), go(True)
+    assert_same_events(in_order, ahead)
+    proposed = [(a, b) for a, b in zip(in_order, ahead, strict=True)
+                if isinstance(a, DraftProposed) and isinstance(b, DraftProposed)]
+    assert [a.q_probs for a, _ in proposed] == [pytest.approx(b.q_probs, abs=1e-6) for _, b in proposed]
+    assert [a.stopped for a, _ in proposed] == [b.stopped for _, b in proposed]
+    # A round whose chain is shorter than it could be stopped early (a tree's event counts its runners-up too).
+    chains = [next((i for i, parent in enumerate(a.parents or ()) if parent != i - 1), len(a.token_ids))
+              for a, _ in proposed]
+    assert any(n < (a.max_tokens or 0) for n, (a, _) in zip(chains, proposed, strict=True)), \
+        "the draft stopped in some round: a pass ran past the stop"
+    first, second = (next(e for e in run if isinstance(e, Finished)) for run in (in_order, ahead))
+    # Each stop cost the running-ahead draft one pass, except where its keys and values served the next round.
+    assert first.draft_forwards is not None and second.draft_forwards is not None
+    assert first.draft_forwards <= second.draft_forwards <= first.draft_forwards + len(proposed)
+    assert drafter.cached == [*prompt, *second.token_ids][: len(drafter.cached)], "the cache holds the text's prefix"

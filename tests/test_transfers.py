@@ -75,12 +75,14 @@ def test_autoregressive_copies_once_per_step(byte_bpe: Any, monkeypatch: pytest.
 
 
 @pytest.mark.parametrize("sample", [False, True])
-@pytest.mark.parametrize("drafter_kind", ["model", "lookup"])
+@pytest.mark.parametrize("drafter_kind", ["model", "model running ahead", "lookup"])
 def test_speculative_copies_once_per_target_forward_and_per_draft_token(
         byte_bpe: Any, monkeypatch: pytest.MonkeyPatch, sample: bool, drafter_kind: str) -> None:
     model = tiny_model("llama", vocab_size=V, seed=2)
-    drafter: Any = (ModelDrafter(tiny_model("llama", vocab_size=V, seed=3), V, confidence_threshold=0.0)
-                    if drafter_kind == "model" else PromptLookup(1, 4, frozenset()))  # 1-grams: many matches
+    drafter: Any = (ModelDrafter(tiny_model("llama", vocab_size=V, seed=3), V, confidence_threshold=0.0,
+                                 run_ahead=drafter_kind.endswith("ahead"))  # as on a GPU
+                    if drafter_kind.startswith("model") else PromptLookup(1, 4, frozenset()))  # 1-grams: many matches
+    drafter_kind = drafter_kind.split()[0]
     # For lookup, a prompt holding most of the vocabulary, so the last token is nearly always found in it.
     prompt = PROMPT if drafter_kind == "model" else list(range(1, V - 20))
     with host_transfers(monkeypatch) as calls:
