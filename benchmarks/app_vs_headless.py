@@ -20,7 +20,8 @@ from sending the key to the end of its handler, and to the text pane's next
 paint (what the user sees).
 
     python benchmarks/app_vs_headless.py [--repeats 3] [--new-tokens 128] [--json out.json]
-                                         [--proxy python-bound|device-wait] [--cases MODE/PROMPT,...]
+                                         [--proxy python-bound[:N]|device-wait] [--cases MODE/PROMPT,...]
+                                         [--start-at-once]
 """
 
 from __future__ import annotations
@@ -72,9 +73,15 @@ class DecoderClock:
     wall_s: float = 0.0
 
     def watch(self, events: Iterator[Event]) -> Iterator[Event]:
+        """From the event after the run's first (``Started``) to the last: the app holds a run at its start
+        until the start is on screen (``DecodeApp.show_start_first``), which is not decoding, as the run's own
+        clock leaves it out too."""
         cpu, wall = time.thread_time(), time.perf_counter()
         try:
-            yield from events
+            for i, event in enumerate(events):
+                yield event
+                if i == 0:
+                    cpu, wall = time.thread_time(), time.perf_counter()
         finally:
             self.cpu_s, self.wall_s = time.thread_time() - cpu, time.perf_counter() - wall
 
@@ -195,10 +202,20 @@ PROXY: dict[str, Callable[[LoadedModel], LoadedModel]] = {"none": lambda lm: lm,
                                                           "device-wait": device_wait}
 
 
+def proxy_name(value: str) -> str:
+    """``--proxy``: one of PROXY, or ``python-bound:N`` (N layers: fewer decode faster, at a GPU's event rate)."""
+    name, _, layers = value.partition(":")
+    if name not in PROXY or (layers and (name != "python-bound" or not layers.isdigit() or int(layers) < 1)):
+        raise argparse.ArgumentTypeError(f"{value!r}: one of {', '.join(sorted(PROXY))}, or python-bound:N")
+    return value
+
+
 def embedded(proxy: str = "none") -> LoadedModel:
     """The embedded model (or its stand-in) with EOS disabled, so both sides decode the same number of tokens."""
     lm = load_model(resolve("smollm2"), device="cpu" if proxy != "none" else "auto", dtype="auto")
-    return dataclasses.replace(PROXY[proxy](lm), eos_token_ids=frozenset())
+    name, _, layers = proxy.partition(":")
+    stand_in = python_bound(lm, int(layers)) if layers else PROXY[name](lm)
+    return dataclasses.replace(stand_in, eos_token_ids=frozenset())
 
 
 def _model_in_this_thread(proxy: str = "none") -> LoadedModel:
@@ -219,7 +236,8 @@ class AppRun:
 
 
 def in_app(prompt: str, config: DecodeConfig, runs: int = 1, press_every: float | None = None, proxy: str = "none",
-           switch_interval_s: float | None = None) -> tuple[list[AppRun], list[float], list[float]]:
+           switch_interval_s: float | None = None, show_start_first: bool = True,
+           ) -> tuple[list[AppRun], list[float], list[float]]:
     """``runs`` runs in one app, each started with the restart key's action after a first, untimed run.
 
     The first run starts while the app is still mounting (styles, layout, the first full paint) and
@@ -236,6 +254,7 @@ def in_app(prompt: str, config: DecodeConfig, runs: int = 1, press_every: float 
     app = DecodeApp(Settings(prompt=prompt, config=config), source)
     if switch_interval_s is not None:
         app.switch_interval_s = switch_interval_s
+    app.show_start_first = show_start_first
     handled: list[float] = []
     original = app.action_toggle_boundaries
 
@@ -304,19 +323,21 @@ COLOURING_ENV = "DECODE_TUI_BENCH_COLOURING"
 
 
 def app_child(mode: str, prompt_name: str, new_tokens: int, runs: int, proxy: str,
-              switch_interval_s: float | None = None) -> None:
+              switch_interval_s: float | None = None, show_start_first: bool = True) -> None:
     """In the child process: ``runs`` timed runs in one app; tokens/s as JSON on stdout."""
     config = DecodeConfig(mode=mode, max_new_tokens=new_tokens)  # type: ignore[arg-type]
-    results, _, _ = in_app(PROMPTS[prompt_name], config, runs=runs, proxy=proxy, switch_interval_s=switch_interval_s)
+    results, _, _ = in_app(PROMPTS[prompt_name], config, runs=runs, proxy=proxy, switch_interval_s=switch_interval_s,
+                           show_start_first=show_start_first)
     print(json.dumps([{"tokens_per_s": r.finished.tokens_per_s, "decoder_waiting": r.decoder_waiting,
                        "ui_cpu": r.ui_cpu, "paint_hz": r.paint_hz} for r in results]))
 
 
 def app_rates(mode: str, prompt_name: str, new_tokens: int, runs: int, proxy: str = "none",
-              switch_interval_s: float | None = None) -> list[dict[str, float]]:
+              switch_interval_s: float | None = None, show_start_first: bool = True) -> list[dict[str, float]]:
     switch = ["--switch-interval", str(switch_interval_s)] if switch_interval_s is not None else []
+    start = [] if show_start_first else ["--start-at-once"]
     done = subprocess.run([sys.executable, __file__, "--app-child", mode, prompt_name, str(new_tokens), str(runs),
-                           "--proxy", proxy, *switch], capture_output=True, text=True, check=True)
+                           "--proxy", proxy, *switch, *start], capture_output=True, text=True, check=True)
     rows: list[dict[str, float]] = json.loads(done.stdout.strip().splitlines()[-1])
     return rows
 
@@ -334,10 +355,11 @@ def ratio_interval(headless: list[float], app: list[float], draws: int = 10_000)
 
 
 def throughput(lm: LoadedModel, prompt_name: str, mode: str, new_tokens: int, repeats: int, proxy: str = "none",
-               switch_interval_s: float | None = None) -> dict[str, Any]:
+               switch_interval_s: float | None = None, show_start_first: bool = True) -> dict[str, Any]:
     """Headless and in-app tokens/s on one prompt, ``repeats`` alternating rounds of two runs a side.
 
     ``switch_interval_s``: the app's interpreter switch interval, if not its own (``SWITCH_INTERVAL_S``).
+    ``show_start_first``: False, the control: each run decodes at once, while the app paints its start.
     """
     config = DecodeConfig(mode=mode, max_new_tokens=new_tokens)  # type: ignore[arg-type]
     headless(lm, PROMPTS[prompt_name], config)  # warm-up
@@ -349,7 +371,7 @@ def throughput(lm: LoadedModel, prompt_name: str, mode: str, new_tokens: int, re
             clock = DecoderClock()
             ours.append(headless(lm, PROMPTS[prompt_name], config, clock).tokens_per_s)
             waiting.append(clock.waiting)
-        app_runs += app_rates(mode, prompt_name, new_tokens, 2, proxy, switch_interval_s)
+        app_runs += app_rates(mode, prompt_name, new_tokens, 2, proxy, switch_interval_s, show_start_first)
     app = [r["tokens_per_s"] for r in app_runs]
     row: dict[str, Any] = {"headless_tok_s": statistics.median(ours), "app_tok_s": statistics.median(app)}
     row["ratio"] = row["app_tok_s"] / row["headless_tok_s"]
@@ -377,10 +399,13 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--latency-only", action="store_true", help="skip the throughput comparison")
-    parser.add_argument("--proxy", choices=sorted(PROXY), default="none",
-                        help="python-bound: a narrow random model on one thread, standing in for a GPU's plain path; "
-                        "device-wait: one narrow layer and a 3.3 ms wait without the interpreter lock a step, "
-                        "standing in for a GPU's captured graphs")
+    parser.add_argument("--proxy", type=proxy_name, default="none",
+                        help="python-bound: a narrow random model on one thread, standing in for a GPU's plain path "
+                        "(python-bound:N: N layers, 8 decoding at about a GPU's event rate); device-wait: one narrow "
+                        "layer and a 3.3 ms wait without the interpreter lock a step, standing in for a GPU's "
+                        "captured graphs")
+    parser.add_argument("--start-at-once", action="store_true", help="the control: the app's runs decode at once, "
+                        "while it paints their start (by default a run waits until its start is on screen)")
     parser.add_argument("--cases", help="comma-separated MODE/PROMPT rows to run (default: every row)")
     parser.add_argument("--switch-interval", type=float, help="the app's interpreter switch interval in seconds "
                         "(default: the app's own; Python's is 0.005)")
@@ -391,7 +416,8 @@ def main() -> None:
     os.environ[COLOURING_ENV] = args.colouring  # the app's child processes read it
     if args.app_child:
         mode, prompt_name, tokens, runs = args.app_child
-        app_child(mode, prompt_name, int(tokens), int(runs), args.proxy, args.switch_interval)
+        app_child(mode, prompt_name, int(tokens), int(runs), args.proxy, args.switch_interval,
+                  not args.start_at_once)
         return
 
     pull("smollm2")
@@ -404,7 +430,8 @@ def main() -> None:
         wanted = [tuple(case.split("/")) for case in args.cases.split(",")]
         cases = [(name, mode) for mode, name in wanted]
     for name, mode in cases:
-        row = throughput(lm, name, mode, args.new_tokens, args.repeats, args.proxy, args.switch_interval)
+        row = throughput(lm, name, mode, args.new_tokens, args.repeats, args.proxy, args.switch_interval,
+                         not args.start_at_once)
         results["throughput"][f"{mode}/{name}"] = row
         print(f"{mode:>6} {name:>10}: {summary(row)}", flush=True)
 

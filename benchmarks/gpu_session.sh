@@ -34,9 +34,12 @@
 #                                                                mask, speculative from a fresh process with its
 #                                                                defaults, time to first output, trees (2 rounds)
 # (about 3.5 and 7.5 minutes at most); 'app' and the Phi-3-mini-sized phases need another lease.
-# What is left of a lease after those re-measures a change: 'prep' (carry .whl .gpu/a), then
-#   bash benchmarks/gpu_session.sh changes  carry: .gpu/b        the tree tests on CUDA graphs, the drafts against
-#                                                                greedy on two prompts, trees on two (4 minutes)
+# What is left of a lease after those re-measures a change: 'prep' (carry .whl .gpu/a), or 'lease1', then
+#   bash benchmarks/gpu_session.sh changes  carry: .gpu/b        SmolLM2's gpu tests and the tree and run-ahead
+#                                                                ones, the drafts (int4, self, layers:10) fixed,
+#                                                                adaptive and stepping in order (the control) and
+#                                                                PLD against greedy on three prompts (5 minutes)
+# then 'app' (REPEATS=2, 4 minutes: greedy, pld, beam and the controls that decode at once).
 #
 # One lease (30 min of device time, the machine's start included, about 2 min) holds, back to back:
 #   SKIP_PHI3=1 tests (limit 4 min), SKIP_APP=1 smol (5 min), drafts (5 min), grammar (4 min), app (6 min)
@@ -98,14 +101,13 @@ open("/tmp/code-edit.txt", "w").write(PROMPTS["code-edit"])'
     timeout 100 python3 benchmarks/trees.py --device cuda --dtype bfloat16 --repeats 2 --tree-budgets 10,64 \
         --json "$OUT/gpu-trees.json" 2>&1 | tee "$OUT/gpu-trees.log"
     ;;
-changes)  # after 'prep' on the same machine
+changes)  # after 'prep' or 'lease1' on the same machine
     join_smol || exit 1
-    timeout 45 python3 -m pytest -p no:cacheprovider -q -rs tests/test_gpu.py -k "tree" 2>&1 \
-        | tee "$OUT/pytest-gpu-trees.log"
-    timeout 90 python3 benchmarks/gpu.py --only drafting --drafts int4,layers:10 --prompts code-edit,open-ended \
-        --repeats 2 --json "$OUT/gpu-drafts.json" 2>&1 | tee "$OUT/gpu-drafts.log"
-    timeout 100 python3 benchmarks/trees.py --device cuda --dtype bfloat16 --repeats 2 --tree-budgets 10,64 \
-        --only code-edit,summarise --json "$OUT/gpu-trees.json" 2>&1 | tee "$OUT/gpu-trees.log"
+    timeout 60 python3 -m pytest -p no:cacheprovider -q -rs tests/test_gpu.py \
+        -k "runs_ahead or tree or bf16 or smollm2 or starts_on_cuda" 2>&1 | tee "$OUT/pytest-gpu-changes.log"
+    timeout 230 python3 benchmarks/gpu.py --only drafting --drafts int4,self,layers:10 --in-order \
+        --prompts code-edit,summarise,open-ended --repeats 2 --json "$OUT/gpu-drafts.json" 2>&1 \
+        | tee "$OUT/gpu-drafts.log"
     ;;
 prep)  # only the setup above: the wheels, and the first half of the embedded model's wheel kept for 'smol'
     ;;

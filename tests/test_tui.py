@@ -949,6 +949,81 @@ def test_a_queued_run_that_is_stopped_never_waits_for_the_run_before_it() -> Non
     assert pump.finished.is_set() and started == [], "stopped before it started: it never decoded"
 
 
+
+def test_a_pump_that_waits_until_shown_holds_the_run_at_its_start_until_the_ui_says_so() -> None:
+    """The decoder waits after Started (before any forward pass) until the UI has shown the run's start; a UI
+    that never says so costs at most SHOWN_WAIT_S once, and a stop releases the wait at once."""
+    from decode_tui.tui import pump as pump_module
+
+    def source() -> Any:
+        app, fake = make()
+        return fake.source(with_mode(Settings(), "greedy"), app.live)()
+
+    pump = EventPump(source, wait_until_shown=True)
+    thread = threading.Thread(target=pump.run)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 5
+        while pump.events.empty() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(0.05)
+        held = pump.drain()
+        assert [type(e).__name__ for e in held] == ["Started"], "nothing decoded before the start is shown"
+        pump.shown.set()
+        thread.join(timeout=5)
+        rest = pump.drain()
+        assert type(rest[-1]).__name__ == "Finished" and len(rest) > len(WORDS)
+    finally:
+        pump.stop()
+        thread.join(timeout=5)
+
+    for release in ("timeout", "stop"):
+        unseen = EventPump(source, wait_until_shown=True)
+        started = time.monotonic()
+        if release == "stop":
+            threading.Timer(0.05, unseen.stop).start()
+        else:
+            pump_module.SHOWN_WAIT_S, was = 0.1, pump_module.SHOWN_WAIT_S
+        try:
+            unseen.run()
+        finally:
+            if release == "timeout":
+                pump_module.SHOWN_WAIT_S = was
+        assert unseen.finished.is_set() and time.monotonic() - started < 2.0, release
+        names = [type(e).__name__ for e in unseen.drain()]
+        assert names[-1] == ("Finished" if release == "timeout" else "Started"), release
+
+
+@in_event_loop
+async def test_a_runs_first_forward_pass_waits_until_the_app_has_shown_its_start() -> None:
+    """In the app the run's start is painted (the prompt, the cleared panels) before the decoder goes on past
+    Started, so the new run's first paint never competes with decoding; a restart does the same."""
+    app, fake = make()
+    seen: list[tuple[bool, bool]] = []
+    original = fake._events
+
+    def watched(settings: Settings, live: Any) -> Any:
+        for i, event in enumerate(original(settings, live)):
+            if i == 1:  # the decoder is past Started: had the app taken it in and drawn it by then?
+                assert app.pump is not None
+                seen.append((app.pump.shown.is_set(), app.view.started is not None))
+            yield event
+
+    fake._events = watched  # type: ignore[method-assign]
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        await pilot.press("r")
+        await until(pilot, lambda: len(fake.runs) == 2)
+        await settle(pilot, app)
+        assert text(app) == "".join(WORDS)
+    assert seen == [(True, True), (True, True)], "each run went on only once its start was shown"
+    app_off, _ = make()
+    app_off.show_start_first = False
+    async with app_off.run_test(size=SIZE) as pilot:
+        await settle(pilot, app_off)
+        assert text(app_off) == "".join(WORDS)
+        assert app_off.pump is not None and not app_off.pump.wait_until_shown
+
 def _plain(widget: Any) -> str:
     from rich.console import Console
 

@@ -80,6 +80,10 @@ class DecodeApp(App[int]):
     COMMANDS = App.COMMANDS | {DecodeCommands}
     ENABLE_COMMAND_PALETTE = True
     switch_interval_s: float = SWITCH_INTERVAL_S  # see SWITCH_INTERVAL_S; benchmarks set it to compare
+    # A run's first forward pass waits until its start is on screen (EventPump.shown): the new run's first paint,
+    # the costliest of a run, then never holds the interpreter lock while decoding wants it. Benchmarks turn it
+    # off to measure what it saves.
+    show_start_first: bool = True
 
     BINDINGS: ClassVar[list[BindingType]] = list(APP_BINDINGS)
 
@@ -181,7 +185,7 @@ class DecodeApp(App[int]):
                               auto_pause=AutoPause().check if self.auto_pause else None,
                               after=previous.finished if previous is not None else None,
                               lesson_pause=self.lessons.pauses(),
-                              hold_first=self.start_paused)
+                              hold_first=self.start_paused, wait_until_shown=self.show_start_first)
         if self.start_paused:
             self.pump.pause()
         self._clear()
@@ -249,6 +253,8 @@ class DecodeApp(App[int]):
             self.paint_at_once = False
             with self.batch_update():
                 self._paint()
+            if self.view.started is not None and not self.pump.shown.is_set():
+                self.call_after_refresh(self.pump.shown.set)  # once the compositor has drawn it
 
     def _paint(self) -> None:
         self.painter.paint(self.view.take(), self.view, self.settings.mode)

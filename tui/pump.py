@@ -21,9 +21,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from ..core.events import BeamStepped, DraftVerified, Event, TokenEmitted
+from ..core.events import BeamStepped, DraftVerified, Event, Started, TokenEmitted
 
 EventSource = Callable[[], Iterator[Event]]
+# The longest the decoder waits for the UI to show a run's start (a UI that never says so costs this once).
+SHOWN_WAIT_S = 0.25
 
 
 
@@ -74,8 +76,10 @@ class EventPump:
     def __init__(self, source: EventSource, slow_motion_s: float = 0.0,
                  auto_pause: Callable[[Event], str | None] | None = None,
                  after: threading.Event | None = None,
-                 lesson_pause: Callable[[Event], str | None] | None = None, hold_first: bool = False) -> None:
+                 lesson_pause: Callable[[Event], str | None] | None = None, hold_first: bool = False,
+                 wait_until_shown: bool = False) -> None:
         self.source = source
+        self.wait_until_shown = wait_until_shown  # see `shown`
         self.after = after  # the previous run's end: a restart never decodes beside the run it replaces
         self.slow_motion_s = slow_motion_s  # read at every step end, so the UI can change it mid-run
         self.auto_pause = auto_pause
@@ -91,6 +95,11 @@ class EventPump:
         self._lock = threading.Lock()
         self._began = False  # run() has started: from then on, run() itself sets `finished` when it ends
         self.finished = threading.Event()
+        # Set by the UI once the run's start is on screen. The decoder waits for it (at most SHOWN_WAIT_S) after
+        # the run's Started event, before the first forward pass: the new run's first paint (the cleared panels,
+        # the prompt, a full-screen redraw) then never competes with decoding for the interpreter lock. That
+        # wait is the consumer holding the run at a yield, which the run's clock leaves out like a pause.
+        self.shown = threading.Event()
 
     # -- called from the UI thread
     @property
@@ -112,6 +121,7 @@ class EventPump:
     def stop(self) -> None:
         self._stop.set()
         self._running.set()  # wake a paused producer so it can see the stop
+        self.shown.set()
         with self._lock:
             if not self._began:
                 # Never started (a restart replaced it while its worker was still queued, and Textual may never
@@ -152,6 +162,8 @@ class EventPump:
                     if self._stop.is_set():
                         break
                 self.events.put(event)
+                if isinstance(event, Started) and self.wait_until_shown:
+                    self.shown.wait(SHOWN_WAIT_S)
                 if self._stop.is_set():
                     break
                 check = self.auto_pause
