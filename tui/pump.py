@@ -8,7 +8,9 @@ token boundaries, so the strategies stay unaware of them; stopping closes the
 strategy's generator, which runs its ``finally:`` blocks (KV rollback).
 Slow motion (a delay after every step) and automatic pauses on notable events
 also act here, in the decoder thread, so they stop the run exactly at the
-step boundary, not a drain tick later.
+step boundary, not a drain tick later. A run also waits here, after its
+``Started`` event, until the UI has drawn its start (``EventPump.shown``), so
+its first paint never competes with its first forward passes.
 
 It knows the core's events, nothing about widgets.
 """
