@@ -118,3 +118,49 @@ def test_the_counter_sees_a_transfer_made_in_the_core(monkeypatch: pytest.Monkey
         sampling.draw([("raw", torch.randn(1, 30))], greedy=True, generator=None, top_n=3)
         int(torch.tensor(3))  # made here, in a test file: not counted
     assert len(calls) == 1 and "tolist" in calls[0]
+
+
+@pytest.mark.parametrize("loop", ["greedy", "plain stretch", "draft"])
+def test_a_step_read_back_while_the_next_forward_runs_was_copied_before_that_forward(
+        byte_bpe: Any, monkeypatch: pytest.MonkeyPatch, loop: str) -> None:
+    """Running ahead (on CUDA, forced here): each step's token is copied to the host, then the next forward is
+    queued, then the copy is waited for. A copy queued after that forward would wait for it as well, and the
+    host would turn the step into events with the device idle: the overlap running ahead is for would be lost
+    (the plain stretches' steps once did that). Checked as the order of the calls, which on a GPU is the order
+    of the stream."""
+    from functools import partial
+
+    from decode_tui.core import forward as forward_module
+    from decode_tui.core.strategies import plain_steps as plain_module
+    from decode_tui.core.strategies import speculative as spec_module
+    from decode_tui.core.strategies.adaptive import AdaptiveDraftLength
+
+    calls: list[str] = []
+    original_init, original_wait = forward_module.HostCopy.__init__, forward_module.HostCopy.wait
+
+    def init(self: Any, tensors: list[torch.Tensor]) -> None:
+        calls.append("copy")
+        original_init(self, tensors)
+
+    def wait(self: Any) -> list[float]:
+        calls.append("wait")
+        return original_wait(self)
+
+    monkeypatch.setattr(forward_module.HostCopy, "__init__", init)
+    monkeypatch.setattr(forward_module.HostCopy, "wait", wait)
+    model = tiny_model("llama", vocab_size=V, seed=4)
+    model.register_forward_pre_hook(lambda *_: calls.append("forward"))
+    if loop == "greedy":
+        list(autoregressive(model, transcript(byte_bpe, PROMPT, 12), SamplingParams(), greedy=True, run_ahead=True))
+    elif loop == "plain stretch":
+        monkeypatch.setattr(spec_module, "plain_steps", partial(plain_module.plain_steps, run_ahead=True))
+        monkeypatch.setattr(AdaptiveDraftLength, "choose", lambda self: self._decide("plain", 0, "plain steps"))
+        monkeypatch.setattr(AdaptiveDraftLength, "plain_stretch", lambda self: 12)
+        list(speculative(model, transcript(byte_bpe, PROMPT, 12), PromptLookup(3, 4), SamplingParams(),
+                         greedy=True, num_draft_tokens=4, adaptive=True))
+    else:
+        drafter = ModelDrafter(model, V, confidence_threshold=0.0, run_ahead=True)
+        drafter.propose(PROMPT, 12, [], True, None)
+    # The forwards queued ahead, each between a copy and its wait: copy, forward, wait, once a step.
+    text = " ".join(calls)
+    assert text.count("copy forward wait") >= 8, text

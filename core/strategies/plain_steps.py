@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..events import Event
-from ..forward import forward, rollback, to_host
+from ..forward import HostCopy, forward, rollback
 from ..live import LiveParams
 from ..path import host_stats, token_stats
 from ..transcript import Transcript
@@ -71,9 +71,12 @@ def plain_steps(
             token = p[0].argmax(-1, keepdim=True) if greedy else torch.multinomial(p[0], 1, generator=generator)
             figures = token_stats(raw, token)  # [3, 1]
             more = step + 1 < steps and transcript.remaining > 1
-            if run_ahead and more:  # queued behind this step's work; read back below while the device runs it
+            # The copy is queued before the next forward, so waiting for it does not wait for that forward too
+            # (a copy queued after it would): the host turns this step into events while the device runs it.
+            copy = HostCopy([token, figures])
+            if run_ahead and more:
                 raw = forward(model, token.view(1, 1), cache)[0]  # [1, V]
-            host = to_host([token, figures])
+            host = copy.wait()
             token_id = int(host[0])
             emitted = transcript.emit(token_id, "target", host_stats(host[1:], 1)[0])
             context.append(token_id)
