@@ -743,9 +743,9 @@ def test_the_policys_plain_steps_run_as_one_stretch(byte_bpe: Any, monkeypatch: 
     lengths: list[int] = []
 
     def counted(*args: Any, **kwargs: Any) -> Any:
-        steps, seconds = yield from partial(plain_steps, run_ahead=run_ahead)(*args, **kwargs)
+        steps, seconds, found = yield from partial(plain_steps, run_ahead=run_ahead)(*args, **kwargs)
         lengths.append(steps)
-        return steps, seconds
+        return steps, seconds, found
 
     monkeypatch.setattr(spec_module, "plain_steps", counted)
     drafter = ModelDrafter(tiny_model("llama", vocab_size=V, seed=999), V)
@@ -760,7 +760,7 @@ def test_the_policys_plain_steps_run_as_one_stretch(byte_bpe: Any, monkeypatch: 
 
 
 class NeverDrafts(PromptLookup):
-    """Proposes nothing, ever: every round of a fixed draft length verifies the pending token alone."""
+    """Proposes nothing, ever: a lookup that never finds anything to copy."""
 
     def propose(self, *args: Any, **kwargs: Any) -> Any:
         from decode_tui.core.drafters import Draft
@@ -768,14 +768,23 @@ class NeverDrafts(PromptLookup):
         return Draft([])
 
 
+class NeverDraftsAsAModel(NeverDrafts):
+    """The same, said to be a draft model: the loop then verifies each round's nothing in a round of its own (a
+    draft model asked for tokens always drafts one, so only this stand-in gets such rounds)."""
+
+    kind = "model"
+
+
 @pytest.mark.parametrize("run_ahead", [False, True])
 @pytest.mark.parametrize("sample", [False, True])
+@pytest.mark.parametrize("stretches", ["the policy's", "a lookup's"])
 def test_a_stretch_emits_what_rounds_of_nothing_drafted_emit(byte_bpe: Any, monkeypatch: Any, run_ahead: bool,
-                                                             sample: bool) -> None:
+                                                             sample: bool, stretches: str) -> None:
     """A stretch's steps take the same tokens, with the same figures, as rounds that drafted nothing: the argmax, or
     one draw from the processed distribution with the run's generator (the draw such a round makes for its extra
-    token). The rounds: a fixed draft length with a drafter that proposes nothing; the stretches: a policy that
-    always takes plain steps, 7 at a time."""
+    token). The rounds: a fixed draft length with a drafter that proposes nothing, verified round by round; the
+    stretches: a policy that always takes plain steps, 7 at a time, or a lookup that finds nothing, looking again
+    after every token."""
     from functools import partial
 
     from decode_tui.core.strategies.plain_steps import plain_steps
@@ -783,16 +792,75 @@ def test_a_stretch_emits_what_rounds_of_nothing_drafted_emit(byte_bpe: Any, monk
     model = tiny_model("qwen2", vocab_size=V, seed=8)
     prompt = [7, 8, 9, 10]
     params = SamplingParams(temperature=0.8, top_k=40, repetition_penalty=1.2) if sample else SamplingParams()
-    rounds = run(model, byte_bpe, NeverDrafts(3, 4), prompt, 40, eos=V + 1, params=params, sample=sample, seed=3)
+    rounds = run(model, byte_bpe, NeverDraftsAsAModel(3, 4), prompt, 40, eos=V + 1, params=params, sample=sample,
+                 seed=3)
     monkeypatch.setattr(spec_module, "plain_steps", partial(plain_steps, run_ahead=run_ahead))
-    monkeypatch.setattr(AdaptiveDraftLength, "choose", lambda self: self._decide("plain", 0, "plain steps"))
-    monkeypatch.setattr(AdaptiveDraftLength, "plain_stretch", lambda self: 7)
-    stretches = run(model, byte_bpe, NeverDrafts(3, 4), prompt, 40, eos=V + 1, params=params, sample=sample, seed=3,
-                    adaptive=True)
+    if stretches == "the policy's":
+        monkeypatch.setattr(AdaptiveDraftLength, "choose", lambda self: self._decide("plain", 0, "plain steps"))
+        monkeypatch.setattr(AdaptiveDraftLength, "plain_stretch", lambda self: 7)
+    stretched = run(model, byte_bpe, NeverDrafts(3, 4), prompt, 40, eos=V + 1, params=params, sample=sample, seed=3,
+                    adaptive=stretches == "the policy's")
     emitted = [(e.token_id, e.logprob, e.rank) for e in rounds if isinstance(e, TokenEmitted)]
-    assert emitted == [(e.token_id, e.logprob, e.rank) for e in stretches if isinstance(e, TokenEmitted)]
+    assert emitted == [(e.token_id, e.logprob, e.rank) for e in stretched if isinstance(e, TokenEmitted)]
     assert len(emitted) == 40
-    last = stretches[-1]
+    last = stretched[-1]
     assert isinstance(last, Finished) and last.target_forwards == 40
 
 
+
+
+class LookupAsAModel(PromptLookup):
+    """Prompt lookup's copies, said to come from a draft model: the loop verifies every round in a round of its
+    own, a lookup that finds nothing included (the path before lookups looked again inside plain stretches)."""
+
+    kind = "model"
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("sample", [False, True], ids=["greedy", "sample"])
+@pytest.mark.parametrize("run_ahead", [False, True], ids=["in-order", "run-ahead"])
+def test_a_lookup_that_finds_nothing_steps_plainly_until_a_copy_turns_up(byte_bpe: Any, monkeypatch: Any, seed: int,
+                                                                       sample: bool, run_ahead: bool) -> None:
+    """Prompt lookup takes plain steps while it finds nothing to copy, looking again after each token, and the
+    copy that turns up is verified as a round would verify it: the same tokens, figures, rounds (numbered alike),
+    drafts, verdicts and target forwards as verifying every round, nothing included, on prompts where copies come
+    and go; and the forward queued past the copy's first token is not counted."""
+    from functools import partial
+
+    from decode_tui.core.strategies.plain_steps import plain_steps
+
+    model = tiny_model(ARCHS[seed % 4], vocab_size=V, seed=seed + 30)
+    g = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(1, V - 2, (24,), generator=g).tolist() + repetitive_prompt(seed, 12)
+    params = SamplingParams(temperature=0.9, top_k=30) if sample else SamplingParams()
+    ended_by_a_copy: list[bool] = []
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        steps, seconds, found = yield from partial(plain_steps, run_ahead=run_ahead)(*args, **kwargs)
+        ended_by_a_copy.append(found is not None)
+        return steps, seconds, found
+
+    monkeypatch.setattr(spec_module, "plain_steps", counted)
+    rounds = run(model, byte_bpe, LookupAsAModel(2, 5, frozenset({V - 1})), prompt, 48, params=params, sample=sample,
+                 seed=seed, k=5)
+    stretched = run(model, byte_bpe, PromptLookup(2, 5, frozenset({V - 1})), prompt, 48, params=params,
+                    sample=sample, seed=seed, k=5)
+    assert any(ended_by_a_copy), f"a stretch ran and a copy ended it: {ended_by_a_copy}"
+
+    def shown(events: list[Event]) -> list[tuple[Any, ...]]:
+        out: list[tuple[Any, ...]] = []
+        for e in events:
+            if isinstance(e, TokenEmitted):
+                # A width-1 forward and a padded one round apart in the last float bits.
+                out.append(("token", e.token_id, round(e.logprob or 0.0, 4), e.rank))
+            elif isinstance(e, DraftProposed):
+                out.append(("proposed", e.round, e.token_ids, e.match_start, e.copy_start))
+            elif isinstance(e, DraftVerified):
+                out.append(("verified", e.round, e.accepted, e.extra_token_id,
+                            tuple((v.verdict, round(v.p, 4)) for v in e.verdicts)))
+            elif isinstance(e, Finished):
+                out.append(("finished", e.token_ids, e.target_forwards, e.drafted, e.accepted))
+        return out
+
+    assert shown(stretched) == shown(rounds)
+    assert any(isinstance(e, DraftVerified) for e in stretched), "copies were verified too"

@@ -1,24 +1,26 @@
 """Plain target steps inside a speculative run, run as the autoregressive loop runs them.
 
 Where the adaptive policy has decided that drafting does not pay, the speculative loop hands it a stretch of
-one-token steps (until its next probe or replay). A round of the speculative loop with nothing drafted is a
-verification of one token: fed at the verification's padded width on the graph paths, read back before the next
-forward is queued, then turned into events. On a GPU, where a step of a small model takes 3.3 ms, such a round
-cost about 1.6 plain greedy steps (BENCHMARKS.md, the H200 figures), so a policy that rightly stopped drafting
-still lost a third of greedy's speed. Here each step feeds the one pending token, and the next step's forward is
-queued on the device before this step's token is read back, as in
+one-token steps (until its next probe or replay); where a lookup found nothing to copy, a stretch that looks
+again after each token, while the next forward runs, and ends where a copy turns up. A round of the
+speculative loop with nothing drafted is a verification of one token: fed at the verification's padded width
+on the graph paths, read back before the next forward is queued, then turned into events. On a GPU, where a
+step of a small model takes 3.3 ms, such a round cost about 1.6 plain greedy steps (BENCHMARKS.md, the H200
+figures), so a policy that rightly stopped drafting still lost a third of greedy's speed, and prompt lookup on
+prose, which finds little to copy, ran at 0.75x greedy. Here each step feeds the one pending token, and the
+next step's forward is queued on the device before this step's token is read back, as in
 :func:`~decode_tui.core.strategies.autoregressive.autoregressive`. The tokens are the verification's: the argmax
 of the processed distribution, or one draw from it with the run's generator (the draw a round with nothing
 drafted makes), with the same figures.
 
-It knows the model call, the sampling stages and the transcript; nothing of drafters, the policy or events
-beyond the emitted tokens.
+It knows the model call, the sampling stages and the transcript; nothing of drafters (``look`` is the loop's),
+the policy or events beyond the emitted tokens.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING
 
 import torch
@@ -33,6 +35,7 @@ from .acceptance import distributions
 if TYPE_CHECKING:
     from transformers import Cache, LogitsProcessor, PreTrainedModel
 
+    from ..drafters import Draft
     from ..events import Stage
 
 
@@ -50,9 +53,12 @@ def plain_steps(
     live: LiveParams | None = None,  # a front end's parameters: a change ends the stretch, for the loop to apply
     version: int = 0,  # the version of them this stretch runs under
     run_ahead: bool | None = None,  # queue each forward before the last token is read back (default: on CUDA)
-) -> Generator[Event, None, tuple[int, float]]:
-    """Up to ``steps`` plain steps, each token emitted as the target's; returns how many steps ran and their
-    seconds, less the time the caller spent on their events (a verification's time leaves that out too).
+    look: Callable[[], Draft] | None = None,  # a drafter's proposal for the context as it is now
+) -> Generator[Event, None, tuple[int, float, Draft | None]]:
+    """Up to ``steps`` plain steps, each token emitted as the target's; returns how many steps ran, their
+    seconds, less the time the caller spent on their events (a verification's time leaves that out too), and
+    the draft that ended the stretch, if one did: ``look`` is asked after each step's token (on a GPU while the
+    next forward runs), and a draft that proposes something ends the stretch for the loop to verify.
 
     The cache again holds every token of ``context`` but the last when it returns, as between two rounds: a
     forward queued ahead for a step that never came (the run ended, or was cancelled) is rolled back.
@@ -64,7 +70,7 @@ def plain_steps(
     feed = torch.tensor([context[-1:]], device=model.device)  # [1, 1] the pending token
     raw = forward(model, feed, cache)[0]  # [1, V]
     transcript.target_forwards += 1
-    done = 0
+    done, found = 0, None
     try:
         for step in range(steps):
             p = distributions(processors, context, [], raw[:, vocab])  # [1, V]
@@ -87,9 +93,12 @@ def plain_steps(
             if not more or transcript.done or transcript.cancel_requested or (
                     live is not None and live.version != version):
                 break
+            if look is not None and (draft := look()).token_ids:
+                found = draft  # the forward queued ahead is rolled back below: the verification feeds this token
+                break
             if not run_ahead:
                 raw = forward(model, token.view(1, 1), cache)[0]  # [1, V]
             transcript.target_forwards += 1
     finally:
         rollback(cache, len(context) - 1)  # the pending token is fed by whatever comes next
-    return done, time.perf_counter() - started - outside
+    return done, time.perf_counter() - started - outside, found

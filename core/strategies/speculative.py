@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Generator
+from functools import partial
 from typing import TYPE_CHECKING, Literal
 
 import torch
@@ -133,6 +134,7 @@ def speculative(
         if not transcript.done:
             if static and len(context) + num_draft_tokens + 1 <= max_len:
                 prepare(model, cache, num_draft_tokens + 1, keep=num_draft_tokens + 1)  # the verification's graph
+            prepare(model, cache, 1, keep=1)  # a plain step's, for the stretches below (a no-op off the graphs)
             first, first_stats = first_token(distributions(processors, context, [], raw[:, shared]), raw, greedy,
                                         generator)
             yield transcript.emit(first, stats=first_stats)
@@ -142,7 +144,7 @@ def speculative(
             if drafter.kind == "model" and not fast:
                 stats.plain_step_s = plain_step(model, cache, context, repeat=2 if graphs else 1)
 
-        round_, said = 0, ("", -1)
+        round_, said, found = 0, ("", -1), None  # found: a lookup's copy that ended a stretch of plain steps
         while not transcript.done:
             if transcript.cancel_requested:
                 yield transcript.finished("cancelled", **stats.extras())
@@ -161,20 +163,26 @@ def speculative(
             if policy is not None and policy.decision != said:  # what the adaptive policy decided, when it changes
                 said = policy.decision
                 yield DraftLengthDecided(round=round_, k=k, reason=policy.reason)
-            if k == 0 and policy is not None and not fast and grammar is None:
-                # Drafting does not pay: the plain steps until the policy's next look run as greedy decoding runs
-                # them, each forward queued before the last token is read back (a round would pad and wait).
-                steps, seconds = yield from plain_steps(
-                    model, cache, transcript, context, min(policy.plain_stretch(), transcript.remaining), processors,
-                    greedy, generator, shared, live, version)
-                policy.observe_plain(steps, seconds)
+            started = time.perf_counter()
+            draft = (found if found is not None else drafter.propose(context, k, processors, greedy, generator)) \
+                if k > 0 else Draft([])
+            found = None
+            if not (draft.token_ids or fast or grammar is not None or (k > 0 and drafter.kind == "model")):
+                # Nothing drafted (the policy found drafting does not pay; a lookup found nothing to copy): plain
+                # steps as greedy decoding runs them, each forward queued before the last token is read back (a
+                # round would pad and wait), until the policy's next look, or a lookup after a step finds a copy.
+                look = partial(drafter.propose, context, k, processors, greedy, generator) if k > 0 else None
+                stretch = transcript.remaining if policy is None or k > 0 else policy.plain_stretch()
+                steps, seconds, found = yield from plain_steps(model, cache, transcript, context,
+                                                               min(stretch, transcript.remaining), processors, greedy,
+                                                               generator, shared, live, version, look=look)
+                if policy is not None:
+                    policy.observe_plain(steps, seconds)
                 stats.verify_time_s += seconds
                 for _ in range(steps):
                     stats.record(0, 0, 0.0, seconds / steps, 1)
                 round_ += steps
                 continue
-            started = time.perf_counter()
-            draft = drafter.propose(context, k, processors, greedy, generator) if k > 0 else Draft([])
             if grammar is not None:
                 draft = draft.first_branch()
             tree = draft.tree  # None for a chain
