@@ -80,10 +80,7 @@ class DecodeApp(App[int]):
     COMMANDS = App.COMMANDS | {DecodeCommands}
     ENABLE_COMMAND_PALETTE = True
     switch_interval_s: float = SWITCH_INTERVAL_S  # see SWITCH_INTERVAL_S; benchmarks set it to compare
-    # A run's first forward pass waits until its start is on screen (EventPump.shown): the new run's first paint,
-    # the costliest of a run, then never holds the interpreter lock while decoding wants it. Benchmarks turn it
-    # off to measure what it saves.
-    show_start_first: bool = True
+    show_start_first: bool = True  # a run decodes once its start is drawn (EventPump.shown); benchmarks compare
 
     BINDINGS: ClassVar[list[BindingType]] = list(APP_BINDINGS)
 

@@ -134,7 +134,8 @@ def speculative(
         if not transcript.done:
             if static and len(context) + num_draft_tokens + 1 <= max_len:
                 prepare(model, cache, num_draft_tokens + 1, keep=num_draft_tokens + 1)  # the verification's graph
-            prepare(model, cache, 1, keep=1)  # a plain step's, for the stretches below (a no-op off the graphs)
+            if grammar is None:  # a plain step's, for the stretches below (a no-op off the graphs)
+                prepare(model, cache, 1, keep=1)
             first, first_stats = first_token(distributions(processors, context, [], raw[:, shared]), raw, greedy,
                                         generator)
             yield transcript.emit(first, stats=first_stats)
@@ -168,9 +169,9 @@ def speculative(
                 if k > 0 else Draft([])
             found = None
             if not (draft.token_ids or fast or grammar is not None or (k > 0 and drafter.kind == "model")):
-                # Nothing drafted (the policy found drafting does not pay; a lookup found nothing to copy): plain
-                # steps as greedy decoding runs them, each forward queued before the last token is read back (a
-                # round would pad and wait), until the policy's next look, or a lookup after a step finds a copy.
+                # Nothing drafted (drafting does not pay; a lookup found nothing): plain steps as greedy runs them,
+                # each forward queued before the last token is read back (a round would pad and wait), until the
+                # policy's next look, or a lookup (never a draft model: asking it runs its passes) finds a copy.
                 look = partial(drafter.propose, context, k, processors, greedy, generator) if k > 0 else None
                 stretch = transcript.remaining if policy is None or k > 0 else policy.plain_stretch()
                 steps, seconds, found = yield from plain_steps(model, cache, transcript, context,
