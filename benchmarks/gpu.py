@@ -40,6 +40,7 @@ import statistics
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -259,11 +260,13 @@ def verify_section(lm: LoadedModel, ks: list[int], fast_ks: list[int], repeats: 
 
 
 def drafting_section(lm: LoadedModel, new_tokens: int, repeats: int, drafts: list[str], prompts: list[str],
-                     in_order: bool = False) -> dict[str, Any]:
+                     rows: dict[str, Any], save: Callable[[], None], in_order: bool = False) -> None:
     """Each draft made from the target (built as the CLI builds it: int4/int8 on the device's own kernels, its
     graphs captured like the target's), at the default draft length and adaptive, and PLD, against our greedy
     on the same path: speed-up (ratio of medians), identical tokens, acceptance, c (a draft step over a target
     step) and the prediction. ``in_order``: each draft also stepping in order (the control for running ahead).
+    Each prompt's row goes into ``rows`` and is saved as soon as it is measured: a phase stopped at its time limit
+    keeps the prompts it finished.
     """
     from decode_tui.core.drafters import load_draft
 
@@ -282,7 +285,6 @@ def drafting_section(lm: LoadedModel, new_tokens: int, repeats: int, drafts: lis
             variants[f"speculative {spec} in order"] = (DecodeConfig(
                 mode="speculative", max_new_tokens=new_tokens, draft=DraftParams(draft=spec)),
                 dataclasses.replace(draft, run_ahead=False))
-    rows: dict[str, Any] = {}
     for name in prompts:
         prompt = PROMPTS[name]
         greedy = DecodeConfig(mode="greedy", max_new_tokens=new_tokens)
@@ -313,7 +315,7 @@ def drafting_section(lm: LoadedModel, new_tokens: int, repeats: int, drafts: lis
                   f"tokens/forward {v['tokens_per_forward']:.2f}"
                   + (f"  draft lengths {v['draft_lengths']}" if "adaptive" in variant else ""), flush=True)
         rows[name] = row
-    return rows
+        save()
 
 
 def draft_cost_section(lm: LoadedModel, drafts: list[str], new_tokens: int) -> dict[str, Any]:
@@ -412,10 +414,9 @@ def main() -> None:
         pull("smollm2")
         smol = load_model(resolve("smollm2"), device=args.device, dtype="auto")
         if "drafting" in sections:
-            results["drafting"] = drafting_section(smol, 128, args.repeats, drafts,
-                                                   args.prompts.split(",") if args.prompts else list(PROMPTS),
-                                                   args.in_order)
-            save()
+            drafting_section(smol, 128, args.repeats, drafts,
+                             args.prompts.split(",") if args.prompts else list(PROMPTS),
+                             results.setdefault("drafting", {}), save, args.in_order)
         if "app" in sections:
             import app_vs_headless
 
