@@ -847,20 +847,24 @@ def test_a_lookup_that_finds_nothing_steps_plainly_until_a_copy_turns_up(byte_bp
                     sample=sample, seed=seed, k=5)
     assert any(ended_by_a_copy), f"a stretch ran and a copy ended it: {ended_by_a_copy}"
 
-    def shown(events: list[Event]) -> list[tuple[Any, ...]]:
+    def shown(events: list[Event], near: bool = False) -> list[tuple[Any, ...]]:
+        # A width-1 forward and a padded one part in the last float bits: the figures of one side are compared
+        # within 1e-4 (rounding both could split a pair that straddles a rounding boundary).
+        def f(x: float) -> Any:
+            return pytest.approx(x, abs=1e-4) if near else x
+
         out: list[tuple[Any, ...]] = []
         for e in events:
             if isinstance(e, TokenEmitted):
-                # A width-1 forward and a padded one round apart in the last float bits.
-                out.append(("token", e.token_id, round(e.logprob or 0.0, 4), e.rank))
+                out.append(("token", e.token_id, f(e.logprob or 0.0), e.rank))
             elif isinstance(e, DraftProposed):
                 out.append(("proposed", e.round, e.token_ids, e.match_start, e.copy_start))
             elif isinstance(e, DraftVerified):
                 out.append(("verified", e.round, e.accepted, e.extra_token_id,
-                            tuple((v.verdict, round(v.p, 4)) for v in e.verdicts)))
+                            tuple((v.verdict, f(v.p)) for v in e.verdicts)))
             elif isinstance(e, Finished):
                 out.append(("finished", e.token_ids, e.target_forwards, e.drafted, e.accepted))
         return out
 
-    assert shown(stretched) == shown(rounds)
+    assert shown(stretched) == shown(rounds, near=True)
     assert any(isinstance(e, DraftVerified) for e in stretched), "copies were verified too"
