@@ -23,6 +23,11 @@ settings.register_profile("ci", derandomize=True, database=None)
 settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
+# Under pytest-xdist (``-n``), each worker is a process with its own torch thread pool: workers x threads over
+# the machine's cores would have OpenMP teams spinning against each other, so the cores are shared out.
+if workers := int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0")):
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+
 # A corpus with the characters that break naive streaming: emoji (with skin
 # tones and ZWJ sequences), CJK, combining marks, and plain ASCII.
 CORPUS = [
