@@ -112,16 +112,13 @@ def _one_pull_at_a_time(alias: str, progress: Progress) -> Iterator[None]:
         lock = open(folder / f".{alias}.lock", "w")  # noqa: SIM115 - closed by the with below
     except OSError as exc:
         raise _unwritable(exc, alias) from None
-    with lock:
+    with lock:  # closing the file lets go of the lock
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             progress(f"Another decode-tui process is storing {alias} in {folder}; waiting for it to finish")
             fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+        yield
 
 
 def _cache_folder(alias: str) -> Path:
