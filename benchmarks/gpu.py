@@ -17,7 +17,8 @@ Sections (``--only``, comma-separated):
   greedy, on the CPU benchmark's prompts: speed-up with its range, acceptance, c, and the draft lengths the
   adaptive mode chooses on this device.
 - ``draftcost``: c of the int4 and int8 drafts of the Phi-3-mini-sized model (bandwidth-bound: the int4 draft
-  should cost clearly less than a step).
+  should cost clearly less than a step), then what a step's weight products cost by kind (bf16, int4 in groups
+  of 32 and of 128, int8), to split c into the products and the rest of the step.
 - ``app``: the app's tokens/s against headless on the embedded model (as ``app_vs_headless.py``).
 - ``behind``: the background compile (core/background_compile.py) on the Phi-3-mini-sized model, as the
   app uses it: greedy on the default path (CUDA graphs of the eager model), then runs while the worker
@@ -339,6 +340,75 @@ def draft_cost_section(lm: LoadedModel, drafts: list[str], new_tokens: int) -> d
     return rows
 
 
+def products_section(lm: LoadedModel, calls: int = 50) -> dict[str, Any]:
+    """What one decoding step's weight products cost, one input row, by kind: bf16 (the target's), the int4 draft's
+    (groups of 32) and, for comparison, int4 in gpt-fast's groups of 128 and int8. Summed over the model's Linear
+    layers by shape, so that c can be split into the products and the rest of a step (norms, attention, rotary,
+    the host), which a draft pays as the target does. At 32 a group's scale and offset add a quarter to the 4-bit
+    weights' bytes, at 128 a sixteenth: whether that is what keeps c over its target is what this says. On CUDA
+    each product is timed as a CUDA graph of ``calls`` launches (a few microseconds each: launches would swamp
+    them), on the CPU by the clock."""
+    from decode_tui.core.target_drafts import Int4Linear, Int8Linear
+
+    shapes = Counter((m.in_features, m.out_features) for m in lm.model.modules() if isinstance(m, torch.nn.Linear))
+    kinds: dict[str, Callable[[torch.nn.Linear], torch.nn.Module]] = {
+        "bf16": lambda linear: linear, "int4 g32": Int4Linear,
+        "int4 g128": lambda linear: Int4Linear(linear, group=128), "int8": Int8Linear}
+    totals = dict.fromkeys(kinds, 0.0)
+    by_shape: dict[str, dict[str, float]] = {}
+    with torch.inference_mode():
+        for (k, n), count in sorted(shapes.items()):
+            linear = torch.nn.Linear(k, n, bias=False, device=lm.device, dtype=torch.bfloat16)
+            x = torch.randn(1, k, device=lm.device, dtype=torch.bfloat16)
+            row = by_shape[f"{k}x{n} (x{count})"] = {}
+            for kind, make in kinds.items():
+                if kind == "int4 g128" and k % 128:
+                    continue
+                layer = make(linear)
+                row[kind] = round(product_us(layer, x, calls), 2)
+                totals[kind] += row[kind] * count
+            del linear
+    result: dict[str, Any] = {"us_per_step": {kind: round(t, 1) for kind, t in totals.items()},
+                              "over_bf16": {kind: round(t / totals["bf16"], 3) for kind, t in totals.items()},
+                              "by_shape": by_shape}
+    print(f"products of one step: {result['us_per_step']} us; over bf16 {result['over_bf16']}", flush=True)
+    return result
+
+
+def product_us(layer: torch.nn.Module, x: torch.Tensor, calls: int) -> float:
+    """Microseconds of one ``layer(x)``: the median of 5 timings of ``calls`` products."""
+    for _ in range(3):
+        layer(x)
+    if x.device.type == "cuda":
+        stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):  # warmed up on a side stream, as a capture wants
+            layer(x)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                layer(x)
+        graph.replay()
+        times = []
+        for _ in range(5):
+            start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1e3 / calls)
+        return float(statistics.median(times))
+    times = []
+    for _ in range(5):
+        start_s = time.perf_counter()
+        for _ in range(calls):
+            layer(x)
+        times.append((time.perf_counter() - start_s) * 1e6 / calls)
+    return float(statistics.median(times))
+
+
 def run_once(lm: LoadedModel, prompt: str, config: DecodeConfig, draft: Any = None
              ) -> tuple[Finished, float, list[int]]:
     lengths: list[int] = []
@@ -393,6 +463,8 @@ def main() -> None:
         lm = phi3_sized(device, dtype, args.tiny)
         if "draftcost" in sections:
             results["draftcost"] = draft_cost_section(lm, [d for d in drafts if d.startswith("int")], 64)
+            save()
+            results["draftcost"]["products"] = products_section(lm)
             save()
         if "phi3" in sections:
             results["phi3"] = phi3_section(lm, args.new_tokens, args.repeats, args.bandwidth)

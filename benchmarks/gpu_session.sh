@@ -29,6 +29,7 @@
 # A lease of 15 minutes (the machine's start included) holds two calls back to back, each phase's runs cut short:
 #   bash benchmarks/gpu_session.sh lease1   carry: .whl .gpu/a   the gpu tests that need no SmolLM2 (4 workers),
 #                                                                c of the int4 draft on the Phi-3-mini-sized model
+#                                                                and its products' cost by kind (bf16, int4, int8)
 #   bash benchmarks/gpu_session.sh lease2   carry: .gpu/b        SmolLM2: its gpu tests, the drafts against greedy
 #                                                                (int4, self, layers:10; 2 rounds), the grammar's
 #                                                                mask, speculative from a fresh process with its
@@ -79,7 +80,7 @@ case $phase in
 lease1)
     timeout 110 python3 -m pytest -p no:cacheprovider -q -rs -n 4 --durations=10 tests/test_gpu.py \
         -k "not bf16 and not smollm2" 2>&1 | tee "$OUT/pytest-gpu-tests.log"
-    timeout 60 python3 benchmarks/gpu.py --only draftcost --drafts int4 --json "$OUT/gpu-draftcost.json" 2>&1 \
+    timeout 90 python3 benchmarks/gpu.py --only draftcost --drafts int4 --json "$OUT/gpu-draftcost.json" 2>&1 \
         | tee "$OUT/gpu-draftcost.log"
     ;;
 lease2)

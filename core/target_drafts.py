@@ -242,8 +242,10 @@ class Int4Linear(_QuantisedLinear):
     def fits(linear: torch.nn.Linear) -> bool:  # CUDA's layout wants rows in eights; the CPU's in sixteens
         return linear.in_features % GROUP == 0 and linear.out_features % 16 == 0
 
-    def __init__(self, linear: torch.nn.Linear) -> None:
+    def __init__(self, linear: torch.nn.Linear, group: int = GROUP) -> None:
+        # ``group`` other than GROUP is for benchmarks/gpu.py, which times the products at gpt-fast's 128 too.
         super().__init__(linear)
+        self.group = group
         packed, scales_and_zeros = [], []
         device = linear.weight.device
         pack_name, mm_name, _ = KERNELS.get(device.type, KERNELS["cpu"])
@@ -254,7 +256,7 @@ class Int4Linear(_QuantisedLinear):
         # pack to the whole's bytes.
         for rows in torch.split(linear.weight.detach(), ROWS):
             n, k = rows.shape
-            w = rows.float().reshape(n, k // GROUP, GROUP)  # [n, K/G, G]
+            w = rows.float().reshape(n, k // group, group)  # [n, K/G, G]
             low, high = w.amin(-1), w.amax(-1)  # [n, K/G]
             scale = ((high - low) / 15).clamp(min=1e-8)
             q = torch.round((w - low[..., None]) / scale[..., None]).clamp(0, 15).to(torch.int32).reshape(n, k)
@@ -267,7 +269,7 @@ class Int4Linear(_QuantisedLinear):
         self.register_buffer("scales_and_zeros", torch.cat(scales_and_zeros).transpose(0, 1).contiguous())
 
     def matmul(self, flat: torch.Tensor) -> torch.Tensor:
-        y: torch.Tensor = self.mm(flat.contiguous(), self.packed, GROUP, self.scales_and_zeros)
+        y: torch.Tensor = self.mm(flat.contiguous(), self.packed, self.group, self.scales_and_zeros)
         return y
 
 

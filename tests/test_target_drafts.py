@@ -149,6 +149,24 @@ def test_the_cpu_kernels_pass_the_exact_product_check(bits: int) -> None:
     assert target_drafts._probe(bits, torch.device("cpu")) is None
 
 
+@pytest.mark.parametrize("group", [32, 128])
+def test_int4_products_are_exact_for_weights_exact_in_groups_of_the_layers_size(group: int) -> None:
+    """A layer quantises and multiplies in its own group size (the draft's 32; the benchmark times gpt-fast's 128
+    beside it). One 32-wide block spans 0 to 45 in steps of 3, every other 0 to 15 in steps of 1: exact with a
+    scale per 32 inputs, rounded with one per 128, so the product tells which groups the kernel read."""
+    generator = torch.Generator().manual_seed(1)
+    n, k = 32, 256
+    w = torch.randint(0, 16, (n, k), generator=generator).float()
+    w[:, ::group], w[:, 1::group] = 0, 15
+    w[:, 32:64] *= 3  # a group of 32 from 0 to 45: exact at 32 (scale 3), not at 128 (one scale of 45/15 for all)
+    linear = torch.nn.Linear(k, n, bias=False)
+    linear.weight.data = w
+    x = torch.randint(-2, 3, (3, k), generator=generator).float()
+    got = target_drafts.Int4Linear(linear, group=group)(x).float()
+    exact = torch.allclose(got, x @ w.T, rtol=1e-2, atol=1.0)
+    assert exact == (group == 32)
+
+
 def test_a_device_type_without_kernels_is_named_in_the_reason() -> None:
     assert target_drafts._probe(4, torch.device("meta")) == "torch has no int4 kernel for meta (the target is on meta)"
 
