@@ -888,14 +888,21 @@ async def test_a_failing_run_shows_its_message_and_the_app_stays_usable() -> Non
 
 @in_event_loop
 async def test_a_too_small_terminal_shows_a_notice_instead_of_the_layout() -> None:
-    app, _ = make()
+    app, fake = make()
     async with app.run_test(size=(60, 15)) as pilot:
         await settle(pilot, app)
         notice = app.query_one(TooSmall)
         assert notice.display and not app.query_one("#main").display
         assert "60×15" in _plain(notice)
+        # Keys other than q do nothing behind the notice: no new mode, no restart, no dialog, no notification.
+        await pilot.press("m", "r", "question_mark")
+        await settle(pilot, app)
+        assert app.settings.mode == "greedy" and len(fake.runs) == 1 and app.screen is app.screen_stack[0]
+        assert not app._notifications
         await pilot.resize_terminal(*SIZE)
         await until(pilot, lambda: not notice.display and app.query_one("#main").display)
+        await pilot.press("m")
+        await until(pilot, lambda: app.settings.mode != "greedy")
         # A dialog open when the terminal shrinks gives way to the notice (it was drawn over it).
         from decode_tui.tui.screens.help import HelpScreen
 

@@ -288,6 +288,8 @@ class DecodeApp(App[int]):
         self.start_run()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if self.has_class("too-small"):  # the notice says q quits; a key acting on a hidden layout would surprise
+            return action in ("quit", "interrupt")
         return not (self.replaying is not None and action in REPLAY_CANNOT)
 
     def action_cycle_mode(self) -> None:
