@@ -638,8 +638,8 @@ def test_adaptive_never_loses_to_plain_decoding_on_gpu_like_costs(draft: str, st
     assert speed(policy, 128, alpha, c) >= 0.95
     if c >= 1.0:
         assert policy.decision[0] in ("plain", "probe")
-        assert re.search(rf"c = {c:.2f} steps and the target accepts \d+%: the best draft length, \d+, would go "
-                         r"0\.\d\dx", policy.reason), policy.reason
+        assert re.search(rf"c = {c:.2f} steps and the target accepts an estimated \d+% \(from a prior of 60%\): "
+                         r"the best draft length, \d+, would go 0\.\d\dx", policy.reason), policy.reason
 
 
 def test_a_draft_that_could_not_pay_even_fully_accepted_is_left_without_probes(monkeypatch: Any) -> None:
@@ -717,7 +717,7 @@ def test_a_confident_draft_that_stops_itself_is_dropped_once_measured_to_lose() 
     assert speed(policy, 512, 0.9, 0.55) >= 0.9
     assert policy.decision == ("plain", 0)
     assert re.fullmatch(r"plain steps: drafting up to 20 was measured at 0\.\d\dx a plain step \(a drafted token "
-                        r"costs c = 0\.55 steps, the target accepts \d+%\)", policy.reason), policy.reason
+                        r"costs c = 0\.55 steps, the target accepts an estimated \d+%\)", policy.reason), policy.reason
     stopping = AdaptiveDraftLength(20, stops_itself=True)
     assert speed(stopping, 512, 0.9, 0.55, stops_at=4) >= 1.1
     assert stopping.decision == ("draft", 20)

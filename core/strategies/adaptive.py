@@ -31,6 +31,9 @@ CEILING = 1.1
 # A fruitless probe's cost over a plain step is kept under this share of the rounds until the next: a probe after
 # plain steps pays the draft's catch-up on the tokens it skipped (on a GPU an eager forward, several steps).
 PROBES = 0.03
+# Before any draft is verified the acceptance is taken to be 60 %, as if from one trial: the first rounds then move
+# it at once (one rejection at the first position takes it to 28 %), and later ones outweigh it as it fades.
+PRIOR_ACCEPTANCE = 0.6
 
 
 class AdaptiveDraftLength:
@@ -101,7 +104,7 @@ class AdaptiveDraftLength:
         # The per-position acceptance rate a, estimated from decayed counts of trials: each examined position
         # is one trial (a draft stops being examined at its first rejection, so accepted / k would
         # underestimate a badly for long drafts).
-        self.accepted_sum, self.trials_sum = 0.6, 1.0
+        self.accepted_sum, self.trials_sum = PRIOR_ACCEPTANCE, 1.0
         # Verify seconds of the last 16 rounds of each draft length; earlier runs' (remembered_times) when given.
         self.times_by_k: Times = {} if times_by_k is None else times_by_k
         self.draft_cost = 0.0  # seconds per drafted token, moving average
@@ -210,8 +213,10 @@ class AdaptiveDraftLength:
             return self.max_k
         a = min(self.accepted_sum / self.trials_sum, 0.999)
         k_best, gain = self.best_drafting
-        why = (f"a drafted token costs c = {self.c:.2f} steps and the target accepts {a:.0%}: the best draft "
-               f"length, {k_best}, would go {gain:.2f}x")
+        # The acceptance in words is the estimate the choice used, said to be one: after a few short rounds it
+        # still holds some of the prior, where the panel's counts of this run's verdicts may say 0 %.
+        why = (f"a drafted token costs c = {self.c:.2f} steps and the target accepts an estimated {a:.0%} (from a "
+               f"prior of {PRIOR_ACCEPTANCE:.0%}): the best draft length, {k_best}, would go {gain:.2f}x")
         if self.draft_clean and self.ceiling < CEILING:  # c measured on a clean draft: nothing can pay, no probe
             self.next_probe = self.rounds + 64
             return self._decide("plain", 0, f"plain steps: a drafted token costs c = {self.c:.2f} steps, so even "
@@ -249,7 +254,7 @@ class AdaptiveDraftLength:
         if self.lost is None:
             return None
         return (f"plain steps: drafting up to {self.max_k} was measured at {self.lost[1]:.2f}x a plain step (a "
-                f"drafted token costs c = {self.c:.2f} steps, the target accepts {self.lost[0]:.0%})")
+                f"drafted token costs c = {self.c:.2f} steps, the target accepts an estimated {self.lost[0]:.0%})")
 
     def plain_stretch(self) -> int:
         """How many plain steps the last choice (of none) stands for: the rounds until its next probe or replay.
