@@ -355,28 +355,38 @@ def ratio_interval(headless: list[float], app: list[float], draws: int = 10_000)
 
 
 def throughput(lm: LoadedModel, prompt_name: str, mode: str, new_tokens: int, repeats: int, proxy: str = "none",
-               switch_interval_s: float | None = None, show_start_first: bool = True) -> dict[str, Any]:
-    """Headless and in-app tokens/s on one prompt, ``repeats`` alternating rounds of two runs a side.
+               switch_interval_s: float | None = None, show_start_first: bool = True, per_round: int = 2,
+               ) -> dict[str, Any]:
+    """Headless and in-app tokens/s on one prompt, ``repeats`` alternating rounds of ``per_round`` runs a side.
 
     ``switch_interval_s``: the app's interpreter switch interval, if not its own (``SWITCH_INTERVAL_S``).
     ``show_start_first``: False, the control: each run decodes at once, while the app paints its start.
+    Each round's own ratio is kept too: on the H200 the headless runs of one round went 279 tok/s and of the
+    next 317-321, the app's 266-279 in both, so the pooled ratio's interval (0.84-1.00) said more about that
+    drift than about the app; a ratio per round, its two sides measured back to back, shows which it was.
     """
     config = DecodeConfig(mode=mode, max_new_tokens=new_tokens)  # type: ignore[arg-type]
     headless(lm, PROMPTS[prompt_name], config)  # warm-up
     ours: list[float] = []
     waiting: list[float] = []
     app_runs: list[dict[str, float]] = []
+    round_ratios: list[float] = []
     for _ in range(repeats):  # alternate, so a drift in machine speed hits both sides alike
-        for _ in range(2):
+        mine = []
+        for _ in range(per_round):
             clock = DecoderClock()
-            ours.append(headless(lm, PROMPTS[prompt_name], config, clock).tokens_per_s)
+            mine.append(headless(lm, PROMPTS[prompt_name], config, clock).tokens_per_s)
             waiting.append(clock.waiting)
-        app_runs += app_rates(mode, prompt_name, new_tokens, 2, proxy, switch_interval_s, show_start_first)
+        theirs = app_rates(mode, prompt_name, new_tokens, per_round, proxy, switch_interval_s, show_start_first)
+        round_ratios.append(statistics.median(r["tokens_per_s"] for r in theirs) / statistics.median(mine))
+        ours += mine
+        app_runs += theirs
     app = [r["tokens_per_s"] for r in app_runs]
     row: dict[str, Any] = {"headless_tok_s": statistics.median(ours), "app_tok_s": statistics.median(app)}
     row["ratio"] = row["app_tok_s"] / row["headless_tok_s"]
     row["ratio_95ci"] = ratio_interval(ours, app)
     row["headless_runs"], row["app_runs"] = sorted(ours), sorted(app)
+    row["round_ratios"] = round_ratios
     # Where the app's time went (medians): see DecoderClock and AppRun.
     row["headless_decoder_waiting"] = statistics.median(waiting)
     for key in ("decoder_waiting", "ui_cpu", "paint_hz"):
@@ -387,8 +397,9 @@ def throughput(lm: LoadedModel, prompt_name: str, mode: str, new_tokens: int, re
 def summary(row: dict[str, Any]) -> str:
     """One throughput row in a line: the ratio with its interval, and where the app's time went."""
     low, high = row["ratio_95ci"]
+    rounds = ", ".join(f"{r:.3f}" for r in row.get("round_ratios", []))
     return (f"headless {row['headless_tok_s']:6.2f} tok/s  app {row['app_tok_s']:6.2f} tok/s  ratio "
-            f"{row['ratio']:.3f} (95% interval {low:.2f}-{high:.2f}); decoder waiting "
+            f"{row['ratio']:.3f} (95% interval {low:.2f}-{high:.2f}; by round {rounds}); decoder waiting "
             f"{row['headless_decoder_waiting']:.1%} headless, {row['app_decoder_waiting']:.1%} in the app; "
             f"UI thread {row['app_ui_cpu']:.1%} of a core, painting at {row['app_paint_hz']:.1f} Hz")
 

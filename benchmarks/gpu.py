@@ -511,8 +511,10 @@ def main() -> None:
             for name, mode, at_once in (("greedy", "greedy", False), ("pld", "pld", False), ("beam", "beam", False),
                                         ("greedy, decoding at once", "greedy", True),
                                         ("pld, decoding at once", "pld", True)):
+                # Three runs a side a round (a run there is under half a second; a round's app side is a process of its
+                # own, most of whose time is its start), and each round's ratio kept, the two sides back to back.
                 rows[name] = app_vs_headless.throughput(lm, "summarise", mode, 128, args.repeats,
-                                                        show_start_first=not at_once)
+                                                        show_start_first=not at_once, per_round=3)
                 print(f"app {name}: {app_vs_headless.summary(rows[name])}", flush=True)
                 save()  # row by row: a call that runs out of time keeps what it measured
     save()
