@@ -43,14 +43,14 @@ from typing import Any
 from textual import events
 
 from decode_tui.core.embedded import pull
-from decode_tui.core.events import Event, Finished
+from decode_tui.core.events import Event, Finished, TokenEmitted
 from decode_tui.core.live import LiveParams
 from decode_tui.core.loading import LoadedModel, load_model
 from decode_tui.core.params import DecodeConfig
 from decode_tui.core.registry import resolve
 from decode_tui.core.run import Run
 from decode_tui.tui.app import DecodeApp
-from decode_tui.tui.pump import EventSource
+from decode_tui.tui.pump import EventSource, StepTracker
 from decode_tui.tui.settings import Settings
 from decode_tui.tui.widgets.text_pane import TextPane
 
@@ -71,17 +71,27 @@ class DecoderClock:
 
     cpu_s: float = 0.0
     wall_s: float = 0.0
+    tokens: int = 0
+    gaps: list[float] = dataclasses.field(default_factory=list)  # seconds between the run's successive steps
 
     def watch(self, events: Iterator[Event]) -> Iterator[Event]:
         """From the event after the run's first (``Started``) to the last: the app holds a run at its start
         until the start is on screen (``DecodeApp.show_start_first``), which is not decoding, as the run's own
         clock leaves it out too."""
         cpu, wall = time.thread_time(), time.perf_counter()
+        self.tokens, self.gaps = 0, []
+        steps, last = StepTracker(), wall  # a step: a token, a beam step or a whole draft round, as the pump counts
         try:
             for i, event in enumerate(events):
                 yield event
+                now = time.perf_counter()
                 if i == 0:
-                    cpu, wall = time.thread_time(), time.perf_counter()
+                    cpu, wall = time.thread_time(), now
+                    last = now
+                self.tokens += isinstance(event, TokenEmitted)
+                if steps.closes_step(event):
+                    self.gaps.append(now - last)
+                    last = now
         finally:
             self.cpu_s, self.wall_s = time.thread_time() - cpu, time.perf_counter() - wall
 
@@ -89,6 +99,23 @@ class DecoderClock:
     def waiting(self) -> float:
         """The share of the run's wall time the decoding thread was not running."""
         return 1 - self.cpu_s / self.wall_s if self.wall_s else 0.0
+
+    @property
+    def cpu_per_token_us(self) -> float:
+        """The decoding thread's CPU time per token: grown in the app, the decoder did more work there (on a
+        GPU its waits for the device spin, so they count too, alike on both sides)."""
+        return self.cpu_s / self.tokens * 1e6 if self.tokens else 0.0
+
+    @property
+    def stalled(self) -> float:
+        """The share of the run's wall time in stalls: what the steps longer than three times their median
+        took past that median. A loss in stalls is something that holds the decoder now and then (a paint, a
+        garbage collection); a loss spread over every step is contention or more work per step."""
+        gaps = [g for g in self.gaps if g > 0]
+        if not gaps or not self.wall_s:
+            return 0.0
+        typical = statistics.median(gaps)
+        return sum(g - typical for g in gaps if g > 3 * typical) / self.wall_s
 
 
 def headless(lm: LoadedModel, prompt: str, config: DecodeConfig, clock: DecoderClock | None = None) -> Finished:
@@ -231,6 +258,8 @@ class AppRun:
 
     finished: Finished
     decoder_waiting: float  # see DecoderClock.waiting
+    decoder_cpu_per_token_us: float  # see DecoderClock.cpu_per_token_us
+    decoder_stalled: float  # see DecoderClock.stalled
     ui_cpu: float  # the UI thread's CPU time over the run's wall time
     paint_hz: float  # how often the pacer let the app paint, at the run's end
 
@@ -310,7 +339,8 @@ def in_app(prompt: str, config: DecodeConfig, runs: int = 1, press_every: float 
                 ui_cpu, wall = time.thread_time() - ui_cpu, time.perf_counter() - wall
                 assert app.pump is not None
                 app.pump.finished.wait()  # the clock is read when the decoder's generator closes
-                results.append(AppRun(finished, clock.waiting, ui_cpu / wall, app.pacer.hz))
+                results.append(AppRun(finished, clock.waiting, clock.cpu_per_token_us, clock.stalled, ui_cpu / wall,
+                                      app.pacer.hz))
             return results
 
     try:
@@ -329,6 +359,7 @@ def app_child(mode: str, prompt_name: str, new_tokens: int, runs: int, proxy: st
     results, _, _ = in_app(PROMPTS[prompt_name], config, runs=runs, proxy=proxy, switch_interval_s=switch_interval_s,
                            show_start_first=show_start_first)
     print(json.dumps([{"tokens_per_s": r.finished.tokens_per_s, "decoder_waiting": r.decoder_waiting,
+                       "decoder_cpu_per_token_us": r.decoder_cpu_per_token_us, "decoder_stalled": r.decoder_stalled,
                        "ui_cpu": r.ui_cpu, "paint_hz": r.paint_hz} for r in results]))
 
 
@@ -368,7 +399,7 @@ def throughput(lm: LoadedModel, prompt_name: str, mode: str, new_tokens: int, re
     config = DecodeConfig(mode=mode, max_new_tokens=new_tokens)  # type: ignore[arg-type]
     headless(lm, PROMPTS[prompt_name], config)  # warm-up
     ours: list[float] = []
-    waiting: list[float] = []
+    clocks: list[DecoderClock] = []
     app_runs: list[dict[str, float]] = []
     round_ratios: list[float] = []
     for _ in range(repeats):  # alternate, so a drift in machine speed hits both sides alike
@@ -376,7 +407,7 @@ def throughput(lm: LoadedModel, prompt_name: str, mode: str, new_tokens: int, re
         for _ in range(per_round):
             clock = DecoderClock()
             mine.append(headless(lm, PROMPTS[prompt_name], config, clock).tokens_per_s)
-            waiting.append(clock.waiting)
+            clocks.append(clock)
         theirs = app_rates(mode, prompt_name, new_tokens, per_round, proxy, switch_interval_s, show_start_first)
         round_ratios.append(statistics.median(r["tokens_per_s"] for r in theirs) / statistics.median(mine))
         ours += mine
@@ -388,8 +419,10 @@ def throughput(lm: LoadedModel, prompt_name: str, mode: str, new_tokens: int, re
     row["headless_runs"], row["app_runs"] = sorted(ours), sorted(app)
     row["round_ratios"] = round_ratios
     # Where the app's time went (medians): see DecoderClock and AppRun.
-    row["headless_decoder_waiting"] = statistics.median(waiting)
-    for key in ("decoder_waiting", "ui_cpu", "paint_hz"):
+    row["headless_decoder_waiting"] = statistics.median(c.waiting for c in clocks)
+    row["headless_decoder_cpu_per_token_us"] = statistics.median(c.cpu_per_token_us for c in clocks)
+    row["headless_decoder_stalled"] = statistics.median(c.stalled for c in clocks)
+    for key in ("decoder_waiting", "decoder_cpu_per_token_us", "decoder_stalled", "ui_cpu", "paint_hz"):
         row[f"app_{key}"] = statistics.median(r[key] for r in app_runs)
     return row
 
@@ -401,6 +434,9 @@ def summary(row: dict[str, Any]) -> str:
     return (f"headless {row['headless_tok_s']:6.2f} tok/s  app {row['app_tok_s']:6.2f} tok/s  ratio "
             f"{row['ratio']:.3f} (95% interval {low:.2f}-{high:.2f}; by round {rounds}); decoder waiting "
             f"{row['headless_decoder_waiting']:.1%} headless, {row['app_decoder_waiting']:.1%} in the app; "
+            f"decoder CPU a token {row['headless_decoder_cpu_per_token_us']:.0f} us headless, "
+            f"{row['app_decoder_cpu_per_token_us']:.0f} us in the app; stalled {row['headless_decoder_stalled']:.1%}"
+            f" headless, {row['app_decoder_stalled']:.1%} in the app; "
             f"UI thread {row['app_ui_cpu']:.1%} of a core, painting at {row['app_paint_hz']:.1f} Hz")
 
 
