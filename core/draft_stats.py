@@ -37,6 +37,13 @@ def fit_verify_costs(times_by_k: Mapping[int, Sequence[float]]) -> tuple[float, 
     return max(mean_t - slope * mean_k, 1e-6), slope
 
 
+def caught_up(fed: int | None) -> bool:
+    """Whether a draft model fed this many context tokens before drafting was catching up on tokens it had
+    skipped: a round after a round that drafted feeds it one (the target's extra token), or two (the last drafted
+    token too, when all were accepted)."""
+    return fed is not None and fed > 2
+
+
 @dataclass
 class DraftStats:
     """Counters for the Finished event: what was drafted, what was accepted, where the time went."""
@@ -50,7 +57,9 @@ class DraftStats:
     accepted_at: list[int] = field(default_factory=list)  # ... and were accepted there
     rejections: int = 0  # rounds that ended on a rejected draft token
     # Timed rounds: the draft's seconds per drafted token (the first round left out: it also fed the prompt to
-    # the draft), the verifications' seconds by draft length, and what the timed rounds emitted in what time.
+    # the draft; and a round whose draft first caught up on tokens it skipped, after plain steps: in an adaptive
+    # run that does not draft, such rounds are most of the drafting ones, and counted they doubled c), the
+    # verifications' seconds by draft length, and what the timed rounds emitted in what time.
     draft_step_s: list[float] = field(default_factory=list)
     verify_by_k: dict[int, list[float]] = field(default_factory=dict)
     round_tokens: int = 0
@@ -60,9 +69,10 @@ class DraftStats:
     plain_step_s: float | None = None
 
     def record(self, k: int, n: int, draft_s: float | None = None, verify_s: float | None = None,
-               emitted: int | None = None) -> None:
+               emitted: int | None = None, fed: int | None = None) -> None:
         """A round that drafted ``k`` tokens of which ``n`` were accepted, with its times where known and the
-        tokens it emitted (n + 1 unless the run ended inside it)."""
+        tokens it emitted (n + 1 unless the run ended inside it). ``fed``: the context tokens a draft model was
+        fed before drafting (:attr:`~decode_tui.core.drafters.Draft.fed`), where known."""
         self.drafted += k
         self.accepted += n
         self.rejections += n < k
@@ -74,7 +84,7 @@ class DraftStats:
             self.accepted_at[i] += i < n
         if draft_s is None or verify_s is None:
             return
-        if k > 0 and self.reached[0] > 1:  # not the run's first drafting round
+        if k > 0 and self.reached[0] > 1 and not caught_up(fed):  # nor the run's first drafting round
             self.draft_step_s.append(draft_s / k)
         self.verify_by_k.setdefault(k, []).append(verify_s)
         self.round_tokens += n + 1 if emitted is None else emitted

@@ -61,6 +61,9 @@ class Draft:
     stopped: str | None = None  # why fewer than the k asked for were drafted, in words a viewer can show
     parents: tuple[int, ...] | None = None  # a tree's: each node's parent (-1 the root); None for a chain
     sources: tuple[str, ...] | None = None  # a tree's: where each node came from
+    # A draft model's: the context tokens it was fed before its first proposal. One or two in a round after a
+    # round that drafted; more after plain steps it skipped (a catch-up, which is no draft step's cost).
+    fed: int = 0
 
     @property
     def tree(self) -> TokenTree | None:
@@ -220,6 +223,7 @@ class ModelDrafter:
         # In fp32 whatever the draft computes in (a quantised draft gives bf16): q must be the distribution drawn from.
         first_pass = isinstance(self.cache, StaticKV) and not self.cache.prefilled
         logits = forward(self.model, ids[:, same:], self.cache)[:, -1, : self.vocab_size].float()  # [1, V]
+        fed = len(context) - same
         self.cached = list(context)
         if first_pass:  # a draft model's own prefill, done: its step's graphs next
             self._prepare_graphs()
@@ -272,8 +276,8 @@ class ModelDrafter:
                 self.cached.append(tokens[-1])
                 forwards += 1
         if runners_up:
-            return self._with_runners_up(tokens, q_probs, runners_up, forwards, stopped)
-        return Draft(tokens, torch.stack(qs), q_probs=tuple(q_probs), forwards=forwards, stopped=stopped)
+            return replace(self._with_runners_up(tokens, q_probs, runners_up, forwards, stopped), fed=fed)
+        return Draft(tokens, torch.stack(qs), q_probs=tuple(q_probs), forwards=forwards, stopped=stopped, fed=fed)
 
     @staticmethod
     def _with_runners_up(tokens: list[int], q_probs: list[float], runners_up: list[tuple[int, int, float]],

@@ -387,6 +387,9 @@ class DraftVerified(Event):
     # what c and a verification's cost in steps divide by. None where it was not timed (the compiled path).
     step_s: float | None = _optional()
     path: tuple[int, ...] | None = _optional()
+    # A draft model's: the context tokens it was fed before drafting this round; more than two is a catch-up on
+    # tokens it skipped (after plain steps), which its cost per draft step (c) leaves out. None for a lookup.
+    draft_fed: int | None = _optional()
 
     def __post_init__(self) -> None:
         if self.path is not None and (len(self.path) != self.accepted or list(self.path) != sorted(set(self.path))

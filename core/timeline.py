@@ -42,6 +42,7 @@ class ForwardRow:
     verify_ms: float | None  # the verification's time (the forward and the acceptance test)
     wall_ms: float  # since the previous forward's last event: everything this forward cost the run
     step_ms: float | None = None  # a plain step's time, timed at the run's start (its DraftVerified says it)
+    draft_fed: int | None = None  # a draft model's context tokens fed before drafting (DraftVerified.draft_fed)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -104,7 +105,7 @@ class Timeline:
             draft_ms=v.draft_s * 1e3 if v and v.draft_s is not None else None,
             verify_ms=v.verify_s * 1e3 if v and v.verify_s is not None else None,
             wall_ms=(self._last - self._began) * 1e3,
-            step_ms=v.step_s * 1e3 if v and v.step_s is not None else None))
+            step_ms=v.step_s * 1e3 if v and v.step_s is not None else None, draft_fed=v.draft_fed if v else None))
         self._began, self._forward = self._last, None
 
 
@@ -117,7 +118,7 @@ def draft_stats(rows: Sequence[ForwardRow]) -> DraftStats:
             stats.plain_step_s = r.step_ms / 1e3
         if r.k is not None:
             stats.record(r.k, r.accepted or 0, None if r.draft_ms is None else r.draft_ms / 1e3,
-                         None if r.verify_ms is None else r.verify_ms / 1e3, r.tokens)
+                         None if r.verify_ms is None else r.verify_ms / 1e3, r.tokens, r.draft_fed)
     return stats
 
 

@@ -232,6 +232,46 @@ def test_the_adaptive_policy_says_what_it_decided_and_why_when_it_changes(byte_b
     assert not any(isinstance(e, DraftLengthDecided) for e in fixed)
 
 
+def test_a_draft_says_what_it_caught_up_on_and_c_leaves_that_out(byte_bpe: Any) -> None:
+    """An adaptive run whose draft fails takes plain steps and probes now and then; before a probe the draft is
+    fed every token it skipped. Each round says how many context tokens its draft was fed: one, or two after a
+    draft accepted whole, plus the plain steps since the last round. c leaves out the rounds that caught up on
+    more than two: here every drafting round after the first did, so the run has no c to show, where counting
+    them gave one inflated by the catch-ups; a view rebuilding c from the rounds' events agrees."""
+    from decode_tui.core.draft_stats import caught_up
+    from decode_tui.core.timeline import Timeline, draft_stats
+
+    model = tiny_model("llama", vocab_size=V, seed=5)
+    prompt = [3, 4, 5]
+    drafter = ModelDrafter(tiny_model("llama", vocab_size=V, seed=999), V, confidence_threshold=0.0)
+    events = run(model, byte_bpe, drafter, prompt, 120, k=4, adaptive=True, eos=-1)  # no end: 120 tokens
+    rounds: list[tuple[DraftVerified, int]] = []  # each round, with the tokens emitted since the last one
+    since = 0
+    for e in events:
+        if isinstance(e, DraftVerified):
+            rounds.append((e, since))
+            since = 0
+        elif isinstance(e, TokenEmitted):
+            since += 1
+    assert rounds[0][0].draft_fed == len(prompt) + 1  # a draft of its own: the prompt, and the prefill's token
+    for (before, _), (after, emitted) in itertools.pairwise(rounds):
+        plain = emitted - before.accepted - (before.extra_token_id is not None)  # the plain steps between them
+        assert after.draft_fed == 1 + plain + (before.accepted == len(before.verdicts)), (before, after)
+    assert len(rounds) >= 3 and all(caught_up(e.draft_fed) for e, _ in rounds[1:]), "probes after plain steps"
+    final = events[-1]
+    assert isinstance(final, Finished) and final.draft_cost_ratio is None
+    timeline = Timeline()
+    for e in events:
+        timeline.add(e, 0.0)
+    assert draft_stats(timeline.rows).cost_ratio() is None
+    # Where each round follows one that drafted (a fixed draft length), every round but the first counts.
+    drafter = ModelDrafter(tiny_model("llama", vocab_size=V, seed=999), V, confidence_threshold=0.0)
+    fixed = run(model, byte_bpe, drafter, prompt, 40, k=4, eos=-1)
+    fed = [e.draft_fed for e in fixed if isinstance(e, DraftVerified)]
+    assert fed[0] == len(prompt) + 1 and all(f in (1, 2) for f in fed[1:]), fed
+    assert isinstance(fixed[-1], Finished) and fixed[-1].draft_cost_ratio is not None
+
+
 def test_int8_draft_is_lossless(byte_bpe: Any) -> None:
     model = tiny_model("llama", vocab_size=V, seed=6)
     draft = target_drafts.build(model, TargetDraft(8))

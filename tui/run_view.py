@@ -216,7 +216,7 @@ class RunView:
                 if tree is not None:  # a tree's drafted length is its depth, as the core counts it
                     cut, c.tree_nodes = tree.depth, len(tree)
                 emitted = event.accepted + (event.extra_token_id is not None)
-                self.draft_stats.record(cut, event.accepted, event.draft_s, event.verify_s, emitted)
+                self.draft_stats.record(cut, event.accepted, event.draft_s, event.verify_s, emitted, event.draft_fed)
                 if event.step_s is not None:  # the plain step the run timed: what its cost figures divide by
                     self.draft_stats.plain_step_s = event.step_s
                 c.drafted, c.accepted = self.draft_stats.drafted, self.draft_stats.accepted

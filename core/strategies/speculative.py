@@ -232,7 +232,8 @@ def speculative(
                 stats.verify_time_s += verify_s
                 # A tree's drafted length is its depth: the acceptance by position is then by depth.
                 drafted_k = len(verdicts) if tree is None else tree.depth
-                stats.record(drafted_k, n, draft_s, verify_s, n + (extra is not None))
+                fed = draft.fed if drafter.kind == "model" else None
+                stats.record(drafted_k, n, draft_s, verify_s, n + (extra is not None), fed)
                 if policy:
                     policy.observe(drafted_k, n, verify_s, draft_s)
                 confirmed = len(context) + n
@@ -241,7 +242,7 @@ def speculative(
                                         accepted=n, extra_token_id=extra,
                                         extra_kind=kind, target_forwards=transcript.target_forwards,
                                         draft_s=draft_s, verify_s=verify_s, step_s=stats.plain_step_s,
-                                        path=tuple(nodes) if nodes is not None else None)
+                                        path=tuple(nodes) if nodes is not None else None, draft_fed=fed)
                 # 5. Emit the accepted prefix, then the target's extra token, if the run goes on past the prefix.
                 # Each with the target's figures for it under its raw distribution, from this verification.
                 for i, token in enumerate(drafted[:n]):
