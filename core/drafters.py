@@ -62,7 +62,8 @@ class Draft:
     parents: tuple[int, ...] | None = None  # a tree's: each node's parent (-1 the root); None for a chain
     sources: tuple[str, ...] | None = None  # a tree's: where each node came from
     # A draft model's: the context tokens it was fed before its first proposal. One or two in a round after a
-    # round that drafted; more after plain steps it skipped (a catch-up, which is no draft step's cost).
+    # round that drafted; more after plain steps it skipped (a catch-up, which is no draft step's cost), unless
+    # it was made from the target, which hands it the keys and values of those instead.
     fed: int = 0
 
     @property
@@ -193,6 +194,9 @@ class ModelDrafter:
         self.tree_budget = tree_budget
         # A draft made from the target (DraftModel.target_kv): the dtype its keys and values are kept in.
         self.target_kv = target_kv
+        # The run's target cache, once the draft took its keys and values of the prompt (prefilled): a draft that
+        # skipped tokens (plain steps) takes theirs from it too, instead of feeding them through itself.
+        self.target_cache: Cache | None = None
         # A drafted end-of-text token ends the draft: nothing after it can reach the output (transformers'
         # assistant stops there too, its generate having the same stopping criteria).
         self.eos_token_ids = eos_token_ids
@@ -213,6 +217,8 @@ class ModelDrafter:
         # run (a restart, another prompt), whose context shares little or nothing with the last one.
         same = common_prefix(self.cached, context[:-1])
         rollback(self.cache, same)
+        if len(context) - 1 - same > 1 and self._take_from_target(same, len(context) - 1):
+            same = len(context) - 1  # what it skipped is in: it is fed the pending token alone, as in a step
         ids = torch.tensor([context], device=device)  # [1, T]
         tokens: list[int] = []
         q_probs: list[float] = []
@@ -309,7 +315,9 @@ class ModelDrafter:
         prompt took 1.8 target steps). Output is unchanged either way (the target verifies every draft token);
         the draft's guesses may change, rarely, and for the better. QuantSpec (Tiwari et al., 2025) shares one
         cache between a 4-bit self-draft and its target the same way. The draft computes its own keys and
-        values for everything after the prompt."""
+        values for what it drafts; those of tokens it skipped (plain steps) it takes from the target too
+        (:meth:`_take_from_target`)."""
+        self.target_cache = None
         if isinstance(cache, StaticKV) and cache.path == "graphs":
             self._take_static(cache.max_len)
         if self.target_kv is None or cache.get_seq_length() < len(context):
@@ -331,13 +339,38 @@ class ModelDrafter:
         if isinstance(mine, StaticKV):
             mine.prefilled = True  # the prompt is in: the next pass is a step, replayed
         self.cache, self.cached = mine, list(context)
+        self.target_cache = cache
         self._prepare_graphs()
+
+    def _take_from_target(self, start: int, end: int) -> bool:
+        """Append the target's keys and values of positions ``start`` to ``end`` to the draft's cache, which
+        holds ``start`` positions; False (nothing done) where this draft does not take the target's.
+
+        After plain steps a draft has skipped the tokens they emitted, and fed through itself they were a
+        catch-up as wide as the stretch (on a GPU an eager pass, or a graph captured for that width): most of what
+        a probe after a stretch cost, and why the adaptive policy spaces its probes out. The target's cache holds
+        them already (everything but the pending token, between rounds), and a draft made from the target
+        approximates exactly those keys and values, as it does the prompt's (:meth:`prefilled`): a copy instead."""
+        target = self.target_cache
+        if target is None or self.target_kv is None:
+            return False
+        layers = []
+        for i in range(self.model.config.num_hidden_layers):
+            keys, values = getattr(target.layers[i], "keys", None), getattr(target.layers[i], "values", None)
+            if not (isinstance(keys, torch.Tensor) and isinstance(values, torch.Tensor) and keys.shape[-2] >= end):
+                return False
+            layers.append((keys[:, :, start:end], values[:, :, start:end]))
+        for i, (keys, values) in enumerate(layers):
+            self.cache.update(keys.to(self.target_kv, copy=True), values.to(self.target_kv, copy=True), i)
+        return True
 
     def _prepare_graphs(self) -> None:
         """Capture now the draft's two usual passes, so no round pays for a capture: a step (one token), and
         the catch-up after a round whose drafts were all accepted (the last drafted token and the target's
-        extra one); after a rejection the catch-up is the target's token alone, a step. A catch-up after plain
-        steps is as wide as the tokens skipped, captured when first met (or run eagerly past 21)."""
+        extra one); after a rejection the catch-up is the target's token alone, a step. After plain steps a
+        draft made from the target takes the skipped tokens' keys and values from it (:meth:`_take_from_target`)
+        and is fed the pending token alone; another model's catch-up is as wide as the tokens skipped, captured
+        when first met (or run eagerly past 21)."""
         if isinstance(self.cache, StaticKV) and self.cache.prefilled:
             for width in (1, 2):
                 prepare(self.model, self.cache, width, keep=1)

@@ -18,7 +18,7 @@ import torch
 
 from decode_tui.core import forward as forward_module
 from decode_tui.core.drafters import ModelDrafter, PromptLookup
-from decode_tui.core.events import BeamStepped, DraftProposed, DraftVerified, Event, Finished
+from decode_tui.core.events import BeamStepped, DraftProposed, DraftVerified, Event, Finished, TokenEmitted
 from decode_tui.core.forward import StaticKV, graph_failure, graphs_available, new_cache, release
 from decode_tui.core.params import BeamParams, SamplingParams
 from decode_tui.core.strategies.autoregressive import autoregressive
@@ -361,6 +361,49 @@ def test_a_draft_made_from_the_target_replays_graphs_on_its_own_pooled_cache(
     assert isinstance(stopped.cache, StaticKV) and stopped.cache.leased
     run.close()
     assert isinstance(stopped.cache, StaticKV) and not stopped.cache.leased
+
+
+@pytest.mark.parametrize("graphs", [False, True], ids=["eager", "graphs"])
+def test_an_adaptive_draft_made_from_the_target_never_catches_up_through_itself(
+        byte_bpe: Any, cpu_graphs: type[EagerGraphs], graphs: bool) -> None:
+    """A poor draft made from the target (its first layer): the adaptive policy takes plain steps and probes now
+    and then. Every probe's draft takes the skipped tokens' keys and values from the target and is fed one or
+    two tokens, on the plain path and replaying graphs alike (no catch-up graph of a stretch's width captured),
+    and the tokens stay greedy's."""
+    from decode_tui.core import target_drafts
+    from decode_tui.core.params import target_draft
+
+    from .test_speculative import greedy
+    from .test_speculative import transcript as with_eos
+
+    model = tiny_model("llama", vocab_size=V, seed=5)
+    made = target_draft("layers:1")
+    assert made is not None
+    drafter = ModelDrafter(target_drafts.build(model, made), V, target_kv=target_drafts.kv_dtype(model, made),
+                           confidence_threshold=0.0)
+    prompt = [3, 4, 5]
+    events = list(speculative(model, with_eos(byte_bpe, prompt, 120, eos=-1), drafter, SamplingParams(),
+                              greedy=True, num_draft_tokens=4, adaptive=True, graphs=graphs,
+                              generator=torch.Generator().manual_seed(0)))
+    rounds: list[DraftVerified] = []
+    since, after_plain = 0, 0
+    for e in events:
+        if isinstance(e, DraftVerified):
+            previous = rounds[-1] if rounds else None
+            if previous is not None and since > previous.accepted + (previous.extra_token_id is not None):
+                after_plain += 1
+            rounds.append(e)
+            since = 0
+        elif isinstance(e, TokenEmitted):
+            since += 1
+    assert after_plain >= 2, "the policy probed after plain steps"
+    assert all(e.draft_fed in (1, 2) for e in rounds[1:]), [e.draft_fed for e in rounds]
+    final = events[-1]
+    assert isinstance(final, Finished)
+    assert final.token_ids == greedy(model, byte_bpe, prompt, 120, eos=-1).token_ids
+    if graphs:
+        assert isinstance(drafter.cache, StaticKV)
+        assert {key[1] for key in drafter.cache.graphs} <= {1, 2}, "no catch-up wider than a round's"
 
 
 @pytest.mark.parametrize("seed", range(6))

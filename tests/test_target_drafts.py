@@ -91,6 +91,36 @@ def test_a_draft_made_from_the_target_starts_from_the_targets_keys_and_values(sp
         assert torch.equal(keys, target_keys.to(keys.dtype)) == same, spec
 
 
+@pytest.mark.parametrize("spec", ["int4", "layers:1"])
+def test_a_draft_made_from_the_target_takes_the_keys_and_values_of_tokens_it_skipped(spec: str) -> None:
+    """After plain steps the draft has skipped their tokens: one made from the target copies their keys and
+    values from the target's cache and is fed the pending token alone; another model feeds them all through
+    itself (a catch-up as wide as the stretch)."""
+    model = tiny_model("llama", vocab_size=V, seed=6)
+    made = DRAFTS[spec]
+    draft = target_drafts.build(model, made)
+    prompt, skipped, pending = [9, 8, 7, 6, 9, 8, 7], [5, 4, 3], 2
+    target_cache = new_cache(model, rollback=True)
+    kv = target_drafts.kv_dtype(model, made)
+    taken, own = ModelDrafter(draft, V, target_kv=kv), ModelDrafter(draft, V)
+    with torch.inference_mode():
+        forward(model, torch.tensor([prompt]), target_cache)
+        for drafter in (taken, own):
+            drafter.prefilled(prompt, target_cache)
+            drafter.propose([*prompt, skipped[0]], 1, [], True, None)  # a round, then plain steps
+            drafter.rollback(len(prompt))
+        forward(model, torch.tensor([skipped]), target_cache)  # the plain steps: the target's cache holds them
+        drafts = {name: d.propose([*prompt, *skipped, pending], 2, [], True, None)
+                  for name, d in (("taken", taken), ("own", own))}
+    assert drafts["taken"].fed == 1 and drafts["own"].fed == len(skipped) + 1
+    span = slice(len(prompt), len(prompt) + len(skipped))
+    for i in range(draft.config.num_hidden_layers):
+        target_keys = cast(Any, target_cache.layers[i]).keys[:, :, span]
+        assert torch.equal(cast(Any, taken.cache.layers[i]).keys[:, :, span], target_keys.to(kv))
+    context = [*prompt, *skipped, pending]
+    assert taken.cached[: len(context)] == own.cached[: len(context)] == context
+
+
 @pytest.mark.parametrize("spec", list(DRAFTS))
 def test_a_draft_shares_the_targets_weights_and_leaves_the_target_as_it_was(spec: str) -> None:
     model = tiny_model("qwen2", vocab_size=V, seed=3)
