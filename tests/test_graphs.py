@@ -396,7 +396,9 @@ def test_an_adaptive_draft_made_from_the_target_never_catches_up_through_itself(
             since = 0
         elif isinstance(e, TokenEmitted):
             since += 1
-    assert after_plain >= 2, "the policy probed after plain steps"
+    # At least the first probe comes after plain steps; told that it did not catch up, the policy may rule drafting
+    # out for good there (its ceiling), so how many more come depends on the times measured.
+    assert after_plain >= 1, "the policy probed after plain steps"
     assert all(e.draft_fed in (1, 2) for e in rounds[1:]), [e.draft_fed for e in rounds]
     final = events[-1]
     assert isinstance(final, Finished)

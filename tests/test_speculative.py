@@ -634,11 +634,12 @@ def test_adaptive_lookup_is_lossless(byte_bpe: Any) -> None:
 
 
 def speed(policy: AdaptiveDraftLength, tokens: int, alpha: float, c: float, step: float = 1.0,
-          stops_at: int | None = None, catch_up: float = 0.0) -> float:
+          stops_at: int | None = None, catch_up: float = 0.0, told: bool = False) -> float:
     """Plain decoding's time over the policy's for ``tokens`` tokens on an imaginary GPU: every verification
     costs about a step (c1 nearly 0), a drafted token c steps, each drafted token accepted with probability
     ``alpha``, drafts cut short by the draft at ``stops_at`` tokens (None: never, the worst case for a draft
-    that stops itself), and a draft after plain steps first catching up on them for ``catch_up`` steps."""
+    that stops itself), and a draft after plain steps first catching up on them for ``catch_up`` steps.
+    ``told``: the policy is told whether each draft caught up (as the loop tells it from ``Draft.fed``)."""
     g = torch.Generator().manual_seed(0)
     spent = done = 0.0
     behind = False  # plain steps since the last draft: the draft must catch up first
@@ -655,8 +656,9 @@ def speed(policy: AdaptiveDraftLength, tokens: int, alpha: float, c: float, step
         while accepted < k and float(torch.rand(1, generator=g)) < alpha:
             accepted += 1
         verify_s, draft_s = step * (1 + 0.01 * k), step * (c * k + (catch_up if behind else 0.0))
+        caught_up = behind and catch_up > 0
         behind = False
-        policy.observe(k, accepted, verify_s, draft_s)
+        policy.observe(k, accepted, verify_s, draft_s, caught_up if told else None)
         spent += verify_s + draft_s
         done += accepted + 1
     return done * step / spent
@@ -724,6 +726,29 @@ def test_probes_are_spaced_by_what_they_cost(monkeypatch: Any) -> None:
     assert control.probes >= 3
 
 
+@pytest.mark.parametrize("draft", ["int4 of SmolLM2", "self"])
+def test_a_probe_the_loop_says_did_not_catch_up_lets_the_ceiling_end_drafting(draft: str) -> None:
+    """A draft made from the target takes the skipped tokens' keys and values from it, so its probes after plain
+    steps are clean measures of its cost: told so, the policy rules drafting out for good at the first (at c 1
+    even a draft accepted whole would go under 1.1x) instead of probing on, as it must when it cannot tell a
+    probe's cost from a catch-up's."""
+    alpha, c = GPU_DRAFTS[draft]
+
+    class Counted(AdaptiveDraftLength):
+        drafting_rounds = 0
+
+        def observe(self, k: int, accepted: int, verify_s: float, draft_s: float, caught_up: bool | None = None,
+                    ) -> None:
+            self.drafting_rounds += k > 0
+            super().observe(k, accepted, verify_s, draft_s, caught_up)
+
+    told, guessing = Counted(20, stops_itself=True), Counted(20, stops_itself=True)
+    assert speed(told, 512, alpha, c, told=True) >= 0.99 and speed(guessing, 512, alpha, c) >= 0.99
+    assert told.drafting_rounds == 2 and guessing.drafting_rounds > 2 * told.drafting_rounds
+    assert told.decision == ("plain", 0) and "even if the target accepted every one" in told.reason, told.reason
+    assert "even if the target accepted every one" not in guessing.reason
+
+
 def test_the_control_a_policy_that_prices_drafting_free_loses_on_a_gpu(monkeypatch: Any) -> None:
     """The control: the old first-round rule (the first draft's cost never counted, so drafting looked free
     until a later draft was timed) drafted 20 again in round 3 and lost a tenth with SmolLM2's int4 draft (probes
@@ -733,8 +758,9 @@ def test_the_control_a_policy_that_prices_drafting_free_loses_on_a_gpu(monkeypat
     monkeypatch.setattr(adaptive, "PROBES", float("inf"))
 
     class FirstDraftFree(AdaptiveDraftLength):
-        def observe(self, k: int, accepted: int, verify_s: float, draft_s: float) -> None:
-            super().observe(k, accepted, verify_s, draft_s if self.rounds > 1 else 0.0)
+        def observe(self, k: int, accepted: int, verify_s: float, draft_s: float, caught_up: bool | None = None,
+                    ) -> None:
+            super().observe(k, accepted, verify_s, draft_s if self.rounds > 1 else 0.0, caught_up)
             if self.rounds == 1:
                 self.draft_cost = 0.0
 

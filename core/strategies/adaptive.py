@@ -271,9 +271,17 @@ class AdaptiveDraftLength:
             self.observe(0, 0, seconds / steps, 0.0)
         self.rounds += steps - 1
 
-    def observe(self, k: int, accepted: int, verify_s: float, draft_s: float) -> None:
+    def observe(self, k: int, accepted: int, verify_s: float, draft_s: float, caught_up: bool | None = None,
+                ) -> None:
+        """A round that drafted ``k`` tokens (0: a plain step) of which ``accepted`` were kept, with its times.
+        ``caught_up``: whether its draft was first fed tokens it had skipped, where the loop knows
+        (:attr:`~decode_tui.core.drafters.Draft.fed`); None: assumed after every round that drafted nothing."""
         smooth = 0.3
         last_k, self.last_k = self.last_k, k
+        # A clean measure of a draft's cost: no prefill (the first round), no catch-up. A draft made from the target
+        # takes the skipped tokens' keys and values instead of catching up, so its probes after plain steps are
+        # clean too, and the ceiling below can rule drafting out after the first of them.
+        clean = self.rounds > 1 and (last_k > 0 if caught_up is None else not caught_up)
         self.spent_s += verify_s + draft_s
         self.times_by_k.setdefault(k, deque(maxlen=16)).append(verify_s)
         if k > 0:
@@ -284,13 +292,13 @@ class AdaptiveDraftLength:
             # prefill the prompt: neither is a per-token cost, but until a draft is timed without them, an estimate
             # on the high side is better than none (a drafter idle between probes would otherwise look free).
             per_token = draft_s / k
-            if self.rounds > 1 and last_k > 0:  # a clean measure: no prefill, no catch-up
+            if clean:
                 previous = self.draft_cost if self.draft_clean else per_token
                 self.draft_cost = (1 - smooth) * previous + smooth * per_token
                 self.draft_clean = True
             elif not self.draft_clean:  # the lowest of the high-side estimates so far
                 self.draft_cost = min(self.draft_cost or per_token, per_token)
-            if self.asked == self.max_k and self.rounds > 1 and last_k > 0:
+            if self.asked == self.max_k and clean:
                 # What a round asked for the most gave, and cost (a draft that stops itself), measured clean: after
                 # plain steps the draft first catches up on the tokens it skipped, which no drafting round pays.
                 self.most_rounds.append((accepted + 1, verify_s + draft_s))

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Literal
 
 import torch
 
-from ..draft_stats import DraftStats
+from ..draft_stats import DraftStats, caught_up
 from ..drafters import Draft, Drafter
 from ..events import DraftLengthDecided, DraftProposed, DraftVerified, Event, PositionVerdict, TokenSource
 from ..forward import prepare, rollback
@@ -235,7 +235,7 @@ def speculative(
                 fed = draft.fed if drafter.kind == "model" else None
                 stats.record(drafted_k, n, draft_s, verify_s, n + (extra is not None), fed)
                 if policy:
-                    policy.observe(drafted_k, n, verify_s, draft_s)
+                    policy.observe(drafted_k, n, verify_s, draft_s, None if fed is None else caught_up(fed))
                 confirmed = len(context) + n
                 if verdicts or cut:
                     yield DraftVerified(round=round_, verdicts=verdicts if end is not None else verdicts + cut,
