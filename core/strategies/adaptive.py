@@ -29,7 +29,8 @@ LOST = 0.8
 # (c 0.94, SmolLM2's int4) measured 0.90-0.93x.
 CEILING = 1.1
 # A fruitless probe's cost over a plain step is kept under this share of the rounds until the next: a probe after
-# plain steps pays the draft's catch-up on the tokens it skipped (on a GPU an eager forward, several steps).
+# plain steps pays the draft's catch-up on the tokens it skipped (on a GPU an eager forward, several steps), unless
+# the draft was made from the target, which copies their keys and values from it instead.
 PROBES = 0.03
 # Before any draft is verified the acceptance is taken to be 60 %, as if from one trial: the first rounds then move
 # it at once (one rejection at the first position takes it to 28 %), and later ones outweigh it as it fades.
