@@ -398,6 +398,34 @@ def test_greedy_speculative_with_each_target_draft_is_greedy_on_cuda_graphs(byte
 
 
 
+def test_an_adaptive_draft_from_the_target_takes_what_it_skipped_from_the_target_on_cuda_graphs(
+        byte_bpe: Any) -> None:
+    """A poor draft made from the target (its first layer), adaptive, on captured graphs: the policy takes plain
+    steps and probes; before each probe the draft copies the skipped tokens' keys and values from the target's
+    static cache and is fed one or two tokens (no eager catch-up, no graph captured for a stretch's width), and
+    the tokens stay plain greedy's on the same path."""
+    from decode_tui.core import target_drafts
+    from decode_tui.core.forward import StaticKV
+    from decode_tui.core.params import target_draft
+
+    model = on_cuda(tiny_model("llama", vocab_size=V, seed=5))
+    made = target_draft("layers:1")
+    assert made is not None
+    drafter = ModelDrafter(target_drafts.build(model, made), V, target_kv=target_drafts.kv_dtype(model, made),
+                           confidence_threshold=0.0)
+    prompt = prompt_for(5, 9)
+    events = list(speculative(model, transcript(byte_bpe, prompt, 120, eos=-1), drafter, SamplingParams(),
+                              greedy=True, num_draft_tokens=4, adaptive=True, graphs=True,
+                              generator=torch.Generator(device=CUDA).manual_seed(0)))
+    fed = [e.draft_fed for e in events if isinstance(e, DraftVerified)]
+    assert len(fed) >= 2 and all(f in (1, 2) for f in fed[1:]), fed
+    expected = list(autoregressive(model, transcript(byte_bpe, prompt, 120, eos=-1), SamplingParams(), greedy=True,
+                                   graphs=True))[-1]
+    assert isinstance(events[-1], Finished) and isinstance(expected, Finished)
+    assert events[-1].token_ids == expected.token_ids
+    assert isinstance(drafter.cache, StaticKV) and {key[1] for key in drafter.cache.graphs} <= {1, 2}
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_a_draft_on_cuda_runs_ahead_and_drafts_what_an_in_order_draft_drafts(byte_bpe: Any, seed: int) -> None:
     """On CUDA a draft step's pass is queued before the last drafted token is read back (by default): its rounds
