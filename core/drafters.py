@@ -322,20 +322,13 @@ class ModelDrafter:
             self._take_static(cache.max_len)
         if self.target_kv is None or cache.get_seq_length() < len(context):
             return
-        n = len(context)
-        layers = []
-        for i in range(self.model.config.num_hidden_layers):  # the draft's layers: the target's first ones
-            keys, values = getattr(cache.layers[i], "keys", None), getattr(cache.layers[i], "values", None)
-            # A layer that does not hold every position's keys (a sliding window, linear attention): the draft
-            # prefills itself.
-            if not (isinstance(keys, torch.Tensor) and isinstance(values, torch.Tensor) and keys.shape[-2] >= n):
-                return
-            layers.append((keys[:, :, :n], values[:, :, :n]))
+        layers = self._target_layers(cache, 0, len(context))
+        if layers is None:  # the draft prefills itself
+            return
         mine = self.cache if isinstance(self.cache, StaticKV) else new_cache(self.model, rollback=True)
         if isinstance(mine, StaticKV):
             mine.move_end(0)  # written in place: its graphs read it where it is
-        for i, (keys, values) in enumerate(layers):
-            mine.update(keys.to(self.target_kv, copy=True), values.to(self.target_kv, copy=True), i)
+        self._append(mine, layers)
         if isinstance(mine, StaticKV):
             mine.prefilled = True  # the prompt is in: the next pass is a step, replayed
         self.cache, self.cached = mine, list(context)
@@ -351,18 +344,31 @@ class ModelDrafter:
         a probe after a stretch cost, and why the adaptive policy spaces its probes out. The target's cache holds
         them already (everything but the pending token, between rounds), and a draft made from the target
         approximates exactly those keys and values, as it does the prompt's (:meth:`prefilled`): a copy instead."""
-        target = self.target_cache
-        if target is None or self.target_kv is None:
+        layers = None if self.target_cache is None else self._target_layers(self.target_cache, start, end)
+        if layers is None:
             return False
+        self._append(self.cache, layers)
+        return True
+
+    def _target_layers(self, cache: Cache, start: int, end: int) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+        """The target's keys and values of positions ``start`` to ``end`` in each of the draft's layers (the
+        target's first ones); None where this draft does not take the target's, or a layer does not hold every
+        position's keys (a sliding window, linear attention)."""
+        if self.target_kv is None:
+            return None
         layers = []
         for i in range(self.model.config.num_hidden_layers):
-            keys, values = getattr(target.layers[i], "keys", None), getattr(target.layers[i], "values", None)
+            keys, values = getattr(cache.layers[i], "keys", None), getattr(cache.layers[i], "values", None)
             if not (isinstance(keys, torch.Tensor) and isinstance(values, torch.Tensor) and keys.shape[-2] >= end):
-                return False
+                return None
             layers.append((keys[:, :, start:end], values[:, :, start:end]))
+        return layers
+
+    def _append(self, cache: Cache, layers: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Write ``layers``' keys and values after what ``cache`` holds, in the draft's dtype."""
+        assert self.target_kv is not None
         for i, (keys, values) in enumerate(layers):
-            self.cache.update(keys.to(self.target_kv, copy=True), values.to(self.target_kv, copy=True), i)
-        return True
+            cache.update(keys.to(self.target_kv, copy=True), values.to(self.target_kv, copy=True), i)
 
     def _prepare_graphs(self) -> None:
         """Capture now the draft's two usual passes, so no round pays for a capture: a step (one token), and
