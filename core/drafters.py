@@ -21,6 +21,7 @@ instead of computing its own. Drafters know nothing of acceptance.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal, Protocol
 
@@ -175,6 +176,12 @@ class PromptLookup:
 # A draft token the draft gives less than this probability has its runner-up drafted beside it, when the draft
 # may be a tree: the draft is unsure there, and the target often takes the second choice.
 RUNNER_UP_BELOW = 0.8
+# Running ahead, a draft step's pass is queued before its token is read back; where that token then stops the draft
+# (unsure, under the confidence cut-off) the pass was for nothing, a whole draft step. So a pass is queued ahead only
+# after a token the draft gave at least this probability: unsure tokens come in runs. On an H200 a draft that ran
+# ahead after every token lost to the in-order loop (int4 on SmolLM2, code edit: 0.82x greedy against 0.86x), its
+# short drafts paying a wasted pass each.
+AHEAD_AFTER_Q = 0.9
 
 
 class ModelDrafter:
@@ -184,10 +191,12 @@ class ModelDrafter:
 
     def __init__(self, model: PreTrainedModel, vocab_size: int, confidence_threshold: float = 0.4,
                  eos_token_ids: frozenset[int] = frozenset(), target_kv: torch.dtype | None = None,
-                 tree_budget: int = 0, run_ahead: bool | None = None) -> None:
+                 tree_budget: int = 0, run_ahead: bool | None = None, ahead_after_q: float = AHEAD_AFTER_Q) -> None:
         self.model = model
-        # Queue each draft step's pass before the last drafted token is read back (None: on CUDA); see propose.
+        # Queue a draft step's pass before the last drafted token is read back (None: on CUDA), where the token
+        # before it had q >= ahead_after_q (0: after every token, the first included); see propose.
         self.run_ahead = run_ahead
+        self.ahead_after_q = ahead_after_q
         # Above 0, under greedy verification: where the draft is unsure of its token, its runner-up joins the
         # draft as a sibling leaf, up to this many nodes in all (EAGLE-2's dynamic draft tree, its simplest
         # form: one extra candidate per unsure position, never drafted on from).
@@ -238,7 +247,9 @@ class ModelDrafter:
         # steps are (see autoregressive): the device computes it while the host reads the token and decides
         # whether to go on, instead of idling through that. Where the draft then stops (an end-of-text token,
         # an unsure token), that pass computed keys and values the next round can still use if the token is
-        # accepted, and its logits are dropped. On a CPU nothing would overlap, so the loop stays in order.
+        # accepted, and its logits are dropped: a draft step for nothing, unless the token is accepted. So it
+        # runs ahead only after a token it was sure of (AHEAD_AFTER_Q). On a CPU nothing would overlap, so the
+        # loop stays in order.
         run_ahead = device.type == "cuda" if self.run_ahead is None else self.run_ahead
         for i in range(k):
             q = torch.softmax(processed(processors, ids, logits), dim=-1)  # [1, V]
@@ -251,7 +262,9 @@ class ModelDrafter:
                 copy = HostCopy([token, q[0].gather(0, token)])  # one copy per draft token
             ids = torch.cat([ids, token.view(1, 1)], dim=1)  # [1, T + i + 1]
             more = i + 1 < k
-            if run_ahead and more:
+            # After the token before this one was read back: its q says whether this one is likely to go on.
+            ahead = run_ahead and more and (q_probs[-1] if q_probs else 0.0) >= self.ahead_after_q
+            if ahead:
                 logits = forward(self.model, token.view(1, 1), self.cache)[:, -1, : self.vocab_size].float()
                 forwards += 1
             if with_runners_up:
@@ -265,19 +278,19 @@ class ModelDrafter:
             qs.append(q[0])
             if not more:
                 break
-            if run_ahead:
+            if ahead:
                 self.cached.append(tokens[-1])  # its pass is queued already
             if tokens[-1] in self.eos_token_ids:
                 stopped = "an end-of-text token in the draft"
             elif q_prob < self.confidence_threshold:
                 stopped = f"draft q {q_prob:.2f} < {self.confidence_threshold:g}"
             if stopped is not None:
-                if run_ahead and device.type == "cuda":
+                if ahead and device.type == "cuda":
                     # Waited for here, so the pass queued past the stop is timed as the draft's work, not as
                     # the verification's that would queue behind it (c and the adaptive policy read both).
                     torch.cuda.current_stream(device).synchronize()
                 break
-            if not run_ahead:
+            if not ahead:
                 logits = forward(self.model, token.view(1, 1), self.cache)[:, -1, : self.vocab_size].float()
                 self.cached.append(tokens[-1])
                 forwards += 1
@@ -397,6 +410,19 @@ class ModelDrafter:
             rollback(self.cache, confirmed)
             del self.cached[confirmed:]
 
+    def time_step(self, context: list[int], processors: list[tuple[Stage, LogitsProcessor]]) -> float:
+        """A draft step's seconds, as a round's draft pays it per token, timed before the run's first round (the
+        adaptive policy's c before anything is drafted). The first draft of one token is not timed: it pays what
+        the first round would have once (the draft's own prefill, or taking the target's keys and values, and
+        capturing its graphs); the second feeds the last token alone. Both are rolled back; greedy, so the run's
+        random stream is untouched."""
+        self.propose(context, 1, processors, True, None)
+        started = time.perf_counter()
+        self.propose(context, 1, processors, True, None)
+        seconds = time.perf_counter() - started
+        self.rollback(len(context) - 1)
+        return seconds
+
     def tune(self, params: DraftParams) -> None:
         self.confidence_threshold = params.confidence_threshold  # the draft length is the verifier's to choose
         self.tree_budget = params.tree_budget or 0
@@ -414,16 +440,17 @@ class DraftModel:
     target_kv: torch.dtype | None = None
     # Said once to the user when the default draft could not run on this device and this one replaced it.
     note: str | None = None
-    # Queue each draft step's pass before the last drafted token is read back (ModelDrafter.propose); None: on
+    # Queue a draft step's pass before the last drafted token is read back (ModelDrafter.propose); None: on
     # CUDA, where the device then computes while the host decides. False keeps the loop in order (a benchmark's
-    # control).
+    # control), as does a token before it with q under ahead_after_q (0: run ahead after every token).
     run_ahead: bool | None = None
+    ahead_after_q: float = AHEAD_AFTER_Q
 
     def drafter(self, confidence_threshold: float, eos_token_ids: frozenset[int], tree_budget: int = 0,
                 ) -> ModelDrafter:
         """A drafter over this model for one run."""
         return ModelDrafter(self.model, self.vocab_size, confidence_threshold, eos_token_ids, self.target_kv,
-                            tree_budget, self.run_ahead)
+                            tree_budget, self.run_ahead, self.ahead_after_q)
 
 
 def preparing(spec: str) -> str:

@@ -21,6 +21,7 @@ from decode_tui.core.drafters import ModelDrafter, PromptLookup
 from decode_tui.core.events import BeamStepped, DraftProposed, DraftVerified, Event, Finished, TokenEmitted
 from decode_tui.core.forward import StaticKV, graph_failure, graphs_available, new_cache, release
 from decode_tui.core.params import BeamParams, SamplingParams
+from decode_tui.core.strategies.adaptive import AdaptiveDraftLength
 from decode_tui.core.strategies.autoregressive import autoregressive
 from decode_tui.core.strategies.beam import beam_search
 from decode_tui.core.strategies.speculative import speculative
@@ -365,7 +366,7 @@ def test_a_draft_made_from_the_target_replays_graphs_on_its_own_pooled_cache(
 
 @pytest.mark.parametrize("graphs", [False, True], ids=["eager", "graphs"])
 def test_an_adaptive_draft_made_from_the_target_never_catches_up_through_itself(
-        byte_bpe: Any, cpu_graphs: type[EagerGraphs], graphs: bool) -> None:
+        byte_bpe: Any, cpu_graphs: type[EagerGraphs], graphs: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """A poor draft made from the target (its first layer): the adaptive policy takes plain steps and probes now
     and then. Every probe's draft takes the skipped tokens' keys and values from the target and is fed one or
     two tokens, on the plain path and replaying graphs alike (no catch-up graph of a stretch's width captured),
@@ -382,6 +383,9 @@ def test_an_adaptive_draft_made_from_the_target_never_catches_up_through_itself(
     drafter = ModelDrafter(target_drafts.build(model, made), V, target_kv=target_drafts.kv_dtype(model, made),
                            confidence_threshold=0.0)
     prompt = [3, 4, 5]
+    # The policy learns c from its drafts, not from a timed step: a tiny model's one layer may cost about what the
+    # model does, and told so the policy would never draft.
+    monkeypatch.setattr(AdaptiveDraftLength, "timed", lambda self, step_s, draft_s: None)
     events = list(speculative(model, with_eos(byte_bpe, prompt, 120, eos=-1), drafter, SamplingParams(),
                               greedy=True, num_draft_tokens=4, adaptive=True, graphs=graphs,
                               generator=torch.Generator().manual_seed(0)))
@@ -411,12 +415,15 @@ def test_an_adaptive_draft_made_from_the_target_never_catches_up_through_itself(
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("sample", [False, True], ids=["greedy", "sample"])
 @pytest.mark.parametrize("graphs", [False, True], ids=["eager", "graphs"])
+@pytest.mark.parametrize("after_q", [0.0, 0.3], ids=["after-every-token", "after-a-sure-one"])
 def test_a_draft_running_ahead_drafts_what_an_in_order_draft_drafts(byte_bpe: Any, cpu_graphs: type[EagerGraphs],
-                                                                    seed: int, sample: bool, graphs: bool) -> None:
-    """On a GPU a draft step's pass is queued before the last drafted token is read back. Where the draft then
-    stops (an unsure token, an end-of-text token) that pass ran past the stop: the next round must still draft
-    from the right cache, so every round's draft, q and verdicts equal the in-order loop's, on a random draft
-    whose confidence cut-off stops it often, with the runners-up tree too."""
+                                                                    seed: int, sample: bool, graphs: bool,
+                                                                    after_q: float) -> None:
+    """On a GPU a draft step's pass is queued before the last drafted token is read back (after a token the draft
+    was sure of, or after every one). Where the draft then stops (an unsure token, an end-of-text token) that pass
+    ran past the stop: the next round must still draft from the right cache, so every round's draft, q and verdicts
+    equal the in-order loop's, on a random draft whose confidence cut-off stops it often, with the runners-up tree
+    too; where only some steps run ahead, the loop mixes the two orders within a draft."""
     model = model_for(seed)
     draft_model = tiny_model(ARCHS[(seed + 1) % 4], vocab_size=V, seed=seed + 70)
     prompt = repetitive_prompt(seed, 6 + seed)
@@ -424,7 +431,8 @@ def test_a_draft_running_ahead_drafts_what_an_in_order_draft_drafts(byte_bpe: An
 
     def go(run_ahead: bool) -> tuple[list[Event], ModelDrafter]:
         drafter = ModelDrafter(draft_model, V, confidence_threshold=0.05 + 0.03 * (seed % 3), eos_token_ids=eos,
-                               tree_budget=0 if sample or seed % 2 else 12, run_ahead=run_ahead)
+                               tree_budget=0 if sample or seed % 2 else 12, run_ahead=run_ahead,
+                               ahead_after_q=after_q)
         events = list(speculative(model, transcript(byte_bpe, prompt, 40), drafter,
                                   SamplingParams(top_k=30) if sample else SamplingParams(), greedy=not sample,
                                   num_draft_tokens=2 + seed % 5, generator=torch.Generator().manual_seed(seed),

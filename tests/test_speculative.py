@@ -211,14 +211,43 @@ def test_adaptive_mode_is_lossless_and_stops_drafting_when_drafts_fail(byte_bpe:
 
 
 
+def test_an_adaptive_run_times_a_draft_step_first_and_never_drafts_one_that_cannot_pay(byte_bpe: Any) -> None:
+    """Before its first round an adaptive run times one draft step, as it times a plain step: a draft dearer than
+    its target (four times its layers) is then never drafted from, the policy's first decision saying why in
+    numbers. The timing rolls the draft back and draws nothing: the tokens are greedy's."""
+    from decode_tui.core.events import DraftLengthDecided
+
+    model = tiny_model("llama", vocab_size=V, seed=5)
+    drafter = ModelDrafter(tiny_model("llama", vocab_size=V, seed=999, num_hidden_layers=8), V)
+    timings: list[float] = []
+    time_step = drafter.time_step
+
+    def timed(context: list[int], processors: Any) -> float:
+        timings.append(time_step(context, processors))
+        return timings[-1]
+
+    drafter.time_step = timed  # type: ignore[method-assign]
+    prompt = [3, 4, 5]
+    events = run(model, byte_bpe, drafter, prompt, 40, k=4, adaptive=True)
+    assert len(timings) == 1 and timings[0] > 0
+    final = events[-1]
+    assert isinstance(final, Finished) and final.drafted == 0 and final.draft_forwards == 0
+    assert final.token_ids == greedy(model, byte_bpe, prompt, 40).token_ids
+    decided = [e for e in events if isinstance(e, DraftLengthDecided)]
+    assert decided[0].round == 0 and decided[0].k == 0, decided
+    assert re.fullmatch(r"plain steps: a drafted token costs c = \d+\.\d\d steps, so even if the target accepted "
+                        r"every one, drafting would go at most 0\.\d\dx", decided[0].reason), decided[0].reason
+
+
 def test_the_adaptive_policy_says_what_it_decided_and_why_when_it_changes(byte_bpe: Any) -> None:
     """The app showed nothing of the policy's decisions: it says, before the round a decision applies to, what it
     drafts now and why, only when that changes; a fixed draft length says nothing."""
     from decode_tui.core.events import DraftLengthDecided
 
     model = tiny_model("llama", vocab_size=V, seed=5)
-    events = run(model, byte_bpe, ModelDrafter(tiny_model("llama", vocab_size=V, seed=999), V), [3, 4, 5], 80, k=4,
-                 adaptive=True)
+    drafter = ModelDrafter(tiny_model("llama", vocab_size=V, seed=999), V)
+    drafter.time_step = lambda context, processors: 1e-9  # type: ignore[method-assign]  # timed cheap: it drafts
+    events = run(model, byte_bpe, drafter, [3, 4, 5], 80, k=4, adaptive=True)
     chosen = [e for e in events if isinstance(e, DraftLengthDecided)]
     assert chosen and chosen[0].round == 0 and chosen[0].k == 4 and "first round" in chosen[0].reason
     assert any(e.k == 0 and "plain step" in e.reason for e in chosen), [e.reason for e in chosen]
@@ -232,7 +261,7 @@ def test_the_adaptive_policy_says_what_it_decided_and_why_when_it_changes(byte_b
     assert not any(isinstance(e, DraftLengthDecided) for e in fixed)
 
 
-def test_a_draft_says_what_it_caught_up_on_and_c_leaves_that_out(byte_bpe: Any) -> None:
+def test_a_draft_says_what_it_caught_up_on_and_c_leaves_that_out(byte_bpe: Any, monkeypatch: Any) -> None:
     """An adaptive run whose draft fails takes plain steps and probes now and then; before a probe the draft is
     fed every token it skipped. Each round says how many context tokens its draft was fed: one, or two after a
     draft accepted whole, plus the plain steps since the last round. c leaves out the rounds that caught up on
@@ -244,6 +273,10 @@ def test_a_draft_says_what_it_caught_up_on_and_c_leaves_that_out(byte_bpe: Any) 
     model = tiny_model("llama", vocab_size=V, seed=5)
     prompt = [3, 4, 5]
     drafter = ModelDrafter(tiny_model("llama", vocab_size=V, seed=999), V, confidence_threshold=0.0)
+    # Not timed before the first round (two tiny models cost alike: at c 1 the policy would never draft), so that
+    # the policy learns c from its drafts, and the first round is the draft's first, fed the prompt.
+    drafter.time_step = lambda context, processors: 0.0  # type: ignore[method-assign]
+    monkeypatch.setattr(AdaptiveDraftLength, "timed", lambda self, step_s, draft_s: None)
     events = run(model, byte_bpe, drafter, prompt, 120, k=4, adaptive=True, eos=-1)  # no end: 120 tokens
     rounds: list[tuple[DraftVerified, int]] = []  # each round, with the tokens emitted since the last one
     since = 0
@@ -634,14 +667,18 @@ def test_adaptive_lookup_is_lossless(byte_bpe: Any) -> None:
 
 
 def speed(policy: AdaptiveDraftLength, tokens: int, alpha: float, c: float, step: float = 1.0,
-          stops_at: int | None = None, catch_up: float = 0.0, told: bool = False) -> float:
+          stops_at: int | None = None, catch_up: float = 0.0, told: bool = False, timed: bool = False) -> float:
     """Plain decoding's time over the policy's for ``tokens`` tokens on an imaginary GPU: every verification
     costs about a step (c1 nearly 0), a drafted token c steps, each drafted token accepted with probability
     ``alpha``, drafts cut short by the draft at ``stops_at`` tokens (None: never, the worst case for a draft
     that stops itself), and a draft after plain steps first catching up on them for ``catch_up`` steps.
-    ``told``: the policy is told whether each draft caught up (as the loop tells it from ``Draft.fed``)."""
+    ``told``: the policy is told whether each draft caught up (as the loop tells it from ``Draft.fed``).
+    ``timed``: a draft step is timed before the first round, as the loop does, at the cost of two draft steps."""
     g = torch.Generator().manual_seed(0)
     spent = done = 0.0
+    if timed:
+        policy.timed(step, c * step)
+        spent += 2 * c * step
     behind = False  # plain steps since the last draft: the draft must catch up first
     while done < tokens:
         k = min(policy.choose(), stops_at or 10**6)
@@ -700,6 +737,54 @@ def test_a_draft_that_could_not_pay_even_fully_accepted_is_left_without_probes(m
     monkeypatch.setattr(adaptive, "PROBES", float("inf"))  # probes spaced by doubling alone: the ceiling's own part
     control = AdaptiveDraftLength(20, stops_itself=True)
     assert speed(control, 512, 0.93, 0.94, stops_at=7) < 0.98
+
+
+@pytest.mark.parametrize("draft", ["int4 of SmolLM2", "self"])
+def test_a_draft_step_timed_before_the_first_round_that_cannot_pay_is_never_drafted_from(draft: str) -> None:
+    """Told c before the first round (the loop times a draft step at the start, as it times a plain one), the
+    policy rules out a draft that could not pay even if every token were accepted without drafting once, and
+    says why in numbers; the control, not told, drafts to find out (at c 1 and a high acceptance that costs it
+    little: what the timing saves is a rejected first draft, below)."""
+    alpha, c = GPU_DRAFTS[draft]
+    told, control = AdaptiveDraftLength(20, stops_itself=True), AdaptiveDraftLength(20, stops_itself=True)
+    timed = speed(told, 128, alpha, c, told=True, timed=True)
+    assert told.decision == ("plain", 0) and told.rounds > 1 and told.trials_sum == 1.0, "nothing was drafted"
+    assert re.fullmatch(r"plain steps: a drafted token costs c = 1\.00 steps, so even if the target accepted every "
+                        r"one, drafting would go at most 1\.00x", told.reason), told.reason
+    assert timed >= 0.98  # the timing's two draft steps are all it spent on the draft
+    speed(control, 128, alpha, c, told=True)
+    assert control.trials_sum > 1.0, "the control drafted to learn the same"
+
+
+def test_a_timed_dear_draft_drafts_a_short_first_round() -> None:
+    """A draft that could pay at a high acceptance but costs much a token (the first 10 layers of SmolLM2 on an
+    H200: c 0.65, nothing accepted) first drafts FIRST_DRAFT_STEPS / c tokens, not FIRST_DRAFT: a first draft
+    rejected whole costs about two steps, not five, and the run keeps more of plain decoding's speed."""
+    from decode_tui.core.strategies.adaptive import FIRST_DRAFT, FIRST_DRAFT_STEPS
+
+    class FirstLength(AdaptiveDraftLength):
+        first = -1
+
+        def choose(self) -> int:
+            k = super().choose()
+            if self.rounds == 1:
+                self.first = k
+            return k
+
+    told, control = FirstLength(20, stops_itself=True), FirstLength(20, stops_itself=True)
+    timed = speed(told, 128, 0.0, 0.65, told=True, timed=True)
+    assert told.first == int(FIRST_DRAFT_STEPS / 0.65) == 3 and control.first == -1
+    assert timed > speed(control, 128, 0.0, 0.65, told=True) and control.first == FIRST_DRAFT
+    assert timed >= 0.95
+
+
+def test_a_timed_cheap_draft_still_drafts_where_it_pays() -> None:
+    """Timing c first changes nothing for a draft that pays (a CPU's int4 draft: c 0.3, most tokens accepted):
+    it drafts from the first round, as long a first draft as untimed, and keeps its speed-up."""
+    told, control = AdaptiveDraftLength(20, stops_itself=True), AdaptiveDraftLength(20, stops_itself=True)
+    timed, untimed = speed(told, 256, 0.9, 0.3, told=True, timed=True), speed(control, 256, 0.9, 0.3, told=True)
+    assert told.decision[0] == "draft" and told.trials_sum > 1.0
+    assert timed > 1.2 and timed >= 0.97 * untimed
 
 
 def test_probes_are_spaced_by_what_they_cost(monkeypatch: Any) -> None:

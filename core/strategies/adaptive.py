@@ -21,6 +21,10 @@ MIN_HISTORY = 8  # tokens of the run a replay needs before its choice is trusted
 # The first round's draft length with a draft model: enough to measure the acceptance, and a draft that cannot pay
 # (a GPU, where a draft step costs about a target step) costs at most this many of its steps before the policy knows.
 FIRST_DRAFT = 8
+# Where a draft step was timed before the first round (``timed``), the first draft is also kept short enough that, if
+# the target rejects it whole, its steps cost about this many plain steps: on an H200 the first 10 layers of SmolLM2
+# (c 0.65, nothing accepted) drafted 8 and that round alone cost 5 steps of a 128-token run.
+FIRST_DRAFT_STEPS = 2.0
 # A draft that stops itself, asked for the most over 8 clean rounds, measured under this share of plain steps' speed
 # loses. Not 1: on a CPU short drafts (prose) measure 0.9x where the whole run, with its long drafts, goes 1.3x.
 LOST = 0.8
@@ -62,7 +66,10 @@ class AdaptiveDraftLength:
     acceptance and a drafted token's cost; on a GPU, where a draft step of a
     launch-bound model costs about a target step, a longer first draft alone
     lost several percent of a short answer), then, unless earlier runs timed
-    two widths already, takes a plain step. A drafted token's cost is taken
+    two widths already, takes a plain step. Where the loop timed a draft step
+    before the first round (:meth:`timed`), a draft whose c rules out any
+    gain is never drafted from, and the first draft is shorter where a
+    drafted token is dear (FIRST_DRAFT_STEPS). A drafted token's cost is taken
     from a draft with no prefill and no catch-up in it once there is one;
     until then from the lowest of the rounds so far, on the high side (never
     0: a draft priced free would be drafted on a GPU where it cannot pay).
@@ -125,6 +132,7 @@ class AdaptiveDraftLength:
         self.c = 0.0  # a drafted token's cost in plain steps, as the last choice priced it
         self.best_drafting = (0, 0.0)  # the best k > 0 at the last choice, and its predicted speed-up
         self.ceiling = float("inf")  # the best speed-up drafting could give at an acceptance of 1, as last priced
+        self.timed_step_s = 0.0  # a plain step's seconds as timed before the first round (``timed``), if it was
 
     def _fit(self) -> tuple[float, float] | None:
         """(c0, c1) of cost(k) = c0 + c1 * k (:func:`~decode_tui.core.draft_stats.fit_verify_costs`) over each k's
@@ -176,15 +184,48 @@ class AdaptiveDraftLength:
         self.decision, self.reason, self.asked = (kind, k), reason, k
         return k
 
+    def timed(self, step_s: float, draft_s: float) -> None:
+        """A plain step's and a draft step's seconds, timed by the loop before the first round (one forward of
+        each, with no prefill or catch-up in the draft's): c is known before anything is drafted, so a draft
+        that could not pay even if every token were accepted is never drafted from, and a first draft that
+        could is kept to what FIRST_DRAFT_STEPS allows."""
+        self.draft_cost, self.draft_clean, self.timed_step_s = draft_s, True, step_s
+
+    def _ceiling_before_drafting(self) -> float:
+        """The ceiling (the speed-up at an acceptance of 1) from the timed c, before any round: from the verify
+        times of earlier runs where there are two widths, else with a verification priced at a plain step, the
+        least one costs, which can only overstate it."""
+        if self._fit() is not None:
+            self._best()
+            return self.ceiling
+        self.step_s, self.c = self.timed_step_s, self.draft_cost / self.timed_step_s
+        self.ceiling = max(((k + 1) / (1 + k * self.c) for k in range(1, self.max_k + 1)), default=0.0)
+        return self.ceiling
+
+    def _no_ceiling(self) -> int:
+        """Plain steps for good, no probes: c alone says drafting could not pay."""
+        self.next_probe = self.rounds + 64
+        return self._decide("plain", 0, f"plain steps: a drafted token costs c = {self.c:.2f} steps, so even if "
+                            f"the target accepted every one, drafting would go at most {self.ceiling:.2f}x")
+
     def choose(self) -> int:
         self.rounds += 1
         if self.replay is not None:
             return self._choose_by_replay()
-        if self.rounds == 1:  # the acceptance, and what a drafted token costs
+        if self.rounds == 1:  # the acceptance, and what a drafted token costs unless it was timed
             first = min(self.max_k, FIRST_DRAFT)
+            if self.timed_step_s > 0:
+                if self._ceiling_before_drafting() < CEILING:
+                    return self._no_ceiling()
+                c = self.draft_cost / self.timed_step_s
+                first = max(1, min(first, int(FIRST_DRAFT_STEPS / c) if c > 0 else first))
+                return self._decide("first", first, f"drafting {first}: the first round measures the acceptance "
+                                    f"(a drafted token was timed at c = {c:.2f} steps)")
             return self._decide("first", first, f"drafting {first}: the first round measures the "
                                 "acceptance and what drafting costs")
-        if self._fit() is None:  # a second width to draw a line through
+        if self._fit() is None:  # a second width to draw a line through, unless the timed c ruled drafting out
+            if self.draft_clean and self.ceiling < CEILING:
+                return self._no_ceiling()
             return self._decide("timing", 0, "a plain step: timing a second width, to price every draft length")
         return self._choose_by_model()
 
@@ -219,9 +260,7 @@ class AdaptiveDraftLength:
         why = (f"a drafted token costs c = {self.c:.2f} steps and the target accepts an estimated {a:.0%} (from a "
                f"prior of {PRIOR_ACCEPTANCE:.0%}): the best draft length, {k_best}, would go {gain:.2f}x")
         if self.draft_clean and self.ceiling < CEILING:  # c measured on a clean draft: nothing can pay, no probe
-            self.next_probe = self.rounds + 64
-            return self._decide("plain", 0, f"plain steps: a drafted token costs c = {self.c:.2f} steps, so even "
-                                f"if the target accepted every one, drafting would go at most {self.ceiling:.2f}x")
+            return self._no_ceiling()
         if best == 0 and self.rounds >= self.next_probe:
             self.probing = True
             return self._decide("probe", min(2, self.max_k), f"a probe of {min(2, self.max_k)}: drafting does not "

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Literal
 import torch
 
 from ..draft_stats import DraftStats, caught_up
-from ..drafters import Draft, Drafter
+from ..drafters import Draft, Drafter, ModelDrafter
 from ..events import DraftLengthDecided, DraftProposed, DraftVerified, Event, PositionVerdict, TokenSource
 from ..forward import prepare, rollback
 from ..grammar import GrammarMask
@@ -144,6 +144,8 @@ def speculative(
             # compiled path, where a new shape would mean a new compile: there the step is inferred instead.
             if drafter.kind == "model" and not fast:
                 stats.plain_step_s = plain_step(model, cache, context, repeat=2 if graphs else 1)
+                if policy is not None and isinstance(drafter, ModelDrafter):  # and c, before the policy drafts
+                    policy.timed(stats.plain_step_s, drafter.time_step(context, processors))
 
         round_, said, found = 0, ("", -1), None  # found: a lookup's copy that ended a stretch of plain steps
         while not transcript.done:
