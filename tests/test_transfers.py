@@ -55,6 +55,27 @@ def host_transfers(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         monkeypatch.undo()
 
 
+def copies_and_waits(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """A list that records, in order, each host copy queued ("copy") and each wait for one ("wait"); a test adds
+    the forwards (a pre-hook on the model) to read the order of the stream."""
+    from decode_tui.core import forward as forward_module
+
+    calls: list[str] = []
+    original_init, original_wait = forward_module.HostCopy.__init__, forward_module.HostCopy.wait
+
+    def init(self: Any, tensors: list[torch.Tensor]) -> None:
+        calls.append("copy")
+        original_init(self, tensors)
+
+    def wait(self: Any) -> list[float]:
+        calls.append("wait")
+        return original_wait(self)
+
+    monkeypatch.setattr(forward_module.HostCopy, "__init__", init)
+    monkeypatch.setattr(forward_module.HostCopy, "wait", wait)
+    return calls
+
+
 def transcript(tokenizer: Any, prompt: list[int], max_new: int) -> Transcript:
     return Transcript("greedy", prompt, Detokenizer(tokenizer), frozenset(), max_new)
 
@@ -130,24 +151,11 @@ def test_a_step_read_back_while_the_next_forward_runs_was_copied_before_that_for
     of the stream."""
     from functools import partial
 
-    from decode_tui.core import forward as forward_module
     from decode_tui.core.strategies import plain_steps as plain_module
     from decode_tui.core.strategies import speculative as spec_module
     from decode_tui.core.strategies.adaptive import AdaptiveDraftLength
 
-    calls: list[str] = []
-    original_init, original_wait = forward_module.HostCopy.__init__, forward_module.HostCopy.wait
-
-    def init(self: Any, tensors: list[torch.Tensor]) -> None:
-        calls.append("copy")
-        original_init(self, tensors)
-
-    def wait(self: Any) -> list[float]:
-        calls.append("wait")
-        return original_wait(self)
-
-    monkeypatch.setattr(forward_module.HostCopy, "__init__", init)
-    monkeypatch.setattr(forward_module.HostCopy, "wait", wait)
+    calls = copies_and_waits(monkeypatch)
     model = tiny_model("llama", vocab_size=V, seed=4)
     model.register_forward_pre_hook(lambda *_: calls.append("forward"))
     if loop == "greedy":
@@ -172,21 +180,7 @@ def test_a_draft_runs_ahead_only_after_a_token_it_was_sure_of(monkeypatch: pytes
     queued before its token is read back only where the token before it had q at least ``ahead_after_q``: between
     its copy and its wait (copy, forward, wait) for those, after the wait for the rest. The first drafted token
     follows no drafted token: it steps in order."""
-    from decode_tui.core import forward as forward_module
-
-    calls: list[str] = []
-    original_init, original_wait = forward_module.HostCopy.__init__, forward_module.HostCopy.wait
-
-    def init(self: Any, tensors: list[torch.Tensor]) -> None:
-        calls.append("copy")
-        original_init(self, tensors)
-
-    def wait(self: Any) -> list[float]:
-        calls.append("wait")
-        return original_wait(self)
-
-    monkeypatch.setattr(forward_module.HostCopy, "__init__", init)
-    monkeypatch.setattr(forward_module.HostCopy, "wait", wait)
+    calls = copies_and_waits(monkeypatch)
     model = tiny_model("llama", vocab_size=V, seed=10 + seed)
     model.register_forward_pre_hook(lambda *_: calls.append("forward"))
     probe = ModelDrafter(model, V, confidence_threshold=0.0, run_ahead=False).propose(PROMPT, 12, [], True, None)
