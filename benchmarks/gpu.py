@@ -29,7 +29,7 @@ Sections (``--only``, comma-separated):
 can be checked on a CPU before device time is spent.
 
     python benchmarks/gpu.py [--only phi3,verify,draftcost,drafting,app,behind] [--new-tokens 256] [--repeats 3]
-                             [--drafts int4,int8,self,layers:10] [--in-order [int4,self]] [--json out.json]
+                             [--drafts int4,int8,self,layers:10] [--ahead [int4,self]] [--json out.json]
 """
 
 from __future__ import annotations
@@ -262,12 +262,12 @@ def verify_section(lm: LoadedModel, ks: list[int], fast_ks: list[int], repeats: 
 
 
 def drafting_section(lm: LoadedModel, new_tokens: int, repeats: int, drafts: list[str], prompts: list[str],
-                     rows: dict[str, Any], save: Callable[[], None], in_order: Collection[str] = ()) -> None:
+                     rows: dict[str, Any], save: Callable[[], None], ahead: Collection[str] = ()) -> None:
     """Each draft made from the target (built as the CLI builds it: int4/int8 on the device's own kernels, its
     graphs captured like the target's), at the default draft length and adaptive, and PLD, against our greedy
     on the same path: speed-up (ratio of medians), identical tokens, acceptance, c (a draft step over a target
-    step) and the prediction. ``in_order``: the drafts that also step in order, and run ahead after every token
-    (the two controls for running ahead after a token the draft was sure of, the default on CUDA).
+    step) and the prediction. ``ahead``: the drafts that also run ahead (each step's pass queued before the last
+    drafted token is read back; the control for the default, stepping in order).
     Each prompt's row goes into ``rows`` and is saved as soon as it is measured: a phase stopped at its time limit
     keeps the prompts it finished.
     """
@@ -284,11 +284,10 @@ def drafting_section(lm: LoadedModel, new_tokens: int, repeats: int, drafts: lis
                                                         draft=DraftParams(draft=spec)), draft)
         variants[f"speculative {spec} adaptive"] = (DecodeConfig(
             mode="speculative", max_new_tokens=new_tokens, draft=DraftParams(draft=spec, adaptive=True)), draft)
-        if spec in in_order:  # the controls: each step's token read back before its next pass is queued; or never
-            for control, changed in (("in order", {"run_ahead": False}), ("ahead always", {"ahead_after_q": 0.0})):
-                variants[f"speculative {spec} {control}"] = (DecodeConfig(
-                    mode="speculative", max_new_tokens=new_tokens, draft=DraftParams(draft=spec)),
-                    dataclasses.replace(draft, **changed))
+        if spec in ahead:  # the control: each step's pass queued before the last drafted token is read back
+            variants[f"speculative {spec} ahead"] = (DecodeConfig(
+                mode="speculative", max_new_tokens=new_tokens, draft=DraftParams(draft=spec)),
+                dataclasses.replace(draft, run_ahead=True))
     for name in prompts:
         prompt = PROMPTS[name]
         greedy = DecodeConfig(mode="greedy", max_new_tokens=new_tokens)
@@ -332,11 +331,9 @@ def draft_cost_section(lm: LoadedModel, drafts: list[str], new_tokens: int) -> d
         built = load_draft(lm, spec)
         config = DecodeConfig(mode="speculative", max_new_tokens=new_tokens, draft=DraftParams(draft=spec,
                                                                                                confidence_threshold=0.0))
-        # The default (on CUDA a draft step's pass queued before the last token is read back where the token before
-        # it was sure: random weights are never sure, so it steps in order here), then the same draft running ahead
-        # after every token, and stepping in order, the controls: what running ahead saves of c.
-        for name, draft in ((spec, built), (f"{spec} ahead always", dataclasses.replace(built, ahead_after_q=0.0)),
-                            (f"{spec} in order", dataclasses.replace(built, run_ahead=False))):
+        # The default (each draft step in order), then the same draft running ahead, the control: what queuing
+        # each step's pass before the last token is read back saves of c where no draft stops early.
+        for name, draft in ((spec, built), (f"{spec} ahead", dataclasses.replace(built, run_ahead=True))):
             run_once(lm, "the the the the", config, draft)  # warm-up: the draft's graphs captured
             final = run_once(lm, "the the the the", config, draft)[0]
             rows[name] = {"c": final.draft_cost_ratio, "draft_forwards": final.draft_forwards}
@@ -446,9 +443,9 @@ def main() -> None:
     parser.add_argument("--drafts", default="int4,int8,self,layers:10", help="drafts made from the target")
     parser.add_argument("--prompts", help="comma-separated: which of decode_vs_hf.py's prompts the drafting section "
                         "runs (all by default)")
-    parser.add_argument("--in-order", nargs="?", const="all", default="", help="the drafting section also times "
-                        "these drafts (all without a list) stepping in order and running ahead after every token (the "
-                        "controls for a draft's passes queued ahead after a sure token, the default on CUDA)")
+    parser.add_argument("--ahead", nargs="?", const="all", default="", help="the drafting section also times these "
+                        "drafts (all without a list) running ahead: each step's pass queued before the last token is "
+                        "read back (the control for the default, stepping in order)")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--tiny", action="store_true", help="a small Phi-3, to check the script on a CPU")
     parser.add_argument("--json", type=Path)
@@ -505,7 +502,7 @@ def main() -> None:
             drafting_section(smol, 128, args.repeats, drafts,
                              args.prompts.split(",") if args.prompts else list(PROMPTS),
                              results.setdefault("drafting", {}), save,
-                             drafts if args.in_order == "all" else args.in_order.split(",") if args.in_order else ())
+                             drafts if args.ahead == "all" else args.ahead.split(",") if args.ahead else ())
         if "app" in sections:
             import app_vs_headless
 

@@ -39,9 +39,9 @@
 # also runs those gpu tests), or 'lease1', then
 #   bash benchmarks/gpu_session.sh changes  carry: .gpu/b        SmolLM2's gpu tests and the tree and run-ahead
 #                                                                ones, the drafts (int4, self, layers:10) fixed and
-#                                                                adaptive, int4 and self also stepping in order and
-#                                                                running ahead after every token (the controls),
-#                                                                and PLD against greedy on three prompts (4 minutes)
+#                                                                adaptive, int4 and self also running ahead (the
+#                                                                control), and PLD against greedy on three prompts
+#                                                                (4 minutes)
 # then 'app' (REPEATS=2, 4 minutes: greedy, pld, beam and the controls that decode at once).
 #
 # One lease (30 min of device time, the machine's start included, about 2 min) holds, back to back:
@@ -108,7 +108,7 @@ changes)  # after 'prep' or 'lease1' on the same machine
     join_smol || exit 1
     timeout 60 python3 -m pytest -p no:cacheprovider -q -rs tests/test_gpu.py \
         -k "runs_ahead or tree or bf16 or smollm2 or starts_on_cuda" 2>&1 | tee "$OUT/pytest-gpu-changes.log"
-    timeout 230 python3 benchmarks/gpu.py --only drafting --drafts int4,self,layers:10 --in-order int4,self \
+    timeout 230 python3 benchmarks/gpu.py --only drafting --drafts int4,self,layers:10 --ahead int4,self \
         --prompts code-edit,summarise,open-ended --repeats 2 --json "$OUT/gpu-drafts.json" 2>&1 \
         | tee "$OUT/gpu-drafts.log"
     ;;

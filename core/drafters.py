@@ -176,12 +176,6 @@ class PromptLookup:
 # A draft token the draft gives less than this probability has its runner-up drafted beside it, when the draft
 # may be a tree: the draft is unsure there, and the target often takes the second choice.
 RUNNER_UP_BELOW = 0.8
-# Running ahead, a draft step's pass is queued before its token is read back; where that token then stops the draft
-# (unsure, under the confidence cut-off) the pass was for nothing, a whole draft step. So a pass is queued ahead only
-# after a token the draft gave at least this probability: unsure tokens come in runs. On an H200 a draft that ran
-# ahead after every token lost to the in-order loop (int4 on SmolLM2, code edit: 0.82x greedy against 0.86x), its
-# short drafts paying a wasted pass each.
-AHEAD_AFTER_Q = 0.9
 
 
 class ModelDrafter:
@@ -191,12 +185,10 @@ class ModelDrafter:
 
     def __init__(self, model: PreTrainedModel, vocab_size: int, confidence_threshold: float = 0.4,
                  eos_token_ids: frozenset[int] = frozenset(), target_kv: torch.dtype | None = None,
-                 tree_budget: int = 0, run_ahead: bool | None = None, ahead_after_q: float = AHEAD_AFTER_Q) -> None:
+                 tree_budget: int = 0, run_ahead: bool = False) -> None:
         self.model = model
-        # Queue a draft step's pass before the last drafted token is read back (None: on CUDA), where the token
-        # before it had q >= ahead_after_q (0: after every token, the first included); see propose.
+        # Queue each draft step's pass before the last drafted token is read back (off by default); see propose.
         self.run_ahead = run_ahead
-        self.ahead_after_q = ahead_after_q
         # Above 0, under greedy verification: where the draft is unsure of its token, its runner-up joins the
         # draft as a sibling leaf, up to this many nodes in all (EAGLE-2's dynamic draft tree, its simplest
         # form: one extra candidate per unsure position, never drafted on from).
@@ -243,14 +235,13 @@ class ModelDrafter:
         if first_pass:  # a draft model's own prefill, done: its step's graphs next
             self._prepare_graphs()
         forwards = 1
-        # On a GPU, the next draft step's pass is queued before this token is read back, as greedy decoding's
-        # steps are (see autoregressive): the device computes it while the host reads the token and decides
-        # whether to go on, instead of idling through that. Where the draft then stops (an end-of-text token,
-        # an unsure token), that pass computed keys and values the next round can still use if the token is
-        # accepted, and its logits are dropped: a draft step for nothing, unless the token is accepted. So it
-        # runs ahead only after a token it was sure of (AHEAD_AFTER_Q). On a CPU nothing would overlap, so the
-        # loop stays in order.
-        run_ahead = device.type == "cuda" if self.run_ahead is None else self.run_ahead
+        # With run_ahead, the next draft step's pass is queued before this token is read back, as greedy
+        # decoding's steps are on a GPU (see autoregressive): the device computes it while the host reads the
+        # token and decides whether to go on. But where the draft then stops (an end-of-text token, an unsure
+        # token), that pass was for nothing unless the token is accepted: a whole draft step, where the overlap
+        # saves a little host time a step. On an H200 (SmolLM2, CUDA graphs) the in-order loop drafted faster
+        # on every prompt (int4, code edit: 0.94x greedy against 0.88x running ahead after every token, and
+        # 0.93x after a token of q >= 0.9 alone), so by default the loop stays in order, on every device.
         for i in range(k):
             q = torch.softmax(processed(processors, ids, logits), dim=-1)  # [1, V]
             if with_runners_up:
@@ -262,8 +253,7 @@ class ModelDrafter:
                 copy = HostCopy([token, q[0].gather(0, token)])  # one copy per draft token
             ids = torch.cat([ids, token.view(1, 1)], dim=1)  # [1, T + i + 1]
             more = i + 1 < k
-            # After the token before this one was read back: its q says whether this one is likely to go on.
-            ahead = run_ahead and more and (q_probs[-1] if q_probs else 0.0) >= self.ahead_after_q
+            ahead = self.run_ahead and more
             if ahead:
                 logits = forward(self.model, token.view(1, 1), self.cache)[:, -1, : self.vocab_size].float()
                 forwards += 1
@@ -440,17 +430,15 @@ class DraftModel:
     target_kv: torch.dtype | None = None
     # Said once to the user when the default draft could not run on this device and this one replaced it.
     note: str | None = None
-    # Queue a draft step's pass before the last drafted token is read back (ModelDrafter.propose); None: on
-    # CUDA, where the device then computes while the host decides. False keeps the loop in order (a benchmark's
-    # control), as does a token before it with q under ahead_after_q (0: run ahead after every token).
-    run_ahead: bool | None = None
-    ahead_after_q: float = AHEAD_AFTER_Q
+    # Queue each draft step's pass before the last drafted token is read back (ModelDrafter.propose): off by
+    # default, where it measured slower on a GPU; a benchmark's control.
+    run_ahead: bool = False
 
     def drafter(self, confidence_threshold: float, eos_token_ids: frozenset[int], tree_budget: int = 0,
                 ) -> ModelDrafter:
         """A drafter over this model for one run."""
         return ModelDrafter(self.model, self.vocab_size, confidence_threshold, eos_token_ids, self.target_kv,
-                            tree_budget, self.run_ahead, self.ahead_after_q)
+                            tree_budget, self.run_ahead)
 
 
 def preparing(spec: str) -> str:

@@ -27,7 +27,7 @@ import torch
 
 import decode_tui.core
 from decode_tui.core.detokenize import Detokenizer
-from decode_tui.core.drafters import AHEAD_AFTER_Q, Drafter, ModelDrafter, PromptLookup
+from decode_tui.core.drafters import Drafter, ModelDrafter, PromptLookup
 from decode_tui.core.events import DraftVerified, Event, Finished
 from decode_tui.core.forward import HostCopy
 from decode_tui.core.loading import resolve_device, resolve_dtype
@@ -432,18 +432,17 @@ def test_an_adaptive_draft_from_the_target_takes_what_it_skipped_from_the_target
 
 @pytest.mark.parametrize("seed", range(3))
 def test_a_draft_on_cuda_runs_ahead_and_drafts_what_an_in_order_draft_drafts(byte_bpe: Any, seed: int) -> None:
-    """On CUDA a draft step's pass is queued before the last drafted token is read back (by default after a token
-    the draft was sure of; here also after every token, and after about half): its rounds equal the in-order
-    loop's on captured graphs, with a confidence cut-off that stops drafts often, so passes run past a stop and
-    the next round drafts from the right cache."""
+    """Running ahead on CUDA (an option; the default steps in order), a draft step's pass is queued before the
+    last drafted token is read back: its rounds equal the in-order loop's on captured graphs, with a confidence
+    cut-off that stops drafts often, so passes run past a stop and the next round drafts from the right cache."""
     from decode_tui.core.events import DraftProposed
 
     model = on_cuda(tiny_model(ARCHS[seed], vocab_size=V, seed=seed))
     draft = on_cuda(tiny_model("llama", vocab_size=V, seed=seed + 100))
     prompt = prompt_for(seed, 9)
     runs = []
-    for run_ahead, after_q in ((False, 0.0), (None, 0.0), (None, 0.2), (None, AHEAD_AFTER_Q)):
-        drafter = ModelDrafter(draft, V, confidence_threshold=0.08, run_ahead=run_ahead, ahead_after_q=after_q)
+    for run_ahead in (False, True):
+        drafter = ModelDrafter(draft, V, confidence_threshold=0.08, run_ahead=run_ahead)
         runs.append(ours_on(model, byte_bpe, prompt, 40, graphs=True, drafter=drafter, k=4))
     in_order, *aheads = ([(e.token_ids, e.stopped) for e in run if isinstance(e, DraftProposed)] for run in runs)
     assert all(ahead == in_order for ahead in aheads)

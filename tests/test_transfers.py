@@ -101,7 +101,7 @@ def test_speculative_copies_once_per_target_forward_and_per_draft_token(
         byte_bpe: Any, monkeypatch: pytest.MonkeyPatch, sample: bool, drafter_kind: str) -> None:
     model = tiny_model("llama", vocab_size=V, seed=2)
     drafter: Any = (ModelDrafter(tiny_model("llama", vocab_size=V, seed=3), V, confidence_threshold=0.0,
-                                 run_ahead=drafter_kind.endswith("ahead"), ahead_after_q=0.0)  # as on a GPU
+                                 run_ahead=drafter_kind.endswith("ahead"))
                     if drafter_kind.startswith("model") else PromptLookup(1, 4, frozenset()))  # 1-grams: many matches
     drafter_kind = drafter_kind.split()[0]
     # For lookup, a prompt holding most of the vocabulary, so the last token is nearly always found in it.
@@ -167,32 +167,9 @@ def test_a_step_read_back_while_the_next_forward_runs_was_copied_before_that_for
         list(speculative(model, transcript(byte_bpe, PROMPT, 12), PromptLookup(3, 4), SamplingParams(),
                          greedy=True, num_draft_tokens=4, adaptive=True))
     else:
-        drafter = ModelDrafter(model, V, confidence_threshold=0.0, run_ahead=True, ahead_after_q=0.0)
+        drafter = ModelDrafter(model, V, confidence_threshold=0.0, run_ahead=True)
         drafter.propose(PROMPT, 12, [], True, None)
     # The forwards queued ahead, each between a copy and its wait: copy, forward, wait, once a step.
     text = " ".join(calls)
     assert text.count("copy forward wait") >= 8, text
 
-
-@pytest.mark.parametrize("seed", range(4))
-def test_a_draft_runs_ahead_only_after_a_token_it_was_sure_of(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
-    """A pass queued ahead of an unsure token is wasted when that token stops the draft, so a draft step's pass is
-    queued before its token is read back only where the token before it had q at least ``ahead_after_q``: between
-    its copy and its wait (copy, forward, wait) for those, after the wait for the rest. The first drafted token
-    follows no drafted token: it steps in order."""
-    calls = copies_and_waits(monkeypatch)
-    model = tiny_model("llama", vocab_size=V, seed=10 + seed)
-    model.register_forward_pre_hook(lambda *_: calls.append("forward"))
-    probe = ModelDrafter(model, V, confidence_threshold=0.0, run_ahead=False).propose(PROMPT, 12, [], True, None)
-    assert probe.q_probs is not None
-    after_q = sorted(probe.q_probs)[len(probe.q_probs) // 2]  # about half the steps run ahead
-    calls.clear()
-    draft = ModelDrafter(model, V, confidence_threshold=0.0, run_ahead=True, ahead_after_q=after_q).propose(
-        PROMPT, 12, [], True, None)
-    assert draft.token_ids == probe.token_ids and draft.q_probs == pytest.approx(probe.q_probs, abs=1e-6)
-    assert draft.q_probs is not None
-    # Token i (0-based) is fed ahead where i + 1 < 12 (a step follows) and token i - 1 had q >= after_q.
-    expected = sum(draft.q_probs[i - 1] >= after_q for i in range(1, 11))
-    assert 0 < expected < 10, "the test means something only with steps of both kinds"
-    assert " ".join(calls).count("copy forward wait") == expected, calls
-    assert draft.forwards == probe.forwards == 12
