@@ -66,7 +66,9 @@ class DecoderClock:
 
     Where the app is slower, this says why: a decoder whose CPU time per token is unchanged but whose
     wall time grew was waiting (for the interpreter lock, mostly); one whose CPU time grew did more
-    work (garbage collection over the UI's objects, a colder cache).
+    work (garbage collection over the UI's objects, a colder cache). Not on CUDA, where the decoder waits
+    for each step's copy in ``cudaEventSynchronize``, which spins by default: there its CPU time is about
+    its wall time on both sides, and only the time off the CPU (``waiting``) says something.
     """
 
     cpu_s: float = 0.0
