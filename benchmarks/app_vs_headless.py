@@ -29,12 +29,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import gc
 import json
 import os
 import random
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -75,14 +77,30 @@ class DecoderClock:
     wall_s: float = 0.0
     tokens: int = 0
     gaps: list[float] = dataclasses.field(default_factory=list)  # seconds between the run's successive steps
+    # Seconds of the run spent in the cyclic garbage collector, in any thread (a collection holds the interpreter
+    # lock, so one in the UI thread stops the decoder's Python too), and how many of those were full collections,
+    # which walk every object the process holds outside gc.freeze(): the app's widgets are many.
+    gc_s: float = 0.0
+    gc_full: int = 0
 
     def watch(self, events: Iterator[Event]) -> Iterator[Event]:
         """From the event after the run's first (``Started``) to the last: the app holds a run at its start
         until the start is on screen (``DecodeApp.show_start_first``), which is not decoding, as the run's own
         clock leaves it out too."""
         cpu, wall = time.thread_time(), time.perf_counter()
-        self.tokens, self.gaps = 0, []
+        self.tokens, self.gaps, self.gc_s, self.gc_full = 0, [], 0.0, 0
         steps, last = StepTracker(), wall  # a step: a token, a beam step or a whole draft round, as the pump counts
+        began: dict[int, float] = {}  # thread -> when its collection began
+
+        def collecting(phase: str, info: dict[str, int]) -> None:
+            thread = threading.get_ident()
+            if phase == "start":
+                began[thread] = time.perf_counter()
+            elif thread in began:
+                self.gc_s += time.perf_counter() - began.pop(thread)
+                self.gc_full += info["generation"] == 2
+
+        gc.callbacks.append(collecting)
         try:
             for i, event in enumerate(events):
                 yield event
@@ -96,6 +114,12 @@ class DecoderClock:
                     last = now
         finally:
             self.cpu_s, self.wall_s = time.thread_time() - cpu, time.perf_counter() - wall
+            gc.callbacks.remove(collecting)
+
+    @property
+    def collecting(self) -> float:
+        """The share of the run's wall time spent in garbage collections (any thread's)."""
+        return self.gc_s / self.wall_s if self.wall_s else 0.0
 
     @property
     def waiting(self) -> float:
@@ -262,6 +286,8 @@ class AppRun:
     decoder_waiting: float  # see DecoderClock.waiting
     decoder_cpu_per_token_us: float  # see DecoderClock.cpu_per_token_us
     decoder_stalled: float  # see DecoderClock.stalled
+    collecting: float  # see DecoderClock.collecting
+    gc_full: int  # see DecoderClock.gc_full
     ui_cpu: float  # the UI thread's CPU time over the run's wall time
     paint_hz: float  # how often the pacer let the app paint, at the run's end
 
@@ -341,8 +367,8 @@ def in_app(prompt: str, config: DecodeConfig, runs: int = 1, press_every: float 
                 ui_cpu, wall = time.thread_time() - ui_cpu, time.perf_counter() - wall
                 assert app.pump is not None
                 app.pump.finished.wait()  # the clock is read when the decoder's generator closes
-                results.append(AppRun(finished, clock.waiting, clock.cpu_per_token_us, clock.stalled, ui_cpu / wall,
-                                      app.pacer.hz))
+                results.append(AppRun(finished, clock.waiting, clock.cpu_per_token_us, clock.stalled,
+                                      clock.collecting, clock.gc_full, ui_cpu / wall, app.pacer.hz))
             return results
 
     try:
@@ -362,7 +388,8 @@ def app_child(mode: str, prompt_name: str, new_tokens: int, runs: int, proxy: st
                            show_start_first=show_start_first)
     print(json.dumps([{"tokens_per_s": r.finished.tokens_per_s, "decoder_waiting": r.decoder_waiting,
                        "decoder_cpu_per_token_us": r.decoder_cpu_per_token_us, "decoder_stalled": r.decoder_stalled,
-                       "ui_cpu": r.ui_cpu, "paint_hz": r.paint_hz} for r in results]))
+                       "collecting": r.collecting, "gc_full": r.gc_full, "ui_cpu": r.ui_cpu, "paint_hz": r.paint_hz}
+                      for r in results]))
 
 
 def app_rates(mode: str, prompt_name: str, new_tokens: int, runs: int, proxy: str = "none",
@@ -424,7 +451,10 @@ def throughput(lm: LoadedModel, prompt_name: str, mode: str, new_tokens: int, re
     row["headless_decoder_waiting"] = statistics.median(c.waiting for c in clocks)
     row["headless_decoder_cpu_per_token_us"] = statistics.median(c.cpu_per_token_us for c in clocks)
     row["headless_decoder_stalled"] = statistics.median(c.stalled for c in clocks)
-    for key in ("decoder_waiting", "decoder_cpu_per_token_us", "decoder_stalled", "ui_cpu", "paint_hz"):
+    row["headless_collecting"] = statistics.median(c.collecting for c in clocks)
+    row["headless_gc_full"] = statistics.median(c.gc_full for c in clocks)
+    for key in ("decoder_waiting", "decoder_cpu_per_token_us", "decoder_stalled", "collecting", "gc_full", "ui_cpu",
+                "paint_hz"):
         row[f"app_{key}"] = statistics.median(r[key] for r in app_runs)
     return row
 
@@ -438,7 +468,9 @@ def summary(row: dict[str, Any]) -> str:
             f"{row['headless_decoder_waiting']:.1%} headless, {row['app_decoder_waiting']:.1%} in the app; "
             f"decoder CPU a token {row['headless_decoder_cpu_per_token_us']:.0f} us headless, "
             f"{row['app_decoder_cpu_per_token_us']:.0f} us in the app; stalled {row['headless_decoder_stalled']:.1%}"
-            f" headless, {row['app_decoder_stalled']:.1%} in the app; "
+            f" headless, {row['app_decoder_stalled']:.1%} in the app; in garbage collections "
+            f"{row['headless_collecting']:.1%} headless ({row['headless_gc_full']:g} full a run), "
+            f"{row['app_collecting']:.1%} in the app ({row['app_gc_full']:g} full); "
             f"UI thread {row['app_ui_cpu']:.1%} of a core, painting at {row['app_paint_hz']:.1f} Hz")
 
 

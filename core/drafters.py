@@ -32,7 +32,7 @@ from .acquire import Progress, ensure, quiet
 from .errors import UsageError
 from .forward import HostCopy, StaticKV, forward, new_cache, prepare, release, rollback
 from .lookup_tree import lookup_tree
-from .params import target_draft
+from .params import TargetDraft, target_draft
 from .path import common_prefix
 from .sampling import processed
 from .token_tree import TokenTree
@@ -428,7 +428,8 @@ class DraftModel:
     # A draft made from the target takes the target's keys and values of the prompt, kept in this dtype (its own
     # compute dtype); None for another model, whose layers differ.
     target_kv: torch.dtype | None = None
-    # Said once to the user when the default draft could not run on this device and this one replaced it.
+    # Said once to the user: the default draft could not run on this device and this one replaced it, or this one
+    # runs here but costs more than a target step.
     note: str | None = None
     # Queue each draft step's pass before the last drafted token is read back (ModelDrafter.propose): off by
     # default, where it measured slower on a GPU; a benchmark's control.
@@ -476,7 +477,7 @@ def load_draft(target: LoadedModel, spec: str, trust_remote_code: bool = False,
         target_drafts.check(made, target.model, spec)
         progress(preparing(spec))
         return DraftModel(target_drafts.build(target.model, made), min(width, len(target.tokenizer)), spec,
-                          target_drafts.kv_dtype(target.model, made))
+                          target_drafts.kv_dtype(target.model, made), note=_dear_on(made, target.device))
     from .loading import load_model
 
     resolved = ensure(spec, progress)
@@ -485,6 +486,17 @@ def load_draft(target: LoadedModel, spec: str, trust_remote_code: bool = False,
                        trust_remote_code=trust_remote_code)
     draft_width = draft.model.get_output_embeddings().weight.shape[0]
     return DraftModel(draft.model, shared_vocab_size(target.tokenizer, draft.tokenizer, width, draft_width), spec)
+
+
+def _dear_on(made: TargetDraft, device: torch.device) -> str | None:
+    """A note where a draft runs but costs more than it could save on this device: torch's int8 weight-only
+    kernel on CUDA took 12 times a bf16 product's time on an H200 (the Phi-3-mini-sized model's products,
+    BENCHMARKS.md), so an int8 draft there costs several target steps a token."""
+    if made.bits == 8 and device.type == "cuda":
+        return ("the int8 draft runs on torch's int8 weight-only CUDA kernel, which an H200 measured at 12 times "
+                "a bf16 product's time: each draft step costs more than a target step. --draft int4 is the "
+                "cheap draft on a GPU.")
+    return None
 
 
 def shared_vocab_size(target: PreTrainedTokenizerBase, draft: PreTrainedTokenizerBase, target_logits: int,

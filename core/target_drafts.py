@@ -8,7 +8,9 @@ A spec names what the draft keeps of the target, parts joined by ``+``:
   from), multiplied in bf16 by torch's own CPU kernel. About a quarter of a
   target step on a 2-core CPU, and the argmax agrees with the target's at
   about 98 % of positions (BENCHMARKS.md, the draft candidates).
-- ``int8``: the same with 8-bit weights, one scale per output row.
+- ``int8``: the same with 8-bit weights, one scale per output row. Exact on
+  CUDA too, but no draft there: torch's int8 weight-only CUDA kernel took 12
+  times a bf16 product's time on an H200 (BENCHMARKS.md), and the draft says so.
 - ``layers:N``: the target's first N decoder layers, then its final norm and
   head (early exit, as in LayerSkip and transformers' ``assistant_early_exit``).
   It shares the target's weights, so it costs no memory; a model not trained
