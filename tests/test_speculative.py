@@ -787,6 +787,46 @@ def test_a_timed_cheap_draft_still_drafts_where_it_pays() -> None:
     assert timed > 1.2 and timed >= 0.97 * untimed
 
 
+@pytest.mark.parametrize("share", [1 / 100, 1 / 20])
+def test_a_copying_drafters_replays_are_kept_to_their_share_of_the_run(monkeypatch: Any, share: float) -> None:
+    """Prompt lookup's policy replays the run so far under every draft length, on the host between rounds. On prose
+    (nothing copied) at a GPU's step (3.4 ms), with a replay of 0.7 ms, the replays take at most REPLAY_SHARE of
+    the run (and a replay's worth more): at a hundredth about 1 %; the control, a twentieth, about 5 %."""
+    from decode_tui.core.strategies import adaptive
+
+    monkeypatch.setattr(adaptive, "REPLAY_SHARE", share)
+    now = [0.0]  # the policy's clock: what replays and steps took
+    monkeypatch.setattr(adaptive, "time", type("Clock", (), {"perf_counter": staticmethod(lambda: now[0])}))
+    done = [0]  # tokens so far
+    replays = [0]
+
+    def replay(k: int) -> tuple[int, ...]:
+        now[0] += 0.0007 / 11  # a whole replay (k = 0 .. 10) takes 0.7 ms
+        replays[0] += k == 10
+        copies = done[0] // 10 if k else 0  # prose: a copy every 10th token, rejected, in a wider forward
+        return (1,) * (done[0] - copies) + (k + 1,) * copies
+
+    step = 0.0034
+    policy = AdaptiveDraftLength(10, replay=replay)
+    while done[0] < 512:
+        k = policy.choose()
+        # Drafting, a lookup finds a copy every 10th token, which the target rejects: plain steps between, as the
+        # loop runs them.
+        steps = min(policy.plain_stretch() if k == 0 else 9, 512 - done[0])
+        policy.observe_plain(steps, steps * step)
+        now[0] += steps * step
+        done[0] += steps
+        if k > 0 and done[0] < 512:
+            policy.observe(k, 0, step * 1.02, 0.0)
+            now[0] += step * 1.02
+            done[0] += 1
+    replay_share = replays[0] * 0.0007 / now[0]
+    assert replays[0] >= 2 and policy.replayed == 0, (replays, policy.reason)
+    assert replay_share <= share * 1.2 + 0.0007 / now[0], replay_share
+    if share == 1 / 20:
+        assert replay_share > 0.03, "the control's replays cost what the H200 lost"
+
+
 def test_probes_are_spaced_by_what_they_cost(monkeypatch: Any) -> None:
     """A draft that gets nothing accepted (the first 10 layers of SmolLM2 on an H200: c 0.4, acceptance 0, stopping
     itself after 1-2 tokens) is probed now and then, and each probe after plain steps first catches up on them (an
