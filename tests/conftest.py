@@ -134,6 +134,16 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory, byte_bpe: PreTraine
     return folder
 
 
+@pytest.fixture
+def untimed_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The adaptive policy is not told the draft step the loop times before its first round: it learns c from its
+    drafts, as it did before the loop timed one. Two tiny models (or a tiny model and its first layer) cost about
+    alike, and told a c near 1 the policy would never draft, where a test needs it to."""
+    from decode_tui.core.strategies.adaptive import AdaptiveDraftLength
+
+    monkeypatch.setattr(AdaptiveDraftLength, "timed", lambda self, step_s, draft_s: None)
+
+
 @pytest.fixture(scope="session")
 def smollm2() -> Any:
     """The real embedded model (SmolLM2-135M-Instruct), pulled into the per-user cache on first use."""

@@ -32,7 +32,6 @@ from decode_tui.core.events import DraftVerified, Event, Finished
 from decode_tui.core.forward import HostCopy
 from decode_tui.core.loading import resolve_device, resolve_dtype
 from decode_tui.core.params import BeamParams, DecodeConfig, SamplingParams
-from decode_tui.core.strategies.adaptive import AdaptiveDraftLength
 from decode_tui.core.strategies.autoregressive import autoregressive
 from decode_tui.core.strategies.beam import beam_search
 from decode_tui.core.strategies.speculative import speculative
@@ -399,8 +398,9 @@ def test_greedy_speculative_with_each_target_draft_is_greedy_on_cuda_graphs(byte
 
 
 
+@pytest.mark.usefixtures("untimed_policy")
 def test_an_adaptive_draft_from_the_target_takes_what_it_skipped_from_the_target_on_cuda_graphs(
-        byte_bpe: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        byte_bpe: Any) -> None:
     """A poor draft made from the target (its first layer), adaptive, on captured graphs: the policy takes plain
     steps and probes; before each probe the draft copies the skipped tokens' keys and values from the target's
     static cache and is fed one or two tokens (no eager catch-up, no graph captured for a stretch's width), and
@@ -415,9 +415,6 @@ def test_an_adaptive_draft_from_the_target_takes_what_it_skipped_from_the_target
     drafter = ModelDrafter(target_drafts.build(model, made), V, target_kv=target_drafts.kv_dtype(model, made),
                            confidence_threshold=0.0)
     prompt = prompt_for(5, 9)
-    # The policy learns c from its drafts, as it did before it was told a timed c: a tiny model's layer may cost on
-    # a GPU what the whole model does, and told so the policy would never draft.
-    monkeypatch.setattr(AdaptiveDraftLength, "timed", lambda self, step_s, draft_s: None)
     events = list(speculative(model, transcript(byte_bpe, prompt, 120, eos=-1), drafter, SamplingParams(),
                               greedy=True, num_draft_tokens=4, adaptive=True, graphs=True,
                               generator=torch.Generator(device=CUDA).manual_seed(0)))

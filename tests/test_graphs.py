@@ -21,7 +21,6 @@ from decode_tui.core.drafters import ModelDrafter, PromptLookup
 from decode_tui.core.events import BeamStepped, DraftProposed, DraftVerified, Event, Finished, TokenEmitted
 from decode_tui.core.forward import StaticKV, graph_failure, graphs_available, new_cache, release
 from decode_tui.core.params import BeamParams, SamplingParams
-from decode_tui.core.strategies.adaptive import AdaptiveDraftLength
 from decode_tui.core.strategies.autoregressive import autoregressive
 from decode_tui.core.strategies.beam import beam_search
 from decode_tui.core.strategies.speculative import speculative
@@ -365,8 +364,9 @@ def test_a_draft_made_from_the_target_replays_graphs_on_its_own_pooled_cache(
 
 
 @pytest.mark.parametrize("graphs", [False, True], ids=["eager", "graphs"])
+@pytest.mark.usefixtures("untimed_policy")
 def test_an_adaptive_draft_made_from_the_target_never_catches_up_through_itself(
-        byte_bpe: Any, cpu_graphs: type[EagerGraphs], graphs: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+        byte_bpe: Any, cpu_graphs: type[EagerGraphs], graphs: bool) -> None:
     """A poor draft made from the target (its first layer): the adaptive policy takes plain steps and probes now
     and then. Every probe's draft takes the skipped tokens' keys and values from the target and is fed one or
     two tokens, on the plain path and replaying graphs alike (no catch-up graph of a stretch's width captured),
@@ -383,9 +383,6 @@ def test_an_adaptive_draft_made_from_the_target_never_catches_up_through_itself(
     drafter = ModelDrafter(target_drafts.build(model, made), V, target_kv=target_drafts.kv_dtype(model, made),
                            confidence_threshold=0.0)
     prompt = [3, 4, 5]
-    # The policy learns c from its drafts, not from a timed step: a tiny model's one layer may cost about what the
-    # model does, and told so the policy would never draft.
-    monkeypatch.setattr(AdaptiveDraftLength, "timed", lambda self, step_s, draft_s: None)
     events = list(speculative(model, with_eos(byte_bpe, prompt, 120, eos=-1), drafter, SamplingParams(),
                               greedy=True, num_draft_tokens=4, adaptive=True, graphs=graphs,
                               generator=torch.Generator().manual_seed(0)))

@@ -261,7 +261,8 @@ def test_the_adaptive_policy_says_what_it_decided_and_why_when_it_changes(byte_b
     assert not any(isinstance(e, DraftLengthDecided) for e in fixed)
 
 
-def test_a_draft_says_what_it_caught_up_on_and_c_leaves_that_out(byte_bpe: Any, monkeypatch: Any) -> None:
+@pytest.mark.usefixtures("untimed_policy")
+def test_a_draft_says_what_it_caught_up_on_and_c_leaves_that_out(byte_bpe: Any) -> None:
     """An adaptive run whose draft fails takes plain steps and probes now and then; before a probe the draft is
     fed every token it skipped. Each round says how many context tokens its draft was fed: one, or two after a
     draft accepted whole, plus the plain steps since the last round. c leaves out the rounds that caught up on
@@ -273,10 +274,9 @@ def test_a_draft_says_what_it_caught_up_on_and_c_leaves_that_out(byte_bpe: Any, 
     model = tiny_model("llama", vocab_size=V, seed=5)
     prompt = [3, 4, 5]
     drafter = ModelDrafter(tiny_model("llama", vocab_size=V, seed=999), V, confidence_threshold=0.0)
-    # Not timed before the first round (two tiny models cost alike: at c 1 the policy would never draft), so that
-    # the policy learns c from its drafts, and the first round is the draft's first, fed the prompt.
+    # Not timed before the first round (untimed_policy), and without the timing's own draft: the first round is
+    # then the draft's first, fed the prompt.
     drafter.time_step = lambda context, processors: 0.0  # type: ignore[method-assign]
-    monkeypatch.setattr(AdaptiveDraftLength, "timed", lambda self, step_s, draft_s: None)
     events = run(model, byte_bpe, drafter, prompt, 120, k=4, adaptive=True, eos=-1)  # no end: 120 tokens
     rounds: list[tuple[DraftVerified, int]] = []  # each round, with the tokens emitted since the last one
     since = 0
