@@ -5,7 +5,10 @@ steps each, warm). Agreement: the draft fed the target's own greedy continuation
 is fed), the share of positions where its argmax is the target's next token: greedy acceptance, per position.
 The prompts: transformers-comparison prompts and the demo prompts, 64 tokens each.
 
-    python benchmarks/draft_candidates.py [--drafts int4,int8,layers:26,int4+layers:26] [--json out.json]
+    python benchmarks/draft_candidates.py [--drafts int4,int8,layers:26,int4+layers:26] [--unfused] [--json out.json]
+
+``--unfused``: each draft also as it was built before its norms were fused (transformers' own RMS norm), the
+control for what ``F.rms_norm`` changes of a draft's cost and agreement.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
+from decode_tui.core import target_drafts
 from decode_tui.core.drafters import load_draft
 from decode_tui.core.embedded import pull
 from decode_tui.core.loading import load_model
@@ -58,6 +62,7 @@ def agreement(model: Any, prompt_len: int, sequence: torch.Tensor) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--drafts", default="int4,int8,layers:26,layers:20,int4+layers:26")
+    parser.add_argument("--unfused", action="store_true", help="each draft with transformers' norms too (control)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     pull("smollm2")
@@ -73,13 +78,18 @@ def main() -> None:
     target_s = step_s(lm.model, context)
     rows = []
     for spec in args.drafts.split(","):
-        draft: Any = load_draft(lm, spec).model
-        row = {"draft": spec, "c": step_s(draft, context) / target_s,
-               "agreement": {name: agreement(draft, n, seq) for name, (n, seq) in sequences.items()}}
-        rows.append(row)
-        print(f"{spec:>16}: c = {row['c']:.3f}  " + "  ".join(f"{k} {v:.2f}" for k, v in row["agreement"].items()),
-              flush=True)
-        del draft
+        for fused in (True, False) if args.unfused else (True,):
+            target_drafts.FUSE_NORMS = fused
+            try:
+                draft: Any = load_draft(lm, spec).model
+            finally:
+                target_drafts.FUSE_NORMS = True
+            name = spec if fused else f"{spec} unfused"
+            c = step_s(draft, context) / target_s
+            agreed = {p: agreement(draft, n, seq) for p, (n, seq) in sequences.items()}
+            rows.append({"draft": name, "c": c, "agreement": agreed})
+            print(f"{name:>24}: c = {c:.3f}  " + "  ".join(f"{k} {v:.2f}" for k, v in agreed.items()), flush=True)
+            del draft
     if args.json:
         args.json.write_text(json.dumps({"target_step_ms": target_s * 1e3, "rows": rows}, indent=2))
 

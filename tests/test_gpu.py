@@ -375,6 +375,32 @@ def test_the_quantised_drafts_kernels_pass_the_exact_product_check_on_cuda(bits:
     assert target_drafts._probe(bits, CUDA) is None
 
 
+def test_a_drafts_fused_norm_is_one_kernel_on_cuda_where_transformers_norm_is_several() -> None:
+    """Why a draft's norms are fused: on CUDA F.rms_norm is one kernel (torch's fused RMS norm), transformers'
+    norm about eight, and a GPU draft step is mostly such small kernels."""
+    from torch._C._autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    from decode_tui.core import target_drafts
+
+    norm = LlamaRMSNorm(576, eps=1e-5).to(CUDA, torch.bfloat16)
+    fused = target_drafts.fusable(norm)
+    assert fused is not None
+    x = torch.randn(1, 1, 576, device=CUDA, dtype=torch.bfloat16)
+
+    def kernels(module: torch.nn.Module) -> int:
+        with torch.inference_mode():
+            module(x)
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                module(x)
+                torch.cuda.synchronize()
+        return sum(1 for e in prof.events() if e.device_type == DeviceType.CUDA)
+
+    assert kernels(fused) <= 2 < 5 <= kernels(norm)
+
+
 @pytest.mark.parametrize("spec", ["int4", "int8", "layers:1", "self"])
 def test_greedy_speculative_with_each_target_draft_is_greedy_on_cuda_graphs(byte_bpe: Any, spec: str) -> None:
     """In bf16 on the default CUDA path: the draft replays its own captured graphs on its pooled static cache,
