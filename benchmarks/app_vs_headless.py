@@ -21,7 +21,7 @@ paint (what the user sees).
 
     python benchmarks/app_vs_headless.py [--repeats 3] [--new-tokens 128] [--json out.json]
                                          [--proxy python-bound[:N]|device-wait] [--cases MODE/PROMPT,...]
-                                         [--start-at-once]
+                                         [--start-at-once] [--pin]
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from textual import events
 
 from decode_tui.core.embedded import pull
 from decode_tui.core.events import Event, Finished, TokenEmitted
+from decode_tui.core.forward import HostCopy
 from decode_tui.core.live import LiveParams
 from decode_tui.core.loading import LoadedModel, load_model
 from decode_tui.core.params import DecodeConfig
@@ -60,6 +61,50 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from decode_vs_hf import PROMPTS, machine
 
 SIZE = (120, 36)
+
+
+_SYNCED = threading.local()  # per thread: seconds spent in HostCopy.wait, the wait for the device's copy
+_host_wait = HostCopy.wait
+
+
+def _timed_wait(self: HostCopy) -> list[float]:
+    start = time.perf_counter()
+    try:
+        return _host_wait(self)
+    finally:
+        _SYNCED.s = getattr(_SYNCED, "s", 0.0) + time.perf_counter() - start
+
+
+# Both sides decode through this benchmark's patched wait, alike: two clock reads a step, a fraction of a microsecond.
+HostCopy.wait = _timed_wait  # type: ignore[method-assign]
+
+
+def thread_switches() -> tuple[int, int | None]:
+    """The calling thread's context switches so far (voluntary and not), and its migrations from one CPU to
+    another (None where the kernel does not publish them): Linux's /proc/thread-self."""
+    switches, migrations = 0, None
+    try:
+        for line in Path("/proc/thread-self/status").read_text().splitlines():
+            if "ctxt_switches:" in line:
+                switches += int(line.split()[-1])
+        for line in Path("/proc/thread-self/sched").read_text().splitlines():
+            if line.startswith("se.nr_migrations"):
+                migrations = int(line.split()[-1])
+    except (OSError, ValueError):
+        pass
+    return switches, migrations
+
+
+def pin_to(cpus: set[int]) -> set[int]:
+    """Pin the calling thread (Linux: pid 0 is the thread, not the process) to ``cpus``; returns its CPUs before."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    return before
+
+
+def decoder_cpu() -> int:
+    """The CPU a pinned decoder gets: the last this process may use (the UI thread gets the others)."""
+    return max(os.sched_getaffinity(0))
 
 
 @dataclasses.dataclass
@@ -82,6 +127,14 @@ class DecoderClock:
     # which walk every object the process holds outside gc.freeze(): the app's widgets are many.
     gc_s: float = 0.0
     gc_full: int = 0
+    # Seconds of the run the decoding thread spent waiting for the device's copy of a step (HostCopy.wait): on CUDA
+    # the device's time not overlapped with the host's; the rest of the wall time is the host's own step (its
+    # Python, and any wait for the interpreter lock). The host's share growing in the app, with this shrinking,
+    # says the host's step got slower and the device waited for it.
+    synced_s: float = 0.0
+    switches: int = 0  # the decoding thread's context switches in the run (each wait for the lock is one or more)
+    migrations: int | None = None  # ... and its moves to another CPU, which leave its caches behind (None: unknown)
+    pin: int | None = None  # the CPU to pin the decoding thread to for the run (the control for migrations)
 
     def watch(self, events: Iterator[Event]) -> Iterator[Event]:
         """From the event after the run's first (``Started``) to the last: the app holds a run at its start
@@ -101,12 +154,15 @@ class DecoderClock:
                 self.gc_full += info["generation"] == 2
 
         gc.callbacks.append(collecting)
+        unpinned = pin_to({self.pin}) if self.pin is not None else None
+        synced, (switches, migrations) = getattr(_SYNCED, "s", 0.0), thread_switches()
         try:
             for i, event in enumerate(events):
                 yield event
                 now = time.perf_counter()
                 if i == 0:
                     cpu, wall = time.thread_time(), now
+                    synced, (switches, migrations) = getattr(_SYNCED, "s", 0.0), thread_switches()
                     last = now
                 self.tokens += isinstance(event, TokenEmitted)
                 if steps.closes_step(event):
@@ -114,7 +170,13 @@ class DecoderClock:
                     last = now
         finally:
             self.cpu_s, self.wall_s = time.thread_time() - cpu, time.perf_counter() - wall
+            self.synced_s = getattr(_SYNCED, "s", 0.0) - synced
+            switches_now, migrations_now = thread_switches()
+            self.switches = switches_now - switches
+            self.migrations = None if migrations is None or migrations_now is None else migrations_now - migrations
             gc.callbacks.remove(collecting)
+            if unpinned is not None:
+                pin_to(unpinned)
 
     @property
     def collecting(self) -> float:
@@ -131,6 +193,24 @@ class DecoderClock:
         """The decoding thread's CPU time per token: grown in the app, the decoder did more work there (on a
         GPU its waits for the device spin, so they count too, alike on both sides)."""
         return self.cpu_s / self.tokens * 1e6 if self.tokens else 0.0
+
+    @property
+    def host_per_token_us(self) -> float:
+        """The decoding thread's wall time a token outside its waits for the device's copy: the host's own step."""
+        return (self.wall_s - self.synced_s) / self.tokens * 1e6 if self.tokens else 0.0
+
+    @property
+    def synced_per_token_us(self) -> float:
+        """Its wait for the device's copy a token (on a CPU the copy itself: about nothing)."""
+        return self.synced_s / self.tokens * 1e6 if self.tokens else 0.0
+
+    @property
+    def switches_per_token(self) -> float:
+        return self.switches / self.tokens if self.tokens else 0.0
+
+    @property
+    def migrations_per_token(self) -> float | None:
+        return None if self.migrations is None or not self.tokens else self.migrations / self.tokens
 
     @property
     def stalled(self) -> float:
@@ -290,19 +370,26 @@ class AppRun:
     gc_full: int  # see DecoderClock.gc_full
     ui_cpu: float  # the UI thread's CPU time over the run's wall time
     paint_hz: float  # how often the pacer let the app paint, at the run's end
+    host_per_token_us: float  # see DecoderClock.host_per_token_us
+    synced_per_token_us: float  # see DecoderClock.synced_per_token_us
+    switches_per_token: float  # see DecoderClock.switches
+    migrations_per_token: float | None  # see DecoderClock.migrations
 
 
 def in_app(prompt: str, config: DecodeConfig, runs: int = 1, press_every: float | None = None, proxy: str = "none",
-           switch_interval_s: float | None = None, show_start_first: bool = True,
+           switch_interval_s: float | None = None, show_start_first: bool = True, pin: bool = False,
            ) -> tuple[list[AppRun], list[float], list[float]]:
     """``runs`` runs in one app, each started with the restart key's action after a first, untimed run.
 
     The first run starts while the app is still mounting (styles, layout, the first full paint) and
     its model may still be warming up; a user sees that once per session, so it is not timed. The
     timed runs are what ``r`` gives. Returns them and, when pressing keys, the handler and round-trip
-    latencies.
+    latencies. ``pin``: the decoding thread on a CPU of its own (:func:`decoder_cpu`), the UI thread on the others.
     """
     clock = DecoderClock()
+    if pin:
+        clock.pin = decoder_cpu()
+        pin_to(os.sched_getaffinity(0) - {clock.pin} or {clock.pin})  # this (UI) thread; threads it starts inherit it
 
     def source(settings: Settings, live: LiveParams) -> EventSource:
         return lambda: clock.watch(Run(_model_in_this_thread(proxy), settings.prompt, settings.config,
@@ -368,7 +455,9 @@ def in_app(prompt: str, config: DecodeConfig, runs: int = 1, press_every: float 
                 assert app.pump is not None
                 app.pump.finished.wait()  # the clock is read when the decoder's generator closes
                 results.append(AppRun(finished, clock.waiting, clock.cpu_per_token_us, clock.stalled,
-                                      clock.collecting, clock.gc_full, ui_cpu / wall, app.pacer.hz))
+                                      clock.collecting, clock.gc_full, ui_cpu / wall, app.pacer.hz,
+                                      clock.host_per_token_us, clock.synced_per_token_us, clock.switches_per_token,
+                                      clock.migrations_per_token))
             return results
 
     try:
@@ -381,24 +470,24 @@ COLOURING_ENV = "DECODE_TUI_BENCH_COLOURING"
 
 
 def app_child(mode: str, prompt_name: str, new_tokens: int, runs: int, proxy: str,
-              switch_interval_s: float | None = None, show_start_first: bool = True) -> None:
+              switch_interval_s: float | None = None, show_start_first: bool = True, pin: bool = False) -> None:
     """In the child process: ``runs`` timed runs in one app; tokens/s as JSON on stdout."""
     config = DecodeConfig(mode=mode, max_new_tokens=new_tokens)  # type: ignore[arg-type]
     results, _, _ = in_app(PROMPTS[prompt_name], config, runs=runs, proxy=proxy, switch_interval_s=switch_interval_s,
-                           show_start_first=show_start_first)
-    print(json.dumps([{"tokens_per_s": r.finished.tokens_per_s, "decoder_waiting": r.decoder_waiting,
-                       "decoder_cpu_per_token_us": r.decoder_cpu_per_token_us, "decoder_stalled": r.decoder_stalled,
-                       "collecting": r.collecting, "gc_full": r.gc_full, "ui_cpu": r.ui_cpu, "paint_hz": r.paint_hz}
-                      for r in results]))
+                           show_start_first=show_start_first, pin=pin)
+    print(json.dumps([{"tokens_per_s": r.finished.tokens_per_s, **{
+        k: v for k, v in dataclasses.asdict(r).items() if k != "finished"}} for r in results]))
 
 
 def app_rates(mode: str, prompt_name: str, new_tokens: int, runs: int, proxy: str = "none",
-              switch_interval_s: float | None = None, show_start_first: bool = True) -> list[dict[str, float]]:
+              switch_interval_s: float | None = None, show_start_first: bool = True, pin: bool = False,
+              ) -> list[dict[str, Any]]:
     switch = ["--switch-interval", str(switch_interval_s)] if switch_interval_s is not None else []
     start = [] if show_start_first else ["--start-at-once"]
+    pinned = ["--pin"] if pin else []
     done = subprocess.run([sys.executable, __file__, "--app-child", mode, prompt_name, str(new_tokens), str(runs),
-                           "--proxy", proxy, *switch, *start], capture_output=True, text=True, check=True)
-    rows: list[dict[str, float]] = json.loads(done.stdout.strip().splitlines()[-1])
+                           "--proxy", proxy, *switch, *start, *pinned], capture_output=True, text=True, check=True)
+    rows: list[dict[str, Any]] = json.loads(done.stdout.strip().splitlines()[-1])
     return rows
 
 
@@ -416,11 +505,13 @@ def ratio_interval(headless: list[float], app: list[float], draws: int = 10_000)
 
 def throughput(lm: LoadedModel, prompt_name: str, mode: str, new_tokens: int, repeats: int, proxy: str = "none",
                switch_interval_s: float | None = None, show_start_first: bool = True, per_round: int = 2,
-               ) -> dict[str, Any]:
+               pin: bool = False) -> dict[str, Any]:
     """Headless and in-app tokens/s on one prompt, ``repeats`` alternating rounds of ``per_round`` runs a side.
 
     ``switch_interval_s``: the app's interpreter switch interval, if not its own (``SWITCH_INTERVAL_S``).
     ``show_start_first``: False, the control: each run decodes at once, while the app paints its start.
+    ``pin``: the decoding thread on a CPU of its own on both sides (in the app the UI thread on the others): the
+    control for the decoder's moves between CPUs.
     Each round's own ratio is kept too: on the H200 the headless runs of one round went 279 tok/s and of the
     next 317-321, the app's 266-279 in both, so the pooled ratio's interval (0.84-1.00) said more about that
     drift than about the app; a ratio per round, its two sides measured back to back, shows which it was.
@@ -429,15 +520,15 @@ def throughput(lm: LoadedModel, prompt_name: str, mode: str, new_tokens: int, re
     headless(lm, PROMPTS[prompt_name], config)  # warm-up
     ours: list[float] = []
     clocks: list[DecoderClock] = []
-    app_runs: list[dict[str, float]] = []
+    app_runs: list[dict[str, Any]] = []
     round_ratios: list[float] = []
     for _ in range(repeats):  # alternate, so a drift in machine speed hits both sides alike
         mine = []
         for _ in range(per_round):
-            clock = DecoderClock()
+            clock = DecoderClock(pin=decoder_cpu() if pin else None)
             mine.append(headless(lm, PROMPTS[prompt_name], config, clock).tokens_per_s)
             clocks.append(clock)
-        theirs = app_rates(mode, prompt_name, new_tokens, per_round, proxy, switch_interval_s, show_start_first)
+        theirs = app_rates(mode, prompt_name, new_tokens, per_round, proxy, switch_interval_s, show_start_first, pin)
         round_ratios.append(statistics.median(r["tokens_per_s"] for r in theirs) / statistics.median(mine))
         ours += mine
         app_runs += theirs
@@ -453,9 +544,15 @@ def throughput(lm: LoadedModel, prompt_name: str, mode: str, new_tokens: int, re
     row["headless_decoder_stalled"] = statistics.median(c.stalled for c in clocks)
     row["headless_collecting"] = statistics.median(c.collecting for c in clocks)
     row["headless_gc_full"] = statistics.median(c.gc_full for c in clocks)
+    row["headless_host_per_token_us"] = statistics.median(c.host_per_token_us for c in clocks)
+    row["headless_synced_per_token_us"] = statistics.median(c.synced_per_token_us for c in clocks)
+    row["headless_switches_per_token"] = statistics.median(c.switches_per_token for c in clocks)
+    migrations = [c.migrations_per_token for c in clocks if c.migrations_per_token is not None]
+    row["headless_migrations_per_token"] = statistics.median(migrations) if migrations else None
     for key in ("decoder_waiting", "decoder_cpu_per_token_us", "decoder_stalled", "collecting", "gc_full", "ui_cpu",
-                "paint_hz"):
-        row[f"app_{key}"] = statistics.median(r[key] for r in app_runs)
+                "paint_hz", "host_per_token_us", "synced_per_token_us", "switches_per_token", "migrations_per_token"):
+        values = [r[key] for r in app_runs if r.get(key) is not None]
+        row[f"app_{key}"] = statistics.median(values) if values else None
     return row
 
 
@@ -471,7 +568,17 @@ def summary(row: dict[str, Any]) -> str:
             f" headless, {row['app_decoder_stalled']:.1%} in the app; in garbage collections "
             f"{row['headless_collecting']:.1%} headless ({row['headless_gc_full']:g} full a run), "
             f"{row['app_collecting']:.1%} in the app ({row['app_gc_full']:g} full); "
-            f"UI thread {row['app_ui_cpu']:.1%} of a core, painting at {row['app_paint_hz']:.1f} Hz")
+            f"UI thread {row['app_ui_cpu']:.1%} of a core, painting at {row['app_paint_hz']:.1f} Hz; "
+            f"a token's host step {row['headless_host_per_token_us']:.0f} us headless, "
+            f"{row['app_host_per_token_us']:.0f} us in the app, its wait for the device's copy "
+            f"{row['headless_synced_per_token_us']:.0f} / {row['app_synced_per_token_us']:.0f} us; the decoder's "
+            f"context switches a token {row['headless_switches_per_token']:.2f} / {row['app_switches_per_token']:.2f}, "
+            f"moves to another CPU {_maybe(row['headless_migrations_per_token'])} / "
+            f"{_maybe(row['app_migrations_per_token'])}")
+
+
+def _maybe(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:.2f}"
 
 
 def main() -> None:
@@ -488,6 +595,8 @@ def main() -> None:
     parser.add_argument("--start-at-once", action="store_true", help="the control: the app's runs decode at once, "
                         "while it paints their start (by default a run waits until its start is on screen)")
     parser.add_argument("--cases", help="comma-separated MODE/PROMPT rows to run (default: every row)")
+    parser.add_argument("--pin", action="store_true", help="the control: the decoding thread on a CPU of its own on "
+                        "both sides, the UI thread on the others (for what the decoder's moves between CPUs cost)")
     parser.add_argument("--switch-interval", type=float, help="the app's interpreter switch interval in seconds "
                         "(default: the app's own; Python's is 0.005)")
     parser.add_argument("--colouring", choices=["provenance", "probability"], default="provenance",
@@ -498,7 +607,7 @@ def main() -> None:
     if args.app_child:
         mode, prompt_name, tokens, runs = args.app_child
         app_child(mode, prompt_name, int(tokens), int(runs), args.proxy, args.switch_interval,
-                  not args.start_at_once)
+                  not args.start_at_once, args.pin)
         return
 
     pull("smollm2")
@@ -512,7 +621,7 @@ def main() -> None:
         cases = [(name, mode) for mode, name in wanted]
     for name, mode in cases:
         row = throughput(lm, name, mode, args.new_tokens, args.repeats, args.proxy, args.switch_interval,
-                         not args.start_at_once)
+                         not args.start_at_once, pin=args.pin)
         results["throughput"][f"{mode}/{name}"] = row
         print(f"{mode:>6} {name:>10}: {summary(row)}", flush=True)
 
@@ -521,6 +630,11 @@ def main() -> None:
     _, handler_s, round_trip_s = in_app(PROMPTS["open-ended"], config, press_every=0.15, proxy=args.proxy)
     handler_s.sort()
     round_trip_s.sort()
+    if not handler_s or not round_trip_s:  # a run too short for a key to be pressed once its text showed
+        print("key latency: no key was pressed and painted during the run; pass more --new-tokens", flush=True)
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=2))
+        return
     latency = {"presses": len(handler_s), "handler_median_ms": 1000 * statistics.median(handler_s),
                "handler_max_ms": 1000 * handler_s[-1], "paint_median_ms": 1000 * statistics.median(round_trip_s),
                "paint_max_ms": 1000 * round_trip_s[-1]}

@@ -19,7 +19,8 @@ Sections (``--only``, comma-separated):
 - ``draftcost``: c of the int4 and int8 drafts of the Phi-3-mini-sized model (bandwidth-bound: the int4 draft
   should cost clearly less than a step), then what a step's weight products cost by kind (bf16, int4 in groups
   of 32 and of 128, int8), to split c into the products and the rest of the step.
-- ``app``: the app's tokens/s against headless on the embedded model (as ``app_vs_headless.py``).
+- ``app``: the app's tokens/s against headless on the embedded model (as ``app_vs_headless.py``): greedy, PLD and
+  beam, then greedy and PLD with the decoding thread pinned to a CPU of its own (the control for its moves).
 - ``behind``: the background compile (core/background_compile.py) on the Phi-3-mini-sized model, as the
   app uses it: greedy on the default path (CUDA graphs of the eager model), then runs while the worker
   compiles, then runs on the compiled graphs; the seconds until it settled and whether the tokens stay the
@@ -29,7 +30,8 @@ Sections (``--only``, comma-separated):
 can be checked on a CPU before device time is spent.
 
     python benchmarks/gpu.py [--only phi3,verify,draftcost,drafting,app,behind] [--new-tokens 256] [--repeats 3]
-                             [--drafts int4,int8,self,layers:10] [--ahead [int4,self]] [--json out.json]
+                             [--drafts int4,int8,self,layers:10] [--ahead [int4,self]] [--unfused [int4]]
+                             [--json out.json]
 """
 
 from __future__ import annotations
@@ -262,12 +264,14 @@ def verify_section(lm: LoadedModel, ks: list[int], fast_ks: list[int], repeats: 
 
 
 def drafting_section(lm: LoadedModel, new_tokens: int, repeats: int, drafts: list[str], prompts: list[str],
-                     rows: dict[str, Any], save: Callable[[], None], ahead: Collection[str] = ()) -> None:
+                     rows: dict[str, Any], save: Callable[[], None], ahead: Collection[str] = (),
+                     unfused: Collection[str] = ()) -> None:
     """Each draft made from the target (built as the CLI builds it: int4/int8 on the device's own kernels, its
     graphs captured like the target's), at the default draft length and adaptive, and PLD, against our greedy
     on the same path: speed-up (ratio of medians), identical tokens, acceptance, c (a draft step over a target
     step) and the prediction. ``ahead``: the drafts that also run ahead (each step's pass queued before the last
-    drafted token is read back; the control for the default, stepping in order).
+    drafted token is read back; the control for the default, stepping in order). ``unfused``: the drafts that
+    are also timed with transformers' own RMS norms (the control for the fused norms a built draft has).
     Each prompt's row goes into ``rows`` and is saved as soon as it is measured: a phase stopped at its time limit
     keeps the prompts it finished.
     """
@@ -284,6 +288,9 @@ def drafting_section(lm: LoadedModel, new_tokens: int, repeats: int, drafts: lis
                                                         draft=DraftParams(draft=spec)), draft)
         variants[f"speculative {spec} adaptive"] = (DecodeConfig(
             mode="speculative", max_new_tokens=new_tokens, draft=DraftParams(draft=spec, adaptive=True)), draft)
+        if spec in unfused:  # the control: the draft with transformers' norms, one kernel each no more
+            variants[f"speculative {spec} unfused"] = (DecodeConfig(
+                mode="speculative", max_new_tokens=new_tokens, draft=DraftParams(draft=spec)), unfused_draft(lm, spec))
         if spec in ahead:  # the control: each step's pass queued before the last drafted token is read back
             variants[f"speculative {spec} ahead"] = (DecodeConfig(
                 mode="speculative", max_new_tokens=new_tokens, draft=DraftParams(draft=spec)),
@@ -321,24 +328,35 @@ def drafting_section(lm: LoadedModel, new_tokens: int, repeats: int, drafts: lis
         save()
 
 
+def unfused_draft(lm: LoadedModel, spec: str) -> Any:
+    """The draft ``spec`` with transformers' own RMS norms, the control for the fused ones a draft has by default."""
+    from decode_tui.core import target_drafts
+    from decode_tui.core.drafters import load_draft
+
+    target_drafts.FUSE_NORMS = False
+    try:
+        return load_draft(lm, spec)
+    finally:
+        target_drafts.FUSE_NORMS = True
+
+
 def draft_cost_section(lm: LoadedModel, drafts: list[str], new_tokens: int) -> dict[str, Any]:
     """c of each quantised draft on the Phi-3-mini-sized model (random weights: the acceptance means nothing
-    there, the cost per step does): a warm speculative run's draft step over its measured target step."""
+    there, the cost per step does): a warm speculative run's draft step over its measured target step, with the
+    draft's norms fused (the default) and, the control, with transformers' norms: what one kernel a norm saves."""
     from decode_tui.core.drafters import load_draft
 
     rows: dict[str, Any] = {}
     for spec in drafts:
-        built = load_draft(lm, spec)
         config = DecodeConfig(mode="speculative", max_new_tokens=new_tokens, draft=DraftParams(draft=spec,
                                                                                                confidence_threshold=0.0))
-        # The default (each draft step in order), then the same draft running ahead, the control: what queuing
-        # each step's pass before the last token is read back saves of c where no draft stops early.
-        for name, draft in ((spec, built), (f"{spec} ahead", dataclasses.replace(built, run_ahead=True))):
+        for name, build in ((spec, load_draft), (f"{spec} unfused", unfused_draft)):
+            draft = build(lm, spec)
             run_once(lm, "the the the the", config, draft)  # warm-up: the draft's graphs captured
             final = run_once(lm, "the the the the", config, draft)[0]
             rows[name] = {"c": final.draft_cost_ratio, "draft_forwards": final.draft_forwards}
             print(f"draft cost phi3-sized {name}: c {final.draft_cost_ratio}", flush=True)
-        del built, draft
+            del draft
     return rows
 
 
@@ -446,6 +464,8 @@ def main() -> None:
     parser.add_argument("--ahead", nargs="?", const="all", default="", help="the drafting section also times these "
                         "drafts (all without a list) running ahead: each step's pass queued before the last token is "
                         "read back (the control for the default, stepping in order)")
+    parser.add_argument("--unfused", nargs="?", const="all", default="", help="the drafting section also times these "
+                        "drafts (all without a list) with transformers' own RMS norms (the control for the fused ones)")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--tiny", action="store_true", help="a small Phi-3, to check the script on a CPU")
     parser.add_argument("--json", type=Path)
@@ -502,22 +522,23 @@ def main() -> None:
             drafting_section(smol, 128, args.repeats, drafts,
                              args.prompts.split(",") if args.prompts else list(PROMPTS),
                              results.setdefault("drafting", {}), save,
-                             drafts if args.ahead == "all" else args.ahead.split(",") if args.ahead else ())
+                             drafts if args.ahead == "all" else args.ahead.split(",") if args.ahead else (),
+                             drafts if args.unfused == "all" else args.unfused.split(",") if args.unfused else ())
         if "app" in sections:
             import app_vs_headless
 
             lm = dataclasses.replace(smol, eos_token_ids=frozenset())
             rows: dict[str, Any] = results.setdefault("app", {})
-            # The last rows are controls: each run decoding at once while the app paints its start (by default
-            # a run waits until its start is on screen). Python's own switch interval (5 ms) was the control
-            # of the H200's first lease: 0.858 against 0.920 (BENCHMARKS.md).
-            for name, mode, at_once in (("greedy", "greedy", False), ("pld", "pld", False), ("beam", "beam", False),
-                                        ("greedy, decoding at once", "greedy", True),
-                                        ("pld, decoding at once", "pld", True)):
+            # The last rows are controls: the decoding thread pinned to a CPU of its own on both sides (the UI
+            # thread to the others), for what the decoder's moves between CPUs cost it. Earlier controls, answered
+            # (BENCHMARKS.md): Python's own switch interval (0.858 against 0.920) and decoding at once while the app
+            # paints a run's start (greedy 0.824 against 0.923).
+            for name, mode, pin in (("greedy", "greedy", False), ("pld", "pld", False), ("beam", "beam", False),
+                                    ("greedy, decoder pinned", "greedy", True), ("pld, decoder pinned", "pld", True)):
                 # Three runs a side a round (a run there is under half a second; a round's app side is a process of its
                 # own, most of whose time is its start), and each round's ratio kept, the two sides back to back.
-                rows[name] = app_vs_headless.throughput(lm, "summarise", mode, 128, args.repeats,
-                                                        show_start_first=not at_once, per_round=3)
+                rows[name] = app_vs_headless.throughput(lm, "summarise", mode, 128, args.repeats, per_round=3,
+                                                        pin=pin)
                 print(f"app {name}: {app_vs_headless.summary(rows[name])}", flush=True)
                 save()  # row by row: a call that runs out of time keeps what it measured
     save()
