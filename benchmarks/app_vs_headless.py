@@ -537,6 +537,12 @@ def throughput(lm: LoadedModel, prompt_name: str, mode: str, new_tokens: int, re
     row["ratio"] = row["app_tok_s"] / row["headless_tok_s"]
     row["ratio_95ci"] = ratio_interval(ours, app)
     row["headless_runs"], row["app_runs"] = sorted(ours), sorted(app)
+    # Run by run, in the order run (tok/s, the host's step and the wait for the device's copy a token, us): when one
+    # side's runs fall in two groups (the H200's headless greedy: 274-276 tok/s in one round, 306-321 in the next),
+    # these say whether the host or the device was the slower in the slow group.
+    row["headless_by_run"] = [[t, c.host_per_token_us, c.synced_per_token_us]
+                              for t, c in zip(ours, clocks, strict=True)]
+    row["app_by_run"] = [[r["tokens_per_s"], r["host_per_token_us"], r["synced_per_token_us"]] for r in app_runs]
     row["round_ratios"] = round_ratios
     # Where the app's time went (medians): see DecoderClock and AppRun.
     row["headless_decoder_waiting"] = statistics.median(c.waiting for c in clocks)
