@@ -140,7 +140,10 @@ class DecoderClock:
         """From the event after the run's first (``Started``) to the last: the app holds a run at its start
         until the start is on screen (``DecodeApp.show_start_first``), which is not decoding, as the run's own
         clock leaves it out too."""
-        cpu, wall = time.thread_time(), time.perf_counter()
+        def marks() -> tuple[float, float, float, int, int | None]:  # where the run's counts start from
+            return time.thread_time(), time.perf_counter(), getattr(_SYNCED, "s", 0.0), *thread_switches()
+
+        cpu, wall, synced, switches, migrations = marks()
         self.tokens, self.gaps, self.gc_s, self.gc_full = 0, [], 0.0, 0
         steps, last = StepTracker(), wall  # a step: a token, a beam step or a whole draft round, as the pump counts
         began: dict[int, float] = {}  # thread -> when its collection began
@@ -155,15 +158,13 @@ class DecoderClock:
 
         gc.callbacks.append(collecting)
         unpinned = pin_to({self.pin}) if self.pin is not None else None
-        synced, (switches, migrations) = getattr(_SYNCED, "s", 0.0), thread_switches()
         try:
             for i, event in enumerate(events):
                 yield event
                 now = time.perf_counter()
                 if i == 0:
-                    cpu, wall = time.thread_time(), now
-                    synced, (switches, migrations) = getattr(_SYNCED, "s", 0.0), thread_switches()
-                    last = now
+                    cpu, wall, synced, switches, migrations = marks()
+                    last = wall
                 self.tokens += isinstance(event, TokenEmitted)
                 if steps.closes_step(event):
                     self.gaps.append(now - last)

@@ -14,6 +14,7 @@ control for what ``F.rms_norm`` changes of a draft's cost and agreement.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -79,11 +80,8 @@ def main() -> None:
     rows = []
     for spec in args.drafts.split(","):
         for fused in (True, False) if args.unfused else (True,):
-            target_drafts.FUSE_NORMS = fused
-            try:
+            with contextlib.nullcontext() if fused else target_drafts.norms_unfused():
                 draft: Any = load_draft(lm, spec).model
-            finally:
-                target_drafts.FUSE_NORMS = True
             name = spec if fused else f"{spec} unfused"
             c = step_s(draft, context) / target_s
             agreed = {p: agreement(draft, n, seq) for p, (n, seq) in sequences.items()}

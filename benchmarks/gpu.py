@@ -333,11 +333,8 @@ def unfused_draft(lm: LoadedModel, spec: str) -> Any:
     from decode_tui.core import target_drafts
     from decode_tui.core.drafters import load_draft
 
-    target_drafts.FUSE_NORMS = False
-    try:
+    with target_drafts.norms_unfused():
         return load_draft(lm, spec)
-    finally:
-        target_drafts.FUSE_NORMS = True
 
 
 def draft_cost_section(lm: LoadedModel, drafts: list[str], new_tokens: int) -> dict[str, Any]:
@@ -452,6 +449,12 @@ def run_once(lm: LoadedModel, prompt: str, config: DecodeConfig, draft: Any = No
     return final, time.perf_counter() - start, lengths
 
 
+def listed(value: str, drafts: list[str]) -> list[str]:
+    """An option that names drafts: every one of ``drafts`` for "all" (the option given without a list), else its
+    comma-separated names, none for ""."""
+    return drafts if value == "all" else value.split(",") if value else []
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", default="phi3,verify,drafting,app")
@@ -522,8 +525,7 @@ def main() -> None:
             drafting_section(smol, 128, args.repeats, drafts,
                              args.prompts.split(",") if args.prompts else list(PROMPTS),
                              results.setdefault("drafting", {}), save,
-                             drafts if args.ahead == "all" else args.ahead.split(",") if args.ahead else (),
-                             drafts if args.unfused == "all" else args.unfused.split(",") if args.unfused else ())
+                             listed(args.ahead, drafts), listed(args.unfused, drafts))
         if "app" in sections:
             import app_vs_headless
 

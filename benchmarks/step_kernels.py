@@ -71,7 +71,7 @@ def watch_norms(model: torch.nn.Module, census: Census) -> None:
             module.register_forward_hook(leave)
 
 
-def step_ops(model: Any, layers: int) -> collections.Counter[str]:
+def step_ops(model: Any) -> collections.Counter[str]:
     cache = StaticCache(config=model.config, max_cache_len=32)
     with torch.inference_mode():
         model(input_ids=torch.tensor([[5, 6, 7, 8]]), cache=cache, use_cache=True, cache_position=torch.arange(4))
@@ -94,7 +94,7 @@ def per_layer(arch: str, spec: TargetDraft | None) -> dict[str, float]:
         model: Any = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
         if spec is not None:
             model = target_drafts.build(model, spec)
-        counts.append(step_ops(model, layers))
+        counts.append(step_ops(model))
     return {kind: counts[1][kind] - counts[0][kind] for kind in ("products", "norms", "other")}
 
 

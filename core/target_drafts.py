@@ -54,6 +54,7 @@ import contextlib
 import copy
 import ctypes
 import gc
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -72,7 +73,7 @@ ROWS = 1024  # rows quantised at a time (a multiple of the int4 layout's 64-row 
 # divide the input's tiles: SmolLM2's 576 inputs are 36 tiles, so 4 (:func:`inner_k_tiles`).
 INNER_K_TILES = 1
 # Whether a built draft computes its RMS norms fused (:class:`FusedRMSNorm`); benchmarks turn it off for their
-# control, the same draft with transformers' own norms.
+# control, the same draft with transformers' own norms (:func:`norms_unfused`).
 FUSE_NORMS = True
 COMPUTE = torch.bfloat16  # the quantised kernels' input type: the CUDA kernels' only one, the CPU's fast one
 # torch's kernels by device type: (pack int4, multiply int4, multiply int8).
@@ -219,6 +220,17 @@ def _quantise(clone: PreTrainedModel, bits: int) -> None:
             # Norm weights (and any Linear left whole): small, and bf16 keeps every activation in one dtype.
             setattr(module, name, torch.nn.Parameter(param.detach().to(COMPUTE), requires_grad=False))
     clone.config.dtype = COMPUTE  # what the masks and the rotary tables are built in
+
+
+@contextlib.contextmanager
+def norms_unfused() -> Iterator[None]:
+    """Drafts built inside keep transformers' own RMS norms: the benchmarks' control for :class:`FusedRMSNorm`."""
+    global FUSE_NORMS
+    FUSE_NORMS = False
+    try:
+        yield
+    finally:
+        FUSE_NORMS = True
 
 
 def _fuse_norms(clone: PreTrainedModel) -> None:
