@@ -183,12 +183,14 @@ def test_a_fused_norm_gives_transformers_norm_up_to_a_rounding_and_a_different_n
     assert target_drafts.fusable(gemma) is None
 
 
-def test_a_draft_built_with_norms_unfused_keeps_transformers_norms(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The benchmarks' control (FUSE_NORMS off): the same draft, its norms transformers' own."""
-    monkeypatch.setattr(target_drafts, "FUSE_NORMS", False)
-    draft = target_drafts.build(tiny_model("llama", vocab_size=V, seed=6), DRAFTS["int4"])
+def test_a_draft_built_with_norms_unfused_keeps_transformers_norms() -> None:
+    """The benchmarks' control (norms_unfused): the same draft, its norms transformers' own; fused again after."""
+    model = tiny_model("llama", vocab_size=V, seed=6)
+    with target_drafts.norms_unfused():
+        draft = target_drafts.build(model, DRAFTS["int4"])
     norms = [m for m in draft.modules() if type(m).__name__.endswith("RMSNorm")]
     assert norms and not any(isinstance(m, target_drafts.FusedRMSNorm) for m in draft.modules())
+    assert any(isinstance(m, target_drafts.FusedRMSNorm) for m in target_drafts.build(model, DRAFTS["int4"]).modules())
 
 
 def _owned_bytes(draft: Any, target: Any) -> int:
