@@ -7,8 +7,8 @@ The prompts: transformers-comparison prompts and the demo prompts, 64 tokens eac
 
     python benchmarks/draft_candidates.py [--drafts int4,int8,layers:26,int4+layers:26] [--unfused] [--json out.json]
 
-``--unfused``: each draft also as it was built before its norms were fused (transformers' own RMS norm), the
-control for what ``F.rms_norm`` changes of a draft's cost and agreement.
+``--unfused``: each draft also as it was built before its layers were fused (transformers' own norms, attention
+and MLP), the control for what :mod:`decode_tui.core.draft_layers` changes of a draft's cost and agreement.
 """
 
 from __future__ import annotations
@@ -63,7 +63,8 @@ def agreement(model: Any, prompt_len: int, sequence: torch.Tensor) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--drafts", default="int4,int8,layers:26,layers:20,int4+layers:26")
-    parser.add_argument("--unfused", action="store_true", help="each draft with transformers' norms too (control)")
+    parser.add_argument("--unfused", action="store_true",
+                        help="each draft with transformers' own modules too (control)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     pull("smollm2")
@@ -80,7 +81,7 @@ def main() -> None:
     rows = []
     for spec in args.drafts.split(","):
         for fused in (True, False) if args.unfused else (True,):
-            with contextlib.nullcontext() if fused else target_drafts.norms_unfused():
+            with contextlib.nullcontext() if fused else target_drafts.unfused():
                 draft: Any = load_draft(lm, spec).model
             name = spec if fused else f"{spec} unfused"
             c = step_s(draft, context) / target_s

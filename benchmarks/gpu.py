@@ -271,7 +271,7 @@ def drafting_section(lm: LoadedModel, new_tokens: int, repeats: int, drafts: lis
     on the same path: speed-up (ratio of medians), identical tokens, acceptance, c (a draft step over a target
     step) and the prediction. ``ahead``: the drafts that also run ahead (each step's pass queued before the last
     drafted token is read back; the control for the default, stepping in order). ``unfused``: the drafts that
-    are also timed with transformers' own RMS norms (the control for the fused norms a built draft has).
+    are also timed with transformers' own modules (the control for the fused layers a built draft has).
     Each prompt's row goes into ``rows`` and is saved as soon as it is measured: a phase stopped at its time limit
     keeps the prompts it finished.
     """
@@ -288,7 +288,7 @@ def drafting_section(lm: LoadedModel, new_tokens: int, repeats: int, drafts: lis
                                                         draft=DraftParams(draft=spec)), draft)
         variants[f"speculative {spec} adaptive"] = (DecodeConfig(
             mode="speculative", max_new_tokens=new_tokens, draft=DraftParams(draft=spec, adaptive=True)), draft)
-        if spec in unfused:  # the control: the draft with transformers' norms, one kernel each no more
+        if spec in unfused:  # the control: the draft with transformers' norms, attention and MLP
             variants[f"speculative {spec} unfused"] = (DecodeConfig(
                 mode="speculative", max_new_tokens=new_tokens, draft=DraftParams(draft=spec)), unfused_draft(lm, spec))
         if spec in ahead:  # the control: each step's pass queued before the last drafted token is read back
@@ -329,18 +329,18 @@ def drafting_section(lm: LoadedModel, new_tokens: int, repeats: int, drafts: lis
 
 
 def unfused_draft(lm: LoadedModel, spec: str) -> Any:
-    """The draft ``spec`` with transformers' own RMS norms, the control for the fused ones a draft has by default."""
+    """The draft ``spec`` with transformers' own modules, the control for the fused layers a draft has by default."""
     from decode_tui.core import target_drafts
     from decode_tui.core.drafters import load_draft
 
-    with target_drafts.norms_unfused():
+    with target_drafts.unfused():
         return load_draft(lm, spec)
 
 
 def draft_cost_section(lm: LoadedModel, drafts: list[str], new_tokens: int) -> dict[str, Any]:
     """c of each quantised draft on the Phi-3-mini-sized model (random weights: the acceptance means nothing
     there, the cost per step does): a warm speculative run's draft step over its measured target step, with the
-    draft's norms fused (the default) and, the control, with transformers' norms: what one kernel a norm saves."""
+    draft's layers fused (the default) and, the control, with transformers' own: what the fewer kernels save."""
     from decode_tui.core.drafters import load_draft
 
     rows: dict[str, Any] = {}
@@ -468,7 +468,7 @@ def main() -> None:
                         "drafts (all without a list) running ahead: each step's pass queued before the last token is "
                         "read back (the control for the default, stepping in order)")
     parser.add_argument("--unfused", nargs="?", const="all", default="", help="the drafting section also times these "
-                        "drafts (all without a list) with transformers' own RMS norms (the control for the fused ones)")
+                        "drafts (all without a list) with transformers' own modules (the control for the fused layers)")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--tiny", action="store_true", help="a small Phi-3, to check the script on a CPU")
     parser.add_argument("--json", type=Path)

@@ -37,9 +37,9 @@
 # (about 3.5 and 7.5 minutes at most); 'app' and the Phi-3-mini-sized phases need another lease.
 # What is left of a lease after those re-measures a change: 'prep' (carry .whl .gpu/a; TESTS="-k expression"
 # also runs those gpu tests), or 'lease1', then
-#   bash benchmarks/gpu_session.sh changes  carry: .gpu/b        SmolLM2's gpu tests and the tree and fused-norm
+#   bash benchmarks/gpu_session.sh changes  carry: .gpu/b        SmolLM2's gpu tests and the tree and fused-layer
 #                                                                ones, c of the Phi-3-mini-sized int4 draft with
-#                                                                its norms fused and unfused (the control), the
+#                                                                its layers fused and unfused (the control), the
 #                                                                drafts (int4, self, layers:10) fixed and adaptive,
 #                                                                int4 also unfused, and PLD against greedy on three
 #                                                                prompts (6 minutes)
@@ -111,8 +111,8 @@ open("/tmp/code-edit.txt", "w").write(PROMPTS["code-edit"])'
 changes)  # after 'prep' or 'lease1' on the same machine
     join_smol || exit 1
     timeout 60 python3 -m pytest -p no:cacheprovider -q -rs tests/test_gpu.py \
-        -k "fused_norm or tree or bf16 or smollm2 or starts_on_cuda" 2>&1 | tee "$OUT/pytest-gpu-changes.log"
-    # c of the Phi-3-mini-sized int4 draft with its norms fused and, the control, unfused; then its products.
+        -k "fused or tree or bf16 or smollm2 or starts_on_cuda" 2>&1 | tee "$OUT/pytest-gpu-changes.log"
+    # c of the Phi-3-mini-sized int4 draft with its layers fused and, the control, unfused; then its products.
     timeout 120 python3 benchmarks/gpu.py --only draftcost --drafts int4 --json "$OUT/gpu-draftcost.json" 2>&1 \
         | tee "$OUT/gpu-draftcost.log"
     timeout 230 python3 benchmarks/gpu.py --only drafting --drafts int4,self,layers:10 --unfused int4 \

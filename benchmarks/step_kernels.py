@@ -21,7 +21,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AutoConfig, AutoModelForCausalLM, StaticCache
 
-from decode_tui.core import target_drafts
+from decode_tui.core import draft_layers, target_drafts
 from decode_tui.core.params import TargetDraft
 
 # Ops that launch nothing: views and metadata, and dropout in eval mode (it returns its input).
@@ -58,7 +58,7 @@ class Census(TorchDispatchMode):  # type: ignore[no-untyped-call]
 def watch_norms(model: torch.nn.Module, census: Census) -> None:
     for module in model.modules():
         if type(module).__name__.endswith("RMSNorm"):
-            fused = isinstance(module, target_drafts.FusedRMSNorm)
+            fused = isinstance(module, draft_layers.FusedRMSNorm)
 
             def enter(m: Any, a: Any, fused: bool = fused) -> None:
                 census.in_norm = "fused" if fused else "norm"

@@ -21,14 +21,11 @@ A spec names what the draft keeps of the target, parts joined by ``+``:
 quantised is shared with the target: the embedding, the norms' weights are cast
 copies of a few KB, the tokenizer is the target's.
 
-Every draft built here also computes its RMS norms with ``torch.nn.functional.rms_norm``
-(:class:`FusedRMSNorm`): one kernel on CUDA where transformers' norm launches eight (a cast up,
-the square, the mean, the epsilon, the reciprocal root, the scaling, a cast down, the weight),
-two norms a layer. A draft's step on a GPU is mostly such small kernels, which it pays as the
-target does whatever its weights' precision, so they are where a draft gets cheaper than its target
-(BENCHMARKS.md). The draft's numbers move by at most a rounding of bf16, which a draft may do: the
-target checks every token it proposes. The target keeps transformers' own norm, whose tokens
-``generate`` defines.
+Every draft built here also computes its layers with fewer kernels than transformers' own
+(:mod:`.draft_layers`: fused RMS norms, the rotary embedding in one pass, a quantised draft's query, key and value
+products joined into one, and its gate and up products): a draft's step on a GPU is mostly small kernels, which it
+pays as the target does whatever its weights' precision, so they are where a draft gets cheaper than its target
+(BENCHMARKS.md). The target keeps transformers' own modules, whose tokens ``generate`` defines.
 
 Why by hand: torchao's int4 CPU layout is gone from its current release and
 its int8 weight-only path has no fast eager CPU kernel (0.76 of a target step
@@ -59,6 +56,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from . import draft_layers
 from .errors import UsageError, first_line
 from .params import TargetDraft
 
@@ -72,9 +70,9 @@ ROWS = 1024  # rows quantised at a time (a multiple of the int4 layout's 64-row 
 # ignores it (its output is [N, K/2] whatever the value), so it is 1 there: no tiling. On CUDA the count must
 # divide the input's tiles: SmolLM2's 576 inputs are 36 tiles, so 4 (:func:`inner_k_tiles`).
 INNER_K_TILES = 1
-# Whether a built draft computes its RMS norms fused (:class:`FusedRMSNorm`); benchmarks turn it off for their
-# control, the same draft with transformers' own norms (:func:`norms_unfused`).
-FUSE_NORMS = True
+# Whether a built draft computes its layers fused (:mod:`.draft_layers`); benchmarks turn it off for their control,
+# the same draft with transformers' own modules (:func:`unfused`).
+FUSE = True
 COMPUTE = torch.bfloat16  # the quantised kernels' input type: the CUDA kernels' only one, the CPU's fast one
 # torch's kernels by device type: (pack int4, multiply int4, multiply int8).
 KERNELS: dict[str, tuple[str, str, str]] = {
@@ -160,10 +158,10 @@ def build(model: PreTrainedModel, draft: TargetDraft) -> PreTrainedModel:
     clone: PreTrainedModel = copy.deepcopy(model, memo=shared)
     if draft.layers is not None:
         _keep_layers(clone, draft.layers)
+    if FUSE:  # before quantising, so that the products it joins are quantised as one
+        draft_layers.fuse(clone, join_products=draft.bits is not None)
     if draft.bits is not None:
         _quantise(clone, draft.bits)
-    if FUSE_NORMS:
-        _fuse_norms(clone)
     clone.eval()
     gc.collect()
     _trim_heap()
@@ -223,62 +221,15 @@ def _quantise(clone: PreTrainedModel, bits: int) -> None:
 
 
 @contextlib.contextmanager
-def norms_unfused() -> Iterator[None]:
-    """Drafts built inside keep transformers' own RMS norms: the benchmarks' control for :class:`FusedRMSNorm`."""
-    global FUSE_NORMS
-    FUSE_NORMS = False
+def unfused() -> Iterator[None]:
+    """Drafts built inside keep transformers' own modules (norms, attention, MLP): the benchmarks' control for
+    :mod:`.draft_layers`."""
+    global FUSE
+    FUSE = False
     try:
         yield
     finally:
-        FUSE_NORMS = True
-
-
-def _fuse_norms(clone: PreTrainedModel) -> None:
-    """Each RMS norm of the draft that :func:`fusable` finds computing what ``F.rms_norm`` computes, replaced by a
-    :class:`FusedRMSNorm` over the same weight. A norm that computes something else (Gemma's, which scales by
-    1 + w) keeps its own forward."""
-    for module in list(clone.modules()):
-        for name, child in list(module.named_children()):
-            if type(child).__name__.endswith("RMSNorm") and (fused := fusable(child)) is not None:
-                setattr(module, name, fused)
-
-
-def fusable(norm: torch.nn.Module) -> FusedRMSNorm | None:
-    """``norm`` as a FusedRMSNorm, if its output on a random input is the fused one's up to bf16's rounding; else
-    None. Checked on the norm's own device and dtype, one row, so it costs nothing to build a draft."""
-    weight = getattr(norm, "weight", None)
-    eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", None))
-    if not isinstance(weight, torch.Tensor) or weight.dim() != 1 or not weight.is_floating_point() or \
-            not isinstance(eps, float):
-        return None
-    fused = FusedRMSNorm(weight, eps)
-    x = 3 * torch.randn((1, 2, weight.shape[0]), generator=torch.Generator().manual_seed(0))
-    try:
-        x = x.to(device=weight.device, dtype=weight.dtype)
-        with torch.inference_mode():
-            expected, got = norm(x), fused(x)
-        same = expected.dtype == got.dtype and torch.allclose(got.float(), expected.float(), rtol=2e-2, atol=2e-2)
-    except Exception:  # a norm that does not take this input (or weights with no data) keeps its own forward
-        return None
-    return fused if same else None
-
-
-class FusedRMSNorm(torch.nn.Module):
-    """y = x / sqrt(mean(x^2) + eps) * w over the last dimension, as ``F.rms_norm``: one kernel on CUDA, the same
-    arithmetic in float with one rounding at the end, where transformers' norm rounds before it scales by w.
-    The weight is the norm's own tensor (shared with the target, or the draft's cast copy)."""
-
-    def __init__(self, weight: torch.Tensor, eps: float) -> None:
-        super().__init__()
-        self.weight = weight if isinstance(weight, torch.nn.Parameter) else torch.nn.Parameter(weight, False)
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # The fused kernel wants the weight in the input's dtype (else torch warns and runs its slow composite).
-        return torch.nn.functional.rms_norm(x, self.weight.shape, self.weight.to(x.dtype), self.eps)
-
-    def extra_repr(self) -> str:
-        return f"{self.weight.shape[0]}, eps={self.eps}"
+        FUSE = True
 
 
 class CastEmbedding(torch.nn.Module):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import statistics
 from collections import Counter
 from typing import Any
 
@@ -262,21 +263,45 @@ def test_the_adaptive_policy_says_what_it_decided_and_why_when_it_changes(byte_b
 
 
 @pytest.mark.usefixtures("untimed_policy")
-def test_a_draft_says_what_it_caught_up_on_and_c_leaves_that_out(byte_bpe: Any) -> None:
+def simulated_costs(monkeypatch: Any, costs: dict[Any, tuple[float, float]]) -> None:
+    """The decoding loops' clock reads a device where a forward of ``model`` over w tokens takes ``a + b w`` seconds
+    for ``(a, b) = costs[model]``, and nothing else takes time: the adaptive policy's decisions, which follow
+    measured costs, are then the same whatever else this machine is running."""
+    from decode_tui.core import drafters
+    from decode_tui.core.strategies import adaptive, plain_steps, verify_forward
+
+    now = [0.0]
+    clock = type("Clock", (), {"perf_counter": staticmethod(lambda: now[0])})
+    for module in (adaptive, plain_steps, spec_module, verify_forward, drafters):
+        monkeypatch.setattr(module, "time", clock)
+
+    def tick(cost: tuple[float, float], kwargs: dict[str, Any]) -> None:
+        now[0] += cost[0] + cost[1] * kwargs["input_ids"].shape[1]
+
+    for model, cost in costs.items():  # the models are the test's own: the hooks die with them
+        model.register_forward_pre_hook(lambda _, args, kwargs, cost=cost: tick(cost, kwargs), with_kwargs=True)
+
+
+def test_a_draft_says_what_it_caught_up_on_and_c_leaves_that_out(byte_bpe: Any, monkeypatch: Any) -> None:
     """An adaptive run whose draft fails takes plain steps and probes now and then; before a probe the draft is
     fed every token it skipped. Each round says how many context tokens its draft was fed: one, or two after a
     draft accepted whole, plus the plain steps since the last round. c leaves out the rounds that caught up on
-    more than two: here every drafting round after the first did, so the run has no c to show, where counting
-    them gave one inflated by the catch-ups; a view rebuilding c from the rounds' events agrees."""
+    more than two (and the first, which fed the prompt): on simulated costs (a target step 10 ms, a draft's
+    forward 4 ms a token fed) c is the other rounds' draft seconds a token over the step, where counting the
+    catch-ups would inflate it; a view rebuilding c from the rounds' events agrees."""
     from decode_tui.core.draft_stats import caught_up
     from decode_tui.core.timeline import Timeline, draft_stats
 
     model = tiny_model("llama", vocab_size=V, seed=5)
     prompt = [3, 4, 5]
-    drafter = ModelDrafter(tiny_model("llama", vocab_size=V, seed=999), V, confidence_threshold=0.0)
+    draft = tiny_model("llama", vocab_size=V, seed=999)
+    drafter = ModelDrafter(draft, V, confidence_threshold=0.0)
     # Not timed before the first round (untimed_policy), and without the timing's own draft: the first round is
     # then the draft's first, fed the prompt.
     drafter.time_step = lambda context, processors: 0.0  # type: ignore[method-assign]
+    # The policy's probes are spaced by what they cost, so the costs are simulated, not this machine's (loaded by
+    # other tests, it once spaced them otherwise): a target forward 10 ms, a draft's 4 ms a token it is fed.
+    simulated_costs(monkeypatch, {model: (0.010, 0.0), draft: (0.0, 0.004)})
     events = run(model, byte_bpe, drafter, prompt, 120, k=4, adaptive=True, eos=-1)  # no end: 120 tokens
     rounds: list[tuple[DraftVerified, int]] = []  # each round, with the tokens emitted since the last one
     since = 0
@@ -290,13 +315,18 @@ def test_a_draft_says_what_it_caught_up_on_and_c_leaves_that_out(byte_bpe: Any) 
     for (before, _), (after, emitted) in itertools.pairwise(rounds):
         plain = emitted - before.accepted - (before.extra_token_id is not None)  # the plain steps between them
         assert after.draft_fed == 1 + plain + (before.accepted == len(before.verdicts)), (before, after)
-    assert len(rounds) >= 3 and all(caught_up(e.draft_fed) for e, _ in rounds[1:]), "probes after plain steps"
+    later = [e for e, _ in rounds[1:]]
+    per_token = {id(e): (e.draft_s or 0.0) / len(e.verdicts) for e in later}  # each round's draft s a token
+    counted = [per_token[id(e)] for e in later if not caught_up(e.draft_fed)]
+    assert counted and any(caught_up(e.draft_fed) for e in later), "probes after plain steps"
     final = events[-1]
-    assert isinstance(final, Finished) and final.draft_cost_ratio is None
+    assert isinstance(final, Finished) and final.draft_cost_ratio == pytest.approx(statistics.median(counted) / 0.010)
+    inflated = statistics.median(per_token.values()) / 0.010
+    assert inflated > 1.2 * (final.draft_cost_ratio or 0.0), "the control: counting the catch-ups would inflate c"
     timeline = Timeline()
     for e in events:
         timeline.add(e, 0.0)
-    assert draft_stats(timeline.rows).cost_ratio() is None
+    assert draft_stats(timeline.rows).cost_ratio() == pytest.approx(final.draft_cost_ratio)
     # Where each round follows one that drafted (a fixed draft length), every round but the first counts.
     drafter = ModelDrafter(tiny_model("llama", vocab_size=V, seed=999), V, confidence_threshold=0.0)
     fixed = run(model, byte_bpe, drafter, prompt, 40, k=4, eos=-1)

@@ -1,0 +1,233 @@
+"""A draft's layers with fewer kernels than transformers' own: the same arithmetic, fused where torch has one
+kernel for it or where one weight product can do the work of several.
+
+On a GPU, a small model's decoding step, and the part of a big one's that is not a weight product, costs about a
+kernel's launch and tail per op, which a draft pays just as its target does whatever its weights' precision
+(BENCHMARKS.md). So a draft made from the target (:mod:`.target_drafts`) replaces, where a check finds the
+replacement computing what the original computes:
+
+- each RMS norm by :class:`FusedRMSNorm`: ``F.rms_norm``, one kernel on CUDA where transformers' norm launches
+  eight (a cast up, the square, the mean, the epsilon, the reciprocal root, the scaling, a cast down, the weight);
+- each self-attention by :class:`FusedAttention`: the rotary embedding applied to the queries and the keys in one
+  pass (five ops where transformers' takes ten, twelve with Phi-3's split for a partial rotary), and, when the
+  draft quantises its products anyway, the query, key and value projections joined into one product;
+- each gated MLP by :class:`FusedMLP`, when the draft quantises: the gate and up projections as one product.
+
+``python benchmarks/step_kernels.py`` counts what a layer launches: a Llama layer's draft 20 ops where its target
+launches 43, a Phi-3 layer's 20 where its target launches 42.
+
+Every replacement is checked once, on a random input at the module's own device and dtype, against the module it
+replaces (:func:`agrees`). A module that computes something else keeps transformers' forward: Gemma's norm, which
+scales by 1 + w; an attention that normalises its queries and keys (Qwen3's) or rotates interleaved pairs. The
+draft's numbers move by at most a rounding, which a draft may do: the target checks every token it proposes, and
+the target itself is never touched, so its tokens stay ``generate``'s.
+
+Why by hand: transformers fuses none of these in eager mode (its hub kernels need a download), and compiling the
+draft instead costs most of a minute on a GPU (BENCHMARKS.md, the background compile). This module knows modules'
+shapes and forwards; nothing of quantising, drafting or verifying.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, cast
+
+import torch
+from torch import nn
+
+
+def fuse(model: nn.Module, join_products: bool) -> None:
+    """Replace, in ``model`` (a draft's own module tree), every norm, attention and MLP that a fused form computes
+    the same as. ``join_products``: also join the attention's and the MLP's products (new memory: only for a
+    draft that is about to quantise them, whose weights are new memory anyway)."""
+    base = getattr(model, getattr(model, "base_model_prefix", ""), model)
+    rotary = getattr(base, "rotary_emb", None)
+    for layer in getattr(base, "layers", []):
+        attention = getattr(layer, "self_attn", None)
+        if attention is not None and rotary is not None:
+            fused_attention = FusedAttention.of(attention, rotary, join_products)
+            if fused_attention is not None:
+                layer.self_attn = fused_attention
+        mlp = getattr(layer, "mlp", None)
+        if mlp is not None and join_products and (fused_mlp := FusedMLP.of(mlp)) is not None:
+            layer.mlp = fused_mlp
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if type(child).__name__.endswith("RMSNorm") and (fused := fusable(child)) is not None:
+                setattr(module, name, fused)
+
+
+def agrees(original: nn.Module, fused: nn.Module, *args: Any, **kwargs: Any) -> bool:
+    """Whether ``fused`` gives ``original``'s output on these inputs, up to bf16's rounding (the draft may move by
+    that much); False where either raises, so a module the fused form cannot take keeps its own forward."""
+    try:
+        with torch.inference_mode():
+            expected, got = original(*args, **kwargs), fused(*args, **kwargs)
+        if isinstance(expected, tuple):  # an attention's (output, weights): the output is what the layer uses
+            expected, got = expected[0], got[0]
+        return bool(expected.dtype == got.dtype and expected.shape == got.shape and
+                    torch.allclose(got.float(), expected.float(), rtol=2e-2, atol=2e-2))
+    except Exception:
+        return False
+
+
+def _random(shape: tuple[int, ...], like: torch.Tensor, scale: float = 3.0) -> torch.Tensor:
+    """A seeded random input on ``like``'s device and dtype: the check is the same on every build."""
+    x = scale * torch.randn(shape, generator=torch.Generator().manual_seed(0))
+    return x.to(device=like.device, dtype=like.dtype)
+
+
+def fusable(norm: nn.Module) -> FusedRMSNorm | None:
+    """``norm`` as a FusedRMSNorm, if it computes what ``F.rms_norm`` computes on a random row; else None."""
+    weight = getattr(norm, "weight", None)
+    eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", None))
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 1 or not weight.is_floating_point() or \
+            not isinstance(eps, float):
+        return None
+    fused = FusedRMSNorm(weight, eps)
+    return fused if agrees(norm, fused, _random((1, 2, weight.shape[0]), weight)) else None
+
+
+class FusedRMSNorm(nn.Module):
+    """y = x / sqrt(mean(x^2) + eps) * w over the last dimension, as ``F.rms_norm``: one kernel on CUDA, the same
+    arithmetic in float with one rounding at the end, where transformers' norm rounds before it scales by w.
+    The weight is the norm's own tensor (shared with the target, or the draft's cast copy)."""
+
+    def __init__(self, weight: torch.Tensor, eps: float) -> None:
+        super().__init__()
+        self.weight = weight if isinstance(weight, nn.Parameter) else nn.Parameter(weight, False)
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # The fused kernel wants the weight in the input's dtype (else torch warns and runs its slow composite).
+        return nn.functional.rms_norm(x, self.weight.shape, self.weight.to(x.dtype), self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, eps={self.eps}"
+
+
+def joined(*linears: Any) -> nn.Linear | None:
+    """One Linear whose output is the given Linears' outputs side by side (their weights stacked by rows); None
+    unless they are plain Linears over the same input, all with a bias or none."""
+    first = linears[0]
+    if not all(type(linear) is nn.Linear and linear.in_features == first.in_features and
+               linear.weight.dtype == first.weight.dtype and (linear.bias is None) == (first.bias is None)
+               for linear in linears):
+        return None
+    out = sum(linear.out_features for linear in linears)
+    # Built on the meta device, so that only the stacked weight is allocated, once.
+    product = nn.Linear(first.in_features, out, bias=first.bias is not None, device="meta")
+    product.weight = nn.Parameter(torch.cat([linear.weight.detach() for linear in linears]), requires_grad=False)
+    if first.bias is not None:
+        product.bias = nn.Parameter(torch.cat([linear.bias.detach() for linear in linears]), requires_grad=False)
+    return product
+
+
+def rotated(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """The rotary embedding of x [B, T, H, D] at cos, sin [B, T, 1, d] (RoFormer's rotation, in the half-split
+    layout transformers' Llama uses): x cos + rotate_half(x) sin on the first d features, the rest as they are."""
+    d = cos.shape[-1]
+    x_rot = x if d == x.shape[-1] else x[..., :d]
+    half = d // 2
+    out = x_rot * cos + torch.cat((-x_rot[..., half:], x_rot[..., :half]), -1) * sin
+    return out if d == x.shape[-1] else torch.cat((out, x[..., d:]), -1)
+
+
+class FusedAttention(nn.Module):
+    """Self-attention as transformers' Llama computes it, with the queries, keys and values from one product
+    (``qkv_proj``, its rows the queries', then the keys', then the values') and the rotary embedding applied to
+    the queries and the keys together. The cache, the mask and the attention kernel are transformers' own."""
+
+    # What transformers' attention functions and its cache read from the attention module they are given.
+    KEPT = ("config", "layer_idx", "head_dim", "num_key_value_groups", "scaling", "is_causal", "attention_dropout")
+    config: Any
+    layer_idx: int
+    head_dim: int
+    num_key_value_groups: int
+    scaling: float
+    is_causal: bool
+    attention_dropout: float
+
+    def __init__(self, attention: nn.Module, qkv_proj: nn.Module) -> None:
+        super().__init__()
+        for name in self.KEPT:
+            setattr(self, name, getattr(attention, name, None))
+        config: Any = attention.config
+        self.query_heads = config.num_attention_heads
+        self.key_heads = getattr(config, "num_key_value_heads", None) or self.query_heads
+        self.sliding_window = getattr(attention, "sliding_window", getattr(config, "sliding_window", None))
+        self.qkv_proj = qkv_proj
+        self.o_proj = cast(nn.Module, attention.o_proj)
+        # transformers' attention kernels by name (sdpa, eager, flash...), looked up each call as its own modules
+        # do; imported here, not at the module's top, so that nothing imports transformers before it must.
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+        from transformers.models.llama.modeling_llama import eager_attention_forward
+
+        self.kernels, self.eager = ALL_ATTENTION_FUNCTIONS, eager_attention_forward
+
+    @classmethod
+    def of(cls, attention: nn.Module, rotary: nn.Module, join_products: bool) -> FusedAttention | None:
+        """``attention`` fused, if it has the projections this needs and computes what the fused form computes on
+        a random input; else None."""
+        qkv_proj: Any
+        if hasattr(attention, "qkv_proj"):  # Phi-3's: already one product, shared with the target
+            qkv_proj = attention.qkv_proj
+        elif join_products:
+            qkv_proj = joined(*(getattr(attention, f"{x}_proj", None) for x in "qkv"))
+        else:
+            qkv_proj = None
+        if qkv_proj is None or not isinstance(getattr(attention, "o_proj", None), nn.Module) or \
+                not hasattr(attention, "config") or not hasattr(attention, "head_dim"):
+            return None
+        fused = cls(attention, qkv_proj)
+        weight = next(attention.parameters())
+        hidden = _random((1, 3, cast(Any, attention).config.hidden_size), weight)
+        cos, sin = rotary(hidden, torch.arange(3, device=weight.device)[None])
+        same = agrees(attention, fused, hidden_states=hidden, position_embeddings=(cos, sin), attention_mask=None,
+                      cache=None)
+        return fused if same else None
+
+    def forward(self, hidden_states: torch.Tensor, position_embeddings: tuple[torch.Tensor, torch.Tensor],
+                attention_mask: torch.Tensor | None, cache: Any = None, **kwargs: Any
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        shape = hidden_states.shape[:-1]  # [B, T]
+        qkv = self.qkv_proj(hidden_states)  # [B, T, (Hq + 2 Hkv) D]
+        split = (self.query_heads + self.key_heads) * self.head_dim
+        cos, sin = position_embeddings  # [B, T, d]
+        qk = rotated(qkv[..., :split].view(*shape, -1, self.head_dim), cos.unsqueeze(2), sin.unsqueeze(2))
+        query = qk[:, :, :self.query_heads].transpose(1, 2)  # [B, Hq, T, D]
+        key = qk[:, :, self.query_heads:].transpose(1, 2)  # [B, Hkv, T, D]
+        value = qkv[..., split:].view(*shape, -1, self.head_dim).transpose(1, 2)  # [B, Hkv, T, D]
+        if cache is not None:
+            key, value = cache.update(key, value, self.layer_idx, kwargs=kwargs)
+        attend: Callable[..., tuple[torch.Tensor, torch.Tensor | None]] = self.kernels.get_interface(
+            self.config._attn_implementation, self.eager)
+        out, weights = attend(self, query, key, value, attention_mask, dropout=0.0, scaling=self.scaling,
+                              sliding_window=self.sliding_window, **kwargs)
+        return self.o_proj(out.reshape(*shape, -1).contiguous()), weights
+
+
+class FusedMLP(nn.Module):
+    """down(act(gate(x)) * up(x)) with the gate and up projections as one product (``gate_up_proj``, the gate's
+    rows first), as Phi-3's MLP computes it."""
+
+    def __init__(self, gate_up_proj: nn.Linear, down_proj: nn.Module, act_fn: Callable[[torch.Tensor], Any]) -> None:
+        super().__init__()
+        self.gate_up_proj = gate_up_proj
+        self.down_proj = down_proj
+        self.act_fn = act_fn
+
+    @classmethod
+    def of(cls, mlp: nn.Module) -> FusedMLP | None:
+        """``mlp`` with its gate and up products joined, if it has them and computes what this does; else None."""
+        gate_up = joined(getattr(mlp, "gate_proj", None), getattr(mlp, "up_proj", None))
+        down, act = getattr(mlp, "down_proj", None), getattr(mlp, "act_fn", None)
+        if gate_up is None or not isinstance(down, nn.Module) or not callable(act):
+            return None
+        fused = cls(gate_up, down, act)
+        return fused if agrees(mlp, fused, _random((1, 3, gate_up.in_features), gate_up.weight)) else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        out: torch.Tensor = self.down_proj(self.act_fn(gate) * up)
+        return out

@@ -1,0 +1,208 @@
+"""A draft's layers with fewer kernels (core/draft_layers.py): fused where a check finds them computing what
+transformers' modules compute, left as they were elsewhere, and the target never touched."""
+
+from __future__ import annotations
+
+import collections
+from typing import Any, ClassVar, cast
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from decode_tui.core import draft_layers, target_drafts
+from decode_tui.core.params import TargetDraft
+
+from .conftest import tiny_model
+from .test_speculative import V
+
+DRAFTS = {"int4": TargetDraft(4), "int8": TargetDraft(8), "layers:1": TargetDraft(None, 1),
+          "int4+layers:1": TargetDraft(4, 1)}
+
+
+def _fused_kinds(model: Any) -> set[str]:
+    return {type(m).__name__ for m in model.modules() if type(m).__module__ == draft_layers.__name__}
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "phi3"])
+@pytest.mark.parametrize("spec", list(DRAFTS))
+def test_a_built_drafts_layers_are_fused_where_they_can_be_and_the_targets_are_left_as_they_were(
+        arch: str, spec: str) -> None:
+    """Every decoder layer the draft keeps has the fused attention and its norms are fused. The products are joined
+    only in a quantised draft (whose weights are new memory anyway): an early exit shares the target's tensors,
+    so only Phi-3's attention, one product already, is fused there; Phi-3's MLP is one product already too."""
+    model = tiny_model(arch, vocab_size=V, seed=6)
+    before = {name: type(m) for name, m in model.named_modules()}
+    ids = torch.tensor([[5, 6, 7, 8, 9]])
+    with torch.inference_mode():
+        logits = model(ids).logits
+    draft = target_drafts.build(model, DRAFTS[spec])
+    layers = cast(Any, draft).model.layers
+    quantised = DRAFTS[spec].bits is not None
+    attention_fused = quantised or arch == "phi3"
+    assert all(isinstance(layer.self_attn, draft_layers.FusedAttention) == attention_fused for layer in layers)
+    assert all(isinstance(layer.mlp, draft_layers.FusedMLP) == (quantised and arch != "phi3") for layer in layers)
+    norms = [m for name, m in draft.named_modules() if "norm" in name.split(".")[-1]]
+    assert len(norms) >= 3 and all(isinstance(m, draft_layers.FusedRMSNorm) for m in norms)
+    assert {name: type(m) for name, m in model.named_modules()} == before
+    with torch.inference_mode():
+        assert torch.equal(model(ids).logits, logits)
+    if not quantised:  # the same tensors, not copies: an early exit costs no memory
+        target_params = {p.data_ptr() for p in model.parameters()}
+        assert {p.data_ptr() for p in draft.parameters()} <= target_params
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "phi3"])
+@pytest.mark.parametrize("spec", list(DRAFTS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_fused_draft_computes_what_the_same_draft_with_transformers_modules_computes(
+        arch: str, spec: str, dtype: torch.dtype) -> None:
+    """The fused draft against the control the benchmarks time (target_drafts.unfused), on a prompt and on a
+    step with a cache: within a rounding of the dtype (on this CPU they come out equal)."""
+    from decode_tui.core.forward import forward, new_cache
+
+    model = tiny_model(arch, vocab_size=V, seed=6).to(dtype)
+    fused = target_drafts.build(model, DRAFTS[spec])
+    with target_drafts.unfused():
+        plain = target_drafts.build(model, DRAFTS[spec])
+    assert _fused_kinds(fused) and not _fused_kinds(plain)
+    outputs = []
+    for draft in (fused, plain):
+        cache = new_cache(draft, rollback=True)
+        with torch.inference_mode():
+            prompt = forward(draft, torch.tensor([[9, 8, 7, 6, 9, 8, 7]]), cache)
+            step = forward(draft, torch.tensor([[5]]), cache)
+        outputs.append(torch.cat([prompt[0, -1:], step[0, -1:]]).float())
+    tolerance = 1e-4 if dtype == torch.float32 else 2e-2
+    assert torch.allclose(outputs[0], outputs[1], rtol=tolerance, atol=tolerance)
+
+
+def test_the_rotary_embedding_in_one_pass_is_transformers_own_whole_and_partial() -> None:
+    """RoPE over queries and keys side by side gives what transformers' Llama gives each, and with Phi-3's split
+    (a rotary over the first half of each head, the rest passed through) what Phi-3's gives."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb as llama_rope
+    from transformers.models.phi3.modeling_phi3 import apply_rotary_pos_emb as phi3_rope
+
+    torch.manual_seed(0)
+    q, k = torch.randn(1, 4, 3, 16), torch.randn(1, 2, 3, 16)  # [B, H, T, D]
+    for rope, width in ((llama_rope, 16), (phi3_rope, 8)):
+        cos, sin = torch.randn(1, 3, width), torch.randn(1, 3, width)  # [B, T, d]
+        expected_q, expected_k = rope(q, k, cos, sin)
+        both = torch.cat([q, k], 1).transpose(1, 2)  # [B, T, Hq + Hkv, D], as the fused attention holds them
+        got = draft_layers.rotated(both, cos.unsqueeze(2), sin.unsqueeze(2)).transpose(1, 2)
+        assert torch.allclose(got[:, :4], expected_q, atol=1e-6) and torch.allclose(got[:, 4:], expected_k, atol=1e-6)
+
+
+def test_an_attention_that_computes_something_else_keeps_transformers_forward() -> None:
+    """The check can fail: Qwen3 normalises its queries and keys before the rotary, which the fused attention does
+    not, so a Qwen3 draft keeps Qwen3's attention (its norms and MLP are still fused); and a fused attention whose
+    product has its rows in another order (keys first) does not pass the check."""
+    model = tiny_model("llama", vocab_size=V, seed=6)
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model("qwen3", vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                  num_attention_heads=4, num_key_value_heads=2, head_dim=16, initializer_range=0.2)
+    torch.manual_seed(0)
+    qwen3 = AutoModelForCausalLM.from_config(config).eval()
+    draft = cast(Any, target_drafts.build(qwen3, TargetDraft(4)))
+    assert not any(isinstance(layer.self_attn, draft_layers.FusedAttention) for layer in draft.model.layers)
+    assert all(isinstance(layer.mlp, draft_layers.FusedMLP) for layer in draft.model.layers)
+
+    attention, rotary = cast(Any, model).model.layers[0].self_attn, cast(Any, model).model.rotary_emb
+    assert draft_layers.FusedAttention.of(attention, rotary, join_products=True) is not None
+    keys_first = draft_layers.joined(attention.k_proj, attention.q_proj, attention.v_proj)
+    assert keys_first is not None
+    wrong = draft_layers.FusedAttention(attention, keys_first)
+    hidden = torch.randn(1, 3, 64)
+    cos, sin = rotary(hidden, torch.arange(3)[None])
+    assert not draft_layers.agrees(attention, wrong, hidden_states=hidden, position_embeddings=(cos, sin),
+                                    attention_mask=None, cache=None)
+
+
+class _Ops(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Counts the ops that launch work (not views) run inside the attention and MLP modules."""
+
+    FREE: ClassVar[set[str]] = {
+        "view", "_unsafe_view", "t", "transpose", "unsqueeze", "expand", "slice", "select", "reshape", "split",
+        "chunk", "split_with_sizes", "squeeze", "detach", "as_strided", "alias", "_reshape_alias", "unbind",
+        "dropout", "lift_fresh", "lift_fresh_copy", "permute"}
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.inside = False
+        self.ops: collections.Counter[str] = collections.Counter()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        name = func.overloadpacket.__name__
+        if self.inside and name not in self.FREE and not (name == "to" and out is args[0]):
+            self.ops[name] += 1
+        return out
+
+
+def _step_ops(draft: Any) -> collections.Counter[str]:
+    """Ops one decoding step (one token, after a prompt) runs in the first layer's attention and MLP."""
+    from decode_tui.core.forward import forward, new_cache
+
+    census = _Ops()
+    layer = draft.model.layers[0]
+    for module in (layer.self_attn, layer.mlp):
+        module.register_forward_pre_hook(lambda *_: setattr(census, "inside", True))
+        module.register_forward_hook(lambda *_: setattr(census, "inside", False))
+    cache = new_cache(draft, rollback=True)
+    with torch.inference_mode():
+        forward(draft, torch.tensor([[9, 8, 7, 6]]), cache)
+        with census:
+            forward(draft, torch.tensor([[5]]), cache)
+    return census.ops
+
+
+@pytest.mark.parametrize(("arch", "products", "fewer"), [("llama", 4, 8), ("phi3", 4, 7)])
+def test_a_fused_draft_layer_runs_fewer_ops_than_the_same_draft_with_transformers_modules(
+        arch: str, products: int, fewer: int) -> None:
+    """What the fusion is for: every op is a kernel on a GPU. A Llama int4 draft's attention and MLP run four
+    weight products instead of seven, and the rotary over queries and keys at once; Phi-3's products are joined
+    already, so it saves the rotary's ops only. (benchmarks/step_kernels.py counts a whole layer.)"""
+    model = tiny_model(arch, vocab_size=V, seed=6)
+    fused = _step_ops(target_drafts.build(model, TargetDraft(4)))
+    with target_drafts.unfused():
+        plain = _step_ops(target_drafts.build(model, TargetDraft(4)))
+    kernel = "_weight_int4pack_mm_for_cpu"
+    assert fused[kernel] == products and plain[kernel] == (7 if arch == "llama" else 4)
+    assert sum(fused.values()) <= sum(plain.values()) - fewer, (fused, plain)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_fused_norm_gives_transformers_norm_up_to_a_rounding_and_a_different_norm_is_kept(dtype: torch.dtype
+                                                                                          ) -> None:
+    """The fused norm rounds once, at the end, where transformers' rounds before scaling by the weight: equal in
+    float32 but for float error, within one bf16 rounding in bf16. Gemma's norm scales by 1 + w: not fused (the
+    control that the check can fail)."""
+    from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    torch.manual_seed(0)
+    llama, gemma = LlamaRMSNorm(64, eps=1e-5), GemmaRMSNorm(64, eps=1e-6)
+    for norm in (llama, gemma):
+        norm.weight.data = torch.randn(64)
+        norm.to(dtype)
+    fused = draft_layers.fusable(llama)
+    assert fused is not None and fused.weight is llama.weight
+    x = (4 * torch.randn(5, 3, 64)).to(dtype)
+    with torch.inference_mode():
+        got, expected = fused(x), llama(x)
+    assert got.dtype == expected.dtype == dtype
+    rounding = 1e-5 if dtype == torch.float32 else 2**-7  # bf16 keeps 8 significant bits
+    assert torch.allclose(got.float(), expected.float(), rtol=rounding, atol=rounding)
+    assert draft_layers.fusable(gemma) is None
+
+
+def test_a_draft_built_unfused_keeps_transformers_modules_and_the_next_one_is_fused_again() -> None:
+    """The benchmarks' control (target_drafts.unfused): the same draft with transformers' norms, attention and MLP;
+    the switch is back on after it."""
+    model = tiny_model("llama", vocab_size=V, seed=6)
+    with target_drafts.unfused():
+        draft = target_drafts.build(model, DRAFTS["int4"])
+    kinds = {type(m).__name__ for m in draft.modules()}
+    assert {"LlamaRMSNorm", "LlamaAttention", "LlamaMLP"} <= kinds and not _fused_kinds(draft)
+    assert _fused_kinds(target_drafts.build(model, DRAFTS["int4"])) == {"FusedRMSNorm", "FusedAttention", "FusedMLP"}
