@@ -38,12 +38,12 @@ from decode_vs_hf import PROMPTS
 @torch.inference_mode()
 def step_s(model: Any, context: torch.Tensor, steps: int = 40) -> float:
     cache = DynamicCache()
-    token = model(input_ids=context, past_key_values=cache, use_cache=True).logits[:, -1:].argmax(-1)
+    token = model(input_ids=context, cache=cache, use_cache=True).logits[:, -1:].argmax(-1)
     best = float("inf")
     for _ in range(3):
         start = time.perf_counter()
         for _ in range(steps):
-            model(input_ids=token, past_key_values=cache, use_cache=True)
+            model(input_ids=token, cache=cache, use_cache=True)
             cache.crop(-1)
         best = min(best, (time.perf_counter() - start) / steps)
     return best
@@ -52,11 +52,11 @@ def step_s(model: Any, context: torch.Tensor, steps: int = 40) -> float:
 @torch.inference_mode()
 def agreement(model: Any, prompt_len: int, sequence: torch.Tensor) -> float:
     cache = DynamicCache()
-    logits = model(input_ids=sequence[:, :prompt_len], past_key_values=cache, use_cache=True).logits[:, -1]
+    logits = model(input_ids=sequence[:, :prompt_len], cache=cache, use_cache=True).logits[:, -1]
     hits = 0
     for i in range(prompt_len, sequence.shape[1]):
         hits += int(logits.argmax(-1).item() == sequence[0, i].item())
-        logits = model(input_ids=sequence[:, i : i + 1], past_key_values=cache, use_cache=True).logits[:, -1]
+        logits = model(input_ids=sequence[:, i : i + 1], cache=cache, use_cache=True).logits[:, -1]
     return hits / (sequence.shape[1] - prompt_len)
 
 

@@ -5,8 +5,9 @@ big one's step that is not a weight product, costs about a kernel's launch and t
 cost a draft pays whatever its weights' precision. This counts the ops of one step (one token, a static cache)
 with a dispatch mode, which sees what the device would launch, on a model of the architecture built small from
 its config (the count does not depend on the width), by kind: the weight products, the RMS norms and the rest.
-A draft's norms are fused (``F.rms_norm``): on CUDA one kernel each (torch's fused RMS norm), which the CPU
-decomposes, so a fused norm counts as one op here, as it launches on CUDA.
+A draft's layers are fused (``decode_tui.core.draft_layers``): its norms are ``F.rms_norm``, on CUDA one kernel
+each (torch's fused RMS norm), which the CPU decomposes, so a fused norm counts as one op here, as it launches on
+CUDA; its rotary runs over queries and keys at once, and its q/k/v and gate/up products are joined.
 
     python benchmarks/step_kernels.py [--arch phi3,llama]
 """
