@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import re
-import statistics
 from collections import Counter
 from typing import Any
 
@@ -63,6 +62,25 @@ def drafters(model: Any, seed: int) -> dict[str, Any]:
         "other-model": ModelDrafter(tiny_model(ARCHS[seed % 4], vocab_size=V, seed=seed + 1000), V),
         "self": ModelDrafter(model, V),
     }
+
+
+def simulated_costs(monkeypatch: Any, costs: dict[Any, tuple[float, float]]) -> None:
+    """The decoding loops' clock reads a device where a forward of ``model`` over w tokens takes ``a + b w`` seconds
+    for ``(a, b) = costs[model]``, and nothing else takes time: the adaptive policy's decisions, which follow
+    measured costs, are then the same whatever else this machine is running."""
+    from decode_tui.core import drafters
+    from decode_tui.core.strategies import adaptive, plain_steps, verify_forward
+
+    now = [0.0]
+    clock = type("Clock", (), {"perf_counter": staticmethod(lambda: now[0])})
+    for module in (adaptive, plain_steps, spec_module, verify_forward, drafters):
+        monkeypatch.setattr(module, "time", clock)
+
+    def tick(cost: tuple[float, float], kwargs: dict[str, Any]) -> None:
+        now[0] += cost[0] + cost[1] * kwargs["input_ids"].shape[1]
+
+    for model, cost in costs.items():  # the models are the test's own: the hooks die with them
+        model.register_forward_pre_hook(lambda _, args, kwargs, cost=cost: tick(cost, kwargs), with_kwargs=True)
 
 
 @pytest.mark.parametrize("seed", range(16))
@@ -199,9 +217,11 @@ def test_each_round_is_one_target_forward(byte_bpe: Any) -> None:
     assert result.target_forwards == 1 + rounds // 5 + (rounds % 5 > 0)
 
 
-def test_adaptive_mode_is_lossless_and_stops_drafting_when_drafts_fail(byte_bpe: Any) -> None:
+def test_adaptive_mode_is_lossless_and_stops_drafting_when_drafts_fail(byte_bpe: Any, monkeypatch: Any) -> None:
     model = tiny_model("llama", vocab_size=V, seed=5)
-    bad_draft = ModelDrafter(tiny_model("llama", vocab_size=V, seed=999), V)
+    draft = tiny_model("llama", vocab_size=V, seed=999)
+    bad_draft = ModelDrafter(draft, V)
+    simulated_costs(monkeypatch, {model: (0.010, 0.0), draft: (0.0, 0.004)})  # decisions not this machine's load's
     prompt = [3, 4, 5]
     result = run(model, byte_bpe, bad_draft, prompt, 80, k=4, adaptive=True)[-1]
     assert isinstance(result, Finished) and result.drafted is not None
@@ -212,14 +232,17 @@ def test_adaptive_mode_is_lossless_and_stops_drafting_when_drafts_fail(byte_bpe:
 
 
 
-def test_an_adaptive_run_times_a_draft_step_first_and_never_drafts_one_that_cannot_pay(byte_bpe: Any) -> None:
+def test_an_adaptive_run_times_a_draft_step_first_and_never_drafts_one_that_cannot_pay(byte_bpe: Any,
+                                                                                         monkeypatch: Any) -> None:
     """Before its first round an adaptive run times one draft step, as it times a plain step: a draft dearer than
     its target (four times its layers) is then never drafted from, the policy's first decision saying why in
     numbers. The timing rolls the draft back and draws nothing: the tokens are greedy's."""
     from decode_tui.core.events import DraftLengthDecided
 
     model = tiny_model("llama", vocab_size=V, seed=5)
-    drafter = ModelDrafter(tiny_model("llama", vocab_size=V, seed=999, num_hidden_layers=8), V)
+    draft = tiny_model("llama", vocab_size=V, seed=999, num_hidden_layers=8)
+    drafter = ModelDrafter(draft, V)
+    simulated_costs(monkeypatch, {model: (0.010, 0.0), draft: (0.040, 0.0)})  # its 8 layers to the target's 2
     timings: list[float] = []
     time_step = drafter.time_step
 
@@ -240,13 +263,15 @@ def test_an_adaptive_run_times_a_draft_step_first_and_never_drafts_one_that_cann
                         r"every one, drafting would go at most 0\.\d\dx", decided[0].reason), decided[0].reason
 
 
-def test_the_adaptive_policy_says_what_it_decided_and_why_when_it_changes(byte_bpe: Any) -> None:
+def test_the_adaptive_policy_says_what_it_decided_and_why_when_it_changes(byte_bpe: Any, monkeypatch: Any) -> None:
     """The app showed nothing of the policy's decisions: it says, before the round a decision applies to, what it
     drafts now and why, only when that changes; a fixed draft length says nothing."""
     from decode_tui.core.events import DraftLengthDecided
 
     model = tiny_model("llama", vocab_size=V, seed=5)
-    drafter = ModelDrafter(tiny_model("llama", vocab_size=V, seed=999), V)
+    draft = tiny_model("llama", vocab_size=V, seed=999)
+    drafter = ModelDrafter(draft, V)
+    simulated_costs(monkeypatch, {model: (0.010, 0.0), draft: (0.0, 0.004)})
     drafter.time_step = lambda context, processors: 1e-9  # type: ignore[method-assign]  # timed cheap: it drafts
     events = run(model, byte_bpe, drafter, [3, 4, 5], 80, k=4, adaptive=True)
     chosen = [e for e in events if isinstance(e, DraftLengthDecided)]
@@ -263,32 +288,13 @@ def test_the_adaptive_policy_says_what_it_decided_and_why_when_it_changes(byte_b
 
 
 @pytest.mark.usefixtures("untimed_policy")
-def simulated_costs(monkeypatch: Any, costs: dict[Any, tuple[float, float]]) -> None:
-    """The decoding loops' clock reads a device where a forward of ``model`` over w tokens takes ``a + b w`` seconds
-    for ``(a, b) = costs[model]``, and nothing else takes time: the adaptive policy's decisions, which follow
-    measured costs, are then the same whatever else this machine is running."""
-    from decode_tui.core import drafters
-    from decode_tui.core.strategies import adaptive, plain_steps, verify_forward
-
-    now = [0.0]
-    clock = type("Clock", (), {"perf_counter": staticmethod(lambda: now[0])})
-    for module in (adaptive, plain_steps, spec_module, verify_forward, drafters):
-        monkeypatch.setattr(module, "time", clock)
-
-    def tick(cost: tuple[float, float], kwargs: dict[str, Any]) -> None:
-        now[0] += cost[0] + cost[1] * kwargs["input_ids"].shape[1]
-
-    for model, cost in costs.items():  # the models are the test's own: the hooks die with them
-        model.register_forward_pre_hook(lambda _, args, kwargs, cost=cost: tick(cost, kwargs), with_kwargs=True)
-
-
 def test_a_draft_says_what_it_caught_up_on_and_c_leaves_that_out(byte_bpe: Any, monkeypatch: Any) -> None:
     """An adaptive run whose draft fails takes plain steps and probes now and then; before a probe the draft is
     fed every token it skipped. Each round says how many context tokens its draft was fed: one, or two after a
     draft accepted whole, plus the plain steps since the last round. c leaves out the rounds that caught up on
-    more than two (and the first, which fed the prompt): on simulated costs (a target step 10 ms, a draft's
-    forward 4 ms a token fed) c is the other rounds' draft seconds a token over the step, where counting the
-    catch-ups would inflate it; a view rebuilding c from the rounds' events agrees."""
+    more than two: on simulated costs (a target step 10 ms, a draft's forward 4 ms a token fed) every drafting
+    round after the first did, so the run has no c to show, where counting them would give one several times
+    the draft's own; a view rebuilding c from the rounds' events agrees."""
     from decode_tui.core.draft_stats import caught_up
     from decode_tui.core.timeline import Timeline, draft_stats
 
@@ -316,17 +322,15 @@ def test_a_draft_says_what_it_caught_up_on_and_c_leaves_that_out(byte_bpe: Any, 
         plain = emitted - before.accepted - (before.extra_token_id is not None)  # the plain steps between them
         assert after.draft_fed == 1 + plain + (before.accepted == len(before.verdicts)), (before, after)
     later = [e for e, _ in rounds[1:]]
-    per_token = {id(e): (e.draft_s or 0.0) / len(e.verdicts) for e in later}  # each round's draft s a token
-    counted = [per_token[id(e)] for e in later if not caught_up(e.draft_fed)]
-    assert counted and any(caught_up(e.draft_fed) for e in later), "probes after plain steps"
+    assert len(rounds) >= 3 and all(caught_up(e.draft_fed) for e in later), "probes after plain steps"
     final = events[-1]
-    assert isinstance(final, Finished) and final.draft_cost_ratio == pytest.approx(statistics.median(counted) / 0.010)
-    inflated = statistics.median(per_token.values()) / 0.010
-    assert inflated > 1.2 * (final.draft_cost_ratio or 0.0), "the control: counting the catch-ups would inflate c"
+    assert isinstance(final, Finished) and final.draft_cost_ratio is None
+    # The control: counted, the catch-ups would price a drafted token at several times the draft's 4 ms.
+    assert all((e.draft_s or 0.0) / len(e.verdicts) > 2 * 0.004 for e in later), later
     timeline = Timeline()
     for e in events:
         timeline.add(e, 0.0)
-    assert draft_stats(timeline.rows).cost_ratio() == pytest.approx(final.draft_cost_ratio)
+    assert draft_stats(timeline.rows).cost_ratio() is None
     # Where each round follows one that drafted (a fixed draft length), every round but the first counts.
     drafter = ModelDrafter(tiny_model("llama", vocab_size=V, seed=999), V, confidence_threshold=0.0)
     fixed = run(model, byte_bpe, drafter, prompt, 40, k=4, eos=-1)
