@@ -182,9 +182,13 @@ class FusedAttention(nn.Module):
                 not hasattr(attention, "config") or not hasattr(attention, "head_dim"):
             return None
         fused = cls(attention, qkv_proj)
-        weight = next(attention.parameters())
-        hidden = _random((1, 3, cast(Any, attention).config.hidden_size), weight)
-        cos, sin = rotary(hidden, torch.arange(3, device=weight.device)[None])
+        try:  # a model whose rotary embedding wants more than an input and its positions (Gemma 3's, by layer type)
+            weight = next(attention.parameters())
+            hidden = _random((1, 3, cast(Any, attention).config.hidden_size), weight)
+            with torch.inference_mode():
+                cos, sin = rotary(hidden, torch.arange(3, device=weight.device)[None])
+        except Exception:
+            return None
         same = agrees(attention, fused, hidden_states=hidden, position_embeddings=(cos, sin), attention_mask=None,
                       cache=None)
         return fused if same else None

@@ -119,6 +119,22 @@ def test_an_attention_that_computes_something_else_keeps_transformers_forward() 
                                     attention_mask=None, cache=None)
 
 
+def test_a_model_whose_rotary_embedding_takes_other_arguments_keeps_its_attention(monkeypatch: Any) -> None:
+    """The check cannot even build its input where the rotary embedding wants more than an input and positions
+    (Gemma 3's takes a layer type): the attention is kept as it is, and the draft is still built and fused
+    elsewhere, instead of the build failing."""
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    def by_layer_type(self: Any, x: torch.Tensor, position_ids: torch.Tensor, layer_type: str) -> Any:
+        raise AssertionError("not called this way")
+
+    model = tiny_model("llama", vocab_size=V, seed=6)
+    monkeypatch.setattr(LlamaRotaryEmbedding, "forward", by_layer_type)
+    draft = cast(Any, target_drafts.build(model, DRAFTS["int4"]))
+    assert not any(isinstance(layer.self_attn, draft_layers.FusedAttention) for layer in draft.model.layers)
+    assert all(isinstance(layer.mlp, draft_layers.FusedMLP) for layer in draft.model.layers)
+
+
 class _Ops(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Counts the ops that launch work (not views) run inside the attention and MLP modules."""
 
