@@ -340,10 +340,11 @@ def unfused_draft(lm: LoadedModel, spec: str) -> Any:
 def draft_cost_section(lm: LoadedModel, drafts: list[str], new_tokens: int) -> dict[str, Any]:
     """c of each quantised draft on the Phi-3-mini-sized model (random weights: the acceptance means nothing
     there, the cost per step does): a warm speculative run's draft step over its measured target step, with the
-    draft's layers fused (the default) and, the control, with transformers' own: what the fewer kernels save."""
+    draft's layers fused (the default) and, the control, with transformers' own: what the fewer kernels save.
+    Beside each c, the CUDA kernels one eager step launches (the target's too), which c should follow."""
     from decode_tui.core.drafters import load_draft
 
-    rows: dict[str, Any] = {}
+    rows: dict[str, Any] = {"target": {"kernels": step_kernels(lm.model)}}
     for spec in drafts:
         config = DecodeConfig(mode="speculative", max_new_tokens=new_tokens, draft=DraftParams(draft=spec,
                                                                                                confidence_threshold=0.0))
@@ -351,10 +352,37 @@ def draft_cost_section(lm: LoadedModel, drafts: list[str], new_tokens: int) -> d
             draft = build(lm, spec)
             run_once(lm, "the the the the", config, draft)  # warm-up: the draft's graphs captured
             final = run_once(lm, "the the the the", config, draft)[0]
-            rows[name] = {"c": final.draft_cost_ratio, "draft_forwards": final.draft_forwards}
-            print(f"draft cost phi3-sized {name}: c {final.draft_cost_ratio}", flush=True)
+            kernels = step_kernels(draft.model)
+            rows[name] = {"c": final.draft_cost_ratio, "draft_forwards": final.draft_forwards, "kernels": kernels}
+            print(f"draft cost phi3-sized {name}: c {final.draft_cost_ratio}; kernels a step {kernels} (the "
+                  f"target's {rows['target']['kernels']})", flush=True)
             del draft
     return rows
+
+
+def step_kernels(model: Any) -> int | None:
+    """The CUDA kernels one eager decoding step of ``model`` launches (one token after 32, a cache of its own),
+    counted by torch's profiler: what c should follow where a step is small kernels. None off CUDA."""
+    from torch._C._autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    device = next(model.parameters()).device
+    if device.type != "cuda":
+        return None
+    try:  # an extra figure: where the profiler fails, the row keeps its c
+        cache = new_cache(model, rollback=True)
+        with torch.inference_mode():
+            forward(model, torch.arange(100, 132, device=device)[None], cache)
+            forward(model, torch.tensor([[7]], device=device), cache)  # once untimed: every kernel loaded
+            rollback(cache, 32)
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                forward(model, torch.tensor([[7]], device=device), cache)
+                torch.cuda.synchronize()
+        return sum(1 for e in prof.events() if e.device_type == DeviceType.CUDA)
+    except Exception as exc:
+        print(f"kernels of a step not counted: {type(exc).__name__}: {exc}", flush=True)
+        return None
 
 
 COLD_BYTES = 256 * 2**20  # weights a product cycles through, past an H100's 50 MB of L2 (and a CPU's caches)

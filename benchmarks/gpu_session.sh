@@ -39,7 +39,8 @@
 # also runs those gpu tests), or 'lease1', then
 #   bash benchmarks/gpu_session.sh changes  carry: .gpu/b        SmolLM2's gpu tests and the tree and fused-layer
 #                                                                ones, c of the Phi-3-mini-sized int4 draft with
-#                                                                its layers fused and unfused (the control), the
+#                                                                its layers fused and unfused (the control) and
+#                                                                the kernels a step launches, the
 #                                                                drafts (int4, self, layers:10) fixed and adaptive,
 #                                                                int4 also unfused, and PLD against greedy on three
 #                                                                prompts (6 minutes)
