@@ -97,9 +97,9 @@ def test_an_attention_that_computes_something_else_keeps_transformers_forward() 
     """The check can fail: Qwen3 normalises its queries and keys before the rotary, which the fused attention does
     not, so a Qwen3 draft keeps Qwen3's attention (its norms and MLP are still fused); and a fused attention whose
     product has its rows in another order (keys first) does not pass the check."""
-    model = tiny_model("llama", vocab_size=V, seed=6)
     from transformers import AutoConfig, AutoModelForCausalLM
 
+    model = tiny_model("llama", vocab_size=V, seed=6)
     config = AutoConfig.for_model("qwen3", vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                                   num_attention_heads=4, num_key_value_heads=2, head_dim=16, initializer_range=0.2)
     torch.manual_seed(0)

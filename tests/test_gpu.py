@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import torch
@@ -45,6 +46,7 @@ pytestmark = [
 ]
 
 CUDA = torch.device("cuda")
+T = TypeVar("T")
 V = 420
 ARCHS = ["llama", "qwen2", "gpt2", "phi3"]
 CORE = str(Path(decode_tui.core.__file__).parent)
@@ -52,6 +54,21 @@ CORE = str(Path(decode_tui.core.__file__).parent)
 
 def on_cuda(model: Any, dtype: torch.dtype = torch.float32) -> Any:
     return model.to(device=CUDA, dtype=dtype)
+
+
+def cuda_kernels(call: Callable[[], T]) -> tuple[int, T]:
+    """The CUDA kernels ``call`` launches, counted by torch's profiler (it runs once untimed first, so that
+    loading its kernels is not counted), and what it returned."""
+    from torch._C._autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    with torch.inference_mode():
+        call()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            out = call()
+            torch.cuda.synchronize()
+    return sum(1 for e in prof.events() if e.device_type == DeviceType.CUDA), out
 
 
 def transcript(tokenizer: Any, prompt: list[int], max_new: int, eos: int = V - 1) -> Transcript:
@@ -378,8 +395,6 @@ def test_the_quantised_drafts_kernels_pass_the_exact_product_check_on_cuda(bits:
 def test_a_drafts_fused_norm_is_one_kernel_on_cuda_where_transformers_norm_is_several() -> None:
     """Why a draft's norms are fused: on CUDA F.rms_norm is one kernel (torch's fused RMS norm), transformers'
     norm about eight, and a GPU draft step is mostly such small kernels."""
-    from torch._C._autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
     from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
     from decode_tui.core import draft_layers
@@ -388,25 +403,13 @@ def test_a_drafts_fused_norm_is_one_kernel_on_cuda_where_transformers_norm_is_se
     fused = draft_layers.fusable(norm)
     assert fused is not None
     x = torch.randn(1, 1, 576, device=CUDA, dtype=torch.bfloat16)
-
-    def kernels(module: torch.nn.Module) -> int:
-        with torch.inference_mode():
-            module(x)
-            torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                module(x)
-                torch.cuda.synchronize()
-        return sum(1 for e in prof.events() if e.device_type == DeviceType.CUDA)
-
-    assert kernels(fused) <= 2 < 5 <= kernels(norm)
+    assert cuda_kernels(lambda: fused(x))[0] <= 2 < 5 <= cuda_kernels(lambda: norm(x))[0]
 
 
 def test_a_fused_int4_drafts_step_launches_at_most_two_thirds_of_the_kernels_on_cuda() -> None:
     """The fused draft layers on CUDA (a Llama of SmolLM2's widths, random, bf16): one decoding step of the int4
     draft launches at most two thirds of the kernels the same draft with transformers' modules launches (counted
     on the CPU: 21 ops a layer against 43), and computes the same logits within bf16's rounding."""
-    from torch._C._autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from decode_tui.core import target_drafts
@@ -425,13 +428,13 @@ def test_a_fused_int4_drafts_step_launches_at_most_two_thirds_of_the_kernels_on_
         cache = new_cache(draft, rollback=True)
         with torch.inference_mode():
             forward(draft, torch.tensor([[9, 8, 7, 6]], device=CUDA), cache)
-            forward(draft, torch.tensor([[5]], device=CUDA), cache)  # a step, untimed: the kernels loaded
+
+        def one_token() -> torch.Tensor:  # the fifth position, each time: the cache's end moved back first
             rollback(cache, 4)
-            torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                logits = forward(draft, torch.tensor([[5]], device=CUDA), cache)
-                torch.cuda.synchronize()
-        return sum(1 for e in prof.events() if e.device_type == DeviceType.CUDA), logits.float().cpu()
+            return forward(draft, torch.tensor([[5]], device=CUDA), cache)
+
+        kernels, logits = cuda_kernels(one_token)
+        return kernels, logits.float().cpu()
 
     (fused_kernels, fused_logits), (plain_kernels, plain_logits) = step(fused), step(plain)
     assert fused_kernels <= 2 / 3 * plain_kernels, (fused_kernels, plain_kernels)
