@@ -7,9 +7,10 @@ with a dispatch mode, which sees what the device would launch, on a model of the
 its config (the count does not depend on the width), by kind: the weight products, the RMS norms and the rest.
 A draft's layers are fused (``decode_tui.core.draft_layers``): its norms are ``F.rms_norm``, on CUDA one kernel
 each (torch's fused RMS norm), which the CPU decomposes, so a fused norm counts as one op here, as it launches on
-CUDA; its rotary runs over queries and keys at once, and its q/k/v and gate/up products are joined.
+CUDA; its rotary runs over queries and keys at once, and its q/k/v and gate/up products are joined. The step runs
+on decode-tui's static cache, whose layers share one write position (``--hf-cache``: transformers' StaticCache).
 
-    python benchmarks/step_kernels.py [--arch phi3,llama]
+    python benchmarks/step_kernels.py [--arch phi3,llama] [--hf-cache]
 """
 
 from __future__ import annotations
@@ -23,12 +24,14 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AutoConfig, AutoModelForCausalLM, StaticCache
 
 from decode_tui.core import draft_layers, target_drafts
+from decode_tui.core.forward import new_cache
 from decode_tui.core.params import TargetDraft
 
 # Ops that launch nothing: views and metadata, and dropout in eval mode (it returns its input).
 FREE = {"view", "_unsafe_view", "t", "transpose", "unsqueeze", "expand", "slice", "select", "reshape", "permute",
         "alias", "split", "chunk", "split_with_sizes", "squeeze", "detach", "detach_", "as_strided", "narrow",
         "_reshape_alias", "unbind", "dropout", "lift_fresh", "lift_fresh_copy"}
+HF_CACHE = False  # count the step on transformers' StaticCache instead of decode-tui's StaticKV
 PRODUCTS = {"linear", "mm", "addmm", "matmul", "bmm", "_weight_int4pack_mm_for_cpu", "_weight_int4pack_mm",
             "_weight_int8pack_mm"}
 
@@ -73,7 +76,10 @@ def watch_norms(model: torch.nn.Module, census: Census) -> None:
 
 
 def step_ops(model: Any) -> collections.Counter[str]:
-    cache = StaticCache(config=model.config, max_cache_len=32)
+    # The static cache that CUDA graphs replay on (as StaticKV's layers share one write position, a pass
+    # advances it once, where transformers' StaticCache does so in every layer); ``--hf-cache`` counts that one.
+    cache = StaticCache(config=model.config, max_cache_len=32) if HF_CACHE else new_cache(model, graphs=True,
+                                                                                          max_len=32)
     with torch.inference_mode():
         model(input_ids=torch.tensor([[5, 6, 7, 8]]), cache=cache, use_cache=True, cache_position=torch.arange(4))
         census = Census()
@@ -102,7 +108,11 @@ def per_layer(arch: str, spec: TargetDraft | None) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--arch", default="phi3,llama", help="transformers model types, comma-separated")
+    parser.add_argument("--hf-cache", action="store_true",
+                        help="count a step on transformers' StaticCache (the control) instead of decode-tui's")
     args = parser.parse_args()
+    global HF_CACHE
+    HF_CACHE = args.hf_cache
     for arch in args.arch.split(","):
         for name, spec in (("target", None), ("int4 draft", TargetDraft(4))):
             ops = per_layer(arch, spec)

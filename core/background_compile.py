@@ -48,7 +48,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
-from transformers.cache_utils import StaticLayer
 
 from .errors import first_line
 from .forward import COMPILED_UP_TO, StaticKV, _Captured, attach_background, captured_shapes, compile_forward
@@ -235,12 +234,10 @@ def _flips(eager: _Captured, compiled: _Captured, cache: StaticKV, input_ids: to
     """Why the compiled pass may not replace the eager one: where its top token differs on ``input_ids``, with the
     eager logits' margin between its top two there (a near-tie another kernel's rounding flips); None if the two
     agree everywhere. Both run from the cache's current position, which is put back after each."""
-    layers = [layer for layer in cache.layers if isinstance(layer, StaticLayer)]
-    starts = [layer.cumulative_length.clone() for layer in layers]
+    start = cache.end.length.clone()
 
     def put_back() -> None:
-        for layer, start in zip(layers, starts, strict=True):
-            layer.cumulative_length.copy_(start)
+        cache.end.length.copy_(start)
 
     a = eager(input_ids).float().clone()  # [B, keep, V]
     put_back()

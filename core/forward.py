@@ -67,21 +67,76 @@ def attach_background(upgrade: Callable[..., _Captured], ask: Callable[..., None
     _UPGRADE, _ASK = upgrade, ask
 
 
+class _End:
+    """The write position that every layer of one :class:`StaticKV` shares, and the positions a pass writes."""
+
+    def __init__(self) -> None:
+        self.length = torch.tensor(0, dtype=torch.long)  # a device tensor once the first pass has run
+        self.positions: torch.Tensor | None = None  # [W]: where the current pass writes, set by its first layer
+
+
+class SharedEndLayer(StaticLayer):
+    """transformers' static layer, but the layers of a cache share one write position, advanced once a pass.
+
+    transformers' static layer keeps a write position of its own and, in every layer of every pass, builds
+    the positions to write (an ``arange`` and an add) and advances its position (an add in place): three
+    kernels a layer on a GPU, where a small model's step costs about a kernel's launch and tail per op (for
+    the embedded model's 30 layers, 90 of a captured step's ~1300 kernels; for a draft made from it, 90 of
+    ~650). All layers of a pass write at the same positions, so here the first layer to write builds them
+    and advances the shared position, and the others read them: three kernels a pass. Its keys and values,
+    and so the model's outputs, are those of transformers' layer (a test compares them).
+    """
+
+    def __init__(self, max_cache_len: int, end: _End, first: bool) -> None:
+        self.end, self.first = end, first  # before the base class sets ``cumulative_length``, which is the end's
+        super().__init__(max_cache_len=max_cache_len)
+
+    @property  # type: ignore[override]
+    def cumulative_length(self) -> torch.Tensor:
+        return self.end.length
+
+    @cumulative_length.setter
+    def cumulative_length(self, value: torch.Tensor) -> None:
+        # The base class sets it when built and moves it to the device on its first pass; the move returns the
+        # same tensor for every layer after the first, so the layers keep sharing it.
+        self.end.length = value
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any,
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        if self.first:  # the first layer of a pass: where this pass writes, then the end moves past it
+            width = key_states.shape[-2]
+            self.end.positions = torch.arange(width, device=self.device) + self.end.length  # [W]
+            self.end.length.add_(width)  # in place: captured graphs read it at its address
+        positions, keys, values = self.end.positions, self.keys, self.values
+        assert positions is not None and positions.shape[0] == key_states.shape[-2], "a layer wrote before the first"
+        assert keys is not None and values is not None  # allocated by the lazy initialisation
+        keys.index_copy_(2, positions, key_states)
+        values.index_copy_(2, positions, value_states)
+        return keys, values
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if self.first:  # transformers' cache crops every layer: the shared end moves once
+            super().crop(tokens_to_remove)
+
+
 class StaticKV(Cache):
     """Preallocated keys and values for ``max_len`` positions in every layer, rolled back by moving its end.
 
     Every layer is full-length, a sliding-window model's (Phi-3, Mistral) too: transformers' static
     sliding layer is a ring buffer that overwrites what slides out, which could not be rolled back
     after a rejected draft. The model still applies its window, through the attention mask it builds
-    from its config. Each layer's write position (``cumulative_length``) is a device tensor that the
-    layer advances in place; rolling back sets it, and the positions past it are stale but masked
-    (the mask is causal in absolute positions) until they are written again. transformers' static
-    layers have no ``crop``, hence :func:`rollback` does this by hand.
+    from its config. The layers' write position (``cumulative_length``) is one device tensor that they
+    share (:class:`SharedEndLayer`) and a pass advances in place; rolling back sets it, and the positions
+    past it are stale but masked (the mask is causal in absolute positions) until they are written again.
     """
 
     def __init__(self, model: PreTrainedModel, max_len: int, path: StaticPath = "compiled") -> None:
         config = model.config.get_text_config(decoder=True)
-        super().__init__(layers=[StaticLayer(max_cache_len=max_len) for _ in range(config.num_hidden_layers)])
+        self.end = _End()
+        super().__init__(layers=[SharedEndLayer(max_len, self.end, first=i == 0)
+                                 for i in range(config.num_hidden_layers)])
         self.max_len = max_len
         self.path = path  # how its short passes run: replayed CUDA graphs or torch.compile
         self.prefilled = False  # the first pass (the prompt) is never compiled or captured
@@ -105,9 +160,7 @@ class StaticKV(Cache):
     def move_end(self, length: int) -> None:
         """Forget every position from ``length`` on: each layer's write position, a device tensor, is set in
         place (no copy to the host, no new address, so compiled and captured graphs stay valid)."""
-        for layer in self.layers:
-            assert isinstance(layer, StaticLayer)
-            layer.cumulative_length.fill_(min(length, self.max_len))
+        self.end.length.fill_(min(length, self.max_len))
 
 
 # Static caches by model, then by (length, path, batch): a finished run's cache (and its captured graphs) serves
@@ -269,12 +322,10 @@ class _Captured:
                                                      device=model.device),  # [1, 1, W, K]
                        "position_ids": torch.zeros(shape, dtype=torch.long, device=model.device)} if tree else {}
         self.tree_inputs = tree_inputs
-        layers = [layer for layer in cache.layers if isinstance(layer, StaticLayer)]
-        starts = [layer.cumulative_length.clone() for layer in layers]
+        start = cache.end.length.clone()
 
         def put_back() -> None:
-            for layer, start in zip(layers, starts, strict=True):
-                layer.cumulative_length.copy_(start)
+            cache.end.length.copy_(start)
 
         def run() -> torch.Tensor:
             live = model_ref()

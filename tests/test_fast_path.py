@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import torch
+from transformers.cache_utils import StaticLayer
 
 from decode_tui.core import forward as forward_module
 from decode_tui.core.detokenize import Detokenizer
@@ -204,3 +205,73 @@ def test_a_run_takes_the_fast_path_from_its_config_and_beam_search_says_it_does_
         assert not caches and any("plain path" in note for note in runs[True].notes)
     else:
         assert caches and not runs[True].notes
+
+
+def hf_static(model: Any) -> Any:
+    from transformers import StaticCache
+
+    return StaticCache(config=model.config, max_cache_len=256)
+
+
+def test_a_static_caches_layers_share_one_end_and_write_what_transformers_static_cache_writes(eager: None) -> None:
+    """Steps, a verification, a rollback and transformers' own crop, pass by pass on four layers: the same
+    logits and the same keys and values as transformers' StaticCache, whose layers each move an end of their own;
+    ours move one end, once a pass."""
+    model = tiny_model("llama", vocab_size=V, seed=2, num_hidden_layers=4)
+    draw = torch.Generator().manual_seed(5)
+    ours, theirs = new_cache(model, graphs=True, max_len=40), hf_static(model)
+    assert isinstance(ours, StaticKV) and ours.max_len == 256
+
+    def both(width: int) -> None:
+        ids = torch.randint(1, V, (1, width), generator=draw)
+        with torch.inference_mode():
+            a, b = (forward(model, ids, cache, keep=width) for cache in (ours, theirs))
+        assert torch.equal(a, b)
+
+    def set_end(length: int) -> None:
+        rollback(ours, length)
+        for layer in theirs.layers:
+            assert isinstance(layer, StaticLayer)
+            layer.cumulative_length.fill_(length)
+
+    both(9)  # the prompt
+    both(1)  # a step
+    both(5)  # a verification of four drafts and the pending token
+    set_end(12)  # three of them rejected
+    both(1)
+    ours.crop(-2)  # transformers' crop, which calls every layer's: the shared end moves once
+    theirs.crop(-2)
+    both(2)
+    assert int(ours.get_seq_length()) == int(theirs.get_seq_length()) == 13
+    ends = {id(layer.cumulative_length) for layer in ours.layers if isinstance(layer, StaticLayer)}
+    assert len(ends) == 1, "one end for every layer"
+    for mine, hf in zip(ours.layers, theirs.layers, strict=True):
+        assert isinstance(mine, StaticLayer) and isinstance(hf, StaticLayer)
+        assert mine.keys is not None and mine.values is not None and hf.keys is not None and hf.values is not None
+        assert torch.equal(mine.keys[:, :, :13], hf.keys[:, :, :13])
+        assert torch.equal(mine.values[:, :, :13], hf.values[:, :, :13])
+
+
+def test_a_step_on_the_static_cache_moves_its_end_once_not_once_a_layer(eager: None) -> None:
+    """transformers' static layer builds its positions and moves its end in every layer: three kernels a layer on
+    a GPU, where a small model's step costs about a launch per kernel. Counted with a dispatch mode, a step on our
+    cache launches 3 * (layers - 1) fewer ops than on transformers' StaticCache (the control)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):  # type: ignore[no-untyped-call]
+        ops = 0
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            self.ops += 1
+            return func(*args, **(kwargs or {}))
+
+    layers = 5
+    model = tiny_model("llama", vocab_size=V, seed=1, num_hidden_layers=layers)
+    counts = []
+    for cache in (new_cache(model, graphs=True, max_len=40), hf_static(model)):
+        with torch.inference_mode():  # the model called directly: only the caches differ
+            model(input_ids=torch.tensor([[3, 4, 5]]), cache=cache, use_cache=True)
+            with Count() as count:  # type: ignore[no-untyped-call]
+                model(input_ids=torch.tensor([[6]]), cache=cache, use_cache=True)
+        counts.append(count.ops)
+    assert counts[1] - counts[0] == 3 * (layers - 1)
