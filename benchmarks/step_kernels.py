@@ -7,10 +7,12 @@ with a dispatch mode, which sees what the device would launch, on a model of the
 its config (the count does not depend on the width), by kind: the weight products, the RMS norms and the rest.
 A draft's layers are fused (``decode_tui.core.draft_layers``): its norms are ``F.rms_norm``, on CUDA one kernel
 each (torch's fused RMS norm), which the CPU decomposes, so a fused norm counts as one op here, as it launches on
-CUDA; its rotary runs over queries and keys at once, and its q/k/v and gate/up products are joined. The step runs
-on decode-tui's static cache, whose layers share one write position (``--hf-cache``: transformers' StaticCache).
+CUDA; its rotary runs over queries and keys at once, its q/k/v and gate/up products are joined, and its passes build
+their attention mask as floats, once, where torch's attention converts a boolean one in every layer (two ops, counted
+here though they run inside the attention's one op). The step runs on decode-tui's static cache, whose layers share
+one write position (``--hf-cache``: transformers' StaticCache; ``--bool-masks``: the draft's masks as its target's).
 
-    python benchmarks/step_kernels.py [--arch phi3,llama] [--hf-cache]
+    python benchmarks/step_kernels.py [--arch phi3,llama] [--whole] [--hf-cache] [--bool-masks]
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ FREE = {"view", "_unsafe_view", "t", "transpose", "unsqueeze", "expand", "slice"
         "alias", "split", "chunk", "split_with_sizes", "squeeze", "detach", "detach_", "as_strided", "narrow",
         "_reshape_alias", "unbind", "dropout", "lift_fresh", "lift_fresh_copy"}
 HF_CACHE = False  # count the step on transformers' StaticCache instead of decode-tui's StaticKV
+BOOL_MASKS = False  # the draft on transformers' SDPA and its boolean masks, as its target
 PRODUCTS = {"linear", "mm", "addmm", "matmul", "bmm", "_weight_int4pack_mm_for_cpu", "_weight_int4pack_mm",
             "_weight_int8pack_mm"}
 
@@ -49,6 +52,12 @@ class Census(TorchDispatchMode):  # type: ignore[no-untyped-call]
         out = func(*args, **(kwargs or {}))
         # A cast to the dtype a tensor already has returns it as it is: nothing launched.
         cast_to_itself = name == "to" and out is args[0]
+        if name == "scaled_dot_product_attention" and self.in_norm is None:
+            mask = args[3] if len(args) > 3 else (kwargs or {}).get("attn_mask")
+            if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool:
+                # torch's attention turns a boolean mask into an additive one inside the call, where this mode does
+                # not see it (convert_boolean_attn_mask): a scalar tensor filled on the device and a where.
+                self.counts["other"] += 2
         if name not in FREE and not cast_to_itself:
             if self.in_norm == "fused":
                 pass  # counted once, when the norm was entered
@@ -90,18 +99,27 @@ def step_ops(model: Any) -> collections.Counter[str]:
     return census.counts
 
 
+# Whole models' shapes, but narrow (the count does not depend on the width): layers, query heads, key/value heads.
+# SmolLM2-135M's 9 query heads share 3 key/value heads, which transformers repeats for each layer's attention.
+WHOLE = {"smollm2": ("llama", 30, 9, 3), "phi3-mini": ("phi3", 32, 4, 4)}
+
+
+def built(arch: str, spec: TargetDraft | None, layers: int, heads: int = 4, kv_heads: int = 4) -> Any:
+    config = AutoConfig.for_model(arch, vocab_size=32064, hidden_size=32 * heads, intermediate_size=256,
+                                  num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+                                  max_position_embeddings=256)
+    torch.manual_seed(0)
+    model: Any = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
+    if spec is not None:
+        model = target_drafts.build(model, spec)
+        if BOOL_MASKS:
+            model.set_attn_implementation("sdpa")
+    return model
+
+
 def per_layer(arch: str, spec: TargetDraft | None) -> dict[str, float]:
     """Ops a decoder layer launches (the difference between three layers and two), by kind."""
-    counts = []
-    for layers in (2, 3):
-        config = AutoConfig.for_model(arch, vocab_size=32064, hidden_size=128, intermediate_size=256,
-                                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=4,
-                                      max_position_embeddings=256)
-        torch.manual_seed(0)
-        model: Any = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
-        if spec is not None:
-            model = target_drafts.build(model, spec)
-        counts.append(step_ops(model))
+    counts = [step_ops(built(arch, spec, layers)) for layers in (2, 3)]
     return {kind: counts[1][kind] - counts[0][kind] for kind in ("products", "norms", "other")}
 
 
@@ -110,16 +128,27 @@ def main() -> None:
     parser.add_argument("--arch", default="phi3,llama", help="transformers model types, comma-separated")
     parser.add_argument("--hf-cache", action="store_true",
                         help="count a step on transformers' StaticCache (the control) instead of decode-tui's")
+    parser.add_argument("--bool-masks", action="store_true",
+                        help="the draft on transformers' SDPA and boolean masks (the control) instead of float ones")
+    parser.add_argument("--whole", action="store_true", help="also count a whole step of SmolLM2's and Phi-3-mini's "
+                                                               "shapes (layers and heads)")
     args = parser.parse_args()
-    global HF_CACHE
-    HF_CACHE = args.hf_cache
+    global HF_CACHE, BOOL_MASKS
+    HF_CACHE, BOOL_MASKS = args.hf_cache, args.bool_masks
+    drafts = (("target", None), ("int4 draft", TargetDraft(4)))
     for arch in args.arch.split(","):
-        for name, spec in (("target", None), ("int4 draft", TargetDraft(4))):
+        for name, spec in drafts:
             ops = per_layer(arch, spec)
             total = sum(ops.values())
             print(f"{arch:>6} {name:>10}: {total:g} ops a layer: {ops['products']:g} weight products, "
                   f"{ops['norms']:g} in the two RMS norms, {ops['other']:g} others "
                   f"({total - ops['products']:g} not products)", flush=True)
+    if args.whole:
+        for shape, (arch, layers, heads, kv_heads) in WHOLE.items():
+            steps = {name: sum(step_ops(built(arch, spec, layers, heads, kv_heads)).values()) for name, spec in drafts}
+            target, draft = steps["target"], steps["int4 draft"]
+            print(f"{shape:>10}, a whole step ({layers} layers, {heads}/{kv_heads} heads): target {target} ops, "
+                  f"int4 draft {draft} ({draft / target:.3f} of the target's)", flush=True)
 
 
 if __name__ == "__main__":

@@ -11,10 +11,12 @@ replacement computing what the original computes:
 - each self-attention by :class:`FusedAttention`: the rotary embedding applied to the queries and the keys in one
   pass (five ops where transformers' takes ten, twelve with Phi-3's split for a partial rotary), and, when the
   draft quantises its products anyway, the query, key and value projections joined into one product;
-- each gated MLP by :class:`FusedMLP`, when the draft quantises: the gate and up projections as one product.
+- each gated MLP by :class:`FusedMLP`, when the draft quantises: the gate and up projections as one product;
+- the boolean attention mask, which torch's attention converts to floats in every layer, by the same float mask built
+  once a pass (:func:`float_masks`).
 
-``python benchmarks/step_kernels.py`` counts what a layer launches: a Llama layer's int4 draft 21 ops where its target
-launches 43, a Phi-3 layer's 21 where its target launches 42.
+``python benchmarks/step_kernels.py`` counts what a layer launches: a Llama layer's int4 draft 18 ops where its target
+launches 42, a Phi-3 layer's 18 where its target launches 41 (both on decode-tui's static cache).
 
 Every replacement is checked once, on a random input at the module's own device and dtype, against the module it
 replaces (:func:`agrees`). A module that computes something else keeps transformers' forward: Gemma's norm, which
@@ -38,8 +40,10 @@ from torch import nn
 
 def fuse(model: nn.Module, join_products: bool) -> None:
     """Replace, in ``model`` (a draft's own module tree), every norm, attention and MLP that a fused form computes
-    the same as. ``join_products``: also join the attention's and the MLP's products (new memory: only for a
-    draft that is about to quantise them, whose weights are new memory anyway)."""
+    the same as, and let its passes build one float mask for all their layers. ``join_products``: also join the
+    attention's and the MLP's products (new memory: only for a draft that is about to quantise them, whose weights
+    are new memory anyway)."""
+    float_masks(model)
     base = getattr(model, getattr(model, "base_model_prefix", ""), model)
     rotary = getattr(base, "rotary_emb", None)
     for layer in getattr(base, "layers", []):
@@ -57,6 +61,69 @@ def fuse(model: nn.Module, join_products: bool) -> None:
                 setattr(module, name, fused)
 
 
+FLOAT_MASK_SDPA = "decode_tui_sdpa"  # transformers' SDPA attention, its mask built as floats (registered below)
+
+
+def float_masks(model: nn.Module) -> bool:
+    """Have ``model`` (a draft's own copy, with its own config) build each pass's attention mask as floats, once,
+    if that gives its logits; whether it does now.
+
+    transformers' SDPA path builds a boolean mask once a pass, and torch's attention turns a boolean mask into an
+    additive float one in every call (``convert_boolean_attn_mask``: a fill and a ``where``, two or three kernels
+    on a GPU), so in every layer of every step. Built as that float mask once a pass (:func:`additive_mask`), it
+    goes to torch's attention as it is: the same kernel, the same numbers, the conversion once a pass instead of
+    once a layer. Checked on one pass over a seeded random prompt; a model whose logits move keeps transformers'
+    SDPA (as does one on another attention, flash or eager). transformers offers no switch for this, but it lets
+    a model's attention and mask functions be registered by name, which is how this is done."""
+    config: Any = getattr(model, "config", None)
+    if getattr(config, "_attn_implementation", None) != "sdpa" or not hasattr(model, "set_attn_implementation"):
+        return False
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register(FLOAT_MASK_SDPA, sdpa_attention_forward)
+    AttentionMaskInterface.register(FLOAT_MASK_SDPA, additive_mask)
+    vocab = getattr(config, "vocab_size", None)
+    if not isinstance(vocab, int):
+        return False
+    ids = torch.randint(0, vocab, (1, 5), generator=torch.Generator().manual_seed(0))
+    ids = ids.to(next(model.parameters()).device)
+    draft = cast(Any, model)
+
+    def logits() -> torch.Tensor:
+        # On a static cache longer than the prompt, as the decoding passes run: its empty tail is masked, so the
+        # mask is built (on no cache, a prompt's causal mask is left to the attention's flag, and not checked).
+        from transformers import StaticCache
+
+        cache = StaticCache(config=config, max_cache_len=8)
+        return cast(torch.Tensor, draft(input_ids=ids, cache=cache, use_cache=True).logits)
+
+    try:
+        with torch.inference_mode():
+            expected = logits()
+            draft.set_attn_implementation(FLOAT_MASK_SDPA)
+            if _close(logits(), expected):
+                return True
+    except Exception:
+        pass
+    draft.set_attn_implementation("sdpa")
+    return False
+
+
+def additive_mask(**kwargs: Any) -> torch.Tensor | None:
+    """transformers' SDPA mask for these arguments as the additive mask torch's attention would make of it in
+    each call: 0 where a token may attend, minus infinity elsewhere, in the pass's dtype. None where transformers'
+    is None (a prompt whose mask is causal alone, which the attention applies by a flag)."""
+    from transformers.masking_utils import sdpa_mask
+
+    mask = sdpa_mask(**kwargs)  # [B, 1, T, S] booleans, True where a token may attend
+    if mask is None or mask.dtype != torch.bool:
+        return mask
+    dtype = kwargs.get("dtype", torch.float32)
+    return torch.full_like(mask, float("-inf"), dtype=dtype).masked_fill_(mask, 0.0)
+
+
 def agrees(original: nn.Module, fused: nn.Module, *args: Any, **kwargs: Any) -> bool:
     """Whether ``fused`` gives ``original``'s output on these inputs, up to bf16's rounding (the draft may move by
     that much); False where either raises, so a module the fused form cannot take keeps its own forward."""
@@ -65,10 +132,15 @@ def agrees(original: nn.Module, fused: nn.Module, *args: Any, **kwargs: Any) -> 
             expected, got = original(*args, **kwargs), fused(*args, **kwargs)
         if isinstance(expected, tuple):  # an attention's (output, weights): the output is what the layer uses
             expected, got = expected[0], got[0]
-        return bool(expected.dtype == got.dtype and expected.shape == got.shape and
-                    torch.allclose(got.float(), expected.float(), rtol=2e-2, atol=2e-2))
+        return _close(got, expected)
     except Exception:
         return False
+
+
+def _close(got: torch.Tensor, expected: torch.Tensor) -> bool:
+    """Equal up to bf16's rounding, in dtype and shape too."""
+    return bool(expected.dtype == got.dtype and expected.shape == got.shape and
+                torch.allclose(got.float(), expected.float(), rtol=2e-2, atol=2e-2))
 
 
 def _random(shape: tuple[int, ...], like: torch.Tensor, scale: float = 3.0) -> torch.Tensor:

@@ -222,3 +222,74 @@ def test_a_draft_built_unfused_keeps_transformers_modules_and_the_next_one_is_fu
     kinds = {type(m).__name__ for m in draft.modules()}
     assert {"LlamaRMSNorm", "LlamaAttention", "LlamaMLP"} <= kinds and not _fused_kinds(draft)
     assert _fused_kinds(target_drafts.build(model, DRAFTS["int4"])) == {"FusedRMSNorm", "FusedAttention", "FusedMLP"}
+
+
+def _mask_ops(model: Any) -> collections.Counter[str]:
+    """The ops that build or convert attention masks in one step on the static cache CUDA graphs replay on, as
+    the profiler sees them (inside torch's attention too, where a dispatch mode does not look)."""
+    from torch.profiler import profile
+
+    from decode_tui.core.forward import forward, new_cache
+
+    cache = new_cache(model, graphs=True, max_len=40)
+    with torch.inference_mode():
+        forward(model, torch.tensor([[3, 4, 5]]), cache)
+        with profile() as prof:
+            forward(model, torch.tensor([[6]]), cache)
+    return collections.Counter(e.name for e in prof.events() if e.name in ("aten::where", "aten::scalar_tensor"))
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "phi3"])
+def test_a_drafts_step_builds_one_float_mask_for_its_layers_where_the_target_converts_one_in_each(
+        arch: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch's attention turns a boolean mask into a float one in every call: a fill and a where, kernels on a
+    GPU, in every layer of the target's step (the control). The draft's passes build the mask as floats once, and
+    every layer's attention gets that one tensor; the target keeps transformers' SDPA, so its tokens stay
+    generate's. On the static cache the draft's logits are exactly those of the same draft on transformers' SDPA
+    and its boolean masks, which torch's attention turns into the same floats."""
+    from decode_tui.core.forward import forward, new_cache
+
+    layers = 4
+    model = tiny_model(arch, vocab_size=V, seed=6, num_hidden_layers=layers)
+    draft, plain = (target_drafts.build(model, TargetDraft(4)) for _ in range(2))
+    assert cast(Any, draft).config._attn_implementation == draft_layers.FLOAT_MASK_SDPA
+    cast(Any, plain).set_attn_implementation("sdpa")  # the same draft on boolean masks
+    assert model.config._attn_implementation == "sdpa"
+
+    target_ops, draft_ops = _mask_ops(model), _mask_ops(draft)
+    assert target_ops["aten::where"] >= layers and draft_ops["aten::where"] <= 2, (target_ops, draft_ops)
+
+    masks: list[torch.Tensor | None] = []
+    attention: Any = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(*args: Any, **kwargs: Any) -> torch.Tensor:
+        masks.append(kwargs.get("attn_mask"))
+        return cast(torch.Tensor, attention(*args, **kwargs))
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    steps = []
+    for each in (draft, plain):
+        cache = new_cache(each, graphs=True, max_len=40)
+        with torch.inference_mode():
+            forward(each, torch.tensor([[9, 8, 7, 6, 9]]), cache)
+            masks.clear()
+            steps.append(forward(each, torch.tensor([[5]]), cache).float())
+        if each is draft:
+            assert len(masks) == layers and masks[0] is not None and masks[0].is_floating_point()
+            assert all(mask is masks[0] for mask in masks), "one mask for every layer of the pass"
+        else:
+            assert all(mask is not None and mask.dtype == torch.bool for mask in masks)
+    assert torch.equal(steps[0], steps[1])
+
+
+def test_a_draft_whose_float_mask_would_move_its_logits_keeps_transformers_sdpa(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check can fail: with a mask function that lets every token see the ones after it, the draft's logits
+    move, and the draft keeps transformers' SDPA (and still builds, fused otherwise)."""
+    def sees_the_future(**kwargs: Any) -> torch.Tensor:
+        return torch.zeros((kwargs["batch_size"], 1, kwargs["q_length"], kwargs["kv_length"]))
+
+    monkeypatch.setattr(draft_layers, "additive_mask", sees_the_future)
+    draft = target_drafts.build(tiny_model("llama", vocab_size=V, seed=6), TargetDraft(4))
+    assert cast(Any, draft).config._attn_implementation == "sdpa"
+    assert _fused_kinds(draft) == {"FusedRMSNorm", "FusedAttention", "FusedMLP"}

@@ -528,6 +528,7 @@ def test_a_speculative_run_starts_on_cuda_with_its_defaults(smollm2_bf16: Any) -
     layers = run.draft.model.model.layers  # on CUDA, in bf16, the real weights pass the fused layers' check
     assert all(isinstance(layer.self_attn, draft_layers.FusedAttention) and
                isinstance(layer.mlp, draft_layers.FusedMLP) for layer in layers)
+    assert run.draft.model.config._attn_implementation == draft_layers.FLOAT_MASK_SDPA  # its masks built as floats
     warm_up(smollm2_bf16, prompt, config, run.draft)
     final = list(Run(smollm2_bf16, prompt, config, draft=run.draft).events())[-1]
     plain = list(Run(smollm2_bf16, prompt, DecodeConfig(max_new_tokens=64, seed=0)).events())[-1]

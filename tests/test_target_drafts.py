@@ -150,15 +150,16 @@ def _owned_bytes(draft: Any, target: Any) -> int:
 
 def test_the_default_draft_of_the_embedded_model_is_small_and_mostly_accepted(smollm2: Any) -> None:
     """The int4 draft owns under a fifth of the target's bytes, every one of its 30 layers runs the fused attention
-    and MLP (a check that silently failed on the real weights would cost a GPU half its draft's speed, and
-    nothing else would show it), greedy speculative decoding with it gives plain greedy's tokens, and the target
-    accepts most of what it drafts (the GGUF the model came from was 4-bit)."""
+    and MLP, its passes build float masks (a check that silently failed on the real weights would cost a GPU half
+    its draft's speed, and nothing else would show it), greedy speculative decoding with it gives plain greedy's
+    tokens, and the target accepts most of what it drafts (the GGUF the model came from was 4-bit)."""
     from decode_tui.core import draft_layers
 
     draft = load_draft(smollm2, DraftParams().draft)
     layers = cast(Any, draft.model).model.layers
     assert len(layers) == 30 and all(isinstance(layer.self_attn, draft_layers.FusedAttention) and
                                      isinstance(layer.mlp, draft_layers.FusedMLP) for layer in layers)
+    assert cast(Any, draft.model).config._attn_implementation == draft_layers.FLOAT_MASK_SDPA  # its masks too
     target_bytes = sum(p.numel() * p.element_size() for p in smollm2.model.parameters())
     assert _owned_bytes(draft.model, smollm2.model) < 0.2 * target_bytes
     prompt = DEMO_PROMPTS["speculative"]
