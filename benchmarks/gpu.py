@@ -19,6 +19,9 @@ Sections (``--only``, comma-separated):
 - ``draftcost``: c of the int4 and int8 drafts of the Phi-3-mini-sized model (bandwidth-bound: the int4 draft
   should cost clearly less than a step), then what a step's weight products cost by kind (bf16, int4 in groups
   of 32 and of 128, int8), to split c into the products and the rest of the step.
+- ``ends``: greedy and int4 speculative decoding on the embedded SmolLM2 with the static cache's layers sharing
+  one write position (the default) against transformers' layers, each moving its own in every pass (the control),
+  alternated: what three ops a layer fewer in every step give on this device.
 - ``app``: the app's tokens/s against headless on the embedded model (as ``app_vs_headless.py``): greedy, PLD and
   beam, then greedy and PLD with the decoding thread pinned to a CPU of its own (the control for its moves).
 - ``behind``: the background compile (core/background_compile.py) on the Phi-3-mini-sized model, as the
@@ -29,7 +32,7 @@ Sections (``--only``, comma-separated):
 ``--tiny`` swaps the Phi-3-mini-sized model for a small one of the same architecture, so the script
 can be checked on a CPU before device time is spent.
 
-    python benchmarks/gpu.py [--only phi3,verify,draftcost,drafting,app,behind] [--new-tokens 256] [--repeats 3]
+    python benchmarks/gpu.py [--only phi3,verify,draftcost,drafting,ends,app,behind] [--new-tokens 256] [--repeats 3]
                              [--drafts int4,int8,self,layers:10] [--ahead [int4,self]] [--unfused [int4]]
                              [--json out.json]
 """
@@ -37,6 +40,7 @@ can be checked on a CPU before device time is spent.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import dataclasses
 import json
@@ -328,6 +332,48 @@ def drafting_section(lm: LoadedModel, new_tokens: int, repeats: int, drafts: lis
         save()
 
 
+def ends_section(lm: LoadedModel, new_tokens: int, repeats: int) -> dict[str, Any]:
+    """Greedy and int4 speculative decoding (SmolLM2, the code edit) on static caches whose layers share one write
+    position, moved once a pass (the default), against the control, transformers' layers moving one each in every
+    pass (``forward.per_layer_ends``; the control's draft is a second int4 draft, whose cache is built under it):
+    warm runs alternated round by round, each round's ratio of the control's time over the default's."""
+    from decode_tui.core import forward
+    from decode_tui.core.drafters import load_draft
+
+    prompt = PROMPTS["code-edit"]
+    rows: dict[str, Any] = {}
+    for name, spec in (("greedy", None), ("speculative int4", "int4")):
+        config = DecodeConfig(mode="speculative" if spec else "greedy", max_new_tokens=new_tokens,
+                              draft=DraftParams(draft=spec or "int4"))
+        drafts = {shared: load_draft(lm, spec) if spec else None for shared in (True, False)}
+
+        def timed(shared: bool, config: DecodeConfig = config, drafts: dict[bool, Any] = drafts
+                  ) -> tuple[Finished, float]:
+            with contextlib.nullcontext() if shared else forward.per_layer_ends():
+                final, elapsed, _ = run_once(lm, prompt, config, drafts[shared])
+            return final, elapsed
+
+        for shared in (True, False):
+            timed(shared)  # warm-up: each kind's caches built and graphs captured
+        times: dict[bool, list[float]] = {True: [], False: []}
+        tokens: dict[bool, list[int]] = {}
+        for _ in range(repeats):
+            for shared in (True, False):
+                final, elapsed = timed(shared)
+                times[shared].append(elapsed)
+                tokens[shared] = list(final.token_ids)
+        ratios = [control / default for default, control in zip(times[True], times[False], strict=True)]
+        rate = len(tokens[True]) / statistics.median(times[True])
+        rows[name] = {"tok_s": rate, "control_tok_s": len(tokens[False]) / statistics.median(times[False]),
+                      "speedup": statistics.median(ratios), "range": [min(ratios), max(ratios)],
+                      "identical": tokens[True] == tokens[False]}
+        row = rows[name]
+        print(f"ends {name}: one end a pass {row['tok_s']:.1f} tok/s, one a layer (control) {row['control_tok_s']:.1f}"
+              f" tok/s: {row['speedup']:.3f}x ({min(ratios):.3f}-{max(ratios):.3f}), identical={row['identical']}",
+              flush=True)
+    return rows
+
+
 def unfused_draft(lm: LoadedModel, spec: str) -> Any:
     """The draft ``spec`` with transformers' own modules, the control for the fused layers a draft has by default."""
     from decode_tui.core import target_drafts
@@ -542,13 +588,16 @@ def main() -> None:
         del lm
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    if sections & {"drafting", "app"}:
+    if sections & {"drafting", "app", "ends"}:
         from decode_tui.core.embedded import pull
         from decode_tui.core.loading import load_model
         from decode_tui.core.registry import resolve
 
         pull("smollm2")
         smol = load_model(resolve("smollm2"), device=args.device, dtype="auto")
+        if "ends" in sections:
+            results["ends"] = ends_section(smol, 128, args.repeats)
+            save()
         if "drafting" in sections:
             drafting_section(smol, 128, args.repeats, drafts,
                              args.prompts.split(",") if args.prompts else list(PROMPTS),

@@ -40,10 +40,12 @@
 #   bash benchmarks/gpu_session.sh changes  carry: .gpu/b        SmolLM2's gpu tests and the tree and fused-layer
 #                                                                ones, c of the Phi-3-mini-sized int4 draft with
 #                                                                its layers fused and unfused (the control) and
-#                                                                the kernels a step launches, the
+#                                                                the kernels a step launches, greedy and int4 with
+#                                                                the static cache's shared end against one end a
+#                                                                layer (the control), the
 #                                                                drafts (int4, self, layers:10) fixed and adaptive,
 #                                                                int4 also unfused, and PLD against greedy on three
-#                                                                prompts (6 minutes)
+#                                                                prompts (7 minutes)
 # then 'app' (REPEATS=2, 4 minutes: greedy, pld, beam, and greedy and pld with the decoding thread pinned).
 #
 # One lease (30 min of device time, the machine's start included, about 2 min) holds, back to back:
@@ -116,7 +118,11 @@ changes)  # after 'prep' or 'lease1' on the same machine
     # c of the Phi-3-mini-sized int4 draft with its layers fused and, the control, unfused; then its products.
     timeout 120 python3 benchmarks/gpu.py --only draftcost --drafts int4 --json "$OUT/gpu-draftcost.json" 2>&1 \
         | tee "$OUT/gpu-draftcost.log"
-    timeout 230 python3 benchmarks/gpu.py --only drafting --drafts int4,self,layers:10 --unfused int4 \
+    # What the static cache's shared write position gives every step: greedy and int4 speculative against one
+    # position a layer (transformers' layers, the control), alternated.
+    timeout 70 python3 benchmarks/gpu.py --only ends --repeats 3 --json "$OUT/gpu-ends.json" 2>&1 \
+        | tee "$OUT/gpu-ends.log"
+    timeout 220 python3 benchmarks/gpu.py --only drafting --drafts int4,self,layers:10 --unfused int4 \
         --prompts code-edit,summarise,open-ended --repeats 2 --json "$OUT/gpu-drafts.json" 2>&1 \
         | tee "$OUT/gpu-drafts.log"
     ;;

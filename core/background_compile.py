@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .errors import first_line
-from .forward import COMPILED_UP_TO, StaticKV, _Captured, attach_background, captured_shapes, compile_forward
+from .forward import COMPILED_UP_TO, StaticKV, _Captured, attach_background, captured_shapes, compile_forward, ends
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -234,10 +234,11 @@ def _flips(eager: _Captured, compiled: _Captured, cache: StaticKV, input_ids: to
     """Why the compiled pass may not replace the eager one: where its top token differs on ``input_ids``, with the
     eager logits' margin between its top two there (a near-tie another kernel's rounding flips); None if the two
     agree everywhere. Both run from the cache's current position, which is put back after each."""
-    start = cache.end.length.clone()
+    starts = [(end, end.clone()) for end in ends(cache)]
 
     def put_back() -> None:
-        cache.end.length.copy_(start)
+        for end, start in starts:
+            end.copy_(start)
 
     a = eager(input_ids).float().clone()  # [B, keep, V]
     put_back()

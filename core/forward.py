@@ -30,8 +30,9 @@ long-lived front end may later swap a captured graph for one of the
 
 from __future__ import annotations
 
+import contextlib
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
@@ -121,6 +122,28 @@ class SharedEndLayer(StaticLayer):
             super().crop(tokens_to_remove)
 
 
+SHARED_END = True  # StaticKV's layers share one write position; off (per_layer_ends), transformers' layers
+
+
+@contextlib.contextmanager
+def per_layer_ends() -> Iterator[None]:
+    """Static caches built inside have transformers' own layers, each moving a write position of its own in every
+    pass: the benchmarks' control for :class:`SharedEndLayer`. They are pooled apart from the default ones."""
+    global SHARED_END
+    SHARED_END = False
+    try:
+        yield
+    finally:
+        SHARED_END = True
+
+
+def ends(cache: Cache) -> list[torch.Tensor]:
+    """The write positions of ``cache``'s static layers, each once: one where they share it."""
+    found = {id(end): end for layer in cache.layers if isinstance(layer, StaticLayer)
+             for end in [layer.cumulative_length]}
+    return list(found.values())
+
+
 class StaticKV(Cache):
     """Preallocated keys and values for ``max_len`` positions in every layer, rolled back by moving its end.
 
@@ -135,8 +158,10 @@ class StaticKV(Cache):
     def __init__(self, model: PreTrainedModel, max_len: int, path: StaticPath = "compiled") -> None:
         config = model.config.get_text_config(decoder=True)
         self.end = _End()
-        super().__init__(layers=[SharedEndLayer(max_len, self.end, first=i == 0)
-                                 for i in range(config.num_hidden_layers)])
+        self.shared_end = SHARED_END
+        count = config.num_hidden_layers
+        super().__init__(layers=[SharedEndLayer(max_len, self.end, first=i == 0) for i in range(count)]
+                         if SHARED_END else [StaticLayer(max_cache_len=max_len) for _ in range(count)])
         self.max_len = max_len
         self.path = path  # how its short passes run: replayed CUDA graphs or torch.compile
         self.prefilled = False  # the first pass (the prompt) is never compiled or captured
@@ -160,12 +185,14 @@ class StaticKV(Cache):
     def move_end(self, length: int) -> None:
         """Forget every position from ``length`` on: each layer's write position, a device tensor, is set in
         place (no copy to the host, no new address, so compiled and captured graphs stay valid)."""
-        self.end.length.fill_(min(length, self.max_len))
+        for end in ends(self):
+            end.fill_(min(length, self.max_len))
 
 
-# Static caches by model, then by (length, path, batch): a finished run's cache (and its captured graphs) serves
-# the next run of the same size; beam search's cache holds a row per beam. Weak keys: they die with their model.
-_POOL: weakref.WeakKeyDictionary[Any, dict[tuple[int, StaticPath, int], list[StaticKV]]] = \
+# Static caches by model, then by (length, path, batch, shared end): a finished run's cache (and its captured
+# graphs) serves the next run of the same size; beam search's cache holds a row per beam. Weak keys: they die with
+# their model.
+_POOL: weakref.WeakKeyDictionary[Any, dict[tuple[int, StaticPath, int, bool], list[StaticKV]]] = \
     weakref.WeakKeyDictionary()
 _POOLED_PER_SIZE = 2  # enough for a run and a drafter or a comparison; more would only hold memory
 
@@ -188,7 +215,7 @@ def new_cache(model: PreTrainedModel, rollback: bool = False, *, fast: bool = Fa
         # shape and address, so runs of similar length (another prompt, a restart) reuse them.
         size = max(256, 1 << (max_len - 1).bit_length())
         path: StaticPath = "compiled" if fast else "graphs"
-        pooled = _POOL.setdefault(model, {}).setdefault((size, path, batch), [])
+        pooled = _POOL.setdefault(model, {}).setdefault((size, path, batch, SHARED_END), [])
         static = next((c for c in pooled if not c.leased), None)
         if static is None:
             static = StaticKV(model, size, path)
@@ -322,10 +349,11 @@ class _Captured:
                                                      device=model.device),  # [1, 1, W, K]
                        "position_ids": torch.zeros(shape, dtype=torch.long, device=model.device)} if tree else {}
         self.tree_inputs = tree_inputs
-        start = cache.end.length.clone()
+        starts = [(end, end.clone()) for end in ends(cache)]
 
         def put_back() -> None:
-            cache.end.length.copy_(start)
+            for end, start in starts:
+                end.copy_(start)
 
         def run() -> torch.Tensor:
             live = model_ref()

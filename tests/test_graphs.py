@@ -147,6 +147,40 @@ def test_replayed_verifications_give_the_plain_paths_events(byte_bpe: Any, cpu_g
     assert (cpu_graphs.by_model.get(id(draft_model), 0) > 0) == (drafted > 1)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_the_benchmarks_control_with_one_end_a_layer_replays_the_same_rounds_on_caches_of_its_own(
+        byte_bpe: Any, cpu_graphs: type[EagerGraphs], seed: int) -> None:
+    """``forward.per_layer_ends``: transformers' static layers, each moving its own write position, the control that
+    ``gpu.py --only ends`` times against the shared one. Rolled back after rejected drafts and put back after each
+    capture's warm-up pass through every layer's position, it gives the default's events; its caches are pooled
+    apart, so neither kind is handed to a run of the other."""
+    from transformers.cache_utils import StaticLayer
+
+    model = model_for(seed)
+    prompt = repetitive_prompt(seed, 4 + seed)
+    draft_model = tiny_model("llama", vocab_size=V, seed=seed + 50)
+
+    def go() -> list[Event]:
+        return list(speculative(model, transcript(byte_bpe, prompt, 20), ModelDrafter(draft_model, V),
+                                SamplingParams(), greedy=True, num_draft_tokens=4, graphs=True))
+
+    default = go()
+    with forward_module.per_layer_ends(), torch.inference_mode():  # as a run takes its caches
+        control = go()
+        cache = new_cache(model, graphs=True, max_len=40)
+    assert isinstance(cache, StaticKV) and not cache.shared_end
+    assert all(type(layer) is StaticLayer for layer in cache.layers) and len(forward_module.ends(cache)) == 2
+    release(cache)
+    with torch.inference_mode():
+        again = new_cache(model, graphs=True, max_len=40)
+    assert isinstance(again, StaticKV) and again.shared_end and again is not cache
+    assert len(forward_module.ends(again)) == 1
+    release(again)
+    assert_same_events(default, control)
+    rejected = [e for e in default if isinstance(e, DraftVerified) and e.accepted < len(e.verdicts)]
+    assert rejected, "some drafts were rejected: the control's caches were rolled back"
+
+
 def test_a_second_run_reuses_the_pooled_cache_and_its_graphs(byte_bpe: Any, cpu_graphs: type[EagerGraphs]) -> None:
     model = tiny_model("llama", vocab_size=V, seed=3)
     prompt = repetitive_prompt(3, 14)
