@@ -3,9 +3,10 @@
 c: one decoding step of the draft over one of the target (a 150-token cache, the best of three timings of 40
 steps each, warm). Agreement: the draft fed the target's own greedy continuation token by token (as a draft
 is fed), the share of positions where its argmax is the target's next token: greedy acceptance, per position.
-The prompts: transformers-comparison prompts and the demo prompts, 64 tokens each.
+The prompts: transformers-comparison prompts and the demo prompts, 64 tokens each (``--tokens``).
 
-    python benchmarks/draft_candidates.py [--drafts int4,int8,layers:26,int4+layers:26] [--unfused] [--json out.json]
+    python benchmarks/draft_candidates.py [--drafts int4,int8,layers:26,int4+layers:26] [--unfused] [--tokens 64]
+                                          [--json out.json]
 
 ``--unfused``: each draft also as it was built before its layers were fused (transformers' own norms, attention
 and MLP), the control for what :mod:`decode_tui.core.draft_layers` changes of a draft's cost and agreement.
@@ -65,6 +66,8 @@ def main() -> None:
     parser.add_argument("--drafts", default="int4,int8,layers:26,layers:20,int4+layers:26")
     parser.add_argument("--unfused", action="store_true",
                         help="each draft with transformers' own modules too (control)")
+    parser.add_argument("--tokens", type=int, default=64, help="the target's greedy continuation of each prompt "
+                        "that the drafts are fed (the positions agreement is counted over)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     pull("smollm2")
@@ -75,7 +78,7 @@ def main() -> None:
     with torch.inference_mode():
         for name, text in prompts.items():
             ids = torch.tensor([lm.encode_prompt(text, True)])
-            sequences[name] = (ids.shape[1], target.generate(ids, max_new_tokens=64, do_sample=False))
+            sequences[name] = (ids.shape[1], target.generate(ids, max_new_tokens=args.tokens, do_sample=False))
     context = torch.randint(100, 40000, (1, 150), generator=torch.Generator().manual_seed(0))
     target_s = step_s(lm.model, context)
     rows = []

@@ -9,14 +9,14 @@ replacement computing what the original computes:
 - each RMS norm by :class:`FusedRMSNorm`: ``F.rms_norm``, one kernel on CUDA where transformers' norm launches
   eight (a cast up, the square, the mean, the epsilon, the reciprocal root, the scaling, a cast down, the weight);
 - each self-attention by :class:`FusedAttention`: the rotary embedding applied to the queries and the keys in one
-  pass (five ops where transformers' takes ten, twelve with Phi-3's split for a partial rotary), and, when the
+  pass (three ops where transformers' takes ten, twelve with Phi-3's split for a partial rotary), and, when the
   draft quantises its products anyway, the query, key and value projections joined into one product;
 - each gated MLP by :class:`FusedMLP`, when the draft quantises: the gate and up projections as one product;
 - the boolean attention mask, which torch's attention converts to floats in every layer, by the same float mask built
   once a pass (:func:`float_masks`).
 
-``python benchmarks/step_kernels.py`` counts what a layer launches: a Llama layer's int4 draft 18 ops where its target
-launches 42, a Phi-3 layer's 18 where its target launches 41 (both on decode-tui's static cache).
+``python benchmarks/step_kernels.py`` counts what a layer launches: a Llama layer's int4 draft 16 ops where its target
+launches 42, a Phi-3 layer's 16 where its target launches 41 (both on decode-tui's static cache).
 
 Every replacement is checked once, on a random input at the module's own device and dtype, against the module it
 replaces (:func:`agrees`). A module that computes something else keeps transformers' forward: Gemma's norm, which
@@ -46,10 +46,11 @@ def fuse(model: nn.Module, join_products: bool) -> None:
     float_masks(model)
     base = getattr(model, getattr(model, "base_model_prefix", ""), model)
     rotary = getattr(base, "rotary_emb", None)
+    sines = PassSines()
     for layer in getattr(base, "layers", []):
         attention = getattr(layer, "self_attn", None)
         if attention is not None and rotary is not None:
-            fused_attention = FusedAttention.of(attention, rotary, join_products)
+            fused_attention = FusedAttention.of(attention, rotary, join_products, sines)
             if fused_attention is not None:
                 layer.self_attn = fused_attention
         mlp = getattr(layer, "mlp", None)
@@ -195,16 +196,41 @@ def joined(*linears: Any) -> nn.Linear | None:
     return product
 
 
-def rotated(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """The rotary embedding of x [B, T, H, D] at cos, sin [B, T, 1, d] (RoPE, Su et al.'s RoFormer, in the
-    half-split layout transformers' Llama uses): x cos + rotate_half(x) sin on the first d features, the rest as
-    they are. One pass over the queries and keys side by side: five ops (the slices are views) where rotating
-    each apart takes ten."""
+def rotated(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """The rotary embedding of x [B, T, H, D] at cos [B, T, 1, d] and ``signed(sin)`` (RoPE, Su et al.'s RoFormer,
+    in the half-split layout transformers' Llama uses): x cos + rotate_half(x) sin on the first d features, the
+    rest as they are. rotate_half(x) sin = [-x2, x1] sin = [x2, x1] [-s1, s2]: the halves swapped (one flip) times
+    the sines with their first half negated, which a pass computes once for all its layers (:class:`PassSines`).
+    Over the queries and keys side by side, three ops (a product, the flip, a fused multiply-add; the slices and
+    reshapes are views) where transformers' takes ten, five for each of the two."""
     d = cos.shape[-1]
     x_rot = x if d == x.shape[-1] else x[..., :d]
-    half = d // 2
-    out = x_rot * cos + torch.cat((-x_rot[..., half:], x_rot[..., :half]), -1) * sin
+    swapped = x_rot.reshape(*x_rot.shape[:-1], 2, d // 2).flip(-2).reshape(x_rot.shape)  # [x2, x1]: views but the flip
+    out = torch.addcmul(x_rot * cos, swapped, signed_sin)
     return out if d == x.shape[-1] else torch.cat((out, x[..., d:]), -1)
+
+
+def signed(sin: torch.Tensor) -> torch.Tensor:
+    """``sin`` [..., d] with its first half negated (see :func:`rotated`)."""
+    half = sin.shape[-1] // 2
+    return torch.cat((-sin[..., :half], sin[..., half:]), -1)
+
+
+class PassSines:
+    """The signed sines of the pass under way, computed by its first layer's attention and read by the others.
+
+    transformers computes a pass's rotary cosines and sines once and hands every layer the same two tensors, so
+    a new sine tensor is a new pass. On a replayed CUDA graph this ran when the graph was captured, and the
+    graph recomputes it in its first layer each replay, as it does everything else."""
+
+    def __init__(self) -> None:
+        self.sin: torch.Tensor | None = None
+        self.signed: torch.Tensor | None = None
+
+    def __call__(self, sin: torch.Tensor) -> torch.Tensor:
+        if sin is not self.sin or self.signed is None:
+            self.sin, self.signed = sin, signed(sin)
+        return self.signed
 
 
 class FusedAttention(nn.Module):
@@ -222,8 +248,10 @@ class FusedAttention(nn.Module):
     is_causal: bool
     attention_dropout: float
 
-    def __init__(self, attention: nn.Module, qkv_proj: nn.Module) -> None:
+    def __init__(self, attention: nn.Module, qkv_proj: nn.Module, sines: PassSines | None = None) -> None:
+        """``sines``: shared by the attention modules of one model, so that a pass signs its sines once."""
         super().__init__()
+        self.sines = sines or PassSines()
         for name in self.KEPT:
             setattr(self, name, getattr(attention, name, None))
         config: Any = attention.config
@@ -240,7 +268,8 @@ class FusedAttention(nn.Module):
         self.kernels, self.eager = ALL_ATTENTION_FUNCTIONS, eager_attention_forward
 
     @classmethod
-    def of(cls, attention: nn.Module, rotary: nn.Module, join_products: bool) -> FusedAttention | None:
+    def of(cls, attention: nn.Module, rotary: nn.Module, join_products: bool, sines: PassSines | None = None
+           ) -> FusedAttention | None:
         """``attention`` fused, if it has the projections this needs and computes what the fused form computes on
         a random input; else None."""
         qkv_proj: Any
@@ -253,7 +282,7 @@ class FusedAttention(nn.Module):
         if qkv_proj is None or not isinstance(getattr(attention, "o_proj", None), nn.Module) or \
                 not hasattr(attention, "config") or not hasattr(attention, "head_dim"):
             return None
-        fused = cls(attention, qkv_proj)
+        fused = cls(attention, qkv_proj, sines)
         try:  # a model whose rotary embedding wants more than an input and its positions (Gemma 3's, by layer type)
             weight = next(attention.parameters())
             hidden = _random((1, 3, cast(Any, attention).config.hidden_size), weight)
@@ -272,7 +301,8 @@ class FusedAttention(nn.Module):
         qkv = self.qkv_proj(hidden_states)  # [B, T, (Hq + 2 Hkv) D]
         split = (self.query_heads + self.key_heads) * self.head_dim
         cos, sin = position_embeddings  # [B, T, d]
-        qk = rotated(qkv[..., :split].view(*shape, -1, self.head_dim), cos.unsqueeze(2), sin.unsqueeze(2))
+        qk = rotated(qkv[..., :split].view(*shape, -1, self.head_dim), cos.unsqueeze(2),
+                     self.sines(sin).unsqueeze(2))
         query = qk[:, :, :self.query_heads].transpose(1, 2)  # [B, Hq, T, D]
         key = qk[:, :, self.query_heads:].transpose(1, 2)  # [B, Hkv, T, D]
         value = qkv[..., split:].view(*shape, -1, self.head_dim).transpose(1, 2)  # [B, Hkv, T, D]

@@ -58,7 +58,11 @@ def test_a_built_drafts_layers_are_fused_where_they_can_be_and_the_targets_are_l
 def test_a_fused_draft_computes_what_the_same_draft_with_transformers_modules_computes(
         arch: str, spec: str, dtype: torch.dtype) -> None:
     """The fused draft against the control the benchmarks time (target_drafts.unfused), on a prompt and on a
-    step with a cache: within a rounding of the dtype (on this CPU they come out equal)."""
+    step with a cache. In float32 the logits agree but for float error. A draft that computes in bf16 (a
+    quantised one, or any bf16 draft) rounds elsewhere: the fused rotary rounds once, in a multiply-add, where
+    transformers' rounds the products and the sum, and two layers of a random model with large weights carry that
+    to its logits (up to about 0.1 here). So there it proposes what the control proposes, the same argmax at every
+    position, with probabilities (its q) within 0.02 (under 0.01 seen)."""
     from decode_tui.core.forward import forward, new_cache
 
     model = tiny_model(arch, vocab_size=V, seed=6).to(dtype)
@@ -70,11 +74,14 @@ def test_a_fused_draft_computes_what_the_same_draft_with_transformers_modules_co
     for draft in (fused, plain):
         cache = new_cache(draft, rollback=True)
         with torch.inference_mode():
-            prompt = forward(draft, torch.tensor([[9, 8, 7, 6, 9, 8, 7]]), cache)
+            prompt = forward(draft, torch.tensor([[9, 8, 7, 6, 9, 8, 7]]), cache, keep=7)
             step = forward(draft, torch.tensor([[5]]), cache)
-        outputs.append(torch.cat([prompt[0, -1:], step[0, -1:]]).float())
-    tolerance = 1e-4 if dtype == torch.float32 else 2e-2
-    assert torch.allclose(outputs[0], outputs[1], rtol=tolerance, atol=tolerance)
+        outputs.append(torch.cat([prompt[0], step[0]]).float())  # [positions, V]
+    if dtype == torch.float32 and DRAFTS[spec].bits is None:
+        assert torch.allclose(outputs[0], outputs[1], rtol=1e-4, atol=1e-4)
+    else:
+        assert torch.equal(outputs[0].argmax(-1), outputs[1].argmax(-1))
+        assert torch.allclose(outputs[0].softmax(-1), outputs[1].softmax(-1), rtol=0, atol=0.02)
 
 
 def test_the_rotary_embedding_in_one_pass_is_transformers_own_whole_and_partial() -> None:
@@ -89,7 +96,7 @@ def test_the_rotary_embedding_in_one_pass_is_transformers_own_whole_and_partial(
         cos, sin = torch.randn(1, 3, width), torch.randn(1, 3, width)  # [B, T, d]
         expected_q, expected_k = rope(q, k, cos, sin)
         both = torch.cat([q, k], 1).transpose(1, 2)  # [B, T, Hq + Hkv, D], as the fused attention holds them
-        got = draft_layers.rotated(both, cos.unsqueeze(2), sin.unsqueeze(2)).transpose(1, 2)
+        got = draft_layers.rotated(both, cos.unsqueeze(2), draft_layers.signed(sin).unsqueeze(2)).transpose(1, 2)
         assert torch.allclose(got[:, :4], expected_q, atol=1e-6) and torch.allclose(got[:, 4:], expected_k, atol=1e-6)
 
 
