@@ -441,6 +441,51 @@ def test_a_fused_int4_drafts_step_launches_at_most_two_thirds_of_the_kernels_on_
     assert torch.allclose(fused_logits, plain_logits, rtol=3e-2, atol=3e-2)
 
 
+def test_the_shared_cache_end_and_a_fused_drafts_float_mask_launch_fewer_kernels_on_cuda() -> None:
+    """Counted with the profiler on CUDA (a Llama of SmolLM2's widths, random, bf16, 8 layers), one eager step:
+    the target's on decode-tui's static cache launches 3 * (layers - 1) kernels fewer than on transformers'
+    StaticCache, as the CPU count says (positions built and the end moved once a pass, not in every layer); and
+    the int4 draft's with its float mask at least layers - 2 fewer than the same draft on boolean masks, which
+    torch's attention converts in every layer (the float mask costs two kernels a pass to build)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, StaticCache
+
+    from decode_tui.core import draft_layers, target_drafts
+    from decode_tui.core.forward import new_cache
+    from decode_tui.core.params import TargetDraft
+
+    layers = 8
+    config = AutoConfig.for_model("llama", vocab_size=4096, hidden_size=576, intermediate_size=1536,
+                                  num_hidden_layers=layers, num_attention_heads=9, num_key_value_heads=3)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).to(CUDA).eval()
+
+    def step_kernels(lm: Any, cache: Any) -> int:
+        with torch.inference_mode():
+            lm(input_ids=torch.tensor([[9, 8, 7, 6]], device=CUDA), cache=cache, use_cache=True)
+
+        ends = list({id(layer.cumulative_length): layer.cumulative_length for layer in cache.layers}.values())
+
+        def one_token() -> None:  # the fifth position each time: each end moved back first, a fill each
+            for end in ends:
+                end.fill_(4)
+            lm(input_ids=torch.tensor([[5]], device=CUDA), cache=cache, use_cache=True)
+
+        with_fills, _ = cuda_kernels(one_token)
+        return with_fills - len(ends)  # the fills are not the step's
+
+    with torch.inference_mode():
+        ours, theirs = new_cache(model, graphs=True, max_len=40), StaticCache(config=model.config, max_cache_len=256)
+    assert step_kernels(model, theirs) - step_kernels(model, ours) == 3 * (layers - 1)
+
+    draft, boolean = (target_drafts.build(model, TargetDraft(4)) for _ in range(2))
+    assert draft.config._attn_implementation == draft_layers.FLOAT_MASK_SDPA
+    boolean.set_attn_implementation("sdpa")
+    with torch.inference_mode():
+        caches = [new_cache(each, graphs=True, max_len=40) for each in (draft, boolean)]
+    saved = step_kernels(boolean, caches[1]) - step_kernels(draft, caches[0])
+    assert saved >= layers - 2, saved
+
+
 @pytest.mark.parametrize("spec", ["int4", "int8", "layers:1", "self"])
 def test_greedy_speculative_with_each_target_draft_is_greedy_on_cuda_graphs(byte_bpe: Any, spec: str) -> None:
     """In bf16 on the default CUDA path: the draft replays its own captured graphs on its pooled static cache,
