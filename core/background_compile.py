@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .errors import first_line
-from .forward import COMPILED_UP_TO, StaticKV, _Captured, attach_background, captured_shapes, compile_forward, ends
+from .forward import COMPILED_UP_TO, StaticKV, _Captured, attach_background, captured_shapes, compile_forward, kept_ends
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -234,12 +234,7 @@ def _flips(eager: _Captured, compiled: _Captured, cache: StaticKV, input_ids: to
     """Why the compiled pass may not replace the eager one: where its top token differs on ``input_ids``, with the
     eager logits' margin between its top two there (a near-tie another kernel's rounding flips); None if the two
     agree everywhere. Both run from the cache's current position, which is put back after each."""
-    starts = [(end, end.clone()) for end in ends(cache)]
-
-    def put_back() -> None:
-        for end, start in starts:
-            end.copy_(start)
-
+    put_back = kept_ends(cache)
     a = eager(input_ids).float().clone()  # [B, keep, V]
     put_back()
     b = compiled(input_ids).float().clone()

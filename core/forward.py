@@ -144,6 +144,18 @@ def ends(cache: Cache) -> list[torch.Tensor]:
     return list(found.values())
 
 
+def kept_ends(cache: Cache) -> Callable[[], None]:
+    """What puts ``cache``'s write positions back where they are now (after a pass run only to be measured or
+    captured), in place: captured graphs read them at their addresses."""
+    starts = [(end, end.clone()) for end in ends(cache)]
+
+    def put_back() -> None:
+        for end, start in starts:
+            end.copy_(start)
+
+    return put_back
+
+
 class StaticKV(Cache):
     """Preallocated keys and values for ``max_len`` positions in every layer, rolled back by moving its end.
 
@@ -158,7 +170,6 @@ class StaticKV(Cache):
     def __init__(self, model: PreTrainedModel, max_len: int, path: StaticPath = "compiled") -> None:
         config = model.config.get_text_config(decoder=True)
         self.end = _End()
-        self.shared_end = SHARED_END
         count = config.num_hidden_layers
         super().__init__(layers=[SharedEndLayer(max_len, self.end, first=i == 0) for i in range(count)]
                          if SHARED_END else [StaticLayer(max_cache_len=max_len) for _ in range(count)])
@@ -168,6 +179,11 @@ class StaticKV(Cache):
         self.graphs: dict[tuple[int, ...], _Captured] = {}  # by (batch, width, logits kept[, TREE])
         self.leased = False  # a run is using it; the pool hands it to nobody else until released
         self.leases = 0  # how many runs it has served: a kept prefix is still in it while no other run leased it
+
+    @property
+    def shared_end(self) -> bool:
+        """Whether its layers share one write position (else transformers' layers, built under per_layer_ends)."""
+        return isinstance(self.layers[0], SharedEndLayer)
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         """Beam search: row ``i`` of every layer becomes row ``beam_idx[i]``, copied in place.
@@ -349,11 +365,7 @@ class _Captured:
                                                      device=model.device),  # [1, 1, W, K]
                        "position_ids": torch.zeros(shape, dtype=torch.long, device=model.device)} if tree else {}
         self.tree_inputs = tree_inputs
-        starts = [(end, end.clone()) for end in ends(cache)]
-
-        def put_back() -> None:
-            for end, start in starts:
-                end.copy_(start)
+        put_back = kept_ends(cache)
 
         def run() -> torch.Tensor:
             live = model_ref()

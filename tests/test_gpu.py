@@ -450,6 +450,7 @@ def test_the_shared_cache_end_and_a_fused_drafts_float_mask_launch_fewer_kernels
     from transformers import AutoConfig, AutoModelForCausalLM, StaticCache
 
     from decode_tui.core import draft_layers, target_drafts
+    from decode_tui.core.forward import ends as forward_ends
     from decode_tui.core.forward import new_cache
     from decode_tui.core.params import TargetDraft
 
@@ -463,7 +464,7 @@ def test_the_shared_cache_end_and_a_fused_drafts_float_mask_launch_fewer_kernels
         with torch.inference_mode():
             lm(input_ids=torch.tensor([[9, 8, 7, 6]], device=CUDA), cache=cache, use_cache=True)
 
-        ends = list({id(layer.cumulative_length): layer.cumulative_length for layer in cache.layers}.values())
+        ends = forward_ends(cache)
 
         def one_token() -> None:  # the fifth position each time: each end moved back first, a fill each
             for end in ends:
