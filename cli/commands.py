@@ -33,6 +33,7 @@ from .flags import (
     FormatChoice,
     ModeChoice,
     OutputFormatOpt,
+    PromptArg,
     TableFormatChoice,
     ThemeOpt,
     TrustRemoteCodeOpt,
@@ -84,6 +85,7 @@ def _main(
 @decoding_command
 def generate(
     options: DecodingOptions,
+    prompt_arg: PromptArg = None,
     compare: CompareOpt = False,
     compare_runs: CompareRunsOpt = 3,
     output_format: OutputFormatOpt = FormatChoice.text,
@@ -102,6 +104,7 @@ def generate(
     from .steering import prompt_of, read_steering
 
     try:
+        options = options.with_prompt_argument(prompt_arg)
         user = user_config()
         configured_model_exists(options, user)
         steering = read_steering(force, resume, at)
@@ -135,6 +138,7 @@ def user_config() -> UserConfig:
 @decoding_command
 def bench_cmd(
     options: DecodingOptions,
+    prompt_arg: PromptArg = None,
     modes: Annotated[str, typer.Option("--modes", help="Comma-separated modes to time: greedy, sample, beam, "
                                        "speculative, pld, suffix. Greedy is always timed: speed-ups are over it.",
                                        rich_help_panel="Benchmark")] = "greedy,pld,speculative",
@@ -150,6 +154,7 @@ def bench_cmd(
     """Time decoding modes on one prompt: warm, alternated, with the spread; tok/s, speed-up over greedy,
     target forwards, acceptance, and whether each mode's text is greedy's."""
     try:
+        options = options.with_prompt_argument(prompt_arg)
         user = user_config()
         configured_model_exists(options, user)
         chosen = parse_modes(modes, options.mode, "bench")
@@ -188,6 +193,7 @@ def whatif_cmd(
 @decoding_command
 def run_app(
     options: DecodingOptions,
+    prompt_arg: PromptArg = None,
     start_paused: Annotated[bool, typer.Option("--paused", help="Start paused, before the first token (the model "
                                                "loads and warms up meanwhile); n steps, space resumes.",
                                                rich_help_panel="App")] = False,
@@ -209,6 +215,7 @@ def run_app(
 ) -> None:
     """Open the app and watch the run live (no options: the embedded model on a demo prompt). ? lists the keys."""
     try:
+        options = options.with_prompt_argument(prompt_arg)
         user = user_config()
         configured_model_exists(options, user)
         options = options.with_default_model(user.model)

@@ -93,6 +93,9 @@ TrustRemoteCodeOpt = Annotated[bool, typer.Option("--trust-remote-code", help="A
                                                     "Python code to run.", rich_help_panel="Model")]
 PromptOpt = Annotated[str | None, typer.Option("--prompt", "-p", help="The prompt text.",
                                                rich_help_panel="Prompt")]
+PromptArg = Annotated[str | None, typer.Argument(help="The prompt text, as with --prompt (quote it). "
+                                                 "\\[default: a demo prompt]", show_default=False,
+                                                 metavar="PROMPT")]
 PromptFileOpt = Annotated[Path | None, typer.Option(help="Read the prompt from a UTF-8 file (- for stdin).",
                                                      rich_help_panel="Prompt")]
 NoChatOpt = Annotated[bool, typer.Option("--no-chat", help="Feed the prompt as-is, without the chat "

@@ -221,7 +221,7 @@ def _compare(lm: LoadedModel, prompt: str, config: DecodeConfig, result: Finishe
     """Attach plain greedy's speed on the same prompt, measured by the core's protocol (core/compare.py)."""
     from ..core.compare import with_comparison
 
-    with status(f"Comparing with plain greedy decoding ({runs} warm runs a side, alternated)") as progress:
+    with status(f"Comparing with plain greedy decoding ({count(runs, 'warm run')} a side, alternated)") as progress:
         return with_comparison(lm, prompt, config, result, runs=runs, draft=draft, progress=progress)
 
 
@@ -363,10 +363,11 @@ def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: F
             if result.comparison is not None:
                 c = result.comparison
                 verdict = "identical" if c["identical"] else f"DIFFERENT from token {c['first_divergence']}"
+                rounds = count(c["runs"], "warm run")
                 stderr().print(f"compared with plain greedy: {c['speedup']:.2f}x (range {c['speedup_low']:.2f}-"
-                                f"{c['speedup_high']:.2f} over {c['runs']} warm runs a side, alternated; in the "
-                                f"median round {result.mode} {c['tokens_per_s']:.1f} tok/s, greedy "
-                                f"{c['greedy_tokens_per_s']:.1f} tok/s), output {verdict}")
+                                f"{c['speedup_high']:.2f} over {rounds} a side, alternated; in the median round "
+                                f"{result.mode} {c['tokens_per_s']:.1f} tok/s, greedy {c['greedy_tokens_per_s']:.1f} "
+                                f"tok/s), output {verdict}")
                 if c.get("unreliable"):
                     stderr().print(f"decode-tui: warning: {c['speedup']:.2f}x is not a reliable figure: "
                                    f"{c['unreliable']}.")

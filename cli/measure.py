@@ -57,8 +57,9 @@ def bench(options: DecodingOptions, modes: list[ModeChoice], *, runs: int, outpu
 
     # No vertical rules, and a median's range may go under it: every figure fits 80 columns (a pipe, a CI
     # log) whole rather than cut to "16.4 (16.0-16…".
-    table = Table(title=f"{lm.name} · {lm.device.type} {str(lm.dtype).removeprefix('torch.')} · {runs} warm runs a "
-                        "mode, alternated: median (range)", title_justify="left",
+    dtype = str(lm.dtype).removeprefix("torch.")
+    table = Table(title=f"{lm.name} · {lm.device.type} {dtype} · {count(runs, 'warm run')} a mode, alternated: "
+                        "median (range)", title_justify="left",
                   box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
     for column in ("mode", "tok/s", "speed-up", "forwards", "tok/fwd", "accept", "= greedy"):
         ranged = column in ("tok/s", "speed-up")

@@ -338,6 +338,18 @@ class DecodingOptions:
         dropped = {name: defaults[name] for name, modes in ONLY_FOR.items() if name in defaults and mode not in modes}
         return dataclasses.replace(self, mode=mode, **dropped)
 
+    def with_prompt_argument(self, text: str | None) -> DecodingOptions:
+        """The options with a command's positional prompt (``decode-tui generate "Hi"``) as --prompt.
+
+        The positional prompt belongs to the commands that have no other positional argument (a lesson's
+        name is one), so it is not among the shared options; a prompt given twice is refused, not chosen."""
+        if text is None:
+            return self
+        if self.prompt is not None or self.prompt_file is not None:
+            given = "--prompt" if self.prompt is not None else "--prompt-file"
+            raise UsageError(f"The prompt was given twice: as an argument and with {given}. Pass one of them.")
+        return dataclasses.replace(self, prompt=text)
+
     def prompt_text(self) -> str:
         return read_prompt(self.prompt, self.prompt_file, self.mode.value)
 
@@ -394,7 +406,7 @@ def read_prompt(prompt: str | None, prompt_file: Path | None, mode: str = "greed
                 raise UsageError(f"Cannot read the prompt file {prompt_file}: {exc.strerror}.") from None
         source = f"the prompt file {prompt_file}"
     elif prompt is not None:
-        text, source = prompt, "--prompt"
+        text, source = prompt, "the command line"
     else:
         return demo_prompt(mode)  # the mode's own demo prompt (core/params.py)
     if not text.strip():

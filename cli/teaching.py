@@ -27,7 +27,7 @@ from ..core.registry import EMBEDDED_ALIASES, resolve
 from ..lessons import Lesson, LessonError, load, shipped
 from ..tui.numbers import count
 from .commands import _run_app, app, configured_model_exists, need_terminal, user_config
-from .flags import ModeChoice, TableFormatChoice, ThemeOpt
+from .flags import ModeChoice, PromptArg, TableFormatChoice, ThemeOpt
 from .headless import fail
 from .options import (
     ONLY_FOR,
@@ -267,6 +267,7 @@ def _save_race(path: Path, settings: Settings, lanes: list[Lane], device: str) -
 @decoding_command
 def race_cmd(
     options: DecodingOptions,
+    prompt_arg: PromptArg = None,
     modes: Annotated[str, typer.Option("--modes", help="Comma-separated modes to race: greedy, sample, beam, "
                                        "speculative, pld, suffix (at least two; greedy joins as the baseline).",
                                        rich_help_panel="Race")] = "greedy,pld,speculative",
@@ -288,6 +289,7 @@ def race_cmd(
     from .measure import _bench_prompt
 
     try:
+        options = options.with_prompt_argument(prompt_arg)
         user = user_config()
         configured_model_exists(options, user)
         options = options.with_default_model(user.model)

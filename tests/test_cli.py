@@ -106,6 +106,17 @@ def test_text_format_streams_text_and_puts_stats_on_stderr(tiny_model_dir: Path,
     assert "tok/s" in text.stderr and "target forwards" in text.stderr
 
 
+def test_the_prompt_may_be_the_commands_argument(tiny_model_dir: Path, isolated_env: dict[str, str]) -> None:
+    """`decode-tui generate "Hi"` decodes what `-p "Hi"` does: the first thing a new user types."""
+    args = ["--model", str(tiny_model_dir), "--max-new-tokens", "6", "--format", "jsonl"]
+    positional = cli("generate", "Hello 東京", *args, env=isolated_env)
+    option = cli("generate", *args, "-p", "Hello 東京", env=isolated_env)
+    assert positional.returncode == 0, positional.stderr
+    assert json.loads(positional.stdout.splitlines()[0])["prompt_text"] == "Hello 東京"
+    assert positional.stdout.splitlines()[-1].split('"elapsed_s"')[0] == \
+        option.stdout.splitlines()[-1].split('"elapsed_s"')[0]
+
+
 def test_prompt_file_and_stdin(tiny_model_dir: Path, isolated_env: dict[str, str], tmp_path: Path) -> None:
     prompt = tmp_path / "prompt.txt"
     prompt.write_text("Hello 東京 👋", encoding="utf-8")
@@ -145,6 +156,10 @@ def test_prompt_file_and_stdin(tiny_model_dir: Path, isolated_env: dict[str, str
         (["--mode", "speculative", "--draft", "no-such-draft"], ["Unknown model", "no-such-draft"]),
         (["--mode", "pld", "--num-beams", "4"], ["beam search only", "--mode pld"]),
         (["--prompt", "a", "--prompt-file", "x.txt"], ["either --prompt or --prompt-file"]),
+        (["a", "--prompt", "b"], ["given twice", "with --prompt"]),
+        (["a", "--prompt-file", "x.txt"], ["given twice", "with --prompt-file"]),
+        (["  "], ["prompt", "empty"]),
+        (["a", "b"], ["unexpected extra argument"]),
         (["--format", "xml"], ["format"]),
         (["--mode", "pld", "--tree-budget", "0"], ["--tree-budget takes 1 to 512", "not 0"]),
         (["--mode", "suffix", "--tree-budget", "100000"], ["--tree-budget takes 1 to 512"]),
@@ -305,6 +320,8 @@ def test_pulling_a_hub_model_without_the_hub(isolated_env: dict[str, str]) -> No
     (["run", "--model", "phi3", "--mode", "pld"], 3, ["phi3"]),
     (["run", "--theme", "neon"], 2, ["Unknown theme", "presenter"]),
     (["run", "--prompt", "  "], 2, ["empty"]),
+    (["run", "  "], 2, ["empty"]),
+    (["run", "Hi", "-p", "Hello"], 2, ["given twice"]),
     (["run", "--mode", "greedy", "--num-beams", "3"], 2, ["--mode beam"]),
     (["run", "--record", "/no/such/folder/x.jsonl"], 2, ["does not exist"]),
     (["replay", "/no/such/recording.jsonl"], 2, ["does not exist"]),
@@ -397,9 +414,10 @@ def test_run_and_generate_take_the_same_decoding_options() -> None:
 
     decoding = [f.name for f in dataclasses.fields(DecodingOptions)]
     assert len(decoding) > 20
-    for command, own in ((generate, ["compare", "compare_runs", "output_format", "force", "resume", "at"]),
-                         (run_app, ["start_paused", "auto_pause", "slow_motion", "record", "background_compile",
-                                   "theme"])):
+    for command, own in ((generate, ["prompt_arg", "compare", "compare_runs", "output_format", "force", "resume",
+                                     "at"]),
+                         (run_app, ["prompt_arg", "start_paused", "auto_pause", "slow_motion", "record",
+                                    "background_compile", "theme"])):
         assert list(inspect.signature(command).parameters) == decoding + own, command.__name__
 
 
