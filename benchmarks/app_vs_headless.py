@@ -135,6 +135,11 @@ class DecoderClock:
     switches: int = 0  # the decoding thread's context switches in the run (each wait for the lock is one or more)
     migrations: int | None = None  # ... and its moves to another CPU, which leave its caches behind (None: unknown)
     pin: int | None = None  # the CPU to pin the decoding thread to for the run (the control for migrations)
+    # The UI thread's CPU clock (time.pthread_getcpuclockid), read from the decoding thread at the run's marks: the
+    # UI's CPU time while the run decodes, and only then. The app's whole-run figure (AppRun.ui_cpu) also holds the
+    # restart and the paint of the run's start, which the decoder waits for and does not compete with.
+    ui_clock: int | None = None
+    ui_cpu_s: float | None = None
 
     def watch(self, events: Iterator[Event]) -> Iterator[Event]:
         """From the event after the run's first (``Started``) to the last: the app holds a run at its start
@@ -143,7 +148,11 @@ class DecoderClock:
         def marks() -> tuple[float, float, float, int, int | None]:  # where the run's counts start from
             return time.thread_time(), time.perf_counter(), getattr(_SYNCED, "s", 0.0), *thread_switches()
 
+        def ui_time() -> float:
+            return time.clock_gettime(self.ui_clock) if self.ui_clock is not None else 0.0
+
         cpu, wall, synced, switches, migrations = marks()
+        ui = ui_time()
         self.tokens, self.gaps, self.gc_s, self.gc_full = 0, [], 0.0, 0
         steps, last = StepTracker(), wall  # a step: a token, a beam step or a whole draft round, as the pump counts
         began: dict[int, float] = {}  # thread -> when its collection began
@@ -164,13 +173,14 @@ class DecoderClock:
                 now = time.perf_counter()
                 if i == 0:
                     cpu, wall, synced, switches, migrations = marks()
-                    last = wall
+                    ui, last = ui_time(), wall
                 self.tokens += isinstance(event, TokenEmitted)
                 if steps.closes_step(event):
                     self.gaps.append(now - last)
                     last = now
         finally:
             self.cpu_s, self.wall_s = time.thread_time() - cpu, time.perf_counter() - wall
+            self.ui_cpu_s = ui_time() - ui if self.ui_clock is not None else None
             self.synced_s = getattr(_SYNCED, "s", 0.0) - synced
             switches_now, migrations_now = thread_switches()
             self.switches = switches_now - switches
@@ -178,6 +188,11 @@ class DecoderClock:
             gc.callbacks.remove(collecting)
             if unpinned is not None:
                 pin_to(unpinned)
+
+    @property
+    def ui_decoding(self) -> float | None:
+        """The UI thread's CPU time while the run decoded, as a share of one core (None: no UI thread watched)."""
+        return self.ui_cpu_s / self.wall_s if self.ui_cpu_s is not None and self.wall_s else None
 
     @property
     def collecting(self) -> float:
@@ -369,12 +384,13 @@ class AppRun:
     decoder_stalled: float  # see DecoderClock.stalled
     collecting: float  # see DecoderClock.collecting
     gc_full: int  # see DecoderClock.gc_full
-    ui_cpu: float  # the UI thread's CPU time over the run's wall time
+    ui_cpu: float  # the UI thread's CPU time over the run's wall time, from the restart key to the end of the run
     paint_hz: float  # how often the pacer let the app paint, at the run's end
     host_per_token_us: float  # see DecoderClock.host_per_token_us
     synced_per_token_us: float  # see DecoderClock.synced_per_token_us
     switches_per_token: float  # see DecoderClock.switches
     migrations_per_token: float | None  # see DecoderClock.migrations
+    ui_decoding: float | None  # see DecoderClock.ui_decoding
 
 
 def in_app(prompt: str, config: DecodeConfig, runs: int = 1, press_every: float | None = None, proxy: str = "none",
@@ -387,7 +403,7 @@ def in_app(prompt: str, config: DecodeConfig, runs: int = 1, press_every: float 
     timed runs are what ``r`` gives. Returns them and, when pressing keys, the handler and round-trip
     latencies. ``pin``: the decoding thread on a CPU of its own (:func:`decoder_cpu`), the UI thread on the others.
     """
-    clock = DecoderClock()
+    clock = DecoderClock(ui_clock=time.pthread_getcpuclockid(threading.main_thread().ident or 0))
     if pin:
         clock.pin = decoder_cpu()
         pin_to(os.sched_getaffinity(0) - {clock.pin} or {clock.pin})  # this (UI) thread; threads it starts inherit it
@@ -458,7 +474,7 @@ def in_app(prompt: str, config: DecodeConfig, runs: int = 1, press_every: float 
                 results.append(AppRun(finished, clock.waiting, clock.cpu_per_token_us, clock.stalled,
                                       clock.collecting, clock.gc_full, ui_cpu / wall, app.pacer.hz,
                                       clock.host_per_token_us, clock.synced_per_token_us, clock.switches_per_token,
-                                      clock.migrations_per_token))
+                                      clock.migrations_per_token, clock.ui_decoding))
             return results
 
     try:
@@ -557,7 +573,8 @@ def throughput(lm: LoadedModel, prompt_name: str, mode: str, new_tokens: int, re
     migrations = [c.migrations_per_token for c in clocks if c.migrations_per_token is not None]
     row["headless_migrations_per_token"] = statistics.median(migrations) if migrations else None
     for key in ("decoder_waiting", "decoder_cpu_per_token_us", "decoder_stalled", "collecting", "gc_full", "ui_cpu",
-                "paint_hz", "host_per_token_us", "synced_per_token_us", "switches_per_token", "migrations_per_token"):
+                "paint_hz", "host_per_token_us", "synced_per_token_us", "switches_per_token", "migrations_per_token",
+                "ui_decoding"):
         values = [r[key] for r in app_runs if r.get(key) is not None]
         row[f"app_{key}"] = statistics.median(values) if values else None
     return row
@@ -575,7 +592,8 @@ def summary(row: dict[str, Any]) -> str:
             f" headless, {row['app_decoder_stalled']:.1%} in the app; in garbage collections "
             f"{row['headless_collecting']:.1%} headless ({row['headless_gc_full']:g} full a run), "
             f"{row['app_collecting']:.1%} in the app ({row['app_gc_full']:g} full); "
-            f"UI thread {row['app_ui_cpu']:.1%} of a core, painting at {row['app_paint_hz']:.1f} Hz; "
+            f"UI thread {row['app_ui_cpu']:.1%} of a core from the restart on, {_share(row.get('app_ui_decoding'))}"
+            f" while decoding, painting at {row['app_paint_hz']:.1f} Hz; "
             f"a token's host step {row['headless_host_per_token_us']:.0f} us headless, "
             f"{row['app_host_per_token_us']:.0f} us in the app, its wait for the device's copy "
             f"{row['headless_synced_per_token_us']:.0f} / {row['app_synced_per_token_us']:.0f} us; the decoder's "
@@ -586,6 +604,10 @@ def summary(row: dict[str, Any]) -> str:
 
 def _maybe(value: float | None) -> str:
     return "unknown" if value is None else f"{value:.2f}"
+
+
+def _share(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:.1%}"
 
 
 def main() -> None:
