@@ -48,6 +48,14 @@
 #                                                                prompts (7 minutes)
 # then 'app' (REPEATS=2, 4 minutes: greedy, pld, beam, and greedy and pld with the decoding thread pinned).
 #
+# The next lease, the two figures still short of their targets first (each call back to back with the last):
+#   bash benchmarks/gpu_session.sh unmet1   carry: .whl .gpu/a   the setup; c of the Phi-3-mini-sized int4 draft,
+#                                                                fused and unfused, its kernels and products (2 min)
+#   bash benchmarks/gpu_session.sh unmet2   carry: .gpu/b        the app against headless: greedy, pld, beam and the
+#                                                                pinned controls, REPEATS=2 (about 5 minutes)
+#   SKIP_DRAFTCOST=1 bash benchmarks/gpu_session.sh changes      carry: .gpu/b   the rest of 'changes', where time
+#                                                                is left
+#
 # One lease (30 min of device time, the machine's start included, about 2 min) holds, back to back:
 #   SKIP_PHI3=1 tests (limit 4 min), SKIP_APP=1 smol (5 min), drafts (5 min), grammar (4 min), app (6 min)
 # which is every figure of issue 44 BENCHMARKS.md lists as unmeasured on a GPU; 'trees' (5 min, issue 45's
@@ -58,7 +66,7 @@
 # carries at most 64 MiB): 'tests' leaves the first in /root/keep and 'smol' joins it to the second, so
 # 'smol' must run on the same machine (the next call within 30 s keeps it). Everything lands in $OUT.
 set -uo pipefail
-phase=${1:?phase: lease1, lease2, tests, smol, drafts, app, grammar, trees, phi3 or behind}
+phase=${1:?phase: unmet1, unmet2, changes, prep, lease1, lease2, tests, smol, drafts, app, grammar, trees, phi3 or behind}
 OUT=${OUT:-/tmp/decode-tui-out}
 LIMIT=${LIMIT:-540}  # seconds for the phase's main command, so what it wrote comes back inside the call's 600
 mkdir -p "$OUT" /root/keep
@@ -111,13 +119,26 @@ open("/tmp/code-edit.txt", "w").write(PROMPTS["code-edit"])'
     timeout 100 python3 benchmarks/trees.py --device cuda --dtype bfloat16 --repeats 2 --tree-budgets 10,64 \
         --json "$OUT/gpu-trees.json" 2>&1 | tee "$OUT/gpu-trees.log"
     ;;
-changes)  # after 'prep' or 'lease1' on the same machine
+unmet1)  # the setup, then the first of the two figures still short of their targets: c of the Phi-3-mini-sized
+         # int4 draft with its layers fused and, the control, unfused, with the kernels a step launches and its
+         # products (target 0.7); it needs no SmolLM2
+    timeout 120 python3 benchmarks/gpu.py --only draftcost --drafts int4 --json "$OUT/gpu-draftcost.json" 2>&1 \
+        | tee "$OUT/gpu-draftcost.log"
+    ;;
+unmet2)  # after 'unmet1' on the same machine: the second, the app against headless (target 0.95)
+    join_smol || exit 1
+    timeout 350 python3 benchmarks/gpu.py --only app --repeats "${REPEATS:-2}" --json "$OUT/gpu-app.json" 2>&1 \
+        | tee "$OUT/gpu-app.log"
+    ;;
+changes)  # after 'prep', 'lease1' or 'unmet2' on the same machine
     join_smol || exit 1
     timeout 60 python3 -m pytest -p no:cacheprovider -q -rs tests/test_gpu.py \
         -k "fused or tree or bf16 or smollm2 or starts_on_cuda" 2>&1 | tee "$OUT/pytest-gpu-changes.log"
-    # c of the Phi-3-mini-sized int4 draft with its layers fused and, the control, unfused; then its products.
-    timeout 120 python3 benchmarks/gpu.py --only draftcost --drafts int4 --json "$OUT/gpu-draftcost.json" 2>&1 \
-        | tee "$OUT/gpu-draftcost.log"
+    if [ -z "${SKIP_DRAFTCOST:-}" ]; then  # 'unmet1' measured it
+        # c of the Phi-3-mini-sized int4 draft with its layers fused and, the control, unfused; then its products.
+        timeout 120 python3 benchmarks/gpu.py --only draftcost --drafts int4 --json "$OUT/gpu-draftcost.json" 2>&1 \
+            | tee "$OUT/gpu-draftcost.log"
+    fi
     # What the static cache's shared write position gives every step: greedy and int4 speculative against one
     # position a layer (transformers' layers, the control), alternated.
     timeout 70 python3 benchmarks/gpu.py --only ends --repeats 3 --json "$OUT/gpu-ends.json" 2>&1 \
