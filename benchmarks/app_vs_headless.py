@@ -167,6 +167,15 @@ class DecoderClock:
 
         gc.callbacks.append(collecting)
         unpinned = pin_to({self.pin}) if self.pin is not None else None
+        threads = None
+        if unpinned is not None:
+            import torch
+
+            # A pinned decoder decodes on one thread: a thread team that torch starts from it now would share its
+            # one CPU (affinity is inherited), and a parallel op would then run its threads by turns on it. On
+            # two cores that took the app's pinned greedy runs to 1.1 tok/s from 22.
+            threads = torch.get_num_threads()
+            torch.set_num_threads(1)
         try:
             for i, event in enumerate(events):
                 yield event
@@ -188,6 +197,10 @@ class DecoderClock:
             gc.callbacks.remove(collecting)
             if unpinned is not None:
                 pin_to(unpinned)
+            if threads is not None:
+                import torch
+
+                torch.set_num_threads(threads)
 
     @property
     def ui_decoding(self) -> float | None:
@@ -508,6 +521,29 @@ def app_rates(mode: str, prompt_name: str, new_tokens: int, runs: int, proxy: st
     return rows
 
 
+def headless_child(mode: str, prompt_name: str, new_tokens: int, runs: int, proxy: str, pin: bool = False) -> None:
+    """In a child process: headless decoding in a process as young as the app's. The app's side of a round is a
+    process of its own (it loads the model, decodes one untimed run, then the timed ones), while the headless
+    side decodes in this long-lived one; this child lives the app's life without the app, so that a process's
+    age (its caches, allocator, interpreter, the device's clocks after a load) is told apart from the app's cost."""
+    lm = embedded(proxy)
+    config = DecodeConfig(mode=mode, max_new_tokens=new_tokens)  # type: ignore[arg-type]
+    headless(lm, PROMPTS[prompt_name], config)  # untimed, as the app's first run is
+    rows = []
+    for _ in range(runs):
+        clock = DecoderClock(pin=decoder_cpu() if pin else None)
+        rows.append({"tokens_per_s": headless(lm, PROMPTS[prompt_name], config, clock).tokens_per_s})
+    print(json.dumps(rows))
+
+
+def fresh_headless_rates(mode: str, prompt_name: str, new_tokens: int, runs: int, proxy: str = "none",
+                         pin: bool = False) -> list[float]:
+    pinned = ["--pin"] if pin else []
+    done = subprocess.run([sys.executable, __file__, "--headless-child", mode, prompt_name, str(new_tokens),
+                           str(runs), "--proxy", proxy, *pinned], capture_output=True, text=True, check=True)
+    return [r["tokens_per_s"] for r in json.loads(done.stdout.strip().splitlines()[-1])]
+
+
 def ratio_interval(headless: list[float], app: list[float], draws: int = 10_000) -> tuple[float, float]:
     """A bootstrap 95 % interval for median(app) / median(headless).
 
@@ -522,13 +558,15 @@ def ratio_interval(headless: list[float], app: list[float], draws: int = 10_000)
 
 def throughput(lm: LoadedModel, prompt_name: str, mode: str, new_tokens: int, repeats: int, proxy: str = "none",
                switch_interval_s: float | None = None, show_start_first: bool = True, per_round: int = 2,
-               pin: bool = False) -> dict[str, Any]:
+               pin: bool = False, fresh_headless: bool = False) -> dict[str, Any]:
     """Headless and in-app tokens/s on one prompt, ``repeats`` alternating rounds of ``per_round`` runs a side.
 
     ``switch_interval_s``: the app's interpreter switch interval, if not its own (``SWITCH_INTERVAL_S``).
     ``show_start_first``: False, the control: each run decodes at once, while the app paints its start.
     ``pin``: the decoding thread on a CPU of its own on both sides (in the app the UI thread on the others): the
     control for the decoder's moves between CPUs.
+    ``fresh_headless``: the control for the app's process being young: each round also decodes headlessly in a
+    child process that lives as the app's does (:func:`headless_child`), and the app is compared with that too.
     Each round's own ratio is kept too: on the H200 the headless runs of one round went 279 tok/s and of the
     next 317-321, the app's 266-279 in both, so the pooled ratio's interval (0.84-1.00) said more about that
     drift than about the app; a ratio per round, its two sides measured back to back, shows which it was.
@@ -539,6 +577,8 @@ def throughput(lm: LoadedModel, prompt_name: str, mode: str, new_tokens: int, re
     clocks: list[DecoderClock] = []
     app_runs: list[dict[str, Any]] = []
     round_ratios: list[float] = []
+    fresh: list[float] = []
+    fresh_ratios: list[float] = []
     for _ in range(repeats):  # alternate, so a drift in machine speed hits both sides alike
         mine = []
         for _ in range(per_round):
@@ -547,6 +587,10 @@ def throughput(lm: LoadedModel, prompt_name: str, mode: str, new_tokens: int, re
             clocks.append(clock)
         theirs = app_rates(mode, prompt_name, new_tokens, per_round, proxy, switch_interval_s, show_start_first, pin)
         round_ratios.append(statistics.median(r["tokens_per_s"] for r in theirs) / statistics.median(mine))
+        if fresh_headless:
+            young = fresh_headless_rates(mode, prompt_name, new_tokens, per_round, proxy, pin)
+            fresh_ratios.append(statistics.median(r["tokens_per_s"] for r in theirs) / statistics.median(young))
+            fresh += young
         ours += mine
         app_runs += theirs
     app = [r["tokens_per_s"] for r in app_runs]
@@ -561,6 +605,12 @@ def throughput(lm: LoadedModel, prompt_name: str, mode: str, new_tokens: int, re
                               for t, c in zip(ours, clocks, strict=True)]
     row["app_by_run"] = [[r["tokens_per_s"], r["host_per_token_us"], r["synced_per_token_us"]] for r in app_runs]
     row["round_ratios"] = round_ratios
+    if fresh:
+        row["fresh_headless_tok_s"] = statistics.median(fresh)
+        row["fresh_headless_runs"] = sorted(fresh)
+        row["app_over_fresh_headless"] = row["app_tok_s"] / row["fresh_headless_tok_s"]
+        row["app_over_fresh_headless_95ci"] = ratio_interval(fresh, app)
+        row["fresh_round_ratios"] = fresh_ratios
     # Where the app's time went (medians): see DecoderClock and AppRun.
     row["headless_decoder_waiting"] = statistics.median(c.waiting for c in clocks)
     row["headless_decoder_cpu_per_token_us"] = statistics.median(c.cpu_per_token_us for c in clocks)
@@ -584,7 +634,13 @@ def summary(row: dict[str, Any]) -> str:
     """One throughput row in a line: the ratio with its interval, and where the app's time went."""
     low, high = row["ratio_95ci"]
     rounds = ", ".join(f"{r:.3f}" for r in row.get("round_ratios", []))
-    return (f"headless {row['headless_tok_s']:6.2f} tok/s  app {row['app_tok_s']:6.2f} tok/s  ratio "
+    young = ""
+    if "fresh_headless_tok_s" in row:
+        young_low, young_high = row["app_over_fresh_headless_95ci"]
+        young = (f"headless in a process as young as the app's {row['fresh_headless_tok_s']:.2f} tok/s, the app "
+                 f"{row['app_over_fresh_headless']:.3f} of it (95% interval {young_low:.2f}-{young_high:.2f}; by "
+                 f"round {', '.join(f'{r:.3f}' for r in row['fresh_round_ratios'])}); ")
+    return (young + f"headless {row['headless_tok_s']:6.2f} tok/s  app {row['app_tok_s']:6.2f} tok/s  ratio "
             f"{row['ratio']:.3f} (95% interval {low:.2f}-{high:.2f}; by round {rounds}); decoder waiting "
             f"{row['headless_decoder_waiting']:.1%} headless, {row['app_decoder_waiting']:.1%} in the app; "
             f"decoder CPU a token {row['headless_decoder_cpu_per_token_us']:.0f} us headless, "
@@ -630,9 +686,17 @@ def main() -> None:
                         "(default: the app's own; Python's is 0.005)")
     parser.add_argument("--colouring", choices=["provenance", "probability"], default="provenance",
                         help="how the app colours the text while it is timed (probability: the v key)")
+    parser.add_argument("--fresh-headless", action="store_true", help="the control for the app's process being "
+                        "young: each round also decodes headlessly in a child process that lives as the app's does")
     parser.add_argument("--app-child", nargs=4, metavar=("MODE", "PROMPT", "TOKENS", "RUNS"), help=argparse.SUPPRESS)
+    parser.add_argument("--headless-child", nargs=4, metavar=("MODE", "PROMPT", "TOKENS", "RUNS"),
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
     os.environ[COLOURING_ENV] = args.colouring  # the app's child processes read it
+    if args.headless_child:
+        mode, prompt_name, tokens, runs = args.headless_child
+        headless_child(mode, prompt_name, int(tokens), int(runs), args.proxy, args.pin)
+        return
     if args.app_child:
         mode, prompt_name, tokens, runs = args.app_child
         app_child(mode, prompt_name, int(tokens), int(runs), args.proxy, args.switch_interval,
@@ -650,7 +714,7 @@ def main() -> None:
         cases = [(name, mode) for mode, name in wanted]
     for name, mode in cases:
         row = throughput(lm, name, mode, args.new_tokens, args.repeats, args.proxy, args.switch_interval,
-                         not args.start_at_once, pin=args.pin)
+                         not args.start_at_once, pin=args.pin, fresh_headless=args.fresh_headless)
         results["throughput"][f"{mode}/{name}"] = row
         print(f"{mode:>6} {name:>10}: {summary(row)}", flush=True)
 
