@@ -509,16 +509,32 @@ def app_child(mode: str, prompt_name: str, new_tokens: int, runs: int, proxy: st
         k: v for k, v in dataclasses.asdict(r).items() if k != "finished"}} for r in results]))
 
 
+def child_rows(kind: str, mode: str, prompt_name: str, new_tokens: int, runs: int, proxy: str,
+               *options: str) -> list[dict[str, Any]]:
+    """``runs`` timed runs in a child process of this script (``kind``: app or headless); the rows it prints."""
+    done = subprocess.run([sys.executable, __file__, f"--{kind}-child", mode, prompt_name, str(new_tokens),
+                           str(runs), "--proxy", proxy, *options], capture_output=True, text=True, check=True)
+    rows: list[dict[str, Any]] = json.loads(done.stdout.strip().splitlines()[-1])
+    return rows
+
+
 def app_rates(mode: str, prompt_name: str, new_tokens: int, runs: int, proxy: str = "none",
               switch_interval_s: float | None = None, show_start_first: bool = True, pin: bool = False,
               ) -> list[dict[str, Any]]:
     switch = ["--switch-interval", str(switch_interval_s)] if switch_interval_s is not None else []
     start = [] if show_start_first else ["--start-at-once"]
     pinned = ["--pin"] if pin else []
-    done = subprocess.run([sys.executable, __file__, "--app-child", mode, prompt_name, str(new_tokens), str(runs),
-                           "--proxy", proxy, *switch, *start, *pinned], capture_output=True, text=True, check=True)
-    rows: list[dict[str, Any]] = json.loads(done.stdout.strip().splitlines()[-1])
-    return rows
+    return child_rows("app", mode, prompt_name, new_tokens, runs, proxy, *switch, *start, *pinned)
+
+
+def timed_headless(lm: LoadedModel, prompt: str, config: DecodeConfig, runs: int, pin: bool = False
+                   ) -> list[tuple[float, DecoderClock]]:
+    """``runs`` headless runs, each with its clock (``pin``: the decoding thread on a CPU of its own)."""
+    timed = []
+    for _ in range(runs):
+        clock = DecoderClock(pin=decoder_cpu() if pin else None)
+        timed.append((headless(lm, prompt, config, clock).tokens_per_s, clock))
+    return timed
 
 
 def headless_child(mode: str, prompt_name: str, new_tokens: int, runs: int, proxy: str, pin: bool = False) -> None:
@@ -529,19 +545,8 @@ def headless_child(mode: str, prompt_name: str, new_tokens: int, runs: int, prox
     lm = embedded(proxy)
     config = DecodeConfig(mode=mode, max_new_tokens=new_tokens)  # type: ignore[arg-type]
     headless(lm, PROMPTS[prompt_name], config)  # untimed, as the app's first run is
-    rows = []
-    for _ in range(runs):
-        clock = DecoderClock(pin=decoder_cpu() if pin else None)
-        rows.append({"tokens_per_s": headless(lm, PROMPTS[prompt_name], config, clock).tokens_per_s})
-    print(json.dumps(rows))
-
-
-def fresh_headless_rates(mode: str, prompt_name: str, new_tokens: int, runs: int, proxy: str = "none",
-                         pin: bool = False) -> list[float]:
-    pinned = ["--pin"] if pin else []
-    done = subprocess.run([sys.executable, __file__, "--headless-child", mode, prompt_name, str(new_tokens),
-                           str(runs), "--proxy", proxy, *pinned], capture_output=True, text=True, check=True)
-    return [r["tokens_per_s"] for r in json.loads(done.stdout.strip().splitlines()[-1])]
+    print(json.dumps([{"tokens_per_s": rate} for rate, _ in timed_headless(lm, PROMPTS[prompt_name], config, runs,
+                                                                           pin)]))
 
 
 def ratio_interval(headless: list[float], app: list[float], draws: int = 10_000) -> tuple[float, float]:
@@ -580,15 +585,14 @@ def throughput(lm: LoadedModel, prompt_name: str, mode: str, new_tokens: int, re
     fresh: list[float] = []
     fresh_ratios: list[float] = []
     for _ in range(repeats):  # alternate, so a drift in machine speed hits both sides alike
-        mine = []
-        for _ in range(per_round):
-            clock = DecoderClock(pin=decoder_cpu() if pin else None)
-            mine.append(headless(lm, PROMPTS[prompt_name], config, clock).tokens_per_s)
-            clocks.append(clock)
+        timed = timed_headless(lm, PROMPTS[prompt_name], config, per_round, pin)
+        mine = [rate for rate, _ in timed]
+        clocks += [clock for _, clock in timed]
         theirs = app_rates(mode, prompt_name, new_tokens, per_round, proxy, switch_interval_s, show_start_first, pin)
         round_ratios.append(statistics.median(r["tokens_per_s"] for r in theirs) / statistics.median(mine))
         if fresh_headless:
-            young = fresh_headless_rates(mode, prompt_name, new_tokens, per_round, proxy, pin)
+            young = [r["tokens_per_s"] for r in child_rows("headless", mode, prompt_name, new_tokens, per_round,
+                                                           proxy, *(["--pin"] if pin else []))]
             fresh_ratios.append(statistics.median(r["tokens_per_s"] for r in theirs) / statistics.median(young))
             fresh += young
         ours += mine

