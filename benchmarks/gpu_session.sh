@@ -24,6 +24,7 @@
 #                                                                while compiling in the background (off by default
 #                                                                in the app since it cost more than it gave),
 #                                                                compiled; where the tokens part, and the margin
+#                                                                (then the app's end mid-compile: q, SIGTERM)
 # SKIP_PHI3=1 (tests) and SKIP_APP=1 (smol) leave out those parts when the device time is short.
 #
 # A lease of 15 minutes (the machine's start included) holds two calls back to back, each phase's runs cut short:
@@ -201,6 +202,11 @@ phi3)
 behind)
     timeout "$LIMIT" python3 benchmarks/gpu.py --only behind --json "$OUT/gpu-behind.json" 2>&1 \
         | tee "$OUT/gpu-behind.log"
+    # The app's end mid-compile, on CUDA (q and SIGTERM; the interpreter's exit beside it, the control).
+    for code in 0 143; do
+        timeout 90 python3 benchmarks/exit_mid_compile.py --device cuda --children 2 --first-delay 0.7 --step 2 \
+            --code "$code" 2>&1 | tee "$OUT/exit-mid-compile-$code.log"
+    done
     ;;
 trees)  # after 'smol' on the same machine (its model is in /root/keep)
     timeout 280 python3 benchmarks/trees.py --device cuda --dtype bfloat16 --repeats "${REPEATS:-3}" \

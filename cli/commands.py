@@ -209,8 +209,7 @@ def run_app(
         "--background-compile/--no-background-compile", help="On CUDA, compile the decoding passes "
         "(torch.compile) in the background once the model is warm, and switch to them between two steps when "
         "ready; CUDA graphs of the eager model serve until then. Off by default: decoding is several times "
-        "slower while it compiles (about a minute), and quitting mid-compile may abort the process. Races wait "
-        "for it to finish.", rich_help_panel="App")] = False,
+        "slower while it compiles (about a minute). Races wait for it to finish.", rich_help_panel="App")] = False,
     theme: ThemeOpt = None,
 ) -> None:
     """Open the app and watch the run live (no options: the embedded model on a demo prompt). ? lists the keys."""

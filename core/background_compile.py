@@ -27,10 +27,11 @@ Guarantees, each tested on the CPU with an eager stand-in for the graphs (tests/
 
 What it costs: while it compiles, the worker takes turns with the decoding thread for the interpreter
 lock, so decoding is slower until the switch: on an H100, 28 tok/s for 50 s against the eager graphs' 160
-(a Phi-3-mini-sized model), and a process quitting mid-compile could abort, since a compile thread cannot be
-stopped. Hence it is off by default. Comparisons wait for it to settle (:func:`settled`), so no
-figure mixes the two kernels. ``decode-tui generate`` never starts it: its process ends long before a
-compile would.
+(a Phi-3-mini-sized model). Hence it is off by default. And a compile thread cannot be stopped: the
+interpreter's exit ends it from inside Inductor's C++ code, which aborts the process (on that H100, and on
+the CPU too), so a front end that started one ends its process with ``os._exit`` (:func:`started`).
+Comparisons wait for it to settle (:func:`settled`), so no figure mixes the two kernels. ``decode-tui
+generate`` never starts it: its process ends long before a compile would.
 
 It knows static caches, their shapes and ``torch.compile``; nothing about strategies or front ends.
 No library compiles behind a running decode and switches over, hence this module, written by hand.
