@@ -287,6 +287,40 @@ def test_the_apps_runner_compiles_behind_its_runs_says_when_they_switch_and_time
     assert threading.get_ident() not in backend.compiled_in
 
 
+def test_a_background_compile_with_no_captured_passes_says_once_why_it_does_nothing(
+        tiny_model_dir: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--background-compile` on a run that replays no CUDA graphs (the CPU, or graphs turned off) would do
+    nothing without a word: it says why, once a session, and starts no worker. The control: not asked, no note."""
+    import dataclasses
+
+    from decode_tui.core import forward as forward_module
+    from decode_tui.core.live import LiveParams
+    from decode_tui.core.params import DecodeConfig
+    from decode_tui.tui.pump import Notice
+    from decode_tui.tui.settings import Settings
+    from decode_tui.tui.sources import ModelRunner
+
+    def said(runner: ModelRunner, s: Settings) -> list[str]:
+        events = list(runner.source(s, LiveParams(s.config.sampling, s.config.draft))())
+        return [e.message for e in events if isinstance(e, Notice) and e.message.startswith("--background-compile")]
+
+    settings = Settings(model=str(tiny_model_dir), device="cpu", prompt="ab ab ab ab",
+                        config=DecodeConfig(mode="greedy", max_new_tokens=6, seed=1))
+    monkeypatch.setattr(forward_module, "GRAPH_DEVICES", frozenset({"cuda"}))  # this module's stand-in off: a CPU
+    runner = ModelRunner(background_compile=True)
+    assert said(runner, settings) == ["--background-compile does nothing here: it compiles what CUDA graphs "
+                                      "replay, and on cpu there are none (--fast compiles anywhere)"]
+    assert said(runner, settings) == [], "said once, not at every restart"
+    assert background_compile.progress(next(iter(runner._models.values())).model) is None
+    assert said(ModelRunner(), settings) == []
+
+    monkeypatch.setattr(forward_module, "GRAPH_DEVICES", frozenset({"cpu"}))  # graphs where the user turned them off
+    off = dataclasses.replace(settings, config=dataclasses.replace(settings.config, cuda_graphs=False))
+    assert said(ModelRunner(background_compile=True), off) == [
+        "--background-compile does nothing here: --no-cuda-graphs takes the plain path, which replays no captured "
+        "passes"]
+
+
 def test_a_model_with_a_background_compile_is_freed_with_its_compiled_forward(
         byte_bpe: Any, fresh_dynamo: None) -> None:
     """The compiled forward holds the model's bound method: kept anywhere but on the model, it would pin the model."""

@@ -66,8 +66,9 @@ class ModelRunner:
     def __init__(self, background_compile: bool = False) -> None:
         """``background_compile``: on CUDA, compile the captured passes in the background after a warm-up and
         switch to them when ready (core/background_compile.py). Off unless asked: decoding is much slower while
-        the worker compiles, and a process cannot stop a compile thread cleanly when it quits."""
+        the worker compiles, and a process that started one has to end with ``os._exit`` (cli/commands.py)."""
         self.background_compile = background_compile
+        self._said_nothing_to_compile = False  # a run with no captured passes says so once, not at every restart
         self._models: dict[tuple[str, str, str, str | None], LoadedModel] = {}
         self._drafts: dict[tuple[str, str, str, str], DraftModel] = {}
         self._warm: set[tuple[str, str]] = set()  # (mode, draft) warmed up on the loaded model
@@ -91,6 +92,9 @@ class ModelRunner:
                 yield Notice("note", note)
             if run.graphs and self.background_compile:
                 yield from _compile_behind(lm)
+            elif self.background_compile and not self._said_nothing_to_compile:
+                self._said_nothing_to_compile = True
+                yield Notice("note", f"--background-compile does nothing here: {_nothing_to_compile(lm, settings)}")
             if settings.for_timing and (yield from _settle(lm)):
                 from ..core.warmup import warm_up
 
@@ -186,6 +190,18 @@ def _said(steps: Generator[str, None, T], prefix: str = "") -> Generator[Event, 
             value: T = done.value
             return value
         yield Notice("loading", f"{prefix}{line[:1].lower()}{line[1:]}…")
+
+
+def _nothing_to_compile(lm: LoadedModel, settings: Settings) -> str:
+    """Why a run has no captured passes for the background compile to compile (it compiles what CUDA graphs replay)."""
+    if settings.config.compiles:
+        return "--fast compiled the decoding passes before the run"
+    if not settings.config.cuda_graphs:
+        return "--no-cuda-graphs takes the plain path, which replays no captured passes"
+    device = lm.model.device.type
+    if device != "cuda":
+        return f"it compiles what CUDA graphs replay, and on {device} there are none (--fast compiles anywhere)"
+    return "this model's passes are not replayed as CUDA graphs (its capture failed, or its layers span devices)"
 
 
 def _compile_behind(lm: LoadedModel) -> Generator[Event, None, None]:
