@@ -50,7 +50,7 @@ def generate(options: DecodingOptions, *, compare: bool, compare_runs: int, outp
         if mode is ModeChoice.greedy and options.warpers_given:
             stderr().print("decode-tui: note: greedy mode takes the argmax, so --temperature, --top-k, --top-p "
                            "and the other sampling cut-offs change nothing; use --mode sample to sample.")
-        path, tokenizer = _steer(options, steering, text, config) if steering else (None, None)
+        path, tokenizer = checked_with_tokenizer(options, text, config, steering)
         lm, draft = _load_models(options, config if mode is ModeChoice.speculative else None, tokenizer)
         _warm_up(lm, text, config, draft)
         _decode(lm, text, config, output_format, draft, compare_runs if compare else 0, path)
@@ -108,19 +108,24 @@ def ensure_model(spec: str) -> ResolvedModel:
         return ensure(spec, progress)
 
 
-def _steer(options: DecodingOptions, steering: Steering, prompt: str, config: DecodeConfig,
-           ) -> tuple[Path, PreTrainedTokenizerBase]:
-    """The path ``steering`` asks for, built with the model's tokenizer alone, so that a trace of another model or
-    prompt, an --at out of range or a --force too long is refused in a second, before the model loads and warms
-    up; the tokenizer goes on to the load."""
-    from ..core.loading import configured_context_length, encode_prompt, load_tokenizer
+def checked_with_tokenizer(options: DecodingOptions, prompt: str, config: DecodeConfig,
+                           steering: Steering | None = None) -> tuple[Path | None, PreTrainedTokenizerBase]:
+    """The prompt's length against the model's context, and the path ``steering`` asks for, checked with the model's
+    tokenizer and config alone: a prompt too long, a trace of another model or prompt, an --at out of range or a
+    --force too long is refused in a second, before the weights load and warm up (minutes for a big model on a
+    CPU). Returns the path (None without steering) and the tokenizer, which goes on to the load."""
+    from ..core.loading import check_prompt_fits, configured_context_length, encode_prompt, load_tokenizer
 
     resolved = ensure_model(options.model_name)
-    with status(f"Checking the steering with {resolved.display_name}'s tokenizer"):
+    what = "the steering" if steering is not None else "the prompt"
+    with status(f"Checking {what} with {resolved.display_name}'s tokenizer"):
         tokenizer = load_tokenizer(resolved, options.trust_remote_code)
         chat = config.use_chat and bool(getattr(tokenizer, "chat_template", None))
         prompt_ids = encode_prompt(tokenizer, prompt, chat)
         context = configured_context_length(resolved, options.trust_remote_code)
+        check_prompt_fits(len(prompt_ids), context, resolved.display_name)
+        if steering is None:
+            return None, tokenizer
         path = build_path(steering, resolved.display_name, tokenizer, prompt_ids, config.max_new_tokens, context)
         if config.constraint is not None:  # a forced token the constraint forbids could never be decoded
             from ..core.grammar import Grammar, check_path

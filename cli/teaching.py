@@ -285,7 +285,7 @@ def race_cmd(
 ) -> None:
     """Race decoding modes side by side on one prompt. Each mode runs alone first (warm, so none slows another),
     then all are replayed together at the pace each had: text, target forwards, acceptance, speed-up over greedy."""
-    from .headless import _load_models, status
+    from .headless import _load_models, checked_with_tokenizer, status
     from .measure import _bench_prompt
 
     try:
@@ -304,7 +304,8 @@ def race_cmd(
         check_device_map(options.device, options.device_map_name)
         configs = {m.value: options.for_mode(m).config() for m in chosen}
         prompt = options.prompt_text() if options.prompt or options.prompt_file else _bench_prompt(chosen)
-        lm, draft = _load_models(options, configs.get("speculative"))
+        _, tokenizer = checked_with_tokenizer(options, prompt, next(iter(configs.values())))
+        lm, draft = _load_models(options, configs.get("speculative"), tokenizer)
         from ..core.race import measure
 
         with status(f"Racing {', '.join(configs)}: a warm-up each, then {repeats} rounds of each alone, "

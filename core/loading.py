@@ -136,6 +136,14 @@ def context_length(model: PreTrainedModel) -> int | None:
     return _context_of(model.config)
 
 
+def check_prompt_fits(prompt_length: int, context: int | None, model: str) -> None:
+    """A UsageError where a prompt of ``prompt_length`` tokens leaves ``model`` (reading ``context`` at most) no room
+    for one new token."""
+    if context is not None and prompt_length >= context:
+        raise UsageError(f"The prompt is {prompt_length} tokens long, but {model} reads at most {context} tokens. "
+                         "Shorten the prompt.")
+
+
 def configured_context_length(resolved: ResolvedModel, trust_remote_code: bool = False) -> int | None:
     """The context length from the model's config alone (milliseconds, no weights), for checks made before a
     model loads; None where the config does not say or cannot be read (the load then checks)."""

@@ -30,7 +30,7 @@ from .events import DRAFTING_MODES, Branched, Event, Finished, Started
 from .forward import graphs_available
 from .grammar import Grammar, GrammarMask, check_path
 from .live import LiveParams
-from .loading import LoadedModel
+from .loading import LoadedModel, check_prompt_fits
 from .params import DecodeConfig
 from .path import Path, check_room
 from .sampling import StageContext
@@ -76,9 +76,7 @@ class Run:
         self.branch = path if path is not None and path.ids else None  # the decided tokens it starts from
         max_new = config.max_new_tokens
         ctx = lm.context_length
-        if ctx is not None and len(self.prompt_ids) >= ctx:
-            raise UsageError(f"The prompt is {len(self.prompt_ids)} tokens long, but {lm.name} reads at most "
-                             f"{ctx} tokens. Shorten the prompt.")
+        check_prompt_fits(len(self.prompt_ids), ctx, lm.name)
         if self.branch is not None:
             self._check_path(self.branch, max_new)
         self.tree_budget = self._tree_budget(config, ctx)

@@ -221,11 +221,20 @@ def test_non_utf8_prompt_file(tiny_model_dir: Path, isolated_env: dict[str, str]
     assert_clean_failure(done, EXIT_USAGE, "latin1.txt", "not UTF-8")
 
 
-def test_prompt_longer_than_the_context(tiny_model_dir: Path, isolated_env: dict[str, str], tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", ["generate", "bench"])
+def test_prompt_longer_than_the_context_is_refused_before_the_weights_load(
+        tiny_model_dir: Path, isolated_env: dict[str, str], tmp_path: Path, command: str) -> None:
+    """Checked with the tokenizer and the config alone: a big model's weights would take minutes to load on a CPU
+    before the same message. The control: a prompt that fits loads the weights (the progress line says so)."""
     long = tmp_path / "long.txt"
     long.write_text("lorem ipsum dolor " * 3000, encoding="utf-8")
-    done = cli("generate", "--model", str(tiny_model_dir), "--prompt-file", str(long), env=isolated_env)
+    done = cli(command, "--model", str(tiny_model_dir), "--prompt-file", str(long), env=isolated_env)
     assert_clean_failure(done, EXIT_USAGE, "reads at most 4096 tokens", "Shorten the prompt")
+    assert "weights" not in done.stderr, done.stderr
+    if command == "generate":
+        fits = cli(command, "--model", str(tiny_model_dir), "-p", "lorem ipsum", "--max-new-tokens", "2",
+                   env=isolated_env)
+        assert fits.returncode == 0 and "weights" in fits.stderr, fits.stderr
 
 
 def test_unknown_model(isolated_env: dict[str, str]) -> None:
