@@ -50,7 +50,8 @@ def generate(options: DecodingOptions, *, compare: bool, compare_runs: int, outp
         if mode is ModeChoice.greedy and options.warpers_given:
             stderr().print("decode-tui: note: greedy mode takes the argmax, so --temperature, --top-k, --top-p "
                            "and the other sampling cut-offs change nothing; use --mode sample to sample.")
-        path, tokenizer = checked_with_tokenizer(options, text, config, steering)
+        draft_spec = config.draft.model_spec if mode is ModeChoice.speculative else None
+        path, tokenizer = checked_with_tokenizer(options, text, config, steering, draft_spec)
         lm, draft = _load_models(options, config if mode is ModeChoice.speculative else None, tokenizer)
         _warm_up(lm, text, config, draft)
         _decode(lm, text, config, output_format, draft, compare_runs if compare else 0, path)
@@ -109,14 +110,17 @@ def ensure_model(spec: str) -> ResolvedModel:
 
 
 def checked_with_tokenizer(options: DecodingOptions, prompt: str, config: DecodeConfig,
-                           steering: Steering | None = None) -> tuple[Path | None, PreTrainedTokenizerBase]:
-    """The prompt's length against the model's context, and the path ``steering`` asks for, checked with the model's
-    tokenizer and config alone: a prompt too long, a trace of another model or prompt, an --at out of range or a
-    --force too long is refused in a second, before the weights load and warm up (minutes for a big model on a
-    CPU). Returns the path (None without steering) and the tokenizer, which goes on to the load."""
+                           steering: Steering | None = None, draft_spec: str | None = None,
+                           ) -> tuple[Path | None, PreTrainedTokenizerBase]:
+    """The prompt's length against the model's context, the draft model's vocabulary (``draft_spec``, where the
+    draft is another model) against the target's, and the path ``steering`` asks for, checked with the tokenizers
+    and the config alone: a prompt too long, a draft of another family, a trace of another model or prompt, an --at
+    out of range or a --force too long is refused in a second, before any weights load and warm up (minutes for a
+    big model on a CPU). Returns the path (None without steering) and the tokenizer, which goes on to the load."""
     from ..core.loading import check_prompt_fits, configured_context_length, encode_prompt, load_tokenizer
 
     resolved = ensure_model(options.model_name)
+    draft = ensure_model(draft_spec) if draft_spec is not None else None  # a missing draft is refused now too
     what = "the steering" if steering is not None else "the prompt"
     with status(f"Checking {what} with {resolved.display_name}'s tokenizer"):
         tokenizer = load_tokenizer(resolved, options.trust_remote_code)
@@ -124,6 +128,10 @@ def checked_with_tokenizer(options: DecodingOptions, prompt: str, config: Decode
         prompt_ids = encode_prompt(tokenizer, prompt, chat)
         context = configured_context_length(resolved, options.trust_remote_code)
         check_prompt_fits(len(prompt_ids), context, resolved.display_name)
+        if draft is not None:
+            from ..core.drafters import check_same_vocabulary
+
+            check_same_vocabulary(tokenizer, load_tokenizer(draft, options.trust_remote_code))
         if steering is None:
             return None, tokenizer
         path = build_path(steering, resolved.display_name, tokenizer, prompt_ids, config.max_new_tokens, context)

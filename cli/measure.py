@@ -42,7 +42,9 @@ def bench(options: DecodingOptions, modes: list[ModeChoice], *, runs: int, outpu
             modes = [ModeChoice.greedy, *modes]
         configs = {m.value: options.for_mode(m).config() for m in modes}
         text = options.prompt_text() if options.prompt or options.prompt_file else _bench_prompt(modes)
-        _, tokenizer = checked_with_tokenizer(options, text, configs["greedy"])
+        speculative = configs.get("speculative")
+        _, tokenizer = checked_with_tokenizer(options, text, configs["greedy"],
+                                              draft_spec=speculative.draft.model_spec if speculative else None)
         lm, draft = _load_models(options, configs.get("speculative"), tokenizer)
         with status(f"Benchmarking {', '.join(configs)}: a warm-up each, then {runs} rounds, alternated") as progress:
             rows = run_bench(lm, text, configs, runs=runs, draft=draft, progress=progress)

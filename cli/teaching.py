@@ -304,7 +304,9 @@ def race_cmd(
         check_device_map(options.device, options.device_map_name)
         configs = {m.value: options.for_mode(m).config() for m in chosen}
         prompt = options.prompt_text() if options.prompt or options.prompt_file else _bench_prompt(chosen)
-        _, tokenizer = checked_with_tokenizer(options, prompt, next(iter(configs.values())))
+        speculative = configs.get("speculative")
+        _, tokenizer = checked_with_tokenizer(options, prompt, next(iter(configs.values())),
+                                              draft_spec=speculative.draft.model_spec if speculative else None)
         lm, draft = _load_models(options, configs.get("speculative"), tokenizer)
         from ..core.race import measure
 

@@ -506,6 +506,12 @@ def shared_vocab_size(target: PreTrainedTokenizerBase, draft: PreTrainedTokenize
     Compares the tokenizers' vocabularies, not ``config.vocab_size``: embeddings
     are often padded (Qwen2.5 0.5B and 7B have different widths but one vocabulary).
     """
+    check_same_vocabulary(target, draft)
+    return min(len(target.get_vocab()), target_logits, draft_logits)
+
+
+def check_same_vocabulary(target: PreTrainedTokenizerBase, draft: PreTrainedTokenizerBase) -> None:
+    """A UsageError, with a few of the differing entries, where the draft's tokenizer has another vocabulary."""
     a, b = target.get_vocab(), draft.get_vocab()
     if a != b:
         differing = sorted(set(a.items()) ^ set(b.items()), key=lambda kv: kv[1])[:3]
@@ -514,4 +520,3 @@ def shared_vocab_size(target: PreTrainedTokenizerBase, draft: PreTrainedTokenize
             f"{', '.join(f'{t!r}->{i}' for t, i in differing)}). Speculative decoding needs the same vocabulary: "
             "pick a draft from the same model family, or use --mode pld."
         )
-    return min(len(a), target_logits, draft_logits)

@@ -237,6 +237,20 @@ def test_prompt_longer_than_the_context_is_refused_before_the_weights_load(
         assert fits.returncode == 0 and "weights" in fits.stderr, fits.stderr
 
 
+def test_a_draft_of_another_vocabulary_is_refused_before_any_weights_load(
+        tiny_model_dir: Path, isolated_env: dict[str, str], tmp_path: Path, sp_bpe: Any) -> None:
+    """A draft model whose tokenizer is not the target's is refused from the two tokenizers alone."""
+    from .conftest import tiny_model
+
+    other = tmp_path / "other-family"
+    tiny_model("llama", vocab_size=len(sp_bpe), seed=5).save_pretrained(other)
+    sp_bpe.save_pretrained(other)
+    done = cli("generate", "--model", str(tiny_model_dir), "--mode", "speculative", "--draft", str(other), "-p",
+               "hi", env=isolated_env)
+    assert_clean_failure(done, EXIT_USAGE, "tokenizer differs from the target's", "same vocabulary")
+    assert "weights" not in done.stderr, done.stderr
+
+
 def test_unknown_model(isolated_env: dict[str, str]) -> None:
     done = cli("generate", "--model", "no-such-model", "-p", "hi", env=isolated_env)
     assert_clean_failure(done, EXIT_USAGE, "Unknown model", "no-such-model", "decode-tui models")
