@@ -50,9 +50,10 @@ def generate(options: DecodingOptions, *, compare: bool, compare_runs: int, outp
         if mode is ModeChoice.greedy and options.warpers_given:
             stderr().print("decode-tui: note: greedy mode takes the argmax, so --temperature, --top-k, --top-p "
                            "and the other sampling cut-offs change nothing; use --mode sample to sample.")
-        draft_spec = config.draft.model_spec if mode is ModeChoice.speculative else None
-        path, tokenizer = checked_with_tokenizer(options, text, config, steering, draft_spec)
-        lm, draft = _load_models(options, config if mode is ModeChoice.speculative else None, tokenizer)
+        speculative = config if mode is ModeChoice.speculative else None
+        path, tokenizer = _steer(options, steering, text, config) if steering else (None, None)
+        check = before_weights(options, text, config, speculative.draft.model_spec if speculative else None)
+        lm, draft = _load_models(options, speculative, tokenizer, check)
         _warm_up(lm, text, config, draft)
         _decode(lm, text, config, output_format, draft, compare_runs if compare else 0, path)
     except DecodeTuiError as err:
@@ -109,31 +110,19 @@ def ensure_model(spec: str) -> ResolvedModel:
         return ensure(spec, progress)
 
 
-def checked_with_tokenizer(options: DecodingOptions, prompt: str, config: DecodeConfig,
-                           steering: Steering | None = None, draft_spec: str | None = None,
-                           ) -> tuple[Path | None, PreTrainedTokenizerBase]:
-    """The prompt's length against the model's context, the draft model's vocabulary (``draft_spec``, where the
-    draft is another model) against the target's, and the path ``steering`` asks for, checked with the tokenizers
-    and the config alone: a prompt too long, a draft of another family, a trace of another model or prompt, an --at
-    out of range or a --force too long is refused in a second, before any weights load and warm up (minutes for a
-    big model on a CPU). Returns the path (None without steering) and the tokenizer, which goes on to the load."""
-    from ..core.loading import check_prompt_fits, configured_context_length, encode_prompt, load_tokenizer
+def _steer(options: DecodingOptions, steering: Steering, prompt: str, config: DecodeConfig,
+           ) -> tuple[Path, PreTrainedTokenizerBase]:
+    """The path ``steering`` asks for, built with the model's tokenizer alone, so that a trace of another model or
+    prompt, an --at out of range or a --force too long is refused in a second, before the model loads and warms
+    up; the tokenizer goes on to the load."""
+    from ..core.loading import configured_context_length, encode_prompt, load_tokenizer
 
     resolved = ensure_model(options.model_name)
-    draft = ensure_model(draft_spec) if draft_spec is not None else None  # a missing draft is refused now too
-    what = "the steering" if steering is not None else "the prompt"
-    with status(f"Checking {what} with {resolved.display_name}'s tokenizer"):
+    with status(f"Checking the steering with {resolved.display_name}'s tokenizer"):
         tokenizer = load_tokenizer(resolved, options.trust_remote_code)
         chat = config.use_chat and bool(getattr(tokenizer, "chat_template", None))
         prompt_ids = encode_prompt(tokenizer, prompt, chat)
         context = configured_context_length(resolved, options.trust_remote_code)
-        check_prompt_fits(len(prompt_ids), context, resolved.display_name)
-        if draft is not None:
-            from ..core.drafters import check_same_vocabulary
-
-            check_same_vocabulary(tokenizer, load_tokenizer(draft, options.trust_remote_code))
-        if steering is None:
-            return None, tokenizer
         path = build_path(steering, resolved.display_name, tokenizer, prompt_ids, config.max_new_tokens, context)
         if config.constraint is not None:  # a forced token the constraint forbids could never be decoded
             from ..core.grammar import Grammar, check_path
@@ -143,23 +132,47 @@ def checked_with_tokenizer(options: DecodingOptions, prompt: str, config: Decode
         return path, tokenizer
 
 
+def before_weights(options: DecodingOptions, prompt: str, config: DecodeConfig, draft_spec: str | None = None,
+                   ) -> Callable[[PreTrainedTokenizerBase], None]:
+    """What the load checks between the tokenizer and the weights (core/loading.py): the prompt's length against
+    the model's context, and a draft model's vocabulary (``draft_spec``, where the draft is another model) against
+    the target's. Refused there, neither waits for the weights (minutes for a big model on a CPU)."""
+
+    def check(tokenizer: PreTrainedTokenizerBase) -> None:
+        from ..core.loading import check_prompt_fits, configured_context_length, encode_prompt, load_tokenizer
+
+        resolved = ensure_model(options.model_name)
+        chat = config.use_chat and bool(getattr(tokenizer, "chat_template", None))
+        context = configured_context_length(resolved, options.trust_remote_code)
+        check_prompt_fits(len(encode_prompt(tokenizer, prompt, chat)), context, resolved.display_name)
+        if draft_spec is not None:
+            from ..core.drafters import check_same_vocabulary
+
+            check_same_vocabulary(tokenizer, load_tokenizer(ensure_model(draft_spec), options.trust_remote_code))
+
+    return check
+
+
 def _load_models(options: DecodingOptions, speculative: DecodeConfig | None,
-                 tokenizer: PreTrainedTokenizerBase | None = None) -> tuple[LoadedModel, DraftModel | None]:
-    """The target model (with ``tokenizer``, where it was loaded already), and the draft model ``speculative``'s
-    settings name (when there is a speculative run)."""
+                 tokenizer: PreTrainedTokenizerBase | None = None,
+                 check: Callable[[PreTrainedTokenizerBase], None] | None = None,
+                 ) -> tuple[LoadedModel, DraftModel | None]:
+    """The target model (with ``tokenizer``, where it was loaded already; ``check``ed before its weights load), and
+    the draft model ``speculative``'s settings name (when there is a speculative run)."""
     draft_spec = speculative.draft.model_spec if speculative is not None else None
     if draft_spec is not None:
         ensure_model(draft_spec)  # a missing draft is refused now, not after the target's load
     resolved = ensure_model(options.model_name)
     lm = _load(resolved, options.device, options.dtype.value, options.trust_remote_code, options.device_map_name,
-               tokenizer)
+               tokenizer, check)
     draft = _load_draft(lm, speculative.draft.draft, options.trust_remote_code, speculative.draft.named) \
         if speculative is not None else None
     return lm, draft
 
 
 def _load(resolved: ResolvedModel, device: str, dtype: str, trust_remote_code: bool,
-          device_map: str | None = None, tokenizer: PreTrainedTokenizerBase | None = None) -> LoadedModel:
+          device_map: str | None = None, tokenizer: PreTrainedTokenizerBase | None = None,
+          check: Callable[[PreTrainedTokenizerBase], None] | None = None) -> LoadedModel:
     with status(f"Loading {resolved.display_name}") as progress:
         from ..core.acquire import drive
         from ..core.startup import importing_torch
@@ -169,7 +182,7 @@ def _load(resolved: ResolvedModel, device: str, dtype: str, trust_remote_code: b
         from ..core.loading import load_model
 
         lm = load_model(resolved, device=device, dtype=dtype, trust_remote_code=trust_remote_code,
-                        tokenizer=tokenizer, device_map=device_map, progress=progress)
+                        tokenizer=tokenizer, device_map=device_map, progress=progress, check=check)
     if torch_s:
         lm.timings["torch"] = round(torch_s, 3)
     return lm

@@ -478,12 +478,14 @@ def load_draft(target: LoadedModel, spec: str, trust_remote_code: bool = False,
         progress(preparing(spec))
         return DraftModel(target_drafts.build(target.model, made), min(width, len(target.tokenizer)), spec,
                           target_drafts.kv_dtype(target.model, made), note=_dear_on(made, target.device))
-    from .loading import load_model
+    from .loading import load_model, load_tokenizer
 
     resolved = ensure(spec, progress)
+    tokenizer = load_tokenizer(resolved, trust_remote_code)
+    check_same_vocabulary(target.tokenizer, tokenizer)  # from the tokenizers alone, before the weights load
     progress(f"Loading the draft model {resolved.display_name}")
     draft = load_model(resolved, device=str(target.device), dtype=str(target.dtype).removeprefix("torch."),
-                       trust_remote_code=trust_remote_code)
+                       trust_remote_code=trust_remote_code, tokenizer=tokenizer)
     draft_width = draft.model.get_output_embeddings().weight.shape[0]
     return DraftModel(draft.model, shared_vocab_size(target.tokenizer, draft.tokenizer, width, draft_width), spec)
 

@@ -184,8 +184,13 @@ def loading(
     tokenizer: PreTrainedTokenizerBase | None = None,
     device_map: str | None = None,
     max_memory: dict[int | str, int | str] | None = None,
+    check: Callable[[PreTrainedTokenizerBase], None] | None = None,
 ) -> Generator[str, None, LoadedModel]:
     """Load a resolved model (and its tokenizer unless given) in eval mode on the chosen device.
+
+    ``check`` is called with the tokenizer before the weights load, to refuse what the tokenizer alone can tell
+    (a prompt too long for the model, a draft of another vocabulary) without the wait for the weights, minutes
+    for a big model on a CPU.
 
     The weights go straight to the device in the dtype asked for, tensor by tensor (transformers'
     ``device_map``), never as a whole fp32 copy in host memory first. ``device_map`` (auto, balanced,
@@ -240,6 +245,8 @@ def loading(
         yield f"Loading {resolved.display_name}: tokenizer"
         tokenizer = load_tokenizer(resolved, trust_remote_code)
         lap("tokenizer")
+    if check is not None:
+        check(tokenizer)
     yield f"Loading {resolved.display_name}: weights onto {device_map or dev} in {str(dt).removeprefix('torch.')}"
     placement: dict[str, Any] = {"device_map": {"": str(dev)}}  # every tensor straight to the device
     if device_map is not None:
@@ -282,9 +289,11 @@ def load_model(
     device_map: str | None = None,
     max_memory: dict[int | str, int | str] | None = None,
     progress: Callable[[str], None] | None = None,
+    check: Callable[[PreTrainedTokenizerBase], None] | None = None,
 ) -> LoadedModel:
     """:func:`loading` as a call: ``progress`` hears each phase's line as it starts."""
-    return drive(loading(resolved, device, dtype, trust_remote_code, tokenizer, device_map, max_memory), progress)
+    return drive(loading(resolved, device, dtype, trust_remote_code, tokenizer, device_map, max_memory, check),
+                 progress)
 
 
 def _import_model_code(resolved: ResolvedModel, trust_remote_code: bool) -> None:

@@ -354,6 +354,34 @@ def test_mismatched_tokenizers_are_refused(byte_bpe: Any, sp_bpe: Any) -> None:
     assert shared_vocab_size(byte_bpe, byte_bpe, 512, 448) == min(len(byte_bpe), 448)
 
 
+def test_a_draft_model_of_another_vocabulary_is_refused_before_its_weights_load(
+        byte_bpe: Any, sp_bpe: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its tokenizer alone says so (the app loads a draft after its target, and a draft's weights take a while);
+    the control: a draft of the target's vocabulary goes on to load its weights, with the tokenizer it was checked
+    with."""
+    from decode_tui.core import loading
+    from decode_tui.core.drafters import load_draft
+
+    from .test_autoregressive import loaded
+
+    target = loaded(tiny_model("llama", vocab_size=len(byte_bpe), seed=4), byte_bpe, 2)
+    for name, tokenizer in (("other", sp_bpe), ("same", byte_bpe)):
+        tiny_model("llama", vocab_size=len(tokenizer), seed=5).save_pretrained(tmp_path / name)
+        tokenizer.save_pretrained(tmp_path / name)
+    weights: list[Any] = []
+
+    def load_model(resolved: Any, **options: Any) -> Any:
+        weights.append(options["tokenizer"])
+        return target
+
+    monkeypatch.setattr(loading, "load_model", load_model)
+    with pytest.raises(UsageError, match="tokenizer differs"):
+        load_draft(target, str(tmp_path / "other"))
+    assert weights == []
+    load_draft(target, str(tmp_path / "same"))
+    assert len(weights) == 1 and weights[0].get_vocab() == byte_bpe.get_vocab()
+
+
 # ----------------------------------------------------------------- sampling
 
 
