@@ -153,6 +153,15 @@ def before_weights(options: DecodingOptions, prompt: str, config: DecodeConfig, 
     return check
 
 
+def load_for_modes(options: DecodingOptions, prompt: str, configs: dict[str, DecodeConfig],
+                   ) -> tuple[LoadedModel, DraftModel | None]:
+    """The models a command of several modes (bench, race) needs, ``prompt`` checked before the weights load."""
+    speculative = configs.get("speculative")
+    check = before_weights(options, prompt, next(iter(configs.values())),
+                           speculative.draft.model_spec if speculative else None)
+    return _load_models(options, speculative, check=check)
+
+
 def _load_models(options: DecodingOptions, speculative: DecodeConfig | None,
                  tokenizer: PreTrainedTokenizerBase | None = None,
                  check: Callable[[PreTrainedTokenizerBase], None] | None = None,

@@ -15,7 +15,7 @@ from ..core.errors import DecodeTuiError
 from ..core.params import check_device_map
 from ..tui.numbers import count
 from .flags import ModeChoice, TableFormatChoice
-from .headless import _load, _load_draft, _load_models, _write, before_weights, ensure_model, fail, status
+from .headless import _load, _load_draft, _write, ensure_model, fail, load_for_modes, status
 from .options import DecodingOptions
 
 if TYPE_CHECKING:
@@ -42,9 +42,7 @@ def bench(options: DecodingOptions, modes: list[ModeChoice], *, runs: int, outpu
             modes = [ModeChoice.greedy, *modes]
         configs = {m.value: options.for_mode(m).config() for m in modes}
         text = options.prompt_text() if options.prompt or options.prompt_file else _bench_prompt(modes)
-        speculative = configs.get("speculative")
-        check = before_weights(options, text, configs["greedy"], speculative.draft.model_spec if speculative else None)
-        lm, draft = _load_models(options, speculative, check=check)
+        lm, draft = load_for_modes(options, text, configs)
         with status(f"Benchmarking {', '.join(configs)}: a warm-up each, then {runs} rounds, alternated") as progress:
             rows = run_bench(lm, text, configs, runs=runs, draft=draft, progress=progress)
     except DecodeTuiError as err:

@@ -285,7 +285,7 @@ def race_cmd(
 ) -> None:
     """Race decoding modes side by side on one prompt. Each mode runs alone first (warm, so none slows another),
     then all are replayed together at the pace each had: text, target forwards, acceptance, speed-up over greedy."""
-    from .headless import _load_models, before_weights, status
+    from .headless import load_for_modes, status
     from .measure import _bench_prompt
 
     try:
@@ -304,10 +304,7 @@ def race_cmd(
         check_device_map(options.device, options.device_map_name)
         configs = {m.value: options.for_mode(m).config() for m in chosen}
         prompt = options.prompt_text() if options.prompt or options.prompt_file else _bench_prompt(chosen)
-        speculative = configs.get("speculative")
-        check = before_weights(options, prompt, next(iter(configs.values())),
-                               speculative.draft.model_spec if speculative else None)
-        lm, draft = _load_models(options, speculative, check=check)
+        lm, draft = load_for_modes(options, prompt, configs)
         from ..core.race import measure
 
         with status(f"Racing {', '.join(configs)}: a warm-up each, then {repeats} rounds of each alone, "
