@@ -369,57 +369,26 @@ def test_the_app_ends_its_process_at_once_where_a_compile_thread_was_started(mon
     assert exits == [code]
 
 
-# A process of its own: a model of the embedded model's architecture, built small from its config, compiled by real
-# Inductor on the CPU in the real worker; once it compiles, and a while longer, an app that has just closed with
-# `code` goes through what `decode-tui run` does after its app closes.
-ENDS_MID_COMPILE = """
-import sys, time
-import torch, typer
-from transformers import AutoConfig, AutoModelForCausalLM
-from decode_tui.cli import commands
-from decode_tui.core import background_compile
-
-delay, code = float(sys.argv[1]), int(sys.argv[2])
-config = AutoConfig.for_model("llama", vocab_size=2048, hidden_size=256, intermediate_size=512, num_hidden_layers=12,
-                              num_attention_heads=4, num_key_value_heads=2)
-model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
-background_compile.start(model)
-background_compile.ask(model, (64, 1, 1, 1))
-while not (now := background_compile.progress(model)).compiling and not now.compiled and now.failure is None:
-    time.sleep(0.01)
-time.sleep(delay)
-print("compiling when the app closed:", background_compile.progress(model).compiling, flush=True)
-
-class ClosedApp:
-    pump = None
-    error = None
-
-    def run(self):
-        return code
-
-commands.need_terminal = lambda command: None
-try:
-    commands._run_app(ClosedApp())
-except typer.Exit:
-    sys.exit("the app's process ended through the interpreter's exit")
-"""
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(("delay", "code"), [(0.7, 0), (1.0, 143), (2.8, 0)])
 def test_an_app_closing_while_inductor_compiles_in_the_background_ends_with_its_own_status(
         tmp_path: Any, delay: float, code: int) -> None:
     """`q` (0) or SIGTERM (143) while the worker compiles for real: the process ends with the app's status and
-    nothing aborts. The interpreter's own exit at these moments of this compile aborted 5 times in 14 on this
-    machine's CPU (SIGABRT, "terminate called without an active exception", as on the H100):
-    `python benchmarks/exit_mid_compile.py`, its results in benchmarks/results/cpu-2026-11-27-exit-mid-compile/."""
+    nothing aborts. A child of the probe ``benchmarks/exit_mid_compile.py``: a model of the embedded model's
+    architecture built small from its config, compiled by real Inductor on the CPU in the real worker; once it
+    compiles, and a while longer, an app that has just closed with ``code`` goes through what ``decode-tui run``
+    does after its app closes. The interpreter's own exit at these moments of this compile aborted 5 times in 14
+    on this machine's CPU (SIGABRT, "terminate called without an active exception", as on the H100; the probe's
+    results in benchmarks/results/cpu-2026-11-27-exit-mid-compile/)."""
     import os
     import subprocess
     import sys
+    from pathlib import Path
 
+    probe = Path(__file__).resolve().parents[1] / "benchmarks" / "exit_mid_compile.py"
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path)}  # a cache of its own: it compiles from nothing
-    done = subprocess.run([sys.executable, "-c", ENDS_MID_COMPILE, str(delay), str(code)], capture_output=True,
-                          text=True, env=env, timeout=300)
-    assert "compiling when the app closed: True" in done.stdout, done.stdout + done.stderr[-2000:]
+    done = subprocess.run([sys.executable, str(probe), "--code", str(code), "--child", "app", str(delay)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert "still compiling: True" in done.stdout, done.stdout + done.stderr[-2000:]
     assert "terminate called" not in done.stderr
     assert done.returncode == code, done.stderr[-2000:]
