@@ -23,6 +23,7 @@ from ..core.registry import ALIASES, DEFAULT_ALIAS, EMBEDDED_ALIASES, is_availab
 from . import headless, measure
 from .config import UserConfig
 from .config import load as load_config
+from .console import fail, status
 from .flags import (
     CompareOpt,
     CompareRunsOpt,
@@ -38,7 +39,6 @@ from .flags import (
     ThemeOpt,
     TrustRemoteCodeOpt,
 )
-from .headless import fail, status
 from .options import (
     DecodingOptions,
     decoding_command,

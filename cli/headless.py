@@ -1,7 +1,7 @@
 """Headless decoding: a run streamed to stdout (text or JSON lines), its figures and progress on stderr.
 
 ``generate``'s whole job once its options are checked: fetch and load the
-model (with a spinner on a terminal, plain lines otherwise), warm it up,
+model (cli/loads.py; a spinner on a terminal, plain lines otherwise), warm it up,
 stream the run, and on Ctrl-C close the strategy and print what was decoded
 so far. Output to a closed pipe (``| head``) stops decoding and exits 0.
 
@@ -14,28 +14,26 @@ from __future__ import annotations
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, NoReturn, TextIO
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TextIO
 
 import typer
 
 from ..core.errors import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_TERMINATED, DecodeTuiError
 from ..core.params import DecodeConfig, check_device_map
 from ..tui.numbers import count, decoded_tokens
+from .console import fail, status, stderr
 from .flags import FormatChoice, ModeChoice
+from .loads import load_models, steer
 from .options import DecodingOptions
-from .steering import Steering, build_path, forced_summary
+from .steering import Steering, forced_summary
 
 if TYPE_CHECKING:
-    from rich.console import Console
-    from transformers import PreTrainedTokenizerBase
 
     from ..core.drafters import DraftModel
     from ..core.events import BeamStepped, Finished, TokenEmitted
     from ..core.loading import LoadedModel
     from ..core.path import Path
-    from ..core.registry import ResolvedModel
 
 
 def generate(options: DecodingOptions, *, compare: bool, compare_runs: int, output_format: FormatChoice,
@@ -50,10 +48,8 @@ def generate(options: DecodingOptions, *, compare: bool, compare_runs: int, outp
         if mode is ModeChoice.greedy and options.warpers_given:
             stderr().print("decode-tui: note: greedy mode takes the argmax, so --temperature, --top-k, --top-p "
                            "and the other sampling cut-offs change nothing; use --mode sample to sample.")
-        speculative = config if mode is ModeChoice.speculative else None
-        path, tokenizer = _steer(options, steering, text, config) if steering else (None, None)
-        check = before_weights(options, text, config, speculative.draft.model_spec if speculative else None)
-        lm, draft = _load_models(options, speculative, tokenizer, check)
+        path, tokenizer = steer(options, steering, text, config) if steering else (None, None)
+        lm, draft = load_models(options, text, config, config if mode is ModeChoice.speculative else None, tokenizer)
         _warm_up(lm, text, config, draft)
         _decode(lm, text, config, output_format, draft, compare_runs if compare else 0, path)
     except DecodeTuiError as err:
@@ -67,134 +63,6 @@ def ignore_signals() -> None:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-
-
-def stderr() -> Console:
-    from rich.console import Console
-
-    return Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-def fail(err: DecodeTuiError) -> NoReturn:
-    stderr().print(f"[bold red]decode-tui:[/] {err.message}", soft_wrap=True, markup=True)
-    raise typer.Exit(err.exit_code)
-
-
-@contextmanager
-def status(message: str) -> Iterator[Callable[[str], None]]:
-    """A spinner on stderr when it is a terminal, plain lines otherwise; yields a callback for progress messages."""
-    console = stderr()
-    if console.is_terminal:
-        with console.status(message) as status:
-            yield lambda msg: status.update(msg)
-    else:
-        console.print(message)
-        said = [message]
-
-        def say(msg: str) -> None:
-            if msg != said[-1]:  # the callee often opens with the words the caller just printed
-                console.print(msg)
-                said.append(msg)
-
-        yield say
-
-
-def ensure_model(spec: str) -> ResolvedModel:
-    """The files for ``spec`` (core/acquire.py); the embedded model's first fetch shows its progress."""
-    from ..core.acquire import ensure, fetching
-
-    what = fetching(spec)
-    if what is None:
-        return ensure(spec)
-    with status(what) as progress:
-        return ensure(spec, progress)
-
-
-def _steer(options: DecodingOptions, steering: Steering, prompt: str, config: DecodeConfig,
-           ) -> tuple[Path, PreTrainedTokenizerBase]:
-    """The path ``steering`` asks for, built with the model's tokenizer alone, so that a trace of another model or
-    prompt, an --at out of range or a --force too long is refused in a second, before the model loads and warms
-    up; the tokenizer goes on to the load."""
-    from ..core.loading import configured_context_length, encode_prompt, load_tokenizer
-
-    resolved = ensure_model(options.model_name)
-    with status(f"Checking the steering with {resolved.display_name}'s tokenizer"):
-        tokenizer = load_tokenizer(resolved, options.trust_remote_code)
-        chat = config.use_chat and bool(getattr(tokenizer, "chat_template", None))
-        prompt_ids = encode_prompt(tokenizer, prompt, chat)
-        context = configured_context_length(resolved, options.trust_remote_code)
-        path = build_path(steering, resolved.display_name, tokenizer, prompt_ids, config.max_new_tokens, context)
-        if config.constraint is not None:  # a forced token the constraint forbids could never be decoded
-            from ..core.grammar import Grammar, check_path
-
-            eos = frozenset({tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else ())
-            check_path(Grammar(config.constraint, tokenizer, eos), tokenizer, path.ids, len(path.kept))
-        return path, tokenizer
-
-
-def before_weights(options: DecodingOptions, prompt: str, config: DecodeConfig, draft_spec: str | None = None,
-                   ) -> Callable[[PreTrainedTokenizerBase], None]:
-    """What the load checks between the tokenizer and the weights (core/loading.py): the prompt's length against
-    the model's context, and a draft model's vocabulary (``draft_spec``, where the draft is another model) against
-    the target's. Refused there, neither waits for the weights (minutes for a big model on a CPU)."""
-
-    def check(tokenizer: PreTrainedTokenizerBase) -> None:
-        from ..core.loading import check_prompt_fits, configured_context_length, encode_prompt, load_tokenizer
-
-        resolved = ensure_model(options.model_name)
-        chat = config.use_chat and bool(getattr(tokenizer, "chat_template", None))
-        context = configured_context_length(resolved, options.trust_remote_code)
-        check_prompt_fits(len(encode_prompt(tokenizer, prompt, chat)), context, resolved.display_name)
-        if draft_spec is not None:
-            from ..core.drafters import check_same_vocabulary
-
-            check_same_vocabulary(tokenizer, load_tokenizer(ensure_model(draft_spec), options.trust_remote_code))
-
-    return check
-
-
-def load_for_modes(options: DecodingOptions, prompt: str, configs: dict[str, DecodeConfig],
-                   ) -> tuple[LoadedModel, DraftModel | None]:
-    """The models a command of several modes (bench, race) needs, ``prompt`` checked before the weights load."""
-    speculative = configs.get("speculative")
-    check = before_weights(options, prompt, next(iter(configs.values())),
-                           speculative.draft.model_spec if speculative else None)
-    return _load_models(options, speculative, check=check)
-
-
-def _load_models(options: DecodingOptions, speculative: DecodeConfig | None,
-                 tokenizer: PreTrainedTokenizerBase | None = None,
-                 check: Callable[[PreTrainedTokenizerBase], None] | None = None,
-                 ) -> tuple[LoadedModel, DraftModel | None]:
-    """The target model (with ``tokenizer``, where it was loaded already; ``check``ed before its weights load), and
-    the draft model ``speculative``'s settings name (when there is a speculative run)."""
-    draft_spec = speculative.draft.model_spec if speculative is not None else None
-    if draft_spec is not None:
-        ensure_model(draft_spec)  # a missing draft is refused now, not after the target's load
-    resolved = ensure_model(options.model_name)
-    lm = _load(resolved, options.device, options.dtype.value, options.trust_remote_code, options.device_map_name,
-               tokenizer, check)
-    draft = _load_draft(lm, speculative.draft.draft, options.trust_remote_code, speculative.draft.named) \
-        if speculative is not None else None
-    return lm, draft
-
-
-def _load(resolved: ResolvedModel, device: str, dtype: str, trust_remote_code: bool,
-          device_map: str | None = None, tokenizer: PreTrainedTokenizerBase | None = None,
-          check: Callable[[PreTrainedTokenizerBase], None] | None = None) -> LoadedModel:
-    with status(f"Loading {resolved.display_name}") as progress:
-        from ..core.acquire import drive
-        from ..core.startup import importing_torch
-
-        # torch's own start-up, named on the progress line
-        torch_s = drive(importing_torch(), lambda line: progress(f"Loading {resolved.display_name}: {line}"))
-        from ..core.loading import load_model
-
-        lm = load_model(resolved, device=device, dtype=dtype, trust_remote_code=trust_remote_code,
-                        tokenizer=tokenizer, device_map=device_map, progress=progress, check=check)
-    if torch_s:
-        lm.timings["torch"] = round(torch_s, 3)
-    return lm
 
 
 def _write(out: TextIO, text: str) -> None:
@@ -239,16 +107,6 @@ def _warm_up(lm: LoadedModel, prompt: str, config: DecodeConfig, draft: DraftMod
     if failure is not None:
         stderr().print(f"decode-tui: note: CUDA graphs could not be captured ({failure}); decoding eagerly on "
                         "the static cache, with the same tokens. --no-cuda-graphs takes the plain path.")
-
-
-def _load_draft(lm: LoadedModel, spec: str, trust_remote_code: bool, named: bool = True) -> DraftModel:
-    from ..core.drafters import load_draft, preparing
-
-    with status(preparing(spec)) as progress:
-        draft = load_draft(lm, spec, trust_remote_code, progress, named=named)
-    if draft.note is not None:
-        stderr().print(f"decode-tui: note: {draft.note}")
-    return draft
 
 
 def _compare(lm: LoadedModel, prompt: str, config: DecodeConfig, result: Finished, runs: int,

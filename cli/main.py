@@ -4,7 +4,9 @@ The command line is these files: cli/flags.py (each option's declaration:
 name, help, range check), cli/options.py (the options a decoding command
 takes, and the config they become), cli/steering.py (--force and --resume),
 cli/outputs.py (the files a command writes, checked and claimed),
-cli/headless.py (``generate``'s output), cli/measure.py (``bench``'s and
+cli/console.py (stderr, progress lines and a clean failure), cli/loads.py (the
+models a command needs, checked before their weights load), cli/headless.py
+(``generate``'s output), cli/measure.py (``bench``'s and
 ``whatif``'s), cli/commands.py (the commands themselves) and cli/teaching.py
 (the lessons).
 """

@@ -1,7 +1,7 @@
 """The measuring commands' output: ``decode-tui bench`` (modes timed by the core's protocol) and ``decode-tui whatif``
 (other drafting settings replayed on a greedy trace and priced with this machine's measured costs).
 
-They load the model as ``generate`` does (cli/headless.py) and print tables; the measuring itself, the protocol
+They load the model as ``generate`` does (cli/loads.py) and print tables; the measuring itself, the protocol
 and the replays live in :mod:`decode_tui.core` (compare, timeline, whatif, calibrate).
 """
 
@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING
 from ..core.errors import DecodeTuiError
 from ..core.params import check_device_map
 from ..tui.numbers import count
+from .console import fail, status
 from .flags import ModeChoice, TableFormatChoice
-from .headless import _load, _load_draft, _write, ensure_model, fail, load_for_modes, status
+from .headless import _write
+from .loads import ensure_model, load, load_draft, load_models
 from .options import DecodingOptions
 
 if TYPE_CHECKING:
@@ -42,7 +44,7 @@ def bench(options: DecodingOptions, modes: list[ModeChoice], *, runs: int, outpu
             modes = [ModeChoice.greedy, *modes]
         configs = {m.value: options.for_mode(m).config() for m in modes}
         text = options.prompt_text() if options.prompt or options.prompt_file else _bench_prompt(modes)
-        lm, draft = load_for_modes(options, text, configs)
+        lm, draft = load_models(options, text, configs["greedy"], configs.get("speculative"))
         with status(f"Benchmarking {', '.join(configs)}: a warm-up each, then {runs} rounds, alternated") as progress:
             rows = run_bench(lm, text, configs, runs=runs, draft=draft, progress=progress)
     except DecodeTuiError as err:
@@ -134,11 +136,11 @@ def whatif(path: Path, *, model: str | None, device: str, dtype: str, draft: str
             # A folder's trace is named by the folder's base name, which may not resolve from here.
             raise UsageError(f"{path} was decoded by {trace.model}, which is not a model decode-tui can find from "
                              f"here ({err}). Pass --model with that model's folder or repo id.") from None
-        lm = _load(resolved, device, dtype, trust_remote_code)
+        lm = load(resolved, device, dtype, trust_remote_code)
         if lm.name != trace.model:
             raise UsageError(f"{path} was decoded by {trace.model}, not {lm.name}: its token ids mean nothing to "
                              f"{lm.name}. Pass --model with the model that decoded it, or leave --model out.")
-        draft_model = _load_draft(lm, draft, trust_remote_code) if draft is not None else None
+        draft_model = load_draft(lm, draft, trust_remote_code) if draft is not None else None
         width = max(max(w.DRAFT_LENGTHS), max(w.TREE_BUDGETS)) + 1
         with status("Replaying every setting and timing this machine's forward passes") as progress:
             replays = w.lookup_grid(trace, lm.eos_token_ids)

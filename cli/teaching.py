@@ -27,8 +27,8 @@ from ..core.registry import EMBEDDED_ALIASES, resolve
 from ..lessons import Lesson, LessonError, load, shipped
 from ..tui.numbers import count
 from .commands import _run_app, app, configured_model_exists, need_terminal, user_config
+from .console import fail
 from .flags import ModeChoice, PromptArg, TableFormatChoice, ThemeOpt
-from .headless import fail
 from .options import (
     ONLY_FOR,
     DecodingOptions,
@@ -285,7 +285,8 @@ def race_cmd(
 ) -> None:
     """Race decoding modes side by side on one prompt. Each mode runs alone first (warm, so none slows another),
     then all are replayed together at the pace each had: text, target forwards, acceptance, speed-up over greedy."""
-    from .headless import load_for_modes, status
+    from .console import status
+    from .loads import load_models
     from .measure import _bench_prompt
 
     try:
@@ -304,7 +305,7 @@ def race_cmd(
         check_device_map(options.device, options.device_map_name)
         configs = {m.value: options.for_mode(m).config() for m in chosen}
         prompt = options.prompt_text() if options.prompt or options.prompt_file else _bench_prompt(chosen)
-        lm, draft = load_for_modes(options, prompt, configs)
+        lm, draft = load_models(options, prompt, next(iter(configs.values())), configs.get("speculative"))
         from ..core.race import measure
 
         with status(f"Racing {', '.join(configs)}: a warm-up each, then {repeats} rounds of each alone, "

@@ -451,7 +451,8 @@ def preparing(spec: str) -> str:
 
 
 def load_draft(target: LoadedModel, spec: str, trust_remote_code: bool = False,
-               progress: Progress = quiet, named: bool = True) -> DraftModel:
+               progress: Progress = quiet, named: bool = True,
+               tokenizer: PreTrainedTokenizerBase | None = None) -> DraftModel:
     """The draft model for ``spec``, sharing the target's vocabulary.
 
     ``self``: the target's own weights (greedy acceptance is then 100 %);
@@ -462,7 +463,8 @@ def load_draft(target: LoadedModel, spec: str, trust_remote_code: bool = False,
 
     ``named``: the user asked for this draft. A quantised draft whose kernel the device lacks is then refused
     (a UsageError); when it was only the default, the target itself drafts instead, and the returned draft's
-    ``note`` says so in one line: speculative decoding runs on every device by default.
+    ``note`` says so in one line: speculative decoding runs on every device by default. ``tokenizer``: a draft
+    model's own, where the caller loaded it already (to check it before the target's weights load).
     """
     width = target.model.get_output_embeddings().weight.shape[0]
     if spec == "self":
@@ -481,7 +483,8 @@ def load_draft(target: LoadedModel, spec: str, trust_remote_code: bool = False,
     from .loading import load_model, load_tokenizer
 
     resolved = ensure(spec, progress)
-    tokenizer = load_tokenizer(resolved, trust_remote_code)
+    if tokenizer is None:
+        tokenizer = load_tokenizer(resolved, trust_remote_code)
     check_same_vocabulary(target.tokenizer, tokenizer)  # from the tokenizers alone, before the weights load
     progress(f"Loading the draft model {resolved.display_name}")
     draft = load_model(resolved, device=str(target.device), dtype=str(target.dtype).removeprefix("torch."),

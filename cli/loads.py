@@ -1,0 +1,120 @@
+"""The models a command needs: fetched, checked before their weights load, loaded with each phase named.
+
+What the tokenizers alone can tell is refused before any weights load (minutes for a big model on a CPU): the
+steering (``--force``, ``--resume``), a prompt too long for the model, a draft model of another vocabulary. The
+loading itself is :mod:`decode_tui.core.loading`'s and :mod:`decode_tui.core.drafters`'; this module puts it on
+the console.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ..core.params import DecodeConfig
+from .console import status, stderr
+from .options import DecodingOptions
+from .steering import Steering, build_path
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from ..core.drafters import DraftModel
+    from ..core.loading import LoadedModel
+    from ..core.path import Path
+    from ..core.registry import ResolvedModel
+
+
+def ensure_model(spec: str) -> ResolvedModel:
+    """The files for ``spec`` (core/acquire.py); the embedded model's first fetch shows its progress."""
+    from ..core.acquire import ensure, fetching
+
+    what = fetching(spec)
+    if what is None:
+        return ensure(spec)
+    with status(what) as progress:
+        return ensure(spec, progress)
+
+
+def steer(options: DecodingOptions, steering: Steering, prompt: str, config: DecodeConfig,
+          ) -> tuple[Path, PreTrainedTokenizerBase]:
+    """The path ``steering`` asks for, built with the model's tokenizer alone, so that a trace of another model or
+    prompt, an --at out of range or a --force too long is refused in a second, before the model loads and warms
+    up; the tokenizer goes on to the load."""
+    from ..core.loading import configured_context_length, encode_prompt, load_tokenizer
+
+    resolved = ensure_model(options.model_name)
+    with status(f"Checking the steering with {resolved.display_name}'s tokenizer"):
+        tokenizer = load_tokenizer(resolved, options.trust_remote_code)
+        chat = config.use_chat and bool(getattr(tokenizer, "chat_template", None))
+        prompt_ids = encode_prompt(tokenizer, prompt, chat)
+        context = configured_context_length(resolved, options.trust_remote_code)
+        path = build_path(steering, resolved.display_name, tokenizer, prompt_ids, config.max_new_tokens, context)
+        if config.constraint is not None:  # a forced token the constraint forbids could never be decoded
+            from ..core.grammar import Grammar, check_path
+
+            eos = frozenset({tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else ())
+            check_path(Grammar(config.constraint, tokenizer, eos), tokenizer, path.ids, len(path.kept))
+        return path, tokenizer
+
+
+def load_models(options: DecodingOptions, prompt: str, config: DecodeConfig, speculative: DecodeConfig | None,
+                tokenizer: PreTrainedTokenizerBase | None = None) -> tuple[LoadedModel, DraftModel | None]:
+    """The target model (with ``tokenizer``, where it was loaded already), and the draft model ``speculative``'s
+    settings name (when there is a speculative run). Between the target's tokenizer and its weights the load
+    checks ``prompt`` (read as ``config`` reads it) against the model's context and a draft model's vocabulary
+    against the target's, so neither waits for the weights."""
+    draft_spec = speculative.draft.model_spec if speculative is not None else None
+    draft_files = ensure_model(draft_spec) if draft_spec is not None else None  # missing: refused before any load
+    resolved = ensure_model(options.model_name)
+    draft_tokenizer: list[PreTrainedTokenizerBase] = []  # the draft model's, checked here and loaded with it
+
+    def check(target: PreTrainedTokenizerBase) -> None:
+        # Imported here, in the load: torch's start-up is the load's first named phase, not this module's import.
+        from ..core.loading import check_prompt_fits, configured_context_length, encode_prompt, load_tokenizer
+
+        chat = config.use_chat and bool(getattr(target, "chat_template", None))
+        context = configured_context_length(resolved, options.trust_remote_code)
+        check_prompt_fits(len(encode_prompt(target, prompt, chat)), context, resolved.display_name)
+        if draft_files is not None:
+            from ..core.drafters import check_same_vocabulary
+
+            draft_tokenizer.append(load_tokenizer(draft_files, options.trust_remote_code))
+            check_same_vocabulary(target, draft_tokenizer[0])
+
+    lm = load(resolved, options.device, options.dtype.value, options.trust_remote_code, options.device_map_name,
+              tokenizer, check)
+    draft = load_draft(lm, speculative.draft.draft, options.trust_remote_code, speculative.draft.named,
+                       next(iter(draft_tokenizer), None)) if speculative is not None else None
+    return lm, draft
+
+
+def load(resolved: ResolvedModel, device: str, dtype: str, trust_remote_code: bool,
+         device_map: str | None = None, tokenizer: PreTrainedTokenizerBase | None = None,
+         check: Callable[[PreTrainedTokenizerBase], None] | None = None) -> LoadedModel:
+    """The model, each phase named on the console (torch's start-up too); ``check`` as in core/loading.py."""
+    with status(f"Loading {resolved.display_name}") as progress:
+        from ..core.acquire import drive
+        from ..core.startup import importing_torch
+
+        # torch's own start-up, named on the progress line
+        torch_s = drive(importing_torch(), lambda line: progress(f"Loading {resolved.display_name}: {line}"))
+        from ..core.loading import load_model
+
+        lm = load_model(resolved, device=device, dtype=dtype, trust_remote_code=trust_remote_code,
+                        tokenizer=tokenizer, device_map=device_map, progress=progress, check=check)
+    if torch_s:
+        lm.timings["torch"] = round(torch_s, 3)
+    return lm
+
+
+def load_draft(lm: LoadedModel, spec: str, trust_remote_code: bool, named: bool = True,
+               tokenizer: PreTrainedTokenizerBase | None = None) -> DraftModel:
+    """The draft model for ``spec`` (``tokenizer``: a draft model's, where it was loaded already), and its note."""
+    from ..core import drafters
+
+    with status(drafters.preparing(spec)) as progress:
+        draft = drafters.load_draft(lm, spec, trust_remote_code, progress, named=named, tokenizer=tokenizer)
+    if draft.note is not None:
+        stderr().print(f"decode-tui: note: {draft.note}")
+    return draft
