@@ -214,8 +214,15 @@ def _effective(settings: Settings, knob: Knob) -> str | None:
     return None
 
 
-def adjust(settings: Settings, knob_id: str, direction: int) -> Change:
-    """Raise (``direction=+1``) or lower (-1) one knob. Out-of-range values stop at the limit."""
+def _from_when(running: bool) -> str:
+    """When a live change takes effect: at the running strategy's next step, or, once the run has ended, in the
+    next run (saying "from the next step" after the last step told the user something would still happen)."""
+    return ", from the next step" if running else ": the run has ended, so it applies from the next run (r restarts)"
+
+
+def adjust(settings: Settings, knob_id: str, direction: int, *, running: bool = True) -> Change:
+    """Raise (``direction=+1``) or lower (-1) one knob. Out-of-range values stop at the limit. ``running``: a run
+    is under way (or paused) that a live change reaches at its next step."""
     knob = KNOBS_BY_ID[knob_id]
     old = knob.get(settings)
     new = knob.step(old, direction)
@@ -231,7 +238,7 @@ def adjust(settings: Settings, knob_id: str, direction: int) -> Change:
     if why_not:
         return Change(changed, "view", f"{message}: {why_not}")
     if knob.applies == "live":
-        message += ", from the next step"
+        message += _from_when(running)
     elif knob.applies == "restart":
         message += ": the number of beams shapes the search, so the run restarts"
     elif knob.applies == "rerank":
@@ -244,9 +251,9 @@ def said_words(words: tuple[str, ...]) -> str:
     return ", ".join(repr(word) for word in words) if words else "none"
 
 
-def with_bad_words(settings: Settings, text: str) -> Change:
+def with_bad_words(settings: Settings, text: str, *, running: bool = True) -> Change:
     """The bad words set to the comma-separated ``text`` (blank: none); they apply in every mode, from the
-    next step."""
+    next step (of the next run, where ``running`` is false)."""
     try:
         words = words_of(text)
     except UsageError as err:
@@ -255,7 +262,7 @@ def with_bad_words(settings: Settings, text: str) -> Change:
     if words == old:
         return Change(settings, None, f"bad words stay {said_words(old)}")
     changed = settings.replace_config(sampling=dataclasses.replace(settings.config.sampling, bad_words=words))
-    return Change(changed, "live", f"bad words {said_words(old)} → {said_words(words)}, from the next step")
+    return Change(changed, "live", f"bad words {said_words(old)} → {said_words(words)}{_from_when(running)}")
 
 
 def next_mode(settings: Settings) -> Settings:

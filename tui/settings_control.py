@@ -63,11 +63,18 @@ class SettingsControl:
 
     def knob(self, knob_id: str, direction: int) -> str:
         """Turn one knob; returns what happened, in the words the status line shows."""
-        return self._apply(adjust(self.host.settings, knob_id, direction), knob_id)
+        return self._apply(adjust(self.host.settings, knob_id, direction, running=self._running()), knob_id)
 
     def bad_words(self, text: str) -> str:
         """Set the bad words from comma-separated ``text``; returns what happened."""
-        return self._apply(with_bad_words(self.host.settings, text), "bad_words")
+        return self._apply(with_bad_words(self.host.settings, text, running=self._running()), "bad_words")
+
+    def _running(self) -> bool:
+        """A run is under way, or paused, so a live change reaches it; false once it has ended (or failed). Before
+        the first run starts (the model loading) there is no pump, and that run takes the change from its first
+        step."""
+        pump = self.host.pump
+        return pump is None or not pump.finished.is_set()
 
     def _apply(self, change: Change, knob_id: str) -> str:
         host = self.host
