@@ -226,9 +226,10 @@ def run_app(
             check_output(record, "record")
         # A missing model is reported before the app opens (the embedded one is fetched in it), and so is a
         # missing draft.
-        for spec in (options.model_name, config.draft.model_spec if options.mode is ModeChoice.speculative else None):
+        draft = config.draft.model_spec if options.mode is ModeChoice.speculative else None
+        for spec, flag in ((options.model_name, "--model"), (draft, "--draft")):
             if spec is not None and spec not in EMBEDDED_ALIASES:
-                resolve(spec)
+                resolve(spec, flag)
             elif spec is not None and not is_available(spec):
                 from ..core.embedded import check_cache
 

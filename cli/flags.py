@@ -162,8 +162,8 @@ NumReturnSequencesOpt = Annotated[int | None, typer.Option(min=1, help="Hypothes
                                                              "(<= num-beams). \\[default: 1]",
                                                              rich_help_panel="Beam search")]
 DraftOpt = Annotated[str | None, typer.Option(help="speculative: the draft model: a model spec, self (the "
-                                              "target's own weights), int4 or int8 (the target quantised, "
-                                              "CPU), layers:N (its first N layers) or a combination such as "
+                                              "target's own weights), int4 or int8 (the target quantised), "
+                                              "layers:N (its first N layers) or a combination such as "
                                               "int4+layers:20. \\[default: int4]",
                                               rich_help_panel="Speculative and PLD")]
 NumDraftTokensOpt = Annotated[int | None, typer.Option(min=1, help="speculative: tokens drafted per round (the "

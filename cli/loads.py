@@ -25,15 +25,16 @@ if TYPE_CHECKING:
     from ..core.registry import ResolvedModel
 
 
-def ensure_model(spec: str) -> ResolvedModel:
-    """The files for ``spec`` (core/acquire.py); the embedded model's first fetch shows its progress."""
+def ensure_model(spec: str, flag: str = "--model") -> ResolvedModel:
+    """The files for ``spec`` (core/acquire.py); the embedded model's first fetch shows its progress. ``flag``: the
+    option the spec came from, which an error names."""
     from ..core.acquire import ensure, fetching
 
     what = fetching(spec)
     if what is None:
-        return ensure(spec)
+        return ensure(spec, flag=flag)
     with status(what) as progress:
-        return ensure(spec, progress)
+        return ensure(spec, progress, flag)
 
 
 def steer(options: DecodingOptions, steering: Steering, prompt: str, config: DecodeConfig,
@@ -65,7 +66,8 @@ def load_models(options: DecodingOptions, prompt: str, config: DecodeConfig, spe
     checks ``prompt`` (read as ``config`` reads it) against the model's context and a draft model's vocabulary
     against the target's, so neither waits for the weights."""
     draft_spec = speculative.draft.model_spec if speculative is not None else None
-    draft_files = ensure_model(draft_spec) if draft_spec is not None else None  # missing: refused before any load
+    # A draft model that is missing is refused before any load.
+    draft_files = ensure_model(draft_spec, "--draft") if draft_spec is not None else None
     resolved = ensure_model(options.model_name)
     draft_tokenizer: list[PreTrainedTokenizerBase] = []  # the draft model's, checked here and loaded with it
 

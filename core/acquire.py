@@ -50,13 +50,14 @@ def fetching(spec: str) -> str | None:
     return None
 
 
-def ensure(spec: str, progress: Progress = quiet) -> ResolvedModel:
+def ensure(spec: str, progress: Progress = quiet, flag: str = "--model") -> ResolvedModel:
     """The files for ``spec``; the embedded model is fetched the first time, its steps told to ``progress``.
+    ``flag``: the option the spec came from, which an error names (``--draft`` for a draft model).
 
     Raises :class:`~decode_tui.core.errors.ModelUnavailableError` for any other spec that is not on disk.
     """
     try:
-        return resolve(spec)
+        return resolve(spec, flag)
     except ModelUnavailableError:
         if spec not in EMBEDDED_ALIASES:
             raise
@@ -64,4 +65,4 @@ def ensure(spec: str, progress: Progress = quiet) -> ResolvedModel:
 
     progress(fetching(spec) or f"fetching {spec}")
     pull(spec, progress)
-    return resolve(spec)
+    return resolve(spec, flag)

