@@ -1327,6 +1327,37 @@ async def test_a_short_lookup_panel_keeps_the_match_and_the_copy_in_view() -> No
 
 
 @in_event_loop
+async def test_the_lookup_panel_counts_one_token_as_one() -> None:
+    """It said "copied 1 tokens" and "the text's last 1 tokens '.' were seen before"."""
+    from decode_tui.core.events import DraftProposed
+
+    app, _ = make("pld")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        panel = app.query_one(LookupPanel)
+        panel.reset(tuple(f" w{i}" for i in range(20)))
+        copied = DraftProposed(round=3, drafter="lookup", token_ids=(1,), texts=(" w6",), match_start=5,
+                               match_end=6, copy_start=6, copy_end=7, max_tokens=4)
+        panel.show(copied, 0)
+        await pilot.pause()
+        shown = " ".join(_shown(panel))
+        assert "the last 1-gram ' w5' was found at token 5 of the prompt; copied 1 token after it" in shown, shown
+        suffix = DraftProposed(round=4, drafter="suffix", token_ids=(1,), texts=(" w9",), match_start=19,
+                               match_end=20, max_tokens=4, sources=("this run",))
+        panel.show(suffix, 0)
+        await pilot.pause()
+        shown = " ".join(_shown(panel))
+        assert "the text's last token ' w19' was seen before (this run); drafted 1 token of what followed it" in shown
+        longer = DraftProposed(round=5, drafter="suffix", token_ids=(1, 2), texts=(" w9", " w10"), match_start=18,
+                               match_end=20, max_tokens=4, sources=("this run", "this run"))
+        panel.show(longer, 0)
+        await pilot.pause()
+        shown = " ".join(_shown(panel))
+        assert "the text's last 2 tokens ' w18 w19' were seen before (this run); drafted 2 tokens of what followed " \
+               "them" in shown, shown
+
+
+@in_event_loop
 async def test_a_small_candidates_panel_shows_every_stage_with_fewer_candidates_and_shorter_bars() -> None:
     """Cut at the bottom, an 80x24 terminal hid top-k and top-p, the distribution the token is drawn from."""
     from decode_tui.core.events import Candidate, StageCandidates

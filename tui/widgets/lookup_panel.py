@@ -16,6 +16,7 @@ from rich.segment import Segment
 from rich.text import Text
 
 from ...core.events import DraftProposed
+from ..numbers import count
 from .live_panel import LivePanel
 
 WINDOW = 24  # tokens shown either side of the copy
@@ -62,7 +63,7 @@ class LookupPanel(LivePanel):
         m0, m1, c0, c1 = p.match_start, p.match_end or p.match_start, p.copy_start, p.copy_end or p.copy_start
         where = "the prompt" if c0 < self.prompt_len else "the earlier output"
         head = self._headline(p, f"the last {m1 - m0}-gram", (m0, m1),
-                              f"was found at token {m0} of {where}; copied {len(p.token_ids)} tokens after it")
+                              f"was found at token {m0} of {where}; copied {count(len(p.token_ids), 'token')} after it")
         lo, hi = max(0, m0 - before), min(len(self.context), c1 + WINDOW)
         body = Text("…" if lo > 0 else "")
         for i in range(lo, hi):
@@ -89,8 +90,11 @@ class LookupPanel(LivePanel):
         m0, m1 = p.match_start or 0, p.match_end or len(self.context)
         sources = sorted(set(p.sources or ()))
         where = " and ".join(sources) if sources else "what the run has seen"
-        head = self._headline(p, f"the text's last {m1 - m0} tokens", (m0, m1),
-                              f"were seen before ({where}); drafted {len(p.token_ids)} tokens of what followed them")
+        one = m1 - m0 == 1
+        last, were, them = ("token", "was", "it") if one else (f"{m1 - m0} tokens", "were", "them")
+        drafted = count(len(p.token_ids), "token")
+        head = self._headline(p, f"the text's last {last}", (m0, m1),
+                              f"{were} seen before ({where}); drafted {drafted} of what followed {them}")
         lo = max(0, m0 - before)
         body = Text("…" if lo > 0 else "")
         for i in range(lo, min(m1, len(self.context))):
