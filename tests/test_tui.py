@@ -273,7 +273,7 @@ async def test_a_sampling_change_after_the_run_ended_says_it_applies_to_the_next
         await settle(pilot, app)
         await pilot.press("t")  # temperature 1.0 -> 0.9, on a finished run
         said = app.messages[-1]
-        assert said == "temperature 1 → 0.9: the run has ended, so it applies from the next run (r restarts)", said
+        assert said == "temperature 1 → 0.9, for the next run (this one has ended; r restarts)", said
         assert len(fake.runs) == 1, "a knob does not restart a finished run by itself"
         await pilot.press("r")
         await settle(pilot, app)
@@ -1586,7 +1586,7 @@ async def test_the_stage_editor_lists_every_stage_and_changes_one_from_the_next_
         assert app.live.snapshot().sampling.min_p == 0.05, "applied from the next step, as the other knobs are"
         said = str(app.screen.query_one("#stages-said", Label).render())
         # The run has ended (settled above), so the change waits for the next one, and says so.
-        assert "min-p 0.02 → 0.05: the run has ended, so it applies from the next run (r restarts)" in said, said
+        assert "min-p 0.02 → 0.05, for the next run (this one has ended; r restarts)" in said, said
         assert "0.05" in str(options.get_option_at_index(7).prompt)
         await pilot.press("left", "left", "left")
         assert app.settings.config.sampling.min_p is None, "0 turns min-p off, as GenerationConfig's None"
@@ -1603,7 +1603,7 @@ async def test_the_stage_editor_lists_every_stage_and_changes_one_from_the_next_
         assert app.settings.config.sampling.bad_words == ("zoo", "sorry")
         assert app.live.snapshot().sampling.bad_words == ("zoo", "sorry"), "applied from the next step"
         said = str(app.screen.query_one("#stages-said", Label).render())
-        assert "bad words none → 'zoo', 'sorry': the run has ended, so it applies from the next run" in said, said
+        assert "bad words none → 'zoo', 'sorry', for the next run (this one has ended" in said, said
         assert "'zoo', 'sorry'" in str(app.screen.query_one("#stages-words", Label).render())
         await pilot.press("end", ",", "enter")
         said = str(app.screen.query_one("#stages-said", Label).render())

@@ -217,7 +217,7 @@ def _effective(settings: Settings, knob: Knob) -> str | None:
 def _from_when(running: bool) -> str:
     """When a live change takes effect: at the running strategy's next step, or, once the run has ended, in the
     next run (saying "from the next step" after the last step told the user something would still happen)."""
-    return ", from the next step" if running else ": the run has ended, so it applies from the next run (r restarts)"
+    return ", from the next step" if running else ", for the next run (this one has ended; r restarts)"
 
 
 def adjust(settings: Settings, knob_id: str, direction: int, *, running: bool = True) -> Change:
