@@ -38,7 +38,9 @@ from .flags import (
     TableFormatChoice,
     ThemeOpt,
     TrustRemoteCodeOpt,
+    utf8_text,
 )
+from .loads import refuse_a_prompt_too_long
 from .options import (
     DecodingOptions,
     decoding_command,
@@ -91,7 +93,8 @@ def generate(
     output_format: OutputFormatOpt = FormatChoice.text,
     force: Annotated[str | None, typer.Option("--force", help="Begin the reply with this text (its tokens are "
                                               "emitted as forced, each with how likely the model found it), then "
-                                              "decode on in the mode.", rich_help_panel="Steering")] = None,
+                                              "decode on in the mode.", callback=utf8_text,
+                                              rich_help_panel="Steering")] = None,
     resume: Annotated[Path | None, typer.Option("--resume", help="Start from a trace's path: a jsonl of `generate "
                                                 "--format jsonl` or a recording, of the same model and prompt "
                                                 "(its prompt is taken when none is given). With --at.",
@@ -234,6 +237,7 @@ def run_app(
                 from ..core.embedded import check_cache
 
                 check_cache(spec)  # fetched in the app: its cache must take it
+        refuse_a_prompt_too_long(options, text, config)
     except DecodeTuiError as err:
         fail(err)
     from ..tui.app import DecodeApp

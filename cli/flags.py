@@ -82,6 +82,39 @@ def _check_device(value: str) -> str:
     return value
 
 
+def _check_utf8(value: str | None, instead: str) -> str | None:
+    """Text that goes to a tokenizer or a grammar must be text: an argument typed in a terminal set to another
+    encoding (Latin-1's é) reaches Python as a lone surrogate, which no tokenizer or regex compiler takes, and each
+    failed in its own way deep in a run."""
+    if value is None:
+        return None
+    bad = next((c for c in value if "\udc80" <= c <= "\udcff"), None)  # Python's stand-ins for undecodable bytes
+    if bad is not None:
+        raise typer.BadParameter(f"byte 0x{ord(bad) - 0xDC00:02X} at character {value.index(bad)} is not UTF-8 "
+                                 f"text. {instead}")
+    return value
+
+
+def utf8_text(value: str | None) -> str | None:
+    # One parameter only: typer hands a callback's other parameters the context.
+    return _check_utf8(value, "Set the terminal to UTF-8.")
+
+
+def utf8_prompt(value: str | None) -> str | None:
+    return _check_utf8(value, "Set the terminal to UTF-8, or save the prompt as a UTF-8 file and pass --prompt-file.")
+
+
+def utf8_text_or_file(value: str | None) -> str | None:
+    """As :func:`utf8_text`, for an option that takes a file or the text itself: a file's name may be in any
+    encoding."""
+    try:
+        if value is not None and Path(value).exists():
+            return value
+    except OSError:  # too long a name for a file: the text itself
+        pass
+    return _check_utf8(value, "Set the terminal to UTF-8.")
+
+
 ModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="Alias (see `decode-tui models`), Hugging "
                                               "Face repo id, local folder or .gguf file. \\[default: the config "
                                               f"file's model, else {DEFAULT_ALIAS}]", rich_help_panel="Model")]
@@ -91,11 +124,11 @@ DtypeOpt = Annotated[DtypeChoice, typer.Option(help="auto: bf16 on CUDA, fp32 on
                                                rich_help_panel="Model")]
 TrustRemoteCodeOpt = Annotated[bool, typer.Option("--trust-remote-code", help="Allow a checkpoint's own "
                                                     "Python code to run.", rich_help_panel="Model")]
-PromptOpt = Annotated[str | None, typer.Option("--prompt", "-p", help="The prompt text.",
+PromptOpt = Annotated[str | None, typer.Option("--prompt", "-p", help="The prompt text.", callback=utf8_prompt,
                                                rich_help_panel="Prompt")]
 PromptArg = Annotated[str | None, typer.Argument(help="The prompt text, as with --prompt (quote it). "
                                                  "\\[default: a demo prompt]", show_default=False,
-                                                 metavar="PROMPT")]
+                                                 metavar="PROMPT", callback=utf8_prompt)]
 PromptFileOpt = Annotated[Path | None, typer.Option(help="Read the prompt from a UTF-8 file (- for stdin).",
                                                      rich_help_panel="Prompt")]
 NoChatOpt = Annotated[bool, typer.Option("--no-chat", help="Feed the prompt as-is, without the chat "
@@ -134,14 +167,15 @@ NoRepeatNgramSizeOpt = Annotated[int | None, typer.Option(help="Forbid any n-gra
 BadWordsOpt = Annotated[str | None, typer.Option(help="Comma-separated words the output must not contain, "
                                                  "however the tokenizer would spell them: matched as written (case "
                                                  "too), anywhere, also inside a longer word.",
-                                                 rich_help_panel="Sampling")]
+                                                 callback=utf8_text, rich_help_panel="Sampling")]
 MinNewTokensOpt = Annotated[int | None, typer.Option(help="Forbid the end of text before this many new tokens. "
                                                      "\\[default: 0]", rich_help_panel="Sampling")]
 JsonSchemaOpt = Annotated[str | None, typer.Option(help="Constrain the output to this JSON schema: a file, or "
-                                                   "the schema itself.", rich_help_panel="Constrained decoding")]
+                                                   "the schema itself.", callback=utf8_text_or_file,
+                                                   rich_help_panel="Constrained decoding")]
 RegexOpt = Annotated[str | None, typer.Option(help="Constrain the output to match this regex in full. \\d means "
                                               "an ASCII digit, [0-9], as in a JSON schema's pattern.",
-                                              rich_help_panel="Constrained decoding")]
+                                              callback=utf8_text, rich_help_panel="Constrained decoding")]
 GrammarOpt = Annotated[Path | None, typer.Option(help="Constrain the output to this Lark grammar file "
                                                  "(llguidance's syntax; in its /regexes/ \\d is any "
                                                  "Unicode digit: write [0-9]).",

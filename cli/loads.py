@@ -37,6 +37,28 @@ def ensure_model(spec: str, flag: str = "--model") -> ResolvedModel:
         return ensure(spec, progress, flag)
 
 
+def refuse_a_prompt_too_long(options: DecodingOptions, prompt: str, config: DecodeConfig) -> None:
+    """A prompt too long for the model, refused before the app opens (the app would open on an error, and end with
+    status 0). Only a prompt that could be too long is tokenized: that takes transformers' import, seconds, which a
+    short prompt's first paint should not wait for. The embedded model before its first fetch is checked in the
+    app, which fetches it."""
+    from ..core.registry import EMBEDDED_ALIASES, declared_context_length, is_available, resolve, surely_fits
+
+    spec = options.model_name
+    if spec in EMBEDDED_ALIASES and not is_available(spec):
+        return
+    resolved = resolve(spec)
+    if surely_fits(prompt, declared_context_length(resolved)):
+        return
+    with status(f"Checking the prompt's length with {resolved.display_name}'s tokenizer"):
+        from ..core.loading import check_prompt_fits, configured_context_length, encode_prompt, load_tokenizer
+
+        tokenizer = load_tokenizer(resolved, options.trust_remote_code)
+        chat = config.use_chat and bool(getattr(tokenizer, "chat_template", None))
+        context = configured_context_length(resolved, options.trust_remote_code)
+        check_prompt_fits(len(encode_prompt(tokenizer, prompt, chat)), context, resolved.display_name)
+
+
 def steer(options: DecodingOptions, steering: Steering, prompt: str, config: DecodeConfig,
           ) -> tuple[Path, PreTrainedTokenizerBase]:
     """The path ``steering`` asks for, built with the model's tokenizer alone, so that a trace of another model or

@@ -390,7 +390,11 @@ def read_prompt(prompt: str | None, prompt_file: Path | None, mode: str = "greed
         raise UsageError("Pass either --prompt or --prompt-file, not both.")
     if prompt_file is not None:
         if str(prompt_file) == "-":
-            text = sys.stdin.read()
+            try:  # decoded here, strictly: the stream's own decoding may let bad bytes through as surrogates
+                text = sys.stdin.buffer.read().decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise UsageError(f"The prompt on standard input is not UTF-8 text (bad byte at offset {exc.start}). "
+                                 "Convert it, e.g. `iconv -t utf-8`.") from None
         else:
             try:
                 text = prompt_file.read_bytes().decode("utf-8")

@@ -24,7 +24,7 @@ import torch
 from .acquire import drive
 from .errors import ModelLoadError, UsageError
 from .params import check_device_map
-from .registry import ResolvedModel
+from .registry import CONTEXT_KEYS, ResolvedModel
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -104,6 +104,11 @@ def encode_prompt(tokenizer: PreTrainedTokenizerBase, prompt: str, use_chat: boo
         # A NUL is no text a model was trained on, and usually means a binary file was read as the prompt.
         raise UsageError(f"The prompt holds a NUL character (at character {prompt.index(chr(0))}): is it a binary "
                          "file? Pass a text prompt, or remove the NUL bytes.")
+    surrogate = next((i for i, c in enumerate(prompt) if "\ud800" <= c <= "\udfff"), None)
+    if surrogate is not None:
+        # Python's stand-in for bytes that did not decode (surrogateescape): no tokenizer takes it.
+        raise UsageError(f"The prompt holds a lone surrogate (at character {surrogate}), which is not text: was it "
+                         "decoded from bytes that are not UTF-8? Decode it as UTF-8, or with errors='replace'.")
     if use_chat and getattr(tokenizer, "chat_template", None):
         text = tokenizer.apply_chat_template(
             [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
@@ -158,7 +163,7 @@ def configured_context_length(resolved: ResolvedModel, trust_remote_code: bool =
 
 
 def _context_of(config: Any) -> int | None:
-    for attr in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+    for attr in CONTEXT_KEYS:
         value = getattr(config, attr, None)
         if isinstance(value, int) and value > 0:
             return value

@@ -174,6 +174,39 @@ def _unavailable(spec: str, repo: str, flag: str = "--model") -> ModelUnavailabl
     return ModelUnavailableError(f"{what} {label} is not on this machine. Looked in: {where}. {todo}")
 
 
+# Tokens a chat template may add around a prompt: role markers, a BOS token, a default system prompt (SmolLM2's and
+# Qwen2.5's are about 20 tokens).
+TEMPLATE_SLACK = 512
+# Where a config names its context length, in the order transformers' configs use them.
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+
+
+def declared_context_length(resolved: ResolvedModel) -> int | None:
+    """The context length the model's config.json declares, read as JSON: no transformers, so a front end can ask
+    before anything heavy is imported. None for a .gguf file, or a config that cannot be read or does not say."""
+    import json
+
+    if resolved.gguf_file is not None:
+        return None
+    try:
+        config = json.loads((resolved.path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    for key in CONTEXT_KEYS:
+        value = config.get(key) if isinstance(config, dict) else None
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def surely_fits(prompt: str, context: int | None) -> bool:
+    """Whether ``prompt`` fits a model that reads ``context`` tokens, told without its tokenizer. Each token of a
+    byte-level or byte-fallback tokenizer covers at least one byte of the text (a special token's text covers
+    several), so a prompt of n UTF-8 bytes is at most n tokens, and its chat template adds at most TEMPLATE_SLACK.
+    False means only the tokenizer can tell."""
+    return context is not None and len(prompt.encode("utf-8")) + TEMPLATE_SLACK < context
+
+
 def is_available(spec: str) -> bool:
     try:
         resolve(spec)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -179,6 +180,40 @@ def test_bad_options_are_usage_errors(tiny_model_dir: Path, isolated_env: dict[s
     assert_clean_failure(done, EXIT_USAGE, *fragments)
 
 
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["-p", "caf\udce9"], "'--prompt' / '-p'"),  # é typed in a Latin-1 terminal: one byte, 0xE9
+        (["caf\udce9"], "'PROMPT'"),
+        (["-p", "hi", "--force", "caf\udce9"], "'--force'"),
+        (["-p", "hi", "--bad-words", "caf\udce9"], "'--bad-words'"),
+        (["-p", "hi", "--regex", "caf\udce9"], "'--regex'"),
+        (["-p", "hi", "--json-schema", '{"enum": ["caf\udce9"]}'], "'--json-schema'"),
+    ],
+)
+def test_text_that_is_not_utf8_is_refused_naming_its_option(tiny_model_dir: Path, isolated_env: dict[str, str],
+                                                           args: list[str], option: str) -> None:
+    """Each of these reached the tokenizer or the grammar compiler and ended in an internal error."""
+    done = cli("generate", "--model", str(tiny_model_dir), *args, env=isolated_env)
+    assert_clean_failure(done, EXIT_USAGE, f"Invalid value for {option}", "byte 0xE9 at character", "not UTF-8",
+                         "Set the terminal to UTF-8")
+
+
+def test_a_prompt_on_stdin_that_is_not_utf8_is_refused_and_a_file_name_in_any_encoding_is_read(
+        tiny_model_dir: Path, isolated_env: dict[str, str], tmp_path: Path) -> None:
+    done = subprocess.run([SCRIPT, "generate", "--model", str(tiny_model_dir), "--prompt-file", "-"],
+                          capture_output=True, env=isolated_env, input=b"caf\xe9", timeout=120)
+    assert done.returncode == EXIT_USAGE, done.stderr
+    assert b"standard input is not UTF-8 text (bad byte at offset 3)" in done.stderr and b"Traceback" not in done.stderr
+    # The control: a file whose *name* is not UTF-8 is a file like any other (only text must be text).
+    named = os.fsencode(tmp_path) + b"/caf\xe9.txt"
+    with open(named, "wb") as f:
+        f.write(b"hello")
+    read = cli("generate", "--model", str(tiny_model_dir), "--prompt-file", os.fsdecode(named), "--max-new-tokens",
+               "2", env=isolated_env)
+    assert read.returncode == 0, read.stderr
+
+
 def test_a_second_suffix_run_drafts_from_the_first_and_a_bad_history_is_refused(
         tiny_model_dir: Path, isolated_env: dict[str, str], tmp_path: Path) -> None:
     first = cli("generate", "--model", str(tiny_model_dir), "-p", "tell me a story", "--format", "jsonl",
@@ -222,11 +257,12 @@ def test_non_utf8_prompt_file(tiny_model_dir: Path, isolated_env: dict[str, str]
     assert_clean_failure(done, EXIT_USAGE, "latin1.txt", "not UTF-8")
 
 
-@pytest.mark.parametrize("command", ["generate", "bench"])
+@pytest.mark.parametrize("command", ["generate", "bench", "run"])
 def test_prompt_longer_than_the_context_is_refused_before_the_weights_load(
         tiny_model_dir: Path, isolated_env: dict[str, str], tmp_path: Path, command: str) -> None:
     """Checked with the tokenizer and the config alone: a big model's weights would take minutes to load on a CPU
-    before the same message. The control: a prompt that fits loads the weights (the progress line says so)."""
+    before the same message; the app (``run``) would open on the error and end with status 0. The control: a prompt
+    that fits loads the weights (the progress line says so)."""
     long = tmp_path / "long.txt"
     long.write_text("lorem ipsum dolor " * 3000, encoding="utf-8")
     done = cli(command, "--model", str(tiny_model_dir), "--prompt-file", str(long), env=isolated_env)

@@ -8,9 +8,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from transformers import PreTrainedTokenizerBase
 
-from decode_tui.core.loading import load_model
-from decode_tui.core.registry import resolve
+from decode_tui.core.loading import configured_context_length, encode_prompt, load_model
+from decode_tui.core.registry import TEMPLATE_SLACK, declared_context_length, resolve, surely_fits
 
 
 @pytest.fixture
@@ -73,3 +76,60 @@ def test_a_fresh_generate_names_torch_and_transformers_start_up_apart_from_the_m
     assert phases[:2] == ["importing torch (its own start-up, once a process)",
                           "importing transformers (its own start-up, once a process)"], lines
     assert phases.index("tokenizer") < phases.index("weights onto cpu in float32")
+
+
+def test_the_context_read_from_config_json_is_the_one_transformers_reads(tiny_model_dir: Path) -> None:
+    resolved = resolve(str(tiny_model_dir))
+    assert declared_context_length(resolved) == configured_context_length(resolved) == 4096
+
+
+def prompt_tokens_within_the_bound(tokenizer: PreTrainedTokenizerBase, prompt: str) -> None:
+    """What surely_fits rests on: a prompt of n UTF-8 bytes is at most n tokens, its chat template included but for
+    TEMPLATE_SLACK, so a prompt it lets through unread fits."""
+    for chat in (True, False):
+        tokens = len(encode_prompt(tokenizer, prompt, chat))
+        assert tokens <= len(prompt.encode("utf-8")) + TEMPLATE_SLACK
+        if surely_fits(prompt, tokens):
+            raise AssertionError(f"{tokens} tokens passed as fitting a context of {tokens}")
+
+
+# Any text: letters of every script, emoji (four bytes each, up to four tokens: counted in characters the bound
+# would not hold), controls, and the tokenizers' own special tokens written as text.
+TEXT = st.characters(exclude_characters="\0", exclude_categories=["Cs"])  # a NUL and a lone surrogate: refused
+PROMPTS = st.text(TEXT, min_size=1, max_size=300).filter(str.strip) | st.sampled_from(
+    ["<|im_end|>" * 50, "😀" * 200, "a\n" * 150, " " * 300 + "x"])
+
+
+@given(prompt=PROMPTS)
+def test_a_prompt_has_no_more_tokens_than_bytes_and_a_templates_slack_byte_level(
+        byte_bpe: PreTrainedTokenizerBase, prompt: str) -> None:
+    prompt_tokens_within_the_bound(byte_bpe, prompt)
+
+
+@given(prompt=PROMPTS)
+def test_a_prompt_has_no_more_tokens_than_bytes_and_a_templates_slack_sentencepiece(
+        sp_bpe: PreTrainedTokenizerBase, prompt: str) -> None:
+    prompt_tokens_within_the_bound(sp_bpe, prompt)
+
+
+def test_counted_in_characters_an_emoji_prompt_would_not_fit_the_bound(byte_bpe: PreTrainedTokenizerBase) -> None:
+    """The control: why surely_fits counts bytes. Four-byte characters take more tokens than characters."""
+    prompt = "😀" * 200
+    assert len(encode_prompt(byte_bpe, prompt, False)) > len(prompt) + 1
+    assert not surely_fits(prompt, len(prompt) + TEMPLATE_SLACK + 1), "800 bytes do not surely fit in 713 tokens"
+
+
+def test_a_prompt_with_a_lone_surrogate_is_refused_in_words(byte_bpe: PreTrainedTokenizerBase) -> None:
+    """A library caller's prompt decoded with surrogateescape reached the tokenizer, which raised a TypeError."""
+    from decode_tui.core.errors import UsageError
+
+    with pytest.raises(UsageError, match="lone surrogate \\(at character 3\\)"):
+        encode_prompt(byte_bpe, "caf\udce9", True)
+
+
+def test_surely_fits_lets_through_only_what_the_bound_proves() -> None:
+    assert surely_fits("hello", 8192)
+    assert not surely_fits("x" * (8192 - TEMPLATE_SLACK), 8192), "at the bound: only the tokenizer can tell"
+    assert surely_fits("x" * (8192 - TEMPLATE_SLACK - 1), 8192)
+    assert not surely_fits("é" * 4000, 8192), "two bytes a character"
+    assert not surely_fits("hello", None), "a context nobody declared: the tokenizer decides"

@@ -1342,13 +1342,13 @@ async def test_the_lookup_panel_counts_one_token_as_one() -> None:
         await pilot.pause()
         shown = " ".join(_shown(panel))
         assert "the last 1-gram ' w5' was found at token 5 of the prompt; copied 1 token after it" in shown, shown
-        suffix = DraftProposed(round=4, drafter="suffix", token_ids=(1,), texts=(" w9",), match_start=19,
+        suffix = DraftProposed(round=4, drafter="lookup", token_ids=(1,), texts=(" w9",), match_start=19,
                                match_end=20, max_tokens=4, sources=("this run",))
         panel.show(suffix, 0)
         await pilot.pause()
         shown = " ".join(_shown(panel))
         assert "the text's last token ' w19' was seen before (this run); drafted 1 token of what followed it" in shown
-        longer = DraftProposed(round=5, drafter="suffix", token_ids=(1, 2), texts=(" w9", " w10"), match_start=18,
+        longer = DraftProposed(round=5, drafter="lookup", token_ids=(1, 2), texts=(" w9", " w10"), match_start=18,
                                match_end=20, max_tokens=4, sources=("this run", "this run"))
         panel.show(longer, 0)
         await pilot.pause()
