@@ -1386,6 +1386,35 @@ async def test_a_small_candidates_panel_shows_every_stage_with_fewer_candidates_
 
 
 @in_event_loop
+async def test_a_tall_candidates_panel_shows_more_of_the_candidates_a_step_carries() -> None:
+    """Greedy showed 5 of the 10 candidates a step carries, above twenty empty lines."""
+    from decode_tui.core.events import Candidate, StageCandidates
+
+    app, _ = make("greedy")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        panel = app.query_one(CandidatesPanel)
+        ten = tuple(Candidate(i, f" w{i}", 0.3 - 0.02 * i) for i in range(10))
+        panel.show(TokenSampled(step=2, token_id=0, text=" w0", prob=0.3, greedy=True,
+                                stages=(StageCandidates("raw", ten),)))
+        await pilot.pause()
+        rows = [line for line in _shown(panel) if line.endswith("%")]
+        assert len(rows) == 10 and "' w0'" in rows[0] and "' w9'" in rows[-1], rows
+        # Five stages of ten in the same panel: as many a stage as fit (at least the five it always showed), and
+        # every line within the panel.
+        names = ("raw", "repetition_penalty", "temperature", "top_k", "top_p")
+        panel.show(TokenSampled(step=3, token_id=0, text=" w0", prob=0.3, greedy=False,
+                                stages=tuple(StageCandidates(name, ten) for name in names)))
+        await pilot.pause()
+        shown = _shown(panel)
+        written = [line for line in shown if line]
+        assert written[-1].endswith("%") and "top-p" in written, "the last stage in view"
+        per_stage = len([line for line in shown if line.endswith("%")]) / 5
+        assert per_stage == panel.room_top >= 5, shown
+        assert panel.room_top < 10, "five stages of ten do not fit this panel"
+
+
+@in_event_loop
 async def test_a_token_drawn_from_below_the_top_candidates_shows_at_every_stage_with_its_rank() -> None:
     from decode_tui.core.events import Candidate, StageCandidates
 
@@ -1404,7 +1433,10 @@ async def test_a_token_drawn_from_below_the_top_candidates_shows_at_every_stage_
         assert len(drawn) == 3 and all(line.startswith("▶") for line in drawn), shown
         assert drawn[0].endswith("0.4% #31") and drawn[1].endswith("2.0% #12"), drawn
         assert drawn[2].endswith("5.0%"), "among the top candidates: no rank needed"
-        assert len([line for line in shown if line.endswith("%") or "#" in line]) == 3 * 5 + 2, shown
+        # As many candidates a stage as the panel has room for (more than five at this size), the drawn one below.
+        assert panel.room_top > 5
+        # (the top-p stage kept five)
+        assert len([line for line in shown if line.endswith("%") or "#" in line]) == 2 * panel.room_top + 5 + 2, shown
         # The token inspector (a token selected with the arrows) shows it too, below the final stage's best six.
         from decode_tui.core.events import TokenEmitted
 

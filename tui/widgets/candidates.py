@@ -73,7 +73,11 @@ class CandidatesPanel(LivePanel):
 
     def __init__(self, top: int = 5, **kwargs: object) -> None:
         super().__init__("waiting for the first step", **kwargs)
-        self.top = top
+        self.top = top  # candidates a stage shows at least, where the panel is tall enough
+        # Candidates a stage shows: more than `top` where the panel has room for them (a tall terminal, one
+        # stage: greedy showed 5 of the 10 a step carries above twenty empty lines). Learned from the panel's
+        # height by fit, so that a paint builds the text once.
+        self.room_top = top
         self.last: TokenSampled | None = None
         self.glyphs: dict[str, str] = {}
         self._row_width = 0  # the widest candidate row of the last text built, in cells
@@ -89,7 +93,7 @@ class CandidatesPanel(LivePanel):
 
     def redraw(self) -> None:
         if self.last is not None:
-            text, self._row_width = self._text(self.last, self.top)
+            text, self._row_width = self._text(self.last, self.room_top)
             self.update(text)
 
     def _text(self, step: TokenSampled, top: int, room: int | None = None, compact: bool = False,
@@ -147,6 +151,21 @@ class CandidatesPanel(LivePanel):
                     text.append(f" {percent(c.prob)}", style="strike dim")
         return text, full
 
+    def _grown(self, step: TokenSampled, lines: list[list[Segment]], width: int, height: int,
+               ) -> list[list[Segment]]:
+        """``lines`` with more candidates a stage where the panel has room below them, up to all a step carries;
+        one line kept spare, so that a step whose drawn token needs a row of its own does not shrink it back."""
+        stages = sum(1 for stage in step.stages if stage.kept)
+        most = max((len(stage.kept) for stage in step.stages), default=0)
+        top = min(most, self.room_top + (height - len(lines) - 1) // max(1, stages))
+        if top <= self.room_top:
+            return lines
+        grown = self.lines_of(self._text(step, top, width)[0], width)
+        if len(grown) > height:
+            return lines
+        self.room_top = top
+        return grown
+
     def fit(self, width: int, height: int) -> list[list[Segment]]:
         """Every stage, with shorter bars where the panel is narrow and fewer candidates where it is short.
 
@@ -157,11 +176,14 @@ class CandidatesPanel(LivePanel):
         """
         lines = super().fit(width, height)
         step = self.last
+        if step is not None and len(lines) < height and self._row_width <= width:
+            return self._grown(step, lines, width, height)
         if step is not None and (len(lines) > height or self._row_width > width):  # shorter bars, fewer rows
-            for top in range(self.top, 0, -1):
+            for top in range(self.room_top, 0, -1):
                 lines = self.lines_of(self._text(step, top, width)[0], width)
                 if len(lines) <= height:
-                    break
+                    self.room_top = max(self.top, top)  # the next paint builds what fits (not below the default,
+                    break                               # where a short panel rebuilds as it always did)
             else:  # one candidate a stage is still too tall: the stages between keep their line, not their rows
                 for top in range(self.top, 0, -1):
                     lines = self.lines_of(self._text(step, top, width, compact=True)[0], width)
