@@ -1388,7 +1388,7 @@ async def test_a_small_candidates_panel_shows_every_stage_with_fewer_candidates_
 @in_event_loop
 async def test_a_tall_candidates_panel_shows_more_of_the_candidates_a_step_carries() -> None:
     """Greedy showed 5 of the 10 candidates a step carries, above twenty empty lines."""
-    from decode_tui.core.events import Candidate, StageCandidates
+    from decode_tui.core.events import Candidate, Stage, StageCandidates
 
     app, _ = make("greedy")
     async with app.run_test(size=SIZE) as pilot:
@@ -1402,7 +1402,7 @@ async def test_a_tall_candidates_panel_shows_more_of_the_candidates_a_step_carri
         assert len(rows) == 10 and "' w0'" in rows[0] and "' w9'" in rows[-1], rows
         # Five stages of ten in the same panel: as many a stage as fit (at least the five it always showed), and
         # every line within the panel.
-        names = ("raw", "repetition_penalty", "temperature", "top_k", "top_p")
+        names: tuple[Stage, ...] = ("raw", "repetition_penalty", "temperature", "top_k", "top_p")
         panel.show(TokenSampled(step=3, token_id=0, text=" w0", prob=0.3, greedy=False,
                                 stages=tuple(StageCandidates(name, ten) for name in names)))
         await pilot.pause()
