@@ -402,6 +402,8 @@ async def test_loading_a_missing_model_shows_why_and_keeps_the_current_one(tmp_p
         app.action_load_model()
         await until(pilot, lambda: type(app.screen).__name__ == "ModelPicker")
         await pilot.pause()
+        title, box = app.screen.query_one("#model-title"), app.screen.query_one("#model-box")
+        assert title.size.width <= box.content_size.width and title.size.height > 1, "wrapped, not cut at the box"
         aliases = str(app.screen.query_one("#model-aliases", Static).render())
         assert "microsoft/Phi-3-mini-4k-instruct  (not on this machine)" in aliases, "which ones load here"
         assert "HuggingFaceTB/SmolLM2-135M-Instruct  (fetched when chosen)" in aliases, aliases

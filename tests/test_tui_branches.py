@@ -170,3 +170,59 @@ async def test_a_recording_keeps_every_branch_and_its_replay_switches_between_th
         await pilot.press("down", "enter")
         await until(pilot, lambda: text(app) == branched_text)
         assert app.branching.tree.current == 1
+
+
+def _cut_labels(screen: Any) -> list[str]:
+    """The labels of ``screen`` wider than the box that holds them: their ends are cut, not wrapped."""
+    from textual.widgets import Label
+
+    return [f"#{label.id}: {label.size.width} cells in {label.parent.content_size.width}"
+            for label in screen.query(Label) if label.size.width > label.parent.content_size.width]
+
+
+@in_event_loop
+async def test_every_dialog_wraps_its_lines_on_an_80_column_terminal() -> None:
+    """A Label is as wide as its text: the model picker's first line lost its keys ("... a .gguf file. e")."""
+    from decode_tui.tui.screens.model_picker import ModelPicker
+    from decode_tui.tui.screens.prompt_editor import PromptEditor
+    from decode_tui.tui.screens.stage_editor import StageEditor
+
+    app, fake = make("sample")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        opened: list[str] = []
+        for key, screen in (("z", StageEditor), ("e", PromptEditor)):
+            await pilot.press(key)
+            await until(pilot, lambda screen=screen: isinstance(app.screen, screen))
+            await pilot.pause()
+            if isinstance(app.screen, StageEditor):
+                await pilot.press("down", "right")  # a change, so that its message shows too
+                await pilot.pause()
+            assert _cut_labels(app.screen) == [], type(app.screen).__name__
+            opened.append(type(app.screen).__name__)
+            await pilot.press("escape")
+            await until(pilot, lambda screen=screen: not isinstance(app.screen, screen))
+        app.action_load_model()
+        await until(pilot, lambda: isinstance(app.screen, ModelPicker))
+        await pilot.pause()
+        assert _cut_labels(app.screen) == [], "ModelPicker"
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, ModelPicker))
+        await _branch_at(pilot, app, 3, choose="second", fake=fake)
+        pane = app.query_one(TextPane)
+        pane.selected = None
+        await pilot.press("left", "enter")
+        await until(pilot, lambda: isinstance(app.screen, BranchHere))
+        await pilot.pause()
+        assert _cut_labels(app.screen) == [], "BranchHere"
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, BranchHere))
+        await pilot.press("B")
+        await until(pilot, lambda: isinstance(app.screen, BranchesScreen))
+        await pilot.pause()
+        assert _cut_labels(app.screen) == [], "BranchesScreen"
+        await pilot.press("c")  # the first run, highlighted first, against the branch on screen
+        await until(pilot, lambda: isinstance(app.screen, CompareBranches))
+        await pilot.pause()
+        assert _cut_labels(app.screen) == [], "CompareBranches"
+        assert opened == ["StageEditor", "PromptEditor"]
