@@ -4,6 +4,7 @@ deterministic fake decoder (which honours a branch: the kept tokens, the forced 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -180,6 +181,10 @@ def _cut_labels(screen: Any) -> list[str]:
             for label in screen.query(Label) if label.size.width > label.parent.content_size.width]
 
 
+def showing(app: DecodeApp, screen: type) -> Callable[[], bool]:
+    return lambda: isinstance(app.screen, screen)
+
+
 @in_event_loop
 async def test_every_dialog_wraps_its_lines_on_an_80_column_terminal() -> None:
     """A Label is as wide as its text: the model picker's first line lost its keys ("... a .gguf file. e")."""
@@ -193,7 +198,7 @@ async def test_every_dialog_wraps_its_lines_on_an_80_column_terminal() -> None:
         opened: list[str] = []
         for key, screen in (("z", StageEditor), ("e", PromptEditor)):
             await pilot.press(key)
-            await until(pilot, lambda screen=screen: isinstance(app.screen, screen))
+            await until(pilot, showing(app, screen))
             await pilot.pause()
             if isinstance(app.screen, StageEditor):
                 await pilot.press("down", "right")  # a change, so that its message shows too
@@ -201,7 +206,7 @@ async def test_every_dialog_wraps_its_lines_on_an_80_column_terminal() -> None:
             assert _cut_labels(app.screen) == [], type(app.screen).__name__
             opened.append(type(app.screen).__name__)
             await pilot.press("escape")
-            await until(pilot, lambda screen=screen: not isinstance(app.screen, screen))
+            await until(pilot, lambda: app.screen is app.screen_stack[0])
         app.action_load_model()
         await until(pilot, lambda: isinstance(app.screen, ModelPicker))
         await pilot.pause()
