@@ -1417,6 +1417,27 @@ async def test_a_tall_candidates_panel_shows_more_of_the_candidates_a_step_carri
 
 
 @in_event_loop
+async def test_a_narrow_candidates_panel_with_room_below_shows_more_candidates_with_shorter_bars() -> None:
+    """At 80 columns the bars are shortened to fit, and the panel did not grow into its empty lines then."""
+    from decode_tui.core.events import Candidate, StageCandidates
+
+    app, _ = make("sample")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, app)
+        panel = app.query_one(CandidatesPanel)
+        ten = tuple(Candidate(i, f" candidate{i}", 0.3 - 0.02 * i) for i in range(10))
+        for step in (5, 6):  # the second paint builds what the first learned, at once
+            panel.show(TokenSampled(step=step, token_id=0, text=" candidate0", prob=0.3, greedy=False,
+                                    stages=(StageCandidates("raw", ten), StageCandidates("top_k", ten))))
+            await pilot.pause()
+            shown = _shown(panel)
+            rows = [line for line in shown if line.endswith("%")]
+            assert len(rows) == 2 * panel.room_top and panel.room_top > 5, shown
+            assert all(len(line) <= panel.content_size.width for line in shown)
+            assert len([line for line in shown if line]) <= panel.content_size.height
+
+
+@in_event_loop
 async def test_a_token_drawn_from_below_the_top_candidates_shows_at_every_stage_with_its_rank() -> None:
     from decode_tui.core.events import Candidate, StageCandidates
 

@@ -81,6 +81,7 @@ class CandidatesPanel(LivePanel):
         self.last: TokenSampled | None = None
         self.glyphs: dict[str, str] = {}
         self._row_width = 0  # the widest candidate row of the last text built, in cells
+        self._room: int | None = None  # the panel's width at its last paint: the next text's bars fit it
 
     def show(self, step: TokenSampled) -> None:
         self.last = step
@@ -93,13 +94,13 @@ class CandidatesPanel(LivePanel):
 
     def redraw(self) -> None:
         if self.last is not None:
-            text, self._row_width = self._text(self.last, self.room_top)
+            text, self._row_width = self._text(self.last, self.room_top, self._room)
             self.update(text)
 
     def _text(self, step: TokenSampled, top: int, room: int | None = None, compact: bool = False,
               ) -> tuple[Text, int]:
         """The step's stages, ``top`` candidates each, with bars short enough for rows ``room`` cells wide (at
-        least 4 cells); and the width its rows take with full bars. ``compact``: the stages between the raw
+        least 4 cells); and the width its rows take. ``compact``: the stages between the raw
         one and the last show their line (what they cut) without candidates."""
         bar_style = self.style_of("candidates--bar")
         chosen_style = self.style_of("candidates--chosen")
@@ -149,38 +150,54 @@ class CandidatesPanel(LivePanel):
                     text.append(" ")
                     text.append(bar(c.prob, bar_width).ljust(bar_width), style="dim")
                     text.append(f" {percent(c.prob)}", style="strike dim")
-        return text, full
+        return text, full - (BAR_WIDTH - bar_width)
+
+    def _keep(self, step: TokenSampled, top: int, width: int) -> list[list[Segment]]:
+        """The step with ``top`` candidates a stage, bars fitting ``width``, kept as the panel's content (the next
+        render of a finished run, which redraws no more, shows it too); its lines."""
+        text, self._row_width = self._text(step, top, width)
+        self._content = text
+        return self.lines_of(text, width)
 
     def _grown(self, step: TokenSampled, lines: list[list[Segment]], width: int, height: int,
                ) -> list[list[Segment]]:
         """``lines`` with more candidates a stage where the panel has room below them, up to all a step carries;
         one line kept spare, so that a step whose drawn token needs a row of its own does not shrink it back."""
-        stages = sum(1 for stage in step.stages if stage.kept)
+        stages = sum(1 for stage in step.stages if len(stage.kept) > self.room_top)  # those a larger top grows
         most = max((len(stage.kept) for stage in step.stages), default=0)
         top = min(most, self.room_top + (height - len(lines) - 1) // max(1, stages))
         if top <= self.room_top:
             return lines
-        grown = self.lines_of(self._text(step, top, width)[0], width)
+        text, row_width = self._text(step, top, width)
+        grown = self.lines_of(text, width)
         if len(grown) > height:
             return lines
-        self.room_top = top
+        self.room_top, self._content, self._row_width = top, text, row_width
         return grown
 
     def fit(self, width: int, height: int) -> list[list[Segment]]:
-        """Every stage, with shorter bars where the panel is narrow and fewer candidates where it is short.
+        """Every stage, with shorter bars where the panel is narrow, fewer candidates where it is short and more
+        where it is tall.
 
         Cut at the bottom, a short panel (an 80x24 terminal) hid the last stages, top-k and top-p: the
         distribution the token is drawn from. Each stage keeps at least its first candidate; where even that is
         too tall (a lesson's narration below), the stages between the raw one and the last keep only their line,
-        which says what each cut (min-p's threshold, say), and the raw and last stages their candidates.
+        which says what each cut (min-p's threshold, say), and the raw and last stages their candidates. What
+        fits is learned (the bars' width, the candidates a stage), so that a paint builds the text once.
         """
-        lines = super().fit(width, height)
         step = self.last
-        if step is not None and len(lines) < height and self._row_width <= width:
+        if step is None:
+            return super().fit(width, height)
+        if width != self._room:  # the first render at this width (a resize): bars built to fit it
+            self._room = width
+            lines = self._keep(step, self.room_top, width)
+        else:
+            lines = super().fit(width, height)
+        if len(lines) < height and self._row_width <= width:
             return self._grown(step, lines, width, height)
-        if step is not None and (len(lines) > height or self._row_width > width):  # shorter bars, fewer rows
+        if len(lines) > height or self._row_width > width:  # fewer rows
             for top in range(self.room_top, 0, -1):
-                lines = self.lines_of(self._text(step, top, width)[0], width)
+                lines = self._keep(step, top, width)
                 if len(lines) <= height:
                     self.room_top = max(self.top, top)  # the next paint builds what fits (not below the default,
                     break                               # where a short panel rebuilds as it always did)
