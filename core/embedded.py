@@ -243,8 +243,8 @@ def fetch(spec: str, progress: Progress = _quiet) -> Path:
         return pull(spec, progress)
     repo = ALIASES.get(spec, spec)
     if "/" not in repo:
-        raise ModelUnavailableError(f"Unknown model {spec!r}: pull takes an alias from `decode-tui models` or a "
-                                    "Hugging Face repo id (owner/name).")
+        raise UsageError(f"Unknown model {spec!r}: pull takes an alias from `decode-tui models` or a Hugging Face "
+                         "repo id (owner/name).")
     snapshot = _hub_snapshot(repo)
     if snapshot is not None:
         progress(f"{spec} is already in {snapshot}")

@@ -385,6 +385,9 @@ def test_models_never_folds_a_repo_id_or_a_path(isolated_env: dict[str, str], co
 def test_pulling_a_hub_model_without_the_hub(isolated_env: dict[str, str]) -> None:
     done = cli("models", "pull", "phi3", env=isolated_env)
     assert_clean_failure(done, EXIT_MODEL_UNAVAILABLE, "phi3", "hub does not answer")
+    # A name that is no model at all is the user's mistake (exit 2, as --model's), not a model missing here (3).
+    unknown = cli("models", "pull", "no-such", env=isolated_env)
+    assert_clean_failure(unknown, EXIT_USAGE, "Unknown model 'no-such'", "decode-tui models")
 
 
 @pytest.mark.parametrize(("args", "code", "fragments"), [
