@@ -467,6 +467,17 @@ async def test_before_the_run_starts_the_header_says_no_auto_auto() -> None:
         assert "auto" not in header._shown.splitlines()[0], header._shown
 
 
+def test_probabilities_below_a_tenth_keep_two_significant_digits() -> None:
+    from decode_tui.tui.numbers import prob
+
+    # The acceptance test read q 0.02 and p 0.01 beside u tested against p / q = 0.64: two decimals had made
+    # p = 0.0128 into 0.01. Two significant digits keep the ratio readable from the figures shown.
+    assert (prob(0.0128), prob(0.02), prob(0.064), prob(0.002), prob(4.1e-05)) == ("0.013", "0.02", "0.064", "0.002",
+                                                                                   "4.1e-05")
+    assert (prob(0.83), prob(0.12), prob(0.0999), prob(1.0), prob(0.0)) == ("0.83", "0.12", "0.10", "1.00", "0.00")
+    assert float(prob(0.0128)) / float(prob(0.02)) == pytest.approx(0.0128 / 0.02, rel=0.05)
+
+
 def test_bars_show_eighths_of_a_cell() -> None:
     from decode_tui.tui.numbers import bar
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 
 def prob(p: float) -> str:
-    """``0.83``, ``0.05``; below 0.005 two significant digits (``0.002``, ``4.1e-05``), never ``0.00`` for a
-    probability that is not zero: a token drawn with p = 0.002 is the lesson, not a rounding error."""
-    if p == 0.0 or p >= 0.005:
+    """``0.83``, ``0.12``; below 0.1 two significant digits (``0.013``, ``0.002``, ``4.1e-05``), never ``0.00``
+    for a probability that is not zero: a token drawn with p = 0.002 is the lesson, not a rounding error. Two
+    decimals there read p = 0.0128 and q = 0.0200 as 0.01 and 0.02, beside a test of u against p / q = 0.64."""
+    if p == 0.0 or p >= 0.0995:  # from 0.0995 two significant digits would round to 0.1: two decimals, 0.10
         return f"{p:.2f}"
     return f"{p:.2g}"
 
