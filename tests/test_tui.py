@@ -190,6 +190,21 @@ async def test_a_step_in_speculative_mode_is_a_whole_draft_round() -> None:
 
 
 @in_event_loop
+async def test_a_caption_too_long_for_its_line_ends_in_an_ellipsis() -> None:
+    """At 80 columns a draft round's caption was cut mid-word with nothing to say so."""
+    app, _ = make("speculative", start_paused=True)
+    async with app.run_test(size=(80, 24)) as pilot:
+        for shown in (WORDS[0], "".join(WORDS[:5]), "".join(WORDS[:7])):
+            await pilot.press("n")
+            await until(pilot, paused_at(app, shown))
+        caption = app.query_one("#caption", Caption)
+        whole = str(caption.content)
+        line = _shown(caption)[0]
+        assert len(whole) > caption.content_size.width and line.endswith("…"), (whole, line)
+        assert whole.startswith(line[:-1]), "the line is the caption's start"
+
+
+@in_event_loop
 async def test_auto_pause_stops_at_the_first_rejection() -> None:
     app, _ = make("speculative", auto_pause=True)
     async with app.run_test(size=SIZE) as pilot:
