@@ -30,7 +30,7 @@ class HelpScreen(ModalScreen[None]):
         self.glyphs = glyphs
 
     def compose(self) -> ComposeResult:
-        table = Table(title="decode-tui keys", title_justify="left", expand=True)
+        table = Table(title="decode-tui keys · esc closes, ↑↓ scroll", title_justify="left", expand=True)
         table.add_column("key", no_wrap=True)
         table.add_column("does")
         table.add_column("id", style="dim", no_wrap=True)
@@ -41,8 +41,9 @@ class HelpScreen(ModalScreen[None]):
         legend = (f"Text colours: target · accepted draft · lookup copy · resampled · bonus (see the theme).\n"
                   f"Draft rows: {g.get('accepted', '')} accepted  {g.get('rejected', '')} rejected (struck)  "
                   f"{g.get('resampled', '')} resampled from max(0, p-q)  {g.get('bonus', '')} bonus token.\n"
-                  "Changes to sampling, draft length and n-gram size apply at the next step; mode, beams, prompt "
-                  "and model restart the run. ctrl+p opens the command palette (also: load another model).")
+                  "Changes to sampling, draft length and n-gram size apply at the next step (the next run's, once a "
+                  "run has ended: r restarts); mode, beams, prompt and model restart the run. ctrl+p opens the "
+                  "command palette (also: load another model).")
         with VerticalScroll(id="help-body"):
             yield Static(table)
             yield Static(legend, id="help-legend")
