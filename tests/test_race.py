@@ -161,6 +161,19 @@ async def test_a_replayed_race_keeps_its_header_lines_in_80_columns() -> None:
         assert "REPLAY of 2026-11-24-a-long-name" in first and how.startswith(" Each mode ran alone on this device")
 
 
+@in_event_loop
+async def test_a_race_header_cuts_a_long_prompt_with_an_ellipsis() -> None:
+    """The panel cut the prompt at its edge, with nothing to say it went on."""
+    lanes = [fake_lane("greedy", 0.1), fake_lane("pld", 0.03)]
+    long = "Rename the variable total to running_sum   everywhere in this code, and return the whole code " * 3
+    app = RaceApp(Settings(prompt=long), lanes, "cpu float32", speed=0)
+    async with app.run_test(size=(80, 30)) as pilot:
+        await pilot.pause(0.2)
+        prompt = app.race.query_one("#race-header").render_line(2).text.rstrip()
+        assert prompt.startswith(" prompt: Rename the variable total to running_sum everywhere") and prompt.endswith(
+            "…") and len(prompt) <= 80, prompt
+
+
 @pytest.mark.parametrize("modes", ["greedy", "pld,pld", "greedy,warp"])
 def test_a_race_with_one_mode_or_an_unknown_one_is_refused(modes: str) -> None:
     from decode_tui.core.errors import EXIT_USAGE

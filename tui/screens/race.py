@@ -93,7 +93,9 @@ class RaceScreen(ModalScreen[None]):
                    else " Each mode ran alone, warm, once; replayed at the pace it had.")
         header.append(f"{how}\n", style="italic")
         header.append(" prompt: ", style="bold")
-        header.append(prompt[:200] + ("…" if len(prompt) > 200 else ""))
+        # Cut to the line, with an ellipsis: the panel cut it at the edge with nothing to say it went on.
+        width = max(20, self.app.size.width - len(" prompt: ") - 1)
+        header.append(prompt if len(prompt) <= width else prompt[: width - 1] + "…")
         self.query_one("#race-header", LivePanel).update(header)
 
     def tick(self) -> None:
