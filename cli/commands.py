@@ -40,7 +40,7 @@ from .flags import (
     TrustRemoteCodeOpt,
     utf8_text,
 )
-from .loads import refuse_a_prompt_too_long
+from .loads import refuse_before_the_app
 from .options import (
     DecodingOptions,
     decoding_command,
@@ -237,7 +237,7 @@ def run_app(
                 from ..core.embedded import check_cache
 
                 check_cache(spec)  # fetched in the app: its cache must take it
-        refuse_a_prompt_too_long(options, text, config)
+        refuse_before_the_app(options, text, config)
     except DecodeTuiError as err:
         fail(err)
     from ..tui.app import DecodeApp

@@ -37,26 +37,41 @@ def ensure_model(spec: str, flag: str = "--model") -> ResolvedModel:
         return ensure(spec, progress, flag)
 
 
-def refuse_a_prompt_too_long(options: DecodingOptions, prompt: str, config: DecodeConfig) -> None:
-    """A prompt too long for the model, refused before the app opens (the app would open on an error, and end with
-    status 0). Only a prompt that could be too long is tokenized: that takes transformers' import, seconds, which a
-    short prompt's first paint should not wait for. The embedded model before its first fetch is checked in the
-    app, which fetches it."""
+def refuse_before_the_app(options: DecodingOptions, prompt: str, config: DecodeConfig) -> None:
+    """What ``run`` refuses before its app opens, as ``generate`` does before its weights load: a prompt too long for
+    the model, and a draft model of another vocabulary. The app would open on the error, and end with status 0.
+
+    Only a prompt that could be too long is tokenized: that takes transformers' import, seconds, which a short
+    prompt's first paint should not wait for; a draft model named by the user is always checked. The embedded model
+    before its first fetch is checked in the app, which fetches it."""
     from ..core.registry import EMBEDDED_ALIASES, declared_context_length, is_available, resolve, surely_fits
 
+    def here(spec: str) -> bool:
+        return spec not in EMBEDDED_ALIASES or is_available(spec)
+
     spec = options.model_name
-    if spec in EMBEDDED_ALIASES and not is_available(spec):
+    if not here(spec):
         return
     resolved = resolve(spec)
-    if surely_fits(prompt, declared_context_length(resolved)):
+    draft = config.draft.model_spec if config.mode == "speculative" else None
+    long = not surely_fits(prompt, declared_context_length(resolved))
+    if not long and (draft is None or not here(draft)):
         return
-    with status(f"Checking the prompt's length with {resolved.display_name}'s tokenizer"):
+    with status(f"Checking the prompt and the draft with {resolved.display_name}'s tokenizer" if long and draft
+                else f"Checking the prompt's length with {resolved.display_name}'s tokenizer" if long
+                else f"Checking the draft model {draft}'s vocabulary"):
         from ..core.loading import check_prompt_fits, configured_context_length, encode_prompt, load_tokenizer
 
         tokenizer = load_tokenizer(resolved, options.trust_remote_code)
-        chat = config.use_chat and bool(getattr(tokenizer, "chat_template", None))
-        context = configured_context_length(resolved, options.trust_remote_code)
-        check_prompt_fits(len(encode_prompt(tokenizer, prompt, chat)), context, resolved.display_name)
+        if long:
+            chat = config.use_chat and bool(getattr(tokenizer, "chat_template", None))
+            context = configured_context_length(resolved, options.trust_remote_code)
+            check_prompt_fits(len(encode_prompt(tokenizer, prompt, chat)), context, resolved.display_name)
+        if draft is not None and here(draft):
+            from ..core.drafters import check_same_vocabulary
+
+            draft_tokenizer = load_tokenizer(resolve(draft, "--draft"), options.trust_remote_code)
+            check_same_vocabulary(tokenizer, draft_tokenizer)
 
 
 def steer(options: DecodingOptions, steering: Steering, prompt: str, config: DecodeConfig,

@@ -274,15 +274,17 @@ def test_prompt_longer_than_the_context_is_refused_before_the_weights_load(
         assert fits.returncode == 0 and "weights" in fits.stderr, fits.stderr
 
 
+@pytest.mark.parametrize("command", ["generate", "run"])
 def test_a_draft_of_another_vocabulary_is_refused_before_any_weights_load(
-        tiny_model_dir: Path, isolated_env: dict[str, str], tmp_path: Path, sp_bpe: Any) -> None:
-    """A draft model whose tokenizer is not the target's is refused from the two tokenizers alone."""
+        tiny_model_dir: Path, isolated_env: dict[str, str], tmp_path: Path, sp_bpe: Any, command: str) -> None:
+    """A draft model whose tokenizer is not the target's is refused from the two tokenizers alone (``run``: before
+    its app opens, which showed the error and ended with status 0)."""
     from .conftest import tiny_model
 
     other = tmp_path / "other-family"
     tiny_model("llama", vocab_size=len(sp_bpe), seed=5).save_pretrained(other)
     sp_bpe.save_pretrained(other)
-    done = cli("generate", "--model", str(tiny_model_dir), "--mode", "speculative", "--draft", str(other), "-p",
+    done = cli(command, "--model", str(tiny_model_dir), "--mode", "speculative", "--draft", str(other), "-p",
                "hi", env=isolated_env)
     assert_clean_failure(done, EXIT_USAGE, "tokenizer differs from the target's", "same vocabulary")
     assert "weights" not in done.stderr, done.stderr
