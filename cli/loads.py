@@ -54,12 +54,14 @@ def refuse_before_the_app(options: DecodingOptions, prompt: str, config: DecodeC
         return
     resolved = resolve(spec)
     draft = config.draft.model_spec if config.mode == "speculative" else None
+    if draft is not None and not here(draft):
+        draft = None
     long = not surely_fits(prompt, declared_context_length(resolved))
-    if not long and (draft is None or not here(draft)):
+    checks = [what for what, due in (("the prompt's length", long), (f"the draft model {draft}'s vocabulary", draft))
+              if due]
+    if not checks:
         return
-    with status(f"Checking the prompt and the draft with {resolved.display_name}'s tokenizer" if long and draft
-                else f"Checking the prompt's length with {resolved.display_name}'s tokenizer" if long
-                else f"Checking the draft model {draft}'s vocabulary"):
+    with status(f"Checking {' and '.join(checks)} with {resolved.display_name}'s tokenizer"):
         from ..core.loading import check_prompt_fits, configured_context_length, encode_prompt, load_tokenizer
 
         tokenizer = load_tokenizer(resolved, options.trust_remote_code)
@@ -67,11 +69,10 @@ def refuse_before_the_app(options: DecodingOptions, prompt: str, config: DecodeC
             chat = config.use_chat and bool(getattr(tokenizer, "chat_template", None))
             context = configured_context_length(resolved, options.trust_remote_code)
             check_prompt_fits(len(encode_prompt(tokenizer, prompt, chat)), context, resolved.display_name)
-        if draft is not None and here(draft):
+        if draft is not None:
             from ..core.drafters import check_same_vocabulary
 
-            draft_tokenizer = load_tokenizer(resolve(draft, "--draft"), options.trust_remote_code)
-            check_same_vocabulary(tokenizer, draft_tokenizer)
+            check_same_vocabulary(tokenizer, load_tokenizer(resolve(draft, "--draft"), options.trust_remote_code))
 
 
 def steer(options: DecodingOptions, steering: Steering, prompt: str, config: DecodeConfig,
