@@ -19,7 +19,7 @@ import typer
 
 from ..core.errors import EXIT_TERMINATED, DecodeTuiError, UsageError
 from ..core.params import check_device_map
-from ..core.registry import ALIASES, DEFAULT_ALIAS, EMBEDDED_ALIASES, is_available, resolve
+from ..core.registry import ALIASES, DEFAULT_ALIAS, EMBEDDED_ALIASES, resolve
 from . import headless, measure
 from .config import UserConfig
 from .config import load as load_config
@@ -32,7 +32,6 @@ from .flags import (
     DtypeChoice,
     DtypeOpt,
     FormatChoice,
-    ModeChoice,
     OutputFormatOpt,
     PromptArg,
     TableFormatChoice,
@@ -227,16 +226,7 @@ def run_app(
         theme_choice = theme_name(theme) or user.theme
         if record is not None:
             check_output(record, "record")
-        # A missing model is reported before the app opens (the embedded one is fetched in it), and so is a
-        # missing draft.
-        draft = config.draft.model_spec if options.mode is ModeChoice.speculative else None
-        for spec, flag in ((options.model_name, "--model"), (draft, "--draft")):
-            if spec is not None and spec not in EMBEDDED_ALIASES:
-                resolve(spec, flag)
-            elif spec is not None and not is_available(spec):
-                from ..core.embedded import check_cache
-
-                check_cache(spec)  # fetched in the app: its cache must take it
+        # A missing model or draft, a prompt too long, a draft of another vocabulary: before the app opens.
         refuse_before_the_app(options, text, config)
     except DecodeTuiError as err:
         fail(err)

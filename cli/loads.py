@@ -38,41 +38,59 @@ def ensure_model(spec: str, flag: str = "--model") -> ResolvedModel:
 
 
 def refuse_before_the_app(options: DecodingOptions, prompt: str, config: DecodeConfig) -> None:
-    """What ``run`` refuses before its app opens, as ``generate`` does before its weights load: a prompt too long for
-    the model, and a draft model of another vocabulary. The app would open on the error, and end with status 0.
+    """What ``run`` refuses before its app opens, as ``generate`` does before its weights load: a model or draft model
+    that is not on disk, a prompt too long for the model, and a draft model of another vocabulary. The app would open
+    on the error, and end with status 0.
 
     Only a prompt that could be too long is tokenized: that takes transformers' import, seconds, which a short
     prompt's first paint should not wait for; a draft model named by the user is always checked. The embedded model
-    before its first fetch is checked in the app, which fetches it."""
+    before its first fetch is fetched, and checked, in the app: here only its cache is."""
     from ..core.registry import EMBEDDED_ALIASES, declared_context_length, is_available, resolve, surely_fits
 
-    def here(spec: str) -> bool:
-        return spec not in EMBEDDED_ALIASES or is_available(spec)
+    def on_disk(spec: str, flag: str) -> ResolvedModel | None:
+        if spec in EMBEDDED_ALIASES and not is_available(spec):
+            from ..core.embedded import check_cache
 
-    spec = options.model_name
-    if not here(spec):
+            check_cache(spec)  # fetched in the app: its cache must take it
+            return None
+        return resolve(spec, flag)
+
+    resolved = on_disk(options.model_name, "--model")
+    draft_spec = config.draft.model_spec if config.mode == "speculative" else None
+    draft = on_disk(draft_spec, "--draft") if draft_spec is not None else None
+    if resolved is None:
         return
-    resolved = resolve(spec)
-    draft = config.draft.model_spec if config.mode == "speculative" else None
-    if draft is not None and not here(draft):
-        draft = None
     long = not surely_fits(prompt, declared_context_length(resolved))
-    checks = [what for what, due in (("the prompt's length", long), (f"the draft model {draft}'s vocabulary", draft))
-              if due]
+    checks = [what for what, due in (("the prompt's length", long),
+                                     (f"the draft model {draft_spec}'s vocabulary", draft is not None)) if due]
     if not checks:
         return
     with status(f"Checking {' and '.join(checks)} with {resolved.display_name}'s tokenizer"):
-        from ..core.loading import check_prompt_fits, configured_context_length, encode_prompt, load_tokenizer
+        from ..core.loading import load_tokenizer
 
         tokenizer = load_tokenizer(resolved, options.trust_remote_code)
-        if long:
-            chat = config.use_chat and bool(getattr(tokenizer, "chat_template", None))
-            context = configured_context_length(resolved, options.trust_remote_code)
-            check_prompt_fits(len(encode_prompt(tokenizer, prompt, chat)), context, resolved.display_name)
-        if draft is not None:
-            from ..core.drafters import check_same_vocabulary
+        checked_before_the_weights(resolved, tokenizer, prompt, config, options.trust_remote_code, draft)
 
-            check_same_vocabulary(tokenizer, load_tokenizer(resolve(draft, "--draft"), options.trust_remote_code))
+
+def checked_before_the_weights(resolved: ResolvedModel, tokenizer: PreTrainedTokenizerBase, prompt: str,
+                               config: DecodeConfig, trust_remote_code: bool, draft: ResolvedModel | None,
+                               ) -> PreTrainedTokenizerBase | None:
+    """What the tokenizers alone refuse: ``prompt`` (read as ``config`` reads it) longer than the context of the model
+    ``tokenizer`` belongs to, and a ``draft`` model of another vocabulary. Returns the draft model's tokenizer, loaded
+    for the check, so that the draft's load need not load it again."""
+    # Imported here: torch's start-up is the load's first named phase, not this module's import.
+    from ..core.loading import check_prompt_fits, configured_context_length, encode_prompt, load_tokenizer
+
+    chat = config.use_chat and bool(getattr(tokenizer, "chat_template", None))
+    context = configured_context_length(resolved, trust_remote_code)
+    check_prompt_fits(len(encode_prompt(tokenizer, prompt, chat)), context, resolved.display_name)
+    if draft is None:
+        return None
+    from ..core.drafters import check_same_vocabulary
+
+    draft_tokenizer = load_tokenizer(draft, trust_remote_code)
+    check_same_vocabulary(tokenizer, draft_tokenizer)
+    return draft_tokenizer
 
 
 def steer(options: DecodingOptions, steering: Steering, prompt: str, config: DecodeConfig,
@@ -110,17 +128,9 @@ def load_models(options: DecodingOptions, prompt: str, config: DecodeConfig, spe
     draft_tokenizer: list[PreTrainedTokenizerBase] = []  # the draft model's, checked here and loaded with it
 
     def check(target: PreTrainedTokenizerBase) -> None:
-        # Imported here, in the load: torch's start-up is the load's first named phase, not this module's import.
-        from ..core.loading import check_prompt_fits, configured_context_length, encode_prompt, load_tokenizer
-
-        chat = config.use_chat and bool(getattr(target, "chat_template", None))
-        context = configured_context_length(resolved, options.trust_remote_code)
-        check_prompt_fits(len(encode_prompt(target, prompt, chat)), context, resolved.display_name)
-        if draft_files is not None:
-            from ..core.drafters import check_same_vocabulary
-
-            draft_tokenizer.append(load_tokenizer(draft_files, options.trust_remote_code))
-            check_same_vocabulary(target, draft_tokenizer[0])
+        checked = checked_before_the_weights(resolved, target, prompt, config, options.trust_remote_code, draft_files)
+        if checked is not None:
+            draft_tokenizer.append(checked)
 
     lm = load(resolved, options.device, options.dtype.value, options.trust_remote_code, options.device_map_name,
               tokenizer, check)
