@@ -23,7 +23,8 @@ Sections (``--only``, comma-separated):
   one write position (the default) against transformers' layers, each moving its own in every pass (the control),
   alternated: what three ops a layer fewer in every step give on this device.
 - ``app``: the app's tokens/s against headless on the embedded model (as ``app_vs_headless.py``): greedy, PLD and
-  beam, then greedy and PLD with the decoding thread pinned to a CPU of its own (the control for its moves).
+  beam, each also against headless in a process as young as the app's, then greedy and PLD with the decoding
+  thread pinned to a CPU of its own (the control for its moves).
 - ``behind``: the background compile (core/background_compile.py) on the Phi-3-mini-sized model, as the
   app uses it: greedy on the default path (CUDA graphs of the eager model), then runs while the worker
   compiles, then runs on the compiled graphs; the seconds until it settled and whether the tokens stay the
@@ -612,15 +613,18 @@ def main() -> None:
             # thread to the others), for what the decoder's moves between CPUs cost it. Earlier controls, answered
             # (BENCHMARKS.md): Python's own switch interval (0.858 against 0.920) and decoding at once while the app
             # paints a run's start (greedy 0.824 against 0.923).
-            # The greedy row also decodes headlessly in a child process as young as the app's (its start, one
-            # untimed run, then the timed ones): the control for the app's side being a young process each round
-            # while the headless side decodes in this long-lived one.
+            # The greedy, PLD and beam rows also decode headlessly in a child process as young as the app's (its
+            # start, one untimed run, then the timed ones): the control for the app's side being a young process
+            # each round while the headless side decodes in this long-lived one. On the H200 (2026-11-27) this
+            # process's headless greedy went 278-289 tok/s in the first round and 326-328 in the second, where the
+            # app's and the young child's went 275-288 in both: the app kept 1.00 of the first round's and 0.87 of
+            # the second's. A user's headless `decode-tui generate` is a young process too.
             for name, mode, pin in (("greedy", "greedy", False), ("pld", "pld", False), ("beam", "beam", False),
                                     ("greedy, decoder pinned", "greedy", True), ("pld, decoder pinned", "pld", True)):
                 # Three runs a side a round (a run there is under half a second; a round's app side is a process of its
                 # own, most of whose time is its start), and each round's ratio kept, the two sides back to back.
                 rows[name] = app_vs_headless.throughput(lm, "summarise", mode, 128, args.repeats, per_round=3,
-                                                        pin=pin, fresh_headless=name == "greedy")
+                                                        pin=pin, fresh_headless=not pin)
                 print(f"app {name}: {app_vs_headless.summary(rows[name])}", flush=True)
                 save()  # row by row: a call that runs out of time keeps what it measured
     save()

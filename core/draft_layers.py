@@ -139,9 +139,13 @@ def agrees(original: nn.Module, fused: nn.Module, *args: Any, **kwargs: Any) -> 
 
 
 def _close(got: torch.Tensor, expected: torch.Tensor) -> bool:
-    """Equal up to bf16's rounding, in dtype and shape too."""
+    """Equal up to bf16's rounding, in dtype and shape too. The tolerance grows with the output's largest value:
+    an attention's output of a few hundred is a sum of products near that size, so an entry near zero carries
+    their rounding (a unit in bf16's last place is 2 at 400), where a wrong fused form is off by the output's own
+    size."""
+    scale = max(1.0, float(expected.float().abs().max())) if expected.numel() else 1.0
     return bool(expected.dtype == got.dtype and expected.shape == got.shape and
-                torch.allclose(got.float(), expected.float(), rtol=2e-2, atol=2e-2))
+                torch.allclose(got.float(), expected.float(), rtol=2e-2, atol=2e-2 * scale))
 
 
 def _random(shape: tuple[int, ...], like: torch.Tensor, scale: float = 3.0) -> torch.Tensor:
