@@ -57,6 +57,10 @@
 #                                                                also against headless in a process as young as the
 #                                                                app's, then the pinned controls, REPEATS=2 (about
 #                                                                5.5 minutes)
+#   bash benchmarks/gpu_session.sh age      carry: nothing       whether a process's headless decoding speeds up
+#                                                                with its age, and whether the time or the runs do
+#                                                                it: three young processes, one decoding for a
+#                                                                minute, two idle for it (4 minutes)
 #   SKIP_DRAFTCOST=1 bash benchmarks/gpu_session.sh changes      carry: .gpu/b   the rest of 'changes', where time
 #                                                                is left (2 minutes)
 #
@@ -70,7 +74,7 @@
 # carries at most 64 MiB): 'tests' leaves the first in /root/keep and 'smol' joins it to the second, so
 # 'smol' must run on the same machine (the next call within 30 s keeps it). Everything lands in $OUT.
 set -uo pipefail
-phase=${1:?phase: unmet1, unmet2, changes, prep, lease1, lease2, tests, smol, drafts, app, grammar, trees, phi3 or behind}
+phase=${1:?phase: unmet1, unmet2, age, changes, prep, lease1, lease2, tests, smol, drafts, app, grammar, trees, phi3 or behind}
 OUT=${OUT:-/tmp/decode-tui-out}
 LIMIT=${LIMIT:-540}  # seconds for the phase's main command, so what it wrote comes back inside the call's 600
 mkdir -p "$OUT" /root/keep
@@ -139,6 +143,11 @@ app)  # after 'smol' (or 'unmet2' above) on the same machine, whose model is in 
       # headless, row by row
     timeout 420 python3 benchmarks/gpu.py --only app --repeats "${REPEATS:-2}" --json "$OUT/gpu-app.json" 2>&1 \
         | tee "$OUT/gpu-app.log"
+    ;;
+age)  # after 'unmet2' (or 'smol') on the same machine, whose model is in /root/keep: does a process's headless
+     # decoding speed up with its age, and is it the time or the runs (benchmarks/process_age.py)
+    timeout 300 python3 benchmarks/process_age.py --seconds 60 --runs 10 --json "$OUT/gpu-age.json" 2>&1 \
+        | tee "$OUT/gpu-age.log"
     ;;
 changes)  # after 'prep', 'lease1' or 'unmet2' on the same machine
     join_smol || exit 1

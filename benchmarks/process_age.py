@@ -1,0 +1,117 @@
+"""Probe: does headless decoding get faster as its process ages, and is it the time or the runs that do it?
+
+On the H200 (2026-11-27) the benchmark process's own headless greedy runs went 278-289 tok/s in one round and
+326-328 in the next, a minute later, where a new process's went 275-288 each time, the app's and a young headless
+process's alike (BENCHMARKS.md). The app is always a young process, so whatever makes an old one faster is most of
+what the app seemed to lose. This tells two causes apart, in child processes that each load the model and decode
+one untimed run, as the app does:
+
+- ``busy``: decodes back to back until ``--seconds`` after its load, then ``--runs`` more;
+- ``idle``: sleeps until ``--seconds`` after its load, then decodes ``--runs``;
+
+run as idle, busy, idle, so that a drift of the machine (the GPU's clocks) shows as the two idle children
+disagreeing. If the idle children's runs are as fast as the busy child's late ones, time alone does it (something
+in the background: the kernel collapsing the heap into huge pages, say); if they are as slow as its early ones,
+the runs do (caches, the allocator's pools). Each run also records its minor page faults a token (the first touch
+of new memory) and the decoding thread's context switches, since those would move with the first cause.
+
+    python benchmarks/process_age.py [--seconds 60] [--runs 10] [--mode greedy] [--proxy none|device-wait]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def child(kind: str, seconds: float, runs: int, mode: str, proxy: str, new_tokens: int) -> None:
+    from app_vs_headless import PROMPTS, DecoderClock, embedded, headless
+
+    from decode_tui.core.params import DecodeConfig
+
+    lm = embedded(proxy)
+    loaded = time.perf_counter()
+    config = DecodeConfig(mode=mode, max_new_tokens=new_tokens)  # type: ignore[arg-type]
+    prompt = PROMPTS["summarise"]
+    headless(lm, prompt, config)  # untimed, as the app's first run is
+    rows: list[dict[str, float]] = []
+
+    def run() -> None:
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        clock = DecoderClock()
+        rate = headless(lm, prompt, config, clock).tokens_per_s
+        rows.append({"since_load_s": time.perf_counter() - loaded, "tokens_per_s": rate,
+                     "host_us": clock.host_per_token_us, "synced_us": clock.synced_per_token_us,
+                     "faults_per_token": (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / clock.tokens,
+                     "switches_per_token": clock.switches / clock.tokens})
+
+    if kind == "busy":
+        while time.perf_counter() - loaded < seconds:
+            run()
+    else:
+        time.sleep(max(0.0, seconds - (time.perf_counter() - loaded)))
+    for _ in range(runs):
+        run()
+    print(json.dumps(rows))
+
+
+def huge_pages() -> str:
+    try:
+        return Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text().strip()
+    except OSError:
+        return "unknown"
+
+
+def summary(name: str, rows: list[dict[str, float]], runs: int) -> dict[str, Any]:
+    def part(chosen: list[dict[str, float]]) -> dict[str, float]:
+        return {key: statistics.median(r[key] for r in chosen) for key in chosen[0]} if chosen else {}
+
+    late = rows[-runs:]
+    early = rows[:-runs][:runs]  # the busy child's first runs (none for an idle one)
+    first, last = part(early), part(late)
+    text = f"{name}: "
+    if early:
+        text += (f"first {len(early)} runs {first['tokens_per_s']:.1f} tok/s (host {first['host_us']:.0f} us, "
+                 f"faults {first['faults_per_token']:.2f} a token); ")
+    text += (f"last {len(late)} runs, from {late[0]['since_load_s']:.0f} s after the load, "
+             f"{last['tokens_per_s']:.1f} tok/s (host {last['host_us']:.0f} us, "
+             f"faults {last['faults_per_token']:.2f} a token, switches {last['switches_per_token']:.2f})")
+    print(text, flush=True)
+    return {"child": name, "early": first, "late": last, "runs": rows}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--mode", default="greedy")
+    parser.add_argument("--proxy", default="none", help="as app_vs_headless.py's (device-wait: a CPU stand-in)")
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--child", choices=["busy", "idle"], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.seconds, args.runs, args.mode, args.proxy, args.new_tokens)
+        return
+    print(json.dumps({"transparent_hugepage": huge_pages()}), flush=True)
+    results: list[dict[str, Any]] = []
+    for name in ("idle", "busy", "idle"):
+        done = subprocess.run([sys.executable, __file__, "--child", name, "--seconds", str(args.seconds),
+                               "--runs", str(args.runs), "--mode", args.mode, "--proxy", args.proxy,
+                               "--new-tokens", str(args.new_tokens)], capture_output=True, text=True, check=True)
+        results.append(summary(name, json.loads(done.stdout.strip().splitlines()[-1]), args.runs))
+        if args.json:
+            args.json.write_text(json.dumps({"transparent_hugepage": huge_pages(), "children": results}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
