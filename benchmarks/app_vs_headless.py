@@ -545,8 +545,9 @@ def headless_child(mode: str, prompt_name: str, new_tokens: int, runs: int, prox
     lm = embedded(proxy)
     config = DecodeConfig(mode=mode, max_new_tokens=new_tokens)  # type: ignore[arg-type]
     headless(lm, PROMPTS[prompt_name], config)  # untimed, as the app's first run is
-    print(json.dumps([{"tokens_per_s": rate} for rate, _ in timed_headless(lm, PROMPTS[prompt_name], config, runs,
-                                                                           pin)]))
+    print(json.dumps([{"tokens_per_s": rate, "host_per_token_us": clock.host_per_token_us,
+                       "synced_per_token_us": clock.synced_per_token_us, "cpu_per_token_us": clock.cpu_per_token_us}
+                      for rate, clock in timed_headless(lm, PROMPTS[prompt_name], config, runs, pin)]))
 
 
 def ratio_interval(headless: list[float], app: list[float], draws: int = 10_000) -> tuple[float, float]:
@@ -584,6 +585,7 @@ def throughput(lm: LoadedModel, prompt_name: str, mode: str, new_tokens: int, re
     round_ratios: list[float] = []
     fresh: list[float] = []
     fresh_ratios: list[float] = []
+    fresh_runs: list[dict[str, Any]] = []
     for _ in range(repeats):  # alternate, so a drift in machine speed hits both sides alike
         timed = timed_headless(lm, PROMPTS[prompt_name], config, per_round, pin)
         mine = [rate for rate, _ in timed]
@@ -591,10 +593,12 @@ def throughput(lm: LoadedModel, prompt_name: str, mode: str, new_tokens: int, re
         theirs = app_rates(mode, prompt_name, new_tokens, per_round, proxy, switch_interval_s, show_start_first, pin)
         round_ratios.append(statistics.median(r["tokens_per_s"] for r in theirs) / statistics.median(mine))
         if fresh_headless:
-            young = [r["tokens_per_s"] for r in child_rows("headless", mode, prompt_name, new_tokens, per_round,
-                                                           proxy, *(["--pin"] if pin else []))]
+            young_runs = child_rows("headless", mode, prompt_name, new_tokens, per_round, proxy,
+                                    *(["--pin"] if pin else []))
+            young = [r["tokens_per_s"] for r in young_runs]
             fresh_ratios.append(statistics.median(r["tokens_per_s"] for r in theirs) / statistics.median(young))
             fresh += young
+            fresh_runs += young_runs
         ours += mine
         app_runs += theirs
     app = [r["tokens_per_s"] for r in app_runs]
@@ -615,6 +619,11 @@ def throughput(lm: LoadedModel, prompt_name: str, mode: str, new_tokens: int, re
         row["app_over_fresh_headless"] = row["app_tok_s"] / row["fresh_headless_tok_s"]
         row["app_over_fresh_headless_95ci"] = ratio_interval(fresh, app)
         row["fresh_round_ratios"] = fresh_ratios
+        # As headless_by_run and app_by_run: whether a young process's slower runs are its host's step or the device's.
+        row["fresh_by_run"] = [[r["tokens_per_s"], r["host_per_token_us"], r["synced_per_token_us"]]
+                               for r in fresh_runs]
+        row["fresh_host_per_token_us"] = statistics.median(r["host_per_token_us"] for r in fresh_runs)
+        row["fresh_synced_per_token_us"] = statistics.median(r["synced_per_token_us"] for r in fresh_runs)
     # Where the app's time went (medians): see DecoderClock and AppRun.
     row["headless_decoder_waiting"] = statistics.median(c.waiting for c in clocks)
     row["headless_decoder_cpu_per_token_us"] = statistics.median(c.cpu_per_token_us for c in clocks)
@@ -643,7 +652,9 @@ def summary(row: dict[str, Any]) -> str:
         young_low, young_high = row["app_over_fresh_headless_95ci"]
         young = (f"headless in a process as young as the app's {row['fresh_headless_tok_s']:.2f} tok/s, the app "
                  f"{row['app_over_fresh_headless']:.3f} of it (95% interval {young_low:.2f}-{young_high:.2f}; by "
-                 f"round {', '.join(f'{r:.3f}' for r in row['fresh_round_ratios'])}); ")
+                 f"round {', '.join(f'{r:.3f}' for r in row['fresh_round_ratios'])}; its host step "
+                 f"{row['fresh_host_per_token_us']:.0f} us a token, its wait for the device's copy "
+                 f"{row['fresh_synced_per_token_us']:.0f} us); ")
     return (young + f"headless {row['headless_tok_s']:6.2f} tok/s  app {row['app_tok_s']:6.2f} tok/s  ratio "
             f"{row['ratio']:.3f} (95% interval {low:.2f}-{high:.2f}; by round {rounds}); decoder waiting "
             f"{row['headless_decoder_waiting']:.1%} headless, {row['app_decoder_waiting']:.1%} in the app; "

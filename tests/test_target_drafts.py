@@ -173,10 +173,10 @@ def test_the_default_draft_of_the_embedded_model_is_small_and_mostly_accepted(sm
 
 @pytest.mark.real_model
 def test_every_layer_of_the_embedded_models_int4_draft_is_fused_in_bf16_too() -> None:
-    """In bf16, as a GPU loads it (here on the CPU, where the same check fails the same way): the real weights give
-    attention outputs of a few hundred, whose entries near zero carry a unit or two of bf16's last place at that
-    size. A check with a tolerance that does not grow with the output failed 7 of the 30 attentions, which kept
-    transformers' slower forward, silently; a test on a GPU caught it."""
+    """The draft's layers and masks are fused in bf16, as a GPU loads it, too (here on the CPU, where the same check
+    fails the same way): the real weights give attention outputs of a few hundred, whose entries near zero carry a
+    unit or two of bf16's last place at that size. A check with a tolerance that does not grow with the output
+    failed 7 of the 30 attentions, which kept transformers' slower forward, silently; a test on a GPU caught it."""
     from decode_tui.core import draft_layers
     from decode_tui.core.embedded import pull
     from decode_tui.core.loading import load_model
@@ -189,6 +189,7 @@ def test_every_layer_of_the_embedded_models_int4_draft_is_fused_in_bf16_too() ->
     assert next(draft.model.parameters()).dtype == torch.bfloat16
     assert len(layers) == 30 and all(isinstance(layer.self_attn, draft_layers.FusedAttention) and
                                      isinstance(layer.mlp, draft_layers.FusedMLP) for layer in layers)
+    assert cast(Any, draft.model).config._attn_implementation == draft_layers.FLOAT_MASK_SDPA  # its masks too
 
 
 @pytest.mark.parametrize(("spec", "fragment"), [("layers:2", "N must be between 1 and 1"),
