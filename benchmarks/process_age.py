@@ -8,14 +8,21 @@ one untimed run, as the app does:
 
 - ``busy``: decodes back to back until ``--seconds`` after its load, then ``--runs`` more;
 - ``idle``: sleeps until ``--seconds`` after its load, then decodes ``--runs``;
+- ``warmed``: as ``idle``, but keeps the device busy with large products for its last 5 s of sleep, so that a
+  device which slows its clocks when idle is told apart from the process: only the device has been working
+  (and the host's thread that waits for it, which spins);
+- ``spun``: as ``idle``, but keeps one host CPU busy in Python for those 5 s, the device idle: the host's clocks.
 
-run as idle, busy, idle, so that a drift of the machine (the GPU's clocks) shows as the two idle children
-disagreeing. If the idle children's runs are as fast as the busy child's late ones, time alone does it (something
-in the background: the kernel collapsing the heap into huge pages, say); if they are as slow as its early ones,
-the runs do (caches, the allocator's pools). Each run also records its minor page faults a token (the first touch
-of new memory) and the decoding thread's context switches, since those would move with the first cause.
+run as idle, busy, warmed, spun, idle, so that a drift of the machine shows as the two idle children disagreeing. If the
+idle children's runs are as fast as the busy child's late ones, time alone does it (something in the background:
+the kernel collapsing the heap into huge pages, say); if they are as slow as its early ones, the runs do (caches,
+the allocator's pools) or the device's warmth does, which the warmed child tells apart. The beam rows of the
+H200's app phase point at the device: its headless runs' wait for the device's copy fell from 456-517 us a token
+in the first round to 47-84 in the second, at the same host step. Each run also records its minor page faults a
+token (the first touch of new memory), the decoding thread's context switches, and where ``nvidia-smi`` answers,
+the GPU's SM clock and performance state just after the run.
 
-    python benchmarks/process_age.py [--seconds 60] [--runs 10] [--mode greedy] [--proxy none|device-wait]
+    python benchmarks/process_age.py [--seconds 40] [--runs 10] [--mode greedy] [--proxy none|device-wait]
 """
 
 from __future__ import annotations
@@ -52,16 +59,60 @@ def child(kind: str, seconds: float, runs: int, mode: str, proxy: str, new_token
         rows.append({"since_load_s": time.perf_counter() - loaded, "tokens_per_s": rate,
                      "host_us": clock.host_per_token_us, "synced_us": clock.synced_per_token_us,
                      "faults_per_token": (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / clock.tokens,
-                     "switches_per_token": clock.switches / clock.tokens})
+                     "switches_per_token": clock.switches / clock.tokens, **device_clocks()})
 
     if kind == "busy":
         while time.perf_counter() - loaded < seconds:
             run()
     else:
-        time.sleep(max(0.0, seconds - (time.perf_counter() - loaded)))
+        time.sleep(max(0.0, seconds - WARM_S - (time.perf_counter() - loaded)))
+        if kind == "warmed":
+            keep_busy(lm.device, WARM_S)
+        elif kind == "spun":
+            spin(WARM_S)
+        else:
+            time.sleep(WARM_S)
     for _ in range(runs):
         run()
     print(json.dumps(rows))
+
+
+WARM_S = 5.0
+
+
+def keep_busy(device: Any, seconds: float) -> None:
+    """Large products on ``device`` for ``seconds``: the device works, the decoding path is not touched."""
+    import torch
+
+    cuda = device.type == "cuda"
+    n = 4096 if cuda else 512  # a few milliseconds a product either way
+    a = torch.randn(n, n, device=device, dtype=torch.bfloat16 if cuda else torch.float32)
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        for _ in range(8):
+            a = (a @ a).clamp_(-1, 1)
+        if cuda:
+            torch.cuda.synchronize(device)
+
+
+def spin(seconds: float) -> None:
+    """One host CPU busy for ``seconds``, in Python, the device idle."""
+    end = time.perf_counter() + seconds
+    total = 0
+    while time.perf_counter() < end:
+        total += sum(range(10_000))
+
+
+def device_clocks() -> dict[str, float]:
+    """The GPU's SM clock (MHz) and performance state (0 is the fastest) now, from ``nvidia-smi``; none on a
+    machine without one."""
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,pstate", "--format=csv,noheader,nounits",
+                               "-i", "0"], capture_output=True, text=True, timeout=5, check=True)
+        sm, state = (part.strip() for part in done.stdout.strip().split(","))
+        return {"sm_clock_mhz": float(sm), "pstate": float(state.lstrip("P"))}
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return {}
 
 
 def huge_pages() -> str:
@@ -84,27 +135,28 @@ def summary(name: str, rows: list[dict[str, float]], runs: int) -> dict[str, Any
                  f"faults {first['faults_per_token']:.2f} a token); ")
     text += (f"last {len(late)} runs, from {late[0]['since_load_s']:.0f} s after the load, "
              f"{last['tokens_per_s']:.1f} tok/s (host {last['host_us']:.0f} us, "
-             f"faults {last['faults_per_token']:.2f} a token, switches {last['switches_per_token']:.2f})")
+             f"faults {last['faults_per_token']:.2f} a token, switches {last['switches_per_token']:.2f}"
+             + (f", SM clock {last['sm_clock_mhz']:.0f} MHz" if "sm_clock_mhz" in last else "") + ")")
     print(text, flush=True)
     return {"child": name, "early": first, "late": last, "runs": rows}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--seconds", type=float, default=40.0)
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--mode", default="greedy")
     parser.add_argument("--proxy", default="none", help="as app_vs_headless.py's (device-wait: a CPU stand-in)")
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--json", type=Path)
-    parser.add_argument("--child", choices=["busy", "idle"], help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=["busy", "idle", "warmed", "spun"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args.child, args.seconds, args.runs, args.mode, args.proxy, args.new_tokens)
         return
     print(json.dumps({"transparent_hugepage": huge_pages()}), flush=True)
     results: list[dict[str, Any]] = []
-    for name in ("idle", "busy", "idle"):
+    for name in ("idle", "busy", "warmed", "spun", "idle"):
         done = subprocess.run([sys.executable, __file__, "--child", name, "--seconds", str(args.seconds),
                                "--runs", str(args.runs), "--mode", args.mode, "--proxy", args.proxy,
                                "--new-tokens", str(args.new_tokens)], capture_output=True, text=True, check=True)
