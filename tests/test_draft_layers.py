@@ -230,7 +230,7 @@ def test_a_fused_norm_gives_transformers_norm_up_to_a_rounding_and_a_different_n
                                                                                           ) -> None:
     """The fused norm rounds once, at the end, where transformers' rounds before scaling by the weight: equal in
     float32 but for float error, within one bf16 rounding in bf16. Gemma's norm scales by 1 + w: not fused (the
-    control that the check can fail)."""
+    control that the check can fail), also with an outlier weight in one channel."""
     from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
     from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
@@ -248,6 +248,12 @@ def test_a_fused_norm_gives_transformers_norm_up_to_a_rounding_and_a_different_n
     rounding = 1e-5 if dtype == torch.float32 else 2**-7  # bf16 keeps 8 significant bits
     assert torch.allclose(got.float(), expected.float(), rtol=rounding, atol=rounding)
     assert draft_layers.fusable(gemma) is None
+    # One outlier channel, as real norms have, in a real norm's width: every other channel of Gemma's norm is still
+    # off by its input, and the check still says so (a tolerance scaled by the largest entry would let it through).
+    wide = GemmaRMSNorm(2048, eps=1e-6)
+    wide.weight.data = torch.randn(2048)
+    wide.weight.data[7] = 300.0
+    assert draft_layers.fusable(wide.to(dtype)) is None
 
 
 def test_a_draft_built_unfused_keeps_transformers_modules_and_the_next_one_is_fused_again() -> None:
