@@ -62,6 +62,30 @@ def fuse(model: nn.Module, join_products: bool) -> None:
                 setattr(module, name, fused)
 
 
+def kept(model: nn.Module, join_products: bool) -> dict[str, tuple[int, int]]:
+    """Where a draft :func:`fuse` went over kept transformers' forward though a fused form was tried: {kind: (kept,
+    of)} for the kinds with any kept, read from the module tree (``attentions``, ``MLPs``, ``norms``). A module
+    no fused form was tried on (an early exit's attention with its three products, which it does not join) is
+    not counted. Every fallback is silent by design, so this is how a caller can say one happened."""
+    counts = {"attentions": [0, 0], "MLPs": [0, 0], "norms": [0, 0]}
+    base = getattr(model, getattr(model, "base_model_prefix", ""), model)
+    for layer in getattr(base, "layers", []):
+        attention = getattr(layer, "self_attn", None)
+        if isinstance(attention, FusedAttention) or hasattr(attention, "qkv_proj") or \
+                (join_products and hasattr(attention, "q_proj")):
+            counts["attentions"][0] += not isinstance(attention, FusedAttention)
+            counts["attentions"][1] += 1
+        mlp = getattr(layer, "mlp", None)
+        if join_products and (isinstance(mlp, FusedMLP) or hasattr(mlp, "gate_proj")):
+            counts["MLPs"][0] += not isinstance(mlp, FusedMLP)
+            counts["MLPs"][1] += 1
+    for module in model.modules():
+        if isinstance(module, FusedRMSNorm) or type(module).__name__.endswith("RMSNorm"):
+            counts["norms"][0] += not isinstance(module, FusedRMSNorm)
+            counts["norms"][1] += 1
+    return {kind: (k, n) for kind, (k, n) in counts.items() if k}
+
+
 FLOAT_MASK_SDPA = "decode_tui_sdpa"  # transformers' SDPA attention, its mask built as floats (registered below)
 
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 import torch
 
-from . import target_drafts
+from . import draft_layers, target_drafts
 from .acquire import Progress, ensure, quiet
 from .errors import UsageError
 from .forward import HostCopy, StaticKV, forward, new_cache, prepare, release, rollback
@@ -478,8 +478,10 @@ def load_draft(target: LoadedModel, spec: str, trust_remote_code: bool = False,
             return replace(load_draft(target, "self"), note=note)
         target_drafts.check(made, target.model, spec)
         progress(preparing(spec))
-        return DraftModel(target_drafts.build(target.model, made), min(width, len(target.tokenizer)), spec,
-                          target_drafts.kv_dtype(target.model, made), note=_dear_on(made, target.device))
+        model = target_drafts.build(target.model, made)
+        notes = [_dear_on(made, target.device), _unfused_on(spec, made, model, target.device)]
+        return DraftModel(model, min(width, len(target.tokenizer)), spec, target_drafts.kv_dtype(target.model, made),
+                          note=" ".join(note for note in notes if note) or None)
     from .loading import load_model, load_tokenizer
 
     resolved = ensure(spec, progress, flag="--draft")
@@ -502,6 +504,22 @@ def _dear_on(made: TargetDraft, device: torch.device) -> str | None:
                 "a bf16 product's time: each draft step costs more than a target step. --draft int4 is the "
                 "cheap draft on a GPU.")
     return None
+
+
+def _unfused_on(spec: str, made: TargetDraft, model: PreTrainedModel, device: torch.device) -> str | None:
+    """A note where a draft made from the target kept some of transformers' modules that a fused form would
+    replace (a check at its build found the fused form computing otherwise, or could not run it): on a GPU each
+    such module launches several kernels more a step, and a small model's step costs about its kernels, so its
+    c rises there. Said on CUDA only: on a CPU the arithmetic, not the launches, is the step's cost."""
+    if device.type != "cuda" or not target_drafts.FUSE:
+        return None
+    kept = draft_layers.kept(model, join_products=made.bits is not None)
+    if not kept:
+        return None
+    what = ", ".join(f"{k} of its {n} {kind}" for kind, (k, n) in kept.items())
+    return (f"the {spec} draft keeps transformers' forward for {what}, where a check at its build found the fused "
+            "form computing otherwise: each launches more kernels a step, which a GPU pays for in the draft's "
+            "cost (benchmarks/fused_check.py shows each check).")
 
 
 def shared_vocab_size(target: PreTrainedTokenizerBase, draft: PreTrainedTokenizerBase, target_logits: int,

@@ -111,14 +111,8 @@ def test_an_attention_that_computes_something_else_keeps_transformers_forward() 
     """The check can fail: Qwen3 normalises its queries and keys before the rotary, which the fused attention does
     not, so a Qwen3 draft keeps Qwen3's attention (its norms and MLP are still fused); and a fused attention whose
     product has its rows in another order (keys first) does not pass the check."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
     model = tiny_model("llama", vocab_size=V, seed=6)
-    config = AutoConfig.for_model("qwen3", vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                  num_attention_heads=4, num_key_value_heads=2, head_dim=16, initializer_range=0.2)
-    torch.manual_seed(0)
-    qwen3 = AutoModelForCausalLM.from_config(config).eval()
-    draft = cast(Any, target_drafts.build(qwen3, TargetDraft(4)))
+    draft = cast(Any, target_drafts.build(_qwen3(), TargetDraft(4)))
     assert not any(isinstance(layer.self_attn, draft_layers.FusedAttention) for layer in draft.model.layers)
     assert all(isinstance(layer.mlp, draft_layers.FusedMLP) for layer in draft.model.layers)
 
@@ -336,3 +330,42 @@ def test_a_draft_whose_float_mask_would_move_its_logits_keeps_transformers_sdpa(
     draft = target_drafts.build(tiny_model("llama", vocab_size=V, seed=6), TargetDraft(4))
     assert cast(Any, draft).config._attn_implementation == "sdpa"
     assert _fused_kinds(draft) == {"FusedRMSNorm", "FusedAttention", "FusedMLP"}
+
+
+def _qwen3() -> Any:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model("qwen3", vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                  num_attention_heads=4, num_key_value_heads=2, head_dim=16, initializer_range=0.2)
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(config).eval()
+
+
+def test_what_a_draft_kept_of_transformers_modules_is_counted_where_a_fused_form_was_tried(monkeypatch: Any) -> None:
+    """Nothing kept where everything fused; Qwen3's attentions (which the check refuses) counted; an early exit's
+    attention, whose products it does not join, not counted as kept; and with every check failing, every module a
+    fused form was tried on is counted."""
+    llama = tiny_model("llama", vocab_size=V, seed=6)
+    assert draft_layers.kept(target_drafts.build(llama, TargetDraft(4)), join_products=True) == {}
+    assert draft_layers.kept(target_drafts.build(llama, TargetDraft(None, 1)), join_products=False) == {}
+    assert draft_layers.kept(target_drafts.build(_qwen3(), TargetDraft(4)), join_products=True) == {
+        "attentions": (2, 2)}
+    monkeypatch.setattr(draft_layers, "agrees", lambda *args, **kwargs: False)
+    assert draft_layers.kept(target_drafts.build(llama, TargetDraft(4)), join_products=True) == {
+        "attentions": (2, 2), "MLPs": (2, 2), "norms": (5, 5)}
+
+
+def test_a_draft_that_kept_transformers_modules_says_so_on_cuda_only() -> None:
+    """The note that would have shown SmolLM2's 7 unfused attentions at once: on CUDA, where each kept module's
+    kernels are most of its cost, and not on a CPU, nor for the benchmarks' unfused control, which keeps them on
+    purpose."""
+    from decode_tui.core.drafters import _unfused_on
+
+    qwen3 = target_drafts.build(_qwen3(), TargetDraft(4))
+    note = _unfused_on("int4", TargetDraft(4), qwen3, torch.device("cuda"))
+    assert note is not None and "the int4 draft keeps transformers' forward for 2 of its 2 attentions" in note
+    assert _unfused_on("int4", TargetDraft(4), qwen3, torch.device("cpu")) is None
+    llama = target_drafts.build(tiny_model("llama", vocab_size=V, seed=6), TargetDraft(4))
+    assert _unfused_on("int4", TargetDraft(4), llama, torch.device("cuda")) is None
+    with target_drafts.unfused():
+        assert _unfused_on("int4", TargetDraft(4), qwen3, torch.device("cuda")) is None
