@@ -256,6 +256,8 @@ def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: F
             if result.comparison is not None:
                 c = result.comparison
                 verdict = "identical" if c["identical"] else f"DIFFERENT from token {c['first_divergence']}"
+                if c.get("divergence_note"):
+                    verdict = f"different from token {c['first_divergence']}, at a near-tie: {c['divergence_note']}"
                 rounds = count(c["runs"], "warm run")
                 stderr().print(f"compared with plain greedy: {c['speedup']:.2f}x (range {c['speedup_low']:.2f}-"
                                 f"{c['speedup_high']:.2f} over {rounds} a side, alternated; in the median round "

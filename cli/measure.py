@@ -68,7 +68,7 @@ def bench(options: DecodingOptions, modes: list[ModeChoice], *, runs: int, outpu
         table.add_column(column, justify="left" if column in ("mode", "= greedy") else "right", no_wrap=not ranged,
                          min_width=len("(100.0-100.0)") if ranged else None)
     for r in rows:
-        same = "yes" if r.identical else f"from #{r.first_divergence}"
+        same = "yes" if r.identical else f"from #{r.first_divergence}" + (" (tie)" if r.divergence_note else "")
         table.add_row(r.mode, f"{r.tokens_per_s:.1f} ({r.tokens_per_s_low:.1f}-{r.tokens_per_s_high:.1f})",
                       f"{r.speedup:.2f}x ({r.speedup_low:.2f}-{r.speedup_high:.2f})", str(r.target_forwards),
                       f"{r.tokens_per_forward:.2f}", f"{r.acceptance_rate:.0%}" if r.acceptance_rate is not None
@@ -80,8 +80,9 @@ def bench(options: DecodingOptions, modes: list[ModeChoice], *, runs: int, outpu
 
 
 def _why(console: Console, row: BenchRow, timeline: bool) -> None:
-    """Below the table: a drafting mode's acceptance by draft position, the tokens a forward was expected to
-    give at its acceptance rate next to what it gave, and (``timeline``) its forwards one by one."""
+    """Below the table: a drafting mode's acceptance by draft position, why its output parted from greedy's where
+    that was a near-tie's rounding, the tokens a forward was expected to give at its acceptance rate next to what
+    it gave, and (``timeline``) its forwards one by one."""
     from rich import box
     from rich.table import Table
 
@@ -92,6 +93,8 @@ def _why(console: Console, row: BenchRow, timeline: bool) -> None:
     line = acceptance_line(row.acceptance_by_position, row.timeline)
     if row.acceptance_by_position and line is not None:
         console.print(f"{row.mode}: {line}")
+    if row.divergence_note is not None:
+        console.print(f"{row.mode}: parted from greedy at #{row.first_divergence}: {row.divergence_note}")
     cost = cost_line(draft_stats(row.timeline), measured=row.speedup) if row.mode == "speculative" \
         else None
     if cost is not None:

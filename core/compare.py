@@ -5,7 +5,8 @@ The protocol every speed-up the project prints follows (``generate --compare``,
 AB, BA, AB, ..., and the speed-up is the median of the rounds' ratios with
 its lowest and highest. A cold run against a warm one, or all of A before all
 of B, would let the first-run effect or a drifting machine pass for a
-speed-up. It knows runs and their ``Finished`` figures; nothing about output.
+speed-up. It knows runs and their ``Finished`` figures, and greedy's two best candidates at each step, to say
+where an output parted from greedy's by rounding; nothing else about output.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .events import Finished
+import torch
+
+from .events import Candidate, Finished, TokenSampled
 from .params import DecodeConfig
 from .timeline import ForwardRow, Timeline
 from .warmup import warm_up
@@ -40,12 +43,14 @@ def with_comparison(lm: LoadedModel, prompt: str, config: DecodeConfig, result: 
 
 def timed_rounds(lm: LoadedModel, prompt: str, configs: Mapping[str, DecodeConfig], *, runs: int,
                  draft: DraftModel | None = None, progress: Callable[[str], None] | None = None,
-                 timelines: dict[str, list[ForwardRow]] | None = None) -> dict[str, list[Finished]]:
+                 timelines: dict[str, list[ForwardRow]] | None = None,
+                 tops: dict[str, list[tuple[Candidate, ...]]] | None = None) -> dict[str, list[Finished]]:
     """The protocol: every config warmed up, then ``runs`` rounds timing one run of each, the order reversed
     from one round to the next (ABC, CBA, ABC, ...), so a drift in the machine's speed falls on all alike.
 
     Returns each config's results, round by round; ``timelines`` receives each config's last timed run's
-    forward-pass timeline (:mod:`~decode_tui.core.timeline`).
+    forward-pass timeline (:mod:`~decode_tui.core.timeline`), ``tops`` its two most likely raw candidates at
+    each step where the mode shows them (greedy and sampling), for :func:`divergence_note`.
     """
     from .run import Run
 
@@ -61,13 +66,43 @@ def timed_rounds(lm: LoadedModel, prompt: str, configs: Mapping[str, DecodeConfi
                 progress(f"round {i + 1} of {runs}: {name}")
             result = None
             timeline = Timeline()
+            steps: list[tuple[Candidate, ...]] = []
             for event in timeline.watch(Run(lm, prompt, configs[name], draft).events()):
                 result = event
+                if tops is not None and isinstance(event, TokenSampled) and event.stages:
+                    steps.append(event.stages[0].candidates[:2])
             assert isinstance(result, Finished)
             results[name].append(result)
             if timelines is not None:
                 timelines[name] = timeline.rows
+            if tops is not None:
+                tops[name] = steps
     return results
+
+
+# The modes whose greedy form must give greedy's tokens exactly: they only change how many tokens a forward checks.
+DRAFTING = ("speculative", "pld", "suffix")
+
+
+def divergence_note(config: DecodeConfig, at: int | None, ours: Sequence[int],
+                    greedy_tops: Sequence[tuple[Candidate, ...]], dtype: torch.dtype) -> str | None:
+    """Why a drafting mode's greedy output parted from greedy's at token ``at``, where the numbers say it is
+    rounding and not a fault: the model computes in a reduced precision (bf16, fp16), and the drafting output took
+    greedy's runner-up there. A verification multiplies several tokens at once, in other shapes than greedy's
+    one-token step, so its sums round otherwise, and where greedy's two best tokens are nearly tied that picks the
+    other; in float32 the two agree token for token, so a divergence there gets no excuse, nor does one of a mode
+    that samples or searches (its output is not meant to be greedy's). None otherwise."""
+    greedy = not config.draft_sample or config.sampling.greedy  # as the drafting strategies decide it
+    if config.mode not in DRAFTING or not greedy or at is None or at >= len(ours) or \
+            at >= len(greedy_tops) or dtype not in (torch.bfloat16, torch.float16):
+        return None
+    top = greedy_tops[at]
+    if len(top) < 2 or ours[at] != top[1].token_id:
+        return None
+    precision = str(dtype).removeprefix("torch.")
+    return (f"greedy's two most likely tokens there were {top[0].text!r} ({top[0].prob:.3g}) and {top[1].text!r} "
+            f"({top[1].prob:.3g}), and this run took the second: in {precision}, a pass over several tokens "
+            "rounds otherwise than greedy's one-token step, which tips a near-tie (in float32 they agree)")
 
 
 def compare(lm: LoadedModel, prompt: str, config: DecodeConfig, baseline: DecodeConfig, *, runs: int = 3,
@@ -84,8 +119,9 @@ def compare(lm: LoadedModel, prompt: str, config: DecodeConfig, baseline: Decode
         raise ValueError("compare needs at least one run a side")
     # Named by mode, as the progress lines show them ("round 2 of 3: greedy (baseline)").
     base_name, ours_name = f"{baseline.mode} (baseline)", config.mode
+    tops: dict[str, list[tuple[Candidate, ...]]] = {}
     results = timed_rounds(lm, prompt, {base_name: baseline, ours_name: config}, runs=runs, draft=draft,
-                           progress=progress)
+                           progress=progress, tops=tops)
     ours_rates = [r.tokens_per_s for r in results[ours_name]]
     base_rates = [r.tokens_per_s for r in results[base_name]]
     ratios = [a / b if b else 0.0 for a, b in zip(ours_rates, base_rates, strict=True)]
@@ -105,6 +141,7 @@ def compare(lm: LoadedModel, prompt: str, config: DecodeConfig, baseline: Decode
         "unreliable": unreliable(ratios),
         "identical": ours == theirs,
         "first_divergence": first_divergence(ours, theirs),
+        "divergence_note": divergence_note(config, first_divergence(ours, theirs), ours, tops[base_name], lm.dtype),
     }
 
 
@@ -149,6 +186,7 @@ class BenchRow:
     acceptance_rate: float | None  # speculative, pld
     identical: bool  # the same tokens as greedy's
     first_divergence: int | None
+    divergence_note: str | None  # where the numbers say the divergence is rounding (:func:`divergence_note`)
     acceptance_by_position: tuple[float, ...] | None = None  # speculative, pld: of the last timed run
     # speculative: the draft's cost ratio c and the speed-up Leviathan et al.'s formula predicts, medians of the
     # timed runs (core/draft_stats.py), to set beside the measured speed-up
@@ -176,7 +214,9 @@ def bench(lm: LoadedModel, prompt: str, configs: Mapping[str, DecodeConfig], *, 
     if "greedy" not in configs:
         raise ValueError("a benchmark needs plain greedy as its baseline")
     timelines: dict[str, list[ForwardRow]] = {}
-    results = timed_rounds(lm, prompt, configs, runs=runs, draft=draft, progress=progress, timelines=timelines)
+    tops: dict[str, list[tuple[Candidate, ...]]] = {}
+    results = timed_rounds(lm, prompt, configs, runs=runs, draft=draft, progress=progress, timelines=timelines,
+                           tops=tops)
     base = results["greedy"]
     rows = []
     for name, finished in results.items():
@@ -191,6 +231,8 @@ def bench(lm: LoadedModel, prompt: str, configs: Mapping[str, DecodeConfig], *, 
             tokens_per_forward=last.new_tokens / last.target_forwards if last.target_forwards else 0.0,
             acceptance_rate=last.acceptance_rate, identical=last.token_ids == base[-1].token_ids,
             first_divergence=first_divergence(last.token_ids, base[-1].token_ids),
+            divergence_note=divergence_note(configs[name], first_divergence(last.token_ids, base[-1].token_ids),
+                                            last.token_ids, tops["greedy"], lm.dtype),
             acceptance_by_position=last.acceptance_by_position,
             draft_cost_ratio=_median(r.draft_cost_ratio for r in finished),
             predicted_speedup=_median(r.predicted_speedup for r in finished),

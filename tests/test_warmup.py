@@ -128,6 +128,7 @@ def test_compare_times_warm_runs_alternated_and_reports_the_spread(lm: Any, monk
     # the ratio and the two speeds reported beside it are one round's: they agree
     assert result["speedup"] == pytest.approx(result["tokens_per_s"] / result["greedy_tokens_per_s"])
     assert result["identical"] is True and result["first_divergence"] is None, "greedy PLD equals greedy"
+    assert result["divergence_note"] is None
     with pytest.raises(ValueError, match="at least one run"):
         compare(lm, PROMPT, pld, greedy, runs=0)
 
@@ -144,6 +145,39 @@ def test_compare_finds_where_two_outputs_part(lm: Any) -> None:
     sample = DecodeConfig(mode="sample", max_new_tokens=30, seed=1)
     result = compare(lm, PROMPT, sample, dataclasses.replace(sample, seed=2), runs=1)
     assert result["identical"] is False and isinstance(result["first_divergence"], int)
+
+
+def test_the_rounds_keep_greedys_two_best_candidates_at_each_step(lm: Any) -> None:
+    """What a divergence is explained from: for greedy, a pair a step, the first of each the token greedy took."""
+    from decode_tui.core.compare import timed_rounds
+
+    tops: dict[str, Any] = {}
+    greedy = DecodeConfig(mode="greedy", max_new_tokens=12)
+    results = timed_rounds(lm, PROMPT, {"greedy": greedy, "pld": DecodeConfig(mode="pld", max_new_tokens=12)},
+                           runs=1, tops=tops)
+    tokens = results["greedy"][-1].token_ids
+    assert len(tops["greedy"]) == len(tokens) and all(len(pair) == 2 for pair in tops["greedy"])
+    assert [pair[0].token_id for pair in tops["greedy"]] == list(tokens)
+    assert all(pair[0].prob >= pair[1].prob for pair in tops["greedy"])
+
+
+def test_a_drafting_modes_divergence_at_a_near_tie_in_reduced_precision_is_explained_and_no_other() -> None:
+    """Greedy PLD or speculative decoding that took greedy's runner-up, in bf16 or fp16, gets the numbers and the
+    reason (a verification's pass rounds otherwise than a one-token step); in float32, a third token, a sampling
+    mode or sampling verification, it gets none: there the divergence is not rounding's."""
+    from decode_tui.core.compare import divergence_note
+    from decode_tui.core.events import Candidate
+
+    tops = [(Candidate(5, "a", 0.6), Candidate(6, "b", 0.3)), (Candidate(7, " the", 0.312), Candidate(8, " a", 0.309))]
+    pld = DecodeConfig(mode="pld")
+    note = divergence_note(pld, 1, [5, 8], tops, torch.bfloat16)
+    assert note is not None and "' the' (0.312)" in note and "' a' (0.309)" in note and "bfloat16" in note
+    assert divergence_note(DecodeConfig(mode="speculative"), 1, [5, 8], tops, torch.float16) is not None
+    assert divergence_note(pld, 1, [5, 8], tops, torch.float32) is None
+    assert divergence_note(pld, 1, [5, 9], tops, torch.bfloat16) is None  # not greedy's runner-up
+    assert divergence_note(pld, None, [5, 7], tops, torch.bfloat16) is None
+    assert divergence_note(DecodeConfig(mode="sample"), 1, [5, 8], tops, torch.bfloat16) is None
+    assert divergence_note(DecodeConfig(mode="pld", draft_sample=True), 1, [5, 8], tops, torch.bfloat16) is None
 
 
 @pytest.mark.parametrize("mode", ["greedy", "pld", "beam", "speculative"])
