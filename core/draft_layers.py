@@ -20,7 +20,8 @@ launches 42, a Phi-3 layer's 16 where its target launches 41 (both on decode-tui
 
 Every replacement is checked once, on a random input at the module's own device and dtype, against the module it
 replaces (:func:`agrees`). A module that computes something else keeps transformers' forward: Gemma's norm, which
-scales by 1 + w; an attention that normalises its queries and keys (Qwen3's) or rotates interleaved pairs. The
+scales by 1 + w; an attention that normalises its queries and keys (Qwen3's) or rotates interleaved pairs.
+:func:`kept` counts those, and a draft on CUDA says in a note when there are any. The
 draft's numbers move by at most a rounding, which a draft may do: the target checks every token it proposes, and
 the target itself is never touched, so its tokens stay ``generate``'s.
 
@@ -63,10 +64,11 @@ def fuse(model: nn.Module, join_products: bool) -> None:
 
 
 def kept(model: nn.Module, join_products: bool) -> dict[str, tuple[int, int]]:
-    """Where a draft :func:`fuse` went over kept transformers' forward though a fused form was tried: {kind: (kept,
-    of)} for the kinds with any kept, read from the module tree (``attentions``, ``MLPs``, ``norms``). A module
-    no fused form was tried on (an early exit's attention with its three products, which it does not join) is
-    not counted. Every fallback is silent by design, so this is how a caller can say one happened."""
+    """Which modules of a draft that :func:`fuse` went over kept transformers' forward though a fused form was
+    tried on them: {kind: (kept, of)} for each kind with any kept (``attentions``, ``MLPs``, ``norms``), read
+    from the module tree. A module no fused form is tried on (an early exit's attention with three products,
+    which it does not join) is not counted. A fallback is silent where it happens, so this is how a caller can
+    say that one did."""
     counts = {"attentions": [0, 0], "MLPs": [0, 0], "norms": [0, 0]}
     base = getattr(model, getattr(model, "base_model_prefix", ""), model)
     for layer in getattr(base, "layers", []):
