@@ -50,7 +50,7 @@
 # then 'app' (REPEATS=2, 4 minutes: greedy, pld, beam, and greedy and pld with the decoding thread pinned).
 #
 # The next lease, the figure still short of its target first (each call back to back with the last; the H200's
-# lease of 2026-11-27 ran these three in 8 minutes with the machine's start):
+# lease of 2026-11-27 ran unmet1, unmet2 and changes in 8 minutes with the machine's start):
 #   bash benchmarks/gpu_session.sh unmet1   carry: .whl .gpu/a   the setup; c of the Phi-3-mini-sized int4 draft,
 #                                                                fused and unfused, its kernels and products (1 min)
 #   bash benchmarks/gpu_session.sh unmet2   carry: .gpu/b        the app against headless: greedy, pld and beam, each
@@ -133,11 +133,12 @@ open("/tmp/code-edit.txt", "w").write(PROMPTS["code-edit"])'
     timeout 100 python3 benchmarks/trees.py --device cuda --dtype bfloat16 --repeats 2 --tree-budgets 10,64 \
         --json "$OUT/gpu-trees.json" 2>&1 | tee "$OUT/gpu-trees.log"
     ;;
-unmet1)  # the setup, then the first of the two figures still short of their targets: c of the Phi-3-mini-sized
-         # int4 draft (target 0.7); it needs no SmolLM2
+unmet1)  # the setup, then c of the Phi-3-mini-sized int4 draft (target 0.7: 0.561 on the H200 on 2026-11-27, every
+         # layer fused), with what it kept of transformers' modules; it needs no SmolLM2
     draftcost
     ;;
-unmet2)  # after 'unmet1' on the same machine: the second, the app against headless (target 0.95), as 'app' runs it
+unmet2)  # after 'unmet1' on the same machine: the figure still short of its target, the app against headless
+         # (0.95; PLD and beam not shown against a young process yet), as 'app' runs it
     join_smol || exit 1
     ;&
 app)  # after 'smol' (or 'unmet2' above) on the same machine, whose model is in /root/keep: the app against
