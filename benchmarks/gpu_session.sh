@@ -138,8 +138,11 @@ unmet1)  # the setup, then c of the Phi-3-mini-sized int4 draft (target 0.7: 0.5
     draftcost
     ;;
 unmet2)  # after 'unmet1' on the same machine: the figure still short of its target, the app against headless
-         # (0.95; PLD and beam not shown against a young process yet), as 'app' runs it
+         # (0.95; PLD and beam not shown against a young process yet), as 'app' runs it; first SmolLM2's tests
+         # of the fused draft (its default speculative run asks every layer fused, and no note), 30 s
     join_smol || exit 1
+    timeout 60 python3 -m pytest -p no:cacheprovider -q -rs tests/test_gpu.py -k "fused or starts_on_cuda" 2>&1 \
+        | tee "$OUT/pytest-gpu-fused.log"
     ;&
 app)  # after 'smol' (or 'unmet2' above) on the same machine, whose model is in /root/keep: the app against
       # headless, row by row
