@@ -61,7 +61,7 @@
 #                                                                with its age, and whether the time or the runs do
 #                                                                it: five young processes, one decoding for 40 s,
 #                                                                four idle for it, one with the GPU and one with a
-#                                                                host CPU kept busy at its end (4.5 minutes)
+#                                                                host CPU kept busy at its end (5 minutes)
 #   SKIP_DRAFTCOST=1 bash benchmarks/gpu_session.sh changes      carry: .gpu/b   the rest of 'changes', where time
 #                                                                is left (2 minutes)
 #
@@ -151,7 +151,7 @@ app)  # after 'smol' (or 'unmet2' above) on the same machine, whose model is in 
     ;;
 age)  # after 'unmet2' (or 'smol') on the same machine, whose model is in /root/keep: does a process's headless
      # decoding speed up with its age, and is it the time or the runs (benchmarks/process_age.py)
-    timeout 300 python3 benchmarks/process_age.py --seconds 40 --runs 10 --json "$OUT/gpu-age.json" 2>&1 \
+    timeout 340 python3 benchmarks/process_age.py --seconds 40 --runs 10 --json "$OUT/gpu-age.json" 2>&1 \
         | tee "$OUT/gpu-age.log"
     ;;
 changes)  # after 'prep', 'lease1' or 'unmet2' on the same machine
