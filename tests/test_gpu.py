@@ -406,6 +406,26 @@ def test_a_drafts_fused_norm_is_one_kernel_on_cuda_where_transformers_norm_is_se
     assert cuda_kernels(lambda: fused(x))[0] <= 2 < 5 <= cuda_kernels(lambda: norm(x))[0]
 
 
+def test_a_draft_at_phi3_minis_widths_is_fused_throughout_on_cuda() -> None:
+    """Phi-3-mini's widths, random, bf16, two layers, on CUDA: the int4 draft keeps none of transformers' modules.
+    The lease of 2026-11-27 found its attentions unfused by the old check (728 kernels a step where 530 are fused),
+    which no test asked about."""
+    from transformers import AutoModelForCausalLM, Phi3Config
+
+    from decode_tui.core import draft_layers, target_drafts
+    from decode_tui.core.params import TargetDraft
+
+    config = Phi3Config(vocab_size=512, hidden_size=3072, intermediate_size=8192, num_hidden_layers=2,
+                        num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096,
+                        original_max_position_embeddings=4096, tie_word_embeddings=False,
+                        pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    torch.manual_seed(0)
+    with CUDA:
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
+    draft = target_drafts.build(model, TargetDraft(4))
+    assert draft_layers.kept(draft, join_products=True) == {}
+
+
 def test_a_fused_int4_drafts_step_launches_at_most_two_thirds_of_the_kernels_on_cuda() -> None:
     """The fused draft layers on CUDA (a Llama of SmolLM2's widths, random, bf16): one decoding step of the int4
     draft launches at most two thirds of the kernels the same draft with transformers' modules launches (counted
