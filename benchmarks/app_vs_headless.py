@@ -624,6 +624,7 @@ def throughput(lm: LoadedModel, prompt_name: str, mode: str, new_tokens: int, re
                                for r in fresh_runs]
         row["fresh_host_per_token_us"] = statistics.median(r["host_per_token_us"] for r in fresh_runs)
         row["fresh_synced_per_token_us"] = statistics.median(r["synced_per_token_us"] for r in fresh_runs)
+        row["fresh_cpu_per_token_us"] = statistics.median(r["cpu_per_token_us"] for r in fresh_runs)
     # Where the app's time went (medians): see DecoderClock and AppRun.
     row["headless_decoder_waiting"] = statistics.median(c.waiting for c in clocks)
     row["headless_decoder_cpu_per_token_us"] = statistics.median(c.cpu_per_token_us for c in clocks)
@@ -652,8 +653,9 @@ def summary(row: dict[str, Any]) -> str:
         young_low, young_high = row["app_over_fresh_headless_95ci"]
         young = (f"headless in a process as young as the app's {row['fresh_headless_tok_s']:.2f} tok/s, the app "
                  f"{row['app_over_fresh_headless']:.3f} of it (95% interval {young_low:.2f}-{young_high:.2f}; by "
-                 f"round {', '.join(f'{r:.3f}' for r in row['fresh_round_ratios'])}; its host step "
-                 f"{row['fresh_host_per_token_us']:.0f} us a token, its wait for the device's copy "
+                 f"round {', '.join(f'{r:.3f}' for r in row['fresh_round_ratios'])}; its decoder's CPU "
+                 f"{row['fresh_cpu_per_token_us']:.0f} us a token, its host step "
+                 f"{row['fresh_host_per_token_us']:.0f} us, its wait for the device's copy "
                  f"{row['fresh_synced_per_token_us']:.0f} us); ")
     return (young + f"headless {row['headless_tok_s']:6.2f} tok/s  app {row['app_tok_s']:6.2f} tok/s  ratio "
             f"{row['ratio']:.3f} (95% interval {low:.2f}-{high:.2f}; by round {rounds}); decoder waiting "
