@@ -20,7 +20,8 @@ the allocator's pools) or the device's warmth does, which the warmed child tells
 H200's app phase point at the device: its headless runs' wait for the device's copy fell from 456-517 us a token
 in the first round to 47-84 in the second, at the same host step. Each run also records its minor page faults a
 token (the first touch of new memory), the decoding thread's context switches, and where ``nvidia-smi`` answers,
-the GPU's SM clock and performance state just after the run.
+the GPU's SM clock and performance state just after the run, and the blocks torch's CUDA allocator took from the
+device during the run (each a cudaMalloc, which waits for the device: a pool that still grows in a young process).
 
     python benchmarks/process_age.py [--seconds 40] [--runs 10] [--mode greedy] [--proxy none|device-wait]
 """
@@ -54,12 +55,14 @@ def child(kind: str, seconds: float, runs: int, mode: str, proxy: str, new_token
 
     def run() -> None:
         faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        segments = device_segments(lm.device)
         clock = DecoderClock()
         rate = headless(lm, prompt, config, clock).tokens_per_s
         rows.append({"since_load_s": time.perf_counter() - loaded, "tokens_per_s": rate,
                      "host_us": clock.host_per_token_us, "synced_us": clock.synced_per_token_us,
                      "faults_per_token": (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / clock.tokens,
-                     "switches_per_token": clock.switches / clock.tokens, **device_clocks()})
+                     "switches_per_token": clock.switches / clock.tokens,
+                     "device_mallocs": device_segments(lm.device) - segments, **device_clocks()})
 
     if kind == "busy":
         while time.perf_counter() - loaded < seconds:
@@ -93,6 +96,16 @@ def keep_busy(device: Any, seconds: float) -> None:
             a = (a @ a).clamp_(-1, 1)
         if cuda:
             torch.cuda.synchronize(device)
+
+
+def device_segments(device: Any) -> int:
+    """How many blocks torch's CUDA allocator has taken from the device so far (each a cudaMalloc, which waits for
+    the device): a young process whose pool still grows run by run would show them; 0 off CUDA."""
+    import torch
+
+    if device.type != "cuda":
+        return 0
+    return int(torch.cuda.memory_stats(device).get("segment.all.allocated", 0))
 
 
 def spin(seconds: float) -> None:
@@ -132,10 +145,12 @@ def summary(name: str, rows: list[dict[str, float]], runs: int) -> dict[str, Any
     text = f"{name}: "
     if early:
         text += (f"first {len(early)} runs {first['tokens_per_s']:.1f} tok/s (host {first['host_us']:.0f} us, "
-                 f"faults {first['faults_per_token']:.2f} a token); ")
+                 f"faults {first['faults_per_token']:.2f} a token, device mallocs {first['device_mallocs']:.0f} "
+                 "a run); ")
     text += (f"last {len(late)} runs, from {late[0]['since_load_s']:.0f} s after the load, "
              f"{last['tokens_per_s']:.1f} tok/s (host {last['host_us']:.0f} us, "
-             f"faults {last['faults_per_token']:.2f} a token, switches {last['switches_per_token']:.2f}"
+             f"faults {last['faults_per_token']:.2f} a token, switches {last['switches_per_token']:.2f}, "
+             f"device mallocs {last['device_mallocs']:.0f} a run"
              + (f", SM clock {last['sm_clock_mhz']:.0f} MHz" if "sm_clock_mhz" in last else "") + ")")
     print(text, flush=True)
     return {"child": name, "early": first, "late": last, "runs": rows}
