@@ -105,6 +105,25 @@ async def test_a_run_streams_to_the_end() -> None:
 
 
 @in_event_loop
+async def test_a_long_note_stays_long_enough_to_read_and_an_error_stays_longest() -> None:
+    """A short toast stays 6 s; a draft's note of a few hundred characters stays about a second per 15 of them;
+    an error stays 30 s, however short."""
+    app, _ = make()
+    note = ("the int4 draft keeps transformers' forward for 7 of its 30 attentions, where a check at its build "
+            "found the fused form computing otherwise: each launches more kernels a step, which a GPU pays for "
+            "in the draft's cost (benchmarks/fused_check.py shows each check).")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        app.say("paused")
+        app.say(note)
+        app.say("no", "error")
+        await pilot.pause()
+        timeouts = {n.message: n.timeout for n in app._notifications}
+        assert timeouts["paused"] == 6 and timeouts["no"] == 30
+        assert timeouts[note] == pytest.approx(len(note) / 15) and timeouts[note] > 15
+
+
+@in_event_loop
 async def test_the_stats_bar_names_the_kernels_a_background_compile_switched_the_run_to() -> None:
     from decode_tui.tui.pump import Notice
 

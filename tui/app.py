@@ -47,7 +47,7 @@ from .pacing import PaintPacer
 from .painter import Painter
 from .pump import EventPump
 from .race_control import start_race
-from .run_view import RunView, Severity
+from .run_view import RunView, Severity, toast_seconds
 from .screens.help import HelpScreen
 from .settings import Settings
 from .settings_control import REPLAY_CANNOT, SettingsControl
@@ -218,7 +218,7 @@ class DecodeApp(App[int]):
 
     def say(self, message: str, severity: Severity = "information") -> None:
         self.messages.append(message)
-        self.notify(message, severity=severity, timeout=6 if severity != "error" else 30)
+        self.notify(message, severity=severity, timeout=toast_seconds(message, severity))
 
     def drain(self) -> None:
         """Take everything the decoder produced since the last tick; paint when a paint is due.

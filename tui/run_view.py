@@ -41,6 +41,13 @@ from .teaching import CAPTIONED_ALONE, EOS_MARK, caption
 
 Severity = Literal["information", "warning", "error"]
 
+
+def toast_seconds(message: str, severity: Severity) -> float:
+    """How long a toast stays: an error 30 s; anything else 6 s, or longer for a long message, at about 15
+    characters a second, a slow reading pace, since a note such as a draft's (what it kept, what it costs)
+    runs to a few hundred characters and would be gone before it was read."""
+    return 30.0 if severity == "error" else max(6.0, len(message) / 15)
+
 BUSY_AFTER_S = 0.5  # a run that shows nothing new for this long says, on its panel, what it is doing
 # What a run is doing between two events, by mode (a slow CPU, a big model, slow motion off).
 WORKING_ON: dict[Mode, str] = {"greedy": "the next token's forward pass", "sample": "the next token's forward pass",
