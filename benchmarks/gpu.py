@@ -403,7 +403,7 @@ def draft_cost_section(lm: LoadedModel, drafts: list[str], new_tokens: int) -> d
             final = run_once(lm, "the the the the", config, draft)[0]
             kernels = step_kernels(draft.model)
             # What the draft kept of transformers' modules where a fused form was tried: the first lease's fused
-            # row had kept every attention (728 kernels a step against 530), which only the kernel count showed.
+            # row had kept most attentions (728 kernels a step against 530), which only the kernel count showed.
             made = target_draft(spec)
             kept = draft_layers.kept(draft.model, join_products=made is not None and made.bits is not None)
             rows[name] = {"c": final.draft_cost_ratio, "draft_forwards": final.draft_forwards, "kernels": kernels,
