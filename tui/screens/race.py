@@ -65,9 +65,9 @@ class RaceScreen(ModalScreen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        # Each lane paints its own start when it mounts (RaceLane.on_mount): reaching into a lane from here
+        # found its text pane gone once, when the app closed as the screen was still mounting.
         self._show_header()
-        for lane in self.query(RaceLane):
-            lane.reset()
         self.set_interval(1 / TICK_HZ, self.tick)
 
     def on_resize(self) -> None:

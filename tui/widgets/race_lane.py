@@ -42,6 +42,9 @@ class RaceLane(Vertical):
         yield TextPane()
         yield StatsBar(short=True, classes="lane-stats")
 
+    def on_mount(self) -> None:
+        self._show()  # its children are mounted by now: Textual composes a widget before its Mount event
+
     def reset(self) -> None:
         self.view = RunView(paused=False, now=0.0)
         self.query_one(TextPane).reset()
