@@ -175,11 +175,17 @@ def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: F
     # Ctrl-C (and SIGTERM, taken alike) is taken between events, never in the middle of writing one: the first one
     # sets a flag the loop reads once an event is out (a token away at most); a second one interrupts at once.
     interrupted: int | None = None  # the signal
+    cleaning = False  # the cut below has begun: a second signal is too late to hurry it
 
     def on_signal(signum: int, frame: object) -> None:
         nonlocal interrupted
         if interrupted is not None:
-            raise KeyboardInterrupt
+            # A second signal that arrived before the handlers were set to ignore can still run this later,
+            # from inside that very signal.signal call (which runs pending handlers) or at exit: raised there,
+            # it cut the clean ending short with a traceback. Once the cut has begun, it has nothing to hurry.
+            if not cleaning:
+                raise KeyboardInterrupt
+            return
         interrupted = signum
 
     signals = (signal.SIGINT, signal.SIGTERM)
@@ -212,6 +218,7 @@ def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: F
             if interrupted is not None and result is None:
                 raise KeyboardInterrupt
     except KeyboardInterrupt:
+        cleaning = True
         if previous is not None:  # the clean cut below is not itself cut short by a second signal
             ignore_signals()
         if progress is not None:
