@@ -141,3 +141,53 @@ def test_ctrl_c_twice_exits_130_without_a_traceback(tiny_model_dir: Path, isolat
     proc.wait(timeout=60)
     assert proc.returncode == 130, (proc.returncode, err)
     assert "Traceback" not in err + rest and "interrupted" in err
+
+
+def test_a_second_ctrl_c_still_pending_when_the_clean_cut_begins_does_not_cut_it_short(
+        byte_bpe: object, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The race behind a rare traceback, made certain: the first Ctrl-C lands mid-run, and a second is pending when
+    the cut sets the handlers to ignore, a call that runs pending handlers (CPython's signal.signal checks for
+    them), so our handler runs once more from inside it. The cut still ends the run cleanly: its text and figures
+    out, exit 130, no KeyboardInterrupt escaping."""
+    import typer
+
+    from decode_tui.cli import headless
+    from decode_tui.cli.flags import FormatChoice
+    from decode_tui.core.errors import EXIT_INTERRUPTED
+    from decode_tui.core.params import DecodeConfig
+
+    from .conftest import tiny_model
+    from .test_autoregressive import loaded
+
+    lm = loaded(tiny_model("llama", vocab_size=len(byte_bpe), seed=4), byte_bpe, 2)  # type: ignore[arg-type]
+    real_signal = signal.signal
+
+    def pending_second(signum: int, handler: object) -> object:
+        current = signal.getsignal(signum)
+        if handler is signal.SIG_IGN and callable(current):
+            current(signum, None)  # the second Ctrl-C, pending until this call
+        return real_signal(signum, handler)  # type: ignore[arg-type]
+
+    writes = 0
+    real_write = headless._write
+
+    def write(out: object, text: str) -> None:
+        nonlocal writes
+        writes += 1
+        if writes == 3:  # the first Ctrl-C, as the third piece of text goes out
+            signal.getsignal(signal.SIGINT)(signal.SIGINT, None)  # type: ignore[operator, misc]
+        real_write(out, text)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(signal, "signal", pending_second)
+    monkeypatch.setattr(headless, "_write", write)
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with pytest.raises(typer.Exit) as ended:
+            headless._decode(lm, "ab ab ab", DecodeConfig(max_new_tokens=40), FormatChoice.text)
+    except KeyboardInterrupt:  # caught here, so that a regression fails this test instead of stopping pytest
+        pytest.fail("the second Ctrl-C escaped the clean cut as a KeyboardInterrupt")
+    finally:  # the cut leaves the signals ignored, as a command about to exit wants; this process goes on
+        for s, handler in previous.items():
+            real_signal(s, handler)
+    assert ended.value.exit_code == EXIT_INTERRUPTED
+    assert "interrupted after" in capsys.readouterr().err
