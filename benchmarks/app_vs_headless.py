@@ -583,7 +583,6 @@ def throughput(lm: LoadedModel, prompt_name: str, mode: str, new_tokens: int, re
     clocks: list[DecoderClock] = []
     app_runs: list[dict[str, Any]] = []
     round_ratios: list[float] = []
-    fresh: list[float] = []
     fresh_ratios: list[float] = []
     fresh_runs: list[dict[str, Any]] = []
     for _ in range(repeats):  # alternate, so a drift in machine speed hits both sides alike
@@ -597,7 +596,6 @@ def throughput(lm: LoadedModel, prompt_name: str, mode: str, new_tokens: int, re
                                     *(["--pin"] if pin else []))
             young = [r["tokens_per_s"] for r in young_runs]
             fresh_ratios.append(statistics.median(r["tokens_per_s"] for r in theirs) / statistics.median(young))
-            fresh += young
             fresh_runs += young_runs
         ours += mine
         app_runs += theirs
@@ -613,7 +611,8 @@ def throughput(lm: LoadedModel, prompt_name: str, mode: str, new_tokens: int, re
                               for t, c in zip(ours, clocks, strict=True)]
     row["app_by_run"] = [[r["tokens_per_s"], r["host_per_token_us"], r["synced_per_token_us"]] for r in app_runs]
     row["round_ratios"] = round_ratios
-    if fresh:
+    if fresh_runs:
+        fresh = [r["tokens_per_s"] for r in fresh_runs]
         row["fresh_headless_tok_s"] = statistics.median(fresh)
         row["fresh_headless_runs"] = sorted(fresh)
         row["app_over_fresh_headless"] = row["app_tok_s"] / row["fresh_headless_tok_s"]

@@ -84,13 +84,9 @@ def main() -> None:
 def target(spec: str, layers: int, device: str, dtype: str) -> Any:
     """The target model: ``spec`` loaded as the app loads it, or the Phi-3-mini-sized one of ``gpu.py``."""
     if spec == "phi3-sized":
-        from gpu import PHI3_MINI
-        from transformers import AutoModelForCausalLM, Phi3Config
+        from gpu import phi3_sized
 
-        torch.manual_seed(0)
-        with torch.device(device):
-            config = Phi3Config(**{**PHI3_MINI, "num_hidden_layers": layers})
-            return AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype)).eval()
+        return phi3_sized(torch.device(device), getattr(torch, dtype), tiny=False, layers=layers).model
     from decode_tui.core.embedded import pull
     from decode_tui.core.loading import load_model
     from decode_tui.core.registry import resolve

@@ -94,10 +94,14 @@ def word_tokenizer(vocab_size: int) -> Any:
     return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="w0", eos_token="w32000", pad_token="w32000")
 
 
-def phi3_sized(device: torch.device, dtype: torch.dtype, tiny: bool) -> LoadedModel:
+def phi3_sized(device: torch.device, dtype: torch.dtype, tiny: bool, layers: int | None = None) -> LoadedModel:
+    """The Phi-3-mini-sized model with random weights (``tiny``: a small one of its architecture), all its layers or
+    the first ``layers`` (each alike: what a layer costs or computes is seen in a few)."""
     from transformers import AutoModelForCausalLM, Phi3Config
 
     config = Phi3Config(**(PHI3_TINY if tiny else PHI3_MINI))
+    if layers is not None:
+        config.num_hidden_layers = layers
     torch.manual_seed(0)
     with device:  # initialised where it will run: 3.8 B parameters initialise in seconds on a GPU
         model = AutoModelForCausalLM.from_config(config, dtype=dtype).eval()

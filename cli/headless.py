@@ -262,9 +262,12 @@ def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: F
                                 f"verifying {result.verify_time_s or 0:.2f} s")
             if result.comparison is not None:
                 c = result.comparison
-                verdict = "identical" if c["identical"] else f"DIFFERENT from token {c['first_divergence']}"
-                if c.get("divergence_note"):
+                if c["identical"]:
+                    verdict = "identical"
+                elif c.get("divergence_note"):
                     verdict = f"different from token {c['first_divergence']}, at a near-tie: {c['divergence_note']}"
+                else:
+                    verdict = f"DIFFERENT from token {c['first_divergence']}"
                 rounds = count(c["runs"], "warm run")
                 stderr().print(f"compared with plain greedy: {c['speedup']:.2f}x (range {c['speedup_low']:.2f}-"
                                 f"{c['speedup_high']:.2f} over {rounds} a side, alternated; in the median round "

@@ -129,6 +129,7 @@ def compare(lm: LoadedModel, prompt: str, config: DecodeConfig, baseline: Decode
     # busy elsewhere they implied 0.5x beside a median ratio of 1.29x.
     median = sorted(range(runs), key=lambda i: ratios[i])[(runs - 1) // 2]
     ours, theirs = results[ours_name][-1].token_ids, results[base_name][-1].token_ids
+    parted = first_divergence(ours, theirs)
     return {
         "baseline": baseline.mode,
         "runs": runs,
@@ -140,8 +141,8 @@ def compare(lm: LoadedModel, prompt: str, config: DecodeConfig, baseline: Decode
         "speedup_high": max(ratios),
         "unreliable": unreliable(ratios),
         "identical": ours == theirs,
-        "first_divergence": first_divergence(ours, theirs),
-        "divergence_note": divergence_note(config, first_divergence(ours, theirs), ours, tops[base_name], lm.dtype),
+        "first_divergence": parted,
+        "divergence_note": divergence_note(config, parted, ours, tops[base_name], lm.dtype),
     }
 
 
@@ -224,15 +225,15 @@ def bench(lm: LoadedModel, prompt: str, configs: Mapping[str, DecodeConfig], *, 
         ratios = [r.tokens_per_s / b.tokens_per_s if b.tokens_per_s else 0.0 for r, b in zip(finished, base,
                                                                                              strict=True)]
         last = finished[-1]
+        parted = first_divergence(last.token_ids, base[-1].token_ids)
         rows.append(BenchRow(
             mode=name, runs=runs, tokens_per_s=statistics.median(rates), tokens_per_s_low=min(rates),
             tokens_per_s_high=max(rates), speedup=statistics.median(ratios), speedup_low=min(ratios),
             speedup_high=max(ratios), new_tokens=last.new_tokens, target_forwards=last.target_forwards,
             tokens_per_forward=last.new_tokens / last.target_forwards if last.target_forwards else 0.0,
             acceptance_rate=last.acceptance_rate, identical=last.token_ids == base[-1].token_ids,
-            first_divergence=first_divergence(last.token_ids, base[-1].token_ids),
-            divergence_note=divergence_note(configs[name], first_divergence(last.token_ids, base[-1].token_ids),
-                                            last.token_ids, tops["greedy"], lm.dtype),
+            first_divergence=parted,
+            divergence_note=divergence_note(configs[name], parted, last.token_ids, tops["greedy"], lm.dtype),
             acceptance_by_position=last.acceptance_by_position,
             draft_cost_ratio=_median(r.draft_cost_ratio for r in finished),
             predicted_speedup=_median(r.predicted_speedup for r in finished),

@@ -371,11 +371,8 @@ def test_a_draft_that_kept_transformers_modules_says_so_on_cuda_only() -> None:
         assert _unfused_on("int4", TargetDraft(4), qwen3, torch.device("cuda")) is None
 
 
-def test_a_draft_at_phi3_minis_widths_is_fused_throughout_in_bf16() -> None:
-    """Phi-3-mini's widths (3072, 32 heads) with random weights in bf16, two of its layers: the attentions' outputs
-    reach 15, where a unit in bf16's last place is 0.0625, which an entry-by-entry check (0.02 and 2 %) refused,
-    so the H200's Phi-3-mini-sized draft kept most attentions unfused (728 kernels a step where 530 are fused).
-    Nothing is kept now."""
+def phi3_wide(device: torch.device) -> Any:
+    """Phi-3-mini's widths (3072, 32 heads), two layers, a small vocabulary, random weights in bf16 on ``device``."""
     from transformers import AutoModelForCausalLM, Phi3Config
 
     config = Phi3Config(vocab_size=512, hidden_size=3072, intermediate_size=8192, num_hidden_layers=2,
@@ -383,7 +380,15 @@ def test_a_draft_at_phi3_minis_widths_is_fused_throughout_in_bf16() -> None:
                         original_max_position_embeddings=4096, tie_word_embeddings=False,
                         pad_token_id=0, bos_token_id=1, eos_token_id=2)
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
-    draft = target_drafts.build(model, TargetDraft(4))
+    with device:
+        return AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
+
+
+def test_a_draft_at_phi3_minis_widths_is_fused_throughout_in_bf16() -> None:
+    """Phi-3-mini's widths with random weights in bf16, two of its layers: the attentions' outputs reach 15, where
+    a unit in bf16's last place is 0.0625, which an entry-by-entry check (0.02 and 2 %) refused, so the H200's
+    Phi-3-mini-sized draft kept most attentions unfused (728 kernels a step where 530 are fused). Nothing is kept
+    now."""
+    draft = target_drafts.build(phi3_wide(torch.device("cpu")), TargetDraft(4))
     assert draft_layers.kept(draft, join_products=True) == {}
     assert all(isinstance(layer.self_attn, draft_layers.FusedAttention) for layer in cast(Any, draft).model.layers)

@@ -410,19 +410,12 @@ def test_a_draft_at_phi3_minis_widths_is_fused_throughout_on_cuda() -> None:
     """Phi-3-mini's widths, random, bf16, two layers, on CUDA: the int4 draft keeps none of transformers' modules.
     The lease of 2026-11-27 found most of its attentions unfused by the old check (728 kernels a step where 530 are
     fused), which no test asked about."""
-    from transformers import AutoModelForCausalLM, Phi3Config
-
     from decode_tui.core import draft_layers, target_drafts
     from decode_tui.core.params import TargetDraft
 
-    config = Phi3Config(vocab_size=512, hidden_size=3072, intermediate_size=8192, num_hidden_layers=2,
-                        num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096,
-                        original_max_position_embeddings=4096, tie_word_embeddings=False,
-                        pad_token_id=0, bos_token_id=1, eos_token_id=2)
-    torch.manual_seed(0)
-    with CUDA:
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).eval()
-    draft = target_drafts.build(model, TargetDraft(4))
+    from .test_draft_layers import phi3_wide
+
+    draft = target_drafts.build(phi3_wide(CUDA), TargetDraft(4))
     assert draft_layers.kept(draft, join_products=True) == {}
 
 

@@ -48,6 +48,7 @@ def toast_seconds(message: str, severity: Severity) -> float:
     runs to a few hundred characters and would be gone before it was read."""
     return 30.0 if severity == "error" else max(6.0, len(message) / 15)
 
+
 BUSY_AFTER_S = 0.5  # a run that shows nothing new for this long says, on its panel, what it is doing
 # What a run is doing between two events, by mode (a slow CPU, a big model, slow motion off).
 WORKING_ON: dict[Mode, str] = {"greedy": "the next token's forward pass", "sample": "the next token's forward pass",
