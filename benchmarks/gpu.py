@@ -22,6 +22,8 @@ Sections (``--only``, comma-separated):
 - ``ends``: greedy and int4 speculative decoding on the embedded SmolLM2 with the static cache's layers sharing
   one write position (the default) against transformers' layers, each moving its own in every pass (the control),
   alternated: what three ops a layer fewer in every step give on this device.
+- ``reorder``: beam search on the embedded SmolLM2 with the reorder of its beams' cache rows replayed as one graph
+  (the default) against its four ops a layer run eagerly (the control), alternated.
 - ``app``: the app's tokens/s against headless on the embedded model (as ``app_vs_headless.py``): greedy, PLD and
   beam, each also against headless in a process as young as the app's, then greedy and PLD with the decoding
   thread pinned to a CPU of its own (the control for its moves).
@@ -33,8 +35,8 @@ Sections (``--only``, comma-separated):
 ``--tiny`` swaps the Phi-3-mini-sized model for a small one of the same architecture, so the script
 can be checked on a CPU before device time is spent.
 
-    python benchmarks/gpu.py [--only phi3,verify,draftcost,drafting,ends,app,behind] [--new-tokens 256] [--repeats 3]
-                             [--drafts int4,int8,self,layers:10] [--ahead [int4,self]] [--unfused [int4]]
+    python benchmarks/gpu.py [--only phi3,verify,draftcost,drafting,ends,reorder,app,behind] [--new-tokens 256]
+                             [--repeats 3] [--drafts int4,int8,self,layers:10] [--ahead [int4,self]] [--unfused [int4]]
                              [--json out.json]
 """
 
@@ -337,6 +339,37 @@ def drafting_section(lm: LoadedModel, new_tokens: int, repeats: int, drafts: lis
         save()
 
 
+def against_control(lm: LoadedModel, prompt: str, config: DecodeConfig, control: Callable[[], Any], repeats: int,
+                    drafts: dict[bool, Any] | None = None) -> dict[str, Any]:
+    """Warm runs of ``config`` as it is and inside ``control()`` (a context manager), alternated round by round,
+    each round's ratio of the control's time over the default's; ``drafts``: each side's draft (by "default")."""
+
+    def timed(default: bool) -> tuple[Finished, float]:
+        with contextlib.nullcontext() if default else control():
+            final, elapsed, _ = run_once(lm, prompt, config, drafts[default] if drafts else None)
+        return final, elapsed
+
+    for default in (True, False):
+        timed(default)  # warm-up: each side's caches built and graphs captured
+    times: dict[bool, list[float]] = {True: [], False: []}
+    tokens: dict[bool, list[int]] = {}
+    for _ in range(repeats):
+        for default in (True, False):
+            final, elapsed = timed(default)
+            times[default].append(elapsed)
+            tokens[default] = list(final.token_ids)
+    ratios = [control_s / default_s for default_s, control_s in zip(times[True], times[False], strict=True)]
+    return {"tok_s": len(tokens[True]) / statistics.median(times[True]),
+            "control_tok_s": len(tokens[False]) / statistics.median(times[False]),
+            "speedup": statistics.median(ratios), "range": [min(ratios), max(ratios)],
+            "identical": tokens[True] == tokens[False]}
+
+
+def ab_line(row: dict[str, Any]) -> str:
+    return (f"{row['tok_s']:.1f} tok/s, the control {row['control_tok_s']:.1f} tok/s: {row['speedup']:.3f}x "
+            f"({row['range'][0]:.3f}-{row['range'][1]:.3f}), identical={row['identical']}")
+
+
 def ends_section(lm: LoadedModel, new_tokens: int, repeats: int) -> dict[str, Any]:
     """Greedy and int4 speculative decoding (SmolLM2, the code edit) on static caches whose layers share one write
     position, moved once a pass (the default), against the control, transformers' layers moving one each in every
@@ -345,36 +378,27 @@ def ends_section(lm: LoadedModel, new_tokens: int, repeats: int) -> dict[str, An
     from decode_tui.core import forward
     from decode_tui.core.drafters import load_draft
 
-    prompt = PROMPTS["code-edit"]
     rows: dict[str, Any] = {}
     for name, spec in (("greedy", None), ("speculative int4", "int4")):
         config = DecodeConfig(mode="speculative" if spec else "greedy", max_new_tokens=new_tokens,
                               draft=DraftParams(draft=spec or "int4"))
         drafts = {shared: load_draft(lm, spec) if spec else None for shared in (True, False)}
+        rows[name] = against_control(lm, PROMPTS["code-edit"], config, forward.per_layer_ends, repeats, drafts)
+        print(f"ends {name}: one end a pass against one a layer (the control): {ab_line(rows[name])}", flush=True)
+    return rows
 
-        def timed(shared: bool, config: DecodeConfig = config, drafts: dict[bool, Any] = drafts
-                  ) -> tuple[Finished, float]:
-            with contextlib.nullcontext() if shared else forward.per_layer_ends():
-                final, elapsed, _ = run_once(lm, prompt, config, drafts[shared])
-            return final, elapsed
 
-        for shared in (True, False):
-            timed(shared)  # warm-up: each kind's caches built and graphs captured
-        times: dict[bool, list[float]] = {True: [], False: []}
-        tokens: dict[bool, list[int]] = {}
-        for _ in range(repeats):
-            for shared in (True, False):
-                final, elapsed = timed(shared)
-                times[shared].append(elapsed)
-                tokens[shared] = list(final.token_ids)
-        ratios = [control / default for default, control in zip(times[True], times[False], strict=True)]
-        rate = len(tokens[True]) / statistics.median(times[True])
-        rows[name] = {"tok_s": rate, "control_tok_s": len(tokens[False]) / statistics.median(times[False]),
-                      "speedup": statistics.median(ratios), "range": [min(ratios), max(ratios)],
-                      "identical": tokens[True] == tokens[False]}
-        row = rows[name]
-        print(f"ends {name}: one end a pass {row['tok_s']:.1f} tok/s, one a layer (control) {row['control_tok_s']:.1f}"
-              f" tok/s: {row['speedup']:.3f}x ({min(ratios):.3f}-{max(ratios):.3f}), identical={row['identical']}",
+def reorder_section(lm: LoadedModel, new_tokens: int, repeats: int) -> dict[str, Any]:
+    """Beam search (4 beams, SmolLM2, the code edit and the summary) with the reorder of the beams' cache rows
+    replayed as one graph (the default) against the control, its four ops a layer run eagerly
+    (``forward.eager_reorders``): warm runs alternated round by round."""
+    from decode_tui.core import forward
+
+    rows: dict[str, Any] = {}
+    for prompt in ("code-edit", "summarise"):
+        config = DecodeConfig(mode="beam", max_new_tokens=new_tokens)
+        rows[prompt] = against_control(lm, PROMPTS[prompt], config, forward.eager_reorders, repeats)
+        print(f"reorder beam {prompt}: one replay against eager copies (the control): {ab_line(rows[prompt])}",
               flush=True)
     return rows
 
@@ -601,7 +625,7 @@ def main() -> None:
         del lm
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    if sections & {"drafting", "app", "ends"}:
+    if sections & {"drafting", "app", "ends", "reorder"}:
         from decode_tui.core.embedded import pull
         from decode_tui.core.loading import load_model
         from decode_tui.core.registry import resolve
@@ -610,6 +634,9 @@ def main() -> None:
         smol = load_model(resolve("smollm2"), device=args.device, dtype="auto")
         if "ends" in sections:
             results["ends"] = ends_section(smol, 128, args.repeats)
+            save()
+        if "reorder" in sections:
+            results["reorder"] = reorder_section(smol, 128, args.repeats)
             save()
         if "drafting" in sections:
             drafting_section(smol, 128, args.repeats, drafts,

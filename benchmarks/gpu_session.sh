@@ -51,9 +51,12 @@
 #
 # The next lease, the figure still short of its target first (each call back to back with the last; the H200's
 # lease of 2026-11-27 ran unmet1, unmet2 and changes in 8 minutes with the machine's start):
-#   bash benchmarks/gpu_session.sh unmet1   carry: .whl .gpu/a   the setup; c of the Phi-3-mini-sized int4 draft,
-#                                                                fused and unfused, its kernels and products (1 min)
-#   bash benchmarks/gpu_session.sh unmet2   carry: .gpu/b        the app against headless: greedy, pld and beam, each
+#   bash benchmarks/gpu_session.sh unmet1   carry: .whl .gpu/a   the setup; beam search's CUDA tests; c of the
+#                                                                Phi-3-mini-sized int4 draft, fused and unfused, its
+#                                                                kernels and products (1.5 min)
+#   bash benchmarks/gpu_session.sh unmet2   carry: .gpu/b        beam search with its cache reorder replayed and
+#                                                                eagerly (the control); the app against headless:
+#                                                                greedy, pld and beam, each
 #                                                                also against headless in a process as young as the
 #                                                                app's, then the pinned controls, REPEATS=2 (about
 #                                                                5.5 minutes)
@@ -133,8 +136,12 @@ open("/tmp/code-edit.txt", "w").write(PROMPTS["code-edit"])'
     timeout 100 python3 benchmarks/trees.py --device cuda --dtype bfloat16 --repeats 2 --tree-budgets 10,64 \
         --json "$OUT/gpu-trees.json" 2>&1 | tee "$OUT/gpu-trees.log"
     ;;
-unmet1)  # the setup, then c of the Phi-3-mini-sized int4 draft (target 0.7: 0.561 on the H200 on 2026-11-27, every
-         # layer fused), with what it kept of transformers' modules; it needs no SmolLM2
+unmet1)  # the setup, beam search's CUDA tests (its cache reorder replayed as a graph, and the step's one host copy
+         # of mixed dtypes, both new since the last lease), then c of the Phi-3-mini-sized int4 draft (target 0.7:
+         # 0.561 on the H200 on 2026-11-27, every layer fused), with what it kept of transformers' modules; it needs
+         # no SmolLM2
+    timeout 60 python3 -m pytest -p no:cacheprovider -q -rs tests/test_gpu.py -k beam 2>&1 \
+        | tee "$OUT/pytest-gpu-beam.log"
     draftcost
     ;;
 unmet2)  # after 'unmet1' on the same machine: the figure still short of its target, the app against headless
@@ -143,6 +150,9 @@ unmet2)  # after 'unmet1' on the same machine: the figure still short of its tar
     join_smol || exit 1
     timeout 60 python3 -m pytest -p no:cacheprovider -q -rs tests/test_gpu.py -k "fused or starts_on_cuda" 2>&1 \
         | tee "$OUT/pytest-gpu-fused.log"
+    # beam search with its cache reorder replayed as one graph against its eager copies (the control), 30 s
+    timeout 60 python3 benchmarks/gpu.py --only reorder --repeats 3 --json "$OUT/gpu-reorder.json" 2>&1 \
+        | tee "$OUT/gpu-reorder.log"
     ;&
 app)  # after 'smol' (or 'unmet2' above) on the same machine, whose model is in /root/keep: the app against
       # headless, row by row

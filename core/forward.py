@@ -137,6 +137,21 @@ def per_layer_ends() -> Iterator[None]:
         SHARED_END = True
 
 
+REORDER_GRAPHS = True  # on the graph path, beam search's reorder replays a graph too; off, its eager copies
+
+
+@contextlib.contextmanager
+def eager_reorders() -> Iterator[None]:
+    """Beam search's reorders inside run eagerly, layer by layer, on the graph path too: the benchmarks' control
+    for :class:`_CapturedReorder`."""
+    global REORDER_GRAPHS
+    REORDER_GRAPHS = False
+    try:
+        yield
+    finally:
+        REORDER_GRAPHS = True
+
+
 def ends(cache: Cache) -> list[torch.Tensor]:
     """The write positions of ``cache``'s static layers, each once: one where they share it."""
     found = {id(end): end for layer in cache.layers if isinstance(layer, StaticLayer)
@@ -177,6 +192,8 @@ class StaticKV(Cache):
         self.path = path  # how its short passes run: replayed CUDA graphs or torch.compile
         self.prefilled = False  # the first pass (the prompt) is never compiled or captured
         self.graphs: dict[tuple[int, ...], _Captured] = {}  # by (batch, width, logits kept[, TREE])
+        self.model = weakref.ref(model)  # for the reorder's graph; weak, as the pool that holds this cache is
+        self.reorder_graph: _CapturedReorder | None = None  # beam search's reorder, captured on its first use
         self.leased = False  # a run is using it; the pool hands it to nobody else until released
         self.leases = 0  # how many runs it has served: a kept prefix is still in it while no other run leased it
 
@@ -189,12 +206,29 @@ class StaticKV(Cache):
         """Beam search: row ``i`` of every layer becomes row ``beam_idx[i]``, copied in place.
 
         transformers' static layer rebinds its tensors to the reordered copies, which would leave a captured
-        graph reading the old addresses; here the reordered rows are written back into the same storage.
+        graph reading the old addresses; here the reordered rows are written back into the same storage. On the
+        graph path the copies of all layers are themselves replayed as one graph (:class:`_CapturedReorder`).
         """
+        model = self.model()
+        if REORDER_GRAPHS and self.path == "graphs" and self.prefilled and model is not None \
+                and model not in _GRAPH_FAILURES:
+            if self.reorder_graph is None:
+                try:
+                    self.reorder_graph = _CapturedReorder(model, self)
+                except Exception as exc:  # the eager copies below give the same rows, as an eager pass does
+                    _GRAPH_FAILURES[model] = first_line(exc, 200)
+            if self.reorder_graph is not None:
+                self.reorder_graph(beam_idx)
+                return
+        self.reorder_rows(beam_idx)
+
+    def reorder_rows(self, beam_idx: torch.Tensor) -> None:
+        """The reorder itself, layer by layer: an index select and a copy back, for the keys and the values."""
+        index: torch.Tensor | None = None
         for layer in self.layers:
             keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
             if keys is not None and values is not None:  # allocated by the first pass
-                index = beam_idx.to(keys.device)
+                index = beam_idx.to(keys.device) if index is None else index
                 keys.copy_(keys.index_select(0, index))
                 values.copy_(values.index_select(0, index))
 
@@ -387,6 +421,32 @@ class _Captured:
         return self.logits
 
 
+class _CapturedReorder:
+    """Beam search's reorder of a static cache's rows, captured: a static index in, every layer's rows copied in
+    place by one replay.
+
+    Eagerly a reorder is four ops a layer (:meth:`StaticKV.reorder_rows`): for the embedded model's 30 layers,
+    120 of a beam step's 268 ops outside its pass, each a kernel launch on a GPU, where a small model's beam step
+    is bound by its launches. Replayed, it is the index's copy and one launch. It is captured with the identity
+    order, so that the capture's warm-up pass (see :class:`CudaGraphs`) leaves the rows where they are.
+    """
+
+    def __init__(self, model: PreTrainedModel, cache: StaticKV) -> None:
+        keys: list[torch.Tensor] = [k for layer in cache.layers if (k := getattr(layer, "keys", None)) is not None]
+        rows = keys[0].shape[0]  # the beams: the first pass, already run, allocated every layer with a row each
+        self.index = torch.arange(rows, device=model.device)  # [N] filled before each replay
+
+        def run() -> torch.Tensor:
+            cache.reorder_rows(self.index)
+            return torch.zeros(1, device=model.device)  # the backend's output: nothing a caller reads
+
+        self.replay: Callable[[], None] = GraphBackend.capture(model, run, lambda: None)[0]
+
+    def __call__(self, beam_idx: torch.Tensor) -> None:
+        self.index.copy_(beam_idx)
+        self.replay()
+
+
 def _replayed(model: PreTrainedModel, cache: StaticKV, input_ids: torch.Tensor, keep: int) -> torch.Tensor | None:
     """The logits of a replayed graph for this shape (captured on first use), or None if it cannot be captured."""
     key = (*input_ids.shape, keep)
@@ -504,7 +564,11 @@ class HostCopy:
     """
 
     def __init__(self, tensors: list[torch.Tensor]) -> None:
-        packed = torch.cat([t.reshape(-1).to(torch.float64) for t in tensors])
+        # One cat into a float64 buffer converts every input as it copies it: a conversion of each input first
+        # would be an op (on a GPU, a kernel launched from Python) per tensor, 16 in a beam step.
+        packed = torch.empty(sum(t.numel() for t in tensors), dtype=torch.float64, device=tensors[0].device)
+        with torch.no_grad():  # values only: a draft's probabilities may come from a pass run with autograd on
+            torch.cat([t.reshape(-1) for t in tensors], out=packed)
         self.event: torch.cuda.Event | None = None
         if packed.device.type == "cuda":
             self.host = packed.to("cpu", non_blocking=True)  # into pinned memory from torch's host cache

@@ -275,3 +275,16 @@ def test_a_step_on_the_static_cache_moves_its_end_once_not_once_a_layer(eager: N
                 model(input_ids=torch.tensor([[6]]), cache=cache, use_cache=True)
         counts.append(count.ops)
     assert counts[1] - counts[0] == 3 * (layers - 1)
+
+
+def test_one_host_copy_keeps_every_value_of_its_mixed_inputs_exactly() -> None:
+    """Token ids (long), scores (float32, bfloat16) and flags (bool) go to the host in one float64 copy: every
+    id below 2**53 exactly, every float unchanged, in the order given."""
+    from decode_tui.core.forward import to_host
+
+    ids = torch.tensor([[0, 151_643], [2**40 + 1, 7]])
+    scores = torch.tensor([-1.0e9, 0.1, float("-inf"), 3.4e38], dtype=torch.float32)
+    half = torch.tensor([0.3333], dtype=torch.bfloat16)
+    flags = torch.tensor([True, False])
+    host = to_host([ids, scores, half, flags, torch.tensor(5)])
+    assert host == [0, 151_643, 2**40 + 1, 7, *scores.double().tolist(), float(half.double()), 1.0, 0.0, 5.0]

@@ -27,10 +27,11 @@ import pytest
 import torch
 
 import decode_tui.core
+from decode_tui.core import forward as forward_module
 from decode_tui.core.detokenize import Detokenizer
 from decode_tui.core.drafters import Drafter, ModelDrafter, PromptLookup
 from decode_tui.core.events import DraftVerified, Event, Finished
-from decode_tui.core.forward import HostCopy
+from decode_tui.core.forward import HostCopy, graph_failure
 from decode_tui.core.loading import resolve_device, resolve_dtype
 from decode_tui.core.params import BeamParams, DecodeConfig, SamplingParams
 from decode_tui.core.strategies.autoregressive import autoregressive
@@ -133,6 +134,10 @@ def test_beam_search_equals_generate_in_fp32_on_cuda(byte_bpe: Any, seed: int, n
         mine = list(hypothesis.token_ids)
         assert theirs[: len(mine)] == mine and all(t == eos[0] for t in theirs[len(mine):]), (i, mine, theirs)
         assert hypothesis.score == pytest.approx(float(out.sequences_scores[i]), abs=1e-4)
+    if graphs:  # the step and the reorder of the beams' rows were both captured and replayed
+        assert graph_failure(model) is None
+        pooled = [c for caches in forward_module._POOL[model].values() for c in caches]
+        assert any(c.reorder_graph is not None and c.graphs for c in pooled)
 
 
 @pytest.fixture(scope="module")

@@ -303,10 +303,10 @@ def test_replayed_beam_steps_give_the_plain_paths_search(byte_bpe: Any, cpu_grap
     plain = go(False)
     assert sum(isinstance(e, BeamStepped) for e in plain) > 2
     assert_same_beam_events(plain, go(True))
-    assert cpu_graphs.captures == 1, "one graph for the beams' batched step"
+    assert cpu_graphs.captures == 2, "one graph for the beams' batched step, one for the reorder of their rows"
     again = go(True)
     assert_same_beam_events(plain, again)
-    assert cpu_graphs.captures == 1, "the second search replays the pooled cache's graph"
+    assert cpu_graphs.captures == 2, "the second search replays the pooled cache's graphs"
 
 
 def test_beam_and_single_sequence_runs_never_share_a_pooled_cache(byte_bpe: Any,
@@ -322,7 +322,7 @@ def test_beam_and_single_sequence_runs_never_share_a_pooled_cache(byte_bpe: Any,
                                                              SamplingParams(), greedy=True, graphs=True)))
         assert_same_beam_events(beam_plain, list(beam_search(model, transcript(byte_bpe, prompt, 12), BeamParams(3),
                                                              SamplingParams(), decode=byte_bpe.decode, graphs=True)))
-    assert cpu_graphs.captures == 2, "one graph for greedy's step, one for the beams'"
+    assert cpu_graphs.captures == 3, "one graph for greedy's step, one for the beams' and one for their reorder"
 
 
 def test_a_static_cache_reorders_its_rows_in_place() -> None:
@@ -339,6 +339,67 @@ def test_a_static_cache_reorders_its_rows_in_place() -> None:
     assert layer.keys.data_ptr() == address
     assert torch.equal(layer.keys, before[[2, 2, 0]])
     release(cache)
+
+
+def test_a_beam_steps_reorder_is_one_replayed_graph_that_keeps_every_address(
+        byte_bpe: Any, cpu_graphs: type[EagerGraphs], monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the graph path the rows of all layers are reordered by one replay, not by four ops a layer, in place."""
+    model = tiny_model("llama", vocab_size=V, seed=3, num_hidden_layers=3)
+    prompt = repetitive_prompt(3, 8)
+    plain = list(beam_search(model, transcript(byte_bpe, prompt, 10), BeamParams(3), SamplingParams(),
+                             decode=byte_bpe.decode))
+    eager_reorders: list[int] = []
+    replaying: list[torch.Tensor] = []
+    real_rows, real_call = StaticKV.reorder_rows, forward_module._CapturedReorder.__call__
+
+    def rows(cache: StaticKV, beam_idx: torch.Tensor) -> None:
+        eager_reorders.append(len(replaying))
+        real_rows(cache, beam_idx)
+
+    def call(reorder: Any, beam_idx: torch.Tensor) -> None:
+        replaying.append(beam_idx.clone())
+        real_call(reorder, beam_idx)
+
+    monkeypatch.setattr(StaticKV, "reorder_rows", rows)
+    monkeypatch.setattr(forward_module._CapturedReorder, "__call__", call)
+    events = list(beam_search(model, transcript(byte_bpe, prompt, 10), BeamParams(3), SamplingParams(),
+                              decode=byte_bpe.decode, graphs=True))
+    assert_same_beam_events(plain, events)
+    steps = sum(isinstance(e, BeamStepped) for e in events)
+    assert len(replaying) == steps, "every step's reorder went through the captured graph"
+    # The stand-in's replay runs the recorded copies again; the one more is the capture's warm-up, in identity order.
+    assert len(eager_reorders) == steps + 1
+    cache = next(c for caches in forward_module._POOL[model].values() for c in caches if c.reorder_graph)
+    assert cache.reorder_graph is not None
+    layer: Any = cache.layers[0]
+    keys = layer.keys.clone()
+    address = layer.keys.data_ptr()
+    with torch.inference_mode():  # as in a search, where the graph's index was made
+        cache.reorder_cache(torch.tensor([2, 0, 0]))  # type: ignore[arg-type]
+    assert layer.keys.data_ptr() == address
+    assert torch.equal(layer.keys, keys[[2, 0, 0]])
+
+
+def test_a_failed_reorder_capture_falls_back_to_the_eager_copies(byte_bpe: Any, cpu_graphs: type[EagerGraphs],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    model = tiny_model("llama", vocab_size=V, seed=5)
+    prompt = repetitive_prompt(5, 8)
+    plain = list(beam_search(model, transcript(byte_bpe, prompt, 10), BeamParams(2), SamplingParams(),
+                             decode=byte_bpe.decode))
+
+    class ReorderFails(EagerGraphs):
+        @classmethod
+        def capture(cls, model: Any, run: Callable[[], torch.Tensor], put_back: Callable[[], None],
+                    ) -> tuple[Callable[[], None], torch.Tensor]:
+            if cls.captures:  # the step's graph is captured first, then the reorder's
+                raise RuntimeError("operation not permitted when stream is capturing")
+            return super().capture(model, run, put_back)
+
+    monkeypatch.setattr(forward_module, "GraphBackend", ReorderFails)
+    assert_same_beam_events(plain, list(beam_search(model, transcript(byte_bpe, prompt, 10), BeamParams(2),
+                                                    SamplingParams(), decode=byte_bpe.decode, graphs=True)))
+    reason = graph_failure(model)
+    assert reason is not None and reason.startswith("RuntimeError: operation not permitted")
 
 
 def test_a_models_pooled_caches_and_graphs_do_not_keep_it_alive(byte_bpe: Any, cpu_graphs: type[EagerGraphs]) -> None:

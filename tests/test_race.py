@@ -117,6 +117,21 @@ async def test_the_race_moves_each_lane_at_its_own_measured_pace() -> None:
 
 
 @in_event_loop
+async def test_a_tick_while_lanes_are_torn_down_hands_nothing_over_and_raises_nothing() -> None:
+    """The timer may tick while the screen's lanes are being removed (the app closing as the race plays)."""
+    app = race_app()
+    async with app.run_test(size=(150, 36)) as pilot:
+        race = app.race
+        race.paused = True
+        await pilot.pause(0.1)
+        await list(race.query(RaceLane))[2].remove()
+        before = list(race._next)
+        race.clock = race.lanes[0].events[-1][0]
+        race.tick()
+        assert race._next == before, "no lane was handed events while one was missing"
+
+
+@in_event_loop
 async def test_each_lane_says_its_figures_whole_and_alike_in_80_columns() -> None:
     """Lanes a third of 80 columns wide cut "finish: length" off and broke figures over lines."""
     app = race_app(speed=0)

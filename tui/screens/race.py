@@ -104,7 +104,10 @@ class RaceScreen(ModalScreen[None]):
         if self._last_tick is not None and not self.paused:
             self.clock += (now - self._last_tick) * self.speed if self.speed > 0 else float("inf")
         self._last_tick = now
-        for i, (lane, widget) in enumerate(zip(self.lanes, self.query(RaceLane), strict=True)):
+        widgets = list(self.query(RaceLane))
+        if len(widgets) != len(self.lanes):  # still mounting, or torn down as the app closes: the next tick hands over
+            return
+        for i, (lane, widget) in enumerate(zip(self.lanes, widgets, strict=True)):
             start = self._next[i]
             end = start
             while end < len(lane.events) and lane.events[end][0] <= self.clock:
