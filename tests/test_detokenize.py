@@ -70,6 +70,19 @@ def test_pieces_of_arbitrary_ids(request: pytest.FixtureRequest, kind: str, use_
     check_pieces(detok, pieces, ids, text_is_valid=False)
 
 
+@pytest.mark.parametrize("kind", ["byte_bpe", "sp_bpe"])
+@pytest.mark.parametrize("skip", [True, False], ids=["skip-special", "keep-special"])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_the_reference_decode_is_the_tokenizers_own(request: pytest.FixtureRequest, kind: str, skip: bool,
+                                                    data: st.DataObject) -> None:
+    """Detokenizer.decode goes to the fast tokenizer's backend directly: the text transformers' decode gives."""
+    tokenizer = request.getfixturevalue(kind)
+    ids = data.draw(st.lists(st.integers(0, len(tokenizer) - 1), max_size=30))
+    expected = tokenizer.decode(ids, skip_special_tokens=skip, clean_up_tokenization_spaces=False)
+    assert Detokenizer(tokenizer, skip_special_tokens=skip).decode(ids) == expected
+
+
 def test_byte_level_shows_a_split_character_with_the_token_that_completes_it(byte_bpe: Any) -> None:
     ids = byte_bpe.encode("x 東 y", add_special_tokens=False)
     detok = Detokenizer(byte_bpe)
