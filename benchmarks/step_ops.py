@@ -11,7 +11,7 @@ The stand-in is the embedded model's tokenizer on narrow random layers (``app_vs
 ``python-bound:N``; 30 layers, as SmolLM2 has, by default). ``--eager-reorder``: beam search's reorder of its cache
 rows as its four eager ops a layer (``forward.eager_reorders``), the control for its replayed graph.
 
-    python benchmarks/step_ops.py [--modes greedy,sample,pld,beam] [--layers 30] [--new-tokens 64]
+    python benchmarks/step_ops.py [--modes greedy,sample,pld,beam,speculative] [--layers 30] [--new-tokens 64]
                                   [--eager-reorder] [--where]
 """
 
@@ -30,6 +30,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from decode_tui.core import forward
+from decode_tui.core.drafters import load_draft
 from decode_tui.core.events import BeamStepped, TokenEmitted
 from decode_tui.core.params import DecodeConfig
 from decode_tui.core.run import Run
@@ -88,7 +89,7 @@ class StandInGraphs:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--modes", default="greedy,sample,pld,beam")
+    parser.add_argument("--modes", default="greedy,sample,pld,beam,speculative")
     parser.add_argument("--layers", type=int, default=30)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--prompt", default="summarise", choices=list(PROMPTS))
@@ -103,14 +104,15 @@ def main() -> None:
     for mode in args.modes.split(","):
         config = DecodeConfig(mode=mode, max_new_tokens=args.new_tokens)
         reorders = forward.eager_reorders() if args.eager_reorder else contextlib.nullcontext()
+        draft = load_draft(lm, config.draft.draft) if mode == "speculative" else None  # built once, as the app does
         with reorders:
-            for _ in Run(lm, PROMPTS[args.prompt], config).events():  # captures its graphs, uncounted
+            for _ in Run(lm, PROMPTS[args.prompt], config, draft).events():  # captures its graphs, uncounted
                 pass
             CENSUS.counts.clear()
             CENSUS.lines.clear()
             steps = 0
             with CENSUS:
-                for event in Run(lm, PROMPTS[args.prompt], config).events():
+                for event in Run(lm, PROMPTS[args.prompt], config, draft).events():
                     # A step: a beam step, else a token (a drafting mode's step is a token of it, its round's share)
                     steps += isinstance(event, BeamStepped) if mode == "beam" else isinstance(event, TokenEmitted)
         total = sum(CENSUS.counts.values())

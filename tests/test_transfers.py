@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import decode_tui.core
 from decode_tui.core.detokenize import Detokenizer
@@ -34,10 +35,38 @@ CORE = str(Path(decode_tui.core.__file__).parent)
 SYNCS = ("tolist", "item", "__int__", "__float__", "__bool__", "__index__", "cpu", "numpy")
 
 
+TORCH = str(Path(torch.__file__).parent)
+# What a read of one value back to the host dispatches: .item(), int(t), float(t) and bool(t) do, and so does what
+# reads a value inside torch's own C++, where no Python method is called: indexing with a 0-d tensor, for one.
+SCALAR_READS = (torch.ops.aten.item.default, torch.ops.aten._local_scalar_dense.default,
+                torch.ops.aten.is_nonzero.default)
+
+
+class ScalarReads(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Records the scalar reads that no counted method made, whose innermost Python caller outside torch (and
+    outside this file) is a file of the core."""
+
+    def __init__(self, calls: list[str], inside: list[int]) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.calls, self.inside = calls, inside
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func in SCALAR_READS and not self.inside[0]:
+            frame: Any = sys._getframe(1)
+            while frame is not None and (frame.f_code.co_filename.startswith(TORCH) or frame.f_code.co_filename
+                                         == __file__):
+                frame = frame.f_back
+            if frame is not None and frame.f_code.co_filename.startswith(CORE):
+                self.calls.append(f"{Path(frame.f_code.co_filename).name}:{frame.f_lineno} {func.__name__}")
+        return func(*args, **(kwargs or {}))
+
+
 @contextmanager
 def host_transfers(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """Record every tensor-to-host call whose caller is a file of the core, as 'file:line method'."""
+    """Record every tensor-to-host call whose caller is a file of the core, as 'file:line method', and every read
+    of a value the core causes inside torch (:class:`ScalarReads`)."""
     calls: list[str] = []
+    inside = [0]  # within a counted method: its own scalar read is not counted twice
     for name in SYNCS:
         original = getattr(torch.Tensor, name)
 
@@ -46,11 +75,16 @@ def host_transfers(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
             caller = sys._getframe(1).f_code.co_filename
             if caller.startswith(CORE):
                 calls.append(f"{Path(caller).name}:{sys._getframe(1).f_lineno} {__name}")
-            return __original(self, *args, **kwargs)
+            inside[0] += 1
+            try:
+                return __original(self, *args, **kwargs)
+            finally:
+                inside[0] -= 1
 
         monkeypatch.setattr(torch.Tensor, name, counted)
     try:
-        yield calls
+        with ScalarReads(calls, inside):
+            yield calls
     finally:
         monkeypatch.undo()
 
@@ -129,6 +163,27 @@ def test_beam_search_copies_once_per_step(byte_bpe: Any, monkeypatch: pytest.Mon
     steps = sum(isinstance(e, BeamStepped) for e in events)
     assert steps == 10
     assert len(calls) <= steps + 1, calls  # and one for the final hypotheses
+
+
+def test_the_counter_sees_a_read_the_core_causes_inside_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The negative control for reads no Python method makes: indexing with a 0-d tensor reads it on the host."""
+    from decode_tui.core.strategies import acceptance
+
+    n = torch.tensor(1)
+    with host_transfers(monkeypatch) as calls:
+        acceptance._until_first_rejection(torch.tensor([True, False]))  # stays on the device: not counted
+        acceptance._emitted(torch.tensor([4, 5]), n, torch.tensor(9))
+        torch.arange(3)[n]  # made here, in a test file: not counted
+    assert calls == []
+    with host_transfers(monkeypatch) as calls:
+        acceptance._at(torch.arange(3), n)
+    assert calls == []
+    monkeypatch.setattr(acceptance, "_at", lambda t, n: t[n])  # the plain indexing it replaces
+    with host_transfers(monkeypatch) as calls:
+        acceptance.accept(torch.softmax(torch.randn(3, 8), -1), None, [1, 2], True, None)
+    # the read of n that indexing makes, then the round's one copy
+    assert len(calls) == 2 and calls[0].startswith("acceptance.py") and "scalar" in calls[0]
+    assert calls[1].endswith("tolist"), calls
 
 
 def test_the_counter_sees_a_transfer_made_in_the_core(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -70,7 +70,7 @@ def accept(
         accepted = u < ratio.clamp(max=1.0)  # [k] u_i < min(1, p_i(d_i) / q_i(d_i))
     n = _until_first_rejection(accepted)
     if greedy:
-        extra = argmax[n]  # the target's own choice at the first disagreement, or after the last draft
+        extra = _at(argmax, n)  # the target's own choice at the first disagreement, or after the last draft
     else:  # a lookup copy's q rows are built only here, where the residual max(0, p - q) needs them
         q_rows = q[:k] if q is not None else torch.nn.functional.one_hot(d, p.shape[-1]).to(p.dtype)  # [k, V]
         extra = _resample(p, q_rows, n, k, generator)
@@ -91,6 +91,12 @@ def _until_first_rejection(accepted: torch.Tensor) -> torch.Tensor:
     return accepted.long().cumprod(0).sum()
 
 
+def _at(t: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+    """``t[n]`` for ``n`` on the device ([]): indexing with a 0-d tensor reads it back to the host (on a GPU a wait
+    for the verification's pass, before the round's figures are even queued); a one-element index does not."""
+    return t.index_select(0, n.view(1))[0]
+
+
 def _emitted(d: torch.Tensor, n: torch.Tensor, extra: torch.Tensor) -> torch.Tensor:
     """What the round emits, as k + 1 ids: d_1 .. d_n, then the extra token at position n (the rest unused)."""
     out = torch.cat([d, d.new_zeros(1)])  # [k+1]
@@ -104,11 +110,12 @@ def _resample(p: torch.Tensor, q: torch.Tensor, n: torch.Tensor, k: int,
     """The extra token under sampling: from norm(max(0, p_n - q_n)) after a rejection at position n, or the bonus
     from p_{k+1} when all k were accepted (there is no q_{k+1} to subtract)."""
     q_padded = torch.cat([q, q.new_zeros(1, q.shape[-1])])  # [k+1, V]
-    residual = torch.clamp(p[n] - q_padded[n], min=0.0)  # max(0, p - q)
+    p_n = _at(p, n)  # [V]
+    residual = torch.clamp(p_n - _at(q_padded, n), min=0.0)  # max(0, p - q)
     total = residual.sum()
     # p == q exactly leaves nothing to resample from; then rejection had probability 0 and p is the answer.
-    resample = torch.where(total > 0, residual / total, p[n])
-    return torch.multinomial(torch.where(n == k, p[n], resample), 1, generator=generator)[0]
+    resample = torch.where(total > 0, residual / total, p_n)
+    return torch.multinomial(torch.where(n == k, p_n, resample), 1, generator=generator)[0]
 
 
 def _round_to_host(n: torch.Tensor, extra: torch.Tensor, p_d: torch.Tensor, q_d: torch.Tensor,
