@@ -30,7 +30,7 @@ import torch
 from . import draft_layers, target_drafts
 from .acquire import Progress, ensure, quiet
 from .errors import UsageError
-from .forward import HostCopy, StaticKV, forward, new_cache, prepare, release, rollback
+from .forward import HostCopy, StaticKV, forward, new_cache, on_device, prepare, release, rollback
 from .lookup_tree import lookup_tree
 from .params import TargetDraft, target_draft
 from .path import common_prefix
@@ -220,7 +220,7 @@ class ModelDrafter:
         rollback(self.cache, same)
         if len(context) - 1 - same > 1 and self._take_from_target(same, len(context) - 1):
             same = len(context) - 1  # what it skipped is in: it is fed the pending token alone, as in a step
-        ids = torch.tensor([context], device=device)  # [1, T]
+        ids = on_device([context], device)  # [1, T]
         tokens: list[int] = []
         q_probs: list[float] = []
         qs = []

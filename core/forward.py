@@ -544,6 +544,25 @@ def forward(
     return logits.float()
 
 
+def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``host`` (a CPU tensor) on ``device``, queued on a GPU without waiting for it.
+
+    A plain ``.to("cuda")`` (and ``torch.tensor(values, device="cuda")``) copies from pageable memory and then
+    synchronises the stream: the host waits for every pass already queued, in a verification round the very pass
+    whose logits it is about to test. Copied from pinned memory without blocking, the values join the queue like
+    a kernel (vLLM stages its inputs the same way); torch's pinned-memory allocator keeps the block until the copy
+    has run.
+    """
+    if device.type != "cuda":
+        return host.to(device)  # the same tensor where the device is the CPU
+    return host.pin_memory().to(device, non_blocking=True)
+
+
+def on_device(values: Any, device: torch.device, dtype: torch.dtype = torch.long) -> torch.Tensor:
+    """``torch.tensor(values, dtype=dtype, device=device)`` without the wait (see :func:`to_device`)."""
+    return to_device(torch.tensor(values, dtype=dtype), device)
+
+
 def to_host(tensors: list[torch.Tensor]) -> list[float]:
     """All of ``tensors``, flattened and concatenated, in one device-to-host copy.
 

@@ -25,7 +25,7 @@ import torch
 
 from .errors import UsageError
 from .events import TokenEmitted, TokenSource
-from .forward import forward, rollback
+from .forward import forward, on_device, rollback
 from .transcript import TokenStats, Transcript
 
 if TYPE_CHECKING:
@@ -155,7 +155,7 @@ def prefill(model: PreTrainedModel, transcript: Transcript, context: torch.Tenso
         computed = [j for j in range(len(ids)) if first + j >= 0]
         fresh: dict[int, TokenStats] = {}
         if computed:
-            rows = torch.tensor([first + j for j in computed], device=logits.device)
+            rows = on_device([first + j for j in computed], logits.device)
             stats = token_stats(logits[0, rows], context[0, t0 + computed[0] :])
             fresh = dict(zip(computed, host_stats(stats.flatten().tolist(), len(computed)), strict=True))
         for j, (token, source) in enumerate(zip(ids, path.sources, strict=True)):

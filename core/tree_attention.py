@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .forward import StaticKV, replayed_tree, rollback
+from .forward import StaticKV, on_device, replayed_tree, rollback, to_device
 from .token_tree import ROOT, TokenTree
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ def tree_mask(tree: TokenTree, past: int, key_length: int, dtype: torch.dtype, d
         allowed[row, past + row] = True
     mask = torch.zeros((rows, key_length), dtype=dtype)
     mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-    return mask[None, None].to(device)
+    return to_device(mask[None, None], device)
 
 
 def tree_positions(tree: TokenTree, past: int, device: torch.device, rows: int | None = None) -> torch.Tensor:
@@ -55,7 +55,7 @@ def tree_positions(tree: TokenTree, past: int, device: torch.device, rows: int |
     one position, as the tokens they stand for would); padding rows at ``past``."""
     n = len(tree)
     padding = [past] * ((1 + n if rows is None else rows) - 1 - n)
-    return torch.tensor([[past, *(past + d for d in tree.depths()), *padding]], device=device)
+    return on_device([[past, *(past + d for d in tree.depths()), *padding]], device)
 
 
 def tree_forward(model: PreTrainedModel, cache: Cache, pending: int, tree: TokenTree, width: int | None = None,
@@ -75,7 +75,7 @@ def tree_forward(model: PreTrainedModel, cache: Cache, pending: int, tree: Token
             and past + width <= key_length:
         rows = width
     device = model.device
-    ids = torch.tensor([[pending, *tree.tokens, *[pending] * (rows - 1 - n)]], device=device)  # [1, rows]
+    ids = on_device([[pending, *tree.tokens, *[pending] * (rows - 1 - n)]], device)  # [1, rows]
     mask = tree_mask(tree, past, key_length, model.dtype, device, rows)  # [1, 1, rows, K]
     positions = tree_positions(tree, past, device, rows)  # [1, rows]
     logits = replayed_tree(model, cache, ids, mask, positions)
@@ -103,7 +103,7 @@ def keep_path(cache: Cache, past: int, path: Sequence[int]) -> None:
                 raise ValueError("a cache layer that does not hold every position cannot keep a tree's path")
             index = indices.get(keys.device)
             if index is None:
-                index = indices[keys.device] = torch.tensor(sources, device=keys.device)
+                index = indices[keys.device] = on_device(sources, keys.device)
             keys[:, :, past + 1 : past + 1 + kept] = keys.index_select(2, index)
             values[:, :, past + 1 : past + 1 + kept] = values.index_select(2, index)
     rollback(cache, past + 1 + kept)

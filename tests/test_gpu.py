@@ -238,6 +238,40 @@ def test_one_copy_per_step_and_no_other_wait_from_the_core(byte_bpe: Any, monkey
     assert len(from_core) <= 1, (len(syncs), sorted(set(from_core)))
 
 
+@pytest.mark.parametrize("mode", ["pld", "pld-sample", "beam", "beam-sample"])
+def test_a_round_or_beam_step_on_graphs_waits_for_nothing_but_its_copy(byte_bpe: Any, mode: str) -> None:
+    """On the default CUDA path, a verification round and a beam step block the host only in their one copy's
+    wait: no ids uploaded from pageable memory after a pass is queued (which synchronises the stream), no value
+    read back by indexing. CUDA's sync debug mode reports every other wait, with the line that made it; only the
+    prompt's upload may block, once a run. The second run is watched: the first captured the graphs."""
+    model = on_cuda(tiny_model("llama", vocab_size=V, seed=7))
+    prompt = prompt_for(7, 30)  # repetitive: the lookup finds its drafts
+
+    def run() -> list[Event]:
+        generator = torch.Generator(device=CUDA).manual_seed(0)
+        if mode.startswith("beam"):
+            return list(beam_search(model, transcript(byte_bpe, prompt, 16, eos=-1), BeamParams(3), SamplingParams(),
+                                    do_sample=mode.endswith("sample"), generator=generator, graphs=True))
+        return list(speculative(model, transcript(byte_bpe, prompt, 24, eos=-1), PromptLookup(2, 4),
+                                SamplingParams(), greedy=not mode.endswith("sample"), num_draft_tokens=4,
+                                generator=generator, graphs=True))
+
+    run()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            events = run()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert isinstance(events[-1], Finished)
+    if mode.startswith("pld"):
+        assert sum(isinstance(e, DraftVerified) for e in events) >= 3, "rounds to watch"
+    syncs = [w for w in caught if "synchroniz" in str(w.message).lower()]
+    from_core = [f"{Path(w.filename).name}:{w.lineno}" for w in syncs if w.filename.startswith(CORE)]
+    assert len(from_core) <= 1, (len(syncs), sorted(set(from_core)))
+
+
 def test_a_grammars_next_mask_is_computed_while_the_pass_runs_and_waits_for_nothing(byte_bpe: Any) -> None:
     """Constrained greedy on CUDA: each step's mask is computed on the host while the queued pass runs and
     copied without a wait, so the grammar blocks the host at most once (its first step); with the mask computed

@@ -186,6 +186,47 @@ def test_the_counter_sees_a_read_the_core_causes_inside_torch(monkeypatch: pytes
     assert calls[1].endswith("tolist"), calls
 
 
+@pytest.mark.parametrize("mode", ["greedy", "pld", "pld-sample", "draft", "beam"])
+def test_the_core_uploads_ids_without_blocking(byte_bpe: Any, monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+    """``torch.tensor(ids, device=...)`` copies to a GPU from pageable memory and then waits for the device's queue:
+    in a verification round, for the pass just queued. The core uploads through ``forward.on_device`` (pinned, not
+    blocking, on CUDA; tests/test_gpu.py watches it there with CUDA's sync debug mode) and never this way."""
+    from decode_tui.core import forward as forward_module
+
+    blocking: list[str] = []
+    uploads: list[str] = []
+    original_tensor, original_on_device = torch.tensor, forward_module.on_device
+
+    def tensor(*args: Any, **kwargs: Any) -> torch.Tensor:
+        caller = sys._getframe(1).f_code.co_filename
+        if caller.startswith(CORE) and kwargs.get("device") is not None:
+            blocking.append(f"{Path(caller).name}:{sys._getframe(1).f_lineno}")
+        return original_tensor(*args, **kwargs)
+
+    def on_device(*args: Any, **kwargs: Any) -> torch.Tensor:
+        uploads.append(Path(sys._getframe(1).f_code.co_filename).name)
+        return original_on_device(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "tensor", tensor)
+    for module in list(sys.modules.values()):  # every core module that imported it by name
+        if getattr(module, "__file__", None) and str(module.__file__).startswith(CORE) \
+                and getattr(module, "on_device", None) is original_on_device:
+            monkeypatch.setattr(module, "on_device", on_device)
+    model = tiny_model("llama", vocab_size=V, seed=2)
+    if mode == "greedy":
+        list(autoregressive(model, transcript(byte_bpe, PROMPT, 12), SamplingParams(), greedy=True))
+    elif mode == "beam":
+        list(beam_search(model, transcript(byte_bpe, PROMPT, 10), BeamParams(3), SamplingParams()))
+    else:
+        drafter: Any = ModelDrafter(tiny_model("llama", vocab_size=V, seed=3), V, confidence_threshold=0.0) \
+            if mode == "draft" else PromptLookup(1, 4, frozenset())
+        list(speculative(model, transcript(byte_bpe, PROMPT, 20), drafter, SamplingParams(temperature=0.9),
+                         greedy=not mode.endswith("sample"), num_draft_tokens=4,
+                         generator=torch.Generator().manual_seed(0)))
+    assert blocking == [], blocking
+    assert uploads, "the run's ids went up through on_device"
+
+
 def test_the_counter_sees_a_transfer_made_in_the_core(monkeypatch: pytest.MonkeyPatch) -> None:
     """The negative control: a core function that reads a tensor on the host is counted."""
     from decode_tui.core import sampling

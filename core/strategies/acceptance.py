@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 import torch
 
 from ..events import PositionVerdict
-from ..forward import to_host
+from ..forward import on_device, to_host
 from ..path import host_stats, token_stats
 from ..sampling import CONTEXT_FREE, processed
 from ..transcript import TokenStats
@@ -57,7 +57,7 @@ def accept(
 ) -> VerifiedRound:
     """The acceptance test of one round: the accepted count n, the extra token and its kind, the verdicts."""
     k = len(drafted)
-    d = torch.tensor(drafted, dtype=torch.long, device=p.device)  # [k] d_1 .. d_k
+    d = on_device(drafted, p.device)  # [k] d_1 .. d_k
     p_d = p[:k].gather(1, d[:, None])[:, 0]  # [k] p_i(d_i)
     q_d = q[:k].gather(1, d[:, None])[:, 0] if q is not None else p.new_ones(k)  # [k] q_i(d_i); a copy's is 1
     u = None
@@ -141,7 +141,7 @@ def distributions(processors: list[tuple[Stage, LogitsProcessor]], context: list
         # GPU, each launch counts).
         no_context = torch.empty((logits.shape[0], 0), dtype=torch.long, device=logits.device)
         return torch.softmax(processed(processors, no_context, logits), dim=-1)
-    ids = torch.tensor([context + drafted], device=logits.device)  # [1, T+k]
+    ids = on_device([context + drafted], logits.device)  # [1, T+k]
     rows = []
     for i in range(logits.shape[0]):
         scores = processed(processors, ids[:, : len(context) + i], logits[i : i + 1])

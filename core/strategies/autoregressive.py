@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..events import Candidate, Event, StageCandidates, TokenSampled
-from ..forward import forward
+from ..forward import forward, on_device
 from ..grammar import GrammarMask
 from ..live import LiveParams
 from ..params import SamplingParams
@@ -70,7 +70,7 @@ def autoregressive(
     # Prompt, path and generated ids in one buffer: the repetition penalty looks at all of them.
     ids = torch.empty((1, len(transcript.prompt_ids) + transcript.max_new_tokens), dtype=torch.long,
                       device=device)  # [1, T+N]
-    ids[0, : len(start)] = torch.tensor(start, device=device)
+    ids[0, : len(start)] = on_device(start, device)
 
     # A branch starts from its parent's cache, cropped where they part (core/prefix_cache.py).
     cache, held = take(model, start, reuse=path is not None, fast=fast, graphs=graphs, max_len=ids.shape[1])

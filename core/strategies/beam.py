@@ -42,7 +42,7 @@ from ..events import (
     Stage,
     TokenSampled,
 )
-from ..forward import forward, new_cache, release
+from ..forward import forward, new_cache, on_device, release
 from ..grammar import GrammarMask
 from ..live import LiveParams
 from ..params import BeamParams, SamplingParams
@@ -104,7 +104,7 @@ def _search(model: PreTrainedModel, transcript: Transcript, beam: BeamParams, ca
             path: Path | None, stages: StageContext | None) -> Generator[Event, None, None]:
     """The search itself, on a cache of N rows; :func:`beam_search` owns the cache."""
     N = beam.num_beams
-    eos = torch.tensor(sorted(transcript.eos_token_ids), dtype=torch.long, device=model.device)
+    eos = on_device(sorted(transcript.eos_token_ids), model.device)
     K = max(2, 1 + len(eos)) * N  # beams_to_keep
     lp, early_stopping = beam.length_penalty, beam.early_stopping
     start = [*transcript.prompt_ids, *(path.ids if path else ())]
@@ -114,7 +114,7 @@ def _search(model: PreTrainedModel, transcript: Transcript, beam: BeamParams, ca
     device = model.device
 
     running = torch.zeros((N, max_length), dtype=torch.long, device=device)  # [N, L]
-    running[:, :T0] = torch.tensor(start, device=device)
+    running[:, :T0] = on_device(start, device)
     s = BeamState(
         running=running,
         running_scores=torch.full((N,), NEG, device=device),
@@ -129,7 +129,7 @@ def _search(model: PreTrainedModel, transcript: Transcript, beam: BeamParams, ca
     )
     s.running_scores[0] = 0.0  # only the first beam is live at first, so the beams do not repeat each other
     # The stopping flags stay on the device, so a step's only host transfer is the one that builds its event.
-    heuristic_unsatisfied = torch.tensor(True, device=device)  # [] is_early_stop_heuristic_unsatisfied
+    heuristic_unsatisfied = torch.ones((), dtype=torch.bool, device=device)  # [] is_early_stop_heuristic_unsatisfied
     top_num_beam_mask = torch.arange(K, device=device) < N  # [K]
 
     # Prefill the N copies of the prompt (and the path) in one batch, exactly as generate does.

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..events import Event
-from ..forward import HostCopy, forward, rollback
+from ..forward import HostCopy, forward, on_device, rollback
 from ..live import LiveParams
 from ..path import host_stats, token_stats
 from ..transcript import Transcript
@@ -67,7 +67,7 @@ def plain_steps(
         run_ahead = model.device.type == "cuda"  # on a CPU nothing would overlap
     started = time.perf_counter()
     outside = 0.0  # seconds the caller held an event
-    feed = torch.tensor([context[-1:]], device=model.device)  # [1, 1] the pending token
+    feed = on_device([context[-1:]], model.device)  # [1, 1] the pending token
     raw = forward(model, feed, cache)[0]  # [1, V]
     transcript.target_forwards += 1
     done, found = 0, None

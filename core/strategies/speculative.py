@@ -49,7 +49,7 @@ import torch
 from ..draft_stats import DraftStats, caught_up
 from ..drafters import Draft, Drafter, ModelDrafter
 from ..events import DraftLengthDecided, DraftProposed, DraftVerified, Event, PositionVerdict, TokenSource
-from ..forward import prepare, rollback
+from ..forward import on_device, prepare, rollback
 from ..grammar import GrammarMask
 from ..live import LiveParams
 from ..params import SamplingParams
@@ -126,7 +126,7 @@ def speculative(
     cache, held = take(model, context, reuse=path is not None, rollback_ready=True, fast=fast, graphs=graphs,
                        max_len=max_len)
     try:
-        raw, emitted = prefill(model, transcript, torch.tensor([context], device=model.device), cache, path,
+        raw, emitted = prefill(model, transcript, on_device([context], model.device), cache, path,
                                held)  # [1, V]
         drafter.prefilled(context, cache)  # a draft made from the target takes these keys and values
         yield from emitted

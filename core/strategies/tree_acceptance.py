@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 import torch
 
 from ..events import PositionVerdict
-from ..forward import to_host
+from ..forward import on_device, to_host
 from ..path import host_stats, token_stats
 from ..sampling import CONTEXT_FREE, processed
 from ..token_tree import ROOT, TokenTree, greedy_path
@@ -60,7 +60,7 @@ def tree_distributions(processors: list[tuple[Stage, LogitsProcessor]], context:
     rows = []
     for row in range(logits.shape[0]):
         path = [tree.tokens[i] for i in tree.path_to(row - 1)]
-        ids = torch.tensor([context + path], device=logits.device)  # [1, T + depth]
+        ids = on_device([context + path], logits.device)  # [1, T + depth]
         rows.append(torch.softmax(processed(processors, ids, logits[row : row + 1]), dim=-1)[0])
     return torch.stack(rows)
 
@@ -73,8 +73,8 @@ def accept_tree(p: torch.Tensor, tree: TokenTree, greedy: bool, generator: torch
     if q is not None and not greedy:
         raise ValueError("a draft model's tree is verified greedily only: its runners-up are not draws from q")
     n = len(tree)
-    rows = torch.tensor([parent + 1 for parent in tree.parents], dtype=torch.long, device=p.device)  # [n]
-    tokens = torch.tensor(tree.tokens, dtype=torch.long, device=p.device)  # [n]
+    rows = on_device([parent + 1 for parent in tree.parents], p.device)  # [n]
+    tokens = on_device(tree.tokens, p.device)  # [n]
     p_nodes = p[rows, tokens] if n else p.new_zeros(0)  # [n] each node's p under its parent's row
     draws: dict[int, float] = {}  # node -> the u it was tested with (sampling)
     if greedy:
@@ -107,8 +107,8 @@ def accept_tree(p: torch.Tensor, tree: TokenTree, greedy: bool, generator: torch
     kind = ("bonus" if n else None) if not tree.children(last) else "target" if greedy else "resampled"
     figures = None
     if raw is not None:
-        emitted_rows = torch.tensor([0, *(node + 1 for node in path)], device=raw.device)  # [len(path) + 1]
-        emitted = torch.tensor([*(tree.tokens[i] for i in path), extra], device=raw.device)
+        emitted_rows = on_device([0, *(node + 1 for node in path)], raw.device)  # [len(path) + 1]
+        emitted = on_device([*(tree.tokens[i] for i in path), extra], raw.device)
         figures = host_stats(to_host([token_stats(raw[emitted_rows], emitted).flatten()]), len(path) + 1)
     return VerifiedTree(path, extra, kind, tuple(verdicts), figures)
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..forward import forward, rollback, to_host
+from ..forward import forward, on_device, rollback, to_host
 from ..loading import context_length
 from ..widths import width_costs
 
@@ -28,7 +28,7 @@ def plain_step(model: PreTrainedModel, cache: Cache, context: list[int], repeat:
     back (it decides nothing). The run's c and a verification's cost are against this measured step, not one
     inferred from verifications. On a graph path the first call may capture its graph, so the last is timed."""
     confirmed = len(context) - 1  # the cache holds everything but the pending token
-    feed = torch.tensor([context[-1:]], device=model.device)  # [1, 1]
+    feed = on_device([context[-1:]], model.device)  # [1, 1]
     seconds = 0.0
     for _ in range(repeat):
         started = time.perf_counter()
@@ -62,7 +62,7 @@ class VerifyForward:
             width = num_draft_tokens + 1 if confirmed + num_draft_tokens + 1 <= self.max_len else 0
         else:
             width = self.widths.width_for(len(real), self.room - confirmed) if self.widths is not None else 0
-        feed = torch.tensor([real + [pending] * max(0, width - len(real))], device=self.model.device)  # [1, W]
+        feed = on_device([real + [pending] * max(0, width - len(real))], self.model.device)  # [1, W]
         started = time.perf_counter()
         logits = forward(self.model, feed, cache, keep=feed.shape[1])[0, : len(real)]  # [k+1, V]
         if self.widths is not None:
