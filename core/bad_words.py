@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING
 import torch
 from transformers.generation.logits_process import LogitsProcessor
 
+from .forward import to_device
+
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
@@ -94,4 +96,4 @@ class NoBadWords(LogitsProcessor):
             banned = [t for t in self.banned(ids) if t < vocab]
             if banned:
                 mask[row, banned] = True
-        return scores.masked_fill(mask.to(scores.device), float("-inf"))
+        return scores.masked_fill(to_device(mask, scores.device), float("-inf"))

@@ -324,8 +324,10 @@ def stage_figures(processors: list[tuple[Stage, LogitsProcessor]], probs: torch.
             thresholds[i] = processor.epsilon
         elif isinstance(processor, EtaLogitsWarper):
             entropies[i] = h = _entropy(p_in)
-            eta = processor.epsilon.to(p_in.device)
-            thresholds[i] = torch.minimum(eta, torch.sqrt(eta) * torch.exp(-h))
+            # HF keeps η as a 0-d tensor where the warper was built (the CPU by default); read there, it needs no
+            # upload to the device, which would wait for the device's queue
+            eta = float(processor.epsilon) if processor.epsilon.device.type == "cpu" else processor.epsilon
+            thresholds[i] = torch.clamp(eta**0.5 * torch.exp(-h), max=eta)  # min(η, √η · exp(-H))
         elif isinstance(processor, TypicalLogitsWarper):
             entropies[i] = h = _entropy(p_in)
             distance = torch.abs(-torch.log(p_in) - h)  # [V]
