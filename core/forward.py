@@ -426,8 +426,8 @@ class _CapturedReorder:
     place by one replay.
 
     Eagerly a reorder is four ops a layer (:meth:`StaticKV.reorder_rows`): for the embedded model's 30 layers,
-    120 of a beam step's 268 ops outside its pass, each a kernel launch on a GPU, where a small model's beam step
-    is bound by its launches. Replayed, it is the index's copy and one launch. It is captured with the identity
+    120 of the 224 ops a beam step launches outside its pass (``benchmarks/step_ops.py --eager-reorder``), each a
+    kernel launch on a GPU, where a small model's beam step is bound by its launches. Replayed, it is the index's copy and one launch. It is captured with the identity
     order, so that the capture's warm-up pass (see :class:`CudaGraphs`) leaves the rows where they are.
     """
 
