@@ -427,8 +427,9 @@ class _CapturedReorder:
 
     Eagerly a reorder is four ops a layer (:meth:`StaticKV.reorder_rows`): for the embedded model's 30 layers,
     120 of the 224 ops a beam step launches outside its pass (``benchmarks/step_ops.py --eager-reorder``), each a
-    kernel launch on a GPU, where a small model's beam step is bound by its launches. Replayed, it is the index's copy and one launch. It is captured with the identity
-    order, so that the capture's warm-up pass (see :class:`CudaGraphs`) leaves the rows where they are.
+    kernel launch on a GPU, where a small model's beam step is bound by its launches. Replayed, it is the index's
+    copy and one launch. It is captured with the identity order, so that the capture's warm-up pass (see
+    :class:`CudaGraphs`) leaves the rows where they are.
     """
 
     def __init__(self, model: PreTrainedModel, cache: StaticKV) -> None:
@@ -555,6 +556,8 @@ def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
     """
     if device.type != "cuda":
         return host.to(device)  # the same tensor where the device is the CPU
+    if host.numel() == 0:  # nothing to copy (a run without end-of-text ids, say)
+        return torch.empty(host.shape, dtype=host.dtype, device=device)
     return host.pin_memory().to(device, non_blocking=True)
 
 

@@ -288,3 +288,12 @@ def test_one_host_copy_keeps_every_value_of_its_mixed_inputs_exactly() -> None:
     flags = torch.tensor([True, False])
     host = to_host([ids, scores, half, flags, torch.tensor(5)])
     assert host == [0, 151_643, 2**40 + 1, 7, *scores.double().tolist(), float(half.double()), 1.0, 0.0, 5.0]
+
+
+def test_ids_go_to_the_cpu_as_torch_tensor_would_make_them() -> None:
+    """``forward.on_device`` off CUDA is torch.tensor itself (on CUDA it copies from pinned memory, in test_gpu)."""
+    from decode_tui.core.forward import on_device
+
+    for values in ([], [3], [[1, 2, 3], [4, 5, 6]]):
+        got = on_device(values, torch.device("cpu"))
+        assert got.dtype == torch.long and torch.equal(got, torch.tensor(values, dtype=torch.long))

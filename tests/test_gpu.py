@@ -238,6 +238,18 @@ def test_one_copy_per_step_and_no_other_wait_from_the_core(byte_bpe: Any, monkey
     assert len(from_core) <= 1, (len(syncs), sorted(set(from_core)))
 
 
+def test_ids_uploaded_without_a_wait_arrive_whole() -> None:
+    """``forward.on_device`` copies from pinned memory without blocking: what arrives is what was sent, an empty list
+    (a run without end-of-text ids) included, and later work on the stream sees it."""
+    from decode_tui.core.forward import on_device
+
+    for values in ([], [3], [[1, 2, 3]], list(range(5000))):
+        sent = on_device(values, CUDA)
+        assert sent.device.type == "cuda"
+        assert torch.equal(sent.cpu(), torch.tensor(values, dtype=torch.long))
+    assert on_device([True, False], CUDA, torch.bool).tolist() == [True, False]
+
+
 @pytest.mark.parametrize("mode", ["pld", "pld-sample", "beam", "beam-sample"])
 def test_a_round_or_beam_step_on_graphs_waits_for_nothing_but_its_copy(byte_bpe: Any, mode: str) -> None:
     """On the default CUDA path, a verification round and a beam step block the host only in their one copy's
