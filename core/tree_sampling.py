@@ -21,6 +21,8 @@ from typing import NamedTuple
 
 import torch
 
+from .forward import to_host
+
 
 class Among(NamedTuple):
     """What the rule did at one node: the index of the accepted child (None: every child was rejected), the token
@@ -36,22 +38,33 @@ def accept_among(p: torch.Tensor, children: Sequence[int], q: Sequence[torch.Ten
     """The multi-draft rule at one node: ``p`` the target's distribution there ([V]), ``children`` the children's
     tokens in the order tried, ``q[i]`` the distribution child i was drafted from ([V]; None for a copy). The token
     emitted is the accepted child's, or one drawn from the last residual (from p itself where there are no
-    children: the bonus token after a whole path)."""
-    residual = p.clone()
-    draws: list[float] = []
-    for i, (token, drafted_from) in enumerate(zip(children, q, strict=True)):
-        q_x = 1.0 if drafted_from is None else float(drafted_from[token])
-        p_x = float(residual[token])
-        u = float(torch.rand((), generator=generator, device=p.device))
-        draws.append(u)
-        if q_x > 0 and u < min(1.0, p_x / q_x):
-            return Among(i, token, draws)
+    children: the bonus token after a whole path).
+
+    Every child's test is set up on the device first and read back in one copy: read child by child, a GPU
+    would wait for the device three or four times a child. The residuals and draws of children that end up
+    untried are computed and dropped, which changes nothing in law."""
+    residual = p  # [V] the distribution the next child is tried against
+    p_x: list[torch.Tensor] = []  # [] each: a child's probability under the residual it is tried against
+    q_x: list[torch.Tensor] = []  # [] each: ... and under the q it was drafted from (1 for a copy)
+    for token, drafted_from in zip(children, q, strict=True):
+        p_x.append(residual[token])
+        q_x.append(p.new_ones(()) if drafted_from is None else drafted_from[token].to(p.dtype))
         # Rejected: what is left of p once q's share is taken out, renormalised (a copy takes out its one token).
         taken = torch.zeros_like(residual) if drafted_from is None else drafted_from
         if drafted_from is None:
             taken[token] = 1.0
         residual = (residual - taken).clamp(min=0)
-        total = float(residual.sum())
+        total = residual.sum()
         # q covered all of p only where p was q's, and then the child was bound to pass: never reached in law.
-        residual = p.clone() if total <= 0 else residual / total
+        residual = torch.where(total > 0, residual / total, p)
+    draws: list[float] = []
+    if children:
+        m = len(children)
+        u = torch.rand(m, generator=generator, device=p.device)  # [m] u_i ~ U(0, 1), one a child
+        host = to_host([torch.stack(p_x), torch.stack(q_x), u])
+        for i in range(m):
+            p_i, q_i, u_i = host[i], host[m + i], host[2 * m + i]
+            draws.append(u_i)
+            if q_i > 0 and u_i < min(1.0, p_i / q_i):  # u < min(1, p(x) / q(x)), p the residual
+                return Among(i, children[i], draws)
     return Among(None, int(torch.multinomial(residual, 1, generator=generator)), draws)

@@ -227,6 +227,30 @@ def test_the_core_uploads_ids_without_blocking(byte_bpe: Any, monkeypatch: pytes
     assert uploads, "the run's ids went up through on_device"
 
 
+@pytest.mark.parametrize("drafted", [False, True], ids=["copied", "drafted"])
+def test_the_multi_draft_rule_reads_a_nodes_tests_back_in_one_copy(monkeypatch: pytest.MonkeyPatch,
+                                                                   drafted: bool) -> None:
+    """A sampled tree's node tries its children in turn, but their tests are read back together: one copy, and
+    one read more for the token drawn from the last residual when every child is rejected."""
+    from decode_tui.core.tree_sampling import accept_among
+
+    g = torch.Generator().manual_seed(0)
+    children = [3, 5, 7, 11]
+    outcomes = set()
+    for _ in range(40):
+        logits = torch.randn(V, generator=g)
+        logits[children] += 5  # the children hold most of p, so some are accepted and some rounds reject them all
+        p = torch.softmax(logits, -1)
+        q = [torch.softmax(torch.randn(V, generator=g) + 10 * torch.isin(torch.arange(V), torch.tensor(children)), -1)
+             if drafted else None for _ in children]  # q surer of the children than p: drafted ones are rejected too
+        with host_transfers(monkeypatch) as calls:
+            among = accept_among(p, children, q, g)
+        assert sum(c.endswith("tolist") for c in calls) == 1, calls
+        assert len(calls) == 1 + (among.child is None), calls
+        outcomes.add(among.child is None)
+    assert outcomes == {True, False}, "both ends of the rule were watched"
+
+
 def test_the_counter_sees_a_transfer_made_in_the_core(monkeypatch: pytest.MonkeyPatch) -> None:
     """The negative control: a core function that reads a tensor on the host is counted."""
     from decode_tui.core import sampling
