@@ -24,6 +24,8 @@ Sections (``--only``, comma-separated):
   alternated: what three ops a layer fewer in every step give on this device.
 - ``reorder``: beam search on the embedded SmolLM2 with the reorder of its beams' cache rows replayed as one graph
   (the default) against its four ops a layer run eagerly (the control), alternated.
+- ``masks``: greedy, PLD and beam search on the embedded SmolLM2, graphs captured with the target's attention masks
+  built as floats once a pass (the default) against transformers' boolean ones (the control), alternated.
 - ``app``: the app's tokens/s against headless on the embedded model (as ``app_vs_headless.py``): greedy, PLD and
   beam, each also against headless in a process as young as the app's, then greedy and PLD with the decoding
   thread pinned to a CPU of its own (the control for its moves).
@@ -35,7 +37,7 @@ Sections (``--only``, comma-separated):
 ``--tiny`` swaps the Phi-3-mini-sized model for a small one of the same architecture, so the script
 can be checked on a CPU before device time is spent.
 
-    python benchmarks/gpu.py [--only phi3,verify,draftcost,drafting,ends,reorder,app,behind] [--new-tokens 256]
+    python benchmarks/gpu.py [--only phi3,verify,draftcost,drafting,ends,reorder,masks,app,behind] [--new-tokens 256]
                              [--repeats 3] [--drafts int4,int8,self,layers:10] [--ahead [int4,self]] [--unfused [int4]]
                              [--json out.json]
 """
@@ -403,6 +405,22 @@ def reorder_section(lm: LoadedModel, new_tokens: int, repeats: int) -> dict[str,
     return rows
 
 
+def masks_section(lm: LoadedModel, new_tokens: int, repeats: int) -> dict[str, Any]:
+    """Greedy, PLD and beam search (SmolLM2, the summary) on graphs captured with the target's attention masks
+    built as floats once a pass (the default) against the control, graphs captured with transformers' boolean masks,
+    which torch's attention converts in every layer (``float_mask.bool_masks_in_graphs``; its caches and graphs are
+    pooled apart): warm runs alternated round by round."""
+    from decode_tui.core import float_mask
+
+    rows: dict[str, Any] = {}
+    for mode in ("greedy", "pld", "beam"):
+        config = DecodeConfig(mode=mode, max_new_tokens=new_tokens)
+        rows[mode] = against_control(lm, PROMPTS["summarise"], config, float_mask.bool_masks_in_graphs, repeats)
+        print(f"masks {mode}: float masks in the graphs against boolean ones (the control): {ab_line(rows[mode])}",
+              flush=True)
+    return rows
+
+
 def unfused_draft(lm: LoadedModel, spec: str) -> Any:
     """The draft ``spec`` with transformers' own modules, the control for the fused layers a draft has by default."""
     from decode_tui.core import target_drafts
@@ -625,7 +643,7 @@ def main() -> None:
         del lm
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    if sections & {"drafting", "app", "ends", "reorder"}:
+    if sections & {"drafting", "app", "ends", "reorder", "masks"}:
         from decode_tui.core.embedded import pull
         from decode_tui.core.loading import load_model
         from decode_tui.core.registry import resolve
@@ -637,6 +655,9 @@ def main() -> None:
             save()
         if "reorder" in sections:
             results["reorder"] = reorder_section(smol, 128, args.repeats)
+            save()
+        if "masks" in sections:
+            results["masks"] = masks_section(smol, 128, args.repeats)
             save()
         if "drafting" in sections:
             drafting_section(smol, 128, args.repeats, drafts,

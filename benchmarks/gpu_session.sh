@@ -136,11 +136,12 @@ open("/tmp/code-edit.txt", "w").write(PROMPTS["code-edit"])'
     timeout 100 python3 benchmarks/trees.py --device cuda --dtype bfloat16 --repeats 2 --tree-budgets 10,64 \
         --json "$OUT/gpu-trees.json" 2>&1 | tee "$OUT/gpu-trees.log"
     ;;
-unmet1)  # the setup, beam search's CUDA tests and those that watch the host's waits (new since the last lease: the
-         # cache reorder replayed as a graph, the step's one host copy of mixed dtypes, ids uploaded without a wait),
+unmet1)  # the setup, beam search's CUDA tests, those that watch the host's waits and the target's float masks (new
+         # since the last lease: the cache reorder replayed as a graph, the step's one host copy of mixed dtypes, ids
+         # uploaded without a wait, the target's graphs captured with float masks),
          # then c of the Phi-3-mini-sized int4 draft (target 0.7: 0.561 on the H200 on 2026-11-27, every layer
          # fused), with what it kept of transformers' modules; it needs no SmolLM2
-    timeout 60 python3 -m pytest -p no:cacheprovider -q -rs tests/test_gpu.py -k "beam or wait" 2>&1 \
+    timeout 60 python3 -m pytest -p no:cacheprovider -q -rs tests/test_gpu.py -k "beam or wait or float_masks" 2>&1 \
         | tee "$OUT/pytest-gpu-beam.log"
     draftcost
     ;;
@@ -150,8 +151,9 @@ unmet2)  # after 'unmet1' on the same machine: the figure still short of its tar
     join_smol || exit 1
     timeout 60 python3 -m pytest -p no:cacheprovider -q -rs tests/test_gpu.py -k "fused or starts_on_cuda" 2>&1 \
         | tee "$OUT/pytest-gpu-fused.log"
-    # beam search with its cache reorder replayed as one graph against its eager copies (the control), 30 s
-    timeout 60 python3 benchmarks/gpu.py --only reorder --repeats 3 --json "$OUT/gpu-reorder.json" 2>&1 \
+    # beam search with its cache reorder replayed as one graph against its eager copies (the control), then greedy,
+    # PLD and beam with the target's graphs on float masks against boolean ones (the control), 45 s
+    timeout 90 python3 benchmarks/gpu.py --only reorder,masks --repeats 3 --json "$OUT/gpu-reorder.json" 2>&1 \
         | tee "$OUT/gpu-reorder.log"
     ;&
 app)  # after 'smol' (or 'unmet2' above) on the same machine, whose model is in /root/keep: the app against

@@ -313,4 +313,4 @@ def _compile(model: PreTrainedModel, compiled: Callable[..., Any], shape: Shape,
 
 # Imported, this module serves every graph replay of core/forward.py, which does not import it (the two would
 # import each other): a model with no background compile started costs each replay one dictionary lookup.
-attach_background(upgrade, ask)
+attach_background(upgrade, ask, lambda model: progress(model) is not None)

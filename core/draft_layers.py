@@ -23,7 +23,7 @@ replaces (:func:`agrees`). A module that computes something else keeps transform
 scales by 1 + w; an attention that normalises its queries and keys (Qwen3's) or rotates interleaved pairs.
 :func:`kept` counts those, and a draft on CUDA says in a note when there are any. The
 draft's numbers move by at most a rounding, which a draft may do: the target checks every token it proposes, and
-the target itself is never touched, so its tokens stay ``generate``'s.
+the target's own modules are never touched, so its tokens stay ``generate``'s.
 
 Why by hand: transformers fuses none of these in eager mode (its hub kernels need a download), and compiling the
 draft instead costs most of a minute on a GPU (BENCHMARKS.md, the background compile). This module knows modules'
@@ -37,6 +37,8 @@ from typing import Any, cast
 
 import torch
 from torch import nn
+
+from .float_mask import FLOAT_MASK_SDPA, additive_mask, both_logits, on_sdpa, register
 
 
 def fuse(model: nn.Module, join_products: bool) -> None:
@@ -88,67 +90,19 @@ def kept(model: nn.Module, join_products: bool) -> dict[str, tuple[int, int]]:
     return {kind: (k, n) for kind, (k, n) in counts.items() if k}
 
 
-FLOAT_MASK_SDPA = "decode_tui_sdpa"  # transformers' SDPA attention, its mask built as floats (registered below)
-
-
 def float_masks(model: nn.Module) -> bool:
     """Have ``model`` (a draft's own copy, with its own config) build each pass's attention mask as floats, once,
-    if that gives its logits; whether it does now.
-
-    transformers' SDPA path builds a boolean mask once a pass, and torch's attention turns a boolean mask into an
-    additive float one in every call (``convert_boolean_attn_mask``: a fill and a ``where``, two or three kernels
-    on a GPU), so in every layer of every step. Built as that float mask once a pass (:func:`additive_mask`), it
-    goes to torch's attention as it is: the same kernel, the same numbers, the conversion once a pass instead of
-    once a layer. Checked on one pass over a seeded random prompt; a model whose logits move keeps transformers'
-    SDPA (as does one on another attention, flash or eager). transformers offers no switch for this, but it lets
-    a model's attention and mask functions be registered by name, which is how this is done."""
-    config: Any = getattr(model, "config", None)
-    if getattr(config, "_attn_implementation", None) != "sdpa" or not hasattr(model, "set_attn_implementation"):
+    if that gives its logits; whether it does now (:mod:`.float_mask`: the conversion torch's attention makes in
+    every layer, once a pass). Checked on one pass over a seeded random prompt; a model whose logits move keeps
+    transformers' SDPA (as does one on another attention, flash or eager)."""
+    if not on_sdpa(model):
         return False
-    from transformers import AttentionInterface
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-    from transformers.masking_utils import AttentionMaskInterface
-
-    AttentionInterface.register(FLOAT_MASK_SDPA, sdpa_attention_forward)
-    AttentionMaskInterface.register(FLOAT_MASK_SDPA, additive_mask)
-    vocab = getattr(config, "vocab_size", None)
-    if not isinstance(vocab, int):
+    register(additive_mask)  # by this module's name for it, which a test replaces
+    both = both_logits(model)
+    if both is None or not _close(both[1], both[0]):
         return False
-    ids = torch.randint(0, vocab, (1, 5), generator=torch.Generator().manual_seed(0))
-    ids = ids.to(next(model.parameters()).device)
-    draft = cast(Any, model)
-
-    def logits() -> torch.Tensor:
-        # On a static cache longer than the prompt, as the decoding passes run: its empty tail is masked, so the
-        # mask is built (on no cache, a prompt's causal mask is left to the attention's flag, and not checked).
-        from transformers import StaticCache
-
-        cache = StaticCache(config=config, max_cache_len=8)
-        return cast(torch.Tensor, draft(input_ids=ids, cache=cache, use_cache=True).logits)
-
-    try:
-        with torch.inference_mode():
-            expected = logits()
-            draft.set_attn_implementation(FLOAT_MASK_SDPA)
-            if _close(logits(), expected):
-                return True
-    except Exception:
-        pass
-    draft.set_attn_implementation("sdpa")
-    return False
-
-
-def additive_mask(**kwargs: Any) -> torch.Tensor | None:
-    """transformers' SDPA mask for these arguments as the additive mask torch's attention would make of it in
-    each call: 0 where a token may attend, minus infinity elsewhere, in the pass's dtype. None where transformers'
-    is None (a prompt whose mask is causal alone, which the attention applies by a flag)."""
-    from transformers.masking_utils import sdpa_mask
-
-    mask = sdpa_mask(**kwargs)  # [B, 1, T, S] booleans, True where a token may attend
-    if mask is None or mask.dtype != torch.bool:
-        return mask
-    dtype = kwargs.get("dtype", torch.float32)
-    return torch.full_like(mask, float("-inf"), dtype=dtype).masked_fill_(mask, 0.0)
+    cast(Any, model).set_attn_implementation(FLOAT_MASK_SDPA)
+    return True
 
 
 def agrees(original: nn.Module, fused: nn.Module, *args: Any, **kwargs: Any) -> bool:

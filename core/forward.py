@@ -39,6 +39,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import Cache, StaticLayer
 
+from . import float_mask
 from .errors import first_line
 
 if TYPE_CHECKING:
@@ -56,16 +57,19 @@ StaticPath = Literal["graphs", "compiled"]
 
 # A background compile (core/background_compile.py) attaches these when it is imported: ``upgrade`` swaps an eager
 # graph for its compiled one between two passes (given the pass's input, to check that the two agree on it),
-# ``ask`` queues a newly captured shape for compiling. This module
-# does not import that one, which imports this one: only a front end that starts a background compile needs it.
+# ``ask`` queues a newly captured shape for compiling, ``compiles`` says whether a model compiles in the background.
+# This module does not import that one, which imports this one: only a front end that starts a background compile
+# needs it.
 _UPGRADE: Callable[..., _Captured] | None = None
 _ASK: Callable[..., None] | None = None
+_COMPILES: Callable[[Any], bool] | None = None
 
 
-def attach_background(upgrade: Callable[..., _Captured], ask: Callable[..., None]) -> None:
-    """Take a background compile's two hooks (see :mod:`decode_tui.core.background_compile`)."""
-    global _UPGRADE, _ASK
-    _UPGRADE, _ASK = upgrade, ask
+def attach_background(upgrade: Callable[..., _Captured], ask: Callable[..., None],
+                      compiles: Callable[[Any], bool]) -> None:
+    """Take a background compile's three hooks (see :mod:`decode_tui.core.background_compile`)."""
+    global _UPGRADE, _ASK, _COMPILES
+    _UPGRADE, _ASK, _COMPILES = upgrade, ask, compiles
 
 
 class _End:
@@ -242,7 +246,7 @@ class StaticKV(Cache):
 # Static caches by model, then by (length, path, batch, shared end): a finished run's cache (and its captured
 # graphs) serves the next run of the same size; beam search's cache holds a row per beam. Weak keys: they die with
 # their model.
-_POOL: weakref.WeakKeyDictionary[Any, dict[tuple[int, StaticPath, int, bool], list[StaticKV]]] = \
+_POOL: weakref.WeakKeyDictionary[Any, dict[tuple[int, StaticPath, int, bool, bool], list[StaticKV]]] = \
     weakref.WeakKeyDictionary()
 _POOLED_PER_SIZE = 2  # enough for a run and a drafter or a comparison; more would only hold memory
 
@@ -265,7 +269,8 @@ def new_cache(model: PreTrainedModel, rollback: bool = False, *, fast: bool = Fa
         # shape and address, so runs of similar length (another prompt, a restart) reuse them.
         size = max(256, 1 << (max_len - 1).bit_length())
         path: StaticPath = "compiled" if fast else "graphs"
-        pooled = _POOL.setdefault(model, {}).setdefault((size, path, batch, SHARED_END), [])
+        key = (size, path, batch, SHARED_END, float_mask.ENABLED)  # the controls' caches and graphs are their own
+        pooled = _POOL.setdefault(model, {}).setdefault(key, [])
         static = next((c for c in pooled if not c.leased), None)
         if static is None:
             static = StaticKV(model, size, path)
@@ -411,7 +416,13 @@ class _Captured:
 
         self.replay: Callable[[], None]
         self.logits: torch.Tensor  # [B, keep, V], overwritten by every replay
-        self.replay, self.logits = GraphBackend.capture(model, run, put_back)
+        # The eager pass is recorded with its attention masks built as floats once a pass (the same numbers, fewer
+        # kernels: core/float_mask.py). Not a compiled pass, nor a model compiled in the background: switching its
+        # attention would fail the guards its compiled code was traced under, and recompile it.
+        behind = _COMPILES is not None and _COMPILES(model)
+        masks = float_mask.while_capturing(model) if compiled is None and not behind else contextlib.nullcontext()
+        with masks:
+            self.replay, self.logits = GraphBackend.capture(model, run, put_back)
 
     def __call__(self, input_ids: torch.Tensor, **tree_inputs: torch.Tensor) -> torch.Tensor:
         self.ids.copy_(input_ids)

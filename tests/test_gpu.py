@@ -27,6 +27,7 @@ import pytest
 import torch
 
 import decode_tui.core
+from decode_tui.core import float_mask
 from decode_tui.core import forward as forward_module
 from decode_tui.core.detokenize import Detokenizer
 from decode_tui.core.drafters import Drafter, ModelDrafter, PromptLookup
@@ -236,6 +237,26 @@ def test_one_copy_per_step_and_no_other_wait_from_the_core(byte_bpe: Any, monkey
     syncs = [w for w in caught if "synchroniz" in str(w.message).lower()]
     from_core = [f"{Path(w.filename).name}:{w.lineno}" for w in syncs if w.filename.startswith(CORE)]
     assert len(from_core) <= 1, (len(syncs), sorted(set(from_core)))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_the_targets_float_masks_are_exact_on_cuda_and_its_graphs_give_the_plain_paths_tokens(
+        byte_bpe: Any, dtype: torch.dtype) -> None:
+    """The target's captured steps build their masks as floats (core/float_mask.py): on CUDA its check finds the
+    logits equal to the last bit, the graph path's greedy tokens are the plain path's, and the model is back on
+    transformers' SDPA after its captures."""
+    model = on_cuda(tiny_model("llama", vocab_size=V, seed=8), dtype)
+    assert float_mask.exact(model)
+    prompt = prompt_for(8, 11)
+
+    def tokens(graphs: bool) -> tuple[int, ...]:
+        final = list(autoregressive(model, transcript(byte_bpe, prompt, 40), SamplingParams(), greedy=True,
+                                    generator=torch.Generator(device=CUDA).manual_seed(0), graphs=graphs))[-1]
+        assert isinstance(final, Finished)
+        return final.token_ids
+
+    assert tokens(True) == tokens(False)
+    assert model.config._attn_implementation == "sdpa" and graph_failure(model) is None
 
 
 def test_ids_uploaded_without_a_wait_arrive_whole() -> None:
@@ -513,7 +534,7 @@ def test_the_shared_cache_end_and_a_fused_drafts_float_mask_launch_fewer_kernels
     torch's attention converts in every layer (the float mask costs two kernels a pass to build)."""
     from transformers import AutoConfig, AutoModelForCausalLM, StaticCache
 
-    from decode_tui.core import draft_layers, target_drafts
+    from decode_tui.core import target_drafts
     from decode_tui.core.forward import ends as forward_ends
     from decode_tui.core.forward import new_cache
     from decode_tui.core.params import TargetDraft
@@ -543,7 +564,7 @@ def test_the_shared_cache_end_and_a_fused_drafts_float_mask_launch_fewer_kernels
     assert step_kernels(model, theirs) - step_kernels(model, ours) == 3 * (layers - 1)
 
     draft, boolean = (target_drafts.build(model, TargetDraft(4)) for _ in range(2))
-    assert draft.config._attn_implementation == draft_layers.FLOAT_MASK_SDPA
+    assert draft.config._attn_implementation == float_mask.FLOAT_MASK_SDPA
     boolean.set_attn_implementation("sdpa")
     with torch.inference_mode():
         caches = [new_cache(each, graphs=True, max_len=40) for each in (draft, boolean)]
@@ -638,7 +659,7 @@ def test_a_speculative_run_starts_on_cuda_with_its_defaults(smollm2_bf16: Any) -
     layers = run.draft.model.model.layers  # on CUDA, in bf16, the real weights pass the fused layers' check
     assert all(isinstance(layer.self_attn, draft_layers.FusedAttention) and
                isinstance(layer.mlp, draft_layers.FusedMLP) for layer in layers)
-    assert run.draft.model.config._attn_implementation == draft_layers.FLOAT_MASK_SDPA  # its masks built as floats
+    assert run.draft.model.config._attn_implementation == float_mask.FLOAT_MASK_SDPA  # its masks built as floats
     warm_up(smollm2_bf16, prompt, config, run.draft)
     final = list(Run(smollm2_bf16, prompt, config, draft=run.draft).events())[-1]
     plain = list(Run(smollm2_bf16, prompt, DecodeConfig(max_new_tokens=64, seed=0)).events())[-1]

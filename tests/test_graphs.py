@@ -11,7 +11,7 @@ verification and the fallback when capture fails. The real capture is tested in 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import torch
@@ -543,3 +543,74 @@ def test_a_draft_running_ahead_drafts_what_an_in_order_draft_drafts(byte_bpe: An
     assert first.draft_forwards is not None and second.draft_forwards is not None
     assert first.draft_forwards <= second.draft_forwards <= first.draft_forwards + len(proposed)
     assert drafter.cached == [*prompt, *second.token_ids][: len(drafter.cached)], "the cache holds the text's prefix"
+
+
+def masks_seen(model: Any, monkeypatch: pytest.MonkeyPatch, run: Callable[[], object]) -> tuple[set[str], set[str]]:
+    """The kinds of attention mask torch's attention got while graphs were captured, and outside captures."""
+    seen: dict[bool, set[str]] = {True: set(), False: set()}
+    capturing = [False]
+    attention: Any = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(*args: Any, **kwargs: Any) -> torch.Tensor:
+        mask = kwargs.get("attn_mask")
+        seen[capturing[0]].add("none" if mask is None else "bool" if mask.dtype == torch.bool else "float")
+        return cast(torch.Tensor, attention(*args, **kwargs))
+
+    class Watched(EagerGraphs):
+        @classmethod
+        def capture(cls, model: Any, run: Callable[[], torch.Tensor], put_back: Callable[[], None],
+                    ) -> tuple[Callable[[], None], torch.Tensor]:
+            capturing[0] = True
+            try:
+                return super().capture(model, run, put_back)
+            finally:
+                capturing[0] = False
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    monkeypatch.setattr(forward_module, "GraphBackend", Watched)
+    run()
+    return seen[True], seen[False]
+
+
+@pytest.mark.parametrize("arch", ["llama", "phi3"])
+def test_the_targets_graphs_are_captured_with_float_masks_and_its_eager_passes_keep_transformers(
+        byte_bpe: Any, cpu_graphs: type[EagerGraphs], monkeypatch: pytest.MonkeyPatch, arch: str) -> None:
+    """A captured step records the attention mask built as floats once a pass (fewer kernels on a GPU, the same
+    numbers); the eager passes (the prefill, here the stand-in's replays too) keep transformers' boolean masks, and
+    the model is back on transformers' SDPA after each capture, so ``generate`` on it is transformers' own."""
+    model = sliding_phi3(3) if arch == "phi3" else tiny_model(arch, vocab_size=V, seed=3)
+    prompt = repetitive_prompt(3, 9)
+    plain = list(autoregressive(model, transcript(byte_bpe, prompt, 12), SamplingParams(), greedy=True))
+    events: list[Event] = []
+    captured, eager = masks_seen(model, monkeypatch, lambda: events.extend(autoregressive(
+        model, transcript(byte_bpe, prompt, 12), SamplingParams(), greedy=True, graphs=True)))
+    assert captured == {"float"} and "bool" in eager, (captured, eager)
+    assert model.config._attn_implementation == "sdpa"
+    assert_same_events(plain, events)
+
+
+def test_the_controls_and_a_model_whose_float_mask_moves_its_logits_capture_transformers_masks(
+        byte_bpe: Any, cpu_graphs: type[EagerGraphs], monkeypatch: pytest.MonkeyPatch) -> None:
+    from decode_tui.core import float_mask
+
+    prompt = repetitive_prompt(4, 9)
+
+    def greedy_on_graphs(model: Any) -> Callable[[], object]:
+        return lambda: list(autoregressive(model, transcript(byte_bpe, prompt, 8), SamplingParams(), greedy=True,
+                                           graphs=True))
+
+    with float_mask.bool_masks_in_graphs():  # the benchmarks' control
+        model = tiny_model("llama", vocab_size=V, seed=4)
+        assert masks_seen(model, monkeypatch, greedy_on_graphs(model))[0] == {"bool"}
+    model = tiny_model("llama", vocab_size=V, seed=5)
+    monkeypatch.setattr(forward_module, "_COMPILES", lambda m: m is model)  # it compiles in the background
+    assert masks_seen(model, monkeypatch, greedy_on_graphs(model))[0] == {"bool"}
+    monkeypatch.setattr(forward_module, "_COMPILES", None)
+
+    def sees_the_future(**kwargs: Any) -> torch.Tensor:
+        return torch.zeros((kwargs["batch_size"], 1, kwargs["q_length"], kwargs["kv_length"]))
+
+    monkeypatch.setattr(float_mask, "additive_mask", sees_the_future)  # the check finds the logits moved
+    model = tiny_model("llama", vocab_size=V, seed=6)
+    assert masks_seen(model, monkeypatch, greedy_on_graphs(model))[0] == {"bool"}
+    assert not float_mask.exact(model) and model.config._attn_implementation == "sdpa"

@@ -9,7 +9,7 @@ from typing import Any, Literal, cast
 import pytest
 import torch
 
-from decode_tui.core import target_drafts
+from decode_tui.core import float_mask, target_drafts
 from decode_tui.core.drafters import ModelDrafter, load_draft
 from decode_tui.core.errors import UsageError
 from decode_tui.core.events import Finished
@@ -159,7 +159,7 @@ def test_the_default_draft_of_the_embedded_model_is_small_and_mostly_accepted(sm
     layers = cast(Any, draft.model).model.layers
     assert len(layers) == 30 and all(isinstance(layer.self_attn, draft_layers.FusedAttention) and
                                      isinstance(layer.mlp, draft_layers.FusedMLP) for layer in layers)
-    assert cast(Any, draft.model).config._attn_implementation == draft_layers.FLOAT_MASK_SDPA  # its masks too
+    assert cast(Any, draft.model).config._attn_implementation == float_mask.FLOAT_MASK_SDPA  # its masks too
     target_bytes = sum(p.numel() * p.element_size() for p in smollm2.model.parameters())
     assert _owned_bytes(draft.model, smollm2.model) < 0.2 * target_bytes
     prompt = DEMO_PROMPTS["speculative"]
@@ -189,7 +189,7 @@ def test_every_layer_of_the_embedded_models_int4_draft_is_fused_in_bf16_too() ->
     assert next(draft.model.parameters()).dtype == torch.bfloat16
     assert len(layers) == 30 and all(isinstance(layer.self_attn, draft_layers.FusedAttention) and
                                      isinstance(layer.mlp, draft_layers.FusedMLP) for layer in layers)
-    assert cast(Any, draft.model).config._attn_implementation == draft_layers.FLOAT_MASK_SDPA  # its masks too
+    assert cast(Any, draft.model).config._attn_implementation == float_mask.FLOAT_MASK_SDPA  # its masks too
 
 
 @pytest.mark.parametrize(("spec", "fragment"), [("layers:2", "N must be between 1 and 1"),

@@ -1,0 +1,128 @@
+"""An attention mask built as floats once a pass, where torch's attention converts a boolean one in every layer.
+
+transformers' SDPA path builds a boolean mask once a pass, and torch's attention turns a boolean mask into an
+additive float one in every call (``convert_boolean_attn_mask``: a fill and a ``where``, two or three kernels on a
+GPU), so in every layer of every step. Built once a pass as that same float mask (:func:`additive_mask`), it goes to
+torch's attention as it is: the same kernel, the same values, so the same numbers, bit for bit; the conversion once a
+pass instead of once a layer. transformers offers no switch for this, but it lets a model's attention and mask
+functions be registered by name (:data:`FLOAT_MASK_SDPA`), which is how this is done.
+
+Two users. A draft made from the target keeps it for good (:func:`decode_tui.core.draft_layers.float_masks`). The
+target keeps transformers' SDPA, so that its eager passes, and ``generate`` on the same model, are transformers' own;
+only its captured CUDA graphs are recorded with float masks (:func:`while_capturing`), where a model's check
+(:func:`exact`) finds its logits unchanged to the last bit.
+
+It knows transformers' attention registries and a model's logits; nothing of drafts, graphs or decoding.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+FLOAT_MASK_SDPA = "decode_tui_sdpa"  # transformers' SDPA attention, its mask built as floats (registered below)
+ENABLED = True  # the target's graphs are captured with float masks; off (bool_masks_in_graphs), transformers' own
+
+_EXACT: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+
+def additive_mask(**kwargs: Any) -> torch.Tensor | None:
+    """transformers' SDPA mask for these arguments as the additive mask torch's attention would make of it in
+    each call: 0 where a token may attend, minus infinity elsewhere, in the pass's dtype. None where transformers'
+    is None (a prompt whose mask is causal alone, which the attention applies by a flag)."""
+    from transformers.masking_utils import sdpa_mask
+
+    mask = sdpa_mask(**kwargs)  # [B, 1, T, S] booleans, True where a token may attend
+    if mask is None or mask.dtype != torch.bool:
+        return mask
+    dtype = kwargs.get("dtype", torch.float32)
+    return torch.full_like(mask, float("-inf"), dtype=dtype).masked_fill_(mask, 0.0)
+
+
+def register(mask: Callable[..., torch.Tensor | None]) -> None:
+    """Register :data:`FLOAT_MASK_SDPA` with transformers: its SDPA attention, and ``mask`` as its mask function."""
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register(FLOAT_MASK_SDPA, sdpa_attention_forward)
+    AttentionMaskInterface.register(FLOAT_MASK_SDPA, mask)
+
+
+def on_sdpa(model: Any) -> bool:
+    """Whether ``model`` runs transformers' SDPA and can switch its attention implementation."""
+    config = getattr(model, "config", None)
+    return getattr(config, "_attn_implementation", None) == "sdpa" and hasattr(model, "set_attn_implementation")
+
+
+def both_logits(model: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``model``'s logits on one seeded random prompt, with transformers' SDPA and with float masks (None where either
+    fails), on a small static cache, as the decoding passes run: its empty tail is masked, so the mask is built (on no
+    cache, a prompt's causal mask is left to the attention's flag, and nothing would be checked). The model is left on
+    transformers' SDPA."""
+    from transformers import StaticCache
+
+    config = model.config
+    vocab = getattr(config, "vocab_size", None)
+    if not isinstance(vocab, int):
+        return None
+    ids = torch.randint(0, vocab, (1, 5), generator=torch.Generator().manual_seed(0))
+    ids = ids.to(next(model.parameters()).device)
+
+    def logits() -> torch.Tensor:
+        cache = StaticCache(config=config, max_cache_len=8)
+        out: torch.Tensor = model(input_ids=ids, cache=cache, use_cache=True).logits
+        return out
+
+    try:
+        with torch.inference_mode():
+            expected = logits()
+            model.set_attn_implementation(FLOAT_MASK_SDPA)
+            return expected, logits()
+    except Exception:
+        return None
+    finally:
+        model.set_attn_implementation("sdpa")
+
+
+def exact(model: Any) -> bool:
+    """Whether ``model``'s logits with float masks equal its logits with transformers' SDPA to the last bit: checked
+    once a model (a false here leaves its graphs on transformers' masks)."""
+    known = _EXACT.get(model)
+    if known is None:
+        register(additive_mask)
+        both = both_logits(model) if on_sdpa(model) else None
+        known = _EXACT[model] = both is not None and torch.equal(*both)
+    return known
+
+
+@contextlib.contextmanager
+def while_capturing(model: Any) -> Iterator[None]:
+    """Inside, ``model``'s passes build their masks as floats, where it runs transformers' SDPA and its check finds
+    that exact: for a CUDA graph's capture, which records the kernels those passes launch. The model is back on
+    transformers' SDPA after, so its eager passes and ``generate`` are transformers' own."""
+    if not (ENABLED and on_sdpa(model) and exact(model)):
+        yield
+        return
+    model.set_attn_implementation(FLOAT_MASK_SDPA)
+    try:
+        yield
+    finally:
+        model.set_attn_implementation("sdpa")
+
+
+@contextlib.contextmanager
+def bool_masks_in_graphs() -> Iterator[None]:
+    """Graphs captured inside record transformers' boolean masks: the benchmarks' control for
+    :func:`while_capturing`. Static caches are pooled apart by this (see ``forward.new_cache``), so the control's
+    graphs are its own."""
+    global ENABLED
+    ENABLED = False
+    try:
+        yield
+    finally:
+        ENABLED = True
