@@ -51,15 +51,18 @@
 #
 # The next lease, the figure still short of its target first (each call back to back with the last; the H200's
 # lease of 2026-11-27 ran unmet1, unmet2 and changes in 8 minutes with the machine's start):
-#   bash benchmarks/gpu_session.sh unmet1   carry: .whl .gpu/a   the setup; beam search's CUDA tests; c of the
-#                                                                Phi-3-mini-sized int4 draft, fused and unfused, its
-#                                                                kernels and products (1.5 min)
+#   bash benchmarks/gpu_session.sh unmet1   carry: .whl .gpu/a   the setup; beam search's CUDA tests, those that
+#                                                                watch the host's waits, the target's float masks;
+#                                                                c of the Phi-3-mini-sized int4 draft, fused and
+#                                                                unfused, its kernels and products (1.5 min)
 #   bash benchmarks/gpu_session.sh unmet2   carry: .gpu/b        beam search with its cache reorder replayed and
-#                                                                eagerly (the control); the app against headless:
-#                                                                greedy, pld and beam, each
-#                                                                also against headless in a process as young as the
-#                                                                app's, then the pinned controls, REPEATS=2 (about
-#                                                                5.5 minutes)
+#                                                                eagerly (the control), greedy, pld and beam with
+#                                                                float masks in the graphs and boolean ones (the
+#                                                                control); the app against headless: greedy, pld
+#                                                                and beam, each also against headless in a process
+#                                                                as young as the app's, then the pinned controls,
+#                                                                REPEATS=2 (about 7 minutes)
+#   where 6 minutes of the lease are left:
 #   bash benchmarks/gpu_session.sh age      carry: nothing       whether a process's headless decoding speeds up
 #                                                                with its age, and whether the time or the runs do
 #                                                                it: five young processes, one decoding for 40 s,
