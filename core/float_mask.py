@@ -105,14 +105,18 @@ def while_capturing(model: Any) -> Iterator[None]:
     """Inside, ``model``'s passes build their masks as floats, where it runs transformers' SDPA and its check finds
     that exact: for a CUDA graph's capture, which records the kernels those passes launch. The model is back on
     transformers' SDPA after, so its eager passes and ``generate`` are transformers' own."""
-    if not (ENABLED and on_sdpa(model) and exact(model)):
-        yield
-        return
-    model.set_attn_implementation(FLOAT_MASK_SDPA)
+    switched = False
+    if ENABLED and on_sdpa(model) and exact(model):
+        try:
+            model.set_attn_implementation(FLOAT_MASK_SDPA)
+            switched = True
+        except Exception:  # the capture goes on with transformers' masks: a failed switch must not fail it
+            pass
     try:
         yield
     finally:
-        model.set_attn_implementation("sdpa")
+        if switched:
+            model.set_attn_implementation("sdpa")
 
 
 @contextlib.contextmanager

@@ -610,6 +610,19 @@ def test_the_controls_and_a_model_whose_float_mask_moves_its_logits_capture_tran
     def sees_the_future(**kwargs: Any) -> torch.Tensor:
         return torch.zeros((kwargs["batch_size"], 1, kwargs["q_length"], kwargs["kv_length"]))
 
+    model = tiny_model("llama", vocab_size=V, seed=7)
+    assert float_mask.exact(model)
+    switch = model.set_attn_implementation
+
+    def refuses(implementation: str) -> None:  # a switch that fails at the capture: the capture goes on without it
+        if implementation == float_mask.FLOAT_MASK_SDPA:
+            raise ValueError("no")
+        switch(implementation)
+
+    monkeypatch.setattr(model, "set_attn_implementation", refuses)
+    assert masks_seen(model, monkeypatch, greedy_on_graphs(model))[0] == {"bool"}
+    assert graph_failure(model) is None, "the graphs were captured"
+
     monkeypatch.setattr(float_mask, "additive_mask", sees_the_future)  # the check finds the logits moved
     model = tiny_model("llama", vocab_size=V, seed=6)
     assert masks_seen(model, monkeypatch, greedy_on_graphs(model))[0] == {"bool"}
