@@ -60,23 +60,25 @@ def on_sdpa(model: Any) -> bool:
 
 
 def both_logits(model: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """``model``'s logits on one seeded random prompt, with transformers' SDPA and with float masks (None where either
-    fails), on a small static cache, as the decoding passes run: its empty tail is masked, so the mask is built (on no
-    cache, a prompt's causal mask is left to the attention's flag, and nothing would be checked). The model is left on
-    transformers' SDPA."""
+    """``model``'s logits on a seeded random prompt of five tokens and one step after it, with transformers' SDPA and
+    with float masks (None where either fails), on a static cache, as the decoding passes run: its empty tail is
+    masked, so the mask is built (on no cache, a prompt's causal mask is left to the attention's flag, and nothing
+    would be checked), and the step has a decoding step's shapes, which pick the attention's kernel. The model is
+    left on transformers' SDPA."""
     from transformers import StaticCache
 
     config = model.config
     vocab = getattr(config, "vocab_size", None)
     if not isinstance(vocab, int):
         return None
-    ids = torch.randint(0, vocab, (1, 5), generator=torch.Generator().manual_seed(0))
+    ids = torch.randint(0, vocab, (1, 6), generator=torch.Generator().manual_seed(0))
     ids = ids.to(next(model.parameters()).device)
 
     def logits() -> torch.Tensor:
-        cache = StaticCache(config=config, max_cache_len=8)
-        out: torch.Tensor = model(input_ids=ids, cache=cache, use_cache=True).logits
-        return out
+        cache = StaticCache(config=config, max_cache_len=256)
+        prompt = model(input_ids=ids[:, :5], cache=cache, use_cache=True).logits  # [1, 5, V]
+        step = model(input_ids=ids[:, 5:], cache=cache, use_cache=True).logits  # [1, 1, V]
+        return torch.cat((prompt, step), dim=1)
 
     try:
         with torch.inference_mode():
