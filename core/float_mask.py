@@ -3,9 +3,11 @@
 transformers' SDPA path builds a boolean mask once a pass, and torch's attention turns a boolean mask into an
 additive float one in every call (``convert_boolean_attn_mask``: a fill and a ``where``, two or three kernels on a
 GPU), so in every layer of every step. Built once a pass as that same float mask (:func:`additive_mask`), it goes to
-torch's attention as it is: the same kernel, the same values, so the same numbers, bit for bit; the conversion once a
-pass instead of once a layer. transformers offers no switch for this, but it lets a model's attention and mask
-functions be registered by name (:data:`FLOAT_MASK_SDPA`), which is how this is done.
+torch's attention as it is, with the values torch's conversion would give it: the same numbers, and the conversion
+once a pass instead of once a layer. A target keeps it only where a check (:func:`exact`) finds its logits equal to
+the last bit, since torch picks its attention kernel before converting, and might pick another for floats.
+transformers offers no switch for this, but it lets a model's attention and mask functions be registered by name
+(:data:`FLOAT_MASK_SDPA`), which is how this is done.
 
 Two users. A draft made from the target keeps it for good (:func:`decode_tui.core.draft_layers.float_masks`). The
 target keeps transformers' SDPA, so that its eager passes, and ``generate`` on the same model, are transformers' own;
