@@ -243,9 +243,9 @@ class StaticKV(Cache):
             end.fill_(min(length, self.max_len))
 
 
-# Static caches by model, then by (length, path, batch, shared end): a finished run's cache (and its captured
-# graphs) serves the next run of the same size; beam search's cache holds a row per beam. Weak keys: they die with
-# their model.
+# Static caches by model, then by (length, path, batch, shared end, float masks in its graphs): a finished run's cache
+# (and its captured graphs) serves the next run of the same size; beam search's cache holds a row per beam. Weak keys:
+# they die with their model.
 _POOL: weakref.WeakKeyDictionary[Any, dict[tuple[int, StaticPath, int, bool, bool], list[StaticKV]]] = \
     weakref.WeakKeyDictionary()
 _POOLED_PER_SIZE = 2  # enough for a run and a drafter or a comparison; more would only hold memory
@@ -444,8 +444,8 @@ class _CapturedReorder:
     """
 
     def __init__(self, model: PreTrainedModel, cache: StaticKV) -> None:
-        keys: list[torch.Tensor] = [k for layer in cache.layers if (k := getattr(layer, "keys", None)) is not None]
-        rows = keys[0].shape[0]  # the beams: the first pass, already run, allocated every layer with a row each
+        # The beams: the first pass, already run, allocated every layer with a row each.
+        rows: int = next(keys.shape[0] for layer in cache.layers if (keys := getattr(layer, "keys", None)) is not None)
         self.index = torch.arange(rows, device=model.device)  # [N] filled before each replay
 
         def run() -> torch.Tensor:
