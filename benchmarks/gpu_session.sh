@@ -49,8 +49,13 @@
 #                                                                prompts (7 minutes)
 # then 'app' (REPEATS=2, 4 minutes: greedy, pld, beam, and greedy and pld with the decoding thread pinned).
 #
-# The next lease, the figure still short of its target first (each call back to back with the last; the H200's
-# lease of 2026-11-27 ran unmet1, unmet2 and changes in 8 minutes with the machine's start):
+# The next lease, what no GPU has run yet first (the H200's third lease of 2026-11-27 ran unmet1, unmet2 and age,
+# in that order, in 816 s of device time with the machine's start):
+#   bash benchmarks/gpu_session.sh unmet3   carry: .whl          the setup; the tests that watch the host's waits
+#                                                                (sampled PLD's with its new prompt), then 'behind':
+#                                                                the opt-in background compile, and q and SIGTERM
+#                                                                mid-compile on CUDA (at most 9 minutes)
+# then, to re-measure a change, each call back to back with the last:
 #   bash benchmarks/gpu_session.sh unmet1   carry: .whl .gpu/a   the setup; beam search's CUDA tests, those that
 #                                                                watch the host's waits, the target's float masks;
 #                                                                c of the Phi-3-mini-sized int4 draft, fused and
@@ -81,7 +86,7 @@
 # carries at most 64 MiB): 'tests' leaves the first in /root/keep and 'smol' joins it to the second, so
 # 'smol' must run on the same machine (the next call within 30 s keeps it). Everything lands in $OUT.
 set -uo pipefail
-phase=${1:?phase: unmet1, unmet2, age, changes, prep, lease1, lease2, tests, smol, drafts, app, grammar, trees, phi3 or behind}
+phase=${1:?phase: unmet3, unmet1, unmet2, age, changes, prep, lease1, lease2, tests, smol, drafts, app, grammar, trees, phi3 or behind}
 OUT=${OUT:-/tmp/decode-tui-out}
 LIMIT=${LIMIT:-540}  # seconds for the phase's main command, so what it wrote comes back inside the call's 600
 mkdir -p "$OUT" /root/keep
@@ -147,6 +152,22 @@ unmet1)  # the setup, beam search's CUDA tests, those that watch the host's wait
     timeout 60 python3 -m pytest -p no:cacheprovider -q -rs tests/test_gpu.py -k "beam or wait or float_masks" 2>&1 \
         | tee "$OUT/pytest-gpu-beam.log"
     draftcost
+    ;;
+unmet3)  # the setup, the tests that watch the host's waits (sampled PLD's drafted once in its first run on a GPU,
+         # short of the rounds it watches; its prompt now holds every token), then the opt-in background compile and
+         # the app's end mid-compile on CUDA ('behind'); it needs no SmolLM2
+    timeout 60 python3 -m pytest -p no:cacheprovider -q -rs tests/test_gpu.py -k "waits_for_nothing" 2>&1 \
+        | tee "$OUT/pytest-gpu-waits.log"
+    LIMIT=$((LIMIT - 240))
+    ;&
+behind)
+    timeout "$LIMIT" python3 benchmarks/gpu.py --only behind --json "$OUT/gpu-behind.json" 2>&1 \
+        | tee "$OUT/gpu-behind.log"
+    # The app's end mid-compile, on CUDA (q and SIGTERM; the interpreter's exit beside it, the control).
+    for code in 0 143; do
+        timeout 90 python3 benchmarks/exit_mid_compile.py --device cuda --children 2 --first-delay 0.7 --step 2 \
+            --code "$code" 2>&1 | tee "$OUT/exit-mid-compile-$code.log"
+    done
     ;;
 unmet2)  # after 'unmet1' on the same machine: the figure still short of its target, the app against headless
          # (0.95; PLD and beam not shown against a young process yet), as 'app' runs it; first SmolLM2's tests
@@ -230,15 +251,6 @@ drafts)  # after 'smol' on the same machine (its model is in /root/keep)
 phi3)
     timeout "$LIMIT" python3 benchmarks/gpu.py --only phi3,verify --json "$OUT/gpu-phi3.json" 2>&1 \
         | tee "$OUT/gpu-phi3.log"
-    ;;
-behind)
-    timeout "$LIMIT" python3 benchmarks/gpu.py --only behind --json "$OUT/gpu-behind.json" 2>&1 \
-        | tee "$OUT/gpu-behind.log"
-    # The app's end mid-compile, on CUDA (q and SIGTERM; the interpreter's exit beside it, the control).
-    for code in 0 143; do
-        timeout 90 python3 benchmarks/exit_mid_compile.py --device cuda --children 2 --first-delay 0.7 --step 2 \
-            --code "$code" 2>&1 | tee "$OUT/exit-mid-compile-$code.log"
-    done
     ;;
 trees)  # after 'smol' on the same machine (its model is in /root/keep)
     timeout 280 python3 benchmarks/trees.py --device cuda --dtype bfloat16 --repeats "${REPEATS:-3}" \

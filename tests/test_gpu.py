@@ -278,7 +278,12 @@ def test_a_round_or_beam_step_on_graphs_waits_for_nothing_but_its_copy(byte_bpe:
     read back by indexing. CUDA's sync debug mode reports every other wait, with the line that made it; only the
     prompt's upload may block, once a run. The second run is watched: the first captured the graphs."""
     model = on_cuda(tiny_model("llama", vocab_size=V, seed=7))
-    prompt = prompt_for(7, 30)  # repetitive: the lookup finds its drafts
+    prompt = prompt_for(7, 30)  # repetitive
+    if mode.startswith("pld"):
+        # Every token but the two last first: whatever a sampled run draws, its last token is in the prompt, so the
+        # lookup drafts every round (on the repetitive part alone a sampled run soon draws tokens it lacks, and
+        # drafted once in 24 tokens on the H200). 21-22 rounds in 24 tokens on the CPU, greedy or sampled.
+        prompt = list(range(1, V - 2)) + prompt
 
     def run() -> list[Event]:
         generator = torch.Generator(device=CUDA).manual_seed(0)
@@ -299,7 +304,7 @@ def test_a_round_or_beam_step_on_graphs_waits_for_nothing_but_its_copy(byte_bpe:
         torch.cuda.set_sync_debug_mode("default")
     assert isinstance(events[-1], Finished)
     if mode.startswith("pld"):
-        assert sum(isinstance(e, DraftVerified) for e in events) >= 3, "rounds to watch"
+        assert sum(isinstance(e, DraftVerified) for e in events) >= 10, "rounds to watch"
     syncs = [w for w in caught if "synchroniz" in str(w.message).lower()]
     from_core = [f"{Path(w.filename).name}:{w.lineno}" for w in syncs if w.filename.startswith(CORE)]
     assert len(from_core) <= 1, (len(syncs), sorted(set(from_core)))
