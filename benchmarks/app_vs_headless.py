@@ -95,6 +95,15 @@ def thread_switches() -> tuple[int, int | None]:
     return switches, migrations
 
 
+def current_cpu() -> int | None:
+    """The CPU the calling thread is on now (the 39th field of /proc/thread-self/stat; None where there is none)."""
+    try:
+        stat = Path("/proc/thread-self/stat").read_text()
+        return int(stat.rsplit(")", 1)[1].split()[36])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def pin_to(cpus: set[int]) -> set[int]:
     """Pin the calling thread (Linux: pid 0 is the thread, not the process) to ``cpus``; returns its CPUs before."""
     before = os.sched_getaffinity(0)
@@ -140,6 +149,12 @@ class DecoderClock:
     # restart and the paint of the run's start, which the decoder waits for and does not compete with.
     ui_clock: int | None = None
     ui_cpu_s: float | None = None
+    # The whole process's CPU time in the run, and the CPU the decoding thread was on at its start. The H200's
+    # long-lived headless process decoded 12-32 % faster in some rounds than in others, and young processes never
+    # did (BENCHMARKS.md): the other threads' share (the process's CPU less the decoder's and the UI's), a torch
+    # thread team or a driver thread spinning beside the decoder, and the CPU it ran on are this probe's suspects.
+    process_cpu_s: float = 0.0
+    start_cpu: int | None = None
 
     def watch(self, events: Iterator[Event]) -> Iterator[Event]:
         """From the event after the run's first (``Started``) to the last: the app holds a run at its start
@@ -152,7 +167,7 @@ class DecoderClock:
             return time.clock_gettime(self.ui_clock) if self.ui_clock is not None else 0.0
 
         cpu, wall, synced, switches, migrations = marks()
-        ui = ui_time()
+        ui, process = ui_time(), time.process_time()
         self.tokens, self.gaps, self.gc_s, self.gc_full = 0, [], 0.0, 0
         steps, last = StepTracker(), wall  # a step: a token, a beam step or a whole draft round, as the pump counts
         began: dict[int, float] = {}  # thread -> when its collection began
@@ -182,13 +197,15 @@ class DecoderClock:
                 now = time.perf_counter()
                 if i == 0:
                     cpu, wall, synced, switches, migrations = marks()
-                    ui, last = ui_time(), wall
+                    ui, last, process = ui_time(), wall, time.process_time()
+                    self.start_cpu = current_cpu()
                 self.tokens += isinstance(event, TokenEmitted)
                 if steps.closes_step(event):
                     self.gaps.append(now - last)
                     last = now
         finally:
             self.cpu_s, self.wall_s = time.thread_time() - cpu, time.perf_counter() - wall
+            self.process_cpu_s = time.process_time() - process
             self.ui_cpu_s = ui_time() - ui if self.ui_clock is not None else None
             self.synced_s = getattr(_SYNCED, "s", 0.0) - synced
             switches_now, migrations_now = thread_switches()
@@ -206,6 +223,14 @@ class DecoderClock:
     def ui_decoding(self) -> float | None:
         """The UI thread's CPU time while the run decoded, as a share of one core (None: no UI thread watched)."""
         return self.ui_cpu_s / self.wall_s if self.ui_cpu_s is not None and self.wall_s else None
+
+    @property
+    def others(self) -> float:
+        """The CPU time of the process's other threads (not the decoder's, not the UI's) while the run decoded, as a
+        share of one core."""
+        if not self.wall_s:
+            return 0.0
+        return max(0.0, self.process_cpu_s - self.cpu_s - (self.ui_cpu_s or 0.0)) / self.wall_s
 
     @property
     def collecting(self) -> float:
@@ -404,6 +429,8 @@ class AppRun:
     switches_per_token: float  # see DecoderClock.switches
     migrations_per_token: float | None  # see DecoderClock.migrations
     ui_decoding: float | None  # see DecoderClock.ui_decoding
+    others: float  # see DecoderClock.others
+    start_cpu: int | None  # see DecoderClock.start_cpu
 
 
 def in_app(prompt: str, config: DecodeConfig, runs: int = 1, press_every: float | None = None, proxy: str = "none",
@@ -487,7 +514,8 @@ def in_app(prompt: str, config: DecodeConfig, runs: int = 1, press_every: float 
                 results.append(AppRun(finished, clock.waiting, clock.cpu_per_token_us, clock.stalled,
                                       clock.collecting, clock.gc_full, ui_cpu / wall, app.pacer.hz,
                                       clock.host_per_token_us, clock.synced_per_token_us, clock.switches_per_token,
-                                      clock.migrations_per_token, clock.ui_decoding))
+                                      clock.migrations_per_token, clock.ui_decoding, clock.others,
+                                      clock.start_cpu))
             return results
 
     try:
@@ -546,7 +574,8 @@ def headless_child(mode: str, prompt_name: str, new_tokens: int, runs: int, prox
     config = DecodeConfig(mode=mode, max_new_tokens=new_tokens)  # type: ignore[arg-type]
     headless(lm, PROMPTS[prompt_name], config)  # untimed, as the app's first run is
     print(json.dumps([{"tokens_per_s": rate, "host_per_token_us": clock.host_per_token_us,
-                       "synced_per_token_us": clock.synced_per_token_us, "cpu_per_token_us": clock.cpu_per_token_us}
+                       "synced_per_token_us": clock.synced_per_token_us, "cpu_per_token_us": clock.cpu_per_token_us,
+                       "others": clock.others, "start_cpu": clock.start_cpu}
                       for rate, clock in timed_headless(lm, PROMPTS[prompt_name], config, runs, pin)]))
 
 
@@ -607,9 +636,11 @@ def throughput(lm: LoadedModel, prompt_name: str, mode: str, new_tokens: int, re
     # Run by run, in the order run (tok/s, the host's step and the wait for the device's copy a token, us): when one
     # side's runs fall in two groups (the H200's headless greedy: 274-276 tok/s in one round, 306-321 in the next),
     # these say whether the host or the device was the slower in the slow group.
-    row["headless_by_run"] = [[t, c.host_per_token_us, c.synced_per_token_us]
+    # Then the other threads' share of a core and the CPU the decoder started on (DecoderClock.others, start_cpu).
+    row["headless_by_run"] = [[t, c.host_per_token_us, c.synced_per_token_us, c.others, c.start_cpu]
                               for t, c in zip(ours, clocks, strict=True)]
-    row["app_by_run"] = [[r["tokens_per_s"], r["host_per_token_us"], r["synced_per_token_us"]] for r in app_runs]
+    row["app_by_run"] = [[r["tokens_per_s"], r["host_per_token_us"], r["synced_per_token_us"], r.get("others"),
+                          r.get("start_cpu")] for r in app_runs]
     row["round_ratios"] = round_ratios
     if fresh_runs:
         fresh = [r["tokens_per_s"] for r in fresh_runs]
@@ -619,8 +650,8 @@ def throughput(lm: LoadedModel, prompt_name: str, mode: str, new_tokens: int, re
         row["app_over_fresh_headless_95ci"] = ratio_interval(fresh, app)
         row["fresh_round_ratios"] = fresh_ratios
         # As headless_by_run and app_by_run: whether a young process's slower runs are its host's step or the device's.
-        row["fresh_by_run"] = [[r["tokens_per_s"], r["host_per_token_us"], r["synced_per_token_us"]]
-                               for r in fresh_runs]
+        row["fresh_by_run"] = [[r["tokens_per_s"], r["host_per_token_us"], r["synced_per_token_us"], r.get("others"),
+                                r.get("start_cpu")] for r in fresh_runs]
         row["fresh_host_per_token_us"] = statistics.median(r["host_per_token_us"] for r in fresh_runs)
         row["fresh_synced_per_token_us"] = statistics.median(r["synced_per_token_us"] for r in fresh_runs)
         row["fresh_cpu_per_token_us"] = statistics.median(r["cpu_per_token_us"] for r in fresh_runs)
@@ -635,9 +666,10 @@ def throughput(lm: LoadedModel, prompt_name: str, mode: str, new_tokens: int, re
     row["headless_switches_per_token"] = statistics.median(c.switches_per_token for c in clocks)
     migrations = [c.migrations_per_token for c in clocks if c.migrations_per_token is not None]
     row["headless_migrations_per_token"] = statistics.median(migrations) if migrations else None
+    row["headless_others"] = statistics.median(c.others for c in clocks)
     for key in ("decoder_waiting", "decoder_cpu_per_token_us", "decoder_stalled", "collecting", "gc_full", "ui_cpu",
                 "paint_hz", "host_per_token_us", "synced_per_token_us", "switches_per_token", "migrations_per_token",
-                "ui_decoding"):
+                "ui_decoding", "others"):
         values = [r[key] for r in app_runs if r.get(key) is not None]
         row[f"app_{key}"] = statistics.median(values) if values else None
     return row
@@ -671,7 +703,8 @@ def summary(row: dict[str, Any]) -> str:
             f"{row['headless_synced_per_token_us']:.0f} / {row['app_synced_per_token_us']:.0f} us; the decoder's "
             f"context switches a token {row['headless_switches_per_token']:.2f} / {row['app_switches_per_token']:.2f}, "
             f"moves to another CPU {_maybe(row['headless_migrations_per_token'])} / "
-            f"{_maybe(row['app_migrations_per_token'])}")
+            f"{_maybe(row['app_migrations_per_token'])}; the other threads {row['headless_others']:.1%} / "
+            f"{_share(row.get('app_others'))} of a core")
 
 
 def _maybe(value: float | None) -> str:

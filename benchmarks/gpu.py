@@ -24,6 +24,8 @@ Sections (``--only``, comma-separated):
   alternated: what three ops a layer fewer in every step give on this device.
 - ``reorder``: beam search on the embedded SmolLM2 with the reorder of its beams' cache rows replayed as one graph
   (the default) against its four ops a layer run eagerly (the control), alternated.
+- ``beamahead``: beam search on the embedded SmolLM2 with each step's pass queued before the last step is read
+  back (the default on CUDA) against the steps in order (the control), alternated.
 - ``masks``: greedy, PLD and beam search on the embedded SmolLM2, graphs captured with the target's attention masks
   built as floats once a pass (the default) against transformers' boolean ones (the control), alternated.
 - ``app``: the app's tokens/s against headless on the embedded model (as ``app_vs_headless.py``): greedy, PLD and
@@ -37,9 +39,9 @@ Sections (``--only``, comma-separated):
 ``--tiny`` swaps the Phi-3-mini-sized model for a small one of the same architecture, so the script
 can be checked on a CPU before device time is spent.
 
-    python benchmarks/gpu.py [--only phi3,verify,draftcost,drafting,ends,reorder,masks,app,behind] [--new-tokens 256]
-                             [--repeats 3] [--drafts int4,int8,self,layers:10] [--ahead [int4,self]] [--unfused [int4]]
-                             [--json out.json]
+    python benchmarks/gpu.py [--only phi3,verify,draftcost,drafting,ends,reorder,beamahead,masks,app,behind]
+                             [--new-tokens 256] [--repeats 3] [--drafts int4,int8,self,layers:10]
+                             [--ahead [int4,self]] [--unfused [int4]] [--json out.json]
 """
 
 from __future__ import annotations
@@ -48,12 +50,13 @@ import argparse
 import contextlib
 import copy
 import dataclasses
+import functools
 import json
 import statistics
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -405,6 +408,31 @@ def reorder_section(lm: LoadedModel, new_tokens: int, repeats: int) -> dict[str,
     return rows
 
 
+@contextlib.contextmanager
+def beam_in_order() -> Iterator[None]:
+    """Beam searches started inside run their steps in order (each pass queued after the last step was read back
+    and told): the control for running one pass ahead, which the core does by default on CUDA."""
+    from unittest import mock
+
+    from decode_tui.core import run
+    from decode_tui.core.strategies.beam import beam_search
+
+    with mock.patch.object(run, "beam_search", functools.partial(beam_search, run_ahead=False)):
+        yield
+
+
+def beam_ahead_section(lm: LoadedModel, new_tokens: int, repeats: int) -> dict[str, Any]:
+    """Beam search (4 beams, SmolLM2, the code edit and the summary) running one pass ahead (the default on CUDA)
+    against the control, its steps in order (:func:`beam_in_order`): warm runs alternated round by round."""
+    rows: dict[str, Any] = {}
+    for prompt in ("code-edit", "summarise"):
+        config = DecodeConfig(mode="beam", max_new_tokens=new_tokens)
+        rows[prompt] = against_control(lm, PROMPTS[prompt], config, beam_in_order, repeats)
+        print(f"beamahead {prompt}: one pass ahead against steps in order (the control): {ab_line(rows[prompt])}",
+              flush=True)
+    return rows
+
+
 def masks_section(lm: LoadedModel, new_tokens: int, repeats: int) -> dict[str, Any]:
     """Greedy, PLD and beam search (SmolLM2, the summary) on graphs captured with the target's attention masks
     built as floats once a pass (the default) against the control, graphs captured with transformers' boolean masks,
@@ -643,7 +671,7 @@ def main() -> None:
         del lm
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    if sections & {"drafting", "app", "ends", "reorder", "masks"}:
+    if sections & {"drafting", "app", "ends", "reorder", "beamahead", "masks"}:
         from decode_tui.core.embedded import pull
         from decode_tui.core.loading import load_model
         from decode_tui.core.registry import resolve
@@ -655,6 +683,9 @@ def main() -> None:
             save()
         if "reorder" in sections:
             results["reorder"] = reorder_section(smol, 128, args.repeats)
+            save()
+        if "beamahead" in sections:
+            results["beamahead"] = beam_ahead_section(smol, 128, args.repeats)
             save()
         if "masks" in sections:
             results["masks"] = masks_section(smol, 128, args.repeats)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Any, Literal
 
@@ -222,6 +223,70 @@ def test_a_search_that_hits_the_length_limit_shows_no_placeholder_score(byte_bpe
     assert numbers and min(numbers) > -1e8
     lines = [json.loads(e.to_json()) for e in events]
     assert min(x for line in lines for x in _numbers(line)) > -1e8
+
+
+def _timeless(event: Event) -> Event:
+    if isinstance(event, Finished):
+        return dataclasses.replace(event, elapsed_s=0.0, tokens_per_s=0.0)
+    if isinstance(event, TokenEmitted | BeamStepped):
+        return dataclasses.replace(event, elapsed_s=None)
+    return event
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_running_one_pass_ahead_changes_nothing_a_consumer_sees(byte_bpe: Any, seed: int) -> None:
+    """The GPU's loop order (each step's pass queued before the last step is read back), forced on the CPU: the
+    same events, the same passes counted, whether the search ends at the length limit, by its early-stopping test
+    (where the pass queued ahead is wasted) or by a cancel."""
+    model = tiny_model(ARCHS[seed % 4], vocab_size=V, seed=seed, initializer_range=0.05)
+    prompt = [3 + seed, 17, 40][: 1 + seed % 3]
+    with torch.inference_mode():
+        likely = torch.topk(model(torch.tensor([prompt])).logits[0, -1], 6).indices.tolist()
+    eos = likely[2 + seed % 3 : 3 + seed % 3] if seed % 2 else [V - 1]  # some searches finish early
+    stopping: list[EarlyStopping] = [True, False, "never"]
+    beam = BeamParams(2 + seed % 4, [0.5, 1.0, -1.0, 0.0][seed % 4], stopping[seed % 3], 1 + seed % 2)
+    sampling = SamplingParams(temperature=0.8, top_k=20) if seed % 4 == 3 else SamplingParams()
+    streams = []
+    for ahead in (False, True):
+        transcript = Transcript("beam", prompt, Detokenizer(byte_bpe), frozenset(eos), 10)
+        events = []
+        for event in beam_search(model, transcript, beam, sampling, do_sample=seed % 4 == 3,
+                                 generator=torch.Generator().manual_seed(seed), decode=byte_bpe.decode,
+                                 run_ahead=ahead):
+            events.append(event)
+            if isinstance(event, BeamStepped) and event.step == 4 and seed % 5 == 0:
+                transcript.request_cancel()
+        streams.append([_timeless(e) for e in events])
+    assert streams[0] == streams[1]
+    assert isinstance(streams[1][-1], Finished)
+    if seed % 5:
+        assert_same_as_generate(streams[1], hf(model, prompt, beam, 10, eos, sampling,
+                                               seed=seed if seed % 4 == 3 else None), prompt, beam, eos)
+
+
+@pytest.mark.parametrize("early", [False, True], ids=["to-the-limit", "stopped-early"])
+def test_running_ahead_wastes_a_pass_only_where_the_search_stops_before_its_limit(byte_bpe: Any,
+                                                                                  early: bool) -> None:
+    """At the length limit the search always stops, so running ahead queues nothing after its last step; stopped
+    earlier by its test, it wasted the one pass it had queued."""
+    model = tiny_model("llama", vocab_size=V, seed=5, initializer_range=0.05)
+    prompt = [8, 17]
+    with torch.inference_mode():
+        likely = torch.topk(model(torch.tensor([prompt])).logits[0, -1], 3).indices.tolist()
+    eos = likely[:2] if early else [V - 1]
+    passes = []
+    for ahead in (False, True):
+        calls: list[int] = []
+        hook = model.register_forward_pre_hook(lambda *_, calls=calls: calls.append(1))
+        try:
+            events = list(beam_search(model, Transcript("beam", prompt, Detokenizer(byte_bpe), frozenset(eos), 8),
+                                      BeamParams(2, early_stopping=True), SamplingParams(), run_ahead=ahead))
+        finally:
+            hook.remove()
+        steps = sum(isinstance(e, BeamStepped) for e in events)
+        assert (steps < 8) is early
+        passes.append(len(calls))
+    assert passes[1] == passes[0] + early
 
 
 def test_cancel_request_stops_beam_search(byte_bpe: Any) -> None:

@@ -287,9 +287,12 @@ def assert_same_beam_events(plain: list[Event], replayed: list[Event]) -> None:
 
 
 @pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("run_ahead", [False, True], ids=["in-order", "run-ahead"])
 def test_replayed_beam_steps_give_the_plain_paths_search(byte_bpe: Any, cpu_graphs: type[EagerGraphs],
-                                                         seed: int) -> None:
-    """The N beams' batched step replayed on a static cache, its rows reordered in place after every step."""
+                                                         seed: int, run_ahead: bool) -> None:
+    """The N beams' batched step replayed on a static cache, its rows reordered in place after every step; run
+    ahead (as on CUDA) or in order, and again on the pooled cache, which a search that ran ahead left with a pass
+    past its end."""
     model = model_for(seed)
     prompt = repetitive_prompt(seed, 3 + 2 * seed)
     beam = BeamParams(num_beams=2 + seed % 3, num_return_sequences=2, length_penalty=(1.0, 0.5, -0.5)[seed % 3],
@@ -298,7 +301,7 @@ def test_replayed_beam_steps_give_the_plain_paths_search(byte_bpe: Any, cpu_grap
     def go(graphs: bool) -> list[Event]:
         return list(beam_search(model, transcript(byte_bpe, prompt, 6 + 2 * seed), beam, SamplingParams(),
                                 do_sample=seed % 4 == 3, generator=torch.Generator().manual_seed(seed),
-                                decode=byte_bpe.decode, graphs=graphs))
+                                decode=byte_bpe.decode, graphs=graphs, run_ahead=run_ahead and graphs))
 
     plain = go(False)
     assert sum(isinstance(e, BeamStepped) for e in plain) > 2

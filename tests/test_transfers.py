@@ -261,7 +261,7 @@ def test_the_counter_sees_a_transfer_made_in_the_core(monkeypatch: pytest.Monkey
     assert len(calls) == 1 and "tolist" in calls[0]
 
 
-@pytest.mark.parametrize("loop", ["greedy", "plain stretch", "draft"])
+@pytest.mark.parametrize("loop", ["greedy", "plain stretch", "draft", "beam"])
 def test_a_step_read_back_while_the_next_forward_runs_was_copied_before_that_forward(
         byte_bpe: Any, monkeypatch: pytest.MonkeyPatch, loop: str) -> None:
     """Running ahead (on CUDA, forced here): each step's token is copied to the host, then the next forward is
@@ -286,9 +286,11 @@ def test_a_step_read_back_while_the_next_forward_runs_was_copied_before_that_for
         monkeypatch.setattr(AdaptiveDraftLength, "plain_stretch", lambda self: 12)
         list(speculative(model, transcript(byte_bpe, PROMPT, 12), PromptLookup(3, 4), SamplingParams(),
                          greedy=True, num_draft_tokens=4, adaptive=True))
-    else:
+    elif loop == "draft":
         drafter = ModelDrafter(model, V, confidence_threshold=0.0, run_ahead=True)
         drafter.propose(PROMPT, 12, [], True, None)
+    else:
+        list(beam_search(model, transcript(byte_bpe, PROMPT, 12), BeamParams(3), SamplingParams(), run_ahead=True))
     # The forwards queued ahead, each between a copy and its wait: copy, forward, wait, once a step.
     text = " ".join(calls)
     assert text.count("copy forward wait") >= 8, text

@@ -50,7 +50,7 @@ from ..path import Path, prefill, token_stats
 from ..sampling import StageContext, processed, stage_processors
 from ..transcript import TokenStats, Transcript
 from .autoregressive import autoregressive
-from .beam_state import NEG, BeamState, hypotheses_of, step_event
+from .beam_state import NEG, BeamState, hypotheses_of, queue_step, step_event
 
 if TYPE_CHECKING:
     from transformers import LogitsProcessor, PreTrainedModel
@@ -69,6 +69,7 @@ def beam_search(
     decode: Callable[[list[int]], str] = str,
     live: LiveParams | None = None,
     graphs: bool = False,
+    run_ahead: bool | None = None,
     path: Path | None = None,
     stages: StageContext | None = None,
 ) -> Generator[Event, None, None]:
@@ -78,7 +79,8 @@ def beam_search(
     prompt, as ``generate`` would on that prompt, so hypotheses hold the tokens after the path.
     With ``live``, the sampling stages are re-read at every step; the beam settings never change mid-run.
     ``graphs``: the batched step of the N beams replayed as a captured CUDA graph on a static cache
-    (reordered in place); the same scores and sequences. ``stages``: what the stages need besides their values
+    (reordered in place); the same scores and sequences. ``run_ahead``: queue each step's pass before the last
+    step is read back (default: on CUDA); the same events. ``stages``: what the stages need besides their values
     (with a grammar, each beam keeps its own grammar state, copied when the beams are reordered).
     """
     if beam.num_beams == 1:
@@ -91,9 +93,11 @@ def beam_search(
                                   context=stages)
     max_length = len(transcript.prompt_ids) + transcript.max_new_tokens
     cache = new_cache(model, graphs=graphs, max_len=max_length, batch=beam.num_beams)
+    if run_ahead is None:
+        run_ahead = model.device.type == "cuda"  # on a CPU nothing would overlap
     try:
         yield from _search(model, transcript, beam, cache, processors, do_sample, generator, label, decode, live, path,
-                           stages)
+                           stages, run_ahead)
     finally:
         release(cache)  # a pooled static cache (and its graph) goes back for the next run
 
@@ -101,7 +105,7 @@ def beam_search(
 def _search(model: PreTrainedModel, transcript: Transcript, beam: BeamParams, cache: Cache,
             processors: list[tuple[Stage, LogitsProcessor]], do_sample: bool, generator: torch.Generator | None,
             label: Callable[[int], str], decode: Callable[[list[int]], str], live: LiveParams | None,
-            path: Path | None, stages: StageContext | None) -> Generator[Event, None, None]:
+            path: Path | None, stages: StageContext | None, run_ahead: bool) -> Generator[Event, None, None]:
     """The search itself, on a cache of N rows; :func:`beam_search` owns the cache."""
     N = beam.num_beams
     eos = on_device(sorted(transcript.eos_token_ids), model.device)
@@ -205,7 +209,17 @@ def _search(model: PreTrainedModel, transcript: Transcript, beam: BeamParams, ca
         valid_continuations = ~hits.all()
         done = ~(heuristic_unsatisfied & exists_open_beam & valid_continuations)  # []
 
-        event, rows = step_event(step, T0, gen_len, lp, s, early_stopping, best_possible, done, label, decode,
+        copy = queue_step(T0, gen_len, s, best_possible, done)
+        # Run one pass ahead, as greedy does on a GPU: the next step's inputs (the running beams' last tokens,
+        # the cache reordered to them) are on the device already, so its pass is queued behind the step's copy
+        # and runs while the host waits for that copy and turns the step into its event. In order, the device
+        # would idle through all of that: on an H200 a beam step's host work took as long as its pass. When
+        # the early-stopping test or a cancel stops the search here, the pass queued ahead is wasted, and not
+        # counted; at the length limit the search always stops, so none is queued.
+        ahead = run_ahead and cur_len + 1 < max_length
+        if ahead:
+            logits = forward(model, s.running[:, cur_len : cur_len + 1], cache)[:, -1]  # [N, V]
+        event, rows = step_event(copy, step, gen_len, lp, s, early_stopping, label, decode,
                                  transcript.target_forwards, transcript.elapsed_s)
         yield event
         if event.early_stop.done:
@@ -213,9 +227,10 @@ def _search(model: PreTrainedModel, transcript: Transcript, beam: BeamParams, ca
         if transcript.cancel_requested:
             yield transcript.finished("cancelled")
             return
-        logits = forward(model, s.running[:, cur_len : cur_len + 1], cache)[:, -1]  # [N, V]
+        if not ahead:
+            logits = forward(model, s.running[:, cur_len : cur_len + 1], cache)[:, -1]  # [N, V]
         transcript.target_forwards += 1
-        _prepare_grammar(stages, start, rows, device)  # on a GPU, while the pass just queued runs
+        _prepare_grammar(stages, start, rows, device)  # on a GPU, while the pass queued runs
 
     hypotheses, best_stats = hypotheses_of(s, T0, decode)
     yield from _finish(transcript, hypotheses[: beam.num_return_sequences], best_stats)

@@ -14,7 +14,7 @@ from typing import Literal
 import torch
 
 from ..events import Beam, BeamCandidate, BeamStepped, EarlyStopCheck, Hypothesis
-from ..forward import to_host
+from ..forward import HostCopy, to_host
 from ..path import host_stats
 from ..transcript import TokenStats
 
@@ -75,20 +75,29 @@ def _host_hypotheses(ids: list[list[int]], scores: list[float], sums: list[float
     return out
 
 
-def step_event(step: int, T0: int, gen_len: int, lp: float, s: BeamState,
-                early_stopping: bool | Literal["never"], best_possible: torch.Tensor, done: torch.Tensor,
-                label: Callable[[int], str], decode: Callable[[list[int]], str], target_forwards: int,
-                elapsed_s: float | None = None) -> tuple[BeamStepped, list[list[int]]]:
-    """Everything a viewer needs about one step, and whether the search is done, in one host transfer; and every
-    running row's generated ids, the dead ones too (the event leaves those out), for whoever needs the rows on
-    the host before the next step (a grammar computing their masks ahead)."""
+def queue_step(T0: int, gen_len: int, s: BeamState, best_possible: torch.Tensor, done: torch.Tensor) -> HostCopy:
+    """Queue the step's one host transfer: everything :func:`step_event` reads. Queued before the next step's pass
+    (on a GPU), it does not wait for that pass."""
     assert s.tokens is not None and s.parents is not None and s.topk_log_probs is not None
     assert s.hits is not None and s.just_finished is not None and s.next_indices is not None
+    g = gen_len
+    return HostCopy([s.running[:, T0 : T0 + g], s.finished[:, T0 : T0 + g], s.running_scores, s.running_parents,
+                     s.next_indices, s.finished_scores, s.finished_sums, s.finished_lens, s.is_sent_finished,
+                     s.parents, s.tokens, s.topk_log_probs, s.hits, s.just_finished, best_possible.view(1),
+                     done.view(1)])
+
+
+def step_event(copy: HostCopy, step: int, gen_len: int, lp: float, s: BeamState,
+               early_stopping: bool | Literal["never"], label: Callable[[int], str],
+               decode: Callable[[list[int]], str], target_forwards: int,
+               elapsed_s: float | None = None) -> tuple[BeamStepped, list[list[int]]]:
+    """Everything a viewer needs about one step, and whether the search is done, from the step's one host
+    transfer (:func:`queue_step`); and every running row's generated ids, the dead ones too (the event leaves
+    those out), for whoever needs the rows on the host before the next step (a grammar computing their masks
+    ahead)."""
+    assert s.tokens is not None
     N, K, g = s.running.shape[0], s.tokens.shape[0], gen_len
-    host = to_host([s.running[:, T0 : T0 + g], s.finished[:, T0 : T0 + g], s.running_scores, s.running_parents,
-                    s.next_indices, s.finished_scores, s.finished_sums, s.finished_lens, s.is_sent_finished,
-                    s.parents, s.tokens, s.topk_log_probs, s.hits, s.just_finished, best_possible.view(1),
-                    done.view(1)])
+    host = copy.wait()
     cursor = 0
 
     def take(count: int) -> list[float]:
