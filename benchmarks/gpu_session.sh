@@ -49,13 +49,15 @@
 #                                                                prompts (7 minutes)
 # then 'app' (REPEATS=2, 4 minutes: greedy, pld, beam, and greedy and pld with the decoding thread pinned).
 #
-# The next lease, what no GPU has run yet first (the H200's third lease of 2026-11-27 ran unmet1, unmet2 and age,
-# in that order, in 816 s of device time with the machine's start):
+# The next lease (the H200's third lease of 2026-11-27 ran unmet1, unmet2 and age, in that order, in 816 s of
+# device time with the machine's start): unmet1, unmet2 (beam search's rows after it began running a pass ahead),
+# then 'cure' (carry nothing; 2 minutes): a young process's runs before and after another young process decoded
+# beside it, and with torch on one thread. In a lease of its own, or where 9 minutes are left:
 #   bash benchmarks/gpu_session.sh unmet3   carry: .whl          the setup; the tests that watch the host's waits
 #                                                                (sampled PLD's with its new prompt), then 'behind':
 #                                                                the opt-in background compile, and q and SIGTERM
 #                                                                mid-compile on CUDA (at most 9 minutes)
-# then, to re-measure a change, each call back to back with the last:
+# The calls, each back to back with the last:
 #   bash benchmarks/gpu_session.sh unmet1   carry: .whl .gpu/a   the setup; beam search's CUDA tests, those that
 #                                                                watch the host's waits, the target's float masks;
 #                                                                c of the Phi-3-mini-sized int4 draft, fused and
@@ -86,7 +88,7 @@
 # carries at most 64 MiB): 'tests' leaves the first in /root/keep and 'smol' joins it to the second, so
 # 'smol' must run on the same machine (the next call within 30 s keeps it). Everything lands in $OUT.
 set -uo pipefail
-phase=${1:?phase: unmet3, unmet1, unmet2, age, changes, prep, lease1, lease2, tests, smol, drafts, app, grammar, trees, phi3 or behind}
+phase=${1:?phase: unmet3, unmet1, unmet2, cure, age, changes, prep, lease1, lease2, tests, smol, drafts, app, grammar, trees, phi3 or behind}
 OUT=${OUT:-/tmp/decode-tui-out}
 LIMIT=${LIMIT:-540}  # seconds for the phase's main command, so what it wrote comes back inside the call's 600
 mkdir -p "$OUT" /root/keep
@@ -185,6 +187,11 @@ app)  # after 'smol' (or 'unmet2' above) on the same machine, whose model is in 
       # headless, row by row
     timeout 420 python3 benchmarks/gpu.py --only app --repeats "${REPEATS:-2}" --json "$OUT/gpu-app.json" 2>&1 \
         | tee "$OUT/gpu-app.log"
+    ;;
+cure)  # after 'unmet2' (or 'smol') on the same machine, whose model is in /root/keep: what made the benchmark's
+      # long-lived process faster in the rounds after a young process had decoded beside it (not its age: 'age')
+    timeout 200 python3 benchmarks/process_age.py --children neighbour,one-thread --runs 10 --seconds 0 \
+        --json "$OUT/gpu-cure.json" 2>&1 | tee "$OUT/gpu-cure.log"
     ;;
 age)  # after 'unmet2' (or 'smol') on the same machine, whose model is in /root/keep: does a process's headless
      # decoding speed up with its age, and is it the time or the runs (benchmarks/process_age.py)

@@ -13,7 +13,17 @@ one untimed run, as the app does:
   (and the host's thread that waits for it, which spins);
 - ``spun``: as ``idle``, but keeps one host CPU busy in Python for those 5 s, the device idle: the host's clocks.
 
-run as idle, busy, warmed, spun, idle, so that a drift of the machine shows as the two idle children disagreeing. If the
+run as idle, busy, warmed, spun, idle, so that a drift of the machine shows as the two idle children disagreeing.
+On the H200 none of them sped up (290-300 tok/s in each, 2026-11-27), while the benchmark's long-lived process ran
+its second rounds at 342-346: the rounds that followed the app's and a young process's runs, and not a capture of
+new graphs (a row's first round, after its warm-up captured that mode's graphs, was as slow as a young process).
+``--children neighbour,one-thread`` runs two more:
+
+- ``neighbour``: five runs, then a young process beside it (a grandchild that loads the model and decodes once,
+  as the app's side of a round does) while it waits, then five runs; then one run of another mode (PLD, whose
+  verifications capture graphs of their own) and five runs of its own mode; then the neighbour again and five
+  runs. Faster after each neighbour and slower after the capture, it is the benchmark's pattern;
+- ``one-thread``: torch's thread count set to 1 after the load (as a pinned run sets it), then ``--runs`` runs. If the
 idle children's runs are as fast as the busy child's late ones, time alone does it (something in the background:
 the kernel collapsing the heap into huge pages, say); if they are as slow as its early ones, the runs do (caches,
 the allocator's pools) or the device's warmth does, which the warmed child tells apart. The beam rows of the
@@ -51,9 +61,11 @@ def child(kind: str, seconds: float, runs: int, mode: str, proxy: str, new_token
     config = DecodeConfig(mode=mode, max_new_tokens=new_tokens)  # type: ignore[arg-type]
     prompt = PROMPTS["summarise"]
     headless(lm, prompt, config)  # untimed, as the app's first run is
-    rows: list[dict[str, float]] = []
+    if kind == "once":  # a neighbour: a young process that loads the model, decodes once and ends
+        return
+    rows: list[dict[str, Any]] = []
 
-    def run() -> None:
+    def run(phase: str = "") -> None:
         faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         segments = device_segments(lm.device)
         clock = DecoderClock()
@@ -62,11 +74,29 @@ def child(kind: str, seconds: float, runs: int, mode: str, proxy: str, new_token
                      "host_us": clock.host_per_token_us, "synced_us": clock.synced_per_token_us,
                      "faults_per_token": (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) / clock.tokens,
                      "switches_per_token": clock.switches / clock.tokens,
-                     "device_mallocs": device_segments(lm.device) - segments, **device_clocks()})
+                     "device_mallocs": device_segments(lm.device) - segments, **device_clocks(),
+                     **({"phase": phase} if phase else {})})
 
+    if kind == "neighbour":
+        for phase in ("first", "after a neighbour", "after a capture", "after a second neighbour"):
+            if phase.startswith("after a") and "neighbour" in phase:
+                subprocess.run([sys.executable, __file__, "--child", "once", "--mode", mode, "--proxy", proxy,
+                                "--new-tokens", "16"], capture_output=True, check=True)
+            elif phase == "after a capture":
+                headless(lm, prompt, DecodeConfig(mode="pld" if mode != "pld" else "beam", max_new_tokens=new_tokens))
+            for _ in range(NEIGHBOUR_RUNS):
+                run(phase)
+        print(json.dumps(rows))
+        return
+    if kind == "one-thread":
+        import torch
+
+        torch.set_num_threads(1)
     if kind == "busy":
         while time.perf_counter() - loaded < seconds:
             run()
+    elif kind == "one-thread":
+        pass
     else:
         time.sleep(max(0.0, seconds - WARM_S - (time.perf_counter() - loaded)))
         if kind == "warmed":
@@ -81,6 +111,7 @@ def child(kind: str, seconds: float, runs: int, mode: str, proxy: str, new_token
 
 
 WARM_S = 5.0
+NEIGHBOUR_RUNS = 5
 
 
 def keep_busy(device: Any, seconds: float) -> None:
@@ -135,7 +166,10 @@ def huge_pages() -> str:
         return "unknown"
 
 
-def summary(name: str, rows: list[dict[str, float]], runs: int) -> dict[str, Any]:
+def summary(name: str, rows: list[dict[str, Any]], runs: int) -> dict[str, Any]:
+    if rows and "phase" in rows[0]:
+        return phases(name, rows)
+
     def part(chosen: list[dict[str, float]]) -> dict[str, float]:
         return {key: statistics.median(r[key] for r in chosen) for key in chosen[0]} if chosen else {}
 
@@ -156,6 +190,20 @@ def summary(name: str, rows: list[dict[str, float]], runs: int) -> dict[str, Any
     return {"child": name, "early": first, "late": last, "runs": rows}
 
 
+def phases(name: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """A neighbour child's runs, phase by phase: tok/s run by run, and the host's step and the wait a token."""
+    order = list(dict.fromkeys(r["phase"] for r in rows))
+    parts = []
+    for phase in order:
+        chosen = [r for r in rows if r["phase"] == phase]
+        rates = ", ".join(f"{r['tokens_per_s']:.0f}" for r in chosen)
+        parts.append(f"{phase}: {rates} tok/s (host "
+                     f"{statistics.median(r['host_us'] for r in chosen):.0f} us, wait "
+                     f"{statistics.median(r['synced_us'] for r in chosen):.0f} us a token)")
+    print(f"{name}: " + "; ".join(parts), flush=True)
+    return {"child": name, "runs": rows}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=40.0)
@@ -164,14 +212,17 @@ def main() -> None:
     parser.add_argument("--proxy", default="none", help="as app_vs_headless.py's (device-wait: a CPU stand-in)")
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--json", type=Path)
-    parser.add_argument("--child", choices=["busy", "idle", "warmed", "spun"], help=argparse.SUPPRESS)
+    parser.add_argument("--children", default="idle,busy,warmed,spun,idle",
+                        help="the children, in order (also neighbour, one-thread)")
+    parser.add_argument("--child", choices=["busy", "idle", "warmed", "spun", "neighbour", "one-thread", "once"],
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args.child, args.seconds, args.runs, args.mode, args.proxy, args.new_tokens)
         return
     print(json.dumps({"transparent_hugepage": huge_pages()}), flush=True)
     results: list[dict[str, Any]] = []
-    for name in ("idle", "busy", "warmed", "spun", "idle"):
+    for name in args.children.split(","):
         done = subprocess.run([sys.executable, __file__, "--child", name, "--seconds", str(args.seconds),
                                "--runs", str(args.runs), "--mode", args.mode, "--proxy", args.proxy,
                                "--new-tokens", str(args.new_tokens)], capture_output=True, text=True, check=True)
