@@ -31,7 +31,7 @@ from decode_tui.core import float_mask
 from decode_tui.core import forward as forward_module
 from decode_tui.core.detokenize import Detokenizer
 from decode_tui.core.drafters import Drafter, ModelDrafter, PromptLookup
-from decode_tui.core.events import DraftVerified, Event, Finished
+from decode_tui.core.events import BeamStepped, DraftVerified, Event, Finished, TokenEmitted
 from decode_tui.core.forward import HostCopy, graph_failure
 from decode_tui.core.loading import resolve_device, resolve_dtype
 from decode_tui.core.params import BeamParams, DecodeConfig, SamplingParams
@@ -139,6 +139,33 @@ def test_beam_search_equals_generate_in_fp32_on_cuda(byte_bpe: Any, seed: int, n
         assert graph_failure(model) is None
         pooled = [c for caches in forward_module._POOL[model].values() for c in caches]
         assert any(c.reorder_graph is not None and c.graphs for c in pooled)
+
+
+@pytest.mark.parametrize("sample", [False, True], ids=["greedy", "sample"])
+def test_beam_search_run_ahead_on_cuda_gives_the_in_order_events(byte_bpe: Any, sample: bool) -> None:
+    """On CUDA beam search queues each step's pass before reading the last step back (its default there): the same
+    events as with its steps in order, on the graph path, early stops and the length limit both."""
+    model = on_cuda(tiny_model("llama", vocab_size=V, seed=5, initializer_range=0.05))
+    for eos, early_stopping in (([V - 1], False), (None, True)):
+        prompt = prompt_for(5, 6)
+        if eos is None:  # ids the model likes, so hypotheses finish and the early-stopping test ends the search
+            with torch.inference_mode():
+                likely = torch.topk(model(torch.tensor([prompt], device=CUDA)).logits[0, -1], 16).indices.tolist()
+            eos = likely[1:]  # on the CPU the search stops after 2 of its 12 steps, greedy or sampled
+        streams = []
+        for ahead in (False, True):
+            transcript = Transcript("beam", prompt, Detokenizer(byte_bpe), frozenset(eos), 12)
+            events = list(beam_search(model, transcript, BeamParams(3, early_stopping=early_stopping),
+                                      SamplingParams(), do_sample=sample,
+                                      generator=torch.Generator(device=CUDA).manual_seed(0), decode=byte_bpe.decode,
+                                      graphs=True, run_ahead=ahead))
+            streams.append([dataclasses.replace(e, elapsed_s=0.0, tokens_per_s=0.0) if isinstance(e, Finished)
+                            else dataclasses.replace(e, elapsed_s=None) if isinstance(e, TokenEmitted | BeamStepped)
+                            else e
+                            for e in events])
+        assert streams[0] == streams[1]
+        steps = sum(isinstance(e, BeamStepped) for e in streams[0])
+        assert (steps < 12) is early_stopping, steps  # the early stop, where the pass queued ahead is wasted
 
 
 @pytest.fixture(scope="module")
