@@ -399,12 +399,19 @@ def reorder_section(lm: LoadedModel, new_tokens: int, repeats: int) -> dict[str,
     (``forward.eager_reorders``): warm runs alternated round by round."""
     from decode_tui.core import forward
 
+    return beam_against(lm, new_tokens, repeats, forward.eager_reorders,
+                        "reorder beam {prompt}: one replay against eager copies (the control)")
+
+
+def beam_against(lm: LoadedModel, new_tokens: int, repeats: int, control: Callable[[], Any],
+                 line: str) -> dict[str, Any]:
+    """Beam search (4 beams) on the code edit and the summary against ``control``, a row a prompt, each printed
+    after ``line`` (its ``{prompt}`` filled in)."""
     rows: dict[str, Any] = {}
     for prompt in ("code-edit", "summarise"):
         config = DecodeConfig(mode="beam", max_new_tokens=new_tokens)
-        rows[prompt] = against_control(lm, PROMPTS[prompt], config, forward.eager_reorders, repeats)
-        print(f"reorder beam {prompt}: one replay against eager copies (the control): {ab_line(rows[prompt])}",
-              flush=True)
+        rows[prompt] = against_control(lm, PROMPTS[prompt], config, control, repeats)
+        print(f"{line.format(prompt=prompt)}: {ab_line(rows[prompt])}", flush=True)
     return rows
 
 
@@ -424,13 +431,8 @@ def beam_in_order() -> Iterator[None]:
 def beam_ahead_section(lm: LoadedModel, new_tokens: int, repeats: int) -> dict[str, Any]:
     """Beam search (4 beams, SmolLM2, the code edit and the summary) running one pass ahead (the default on CUDA)
     against the control, its steps in order (:func:`beam_in_order`): warm runs alternated round by round."""
-    rows: dict[str, Any] = {}
-    for prompt in ("code-edit", "summarise"):
-        config = DecodeConfig(mode="beam", max_new_tokens=new_tokens)
-        rows[prompt] = against_control(lm, PROMPTS[prompt], config, beam_in_order, repeats)
-        print(f"beamahead {prompt}: one pass ahead against steps in order (the control): {ab_line(rows[prompt])}",
-              flush=True)
-    return rows
+    return beam_against(lm, new_tokens, repeats, beam_in_order,
+                        "beamahead {prompt}: one pass ahead against steps in order (the control)")
 
 
 def masks_section(lm: LoadedModel, new_tokens: int, repeats: int) -> dict[str, Any]:
@@ -678,18 +680,13 @@ def main() -> None:
 
         pull("smollm2")
         smol = load_model(resolve("smollm2"), device=args.device, dtype="auto")
-        if "ends" in sections:
-            results["ends"] = ends_section(smol, 128, args.repeats)
-            save()
-        if "reorder" in sections:
-            results["reorder"] = reorder_section(smol, 128, args.repeats)
-            save()
-        if "beamahead" in sections:
-            results["beamahead"] = beam_ahead_section(smol, 128, args.repeats)
-            save()
-        if "masks" in sections:
-            results["masks"] = masks_section(smol, 128, args.repeats)
-            save()
+        # Each change on the embedded model against its control, in the order listed.
+        controlled = {"ends": ends_section, "reorder": reorder_section, "beamahead": beam_ahead_section,
+                      "masks": masks_section}
+        for name, section in controlled.items():
+            if name in sections:
+                results[name] = section(smol, 128, args.repeats)
+                save()
         if "drafting" in sections:
             drafting_section(smol, 128, args.repeats, drafts,
                              args.prompts.split(",") if args.prompts else list(PROMPTS),
