@@ -79,7 +79,7 @@ def child(kind: str, seconds: float, runs: int, mode: str, proxy: str, new_token
 
     if kind == "neighbour":
         for phase in ("first", "after a neighbour", "after a capture", "after a second neighbour"):
-            if phase.startswith("after a") and "neighbour" in phase:
+            if "neighbour" in phase:
                 subprocess.run([sys.executable, __file__, "--child", "once", "--mode", mode, "--proxy", proxy,
                                 "--new-tokens", "16"], capture_output=True, check=True)
             elif phase == "after a capture":
@@ -88,15 +88,13 @@ def child(kind: str, seconds: float, runs: int, mode: str, proxy: str, new_token
                 run(phase)
         print(json.dumps(rows))
         return
-    if kind == "one-thread":
+    if kind == "one-thread":  # its runs at once
         import torch
 
         torch.set_num_threads(1)
-    if kind == "busy":
+    elif kind == "busy":
         while time.perf_counter() - loaded < seconds:
             run()
-    elif kind == "one-thread":
-        pass
     else:
         time.sleep(max(0.0, seconds - WARM_S - (time.perf_counter() - loaded)))
         if kind == "warmed":
