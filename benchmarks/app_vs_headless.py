@@ -639,8 +639,7 @@ def throughput(lm: LoadedModel, prompt_name: str, mode: str, new_tokens: int, re
     # Then the other threads' share of a core and the CPU the decoder started on (DecoderClock.others, start_cpu).
     row["headless_by_run"] = [[t, c.host_per_token_us, c.synced_per_token_us, c.others, c.start_cpu]
                               for t, c in zip(ours, clocks, strict=True)]
-    row["app_by_run"] = [[r["tokens_per_s"], r["host_per_token_us"], r["synced_per_token_us"], r.get("others"),
-                          r.get("start_cpu")] for r in app_runs]
+    row["app_by_run"] = by_run(app_runs)
     row["round_ratios"] = round_ratios
     if fresh_runs:
         fresh = [r["tokens_per_s"] for r in fresh_runs]
@@ -650,8 +649,7 @@ def throughput(lm: LoadedModel, prompt_name: str, mode: str, new_tokens: int, re
         row["app_over_fresh_headless_95ci"] = ratio_interval(fresh, app)
         row["fresh_round_ratios"] = fresh_ratios
         # As headless_by_run and app_by_run: whether a young process's slower runs are its host's step or the device's.
-        row["fresh_by_run"] = [[r["tokens_per_s"], r["host_per_token_us"], r["synced_per_token_us"], r.get("others"),
-                                r.get("start_cpu")] for r in fresh_runs]
+        row["fresh_by_run"] = by_run(fresh_runs)
         row["fresh_host_per_token_us"] = statistics.median(r["host_per_token_us"] for r in fresh_runs)
         row["fresh_synced_per_token_us"] = statistics.median(r["synced_per_token_us"] for r in fresh_runs)
         row["fresh_cpu_per_token_us"] = statistics.median(r["cpu_per_token_us"] for r in fresh_runs)
@@ -673,6 +671,12 @@ def throughput(lm: LoadedModel, prompt_name: str, mode: str, new_tokens: int, re
         values = [r[key] for r in app_runs if r.get(key) is not None]
         row[f"app_{key}"] = statistics.median(values) if values else None
     return row
+
+
+def by_run(rows: list[dict[str, Any]]) -> list[list[Any]]:
+    """A child's runs (the app's, or a young headless process's) as the rows' ``*_by_run`` columns."""
+    return [[r["tokens_per_s"], r["host_per_token_us"], r["synced_per_token_us"], r.get("others"), r.get("start_cpu")]
+            for r in rows]
 
 
 def summary(row: dict[str, Any]) -> str:
