@@ -15,7 +15,7 @@ from decode_tui.core.params import BeamParams, SamplingParams
 from decode_tui.core.strategies.beam import beam_search
 from decode_tui.core.transcript import Transcript
 
-from .conftest import tiny_model
+from .conftest import timeless, tiny_model
 
 V = 420
 ARCHS = ["llama", "qwen2", "gpt2", "phi3"]
@@ -193,7 +193,6 @@ def test_events_tell_the_same_story_as_the_result(byte_bpe: Any) -> None:
 
 def _numbers(value: Any) -> list[float]:
     """Every number inside an event, however deep (dataclasses, tuples, dicts)."""
-    import dataclasses
 
     if isinstance(value, bool):
         return []
@@ -225,14 +224,6 @@ def test_a_search_that_hits_the_length_limit_shows_no_placeholder_score(byte_bpe
     assert min(x for line in lines for x in _numbers(line)) > -1e8
 
 
-def _timeless(event: Event) -> Event:
-    if isinstance(event, Finished):
-        return dataclasses.replace(event, elapsed_s=0.0, tokens_per_s=0.0)
-    if isinstance(event, TokenEmitted | BeamStepped):
-        return dataclasses.replace(event, elapsed_s=None)
-    return event
-
-
 @pytest.mark.parametrize("seed", range(16))
 def test_running_one_pass_ahead_changes_nothing_a_consumer_sees(byte_bpe: Any, seed: int) -> None:
     """The GPU's loop order (each step's pass queued before the last step is read back), forced on the CPU: the
@@ -256,7 +247,7 @@ def test_running_one_pass_ahead_changes_nothing_a_consumer_sees(byte_bpe: Any, s
             events.append(event)
             if isinstance(event, BeamStepped) and event.step == 4 and seed % 5 == 0:
                 transcript.request_cancel()
-        streams.append([_timeless(e) for e in events])
+        streams.append([timeless(e) for e in events])
     assert streams[0] == streams[1]
     assert isinstance(streams[1][-1], Finished)
     if seed % 5:
