@@ -50,7 +50,7 @@
 # then 'app' (REPEATS=2, 4 minutes: greedy, pld, beam, and greedy and pld with the decoding thread pinned).
 #
 # The next lease (the H200's third lease of 2026-11-27 ran unmet1, unmet2 and age, in that order, in 816 s of
-# device time with the machine's start): unmet1, unmet2 (beam search's rows after it began running a pass ahead),
+# device time with the machine's start): unmet1, unmet2 (beam search running a pass ahead, an option, timed),
 # then 'cure' (carry nothing; 2 minutes): a young process's runs before and after another young process decoded
 # beside it, and with torch on one thread. In a lease of its own, or where 9 minutes are left:
 #   bash benchmarks/gpu_session.sh unmet3   carry: .whl          the setup; the tests that watch the host's waits
@@ -178,8 +178,8 @@ unmet2)  # after 'unmet1' on the same machine: the figure still short of its tar
     timeout 60 python3 -m pytest -p no:cacheprovider -q -rs tests/test_gpu.py -k "fused or starts_on_cuda" 2>&1 \
         | tee "$OUT/pytest-gpu-fused.log"
     # beam search with its cache reorder replayed as one graph against its eager copies (the control), beam search
-    # running one pass ahead against its steps in order (the control), then greedy, PLD and beam with the target's
-    # graphs on float masks against boolean ones (the control), 60 s
+    # running one pass ahead (an option) against its steps in order (the default; the control), then greedy, PLD
+    # and beam with the target's graphs on float masks against boolean ones (the control), 60 s
     timeout 120 python3 benchmarks/gpu.py --only reorder,beamahead,masks --repeats 3 --json "$OUT/gpu-reorder.json" 2>&1 \
         | tee "$OUT/gpu-reorder.log"
     ;&

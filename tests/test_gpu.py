@@ -143,8 +143,8 @@ def test_beam_search_equals_generate_in_fp32_on_cuda(byte_bpe: Any, seed: int, n
 
 @pytest.mark.parametrize("sample", [False, True], ids=["greedy", "sample"])
 def test_beam_search_run_ahead_on_cuda_gives_the_in_order_events(byte_bpe: Any, sample: bool) -> None:
-    """On CUDA beam search queues each step's pass before reading the last step back (its default there): the same
-    events as with its steps in order, on the graph path, early stops and the length limit both."""
+    """On CUDA, run ahead (an option), beam search queues each step's pass before reading the last step back: the
+    same events as with its steps in order, on the graph path, early stops and the length limit both."""
     model = on_cuda(tiny_model("llama", vocab_size=V, seed=5, initializer_range=0.05))
     for eos, early_stopping in (([V - 1], False), (None, True)):
         prompt = prompt_for(5, 6)

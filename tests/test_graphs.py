@@ -291,7 +291,7 @@ def assert_same_beam_events(plain: list[Event], replayed: list[Event]) -> None:
 def test_replayed_beam_steps_give_the_plain_paths_search(byte_bpe: Any, cpu_graphs: type[EagerGraphs],
                                                          seed: int, run_ahead: bool) -> None:
     """The N beams' batched step replayed on a static cache, its rows reordered in place after every step; run
-    ahead (as on CUDA) or in order, and again on the pooled cache, which a search that ran ahead left with a pass
+    ahead (an option) or in order, and again on the pooled cache, which a search that ran ahead left with a pass
     past its end."""
     model = model_for(seed)
     prompt = repetitive_prompt(seed, 3 + 2 * seed)

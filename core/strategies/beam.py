@@ -69,7 +69,7 @@ def beam_search(
     decode: Callable[[list[int]], str] = str,
     live: LiveParams | None = None,
     graphs: bool = False,
-    run_ahead: bool | None = None,
+    run_ahead: bool = False,
     path: Path | None = None,
     stages: StageContext | None = None,
 ) -> Generator[Event, None, None]:
@@ -80,8 +80,10 @@ def beam_search(
     With ``live``, the sampling stages are re-read at every step; the beam settings never change mid-run.
     ``graphs``: the batched step of the N beams replayed as a captured CUDA graph on a static cache
     (reordered in place); the same scores and sequences. ``run_ahead``: queue each step's pass before the last
-    step is read back (default: on CUDA); the same events. ``stages``: what the stages need besides their values
-    (with a grammar, each beam keeps its own grammar state, copied when the beams are reordered).
+    step is read back; the same events. Off on every device until a GPU has timed it against the steps in order
+    (``benchmarks/gpu.py --only beamahead``): a draft model's steps, timed so, were faster in order.
+    ``stages``: what the stages need besides their values (with a grammar, each beam keeps its own grammar state,
+    copied when the beams are reordered).
     """
     if beam.num_beams == 1:
         yield from _one_beam(model, transcript, beam, sampling, do_sample, generator, label, decode, live, graphs,
@@ -93,8 +95,6 @@ def beam_search(
                                   context=stages)
     max_length = len(transcript.prompt_ids) + transcript.max_new_tokens
     cache = new_cache(model, graphs=graphs, max_len=max_length, batch=beam.num_beams)
-    if run_ahead is None:
-        run_ahead = model.device.type == "cuda"  # on a CPU nothing would overlap
     try:
         yield from _search(model, transcript, beam, cache, processors, do_sample, generator, label, decode, live, path,
                            stages, run_ahead)
@@ -210,12 +210,12 @@ def _search(model: PreTrainedModel, transcript: Transcript, beam: BeamParams, ca
         done = ~(heuristic_unsatisfied & exists_open_beam & valid_continuations)  # []
 
         copy = queue_step(T0, gen_len, s, best_possible, done)
-        # Run one pass ahead, as greedy does on a GPU: the next step's inputs (the running beams' last tokens,
-        # the cache reordered to them) are on the device already, so its pass is queued behind the step's copy
-        # and runs while the host waits for that copy and turns the step into its event. In order, the device
-        # would idle through all of that: on an H200 a beam step's host work took as long as its pass. When
-        # the early-stopping test or a cancel stops the search here, the pass queued ahead is wasted, and not
-        # counted; at the length limit the search always stops, so none is queued.
+        # With run_ahead the search runs one pass ahead, as greedy does on a GPU: the next step's inputs (the
+        # running beams' last tokens, the cache reordered to them) are on the device already, so its pass is
+        # queued behind the step's copy and runs while the host waits for that copy and turns the step into its
+        # event. In order, the device idles through all of that: on an H200 a beam step's host work took as long
+        # as its pass. When the early-stopping test or a cancel stops the search here, the pass queued ahead is
+        # wasted, and not counted; at the length limit the search always stops, so none is queued.
         ahead = run_ahead and cur_len + 1 < max_length
         if ahead:
             logits = forward(model, s.running[:, cur_len : cur_len + 1], cache)[:, -1]  # [N, V]
