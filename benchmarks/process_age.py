@@ -13,17 +13,7 @@ one untimed run, as the app does:
   (and the host's thread that waits for it, which spins);
 - ``spun``: as ``idle``, but keeps one host CPU busy in Python for those 5 s, the device idle: the host's clocks.
 
-run as idle, busy, warmed, spun, idle, so that a drift of the machine shows as the two idle children disagreeing.
-On the H200 none of them sped up (290-300 tok/s in each, 2026-11-27), while the benchmark's long-lived process ran
-its second rounds at 342-346: the rounds that followed the app's and a young process's runs, and not a capture of
-new graphs (a row's first round, after its warm-up captured that mode's graphs, was as slow as a young process).
-``--children neighbour,one-thread`` runs two more:
-
-- ``neighbour``: five runs, then a young process beside it (a grandchild that loads the model and decodes once,
-  as the app's side of a round does) while it waits, then five runs; then one run of another mode (PLD, whose
-  verifications capture graphs of their own) and five runs of its own mode; then the neighbour again and five
-  runs. Faster after each neighbour and slower after the capture, it is the benchmark's pattern;
-- ``one-thread``: torch's thread count set to 1 after the load (as a pinned run sets it), then ``--runs`` runs. If the
+run as idle, busy, warmed, spun, idle, so that a drift of the machine shows as the two idle children disagreeing. If the
 idle children's runs are as fast as the busy child's late ones, time alone does it (something in the background:
 the kernel collapsing the heap into huge pages, say); if they are as slow as its early ones, the runs do (caches,
 the allocator's pools) or the device's warmth does, which the warmed child tells apart. The beam rows of the
@@ -33,7 +23,19 @@ token (the first touch of new memory), the decoding thread's context switches, a
 the GPU's SM clock and performance state just after the run, and the blocks torch's CUDA allocator took from the
 device during the run (each a cudaMalloc, which waits for the device: a pool that still grows in a young process).
 
+On the H200 none of them sped up (290-300 tok/s in each, 2026-11-27), while the benchmark's long-lived process ran
+its second rounds at 342-346: the rounds that followed the app's and a young process's runs, and not a capture of
+new graphs (a row's first round, after its warm-up captured that mode's graphs, was as slow as a young process).
+``--children neighbour,one-thread`` runs two more:
+
+- ``neighbour``: five runs, then a young process beside it (a grandchild that loads the model and decodes once,
+  as the app's side of a round does) while it waits, then five runs; then one run of another mode (PLD, whose
+  verifications capture graphs of their own) and five runs of its own mode; then the neighbour again and five
+  runs. Faster after each neighbour and slower after the capture, it is the benchmark's pattern;
+- ``one-thread``: torch's thread count set to 1 after the load (as a pinned run sets it), then ``--runs`` runs.
+
     python benchmarks/process_age.py [--seconds 40] [--runs 10] [--mode greedy] [--proxy none|device-wait]
+                                     [--children idle,busy,warmed,spun,idle | neighbour,one-thread]
 """
 
 from __future__ import annotations
