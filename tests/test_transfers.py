@@ -264,11 +264,11 @@ def test_the_counter_sees_a_transfer_made_in_the_core(monkeypatch: pytest.Monkey
 @pytest.mark.parametrize("loop", ["greedy", "plain stretch", "draft", "beam"])
 def test_a_step_read_back_while_the_next_forward_runs_was_copied_before_that_forward(
         byte_bpe: Any, monkeypatch: pytest.MonkeyPatch, loop: str) -> None:
-    """Running ahead (on CUDA, forced here): each step's token is copied to the host, then the next forward is
-    queued, then the copy is waited for. A copy queued after that forward would wait for it as well, and the
-    host would turn the step into events with the device idle: the overlap running ahead is for would be lost
-    (the plain stretches' steps once did that). Checked as the order of the calls, which on a GPU is the order
-    of the stream."""
+    """Running ahead (greedy's and the plain stretches' way on CUDA, an option for a draft and for beam search;
+    forced here): each step's token is copied to the host, then the next forward is queued, then the copy is
+    waited for. A copy queued after that forward would wait for it as well, and the host would turn the step
+    into events with the device idle: the overlap running ahead is for would be lost (the plain stretches' steps
+    once did that). Checked as the order of the calls, which on a GPU is the order of the stream."""
     from functools import partial
 
     from decode_tui.core.strategies import plain_steps as plain_module
