@@ -276,10 +276,12 @@ def _run_app(app_: Any, command: str = "run") -> NoReturn:
     except UsageError as err:
         fail(err)
     code = app_.run()
+    code = app_.return_code or code  # a crash's status 1 is the return code; run() returns the (absent) value
     pump = app_.pump
     if pump is not None and not pump.finished.wait(5):
-        # Only a model load (which torch cannot interrupt) keeps the decoder busy this long.
-        sys.stderr.write("decode-tui: the model was still loading; exiting without waiting for it.\n")
+        # Only a model load or a forward pass (which torch cannot interrupt) keeps the decoder busy this long.
+        sys.stderr.write(f"decode-tui: the decoder was still busy ({app_.view.counters.state}); exiting without "
+                         "waiting for it.\n")
         sys.stderr.flush()
         os._exit(code or 0)
     if app_.error and code == 0:

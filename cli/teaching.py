@@ -223,7 +223,8 @@ def _record(settings: Settings, path: Path) -> None:
     from ..core.events import TokenEmitted
     from ..core.live import LiveParams
     from ..tui.pump import Notice
-    from ..tui.sources import ModelRunner, recorded
+    from ..tui.recording import recorded
+    from ..tui.sources import ModelRunner
 
     try:
         check_output(path, "record the lesson")

@@ -26,7 +26,7 @@ MODES: tuple[Mode, ...] = ("greedy", "sample", "beam", "speculative", "pld", "su
 # The modes where a drafter proposes and the target verifies: a draft model, prompt lookup, suffix drafting.
 DRAFTING_MODES: tuple[Mode, ...] = ("speculative", "pld", "suffix")
 
-FinishReason = Literal["eos", "length", "cancelled"]
+FinishReason = Literal["eos", "length", "cancelled", "error"]
 
 # Where an emitted token came from: the target model's own choice, an
 # accepted draft-model token, an accepted prompt-lookup copy, a token
@@ -456,6 +456,9 @@ class Finished(Event):
     # (omitted where none). tokens_per_s and tokens per forward count only the tokens it decoded.
     kept_tokens: int | None = _optional()
     forced_tokens: int | None = _optional()
+    # finish_reason "error": what ended the run. The core never ends a run so; a recording whose run (or app) failed
+    # is closed with it, so a replay says how it ended (tui/sources.py).
+    error: str | None = _optional()
 
     @property
     def decoded_tokens(self) -> int:

@@ -97,8 +97,9 @@ def trace_from_events(events: Iterable[Event], source: str = "the run") -> Trace
         what = f"{started.mode} run" + (" with sampled drafts" if started.mode in DRAFTING_MODES else "")
         raise UsageError(f"{source} is a {what}: a what-if replays greedy output, whose tokens do not depend on "
                          "how they were drafted. Record a greedy run (or a greedy pld or speculative one).")
-    if finished.finish_reason == "cancelled":
-        raise UsageError(f"{source} was cancelled after {finished.new_tokens} tokens: its length limit is unknown, "
+    if finished.finish_reason in ("cancelled", "error"):
+        ended = "cancelled" if finished.finish_reason == "cancelled" else "ended by an error"
+        raise UsageError(f"{source} was {ended} after {finished.new_tokens} tokens: its length limit is unknown, "
                          "so its forwards cannot be replayed exactly. Record a run that ends by itself.")
     return Trace(source=source, model=started.model, mode=started.mode, prompt_ids=started.prompt_token_ids,
                  token_ids=finished.token_ids, max_new_tokens=int(params.get("max_new_tokens", finished.new_tokens)),

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from decode_tui.core.events import Event, Finished, Started, TokenEmitted
 from decode_tui.tui.cast import cast_lines
+from decode_tui.tui.recording import write_trace
 from decode_tui.tui.settings import Settings
-from decode_tui.tui.sources import write_trace
 
 SCRIPT = str(Path(sys.executable).parent / "decode-tui")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

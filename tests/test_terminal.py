@@ -191,3 +191,61 @@ def test_a_second_ctrl_c_still_pending_when_the_clean_cut_begins_does_not_cut_it
             real_signal(s, handler)
     assert ended.value.exit_code == EXIT_INTERRUPTED
     assert "interrupted after" in capsys.readouterr().err
+
+
+CRASHING_APP = '''
+import sys
+from pathlib import Path
+
+import typer
+
+from decode_tui.cli.commands import _run_app
+from decode_tui.tui.app import DecodeApp
+from decode_tui.tui.settings import Settings, with_mode
+from tests.fake_decoder import FakeDecoder
+
+
+class Broken(DecodeApp):
+    """A bug in the app's drain, as suffix mode's busy label was: a KeyError half a second into the run."""
+
+    CSS_PATH = str(Path(sys.modules[DecodeApp.__module__].__file__).parent / "app.tcss")
+
+    def drain(self) -> None:
+        super().drain()
+        if self.view.counters.tokens >= 3:
+            raise KeyError("suffix")
+
+
+app = Broken(with_mode(Settings(), "suffix"), FakeDecoder(delay=0.3).source, record=Path(sys.argv[1]))
+try:
+    _run_app(app)
+except typer.Exit as ended:
+    sys.exit(ended.exit_code)
+'''
+
+
+def test_an_unexpected_exception_in_the_app_exits_1_restores_the_terminal_and_closes_the_recording(
+        tmux: Callable[..., str], tmp_path: Path) -> None:
+    """A crash exited 0, with a traceback and a recording cut off mid-run."""
+    import json
+    import sys
+
+    script, record, status = tmp_path / "crash.py", tmp_path / "run.jsonl", tmp_path / "status"
+    script.write_text(CRASHING_APP)
+    root = Path(__file__).resolve().parents[1]
+    command = (f"cd {shlex.quote(str(root))} && PYTHONPATH=. {shlex.quote(sys.executable)} {shlex.quote(str(script))} "
+               f"{shlex.quote(str(record))}; echo $? > {status}; sleep 30")
+    tmux("new-session", "-d", "-s", "t", "-x", "120", "-y", "36", command)
+    wait(status.exists, "the app to end on its error")
+    assert status.read_text().strip() == "1"
+    modes = tmux("display", "-p", "-t", "t", "#{alternate_on} #{mouse_any_flag} #{mouse_standard_flag}").split()
+    assert modes == ["0", "0", "0"], "the terminal was given back"
+    said = " ".join(tmux("capture-pane", "-p", "-J", "-t", "t").split())
+    assert "Traceback" not in said and "unexpected error (KeyError: 'suffix')" in said, said
+    report = Path(said.split("the traceback is in ")[1].split(". Please report it")[0])
+    assert report.is_relative_to(tmp_path / "cache") and "KeyError: 'suffix'" in report.read_text()
+    lines = [json.loads(line) for line in record.read_text().splitlines()]
+    final = lines[-1]
+    assert final["event"] == "finished" and final["finish_reason"] == "error" and "KeyError" in final["error"]
+    tokens = [x["token_id"] for x in lines if x["event"] == "token_emitted"]
+    assert tokens and final["token_ids"] == tokens and final["new_tokens"] == len(tokens)

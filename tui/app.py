@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import ClassVar
 
+from rich.text import Text
 from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
@@ -40,6 +41,7 @@ from ..lessons import Lesson
 from .bindings import APP_BINDINGS, keys_after
 from .branch_control import BranchControl
 from .commands import DecodeCommands
+from .crash import one_line, write_report
 from .decoder_thread import DecoderThread
 from .exports import Exports
 from .lesson_control import LessonControl
@@ -47,12 +49,13 @@ from .pacing import PaintPacer
 from .painter import Painter
 from .pump import EventPump
 from .race_control import start_race
+from .recording import recorded
 from .run_view import RunView, Severity, toast_seconds
 from .screens.help import HelpScreen
 from .settings import Settings
 from .settings_control import REPLAY_CANNOT, SettingsControl
 from .signals import on_sigterm
-from .sources import SourceFactory, recorded
+from .sources import SourceFactory
 from .teaching import AutoPause
 from .themes import ThemeSpec, initial_theme, load_all, next_theme
 from .widgets.beam_panel import BeamPanel
@@ -121,6 +124,7 @@ class DecodeApp(App[int]):
             self.branching.tree.load(branches)
         self.retired: EventPump | None = None  # the last run's pump, stopped to show a stored branch
         self.lessons = LessonControl(lesson, replaying is None, lambda: self.query_one(Narration))
+        self.crashed: str | None = None  # an unexpected exception's one line, said once the terminal is restored
 
     # ------------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:
@@ -177,7 +181,7 @@ class DecodeApp(App[int]):
         source = self.make_source(self.settings, self.live)
         if self.record is not None:  # every branch is kept in the recording, this run's events as they come
             source = recorded(source, self.record, self.settings, self.branching.tree.current,
-                              self.branching.tree.others())
+                              self.branching.tree.others(), failure=lambda: self.crashed)
         self.pump = EventPump(source, slow_motion_s=self.settings.slow_motion_s,
                               auto_pause=AutoPause().check if self.auto_pause else None,
                               after=previous.finished if previous is not None else None,
@@ -408,6 +412,19 @@ class DecodeApp(App[int]):
     def action_interrupt(self) -> None:
         self._stop()
         self.exit(EXIT_INTERRUPTED, return_code=EXIT_INTERRUPTED)
+
+    def _handle_exception(self, error: Exception) -> None:
+        """An unexpected exception (a bug): the traceback goes to a file, the run stops (a recording is closed with
+        a ``finished`` event that says it ended in an error) and Textual exits with status 1, restoring the
+        terminal; the command says where the traceback is instead of printing it (cli/commands.py)."""
+        first = self.crashed is None
+        if first:
+            self.crashed = one_line(error, write_report(error))
+            self._stop()
+        super()._handle_exception(error)
+        said = getattr(self, "_exit_renderables", None)  # what Textual prints on stderr once the terminal is back
+        if first and isinstance(said, list):
+            said[:] = [Text(self.crashed or "")]
 
     def terminated(self) -> None:
         """SIGTERM: the same ending as Ctrl-C (the decoder stopped, the terminal given back), its own status."""

@@ -12,10 +12,10 @@ from pathlib import Path
 from textual.app import App
 
 from ..core.events import Event
+from .recording import write_trace
 from .run_view import Severity
 from .screenshots import save_svg
 from .settings import Settings
-from .sources import write_trace
 
 Say = Callable[[str, Severity], None]
 

@@ -7,7 +7,7 @@ UI shows a loading state and stays usable), keeps loaded models for the next
 restart, and yields the run's events. :func:`replay` reads a recording back
 with its original pacing (scaled by the slow-motion setting), so a demo
 recorded on a GPU machine plays on a laptop with no model at all;
-:func:`recorded` writes the events of a run as they happen.
+:func:`~decode_tui.tui.recording.recorded` writes the events of a run as they happen.
 
 A recording is JSON lines: a ``recording`` header with the run's settings,
 then one event per line with ``t``, the seconds since the run started.
@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -28,6 +28,7 @@ from ..core.events import BeamStepped, Event, Finished, TokenEmitted, from_dict
 from ..core.live import LiveParams
 from .branches import BranchRequest
 from .pump import EventSource, Notice
+from .recording import RECORDING_VERSION, event_line
 from .settings import Settings
 
 # What the app starts each run from: its settings and the live parameters a front end may change mid-run.
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
     from ..core.registry import ResolvedModel
     from ..core.suffix_drafting import SuffixHistory
 
-RECORDING_VERSION = 1
 
 
 def _path_of(request: BranchRequest, lm: LoadedModel) -> DecodePath:
@@ -267,53 +267,6 @@ def _ensure(spec: str, flag: str = "--model") -> Generator[Event, None, Resolved
     return ensure(spec, flag=flag)
 
 
-def recorded(source: EventSource, path: Path, settings: Settings, branch: int = 0,
-             others: Sequence[tuple[int, list[tuple[float, Event]]]] = ()) -> EventSource:
-    """The same events, also written to ``path`` as they pass (the file is rewritten for each run).
-
-    A run with branches (tui/branches.py) keeps them all: the ``others`` are written first, each line tagged
-    ``in_branch`` with its branch's number, then this run's events, tagged with ``branch`` unless it is the first
-    run (so a recording without branches is as it always was).
-    """
-
-    def events() -> Iterator[Event]:
-        with path.open("w", encoding="utf-8") as out:
-            out.write(_header_line(settings))
-            for number, trace in others:
-                for t, event in trace:
-                    out.write(_event_line(t, event, **({"in_branch": number} if number else {})))
-            tags = {"in_branch": branch} if branch else {}
-            started: float | None = None  # the clock starts at the run's first event: loading is not replayed
-            for event in source():
-                if not isinstance(event, Notice):
-                    now = time.perf_counter()
-                    started = now if started is None else started
-                    out.write(_event_line(now - started, event, **tags))
-                    out.flush()  # a crash or Ctrl-C keeps what was recorded so far
-                yield event
-
-    return events
-
-
-def write_trace(path: Path, settings: Settings, events: list[tuple[float, Event]]) -> None:
-    """Save an already-seen run (the export key) in the recording format, so it can be replayed."""
-    with path.open("w", encoding="utf-8") as out:
-        out.write(_header_line(settings))
-        for t, event in events:
-            out.write(_event_line(t, event))
-
-
-def _header_line(settings: Settings) -> str:
-    header = {"event": "recording", "version": RECORDING_VERSION, "settings": dataclasses.asdict(settings)}
-    return json.dumps(header) + "\n"
-
-
-def _event_line(t: float, event: Event, **tags: int) -> str:
-    """One recorded event: ``t`` (seconds since the run started), any ``tags`` (a race's lane) and the event's JSON
-    fields."""
-    return json.dumps({**tags, "t": round(t, 4), **event.to_dict()}, ensure_ascii=False) + "\n"
-
-
 def read_recording(path: Path) -> tuple[dict[str, Any], list[tuple[float, Event]]]:
     """The header and the timed events of a recording; a UsageError that says what is wrong otherwise.
 
@@ -415,7 +368,7 @@ def write_race(path: Path, settings: Settings, lanes: list[Lane], device: str) -
         out.write(json.dumps(header) + "\n")
         for number, lane in enumerate(lanes):
             for t, event in lane.events:
-                out.write(_event_line(t, event, lane=number))
+                out.write(event_line(t, event, lane=number))
 
 
 def is_race(path: Path) -> bool:

@@ -115,7 +115,7 @@ def caption(event: Event, proposed: DraftProposed | None = None, extra_text: str
         return text
     if isinstance(event, Finished):
         why = {"eos": "the model ended the text (EOS)", "length": "max new tokens reached",
-               "cancelled": "stopped"}[event.finish_reason]
+               "cancelled": "stopped", "error": f"an error: {event.error}"}[event.finish_reason]
         return (f"finished: {why}; {decoded_tokens(*event.token_counts)} in "
                 f"{count(event.target_forwards, 'target forward')}")
     return None

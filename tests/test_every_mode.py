@@ -1,0 +1,155 @@
+"""Every value of ``Mode`` through every per-mode table, and through the app live with steps slower than its busy
+threshold: from the start, after ``m``, and paused then stepped.
+
+A mode missing from one table crashes only where that table is read, which for the busy label was half a second
+into a run (suffix mode's ``KeyError`` at ``busy_label``): these tests read every table for every mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, get_args
+
+import pytest
+from textual.widgets import ContentSwitcher
+
+from decode_tui import lessons
+from decode_tui.cli.flags import ModeChoice
+from decode_tui.core.events import MODES, Mode
+from decode_tui.core.params import DEMO_PROMPTS
+from decode_tui.tui import run_view
+from decode_tui.tui.run_view import BUSY_AFTER_S, WORKING_ON, RunView
+from decode_tui.tui.widgets.mode_panels import PANEL_FOR_MODE
+
+from .fake_decoder import FakeDecoder
+from .test_tui import SIZE, in_event_loop, make, settle, until
+
+# Every table keyed by mode, by where it lives: a new table is added here.
+PER_MODE_TABLES: dict[str, Mapping[Any, object]] = {
+    "tui.run_view.WORKING_ON": WORKING_ON,
+    "tui.widgets.mode_panels.PANEL_FOR_MODE": PANEL_FOR_MODE,
+    "core.params.DEMO_PROMPTS": DEMO_PROMPTS,
+    "cli.flags.ModeChoice": {choice.value: choice for choice in ModeChoice},
+    "lessons.MODES": dict.fromkeys(lessons.MODES, True),
+}
+
+
+def test_mode_and_modes_name_the_same_modes() -> None:
+    assert set(get_args(Mode)) == set(MODES) and len(MODES) == len(set(MODES))
+
+
+@pytest.mark.parametrize("table", PER_MODE_TABLES, ids=str)
+@pytest.mark.parametrize("mode", MODES)
+def test_every_per_mode_table_covers_every_mode(table: str, mode: Mode) -> None:
+    assert mode in PER_MODE_TABLES[table], f"{table} has no entry for {mode!r}"
+
+
+@pytest.mark.parametrize("table", PER_MODE_TABLES, ids=str)
+def test_no_per_mode_table_names_a_mode_that_is_not_one(table: str) -> None:
+    assert set(PER_MODE_TABLES[table]) <= set(MODES), table
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_busy_label_names_what_every_mode_is_doing_and_the_prefill_before_the_first_token(mode: Mode) -> None:
+    from decode_tui.core.events import Started, TokenEmitted
+
+    view = RunView(paused=False, now=0.0)
+    view.apply([Started(mode=mode, model="m", prompt_token_ids=(1, 2, 3), prompt_text="p", params={})], 0.0,
+               paused=False)
+    assert view.busy_label(0.1, news=True, running=True, mode=mode) == ""
+    label = view.busy_label(0.2 + BUSY_AFTER_S, news=False, running=True, mode=mode)
+    assert label.startswith("busy ") and "prefill" in label and "3 tokens" in label, label
+    view.apply([TokenEmitted(index=0, token_id=5, text="a", start=0, end=1, source="target", target_forwards=1)],
+               1.0, paused=False)
+    assert view.busy_label(1.0, news=True, running=True, mode=mode) == ""
+    label = view.busy_label(1.1 + BUSY_AFTER_S, news=False, running=True, mode=mode)
+    assert label == f"busy {0.1 + BUSY_AFTER_S:.1f} s: {WORKING_ON[mode]}", label
+
+
+async def _busy_shown(pilot: Any, app: Any) -> str:
+    """Wait until the panels say the run is busy; the label."""
+    panels = app.query_one("#panels")
+    await until(pilot, lambda: "busy" in str(panels.border_subtitle), timeout=10)
+    return str(panels.border_subtitle)
+
+
+SLOW = BUSY_AFTER_S + 0.3  # every step of the fake decoder outlasts the busy threshold
+
+
+@pytest.mark.parametrize("mode", MODES)
+@in_event_loop
+async def test_every_mode_runs_live_with_steps_slower_than_the_busy_threshold(mode: Mode) -> None:
+    app, _ = make(mode, fake=FakeDecoder(delay=SLOW))
+    async with app.run_test(size=SIZE) as pilot:
+        label = await _busy_shown(pilot, app)
+        assert label.endswith(WORKING_ON[mode]) or "prefill" in label, label
+        before = len(app.view.trace)
+        await until(pilot, lambda: len(app.view.trace) > before, timeout=10)  # the run goes on after it
+        await _busy_shown(pilot, app)  # and says so again at its next slow step
+        assert app.error is None and app.is_running
+        await pilot.press("q")
+    assert app.return_code == 0
+
+
+@pytest.mark.parametrize("mode", MODES)
+@in_event_loop
+async def test_m_onto_every_mode_runs_it_live_with_slow_steps(mode: Mode) -> None:
+    before = MODES[(MODES.index(mode) - 1) % len(MODES)]
+    app, fake = make(before, fake=FakeDecoder(delay=SLOW))
+    async with app.run_test(size=SIZE) as pilot:
+        await _busy_shown(pilot, app)
+        await pilot.press("m")
+        assert app.settings.mode == mode
+        await until(pilot, lambda: len(fake.runs) == 2 and app.view.started is not None, timeout=10)
+        label = await _busy_shown(pilot, app)
+        assert app.view.started is not None and app.view.started.mode == mode, label
+        assert app.error is None and app.is_running
+        await pilot.press("q")
+    assert app.return_code == 0
+
+
+@pytest.mark.parametrize("mode", MODES)
+@in_event_loop
+async def test_every_mode_paused_then_stepped_with_slow_steps_runs_to_its_end(mode: Mode) -> None:
+    app, _ = make(mode, fake=FakeDecoder(delay=SLOW), start_paused=True)
+    async with app.run_test(size=SIZE) as pilot:
+        def stepped() -> bool:
+            return app.pump is not None and app.pump.paused and app.pump.events.empty()
+
+        await pilot.press("n")  # the first step (a drafting mode's is the prefill's token alone)
+        await until(pilot, lambda: stepped() and len(app.view.trace) > 1, timeout=10)
+        shown = len(app.view.trace)
+        await pilot.press("n")  # a slow step, shown as busy while it runs
+        await _busy_shown(pilot, app)
+        await until(pilot, lambda: stepped() and len(app.view.trace) > shown, timeout=10)
+        await pilot.press("space")
+        await settle(pilot, app, until=30)
+        assert app.view.finished is not None and app.view.finished.mode == mode and app.error is None
+        assert app.query_one(ContentSwitcher).current == PANEL_FOR_MODE[mode]
+        await pilot.press("q")
+    assert app.return_code == 0
+
+
+@pytest.mark.parametrize("size", [(80, 24), (150, 42)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("lesson", lessons.shipped(), ids=lambda lesson: lesson.name)
+@in_event_loop
+async def test_every_lesson_plays_to_its_end_with_the_busy_label_read_at_every_tick(
+        lesson: lessons.Lesson, size: tuple[int, int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replay's steps are as slow as the recording's, so the busy label is read in every lesson's mode; with the
+    threshold below zero it is read at every tick, whatever this machine's pace."""
+    from decode_tui.cli.teaching import playback
+    from decode_tui.tui.widgets.narration import Narration
+
+    monkeypatch.setattr(run_view, "BUSY_AFTER_S", -1.0)
+    app = playback(lesson, speed=0)
+    async with app.run_test(size=size) as pilot:
+        narration = app.query_one(Narration)
+        await pilot.pause(0.2)
+        while app.view.finished is None or "This run:" not in narration.text:
+            assert app.error is None and app.is_running
+            await pilot.press("n")
+            await pilot.pause(0.05)
+        await settle(pilot, app)
+        assert app.view.counters.state == "finished" and app.error is None
+        await pilot.press("q")
+    assert app.return_code == 0
