@@ -276,7 +276,7 @@ def _run_app(app_: Any, command: str = "run") -> NoReturn:
     except UsageError as err:
         fail(err)
     code = app_.run()
-    code = app_.return_code or code  # a crash's status 1 is the return code; run() returns the (absent) value
+    code = getattr(app_, "return_code", None) or code  # a crash sets status 1 there; run() returns no value
     pump = app_.pump
     if pump is not None and not pump.finished.wait(5):
         # Only a model load or a forward pass (which torch cannot interrupt) keeps the decoder busy this long.

@@ -181,10 +181,10 @@ def build_config(*, mode: ModeChoice, max_new_tokens: int = 128, temperature: fl
         tree_budget=tree_budget,
         history=tuple(str(path) for path in history or ()),
     )
-    for path in history or ():  # a missing file is refused now, before any model loads
-        if not path.is_file():
-            raise UsageError(f"--history {path}: no such file. Name a recording, a `generate --format jsonl` "
-                             "trace or a text file.")
+    if history:  # a file that cannot give a draft is refused now, before any model loads
+        from ..core.suffix_drafting import check_history_files
+
+        check_history_files(history)
     # Beam, speculative and pld modes sample (beam sampling, sampling verification) when a sampling
     # parameter is given; otherwise they are greedy.
     sampling_asked = asks_sampling({"temperature": temperature, "top_k": top_k, "top_p": top_p, **given_stages})

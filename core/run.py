@@ -17,11 +17,11 @@ import functools
 import random
 import time
 from collections.abc import Generator
-from pathlib import Path as FilePath
 from typing import Any
 
 import torch
 
+from .acquire import drive
 from .bad_words import token_bytes
 from .detokenize import Detokenizer, TokenLabels
 from .drafters import Drafter, DraftModel, PromptLookup, load_draft
@@ -37,7 +37,7 @@ from .sampling import StageContext
 from .strategies.autoregressive import autoregressive
 from .strategies.beam import beam_search
 from .strategies.speculative import speculative
-from .suffix_drafting import SuffixDrafter, SuffixHistory, read_history
+from .suffix_drafting import SuffixDrafter, SuffixHistory, history_files_for
 from .transcript import Transcript
 from .tree_budget import tree_budget
 
@@ -59,10 +59,8 @@ class Run:
         self.live = live
         # A copy: what the run drafts from stays as it was when the run began (fair figures, suffix_drafting.py).
         self.history = history.snapshot() if history is not None else SuffixHistory()
-        if config.mode == "suffix" and config.draft.history:
-            read_history([FilePath(p) for p in config.draft.history],
-                         lambda text: list(lm.tokenizer.encode(text, add_special_tokens=False)), lm.name,
-                         self.history)
+        if config.mode == "suffix" and config.draft.history:  # read once: a front end reads them first, saying so
+            self.history.files = drive(history_files_for(lm, config))
         loaded_here = config.mode == "speculative" and draft is None
         if loaded_here:
             draft = load_draft(lm, config.draft.draft, named=config.draft.named)

@@ -17,12 +17,16 @@ It knows token ids, the trees and where the history came from; nothing of models
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path as FilePath
 from typing import TYPE_CHECKING, Literal
 
+import numpy as np
+
+from .acquire import drive
 from .errors import UsageError
+from .suffix_array import SuffixArray, build
 from .suffix_tree import Speculation, SuffixTree
 from .token_tree import TokenTree
 
@@ -32,62 +36,192 @@ if TYPE_CHECKING:
 
     from .drafters import Draft
     from .events import Stage
-    from .params import DraftParams
+    from .loading import LoadedModel
+    from .params import DecodeConfig, DraftParams
+
+# The most history text a run reads (all --history files together). An index over it needs about 70 bytes a token
+# while it is built and 8 at rest (core/suffix_array.py), at about 4 bytes of English text a token.
+MAX_HISTORY_BYTES = 64 * 2**20
+_CHUNK_BYTES = 2**20  # a text is tokenised a chunk at a time: progress between chunks, and a stop there
+
+
+@dataclass(frozen=True)
+class HistoryFiles:
+    """The ``--history`` files, tokenised and indexed once: what each gave, and the suffix array over it all."""
+
+    index: SuffixArray
+    origins: tuple[str, ...]
+
 
 @dataclass
 class SuffixHistory:
-    """The suffix tree over earlier outputs, and what each came from (for messages and the panel)."""
+    """What a suffix run drafts from besides its own text: earlier runs of the session (a suffix tree, grown a run
+    at a time) and the ``--history`` files (a suffix array, built once)."""
 
     tree: SuffixTree = field(default_factory=SuffixTree)
     origins: list[str] = field(default_factory=list)
     tokens: list[tuple[int, ...]] = field(default_factory=list)
+    files: HistoryFiles | None = None
 
     def add(self, token_ids: Sequence[int], origin: str) -> None:
-        """An earlier output joins the history (a finished run, a file)."""
+        """An earlier output joins the history (a finished run)."""
         if token_ids:
             self.tree.add(token_ids)
             self.origins.append(origin)
             self.tokens.append(tuple(token_ids))
 
     def snapshot(self) -> SuffixHistory:
-        """A copy that later additions to this one do not change: what a measured run drafts from."""
-        copy = SuffixHistory()
+        """A copy that later additions to this one do not change: what a measured run drafts from. The files'
+        index is shared: nothing changes it."""
+        copy = SuffixHistory(files=self.files)
         for tokens, origin in zip(self.tokens, self.origins, strict=True):
             copy.add(tokens, origin)
         return copy
 
+    def count(self, tokens: Sequence[int]) -> int:
+        """How many times ``tokens`` occurred in the earlier runs and the files."""
+        return self.tree.count(tokens) + (self.files.index.count(tokens) if self.files is not None else 0)
+
+    def speculate(self, context: Sequence[int], max_tokens: int) -> Speculation:
+        """The better draft (the higher score) of the earlier runs' tree and the files' index."""
+        runs = self.tree.speculate(context, max_tokens)
+        if self.files is None:
+            return runs
+        files = self.files.index.speculate(context, max_tokens)
+        return files if files.score > runs.score else runs
+
     def __len__(self) -> int:
+        """The earlier runs held."""
         return len(self.tokens)
 
 
-def read_history(paths: Sequence[FilePath], encode: Callable[[str], list[int]], model: str,
-                 history: SuffixHistory) -> None:
-    """Add ``--history`` files to ``history``: a jsonl trace or recording gives each run's output (its token ids
-    when ``model`` made them, else its text, tokenised anew); any other file is plain text, tokenised whole. A
-    UsageError for a file that cannot be read or gives no tokens."""
+def check_history_files(paths: Sequence[FilePath]) -> None:
+    """Refuse, before any model loads, a ``--history`` list that cannot give anything to draft from: a missing
+    file, a folder, a file named twice, an empty or binary file, a trace that is damaged or holds no output, or
+    more than MAX_HISTORY_BYTES in all. Each UsageError says what to do."""
+    from .traces import read_events
+
+    seen: dict[FilePath, int] = {}
+    for path in paths:
+        if path.is_dir():
+            raise UsageError(f"--history {path}: is a folder. Name the files in it: a recording, a `generate "
+                             "--format jsonl` trace or a text file.")
+        if not path.is_file():
+            raise UsageError(f"--history {path}: no such file. Name a recording, a `generate --format jsonl` "
+                             "trace or a text file.")
+        seen[path.resolve()] = seen.get(path.resolve(), 0) + 1
+    for path, n in seen.items():
+        if n > 1:
+            raise UsageError(f"--history {path} is given {n} times: each file counts once. Give it once.")
+    total = sum(path.stat().st_size for path in seen)
+    if total > MAX_HISTORY_BYTES:
+        raise UsageError(f"--history: {total / 2**20:.1f} MB of history in all, over the {MAX_HISTORY_BYTES // 2**20} "
+                         f"MB a run reads (its index takes memory in proportion). Give the most relevant part: "
+                         "earlier outputs of the same task draft best.")
+    for path in paths:
+        size = path.stat().st_size
+        if size == 0:
+            raise UsageError(f"--history {path}: the file is empty: nothing to draft from in it.")
+        try:
+            with path.open("rb") as f:
+                head = f.read(65536)
+        except OSError as exc:
+            raise UsageError(f"--history {path}: cannot be read ({exc.strerror}).") from None
+        if b"\0" in head or not _utf8(head, whole=size <= len(head)):
+            raise UsageError(f"--history {path}: not UTF-8 text (a binary file?). Name a recording, a `generate "
+                             "--format jsonl` trace or a text file.")
+        if _is_jsonl(head.decode("utf-8", errors="ignore")):
+            from .events import Finished
+
+            if not any(isinstance(e, Finished) for e in read_events(path, "--history")):
+                raise UsageError(f"--history {path}: a trace with no `finished` event (cut off before its run "
+                                 "ended?): nothing to draft from in it. Name a complete one.")
+        elif size <= len(head) and not head.strip():
+            raise UsageError(f"--history {path}: only white space: nothing to draft from in it.")
+
+
+def _utf8(head: bytes, whole: bool) -> bool:
+    """Whether ``head`` (a file's first bytes; ``whole``: all of it) is UTF-8, a character cut at its end allowed."""
+    for cut in (0,) if whole else range(4):
+        try:
+            head[: len(head) - cut].decode("utf-8")
+            return True
+        except UnicodeDecodeError:
+            continue
+    return False
+
+
+def reading_history(paths: Sequence[FilePath], encode: Callable[[str], list[int]], model: str,
+                    ) -> Generator[str, None, HistoryFiles]:
+    """Read, tokenise and index ``--history`` files, yielding how far along it is between steps (a caller says so,
+    or stops there). A jsonl trace or recording gives each run's output (its token ids when ``model`` made them,
+    else its text, tokenised anew); any other file is plain text, tokenised a chunk at a time. A UsageError for a
+    file that cannot be read or gives no tokens."""
     from .events import Finished, Started
     from .traces import read_events
 
+    check_history_files(paths)
+    sequences: list[np.ndarray] = []
+    origins: list[str] = []
     for path in paths:
-        before = len(history)
+        before = len(sequences)
         try:
             text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise UsageError(f"--history {path}: no such file. Name a recording, a `generate --format jsonl` "
-                             "trace or a text file.") from None
         except (OSError, UnicodeDecodeError) as exc:
             raise UsageError(f"--history {path}: cannot be read as text ({exc}).") from None
         if _is_jsonl(text):
             events = read_events(path, "--history")
             started = next((e for e in events if isinstance(e, Started)), None)
             for event in events:
-                if isinstance(event, Finished):
+                if isinstance(event, Finished) and event.token_ids:
                     same = started is not None and started.model == model
-                    history.add(event.token_ids if same else encode(event.text), f"{path.name}")
+                    sequences.append(np.asarray(event.token_ids if same else encode(event.text), dtype=np.int32))
         else:
-            history.add(encode(text), path.name)
-        if len(history) == before:
+            size, done, pieces = len(text), 0, []
+            while done < size:
+                end = text.find("\n", done + _CHUNK_BYTES) + 1 or size  # after a line break: no word is cut
+                pieces.append(np.asarray(encode(text[done:end]), dtype=np.int32))
+                done = end
+                yield f"reading {path.name}: {done / 2**20:.1f} of {size / 2**20:.1f} MB tokenised"
+            sequences.append(np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int32))
+        if not any(len(s) for s in sequences[before:]):
             raise UsageError(f"--history {path}: nothing to draft from in it (no output, no text).")
+        origins.append(path.name)
+        yield f"read {path.name}"
+    index = yield from build(sequences)
+    return HistoryFiles(index, tuple(origins))
+
+
+def read_history(paths: Sequence[FilePath], encode: Callable[[str], list[int]], model: str,
+                 history: SuffixHistory) -> None:
+    """:func:`reading_history` run to its end, into ``history``."""
+    history.files = drive(reading_history(paths, encode, model))
+
+
+# The files read last, and what they were read for: a suffix run's warm-up, the run itself and every restart of it
+# in the app read the same files, which are then tokenised and indexed once.
+_LAST_READ: list[tuple[object, HistoryFiles]] = []
+
+
+def history_files(paths: Sequence[FilePath], encode: Callable[[str], list[int]], model: str, tokenizer: object,
+                  ) -> Generator[str, None, HistoryFiles]:
+    """:func:`reading_history`, unless the same files (by path, size and modification time) were read last for the
+    same model and tokenizer: then their index again, at once."""
+    key = (tuple((str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in paths if p.is_file()),
+           model, id(tokenizer))
+    if _LAST_READ and _LAST_READ[0][0] == key:
+        return _LAST_READ[0][1]
+    _LAST_READ.clear()  # the old index goes before the new one is built: one at a time in memory
+    files = yield from reading_history(paths, encode, model)
+    _LAST_READ.append((key, files))
+    return files
+
+
+def history_files_for(lm: LoadedModel, config: DecodeConfig) -> Generator[str, None, HistoryFiles]:
+    """The ``--history`` files of ``config``, read for ``lm`` (its tokenizer, its name for traces' token ids)."""
+    return history_files([FilePath(p) for p in config.draft.history],
+                         lambda text: list(lm.tokenizer.encode(text, add_special_tokens=False)), lm.name,
+                         lm.tokenizer)
 
 
 def _is_jsonl(text: str) -> bool:
@@ -125,7 +259,7 @@ class SuffixDrafter:
         # Each tree's longest match. The run's tree holds the context's end too, but a suffix is drafted only
         # from what followed its earlier occurrences: nothing follows the context's own end yet.
         ours = self.run.speculate(context, self.tree_budget)
-        theirs = self.history.tree.speculate(context, self.tree_budget)
+        theirs = self.history.speculate(context, self.tree_budget)
         best, source = (ours, "this run") if ours.score >= theirs.score else (theirs, "earlier runs")
         tree = self._trimmed(best, depth)
         if not tree.tokens:

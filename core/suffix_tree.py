@@ -126,7 +126,7 @@ class SuffixTree:
         def offer(parent_node: _Node, parent_index: int, parent_prob: float) -> None:
             nonlocal order
             total = sum(child.count for child in parent_node.children.values())
-            for token, child in parent_node.children.items():
+            for token, child in sorted(parent_node.children.items()):  # ties by token id, as the suffix array
                 prob = parent_prob * child.count / total
                 if prob >= min_token_prob:
                     heapq.heappush(frontier, (-prob, order, parent_index, token, child))

@@ -53,6 +53,10 @@ def warming(lm: LoadedModel, prompt: str, config: DecodeConfig,
     from .run import Run
 
     started = time.perf_counter()
+    if config.mode == "suffix" and config.draft.history:  # read and indexed here, saying how far along; once
+        from .suffix_drafting import history_files_for
+
+        yield from history_files_for(lm, config)
     seeded = dataclasses.replace(config, seed=0 if config.seed is None else config.seed)
     run = Run(lm, prompt, seeded, draft)
     # On CUDA the plain path (beam search, --no-cuda-graphs) grows its cache a step at a time, and each new

@@ -273,16 +273,71 @@ def test_history_files_are_read_as_traces_or_text(tmp_path: Path) -> None:
                      encoding="utf-8")
     history = SuffixHistory()
     read_history([text, trace], lambda s: [ord(ch) for ch in s], "m", history)
-    assert history.tokens == [tuple(ord(ch) for ch in "abc abc"), (5, 6, 7)], "the same model's ids as they are"
+    assert history.files is not None and history.files.origins == ("earlier.txt", "run.jsonl")
+    assert history.count([ord("a"), ord("b"), ord("c")]) == 2 and history.count([5, 6, 7]) == 1, \
+        "the text tokenised; the same model's ids as they are"
+    assert history.count([ord("c"), 5]) == 0, "no match runs from one file into the next"
     other = SuffixHistory()
     read_history([trace], lambda s: [ord(ch) for ch in s], "another model", other)
-    assert other.tokens == [(ord("z"), ord("z"))], "another model's text, tokenised anew"
-    empty = tmp_path / "empty.txt"
-    empty.write_text("", encoding="utf-8")
+    assert other.count([ord("z"), ord("z")]) == 1 and other.count([5]) == 0, "another model's text, tokenised anew"
+    spaces = tmp_path / "spaces.txt"
+    spaces.write_text("\n\n", encoding="utf-8")
     with pytest.raises(UsageError, match="nothing to draft from"):
-        read_history([empty], lambda s: [ord(ch) for ch in s], "m", SuffixHistory())
+        read_history([spaces], lambda s: [ord(ch) for ch in s], "m", SuffixHistory())
     with pytest.raises(UsageError, match="no such file"):
         read_history([tmp_path / "missing.txt"], lambda s: [], "m", SuffixHistory())
+
+
+def test_a_history_that_cannot_give_a_draft_is_refused_before_any_model_loads(tmp_path: Path) -> None:
+    from decode_tui.core import suffix_drafting
+    from decode_tui.core.suffix_drafting import check_history_files
+
+    good = tmp_path / "good.txt"
+    good.write_text("def f(x):\n    return x\n", encoding="utf-8")
+    check_history_files([good])
+    binary = tmp_path / "model.bin"
+    binary.write_bytes(bytes(range(256)) * 8)
+    latin = tmp_path / "latin1.txt"
+    latin.write_bytes("café crème".encode("latin-1"))
+    empty = tmp_path / "empty.txt"
+    empty.write_text("", encoding="utf-8")
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text(json.dumps({"event": "started", "mode": "greedy", "model": "m", "prompt_token_ids": [1],
+                               "prompt_text": "x", "params": {}}) + '\n{"event": "token_emi', encoding="utf-8")
+    unfinished = tmp_path / "unfinished.jsonl"
+    unfinished.write_text(cut.read_text().splitlines()[0] + "\n", encoding="utf-8")
+    for paths, says in (([tmp_path / "missing.txt"], "no such file"), ([tmp_path], "is a folder"),
+                        ([binary], "not UTF-8 text"), ([latin], "not UTF-8 text"), ([empty], "is empty"),
+                        ([cut], "line 2"), ([unfinished], "no `finished` event"),
+                        ([good, good, tmp_path / "." / "good.txt"], "is given 3 times")):
+        with pytest.raises(UsageError, match=says):
+            check_history_files(paths)
+    big = tmp_path / "big.txt"
+    with big.open("wb") as f:
+        f.truncate(suffix_drafting.MAX_HISTORY_BYTES + 1)  # sparse: its size alone refuses it
+    with pytest.raises(UsageError, match=r"over the 64 MB a run reads"):
+        check_history_files([good, big])
+
+
+def test_history_files_are_read_once_for_a_warm_up_the_run_and_restarts(tmp_path: Path) -> None:
+    from decode_tui.core.acquire import drive
+    from decode_tui.core.suffix_drafting import history_files
+
+    text = tmp_path / "earlier.txt"
+    text.write_text("abc\n" * 3000, encoding="utf-8")
+    encoded: list[int] = []
+
+    def encode(s: str) -> list[int]:
+        encoded.append(len(s))
+        return [ord(ch) for ch in s]
+
+    said: list[str] = []
+    first = drive(history_files([text], encode, "m", encode), said.append)
+    assert said[-1].startswith("sorting") and any("MB tokenised" in line for line in said)
+    again = drive(history_files([text], encode, "m", encode), said.append)
+    assert again is first and sum(encoded) == 12000, "read and indexed once"
+    text.write_text("xyz\n", encoding="utf-8")
+    assert drive(history_files([text], encode, "m", encode)) is not first, "a changed file is read again"
 
 
 def test_the_run_tree_starts_again_when_the_context_is_not_a_continuation() -> None:
