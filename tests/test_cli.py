@@ -244,6 +244,26 @@ def test_a_second_suffix_run_drafts_from_the_first_and_a_bad_history_is_refused(
     assert_clean_failure(done, EXIT_USAGE, "line 2", "parents[0] is 1")
 
 
+def test_a_bad_history_is_refused_before_the_model_is_even_looked_for(isolated_env: dict[str, str],
+                                                                      tmp_path: Path) -> None:
+    """Binary, empty and cut-off histories were refused only after the weights loaded and warmed up (11-12 s), a
+    folder was "no such file" and a file given three times was taken silently. A model that is not on disk
+    (exit 3 once looked for) shows the history is checked first."""
+    text = tmp_path / "ok.txt"
+    text.write_text("hello\n", encoding="utf-8")
+    binary = tmp_path / "blob.bin"
+    binary.write_bytes(b"\x00\x01\x02" * 100)
+    empty = tmp_path / "empty.txt"
+    empty.write_text("", encoding="utf-8")
+    for given, says in (([binary], "not UTF-8 text"), ([empty], "is empty"), ([tmp_path], "is a folder"),
+                        ([text, text, text], "is given 3 times")):
+        history = [arg for path in given for arg in ("--history", str(path))]
+        for command in ("generate", "run"):
+            done = cli(command, "--model", str(tmp_path / "no-model-here"), "-p", "x", "--mode", "suffix", *history,
+                       env=isolated_env)
+            assert_clean_failure(done, EXIT_USAGE, says)
+
+
 def test_missing_prompt_file(tiny_model_dir: Path, isolated_env: dict[str, str], tmp_path: Path) -> None:
     done = cli("generate", "--model", str(tiny_model_dir), "--prompt-file", str(tmp_path / "nope.txt"),
                env=isolated_env)
