@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 
 from ..core.errors import EXIT_TERMINATED, DecodeTuiError, UsageError
+from ..core.events import MODES
 from ..core.params import check_device_map
 from ..core.registry import ALIASES, DEFAULT_ALIAS, EMBEDDED_ALIASES, resolve
 from . import headless, measure
@@ -53,8 +54,8 @@ if TYPE_CHECKING:
 
 app = typer.Typer(
     name="decode-tui",
-    help="A terminal microscope for LLM decoding: watch greedy, sampling, beam search, speculative and "
-    "prompt lookup decoding token by token.",
+    help=f"A terminal microscope for LLM decoding: watch every mode ({', '.join(MODES)}) token by token: "
+    "greedy and sampling, beam search, speculative decoding, prompt lookup and suffix drafting.",
     no_args_is_help=True,
     rich_markup_mode="rich",
     pretty_exceptions_enable=False,

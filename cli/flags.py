@@ -17,6 +17,9 @@ import typer
 from ..core.params import EarlyStopping
 from ..core.registry import DEFAULT_ALIAS
 
+# The help panel of the options for drafting modes: it names them (a test holds each option's help to its check).
+DRAFTING_PANEL = "Drafting: speculative, pld and suffix"
+
 
 class ModeChoice(StrEnum):
     greedy = "greedy"
@@ -199,35 +202,36 @@ DraftOpt = Annotated[str | None, typer.Option(help="speculative: the draft model
                                               "target's own weights), int4 or int8 (the target quantised), "
                                               "layers:N (its first N layers) or a combination such as "
                                               "int4+layers:20. \\[default: int4]",
-                                              rich_help_panel="Speculative and PLD")]
+                                              rich_help_panel=DRAFTING_PANEL)]
 NumDraftTokensOpt = Annotated[int | None, typer.Option(min=1, help="speculative: tokens drafted per round (the "
                                                          "most, with --adaptive). \\[default: 20]",
-                                                         rich_help_panel="Speculative and PLD")]
+                                                         rich_help_panel=DRAFTING_PANEL)]
 MaxNgramSizeOpt = Annotated[int | None, typer.Option(min=1, help="pld: the longest n-gram to look up. "
-                                                       "\\[default: 3]", rich_help_panel="Speculative and PLD")
+                                                       "\\[default: 3]", rich_help_panel=DRAFTING_PANEL)
                               ]
 NumPredTokensOpt = Annotated[int | None, typer.Option(
     min=1, help="pld and suffix: the most tokens copied per match (suffix: the deepest path of its tree), the "
-                "draft length (the most, with --adaptive). \\[default: 10]", rich_help_panel="Speculative and PLD")]
-TreeBudgetOpt = Annotated[int | None, typer.Option(help="pld and suffix: the most drafted nodes one verification "
-                                                   "reads when drafts are trees (pld then drafts every earlier "
-                                                   "match, not the first only). \\[default: pld: a chain; "
-                                                   "suffix: 16 on a CPU, 64 on a GPU]",
-                                                   rich_help_panel="Speculative and PLD")]
+                "draft length (the most, with --adaptive). \\[default: 10]", rich_help_panel=DRAFTING_PANEL)]
+TreeBudgetOpt = Annotated[int | None, typer.Option(help="speculative, pld and suffix: the most drafted nodes one "
+                                                   "verification reads when drafts are trees (speculative then adds "
+                                                   "the draft model's runner-up where it is unsure; pld drafts every "
+                                                   "earlier match, not the first only). \\[default: speculative and "
+                                                   "pld: a chain; suffix: 16 on a CPU, 64 on a GPU]",
+                                                   rich_help_panel=DRAFTING_PANEL)]
 HistoryOpt = Annotated[list[Path] | None, typer.Option(
     "--history", metavar="FILE", help="suffix: an earlier output to draft from (a recording, a `generate "
                                       "--format jsonl` trace or a text file); repeat for more.",
-    rich_help_panel="Speculative and PLD")]
+    rich_help_panel=DRAFTING_PANEL)]
 DraftConfidenceOpt = Annotated[float | None, typer.Option(
     help="speculative: the draft model stops a round's draft once it gives its own token less than this "
          "probability (transformers' assistant_confidence_threshold; 0 always drafts the full length). "
-         "\\[default: 0.4]", rich_help_panel="Speculative and PLD")]
+         "\\[default: 0.4]", rich_help_panel=DRAFTING_PANEL)]
 AdaptiveOpt = Annotated[bool, typer.Option("--adaptive", help="Choose the draft length from the measured "
                                            "acceptance and verify cost (never much slower than greedy).",
-                                           rich_help_panel="Speculative and PLD")]
+                                           rich_help_panel=DRAFTING_PANEL)]
 CompareOpt = Annotated[bool, typer.Option("--compare", help="Also run plain greedy on the same prompt; report "
                                           "the speedup and whether the outputs are identical.",
-                                          rich_help_panel="Speculative and PLD")]
+                                          rich_help_panel=DRAFTING_PANEL)]
 FastOpt = Annotated[bool, typer.Option("--fast", help="Static KV cache and compiled decoding steps and "
                                        "verifications (torch.compile; CUDA graphs on a GPU): the same tokens, "
                                        "faster on a GPU once compiled (the first run compiles for tens of "
@@ -235,7 +239,7 @@ FastOpt = Annotated[bool, typer.Option("--fast", help="Static KV cache and compi
                                        "at best 1.4x (README). Not for beam search.", rich_help_panel="Decoding")]
 CompareRunsOpt = Annotated[int, typer.Option("--compare-runs", min=1, help="With --compare: timed runs a side, "
                                              "alternated, after a warm-up of each; the speed-up is their median "
-                                             "ratio, printed with its range.", rich_help_panel="Speculative and PLD")]
+                                             "ratio, printed with its range.", rich_help_panel=DRAFTING_PANEL)]
 CudaGraphsOpt = Annotated[bool, typer.Option("--cuda-graphs/--no-cuda-graphs", help="On CUDA, replay decoding steps "
                                              "and verifications as CUDA graphs of the model on a static KV cache "
                                              "(captured in milliseconds while loading; the same tokens). Ignored "

@@ -60,8 +60,11 @@ def bench(options: DecodingOptions, modes: list[ModeChoice], *, runs: int, outpu
     # No vertical rules, and a median's range may go under it: every figure fits 80 columns (a pipe, a CI
     # log) whole rather than cut to "16.4 (16.0-16…".
     dtype = str(lm.dtype).removeprefix("torch.")
-    table = Table(title=f"{lm.name} · {lm.device.type} {dtype} · {count(runs, 'warm run')} a mode, alternated: "
-                        "median (range)", title_justify="left",
+    # One run a mode has no spread: its figure alone, and the title says so, instead of a range of one value.
+    spread = runs > 1
+    how = ", alternated: median (range)" if spread else ": no spread to show"
+    table = Table(title=f"{lm.name} · {lm.device.type} {dtype} · {count(runs, 'warm run')} a mode{how}",
+                  title_justify="left",
                   box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
     for column in ("mode", "tok/s", "speed-up", "forwards", "tok/fwd", "accept", "= greedy"):
         ranged = column in ("tok/s", "speed-up")
@@ -69,12 +72,17 @@ def bench(options: DecodingOptions, modes: list[ModeChoice], *, runs: int, outpu
                          min_width=len("(100.0-100.0)") if ranged else None)
     for r in rows:
         same = "yes" if r.identical else f"from #{r.first_divergence}" + (" (tie)" if r.divergence_note else "")
-        table.add_row(r.mode, f"{r.tokens_per_s:.1f} ({r.tokens_per_s_low:.1f}-{r.tokens_per_s_high:.1f})",
-                      f"{r.speedup:.2f}x ({r.speedup_low:.2f}-{r.speedup_high:.2f})", str(r.target_forwards),
+        rate, speedup = f"{r.tokens_per_s:.1f}", f"{r.speedup:.2f}x"
+        if spread:
+            rate += f" ({r.tokens_per_s_low:.1f}-{r.tokens_per_s_high:.1f})"
+            speedup += f" ({r.speedup_low:.2f}-{r.speedup_high:.2f})"
+        table.add_row(r.mode, rate, speedup, str(r.target_forwards),
                       f"{r.tokens_per_forward:.2f}", f"{r.acceptance_rate:.0%}" if r.acceptance_rate is not None
                       else "-", same)
     console = Console(soft_wrap=True)
     console.print(table)
+    if not spread:
+        console.print("One run a mode has no spread: --repeats 3 or more gives each figure its range.")
     for r in rows:
         _why(console, r, timeline)
 

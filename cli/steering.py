@@ -48,9 +48,11 @@ def read_steering(force: str | None, resume: FilePath | None, at: int | None) ->
         raise UsageError("--resume needs --at N: how many of the trace's tokens to keep (0 keeps none).")
     if force is None and resume is None:
         return None
-    from ..core.traces import read_events
+    from ..core.traces import check_at, read_events, traced_tokens
 
     trace = read_events(resume, "--resume") if resume is not None else ()
+    if resume is not None and at is not None:  # the trace says how many tokens it holds: no tokenizer needed
+        check_at(at, traced_tokens(trace), str(resume))
     return Steering(force, resume, at, trace)
 
 

@@ -55,6 +55,27 @@ def _samples(started: Started) -> bool:
     return started.mode == "sample" or bool(params.get("beam_sample")) or bool(params.get("draft_sample"))
 
 
+def _emitted(events: Sequence[Event]) -> tuple[list[TokenEmitted], list[int]]:
+    """A trace's emitted tokens and their ids (beam search's from its ``finished``: it streams none of its own)."""
+    tokens = [e for e in events if isinstance(e, TokenEmitted)]
+    finished = next((e for e in events if isinstance(e, Finished)), None)
+    if finished is not None and [t.token_id for t in tokens] != list(finished.token_ids):
+        tokens = []  # beam search streams no tokens of its own before the end; its result is in `finished`
+    return tokens, [t.token_id for t in tokens] if tokens else list(finished.token_ids if finished else ())
+
+
+def traced_tokens(events: Sequence[Event]) -> int:
+    """How many tokens a traced run emitted: what ``--at`` may keep of it, known before any model loads."""
+    return len(_emitted(events)[1])
+
+
+def check_at(at: int, emitted: int, source: str) -> None:
+    """A UsageError unless ``--at`` keeps 0 to ``emitted`` tokens of the trace ``source``."""
+    if not 0 <= at <= emitted:
+        raise UsageError(f"--at {at} is outside {source}: it emitted {emitted} tokens, so --at takes 0 to "
+                         f"{emitted}.")
+
+
 def resume_path(events: Sequence[Event], source: str, at: int, model: str, prompt_ids: Sequence[int]) -> Path:
     """The first ``at`` emitted tokens of a traced run (with their sources and figures) as the path of a new run
     of ``model`` on ``prompt_ids``; a UsageError where the trace is of another model or prompt, ``at`` is out of
@@ -72,14 +93,8 @@ def resume_path(events: Sequence[Event], source: str, at: int, model: str, promp
     if _samples(started) and "seed" not in started.params:
         raise UsageError(f"{source} is a sampled run that does not say its seed, so what it drew cannot be told "
                          "from chance. Record it again with --seed.")
-    tokens = [e for e in events if isinstance(e, TokenEmitted)]
-    finished = next((e for e in events if isinstance(e, Finished)), None)
-    if finished is not None and [t.token_id for t in tokens] != list(finished.token_ids):
-        tokens = []  # beam search streams no tokens of its own before the end; its result is in `finished`
-    ids = [t.token_id for t in tokens] if tokens else list(finished.token_ids if finished else ())
-    if not 0 <= at <= len(ids):
-        raise UsageError(f"--at {at} is outside {source}: it emitted {len(ids)} tokens, so --at takes 0 to "
-                         f"{len(ids)}.")
+    tokens, ids = _emitted(events)
+    check_at(at, len(ids), source)
     kept = tokens[:at]
     return Path(kept=tuple(ids[:at]),
                 kept_sources=tuple(t.source for t in kept) if kept else (),

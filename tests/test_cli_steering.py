@@ -115,6 +115,9 @@ def test_bad_steering_is_refused_with_what_to_do(tiny_model_dir: Path, isolated_
     trace.write_text("\n".join(json.dumps(e) for e in events), encoding="utf-8")
     refused_before_loading(cli(*model, "--resume", str(trace), "--at", "99", env=isolated_env), 2, "0 to 8")
     refused_before_loading(cli(*model, "--resume", str(trace), "--at", "-1", env=isolated_env), 2, "0 to 8")
+    # From the trace's own count, before even the tokenizer: a model that is not on disk is not looked for first.
+    refused_before_loading(cli("generate", "--model", str(tmp_path / "no-model"), "--resume", str(trace), "--at",
+                               "500", env=isolated_env), 2, "--at 500 is outside", "0 to 8")
     refused_before_loading(cli(*model, "-p", "Other prompt", "--resume", str(trace), "--at", "2", env=isolated_env), 2,
                          "another prompt")
     name = events[0]["model"]

@@ -153,3 +153,29 @@ async def test_every_lesson_plays_to_its_end_with_the_busy_label_read_at_every_t
         assert app.view.counters.state == "finished" and app.error is None
         await pilot.press("q")
     assert app.return_code == 0
+
+
+def _help_of(option: str) -> tuple[str, str]:
+    """An option's help, and its panel's title (a help that names no mode is for the modes its panel names)."""
+    from typing import get_args as args_of
+
+    from decode_tui.cli import flags
+
+    declared = getattr(flags, "".join(part.title() for part in option.split("_")) + "Opt")
+    info = next(a for a in args_of(declared) if hasattr(a, "help"))
+    return str(info.help), str(info.rich_help_panel)
+
+
+@pytest.mark.parametrize("option", sorted(__import__("decode_tui.cli.options", fromlist=["ONLY_FOR"]).ONLY_FOR))
+def test_an_options_help_names_the_modes_its_check_allows(option: str) -> None:
+    """--tree-budget's help said "pld and suffix" where its check (and the code) took speculative too."""
+    import re
+
+    from decode_tui.cli.options import ONLY_FOR
+
+    help_text, panel = _help_of(option)
+    modes = r"\b(" + "|".join(MODES) + r")\b"
+    prefix = re.match(r"([a-z, ]+):", help_text)  # "pld and suffix: the most tokens copied ..."
+    named = set(re.findall(modes, prefix.group(1))) if prefix else set()
+    named = named or set(re.findall(modes, panel.lower()))
+    assert named == {m.value for m in ONLY_FOR[option]}, (option, help_text, panel)

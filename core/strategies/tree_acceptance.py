@@ -1,7 +1,7 @@
 """The acceptance rule for a tree of drafted tokens: which path the target keeps, and the one token it adds.
 
 SpecInfer (Miao et al., 2023), in its names: the target reads the pending token and every node of the draft tree
-in one forward (:func:`~decode_tui.core.token_tree.tree_forward`), so row 0 holds its distribution after the
+in one forward (:func:`~decode_tui.core.tree_attention.tree_forward`), so row 0 holds its distribution after the
 pending token and row 1 + i its distribution after node i's whole path. Starting at the root:
 
 - greedy: follow the child whose token is the target's argmax at the current row, while there is one; the argmax

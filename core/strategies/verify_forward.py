@@ -2,7 +2,7 @@
 
 A chain of drafts is fed ``[pending, d_1 .. d_k]``, padded where a wider feed is cheaper or where one graph must
 serve every round; a plain target step is timed once a run, as greedy decoding runs it, for what c and a
-verification's cost divide by. A tree's forward is :func:`~decode_tui.core.token_tree.tree_forward`.
+verification's cost divide by. A tree's forward is :func:`~decode_tui.core.tree_attention.tree_forward`.
 
 It knows forwards, caches and widths; nothing of acceptance or events.
 """

@@ -1,7 +1,7 @@
 """Beam search live: the open beams, the finished hypotheses, the ancestry tree and the early-stopping test.
 
 The finished hypotheses can be re-ranked for another length penalty at once
-(:func:`~decode_tui.core.strategies.beam.rerank` is a pure function of their
+(:func:`~decode_tui.core.events.rerank` is a pure function of their
 scores), which is why the panel keeps its own copy of the last step.
 """
 
