@@ -226,9 +226,11 @@ DraftConfidenceOpt = Annotated[float | None, typer.Option(
     help="speculative: the draft model stops a round's draft once it gives its own token less than this "
          "probability (transformers' assistant_confidence_threshold; 0 always drafts the full length). "
          "\\[default: 0.4]", rich_help_panel=DRAFTING_PANEL)]
-AdaptiveOpt = Annotated[bool, typer.Option("--adaptive", help="Choose the draft length from the measured "
-                                           "acceptance and verify cost (never much slower than greedy).",
-                                           rich_help_panel=DRAFTING_PANEL)]
+AdaptiveOpt = Annotated[bool | None, typer.Option(
+    "--adaptive/--no-adaptive", help="Choose the draft length from the measured acceptance and verify cost, so "
+    "drafting never runs much slower than greedy (chains and trees alike). --no-adaptive drafts the full length "
+    "every round: the raw behaviour, as the lessons show it. \\[default: adaptive]",
+    rich_help_panel=DRAFTING_PANEL, show_default=False)]
 CompareOpt = Annotated[bool, typer.Option("--compare", help="Also run plain greedy on the same prompt; report "
                                           "the speedup and whether the outputs are identical.",
                                           rich_help_panel=DRAFTING_PANEL)]

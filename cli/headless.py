@@ -21,7 +21,7 @@ import typer
 
 from ..core.errors import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_TERMINATED, DecodeTuiError
 from ..core.params import DecodeConfig, check_device_map
-from ..tui.numbers import count, decoded_tokens
+from ..tui.numbers import count, decoded_tokens, draft_counts
 from .console import fail, status, stderr
 from .flags import FormatChoice, ModeChoice
 from .loads import load_models, steer
@@ -256,8 +256,8 @@ def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: F
                 stderr().print(forced)
             if result.drafted is not None:
                 by_position = ", ".join(f"{a:.0%}" for a in result.acceptance_by_position or ())
-                stderr().print(f"drafted {result.drafted}, accepted {result.accepted} "
-                                f"({result.acceptance_rate or 0:.0%}; by position: {by_position or '-'}), "
+                counts = draft_counts(result.drafted, result.accepted or 0, result.draft_rounds, result.draft_depth)
+                stderr().print(f"{counts} (by depth: {by_position or '-'}), "
                                 f"{result.draft_forwards} draft forwards, drafting {result.draft_time_s or 0:.2f} s, "
                                 f"verifying {result.verify_time_s or 0:.2f} s")
             if result.comparison is not None:

@@ -163,13 +163,15 @@ def whatif(path: Path, *, model: str | None, device: str, dtype: str, draft: str
                     progress(f"Replaying the draft model's drafts at draft length {k} (of {max(w.DRAFT_LENGTHS)})")
                     replays.append(w.replay_draft(trace, lm.eos_token_ids, draft_model, k, threshold,
                                                       target=lm.model))
-            progress(f"Timing a prefill, a step and verifications of 2 to {width} tokens")
-            costs = w.measure_costs(lm, trace, width, draft_model)
-            progress("Timing real greedy and prompt-lookup runs of the text, for what a step and a verifying round "
-                     "cost besides their forwards")
+            said = f"Timing a prefill, a step and verifications of 2 to {width} tokens"
+            progress(said)
+            costs = w.measure_costs(lm, trace, width, draft_model, progress=lambda line: progress(f"{said}: {line}"))
+            said = ("Timing real greedy and prompt-lookup runs of the text, for what a step and a verifying round "
+                    "cost besides their forwards")
+            progress(said)
             from ..core.calibrate import calibrated
 
-            costs = calibrated(lm, trace, costs)
+            costs = calibrated(lm, trace, costs, progress=lambda line: progress(f"{said}: {line}"))
     except DecodeTuiError as err:
         fail(err)
     rows = w.table(trace, replays, costs)

@@ -121,7 +121,8 @@ def build_config(*, mode: ModeChoice, max_new_tokens: int = 128, temperature: fl
                  seed: int | None = None, num_beams: int | None = None, length_penalty: float | None = None,
                  early_stopping: EarlyStoppingChoice | None = None, num_return_sequences: int | None = None,
                  draft: str | None = None, num_draft_tokens: int | None = None, max_ngram_size: int | None = None,
-                 num_pred_tokens: int | None = None, draft_confidence: float | None = None, adaptive: bool = False,
+                 num_pred_tokens: int | None = None, draft_confidence: float | None = None,
+                 adaptive: bool | None = None,
                  compare: bool = False, no_chat: bool = False, fast: bool = False,
                  cuda_graphs: bool = True, min_p: float | None = None, typical_p: float | None = None,
                  epsilon_cutoff: float | None = None, eta_cutoff: float | None = None, top_h: float | None = None,
@@ -159,7 +160,7 @@ def build_config(*, mode: ModeChoice, max_new_tokens: int = 128, temperature: fl
     drafting = mode in _DRAFTING
     given_options = {"draft": draft, "max_ngram_size": max_ngram_size, "num_pred_tokens": num_pred_tokens,
                      "num_draft_tokens": num_draft_tokens, "draft_confidence": draft_confidence,
-                     "adaptive": adaptive or None, "compare": compare or None, "tree_budget": tree_budget,
+                     "adaptive": adaptive, "compare": compare or None, "tree_budget": tree_budget,
                      "history": history or None}
     for name, given in given_options.items():
         allowed, flag = ONLY_FOR[name], "--" + name.replace("_", "-")
@@ -175,7 +176,7 @@ def build_config(*, mode: ModeChoice, max_new_tokens: int = 128, temperature: fl
         num_draft_tokens=num_draft_tokens or draft_defaults.num_draft_tokens,
         max_ngram_size=max_ngram_size or draft_defaults.max_ngram_size,
         num_pred_tokens=num_pred_tokens or draft_defaults.num_pred_tokens,
-        adaptive=adaptive,
+        adaptive=adaptive is not False,  # the cost-aware policy unless --no-adaptive: drafting never loses
         confidence_threshold=draft_defaults.confidence_threshold if draft_confidence is None else draft_confidence,
         named=draft is not None,
         tree_budget=tree_budget,
@@ -294,7 +295,7 @@ class DecodingOptions:
     max_ngram_size: MaxNgramSizeOpt = None
     num_pred_tokens: NumPredTokensOpt = None
     draft_confidence: DraftConfidenceOpt = None
-    adaptive: AdaptiveOpt = False
+    adaptive: AdaptiveOpt = None
     tree_budget: TreeBudgetOpt = None
     history: HistoryOpt = None
 

@@ -103,6 +103,8 @@ def lesson_config(lesson: Lesson, overrides: dict[str, Any]) -> DecodeConfig:
     if "history" in settings:  # earlier outputs shipped beside the lesson (suffix drafting's --history)
         files = settings["history"] if isinstance(settings["history"], list) else [settings["history"]]
         settings["history"] = [Path(lesson.source).parent / str(name) for name in files]
+    if mode in ONLY_FOR["adaptive"]:  # a lesson shows drafting's raw behaviour, every round at full length, unless
+        settings.setdefault("adaptive", False)  # it says adaptive (the command line's default is the policy)
     settings.update({k: v for k, v in overrides.items() if k in SETTINGS and k not in CONSTRAINTS})
     # A constraint given on the command line replaces the lesson's, whichever kind each is.
     constraint = constraint_of(theirs.get("json_schema"), theirs.get("regex"), theirs.get("grammar")) if theirs \

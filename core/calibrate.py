@@ -32,14 +32,17 @@ if TYPE_CHECKING:
     from .loading import LoadedModel
 
 
-def calibrated(lm: LoadedModel, trace: Trace, costs: Costs, step_repeats: int = 5, round_repeats: int = 3) -> Costs:
+def calibrated(lm: LoadedModel, trace: Trace, costs: Costs, step_repeats: int = 5, round_repeats: int = 3,
+               progress: Callable[[str], None] | None = None) -> Costs:
     """``costs`` with the loop's work per step (``overhead_s``) and a verifying round's (``round_overhead_s``),
-    each the median of that many timed runs (a greedy run of 32 tokens is short; a prompt-lookup run is not)."""
-    stepped = dataclasses.replace(costs, overhead_s=step_overhead(lm, trace, costs, step_repeats))
-    return dataclasses.replace(stepped, round_overhead_s=round_overhead(lm, trace, stepped, round_repeats))
+    each the median of that many timed runs (a greedy run of 32 tokens is short; a prompt-lookup run is not).
+    ``progress`` hears each run as it starts."""
+    stepped = dataclasses.replace(costs, overhead_s=step_overhead(lm, trace, costs, step_repeats, progress))
+    return dataclasses.replace(stepped, round_overhead_s=round_overhead(lm, trace, stepped, round_repeats, progress))
 
 
-def step_overhead(lm: LoadedModel, trace: Trace, costs: Costs, repeats: int) -> float:
+def step_overhead(lm: LoadedModel, trace: Trace, costs: Costs, repeats: int,
+                  progress: Callable[[str], None] | None = None) -> float:
     """Seconds each target forward of a real run costs beyond the forward itself: plain greedy decoding of up to
     32 tokens from the trace's prompt, timed whole (the median of ``repeats`` runs), less its prefill and steps
     as ``costs`` measured them alone, shared among its forwards."""
@@ -49,11 +52,12 @@ def step_overhead(lm: LoadedModel, trace: Trace, costs: Costs, repeats: int) -> 
         transcript = Transcript("greedy", list(trace.prompt_ids), Detokenizer(lm.tokenizer), frozenset(), n)
         return transcript, autoregressive(lm.model, transcript, SamplingParams(), greedy=True)
 
-    seconds = _median_seconds(run, repeats)
+    seconds = _median_seconds(run, repeats, progress=progress, what="greedy run")
     return max(0.0, (seconds - costs.prefill_s - (n - 1) * costs.verify(1)) / n)
 
 
-def round_overhead(lm: LoadedModel, trace: Trace, costs: Costs, repeats: int) -> float:
+def round_overhead(lm: LoadedModel, trace: Trace, costs: Costs, repeats: int,
+                   progress: Callable[[str], None] | None = None) -> float:
     """Seconds each verifying round of a real run costs beyond what ``costs`` already price: greedy prompt lookup at
     the default settings run on the trace's prompt (it writes the trace's tokens again), timed whole (the median
     of ``repeats`` runs), less the estimate without it, shared among its verifying rounds. 0 where that run
@@ -72,18 +76,21 @@ def round_overhead(lm: LoadedModel, trace: Trace, costs: Costs, repeats: int) ->
         return transcript, speculative(lm.model, transcript, lookup, SamplingParams(), greedy=True,
                                        num_draft_tokens=params.num_pred_tokens)
 
-    seconds = _median_seconds(run, repeats, written)
+    seconds = _median_seconds(run, repeats, written, progress, "prompt-lookup run")
     if any(tokens != trace.token_ids for tokens in written):
         return 0.0
     return max(0.0, (seconds - costs.seconds(replayed)) / rounds)
 
 
 def _median_seconds(run: Callable[[], tuple[Transcript, Iterator[Event]]], repeats: int,
-                    written: list[tuple[int, ...]] | None = None) -> float:
+                    written: list[tuple[int, ...]] | None = None, progress: Callable[[str], None] | None = None,
+                    what: str = "run") -> float:
     """The median time of ``repeats`` whole runs, each made by ``run`` and consumed to its end; ``written``
-    receives each run's tokens."""
+    receives each run's tokens; ``progress`` hears each ``what`` as it starts."""
     times = []
-    for _ in range(repeats):
+    for repeat in range(repeats):
+        if progress is not None:
+            progress(f"{what} {repeat + 1} of {repeats}")
         transcript, events = run()
         started = time.perf_counter()
         for _event in events:

@@ -48,8 +48,14 @@ def caught_up(fed: int | None) -> bool:
 class DraftStats:
     """Counters for the Finished event: what was drafted, what was accepted, where the time went."""
 
+    # One definition everywhere a count is shown (docs/events.md): ``drafted`` is the nodes proposed (a chain's
+    # tokens, a tree's nodes), ``accepted`` the draft tokens the target kept (each round's kept path, summed), so
+    # the acceptance rate is tokens kept per node proposed; ``depth`` sums each round's longest path (a chain's
+    # length), what the acceptance by position and the paper's gamma count along; ``rounds`` the rounds that drafted.
     drafted: int = 0
     accepted: int = 0
+    depth: int = 0
+    rounds: int = 0
     draft_forwards: int = 0
     draft_time_s: float = 0.0
     verify_time_s: float = 0.0
@@ -69,11 +75,15 @@ class DraftStats:
     plain_step_s: float | None = None
 
     def record(self, k: int, n: int, draft_s: float | None = None, verify_s: float | None = None,
-               emitted: int | None = None, fed: int | None = None) -> None:
-        """A round that drafted ``k`` tokens of which ``n`` were accepted, with its times where known and the
+               emitted: int | None = None, fed: int | None = None, nodes: int | None = None) -> None:
+        """A round that drafted ``k`` tokens deep of which ``n`` were accepted, with its times where known and the
         tokens it emitted (n + 1 unless the run ended inside it). ``fed``: the context tokens a draft model was
-        fed before drafting (:attr:`~decode_tui.core.drafters.Draft.fed`), where known."""
-        self.drafted += k
+        fed before drafting (:attr:`~decode_tui.core.drafters.Draft.fed`), where known. ``nodes``: a tree's
+        nodes, ``k`` being its longest path (None: a chain of ``k``)."""
+        width = k if nodes is None else nodes
+        self.drafted += width
+        self.depth += k
+        self.rounds += k > 0
         self.accepted += n
         self.rejections += n < k
         while len(self.reached) < k:
@@ -86,7 +96,7 @@ class DraftStats:
             return
         if k > 0 and self.reached[0] > 1 and not caught_up(fed):  # nor the run's first drafting round
             self.draft_step_s.append(draft_s / k)
-        self.verify_by_k.setdefault(k, []).append(verify_s)
+        self.verify_by_k.setdefault(width, []).append(verify_s)  # a verification costs by the tokens it reads
         self.round_tokens += n + 1 if emitted is None else emitted
         self.round_s += draft_s + verify_s
 
@@ -97,7 +107,7 @@ class DraftStats:
     def gamma(self) -> float | None:
         """The mean draft length of the rounds that drafted (every one of them reached position 1), the paper's
         gamma; None before any drafted."""
-        return self.drafted / self.reached[0] if self.reached else None
+        return self.depth / self.reached[0] if self.reached else None
 
     def alpha(self) -> float | None:
         """The per-position acceptance rate: accepted over tested positions (a round tests up to its first
@@ -171,6 +181,8 @@ class DraftStats:
             "accepted": self.accepted,
             "draft_forwards": self.draft_forwards,
             "acceptance_rate": self.accepted / self.drafted if self.drafted else 0.0,
+            "draft_rounds": self.rounds,
+            "draft_depth": self.depth,
             "acceptance_by_position": self.by_position(),
             "draft_time_s": self.draft_time_s,
             "verify_time_s": self.verify_time_s,

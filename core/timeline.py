@@ -25,7 +25,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .draft_stats import DraftStats, fit_verify_costs
-from .events import DraftVerified, Event, Finished, Started, TokenEmitted
+from .events import DraftProposed, DraftVerified, Event, Finished, Started, TokenEmitted
+from .token_tree import TokenTree
 
 BARS = "▁▂▃▄▅▆▇█"
 
@@ -36,13 +37,14 @@ class ForwardRow:
 
     forward: int  # its number in the run, from 1 (the prefill)
     tokens: int  # tokens it added to the output
-    k: int | None  # draft tokens it verified (None: a prefill or a plain step)
+    k: int | None  # draft tokens (a tree's nodes) it verified (None: a prefill or a plain step)
     accepted: int | None
     draft_ms: float | None  # the drafter's time for this round's draft
     verify_ms: float | None  # the verification's time (the forward and the acceptance test)
     wall_ms: float  # since the previous forward's last event: everything this forward cost the run
     step_ms: float | None = None  # a plain step's time, timed at the run's start (its DraftVerified says it)
     draft_fed: int | None = None  # a draft model's context tokens fed before drafting (DraftVerified.draft_fed)
+    depth: int | None = None  # a tree's longest path (None: a chain, k deep)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -59,6 +61,7 @@ class Timeline:
         self._forward: int | None = None
         self._tokens = 0
         self._verified: DraftVerified | None = None
+        self._depth: int | None = None  # the latest proposal's, where it was a tree
         self._began: float | None = None  # when the previous forward ended (or the run started)
         self._last = 0.0  # the current forward's last event
 
@@ -76,6 +79,9 @@ class Timeline:
         if isinstance(event, Finished):
             self._close()
             return
+        if isinstance(event, DraftProposed):
+            parents = event.parents
+            self._depth = TokenTree(event.token_ids, parents).depth if parents is not None else None
         forward = getattr(event, "target_forwards", None)
         if forward is None:
             return
@@ -105,7 +111,8 @@ class Timeline:
             draft_ms=v.draft_s * 1e3 if v and v.draft_s is not None else None,
             verify_ms=v.verify_s * 1e3 if v and v.verify_s is not None else None,
             wall_ms=(self._last - self._began) * 1e3,
-            step_ms=v.step_s * 1e3 if v and v.step_s is not None else None, draft_fed=v.draft_fed if v else None))
+            step_ms=v.step_s * 1e3 if v and v.step_s is not None else None, draft_fed=v.draft_fed if v else None,
+            depth=self._depth if v else None))
         self._began, self._forward = self._last, None
 
 
@@ -117,8 +124,10 @@ def draft_stats(rows: Sequence[ForwardRow]) -> DraftStats:
         if r.step_ms is not None:
             stats.plain_step_s = r.step_ms / 1e3
         if r.k is not None:
-            stats.record(r.k, r.accepted or 0, None if r.draft_ms is None else r.draft_ms / 1e3,
-                         None if r.verify_ms is None else r.verify_ms / 1e3, r.tokens, r.draft_fed)
+            stats.record(r.k if r.depth is None else r.depth, r.accepted or 0,
+                         None if r.draft_ms is None else r.draft_ms / 1e3,
+                         None if r.verify_ms is None else r.verify_ms / 1e3, r.tokens, r.draft_fed,
+                         None if r.depth is None else r.k)
     return stats
 
 

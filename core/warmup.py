@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 WARM_TOKENS = 8  # tokens (or beam steps) a warm-up decodes before it stops
 WARM_ROUNDS = 2  # draft rounds a speculative or PLD warm-up verifies, if the prompt gives any
+WARM_PROMPT_CHARS = 2000  # off CUDA, a longer prompt warms up on its start alone (see warming)
 
 
 def warm_up(lm: LoadedModel, prompt: str, config: DecodeConfig, draft: DraftModel | None = None,
@@ -47,7 +48,8 @@ def warming(lm: LoadedModel, prompt: str, config: DecodeConfig,
     the seconds it took.
 
     Prefill, steps, and (speculative, PLD) the verification of the configured draft length, whose
-    CUDA graph is captured right after the prefill. The generator is closed early, as any consumer
+    CUDA graph is captured right after the prefill. Off CUDA a long prompt warms up on its first
+    WARM_PROMPT_CHARS characters: nothing there depends on its size, and its prefill is then paid once. The generator is closed early, as any consumer
     may: the strategy's ``finally`` hands the cache and its graphs back for the real run.
     """
     from .run import Run
@@ -57,7 +59,16 @@ def warming(lm: LoadedModel, prompt: str, config: DecodeConfig,
         from .suffix_drafting import history_files_for
 
         yield from history_files_for(lm, config)
+    if config.mode == "suffix" and config.draft.tree_budget is None and lm.device.type == "cpu":
+        from .tree_budget import tree_budget
+
+        yield f"warming up {config.mode}: timing forwards of a few widths, for the draft trees' size"
+        tree_budget(lm.model)  # measured once a process: the run reads it
     seeded = dataclasses.replace(config, seed=0 if config.seed is None else config.seed)
+    if lm.device.type != "cuda" and len(prompt) > WARM_PROMPT_CHARS:
+        # Off CUDA nothing is captured for the prompt's size, so its start warms up as well as all of it, and a
+        # long prompt's prefill is paid once, by the run, not twice.
+        prompt = prompt[:WARM_PROMPT_CHARS]
     run = Run(lm, prompt, seeded, draft)
     # On CUDA the plain path (beam search, --no-cuda-graphs) grows its cache a step at a time, and each new
     # size is a new block for CUDA's caching allocator to get from the driver: an H100 measured such first

@@ -371,13 +371,14 @@ class Costs:
 
 
 def measure_costs(lm: LoadedModel, trace: Trace, max_width: int, draft: DraftModel | None = None,
-                  repeats: int = 5) -> Costs:
+                  repeats: int = 5, progress: Callable[[str], None] | None = None) -> Costs:
     """Time the prefill, a forward over 1 .. ``max_width`` tokens and (with a draft) a draft step, on this machine.
 
     At the middle of the trace's text (attention's cost grows with the context), each width timed ``repeats``
     times in turn and the median kept, with how much the repeats varied (``spread``); the cache is cropped back
     after each, as a rejected draft's is. What a real run pays around its forwards is
-    :func:`decode_tui.core.calibrate.calibrated`'s to add.
+    :func:`decode_tui.core.calibrate.calibrated`'s to add. ``progress`` hears how far along it is, a pass at a
+    time (a long trace's prefills take minutes on a CPU).
     """
     import torch
 
@@ -402,6 +403,9 @@ def measure_costs(lm: LoadedModel, trace: Trace, max_width: int, draft: DraftMod
     with torch.inference_mode():
         prefills, samples = [], {w: [] for w in range(1, max_width + 1)}  # type: ignore[var-annotated]
         for repeat in range(repeats + 1):  # the first pass warms up and is not kept
+            if progress is not None:
+                progress(f"pass {repeat + 1} of {repeats + 1}: a prefill of {len(trace.prompt_ids)} tokens, then "
+                         f"forwards of 1 to {max_width} tokens after {len(half)}")
             cache = new_cache(lm.model, rollback=True)
             prefills.append(timed(lm.model, cache, list(trace.prompt_ids)))
             cache = new_cache(lm.model, rollback=True)
@@ -415,7 +419,9 @@ def measure_costs(lm: LoadedModel, trace: Trace, max_width: int, draft: DraftMod
         draft_step = draft_prefill = 0.0
         if draft is not None:
             steps, draft_prefills = [], []
-            for _ in range(repeats):
+            for repeat in range(repeats):
+                if progress is not None:
+                    progress(f"the draft model's prefill and step, {repeat + 1} of {repeats}")
                 cache = new_cache(draft.model, rollback=True)
                 draft_prefills.append(timed(draft.model, cache, half))
                 steps.append(timed(draft.model, cache, feed[:1]))

@@ -30,6 +30,8 @@ from collections import deque
 MAX_WIDTH = 8  # wider verifications run as they are: past 8 rows the kernels' costs grow with the width again
 GAIN = 0.85  # pad only to a width measured at least 15 % cheaper: a smaller difference may be noise
 TRIES = 2  # forwards of a width before its times are compared (a first one may pay a kernel's warm-up)
+STALE = 64  # forwards after which a width's times are taken again: one timed while the machine was busy does not
+# price it for the rest of the process
 
 
 class WidthCosts:
@@ -37,18 +39,23 @@ class WidthCosts:
 
     def __init__(self) -> None:
         self.seconds: dict[int, deque[float]] = {w: deque(maxlen=8) for w in range(2, MAX_WIDTH + 1)}
+        self.forwards = 0  # forwards observed so far
+        self.timed_at: dict[int, int] = {}  # each width's last forward, by that count
 
     def width_for(self, width: int, room: int) -> int:
         """The width to run a forward of ``width`` positions at, at most ``room`` (the positions the model has left
         and the cache holds: a pad past them would read a position the model has no embedding for).
 
         Until each candidate (``width`` and every wider one up to MAX_WIDTH that fits) was timed TRIES times, the
-        first one short of that, so that it gets timed; then the cheapest, where it costs at most GAIN times
-        ``width``'s own time, else ``width``."""
+        first one short of that, so that it gets timed; one last timed STALE forwards ago is timed again (its
+        times may be a busy moment's); then the cheapest, where it costs at most GAIN times ``width``'s own time,
+        else ``width``."""
         if not 2 <= width <= MAX_WIDTH:
             return width
         candidates = range(width, max(width, min(MAX_WIDTH, room)) + 1)
         for v in candidates:
+            if self.forwards - self.timed_at.get(v, self.forwards) > STALE:
+                self.seconds[v].clear()  # its old times go: they are what may have been a busy moment's
             if len(self.seconds[v]) < TRIES:
                 return v
         cost = {v: statistics.median(self.seconds[v]) for v in candidates}
@@ -57,8 +64,10 @@ class WidthCosts:
 
     def observe(self, width: int, seconds: float) -> None:
         """A forward of ``width`` positions took ``seconds``."""
+        self.forwards += 1
         if width in self.seconds:
             self.seconds[width].append(seconds)
+            self.timed_at[width] = self.forwards
 
 
 _COSTS: weakref.WeakKeyDictionary[object, WidthCosts] = weakref.WeakKeyDictionary()

@@ -235,7 +235,7 @@ def test_an_unexpected_exception_in_the_app_exits_1_restores_the_terminal_and_cl
     root = Path(__file__).resolve().parents[1]
     command = (f"cd {shlex.quote(str(root))} && PYTHONPATH=. {shlex.quote(sys.executable)} {shlex.quote(str(script))} "
                f"{shlex.quote(str(record))}; echo $? > {status}; sleep 30")
-    tmux("new-session", "-d", "-s", "t", "-x", "120", "-y", "36", command)
+    tmux("new-session", "-d", "-s", "t", "-x", "400", "-y", "36", command)  # wide: the path is read off one line
     wait(status.exists, "the app to end on its error")
     assert status.read_text().strip() == "1"
     modes = tmux("display", "-p", "-t", "t", "#{alternate_on} #{mouse_any_flag} #{mouse_standard_flag}").split()

@@ -100,6 +100,34 @@ def test_a_warm_up_says_how_far_along_it_is(lm: Any, mode: str) -> None:
         assert any(f"draft round 1 of {WARM_ROUNDS} verified" in line for line in lines), lines
 
 
+def test_a_suffix_warm_up_names_its_budget_timing_and_a_long_prompt_warms_up_on_its_start_alone(
+        lm: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`run --mode suffix` said "warming up suffix…" for 10 s, and a 5,760-word prompt's prefill was paid by the
+    warm-up and again by the run (first token at 307 s)."""
+    from decode_tui.core import run as run_module
+    from decode_tui.core import warmup
+
+    prompts: list[str] = []
+    real = run_module.Run
+
+    class Spy(real):  # type: ignore[misc, valid-type]
+        def __init__(self, lm: Any, prompt: str, *args: Any, **kwargs: Any) -> None:
+            prompts.append(prompt)
+            super().__init__(lm, prompt, *args, **kwargs)
+
+    monkeypatch.setattr(run_module, "Run", Spy)
+    lines = []
+    steps = warmup.warming(lm, PROMPT, DecodeConfig(mode="suffix", max_new_tokens=16, seed=3))
+    for line in steps:
+        lines.append(line)
+    assert lines[0] == "warming up suffix: timing forwards of a few widths, for the draft trees' size"
+    assert lines[1] == "warming up suffix: the prompt's prefill" and prompts == [PROMPT]
+    monkeypatch.setattr(warmup, "WARM_PROMPT_CHARS", 60)  # the tiny model reads 512 tokens at most
+    long = "ab cd " * 60
+    warmup.warm_up(lm, long, DecodeConfig(mode="greedy", max_new_tokens=4, seed=3))
+    assert prompts[-1] == long[: warmup.WARM_PROMPT_CHARS], "on the CPU its start alone"
+
+
 def test_compare_times_warm_runs_alternated_and_reports_the_spread(lm: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Warm-ups first (closed early, not timed), then AB, BA, AB; the speed-up is the median ratio."""
     order: list[tuple[str, bool]] = []

@@ -19,7 +19,7 @@ from rich.text import Text
 from ..core.timeline import ForwardRow, expected_tokens_per_forward, per_position_rate, sparkline
 from ..core.whatif import DRAFT_LENGTHS, NGRAM_SIZES, WhatIf
 
-FORWARD_COLUMNS = ("fwd", "tokens", "k", "accepted", "draft ms", "verify ms")
+FORWARD_COLUMNS = ("fwd", "tokens", "proposed", "kept", "draft ms", "verify ms")  # draft nodes, tokens kept
 BAR_COLUMN = "█ token · rejected draft"  # the header of forward_cells' last cell
 
 

@@ -10,10 +10,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..core.events import Event
+from ..core.events import BeamStepped, DraftProposed, DraftVerified, Event, Finished, TokenEmitted
 from ..lessons import Lesson, PauseTracker
+from .numbers import nth
 from .run_view import RunView
 from .widgets.narration import Narration, pause_text
+
+
+def moment(event: Event) -> str:
+    """Where in the run ``event`` is, in the words the panels use: ``round 3``, ``beam step 4``, ``token 12``."""
+    if isinstance(event, DraftVerified | DraftProposed):
+        return f"round {event.round}"
+    if isinstance(event, BeamStepped):
+        return f"beam step {nth(event.step)}"
+    if isinstance(event, TokenEmitted):
+        return f"token {nth(event.index)}"
+    return "the end" if isinstance(event, Finished) else "this moment"
 
 
 class LessonControl:
@@ -33,7 +45,10 @@ class LessonControl:
 
         def check(event: Event) -> str | None:
             pause = tracker.check(event)
-            return pause_text(pause, live, lesson.name) if pause is not None else None
+            if pause is None:
+                return None
+            # Said with the moment it speaks of: once the run moves on, later rounds may do otherwise.
+            return f"At {moment(event)}: {pause_text(pause, live, lesson.name)}"
 
         return check
 

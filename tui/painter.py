@@ -10,6 +10,7 @@ from __future__ import annotations
 from textual.app import App
 
 from ..core.events import Mode
+from .numbers import nth
 from .run_view import Pending, RunView
 from .widgets.beam_panel import BeamPanel
 from .widgets.caption import Caption
@@ -47,12 +48,19 @@ class Painter:
         self.stats.show(view.counters)
         if view.finished is not None and mode == "beam":
             self.show_best_beam(view)  # re-ranked while the search ran: its text is the best for the penalty shown
+        elif mode == "beam" and pending.steps:
+            # Beam search writes its text at the end: meanwhile the pane says so, with the best open beam's end.
+            step = pending.steps[-1]
+            best = max(step.beams, key=lambda b: b.score)
+            self.text.show_instead(f"Searching, beam step {nth(step.step)}: the text comes when the search ends. "
+                                   f"The best open beam so far ends …{best.text_tail}")
 
     def show_best_beam(self, view: RunView) -> None:
         """The text pane shows the best finished beam for the length penalty the beam panel ranks by: the run's
         own tokens where that is the hypothesis it emitted, else that hypothesis's text."""
         finished, hypotheses = view.finished, self.beams.finished()
         if finished is None or not hypotheses or self.beams.length_penalty is None:  # not re-ranked: the run's text
+            self.text.show_instead(None)
             return
         best = hypotheses[0]
         self.text.show_instead(None if best.token_ids == finished.token_ids else best.text)

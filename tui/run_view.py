@@ -79,8 +79,9 @@ class Counters:
     kept: int = 0
     forced: int = 0
     forwards: int = 0
-    drafted: int = 0
+    drafted: int = 0  # nodes proposed, accepted the draft tokens kept, rounds the rounds that drafted
     accepted: int = 0
+    rounds: int = 0
     elapsed_s: float = 0.0
     # Beam search writes its text only at the end: its progress is the steps so far and the tokens the open
     # beams decoded (one a beam a step).
@@ -223,13 +224,17 @@ class RunView:
                 # Positions the grammar cut (and those after them) were never verified, so never count as drafted.
                 cut = next((v.position for v in event.verdicts if v.verdict == "cut"), len(event.verdicts))
                 tree = self._tree()
-                if tree is not None:  # a tree's drafted length is its depth, as the core counts it
-                    cut, c.tree_nodes = tree.depth, len(tree)
+                nodes = None
+                if tree is not None:  # a tree is counted as the core counts it: its nodes, and its depth
+                    cut, nodes = tree.depth, len(tree)
+                c.tree_nodes = nodes or 0  # the latest round's shape: a chain after a tree says no tree
                 emitted = event.accepted + (event.extra_token_id is not None)
-                self.draft_stats.record(cut, event.accepted, event.draft_s, event.verify_s, emitted, event.draft_fed)
+                self.draft_stats.record(cut, event.accepted, event.draft_s, event.verify_s, emitted, event.draft_fed,
+                                        nodes)
                 if event.step_s is not None:  # the plain step the run timed: what its cost figures divide by
                     self.draft_stats.plain_step_s = event.step_s
-                c.drafted, c.accepted = self.draft_stats.drafted, self.draft_stats.accepted
+                c.drafted, c.accepted, c.rounds = (self.draft_stats.drafted, self.draft_stats.accepted,
+                                                   self.draft_stats.rounds)
                 self._verdicts = list(event.accepted_verdicts)
                 if self._proposed is not None:
                     # The round is shown once its tokens are in, so the extra token has its text.

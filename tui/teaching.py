@@ -20,6 +20,7 @@ from ..core.events import (
     Finished,
     TokenSampled,
 )
+from ..core.token_tree import TokenTree
 from .numbers import count, decoded_tokens, nth, prob
 
 
@@ -47,8 +48,10 @@ def _tree_caption(event: DraftVerified, proposed: DraftProposed, extra_text: str
     tested and refused), its extra token."""
     left = sum(v.verdict == "rejected" for v in event.verdicts)
     kept = " ".join(quoted(proposed.texts[i]) for i in event.path or ())
-    parts = [f"round {event.round}: a tree of {len(event.verdicts)} in one forward; the target followed "
-             f"{event.accepted}" + (f" ({kept})" if kept else "")]
+    depth = TokenTree(proposed.token_ids, proposed.parents).depth if proposed.parents is not None else None
+    shape = f" ({depth} deep)" if depth is not None else ""
+    parts = [f"round {event.round}: proposed a tree of {len(event.verdicts)} nodes{shape} in one forward; the "
+             f"target kept a path of {event.accepted}" + (f" ({kept})" if kept else "")]
     if left:
         parts.append(f"went past {left} other {'candidate' if left == 1 else 'candidates'}")
     extra = extra_text if extra_text is not None else f"#{event.extra_token_id}"
@@ -78,7 +81,7 @@ def caption(event: Event, proposed: DraftProposed | None = None, extra_text: str
     if isinstance(event, DraftVerified):
         k = len(event.verdicts)
         drafted = "copied" if proposed is not None and proposed.drafter == "lookup" else "drafted"
-        parts = [f"round {event.round}: {drafted} {k}; target accepted {event.accepted}"]
+        parts = [f"round {event.round}: {drafted} {k}; target kept {event.accepted}"]
         rejected = next((v for v in event.verdicts if v.verdict == "rejected"), None)
         if rejected is not None:
             which = ordinal(nth(rejected.position))

@@ -235,7 +235,8 @@ def speculative(
                 # A tree's drafted length is its depth: the acceptance by position is then by depth.
                 drafted_k = len(verdicts) if tree is None else tree.depth
                 fed = draft.fed if drafter.kind == "model" else None
-                stats.record(drafted_k, n, draft_s, verify_s, n + (extra is not None), fed)
+                stats.record(drafted_k, n, draft_s, verify_s, n + (extra is not None), fed,
+                             None if tree is None else len(verdicts))
                 if policy:
                     policy.observe(drafted_k, n, verify_s, draft_s, None if fed is None else caught_up(fed))
                 confirmed = len(context) + n

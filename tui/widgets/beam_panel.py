@@ -94,9 +94,10 @@ class BeamPanel(LivePanel):
         for name, justify in (("#", "right"), ("text", "left"), ("len", "right"), ("Σ log p", "right"),
                               ("score", "right")):
             finished.add_column(name, justify=justify)  # type: ignore[arg-type]
-        for rank, h in enumerate(self.finished(), start=1):
-            finished.add_row(str(rank), quoted(h.text[-32:]), str(len(h.token_ids)), f"{h.sum_logprobs:.3f}",
-                             f"{h.score:.3f}")
+        hyps = self.finished()
+        for rank, h in enumerate(hyps, start=1):
+            finished.add_row(str(rank), _where_apart(h.text, [o.text for o in hyps if o is not h], 34),
+                             str(len(h.token_ids)), f"{h.sum_logprobs:.3f}", f"{h.score:.3f}")
         return beams, finished
 
     def _compact(self, width: int) -> tuple[Text, Text]:
@@ -115,9 +116,10 @@ class BeamPanel(LivePanel):
         finished.append(self._finished_title() + "\n", style="italic")
         if self.finished():
             finished.append(f"{'#':>2} {'len':>4}{'Σ log p':>9}{'score':>8}\n", style="bold")
-        for rank, h in enumerate(self.finished(), start=1):
+        hyps = self.finished()
+        for rank, h in enumerate(hyps, start=1):
             finished.append(f"{rank:>2} {len(h.token_ids):>4}{h.sum_logprobs:>9.3f}{h.score:>8.3f}\n"
-                            f"   {_tail(h.text, width - 4)}\n")
+                            f"   {_where_apart(h.text, [o.text for o in hyps if o is not h], width - 4)}\n")
         beams.rstrip()
         finished.rstrip()
         return beams, finished
@@ -196,3 +198,26 @@ def _tail(text: str, room: int) -> str:
         n -= 1
         shown = "'…" + quoted(text[-n:])[1:]
     return shown
+
+
+def _where_apart(text: str, others: list[str], room: int) -> str:
+    """A finished hypothesis in ``room`` cells, shown from just before where it parts from the others: two
+    hypotheses that end alike (``'…alance of its aquatic ecosystem.'``) read apart where they differ. Its whole
+    text where it fits; its tail where it parts from none (one hypothesis alone)."""
+    if len(quoted(text)) <= room or not others:
+        return _tail(text, room)
+    # The latest point where it still agrees with another: what comes after is its own.
+    apart = max(_agreed(text, other) for other in others)
+    start = max(0, apart - 6)
+    shown = quoted(text[start:])
+    if start:
+        shown = "'…" + shown[1:]
+    if len(shown) <= room:
+        return shown
+    return shown[: max(room - 2, 4)] + "…'"
+
+
+def _agreed(a: str, b: str) -> int:
+    """How many characters ``a`` and ``b`` share at their start."""
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)

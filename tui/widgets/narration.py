@@ -15,7 +15,7 @@ from textual.widgets import Static
 
 from ...core.events import Finished
 from ...lessons import Lesson, Pause
-from ..numbers import count, decoded_tokens
+from ..numbers import count, decoded_tokens, draft_counts
 
 
 def pause_text(pause: Pause, live: bool, name: str) -> str:
@@ -33,8 +33,7 @@ def figures(result: Finished) -> str:
     parts = [f"{decoded_tokens(*result.token_counts)} in "
              f"{count(result.target_forwards, 'target forward')} ({result.tokens_per_forward:.2f} per forward)"]
     if result.drafted:
-        parts.append(f"{result.accepted or 0} of {result.drafted} drafted tokens accepted "
-                     f"({(result.accepted or 0) / result.drafted:.0%})")
+        parts.append(draft_counts(result.drafted, result.accepted or 0, result.draft_rounds, result.draft_depth))
     if result.acceptance_by_position:
         parts.append("acceptance by draft position " +
                      ", ".join(f"{rate:.0%}" for rate in result.acceptance_by_position))
@@ -60,6 +59,7 @@ class Narration(VerticalScroll):
         self.border_title = f"lesson: {lesson.title}"
         self.text = ""
         self.hint = ""
+        self.said = ""  # the last pause's text, while the run goes on past it
 
     def compose(self) -> ComposeResult:
         yield self.body
@@ -92,14 +92,18 @@ class Narration(VerticalScroll):
         self.call_after_refresh(self._sign_more)
 
     def intro(self) -> None:
+        self.said = ""
         self._show(self.lesson.intro, "n: start · space: pause or resume · ?: every key")
 
     def paused(self, text: str) -> None:
+        self.said = text
         self._show(text, "n: go on to the next moment · space: resume")
 
     def going(self) -> None:
-        """The run goes on: the last text stays, the hint says how to stop it."""
-        self._show(self.text, "running · space: pause · n at a pause: go on")
+        """The run goes on: the last pause's text stays, said to be of that moment (the screen moves on past it,
+        and later rounds may do otherwise); the hint says how to stop it."""
+        body = f"Said at the last pause; the run has moved on since.\n{self.said}" if self.said else self.text
+        self._show(body, "running · space: pause · n at a pause: go on")
 
     def summary(self, result: Finished, last: str | None) -> None:
         """The end: the run's figures first (a short panel, in 80x24, keeps them), the last pause's text when the

@@ -54,10 +54,11 @@ class StatsBar(LivePanel):
             parts.append((f"{tokens / forwards:.2f} tok/forward", f"{tokens / forwards:.2f} tok/fwd", 4))
         drafted = r.drafted if r and r.drafted is not None else counters.drafted
         accepted = r.accepted if r and r.accepted is not None else counters.accepted
-        if drafted:
-            parts.append((f"acceptance {accepted / drafted:.0%}", f"acc {accepted / drafted:.0%}", 6))
-        if counters.tree_nodes:
-            parts.append((f"tree of {counters.tree_nodes} nodes", f"tree {counters.tree_nodes}", 5))
+        if drafted:  # nodes proposed and tokens kept, as the core counts them (tui/numbers.py's draft_counts)
+            parts.append((f"kept {accepted}/{drafted} drafted ({accepted / drafted:.0%})",
+                          f"kept {accepted / drafted:.0%}", 6))
+        if counters.tree_nodes:  # the latest round's shape
+            parts.append((f"last round a tree of {counters.tree_nodes} nodes", f"tree {counters.tree_nodes}", 5))
         if (perplexity := counters.perplexity) is not None:
             parts.append((f"perplexity {perplexity:.2f}", f"ppl {perplexity:.2f}", 1))
         parts.append((f"{elapsed:.1f} s", f"{elapsed:.1f} s", 2))
