@@ -49,8 +49,9 @@ def warming(lm: LoadedModel, prompt: str, config: DecodeConfig,
 
     Prefill, steps, and (speculative, PLD) the verification of the configured draft length, whose
     CUDA graph is captured right after the prefill. Off CUDA a long prompt warms up on its first
-    WARM_PROMPT_CHARS characters: nothing there depends on its size, and its prefill is then paid once. The generator is closed early, as any consumer
-    may: the strategy's ``finally`` hands the cache and its graphs back for the real run.
+    WARM_PROMPT_CHARS characters: nothing there depends on its size, and its prefill is then paid once.
+    The generator is closed early, as any consumer may: the strategy's ``finally`` hands the cache and
+    its graphs back for the real run.
     """
     from .run import Run
 
