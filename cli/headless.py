@@ -94,9 +94,9 @@ def _stats_line(lm: LoadedModel, result: Finished) -> str:
 def _warm_up(lm: LoadedModel, prompt: str, config: DecodeConfig, draft: DraftModel | None) -> None:
     """Run the first steps of this decode once, so the timed run is not a cold one (see core/warmup.py)."""
     from ..core.forward import graph_failure
-    from ..core.warmup import describe, warm_up
+    from ..core.warmup import describe, reads_history, warm_up
 
-    what = describe(lm, config)
+    what = "; ".join(part for part in (reads_history(config), describe(lm, config)) if part)
     terminal = stderr().is_terminal  # a spinner's line says how far along; a log gets the phases only
     with status(f"Warming up {lm.name} ({what + '; ' if what else ''}{config.mode})") as progress:
         seconds = warm_up(lm, prompt, config, draft,

@@ -103,18 +103,20 @@ def lesson_config(lesson: Lesson, overrides: dict[str, Any]) -> DecodeConfig:
     if "history" in settings:  # earlier outputs shipped beside the lesson (suffix drafting's --history)
         files = settings["history"] if isinstance(settings["history"], list) else [settings["history"]]
         settings["history"] = [Path(lesson.source).parent / str(name) for name in files]
-    if mode in ONLY_FOR["adaptive"]:  # a lesson shows drafting's raw behaviour, every round at full length, unless
-        settings.setdefault("adaptive", False)  # it says adaptive (the command line's default is the policy)
     settings.update({k: v for k, v in overrides.items() if k in SETTINGS and k not in CONSTRAINTS})
     # A constraint given on the command line replaces the lesson's, whichever kind each is.
     constraint = constraint_of(theirs.get("json_schema"), theirs.get("regex"), theirs.get("grammar")) if theirs \
         else _lesson_constraint(lesson, ours)
     try:
-        return build_config(mode=mode, constraint=constraint, **settings)
+        config = build_config(mode=mode, constraint=constraint, **settings)
     except UsageError as err:
         raise UsageError(f"{lesson.source}: {err.message}") from None
     except (TypeError, ValueError) as err:
         raise UsageError(f"{lesson.source}: its [settings] do not fit ({err}).") from None
+    # A lesson shows drafting's raw behaviour, every round at full length, unless it (or the command line) says
+    # adaptive: the command line's own default is the policy.
+    adaptive = bool(settings.get("adaptive", False))
+    return dataclasses.replace(config, draft=dataclasses.replace(config.draft, adaptive=adaptive))
 
 
 def _lesson_constraint(lesson: Lesson, given: dict[str, Any]) -> Constraint | None:

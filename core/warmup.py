@@ -107,16 +107,6 @@ def _how_far(mode: str, tokens: int, rounds: int, whole: bool, max_new: int, dra
 
 def describe(lm: LoadedModel, config: DecodeConfig) -> str:
     """What the warm-up of ``config`` does besides decoding a few steps, for a progress line ("" if nothing)."""
-    if config.mode == "suffix" and config.draft.history:
-        from pathlib import Path
-
-        size = sum(Path(p).stat().st_size for p in config.draft.history if Path(p).is_file())
-        also = _kernels(lm, config)
-        return f"reading and indexing {size / 2**20:.1f} MB of --history first" + (f"; {also}" if also else "")
-    return _kernels(lm, config)
-
-
-def _kernels(lm: LoadedModel, config: DecodeConfig) -> str:
     if config.compiles:
         return ("compiling the steps with torch.compile: tens of seconds on a GPU, a minute or more on a CPU, less "
                 "once Inductor's cache in decode-tui's cache folder has them")
@@ -125,6 +115,17 @@ def _kernels(lm: LoadedModel, config: DecodeConfig) -> str:
     if config.cuda_graphs and graphs_available(lm.model):
         return "capturing CUDA graphs"
     return ""
+
+
+def reads_history(config: DecodeConfig) -> str:
+    """What the warm-up reads first, for a front end's opening line: a suffix run's ``--history`` ("" if none)."""
+    if config.mode != "suffix" or not config.draft.history:
+        return ""
+    from pathlib import Path
+
+    size = sum(Path(p).stat().st_size for p in config.draft.history if Path(p).is_file())
+    amount = f"{size / 2**20:.1f} MB" if size >= 2**20 else f"{max(1, round(size / 1024))} KB"
+    return f"reading and indexing {amount} of --history first"
 
 
 def _synchronize(lm: LoadedModel) -> None:

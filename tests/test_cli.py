@@ -78,10 +78,11 @@ def test_beam_jsonl_adds_hypotheses_best_first(tiny_model_dir: Path, isolated_en
     assert "".join(e["text"] for e in emitted) == final["text"]
 
 
-@pytest.mark.parametrize("args", [["--mode", "pld"], ["--mode", "speculative", "--draft", "self"],
+@pytest.mark.parametrize("args", [["--mode", "pld"], ["--mode", "speculative", "--draft", "self", "--no-adaptive"],
                                   ["--mode", "speculative", "--draft", "int4", "--adaptive"],
-                                  ["--mode", "pld", "--tree-budget", "8"], ["--mode", "suffix"],
-                                  ["--mode", "suffix", "--adaptive", "--tree-budget", "4"]])
+                                  ["--mode", "pld", "--tree-budget", "8", "--no-adaptive"], ["--mode", "suffix"],
+                                  ["--mode", "suffix", "--adaptive", "--tree-budget", "4"],
+                                  ["--mode", "speculative", "--draft", "self"]])
 def test_drafting_modes_report_their_counters_and_compare_with_greedy(tiny_model_dir: Path,
                                                                       isolated_env: dict[str, str],
                                                                       args: list[str]) -> None:
@@ -93,8 +94,13 @@ def test_drafting_modes_report_their_counters_and_compare_with_greedy(tiny_model
         assert key in final
     assert final["comparison"]["identical"] is True and final["comparison"]["first_divergence"] is None
     assert final["comparison"]["speedup"] > 0
-    if "self" in args:
+    if "self" in args and "--no-adaptive" in args:  # drafting for itself at full length: every token kept
         assert final["accepted"] == final["drafted"] > 0
+    elif "self" in args:  # by default adaptive: a draft as dear as the target (c near 1) is never drafted from
+        assert final["drafted"] == 0
+    assert final["acceptance_rate"] == (final["accepted"] / final["drafted"] if final["drafted"] else 0.0)
+    if final["drafted"]:  # one definition: nodes proposed, tokens kept, the rounds that drafted
+        assert final["draft_rounds"] > 0 and final["draft_depth"] <= final["drafted"]
 
 
 def test_text_format_streams_text_and_puts_stats_on_stderr(tiny_model_dir: Path,

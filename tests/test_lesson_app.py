@@ -108,7 +108,7 @@ async def test_a_live_lesson_offers_what_to_try_and_n_goes_on_to_the_next_pause(
     lesson = parse('name = "mine"\ntitle = "Mine"\nmode = "greedy"\nprompt = "p"\nintro = "Look."\n'
                    '[[pause]]\non = "token 2"\ntext = "Two."\ntry = "Press T."\n'
                    '[[pause]]\non = "token 5"\ntext = "Five."\n', "mine.toml")
-    fake = FakeDecoder()
+    fake = FakeDecoder(delay=0.2)  # slow enough to see the run go on past a pause
     app = DecodeApp(with_mode(Settings(), "greedy"), fake.source, start_paused=True,
                     lesson=lesson)
     async with app.run_test(size=SIZE) as pilot:
@@ -116,13 +116,16 @@ async def test_a_live_lesson_offers_what_to_try_and_n_goes_on_to_the_next_pause(
         await pilot.pause(0.1)
         assert narration.text == "Look."
         await pilot.press("n")
-        await until(pilot, lambda: narration.text == "Two.\nTry: Press T.")
+        # Each pause says the moment it speaks of: the run moves on past it.
+        await until(pilot, lambda: narration.text == "At token 2: Two.\nTry: Press T.")
         assert text(app) == "".join(WORDS[:2])
         await pilot.press("n")
-        await until(pilot, lambda: narration.text == "Five.")
+        await until(pilot, lambda: narration.text == "At token 5: Five.")
         assert text(app) == "".join(WORDS[:5])
-        await pilot.press("n")
-        await settle(pilot, app)
+        await pilot.press("space")  # running on past it: the text stays, said to be the last pause's
+        await until(pilot, lambda: narration.text.startswith("Said at the last pause; the run has moved on since.\n"
+                                                             "At token 5: Five."))
+        await settle(pilot, app, until=10)
         await until(pilot, lambda: "This run:" in narration.text)
         await pilot.press("r")  # a restart starts the lesson over, on its intro
         await until(pilot, lambda: narration.text == "Look." and len(fake.runs) == 2)

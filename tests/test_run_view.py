@@ -245,3 +245,33 @@ def test_the_adaptive_policys_decision_reaches_the_draft_panel() -> None:
     view.apply([STARTED, DraftLengthDecided(round=3, k=0, reason="plain steps: no draft length pays")], now=1.0,
                paused=False)
     assert view.take().adaptive == "adaptive: plain steps: no draft length pays"
+
+
+def test_a_tree_round_counts_its_nodes_and_its_kept_path_and_a_chain_after_it_says_no_tree() -> None:
+    """why-trees said "84 of 84 drafted tokens accepted (100%)" (by depth) where its round said "drafted 2 ... target
+    accepted 1" (by nodes), and the stats bar kept "tree of 2 nodes" through later chains. One definition: nodes
+    proposed, tokens kept, the kept path a round."""
+    from decode_tui.tui.numbers import draft_counts
+
+    tree = [DraftProposed(round=0, drafter="lookup", token_ids=(5, 6, 7), texts=("a", "b", "c"), parents=(-1, -1, 1)),
+            DraftVerified(round=0, verdicts=(PositionVerdict(0, 5, 0.1, 1.0, None, "rejected"),
+                                             PositionVerdict(1, 6, 0.8, 1.0, None, "accepted"),
+                                             PositionVerdict(2, 7, 0.7, 1.0, None, "accepted")),
+                          accepted=2, extra_token_id=8, extra_kind="bonus", target_forwards=2, path=(1, 2))]
+    chain = [DraftProposed(round=1, drafter="lookup", token_ids=(9, 10, 11, 12), texts=("d", "e", "f", "g")),
+             DraftVerified(round=1, verdicts=(PositionVerdict(0, 9, 0.8, 1.0, None, "accepted"),
+                                              PositionVerdict(1, 10, 0.1, 1.0, None, "rejected"),
+                                              PositionVerdict(2, 11, 0.1, 1.0, None, "untested"),
+                                              PositionVerdict(3, 12, 0.1, 1.0, None, "untested")),
+                           accepted=1, extra_token_id=13, extra_kind="target", target_forwards=3)]
+    view = RunView(paused=False, now=0.0)
+    view.apply([STARTED, *tree], 0.0, paused=False)
+    c = view.counters
+    assert (c.drafted, c.accepted, c.rounds, c.tree_nodes) == (3, 2, 1, 3)
+    assert view.draft_stats.depth == 2 and view.draft_stats.by_position() == (1.0, 1.0), "by depth along the path"
+    view.apply(chain, 0.1, paused=False)
+    assert (c.drafted, c.accepted, c.rounds, c.tree_nodes) == (7, 3, 2, 0), "the latest round was a chain"
+    stats = view.draft_stats
+    assert draft_counts(stats.drafted, stats.accepted, stats.rounds, stats.depth) == \
+        "3 tokens kept of 7 nodes proposed (43%), a kept path of 1.5 a round"
+    assert draft_counts(4, 1, 1, 4) == "1 token kept of 4 drafted (25%), a kept path of 1.0 a round"

@@ -201,7 +201,7 @@ async def test_a_step_in_speculative_mode_is_a_whole_draft_round() -> None:
         await until(pilot, paused_at(app, WORDS[0]))  # the prefill's token
         await pilot.press("n")
         await until(pilot, paused_at(app, "".join(WORDS[:5])))  # 3 accepted + the bonus, in one step
-        assert "accepted 3" in str(app.query_one("#caption", Caption).content)
+        assert "target kept 3" in str(app.query_one("#caption", Caption).content)
         await pilot.press("n")
         await until(pilot, paused_at(app, "".join(WORDS[:7])))
         line = str(app.query_one("#caption", Caption).content)
@@ -790,7 +790,7 @@ async def test_the_stats_bar_keeps_every_figure_whole_in_80_columns() -> None:
         bar = app.query_one(StatsBar)
         (line,) = _shown(bar)
         parts = line.strip().split(" · ")
-        assert parts[:2] == ["finished", "7 tok"] and "3 fwd" in parts and "acc 71%" in parts, line
+        assert parts[:2] == ["finished", "7 tok"] and "3 fwd" in parts and "kept 71%" in parts, line
         assert parts[-1] == wide[-2] and "finish:" not in line, "the finish reason (the caption says it) goes first"
         assert parts[2] == wide[2] and parts[2].endswith(" tok/s"), "the rate stays"
 

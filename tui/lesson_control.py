@@ -25,7 +25,7 @@ def moment(event: Event) -> str:
         return f"beam step {nth(event.step)}"
     if isinstance(event, TokenEmitted):
         return f"token {nth(event.index)}"
-    return "the end" if isinstance(event, Finished) else "this moment"
+    return "this moment"
 
 
 class LessonControl:
@@ -47,8 +47,10 @@ class LessonControl:
             pause = tracker.check(event)
             if pause is None:
                 return None
-            # Said with the moment it speaks of: once the run moves on, later rounds may do otherwise.
-            return f"At {moment(event)}: {pause_text(pause, live, lesson.name)}"
+            # Said with the moment it speaks of: once the run moves on, later rounds may do otherwise. (The end
+            # needs no saying: nothing comes after it.)
+            said = pause_text(pause, live, lesson.name)
+            return said if isinstance(event, Finished) else f"At {moment(event)}: {said}"
 
         return check
 

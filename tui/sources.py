@@ -123,10 +123,11 @@ class ModelRunner:
         key = (settings.mode, settings.config.draft.draft if settings.mode == "speculative" else "")
         if key in self._warm:
             return
-        from ..core.warmup import describe, warming
+        from ..core.warmup import describe, reads_history, warming
 
         what = describe(lm, settings.config)
-        yield Notice("loading", f"warming up {settings.mode}{' and ' + what if what else ''}…")
+        first = "; ".join(part for part in (reads_history(settings.config), what) if part)
+        yield Notice("loading", f"warming up {settings.mode}{' and ' + first if first else ''}…")
         steps = warming(lm, settings.prompt, settings.config, draft)
         while True:  # how far along, a line a token or a draft round: a wait of tens of seconds says what it does
             try:

@@ -55,8 +55,7 @@ class StatsBar(LivePanel):
         drafted = r.drafted if r and r.drafted is not None else counters.drafted
         accepted = r.accepted if r and r.accepted is not None else counters.accepted
         if drafted:  # nodes proposed and tokens kept, as the core counts them (tui/numbers.py's draft_counts)
-            parts.append((f"kept {accepted}/{drafted} drafted ({accepted / drafted:.0%})",
-                          f"kept {accepted / drafted:.0%}", 6))
+            parts.append((f"kept {accepted}/{drafted}", f"kept {accepted / drafted:.0%}", 6))
         if counters.tree_nodes:  # the latest round's shape
             parts.append((f"last round a tree of {counters.tree_nodes} nodes", f"tree {counters.tree_nodes}", 5))
         if (perplexity := counters.perplexity) is not None:
