@@ -73,6 +73,12 @@ async def _busy_shown(pilot: Any, app: Any) -> str:
     return str(panels.border_subtitle)
 
 
+async def _quit_unharmed(pilot: Any, app: Any) -> None:
+    """The run went on with no error; q (the caller then sees status 0)."""
+    assert app.error is None and app.is_running
+    await pilot.press("q")
+
+
 SLOW = BUSY_AFTER_S + 0.3  # every step of the fake decoder outlasts the busy threshold
 
 
@@ -86,8 +92,7 @@ async def test_every_mode_runs_live_with_steps_slower_than_the_busy_threshold(mo
         before = len(app.view.trace)
         await until(pilot, lambda: len(app.view.trace) > before, timeout=10)  # the run goes on after it
         await _busy_shown(pilot, app)  # and says so again at its next slow step
-        assert app.error is None and app.is_running
-        await pilot.press("q")
+        await _quit_unharmed(pilot, app)
     assert app.return_code == 0
 
 
@@ -103,8 +108,7 @@ async def test_m_onto_every_mode_runs_it_live_with_slow_steps(mode: Mode) -> Non
         await until(pilot, lambda: len(fake.runs) == 2 and app.view.started is not None, timeout=10)
         label = await _busy_shown(pilot, app)
         assert app.view.started is not None and app.view.started.mode == mode, label
-        assert app.error is None and app.is_running
-        await pilot.press("q")
+        await _quit_unharmed(pilot, app)
     assert app.return_code == 0
 
 

@@ -7,6 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from decode_tui.core.acquire import drive
 from decode_tui.core.suffix_array import build, built
 from decode_tui.core.suffix_tree import SuffixTree
 
@@ -47,14 +48,8 @@ def test_every_draft_equals_the_trees_node_for_node(seqs: list[list[int]], depth
 def test_building_says_each_sort_and_a_common_token_is_searched_in_a_few_probes() -> None:
     rng = np.random.default_rng(0)
     seqs = [rng.integers(0, 50, 20_000).astype(np.int32) for _ in range(3)]
-    steps = build(seqs)
-    said = []
-    while True:
-        try:
-            said.append(next(steps))
-        except StopIteration as done:
-            array = done.value
-            break
+    said: list[str] = []
+    array = drive(build(seqs), said.append)
     assert len(said) == 5 and all("60,000 tokens" in s for s in said), said
     assert len(array) == 60_000 and array.nbytes <= 8 * 60_100 + 8 * 51, "int32 tokens and suffixes"
     tree = SuffixTree()
