@@ -36,7 +36,8 @@ import torch
 from decode_tui.core.embedded import pull
 from decode_tui.core.events import Finished, Mode
 from decode_tui.core.loading import LoadedModel, load_model
-from decode_tui.core.params import CODE_EDIT_PROMPT, DEFAULT_DRAFT, BeamParams, DecodeConfig
+from decode_tui.core.modes import CODE_EDIT_PROMPT
+from decode_tui.core.params import DEFAULT_DRAFT, BeamParams, DecodeConfig
 from decode_tui.core.registry import resolve
 from decode_tui.core.run import Run
 

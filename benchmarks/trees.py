@@ -37,7 +37,8 @@ from pld_vs_hf import PROMPTS
 from decode_tui.core.embedded import pull
 from decode_tui.core.events import Finished
 from decode_tui.core.loading import LoadedModel, load_model
-from decode_tui.core.params import CODE_EDIT_PROMPT, DecodeConfig, DraftParams
+from decode_tui.core.modes import CODE_EDIT_PROMPT
+from decode_tui.core.params import DecodeConfig, DraftParams
 from decode_tui.core.registry import resolve
 from decode_tui.core.run import Run
 from decode_tui.core.suffix_drafting import SuffixHistory

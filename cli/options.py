@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..core.errors import UsageError
+from ..core.modes import COPYING_MODES, DRAFTING_MODES, MODE_ONLY_OPTIONS, modes_taking
 from ..core.params import (
     WARPERS,
     BeamParams,
@@ -87,16 +88,11 @@ R = TypeVar("R")
 
 
 # The options that apply to some modes only (every other decoding option applies to all).
-_BEAM = frozenset({ModeChoice.beam})
-_DRAFTING = frozenset({ModeChoice.speculative, ModeChoice.pld, ModeChoice.suffix})
-_COPYING = frozenset({ModeChoice.pld, ModeChoice.suffix})
+# (Each mode's entry in core/modes.py says which options it takes.)
 ONLY_FOR: dict[str, frozenset[ModeChoice]] = {
-    "num_beams": _BEAM, "length_penalty": _BEAM, "early_stopping": _BEAM, "num_return_sequences": _BEAM,
-    "draft": frozenset({ModeChoice.speculative}), "num_draft_tokens": frozenset({ModeChoice.speculative}),
-    "draft_confidence": frozenset({ModeChoice.speculative}), "max_ngram_size": frozenset({ModeChoice.pld}),
-    "num_pred_tokens": _COPYING, "adaptive": _DRAFTING, "compare": _DRAFTING, "tree_budget": _DRAFTING,
-    "history": frozenset({ModeChoice.suffix}),
-}
+    option: frozenset(ModeChoice(mode) for mode in modes_taking(option)) for option in sorted(MODE_ONLY_OPTIONS)}
+_DRAFTING = frozenset(ModeChoice(mode) for mode in DRAFTING_MODES)
+_COPYING = frozenset(ModeChoice(mode) for mode in COPYING_MODES)
 
 
 def parse_modes(modes: str, mode: ModeChoice, command: str, *, at_least: int = 1) -> list[ModeChoice]:

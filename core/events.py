@@ -23,8 +23,6 @@ from typing import Any, ClassVar, Literal
 
 Mode = Literal["greedy", "sample", "beam", "speculative", "pld", "suffix"]
 MODES: tuple[Mode, ...] = ("greedy", "sample", "beam", "speculative", "pld", "suffix")
-# The modes where a drafter proposes and the target verifies: a draft model, prompt lookup, suffix drafting.
-DRAFTING_MODES: tuple[Mode, ...] = ("speculative", "pld", "suffix")
 
 FinishReason = Literal["eos", "length", "cancelled", "error"]
 

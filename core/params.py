@@ -14,43 +14,10 @@ from typing import Any, Literal
 
 from .errors import UsageError
 from .events import MODES, Mode
+from .modes import DEMO_PROMPT, MODE_SPECS
 
-# What every front end decodes when the user gives no prompt.
-DEMO_PROMPT = "Explain in three short sentences how a language model picks its next word."
-
-# The prompt each mode shows when none is given: one that shows what the mode is for. Drafting pays where the
-# target would say what the drafter guesses: PLD on an edit of text that is in the prompt (it copies from it),
-# speculative decoding on a text the draft model agrees with (a list to repeat). An open-ended prompt, where nothing can
-# be copied, teaches the opposite lesson (see the lessons in the README). Beam search on a question with many
-# good short answers, so the beams diverge.
-CODE_EDIT_PROMPT = (
-    "In the following Python code, rename the variable `total` to `running_sum` everywhere. Return the whole "
-    "code and nothing else.\n\n"
-    "def summarise(values):\n"
-    "    total = 0\n"
-    "    count = 0\n"
-    "    for value in values:\n"
-    "        if value is None:\n"
-    "            continue\n"
-    "        total += value\n"
-    "        count += 1\n"
-    "    if count == 0:\n"
-    "        return None\n"
-    "    mean = total / count\n"
-    "    print(f\"sum={total} count={count} mean={mean}\")\n"
-    "    return total, count, mean\n"
-)
-DEMO_PROMPTS: dict[str, str] = {
-    "greedy": DEMO_PROMPT,
-    "sample": DEMO_PROMPT,
-    "beam": "Suggest a name for a small coffee shop by the sea, and say why in one sentence.",
-    "speculative": ("Repeat this list exactly, one item per line: apple, banana, cherry, date, elderberry, fig, "
-                    "grape, honeydew, kiwi, lemon, mango, nectarine."),
-    "pld": CODE_EDIT_PROMPT,
-    # Suffix drafting shines on a task seen before (a second run, --history): the code edit is one a pipeline
-    # repeats with small changes, and it copies from the prompt as well.
-    "suffix": CODE_EDIT_PROMPT,
-}
+# The prompt each mode opens on when none is given, from its entry in core/modes.py.
+DEMO_PROMPTS: dict[str, str] = {mode: spec.demo_prompt for mode, spec in MODE_SPECS.items()}
 
 
 DEVICE_MAPS = ("auto", "balanced", "sequential")  # accelerate's placements for a model spread over devices

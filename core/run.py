@@ -26,11 +26,12 @@ from .bad_words import token_bytes
 from .detokenize import Detokenizer, TokenLabels
 from .drafters import Drafter, DraftModel, PromptLookup, load_draft
 from .errors import UsageError
-from .events import DRAFTING_MODES, Branched, Event, Finished, Started
+from .events import Branched, Event, Finished, Started
 from .forward import graphs_available
 from .grammar import Grammar, GrammarMask, check_path
 from .live import LiveParams
 from .loading import LoadedModel, check_prompt_fits
+from .modes import DRAFTING_MODES
 from .params import DecodeConfig
 from .path import Path, check_room
 from .sampling import StageContext

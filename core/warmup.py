@@ -22,7 +22,8 @@ from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING
 
 from .acquire import drive
-from .events import DRAFTING_MODES, BeamStepped, DraftVerified, TokenEmitted
+from .events import BeamStepped, DraftVerified, TokenEmitted
+from .modes import DRAFTING_MODES
 
 if TYPE_CHECKING:
     from .drafters import DraftModel

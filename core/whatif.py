@@ -39,7 +39,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from .drafters import Drafter as Proposer
 from .drafters import PromptLookup
 from .errors import UsageError
-from .events import DRAFTING_MODES, Event, Finished, Started
+from .events import Event, Finished, Started
+from .modes import DRAFTING_MODES
 from .params import DraftParams, SamplingParams
 from .sampling import stage_processors
 from .token_tree import TokenTree, greedy_path

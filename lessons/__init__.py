@@ -24,21 +24,21 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import UsageError
-from ..core.events import BeamStepped, DraftProposed, DraftVerified, Event, Finished, TokenEmitted
+from ..core.events import MODES, BeamStepped, DraftProposed, DraftVerified, Event, Finished, TokenEmitted
+from ..core.modes import MODE_SPECS
 from ..core.params import WARPERS, DecodeConfig
 from ..core.token_tree import TokenTree
 from ..core.toml_lines import line_of
 
-MODES = ("greedy", "sample", "beam", "speculative", "pld", "suffix")
 # What a pause can wait for: the app's notable events (tui/teaching.AutoPause), three more, or "token N". "second
 # branch": a tree round whose kept path left the tree's first branch, so a chain (the first branch alone) would
 # have kept fewer of its tokens.
 EVENTS = ("first rejection", "lookup miss", "beam finished", "end of text", "resampled", "bonus", "second branch")
 FIELDS = {"name", "title", "mode", "prompt", "intro", "summary", "settings", "pause", "recording"}
-# The modes in which each event can happen at all; "end of text" and "token N" happen in every mode.
-PAUSE_MODES = {"first rejection": ("speculative", "pld", "suffix"), "lookup miss": ("pld", "suffix"),
-               "beam finished": ("beam",), "resampled": ("speculative", "pld", "suffix"),
-               "bonus": ("speculative", "pld", "suffix"), "second branch": ("pld", "suffix")}
+# The modes in which each event can happen at all, from each mode's entry (core/modes.py); "end of text" and
+# "token N" happen in every mode.
+PAUSE_MODES = {moment: tuple(m for m in MODES if moment in MODE_SPECS[m].moments)
+               for moment in EVENTS if any(moment in spec.moments for spec in MODE_SPECS.values())}
 # Settings greedy mode ignores (it takes the argmax): a lesson that sets them says something its run does not do.
 SAMPLING_ONLY = (*WARPERS, "seed")
 DEFAULT_MAX_NEW_TOKENS = DecodeConfig().max_new_tokens  # what --max-new-tokens is when a lesson leaves it out

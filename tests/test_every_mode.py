@@ -7,6 +7,7 @@ into a run (suffix mode's ``KeyError`` at ``busy_label``): these tests read ever
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from typing import Any, get_args
 
@@ -15,22 +16,24 @@ from textual.widgets import ContentSwitcher
 
 from decode_tui import lessons
 from decode_tui.cli.flags import ModeChoice
+from decode_tui.cli.options import ONLY_FOR, build_config
 from decode_tui.core.events import MODES, Mode
+from decode_tui.core.modes import MODE_SPECS
 from decode_tui.core.params import DEMO_PROMPTS
 from decode_tui.tui import run_view
-from decode_tui.tui.run_view import BUSY_AFTER_S, WORKING_ON, RunView
-from decode_tui.tui.widgets.mode_panels import PANEL_FOR_MODE
+from decode_tui.tui.run_view import BUSY_AFTER_S, RunView
+from decode_tui.tui.widgets.mode_panels import PANEL_FOR_VIEW, panel_for
 
 from .fake_decoder import FakeDecoder
 from .test_tui import SIZE, in_event_loop, make, settle, until
 
-# Every table keyed by mode, by where it lives: a new table is added here.
+# Every table keyed by mode, by where it lives: a mode's entry (core/modes.py) and what is built from it, and the
+# one table that cannot be (an enum the command line's choices are typed with).
 PER_MODE_TABLES: dict[str, Mapping[Any, object]] = {
-    "tui.run_view.WORKING_ON": WORKING_ON,
-    "tui.widgets.mode_panels.PANEL_FOR_MODE": PANEL_FOR_MODE,
+    "core.modes.MODE_SPECS": MODE_SPECS,
+    "tui.widgets.mode_panels.panel_for": {m: panel_for(m) for m in MODES},
     "core.params.DEMO_PROMPTS": DEMO_PROMPTS,
     "cli.flags.ModeChoice": {choice.value: choice for choice in ModeChoice},
-    "lessons.MODES": dict.fromkeys(lessons.MODES, True),
 }
 
 
@@ -50,6 +53,19 @@ def test_no_per_mode_table_names_a_mode_that_is_not_one(table: str) -> None:
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_every_modes_entry_names_what_exists(mode: Mode) -> None:
+    """A mode's entry is used by the app, the command line and the lessons: each thing it names must be there."""
+    spec = MODE_SPECS[mode]
+    assert spec.name == mode and spec.working_on and spec.demo_prompt.strip()
+    assert spec.view in PANEL_FOR_VIEW, "the app has a panel for its view"
+    fields = set(inspect.signature(build_config).parameters)  # every decoding option the command line takes
+    assert spec.options <= fields, spec.options - fields
+    assert all(ModeChoice(mode) in ONLY_FOR[o] for o in spec.options), "the command line's checks take its options"
+    assert spec.moments <= set(lessons.EVENTS), spec.moments - set(lessons.EVENTS)
+    assert all(mode in lessons.PAUSE_MODES[m] for m in spec.moments), "a lesson in this mode may pause there"
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_the_busy_label_names_what_every_mode_is_doing_and_the_prefill_before_the_first_token(mode: Mode) -> None:
     from decode_tui.core.events import Started, TokenEmitted
 
@@ -63,7 +79,7 @@ def test_the_busy_label_names_what_every_mode_is_doing_and_the_prefill_before_th
                1.0, paused=False)
     assert view.busy_label(1.0, news=True, running=True, mode=mode) == ""
     label = view.busy_label(1.1 + BUSY_AFTER_S, news=False, running=True, mode=mode)
-    assert label == f"busy {0.1 + BUSY_AFTER_S:.1f} s: {WORKING_ON[mode]}", label
+    assert label == f"busy {0.1 + BUSY_AFTER_S:.1f} s: {MODE_SPECS[mode].working_on}", label
 
 
 async def _busy_shown(pilot: Any, app: Any) -> str:
@@ -88,7 +104,7 @@ async def test_every_mode_runs_live_with_steps_slower_than_the_busy_threshold(mo
     app, _ = make(mode, fake=FakeDecoder(delay=SLOW))
     async with app.run_test(size=SIZE) as pilot:
         label = await _busy_shown(pilot, app)
-        assert label.endswith(WORKING_ON[mode]) or "prefill" in label, label
+        assert label.endswith(MODE_SPECS[mode].working_on) or "prefill" in label, label
         before = len(app.view.trace)
         await until(pilot, lambda: len(app.view.trace) > before, timeout=10)  # the run goes on after it
         await _busy_shown(pilot, app)  # and says so again at its next slow step
@@ -129,7 +145,7 @@ async def test_every_mode_paused_then_stepped_with_slow_steps_runs_to_its_end(mo
         await pilot.press("space")
         await settle(pilot, app, until=30)
         assert app.view.finished is not None and app.view.finished.mode == mode and app.error is None
-        assert app.query_one(ContentSwitcher).current == PANEL_FOR_MODE[mode]
+        assert app.query_one(ContentSwitcher).current == panel_for(mode)
         await pilot.press("q")
     assert app.return_code == 0
 
@@ -170,12 +186,10 @@ def _help_of(option: str) -> tuple[str, str]:
     return str(info.help), str(info.rich_help_panel)
 
 
-@pytest.mark.parametrize("option", sorted(__import__("decode_tui.cli.options", fromlist=["ONLY_FOR"]).ONLY_FOR))
+@pytest.mark.parametrize("option", sorted(ONLY_FOR))
 def test_an_options_help_names_the_modes_its_check_allows(option: str) -> None:
     """--tree-budget's help said "pld and suffix" where its check (and the code) took speculative too."""
     import re
-
-    from decode_tui.cli.options import ONLY_FOR
 
     help_text, panel = _help_of(option)
     modes = r"\b(" + "|".join(MODES) + r")\b"

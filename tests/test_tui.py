@@ -1146,7 +1146,8 @@ async def test_the_auto_pause_key_arms_the_running_decoder() -> None:
 
 def test_each_mode_opens_on_its_own_demo_prompt_but_keeps_the_users() -> None:
     from decode_tui.cli.main import read_prompt
-    from decode_tui.core.params import CODE_EDIT_PROMPT, DEMO_PROMPTS
+    from decode_tui.core.modes import CODE_EDIT_PROMPT
+    from decode_tui.core.params import DEMO_PROMPTS
 
     settings = Settings()
     assert settings.prompt == DEMO_PROMPTS["greedy"]

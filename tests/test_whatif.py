@@ -232,7 +232,8 @@ def test_a_recording_reads_as_a_trace(tmp_path: Path) -> None:
 
 @pytest.mark.real_model
 def test_predicted_pld_forwards_equal_real_runs_on_the_embedded_model(smollm2: Any) -> None:
-    from decode_tui.core.params import CODE_EDIT_PROMPT, DecodeConfig, DraftParams
+    from decode_tui.core.modes import CODE_EDIT_PROMPT
+    from decode_tui.core.params import DecodeConfig, DraftParams
     from decode_tui.core.run import Run
 
     events = list(Run(smollm2, CODE_EDIT_PROMPT, DecodeConfig(mode="greedy", max_new_tokens=48)).events())

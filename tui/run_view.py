@@ -34,6 +34,7 @@ from ..core.events import (
     TokenEmitted,
     TokenSampled,
 )
+from ..core.modes import MODE_SPECS
 from ..core.token_tree import TokenTree
 from .numbers import given_tokens
 from .pump import Failed, Notice, StepTracker
@@ -50,13 +51,6 @@ def toast_seconds(message: str, severity: Severity) -> float:
 
 
 BUSY_AFTER_S = 0.5  # a run that shows nothing new for this long says, on its panel, what it is doing
-# What a run is doing between two events, by mode (a slow CPU, a big model, slow motion off). Before its first
-# token every mode is in its prefill, which the label names instead (see ``RunView.busy_label``).
-WORKING_ON: dict[Mode, str] = {"greedy": "the next token's forward pass", "sample": "the next token's forward pass",
-                               "beam": "the next beam step (one forward over every beam)",
-                               "speculative": "drafting, then verifying the draft in one target forward",
-                               "pld": "looking up a copy, then verifying it in one target forward",
-                               "suffix": "drafting a tree from earlier text, then verifying it in one target forward"}
 
 
 @dataclass(frozen=True)
@@ -333,7 +327,7 @@ class RunView:
         if c.tokens == 0 and c.beam_steps == 0 and self.started is not None:
             # No token yet: the run is reading its prompt, one forward over all of it (the first token comes with it).
             return f"the prefill (one forward over the prompt's {len(self.started.prompt_token_ids)} tokens)"
-        return WORKING_ON[mode]
+        return MODE_SPECS[mode].working_on  # what a step of the mode does (core/modes.py)
 
     def take(self) -> Pending:
         """What to paint now; the view starts collecting the next paint's."""

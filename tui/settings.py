@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..core.errors import UsageError
-from ..core.events import DRAFTING_MODES, MODES, STAGES, Mode
-from ..core.params import DEMO_PROMPT, DEMO_PROMPTS, WARPERS, DecodeConfig, demo_prompt, words_of
+from ..core.events import MODES, STAGES, Mode
+from ..core.modes import COPYING_MODES, DEMO_PROMPT, DRAFTING_MODES, SAMPLING_MODES
+from ..core.params import DEMO_PROMPTS, WARPERS, DecodeConfig, demo_prompt, words_of
 from ..core.registry import DEFAULT_ALIAS
 from .branches import BranchRequest
 
@@ -105,10 +106,6 @@ def _put(part: Literal["sampling", "beam", "draft"], name: str, cast: type = flo
         return s.replace_config(**{part: dataclasses.replace(getattr(s.config, part), **changes)})
 
     return put
-
-
-SAMPLING_MODES: tuple[Mode, ...] = ("sample", "beam", "speculative", "pld", "suffix")
-COPYING_MODES: tuple[Mode, ...] = ("pld", "suffix")  # drafts copied from the text, not drafted by a model
 
 
 def _drafter(settings: Settings) -> Literal["model", "lookup"]:

@@ -14,6 +14,7 @@ from textual.widgets import ContentSwitcher
 
 from ...core.draft_stats import DraftStats
 from ...core.events import Mode
+from ...core.modes import MODE_SPECS, View
 from ..cost_view import cost_line
 from ..run_view import Pending
 from .beam_panel import BeamPanel
@@ -21,14 +22,18 @@ from .candidates import CandidatesPanel
 from .draft_panel import DraftPanel
 from .lookup_panel import LookupPanel
 
-PANEL_FOR_MODE: dict[Mode, str] = {"greedy": "panel-candidates", "sample": "panel-candidates", "beam": "panel-beam",
-                                   "speculative": "panel-draft", "pld": "panel-pld",
-                                   "suffix": "panel-pld"}
+PANEL_FOR_VIEW: dict[View, str] = {"candidates": "panel-candidates", "beam": "panel-beam", "draft": "panel-draft",
+                                   "lookup": "panel-pld"}
+
+
+def panel_for(mode: Mode) -> str:
+    """The panel that shows ``mode``: its view's (core/modes.py)."""
+    return PANEL_FOR_VIEW[MODE_SPECS[mode].view]
 
 
 class ModePanels(ContentSwitcher):
     def __init__(self, mode: Mode, *, id: str | None = None) -> None:
-        super().__init__(initial=PANEL_FOR_MODE[mode], id=id)
+        super().__init__(initial=panel_for(mode), id=id)
         self.mode = mode
 
     def compose(self) -> ComposeResult:
@@ -42,7 +47,7 @@ class ModePanels(ContentSwitcher):
     def start(self, mode: Mode) -> None:
         """A new run in ``mode``: its panel shown, every panel cleared."""
         self.mode = mode
-        self.current = PANEL_FOR_MODE[mode]
+        self.current = panel_for(mode)
         self.query_one(BeamPanel).reset()
         self.query_one(CandidatesPanel).reset()
         for panel in self.query(DraftPanel):
@@ -65,13 +70,14 @@ class ModePanels(ContentSwitcher):
         if pending.sampled is not None:
             self.query_one(CandidatesPanel).show(pending.sampled)
         self.query_one(BeamPanel).add(pending.steps)
-        rounds = "#pld-rounds" if self.mode in ("pld", "suffix") else "#panel-draft"
+        spec = MODE_SPECS[self.mode]
+        rounds = "#pld-rounds" if spec.view == "lookup" else "#panel-draft"
         if pending.adaptive is not None:
             self.query_one(rounds, DraftPanel).set_adaptive(pending.adaptive)
         if pending.rounds:
             panel = self.query_one(rounds, DraftPanel)
             panel.add(pending.rounds, stats.by_position(),
-                      cost_line(stats, short=True) if self.mode == "speculative" else None)
+                      cost_line(stats, short=True) if spec.drafter == "model" else None)
             if pending.lookup_changed:
                 last = pending.rounds[-1]
                 lookup.show(last.proposed, last.verified.accepted)
