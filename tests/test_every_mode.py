@@ -8,6 +8,7 @@ into a run (suffix mode's ``KeyError`` at ``busy_label``): these tests read ever
 from __future__ import annotations
 
 import inspect
+import time
 from collections.abc import Mapping
 from typing import Any, get_args
 
@@ -165,8 +166,9 @@ async def test_every_lesson_plays_to_its_end_with_the_busy_label_read_at_every_t
     async with app.run_test(size=size) as pilot:
         narration = app.query_one(Narration)
         await pilot.pause(0.2)
+        deadline = time.monotonic() + 120
         while app.view.finished is None or "This run:" not in narration.text:
-            assert app.error is None and app.is_running
+            assert app.error is None and app.is_running and time.monotonic() < deadline
             await pilot.press("n")
             await pilot.pause(0.05)
         await settle(pilot, app)
