@@ -31,7 +31,7 @@ from . import draft_layers, target_drafts
 from .acquire import Progress, ensure, quiet
 from .errors import UsageError
 from .forward import HostCopy, StaticKV, forward, new_cache, on_device, prepare, release, rollback
-from .lookup_tree import lookup_tree
+from .lookup_tree import copies, lookup_tree
 from .params import TargetDraft, target_draft
 from .path import common_prefix
 from .sampling import processed
@@ -139,23 +139,11 @@ class PromptLookup:
                              parents=found.tree.parents,
                              sources=tuple(f"the match at {s}" for s in found.sources))
             # One match, or every match alike: the chain below is the whole tree, verified the chain's way.
-        n = len(context)
-        for size in range(min(self.max_ngram_size, n - 1), 0, -1):
-            tail = context[n - size :]
-            # Left to right; the tail's own window has nothing after it, so it never matches itself.
-            for start in range(n - size):
-                if context[start : start + size] != tail:
-                    continue
-                begin, end = start + size, min(start + size + k, n)
-                tokens = context[begin:end]
-                stopped = "the copy reached the end of the text" if end - begin < k else None
-                # Stop the copy before an EOS: the target decides itself whether to end.
-                for i, t in enumerate(tokens):
-                    if t in self.eos_token_ids:
-                        tokens, stopped = tokens[:i], "an end-of-text token in the copy"
-                        break
-                if tokens:
-                    return Draft(tokens, None, (start, start + size), (begin, begin + len(tokens)), stopped=stopped)
+        copy = next(copies(context, self.max_ngram_size, k, self.eos_token_ids), None)  # the first match's
+        if copy is not None:
+            begin = copy.start + copy.size
+            return Draft(copy.tokens, None, (copy.start, begin), (begin, begin + len(copy.tokens)),
+                         stopped=copy.stopped)
         return Draft([], stopped="no n-gram of the text's end appears earlier")
 
     def rollback(self, confirmed: int) -> None:
