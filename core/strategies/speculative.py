@@ -232,7 +232,7 @@ def speculative(
                     nodes = nodes[:end] if nodes is not None else None
                 verify_s = time.perf_counter() - started
                 stats.verify_time_s += verify_s
-                # A tree counts its nodes as drafted, and its depth for the acceptance by position (core/draft_stats.py).
+                # A tree counts its nodes as drafted, its depth for the acceptance by position (core/draft_stats.py).
                 drafted_k = len(verdicts) if tree is None else tree.depth
                 fed = draft.fed if drafter.kind == "model" else None
                 stats.record(drafted_k, n, draft_s, verify_s, n + (extra is not None), fed,
