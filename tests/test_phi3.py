@@ -66,8 +66,10 @@ def test_the_phi3_alias_decodes_a_local_checkpoint_like_generate(phi3_home: tupl
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", [["--mode", "pld", "--num-pred-tokens", "6"],
-                                  ["--mode", "speculative", "--draft", "int4"]], ids=["pld", "speculative"])
+# At full length (--no-adaptive): the rollback is what is tested, and the adaptive default may not draft at all.
+@pytest.mark.parametrize("mode", [["--mode", "pld", "--num-pred-tokens", "6", "--no-adaptive"],
+                                  ["--mode", "speculative", "--draft", "int4", "--no-adaptive"]],
+                         ids=["pld", "speculative"])
 def test_drafting_on_phi3_rolls_the_sliding_window_back_and_stays_lossless(
         phi3_home: tuple[Path, Any], isolated_env: dict[str, str], mode: list[str]) -> None:
     home, _ = phi3_home
