@@ -319,8 +319,8 @@ def replay_cmd(
         theme_choice = theme_name(theme) or user.theme
         if cast is not None:
             check_output(cast, "write the cast")
+        from ..tui.recording import is_race, read_race, read_recording, replay
         from ..tui.settings import settings_from_dict
-        from ..tui.sources import is_race, read_race, read_recording, replay
 
         if is_race(recording):
             race_settings, device, lanes = read_race(recording)

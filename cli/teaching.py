@@ -191,8 +191,8 @@ def playback(lesson: Lesson, *, speed: float = 1.0, theme: str | None = None,
     """The app playing ``lesson`` from its recording, paused on its intro: no model is loaded or needed.
     A UsageError says what to do when the lesson has no recording."""
     from ..tui.app import DecodeApp
+    from ..tui.recording import read_recording, replay
     from ..tui.settings import settings_from_dict
-    from ..tui.sources import read_recording, replay
 
     path = lesson.recording_path
     if path is None or not path.exists():
@@ -255,7 +255,7 @@ def _record(settings: Settings, path: Path) -> None:
 def _save_race(path: Path, settings: Settings, lanes: list[Lane], device: str) -> None:
     """Write the measured race to ``path``; if that fails now (checked before measuring, but a disk can fill or
     a folder go meanwhile), to a file in the temporary folder instead, so the minute of measuring is not lost."""
-    from ..tui.sources import write_race
+    from ..tui.recording import write_race
 
     try:
         write_race(path, settings, lanes, device)

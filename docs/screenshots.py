@@ -12,7 +12,7 @@ from pathlib import Path
 from decode_tui.cli.teaching import playback
 from decode_tui.lessons import load
 from decode_tui.tui.race_app import RaceApp
-from decode_tui.tui.sources import read_race
+from decode_tui.tui.recording import read_race
 from decode_tui.tui.widgets.narration import Narration
 
 HERE = Path(__file__).resolve().parent

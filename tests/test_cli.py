@@ -490,7 +490,7 @@ def test_a_recording_with_a_field_of_the_wrong_type_or_range_is_refused_with_its
 
 def test_a_recording_cut_mid_line_plays_up_to_the_cut_and_says_so(tmp_path: Path) -> None:
     from decode_tui.tui.pump import Notice
-    from decode_tui.tui.sources import read_recording, replay
+    from decode_tui.tui.recording import read_recording, replay
 
     whole = (Path(__file__).parent.parent / "lessons" / "01-greedy-vs-sampling.jsonl").read_text(encoding="utf-8")
     lines = whole.splitlines(keepends=True)

@@ -24,8 +24,8 @@ from decode_tui.cli.teaching import lesson_config, playback
 from decode_tui.core.events import Finished
 from decode_tui.lessons import Lesson, Pause, PauseTracker, parse, shipped
 from decode_tui.tui.app import DecodeApp
+from decode_tui.tui.recording import read_recording
 from decode_tui.tui.settings import Settings, with_mode
-from decode_tui.tui.sources import read_recording
 from decode_tui.tui.widgets.narration import Narration, pause_text
 
 from .fake_decoder import WORDS, FakeDecoder

@@ -197,7 +197,7 @@ def test_the_readmes_lesson_example_is_a_valid_lesson(tmp_path: Path) -> None:
 def test_live_record_writes_a_recording_the_lesson_then_plays(tiny_model_dir: Path, isolated_env: dict[str, str],
                                                               tmp_path: Path) -> None:
     from decode_tui.core.events import Finished, Started
-    from decode_tui.tui.sources import read_recording
+    from decode_tui.tui.recording import read_recording
 
     from .test_cli import cli
 

@@ -13,8 +13,8 @@ from decode_tui.core.live import LiveParams
 from decode_tui.core.params import DecodeConfig, DraftParams
 from decode_tui.core.race import Lane, measure, speedup
 from decode_tui.tui.race_app import RaceApp
+from decode_tui.tui.recording import is_race, read_race, write_race
 from decode_tui.tui.settings import Settings, with_mode
-from decode_tui.tui.sources import is_race, read_race, write_race
 from decode_tui.tui.widgets.race_lane import RaceLane
 from decode_tui.tui.widgets.stats_bar import StatsBar
 

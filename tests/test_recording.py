@@ -10,9 +10,8 @@ import pytest
 
 from decode_tui.core.errors import UsageError
 from decode_tui.core.live import LiveParams
-from decode_tui.tui.recording import recorded
+from decode_tui.tui.recording import read_recording, recorded
 from decode_tui.tui.settings import Settings, with_mode
-from decode_tui.tui.sources import read_recording
 
 from .fake_decoder import FakeDecoder
 

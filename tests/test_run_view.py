@@ -227,7 +227,7 @@ def test_the_clock_is_the_cores_decoding_time_whether_running_paused_or_stepping
 
 
 def test_a_recording_without_the_clock_replays_on_its_recorded_times() -> None:
-    from decode_tui.tui.sources import replay
+    from decode_tui.tui.recording import replay
 
     old = [(0.0, STARTED), (0.25, TokenEmitted(index=0, token_id=5, text="a", start=0, end=1)),
            (0.5, BeamStepped(step=0, beams=(), candidates=(), finished=(),

@@ -25,9 +25,9 @@ from decode_tui.core.params import SamplingParams
 from decode_tui.tui.app import DecodeApp
 from decode_tui.tui.bindings import explained
 from decode_tui.tui.pump import EventPump
+from decode_tui.tui.recording import read_recording, replay
 from decode_tui.tui.screens.help import HelpScreen
 from decode_tui.tui.settings import KNOBS, Settings, adjust, with_mode
-from decode_tui.tui.sources import read_recording, replay
 from decode_tui.tui.widgets.beam_panel import BeamPanel
 from decode_tui.tui.widgets.candidates import CandidatesPanel
 from decode_tui.tui.widgets.caption import Caption

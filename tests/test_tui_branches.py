@@ -13,11 +13,11 @@ from textual.widgets import Tree
 
 from decode_tui.core.events import Started, TokenEmitted
 from decode_tui.tui.app import DecodeApp
+from decode_tui.tui.recording import read_recording, replay
 from decode_tui.tui.screens.branch_here import BranchHere
 from decode_tui.tui.screens.branches import BranchesScreen
 from decode_tui.tui.screens.compare_branches import CompareBranches
 from decode_tui.tui.settings import settings_from_dict
-from decode_tui.tui.sources import read_recording, replay
 from decode_tui.tui.widgets.stats_bar import StatsBar
 from decode_tui.tui.widgets.text_pane import TextPane, probability_step
 

@@ -1,34 +1,24 @@
-"""Where the app's events come from: a live run on a model, or a recorded file.
+"""Where the app's live events come from: a run on a model.
 
 :class:`ModelRunner` turns :class:`~decode_tui.tui.settings.Settings` into an
 event source. The source runs in the decoder thread: it pulls the embedded
 model the first time, loads the model (announcing it with a ``Notice`` so the
 UI shows a loading state and stays usable), keeps loaded models for the next
-restart, and yields the run's events. :func:`replay` reads a recording back
-with its original pacing (scaled by the slow-motion setting), so a demo
-recorded on a GPU machine plays on a laptop with no model at all;
-:func:`~decode_tui.tui.recording.recorded` writes the events of a run as they happen.
+restart, and yields the run's events. Recordings (writing one as a run goes,
+reading one back and replaying it at its pace) are tui/recording.py's.
 
-A recording is JSON lines: a ``recording`` header with the run's settings,
-then one event per line with ``t``, the seconds since the run started.
 It knows the core's loading and run API; nothing about widgets.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import time
 from collections.abc import Callable, Generator, Iterator
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from ..core.errors import UsageError
-from ..core.events import BeamStepped, Event, Finished, TokenEmitted, from_dict
+from ..core.events import Event, Finished, TokenEmitted
 from ..core.live import LiveParams
 from .branches import BranchRequest
 from .pump import EventSource, Notice
-from .recording import RECORDING_VERSION, event_line
 from .settings import Settings
 
 # What the app starts each run from: its settings and the live parameters a front end may change mid-run.
@@ -38,7 +28,6 @@ if TYPE_CHECKING:
     from ..core.drafters import DraftModel
     from ..core.loading import LoadedModel
     from ..core.path import Path as DecodePath
-    from ..core.race import Lane
     from ..core.registry import ResolvedModel
     from ..core.suffix_drafting import SuffixHistory
 
@@ -266,146 +255,3 @@ def _ensure(spec: str, flag: str = "--model") -> Generator[Event, None, Resolved
     if what is not None:
         yield Notice("loading", what)
     return ensure(spec, flag=flag)
-
-
-def read_recording(path: Path) -> tuple[dict[str, Any], list[tuple[float, Event]]]:
-    """The header and the timed events of a recording; a UsageError that says what is wrong otherwise.
-
-    The events are the first run's; the branches made from it (lines tagged ``in_branch``) are in the header's
-    ``branches``, each branch's number to its timed events."""
-    try:
-        text = path.read_text(encoding="utf-8")
-        lines = text.splitlines()
-    except FileNotFoundError:
-        raise UsageError(f"The recording {path} does not exist. Record one with `decode-tui run --record "
-                         f"{path.name}`.") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"Cannot read the recording {path}: {exc}.") from None
-    if not lines:
-        raise UsageError(f"The recording {path} is empty.")
-    try:
-        header = json.loads(lines[0])
-    except json.JSONDecodeError:
-        header = None
-    if not isinstance(header, dict) or header.get("event") != "recording":
-        raise UsageError(f"{path} is not a decode-tui recording (its first line should be the recording header). "
-                         "Record one with `decode-tui run --record FILE.jsonl`.")
-    if header.get("version") != RECORDING_VERSION:
-        raise UsageError(f"{path} is a version {header.get('version')} recording; this decode-tui reads version "
-                         f"{RECORDING_VERSION}.")
-    events: list[tuple[float, Event]] = []
-    branches: dict[int, list[tuple[float, Event]]] = {}
-    header["branches"] = branches
-    for number, line in enumerate(lines[1:], start=2):
-        if not line.strip():
-            continue
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as exc:
-            if number == len(lines) and not text.endswith("\n") and events:
-                # The last line was cut mid-write (the recording process was killed): what came before it is whole
-                # and plays, and the replay says where it stops.
-                header["cut_at_line"] = number
-                break
-            raise UsageError(f"{path}, line {number}: not JSON ({exc}). The file is damaged; record it again.") \
-                from None
-        try:
-            if not isinstance(data, dict):
-                raise ValueError("not a JSON object")
-            t = data.pop("t", 0.0)
-            if isinstance(t, bool) or not isinstance(t, int | float) or t < 0:
-                raise ValueError(f"t is {t!r}, not a time in seconds")
-            branch = data.pop("in_branch", 0)
-            if isinstance(branch, bool) or not isinstance(branch, int) or branch < 0:
-                raise ValueError(f"in_branch is {branch!r}, not a branch's number")
-            (branches.setdefault(branch, []) if branch else events).append((float(t), from_dict(data)))
-        except ValueError as exc:
-            raise UsageError(f"{path}, line {number}: {exc}. The file is damaged; record it again.") from None
-    if not events:
-        raise UsageError(f"The recording {path} holds no events.")
-    return header, events
-
-
-def replay(events: list[tuple[float, Event]], speed: float = 1.0, cut_at_line: int | None = None) -> EventSource:
-    """A source that plays recorded events with their original pacing divided by ``speed`` (0: no waiting).
-
-    Gaps are capped at one second, so a recording with a long model load does not stall the replay.
-    """
-
-    def play() -> Iterator[Event]:
-        previous = 0.0
-        tokens = 0
-        for t, event in events:
-            gap = max(0.0, t - previous)
-            previous = t
-            if speed > 0 and gap > 0:
-                time.sleep(min(gap / speed, 1.0))
-            tokens += isinstance(event, TokenEmitted)
-            if isinstance(event, TokenEmitted | BeamStepped) and event.elapsed_s is None:
-                # Recorded before events carried the decoding clock: the recording's own time stands in for it.
-                event = dataclasses.replace(event, elapsed_s=t)
-            yield event
-        if not events or not isinstance(events[-1][1], Finished):
-            # Exported mid-run: the run went on, the recording did not. Say so, with the recorded figures, rather
-            # than leave the replay "running" with a clock that keeps ticking.
-            rate = f", {tokens / previous:.1f} tok/s" if previous > 0 else ""
-            cut = f" (cut off in line {cut_at_line}, a write that never finished)" if cut_at_line else ""
-            yield Notice("ended", f"recording ends here{cut}: {tokens} tokens in {previous:.1f} s recorded{rate}",
-                         elapsed_s=previous)
-
-    return play
-
-
-# A race (core/race.py): a header naming the lanes, then each lane's events tagged with its number.
-RACE_VERSION = 1
-
-
-def write_race(path: Path, settings: Settings, lanes: list[Lane], device: str) -> None:
-    """Save a measured race, so it replays (``decode-tui replay``) with no model, at each lane's measured pace."""
-    header = {"event": "race", "version": RACE_VERSION, "device": device, "settings": dataclasses.asdict(settings),
-              "lanes": [{"name": lane.name, "config": dataclasses.asdict(lane.config), "rates": list(lane.rates)}
-                        for lane in lanes]}
-    with path.open("w", encoding="utf-8") as out:
-        out.write(json.dumps(header) + "\n")
-        for number, lane in enumerate(lanes):
-            for t, event in lane.events:
-                out.write(event_line(t, event, lane=number))
-
-
-def is_race(path: Path) -> bool:
-    """Whether ``path`` holds a race rather than a run (an unreadable file is left to the reader to report)."""
-    try:
-        with path.open(encoding="utf-8") as f:
-            return bool(json.loads(f.readline()).get("event") == "race")
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
-        return False
-
-
-def read_race(path: Path) -> tuple[Settings, str, list[Lane]]:
-    """A saved race's shared settings, device and lanes; a UsageError that says what is wrong otherwise."""
-    from ..core.race import Lane
-    from .settings import settings_from_dict
-
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-        header = json.loads(lines[0])
-        if header.get("version") != RACE_VERSION:
-            raise UsageError(f"{path} is a version {header.get('version')} race; this decode-tui reads version "
-                             f"{RACE_VERSION}.")
-        named = [(lane["name"], settings_from_dict({"config": lane["config"]}).config,
-                  tuple(float(r) for r in lane.get("rates", ()))) for lane in header["lanes"]]
-        events: list[list[tuple[float, Event]]] = [[] for _ in named]
-        for line in lines[1:]:
-            if line.strip():
-                data = json.loads(line)
-                number, t = int(data.pop("lane")), float(data.pop("t"))
-                events[number].append((t, from_dict(data)))
-        settings = settings_from_dict(header["settings"])
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"Cannot read the race {path}: {exc}.") from None
-    except (json.JSONDecodeError, KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
-        raise UsageError(f"{path} is not a readable decode-tui race ({type(exc).__name__}: {exc}). Record it again "
-                         "with `decode-tui race --record FILE.jsonl`.") from None
-    return settings, str(header.get("device", "")), [Lane(name, config, tuple(lane_events), rates) for
-                                                     (name, config, rates), lane_events in zip(named, events,
-                                                                                                strict=True)]
