@@ -21,6 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from .token_tree import TokenTree
+
 Mode = Literal["greedy", "sample", "beam", "speculative", "pld", "suffix"]
 MODES: tuple[Mode, ...] = ("greedy", "sample", "beam", "speculative", "pld", "suffix")
 
@@ -333,6 +335,11 @@ class DraftProposed(Event):
         if self.sources is not None and len(self.sources) != len(self.token_ids):
             raise ValueError(f"draft_proposed.sources has {len(self.sources)} entries for {len(self.token_ids)} "
                              "tokens")
+
+    @property
+    def tree(self) -> TokenTree | None:
+        """The draft as a token tree; None for a chain."""
+        return TokenTree(self.token_ids, self.parents) if self.parents is not None else None
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,6 @@ from typing import Any
 
 from .draft_stats import DraftStats, fit_verify_costs
 from .events import DraftProposed, DraftVerified, Event, Finished, Started, TokenEmitted
-from .token_tree import TokenTree
 
 BARS = "▁▂▃▄▅▆▇█"
 
@@ -80,8 +79,8 @@ class Timeline:
             self._close()
             return
         if isinstance(event, DraftProposed):
-            parents = event.parents
-            self._depth = TokenTree(event.token_ids, parents).depth if parents is not None else None
+            tree = event.tree
+            self._depth = tree.depth if tree is not None else None
         forward = getattr(event, "target_forwards", None)
         if forward is None:
             return

@@ -267,10 +267,11 @@ def test_a_tree_round_counts_its_nodes_and_its_kept_path_and_a_chain_after_it_sa
     view = RunView(paused=False, now=0.0)
     view.apply([STARTED, *tree], 0.0, paused=False)
     c = view.counters
-    assert (c.drafted, c.accepted, c.rounds, c.tree_nodes) == (3, 2, 1, 3)
+    assert (c.drafted, c.accepted, view.draft_stats.rounds, c.tree_nodes) == (3, 2, 1, 3)
     assert view.draft_stats.depth == 2 and view.draft_stats.by_position() == (1.0, 1.0), "by depth along the path"
     view.apply(chain, 0.1, paused=False)
-    assert (c.drafted, c.accepted, c.rounds, c.tree_nodes) == (7, 3, 2, 0), "the latest round was a chain"
+    rounds = view.draft_stats.rounds
+    assert (c.drafted, c.accepted, rounds, c.tree_nodes) == (7, 3, 2, 0), "the latest round was a chain"
     stats = view.draft_stats
     assert draft_counts(stats.drafted, stats.accepted, stats.rounds, stats.depth) == \
         "3 tokens kept of 7 nodes proposed (43%), a kept path of 1.5 a round"

@@ -35,7 +35,6 @@ from ..core.events import (
     TokenSampled,
 )
 from ..core.modes import MODE_SPECS
-from ..core.token_tree import TokenTree
 from .numbers import given_tokens
 from .pump import Failed, Notice, StepTracker
 from .teaching import CAPTIONED_ALONE, EOS_MARK, caption
@@ -73,9 +72,8 @@ class Counters:
     kept: int = 0
     forced: int = 0
     forwards: int = 0
-    drafted: int = 0  # nodes proposed, accepted the draft tokens kept, rounds the rounds that drafted
+    drafted: int = 0  # nodes proposed; accepted: the draft tokens kept (core/draft_stats.py)
     accepted: int = 0
-    rounds: int = 0
     elapsed_s: float = 0.0
     # Beam search writes its text only at the end: its progress is the steps so far and the tokens the open
     # beams decoded (one a beam a step).
@@ -217,7 +215,7 @@ class RunView:
             elif isinstance(event, DraftVerified):
                 # Positions the grammar cut (and those after them) were never verified, so never count as drafted.
                 cut = next((v.position for v in event.verdicts if v.verdict == "cut"), len(event.verdicts))
-                tree = self._tree()
+                tree = self._proposed.tree if self._proposed is not None else None  # the round being verified
                 nodes = None
                 if tree is not None:  # a tree is counted as the core counts it: its nodes, and its depth
                     cut, nodes = tree.depth, len(tree)
@@ -227,8 +225,7 @@ class RunView:
                                         nodes)
                 if event.step_s is not None:  # the plain step the run timed: what its cost figures divide by
                     self.draft_stats.plain_step_s = event.step_s
-                c.drafted, c.accepted, c.rounds = (self.draft_stats.drafted, self.draft_stats.accepted,
-                                                   self.draft_stats.rounds)
+                c.drafted, c.accepted = self.draft_stats.drafted, self.draft_stats.accepted
                 self._verdicts = list(event.accepted_verdicts)
                 if self._proposed is not None:
                     # The round is shown once its tokens are in, so the extra token has its text.
@@ -258,13 +255,6 @@ class RunView:
         if c.state == "running" and not self._clocked:  # a recording made before events carried the clock
             c.elapsed_s = now - self.t0
         return Applied(urgent, tuple(messages))
-
-    def _tree(self) -> TokenTree | None:
-        """The tree the round being verified drafted, if it drafted one."""
-        proposed = self._proposed
-        if proposed is None or proposed.parents is None:
-            return None
-        return TokenTree(proposed.token_ids, proposed.parents)
 
     def _round_token(self, event: TokenEmitted, closes_step: bool) -> None:
         if self._verdicts and event.source in ("draft", "lookup"):

@@ -20,7 +20,6 @@ from ..core.events import (
     Finished,
     TokenSampled,
 )
-from ..core.token_tree import TokenTree
 from .numbers import count, decoded_tokens, nth, prob
 
 
@@ -48,8 +47,8 @@ def _tree_caption(event: DraftVerified, proposed: DraftProposed, extra_text: str
     tested and refused), its extra token."""
     left = sum(v.verdict == "rejected" for v in event.verdicts)
     kept = " ".join(quoted(proposed.texts[i]) for i in event.path or ())
-    depth = TokenTree(proposed.token_ids, proposed.parents).depth if proposed.parents is not None else None
-    shape = f" ({depth} deep)" if depth is not None else ""
+    tree = proposed.tree
+    shape = f" ({tree.depth} deep)" if tree is not None else ""
     parts = [f"round {event.round}: proposed a tree of {len(event.verdicts)} nodes{shape} in one forward; the "
              f"target kept a path of {event.accepted}" + (f" ({kept})" if kept else "")]
     if left:
