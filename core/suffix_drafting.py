@@ -95,10 +95,11 @@ class SuffixHistory:
         return len(self.tokens)
 
 
-def check_history_files(paths: Sequence[FilePath]) -> None:
+def check_history_files(paths: Sequence[FilePath], traces: bool = True) -> None:
     """Refuse, before any model loads, a ``--history`` list that cannot give anything to draft from: a missing
     file, a folder, a file named twice, an empty or binary file, a trace that is damaged or holds no output, or
-    more than MAX_HISTORY_BYTES in all. Each UsageError says what to do."""
+    more than MAX_HISTORY_BYTES in all. Each UsageError says what to do. ``traces``: also parse each jsonl trace
+    whole (a reader about to parse them anyway leaves that to its own reading)."""
     from .traces import read_events
 
     seen: dict[FilePath, int] = {}
@@ -131,6 +132,8 @@ def check_history_files(paths: Sequence[FilePath]) -> None:
             raise UsageError(f"--history {path}: not UTF-8 text (a binary file?). Name a recording, a `generate "
                              "--format jsonl` trace or a text file.")
         if _is_jsonl(head.decode("utf-8", errors="ignore")):
+            if not traces:
+                continue
             from .events import Finished
 
             if not any(isinstance(e, Finished) for e in read_events(path, "--history")):
@@ -160,7 +163,7 @@ def reading_history(paths: Sequence[FilePath], encode: Callable[[str], list[int]
     from .events import Finished, Started
     from .traces import read_events
 
-    check_history_files(paths)
+    check_history_files(paths, traces=False)  # the traces are parsed below, and refused there if they give nothing
     sequences: list[np.ndarray] = []
     origins: list[str] = []
     for path in paths:
@@ -225,7 +228,10 @@ def history_files_for(lm: LoadedModel, config: DecodeConfig) -> Generator[str, N
 
 
 def _is_jsonl(text: str) -> bool:
-    first = next((line for line in text.splitlines() if line.strip()), "")
+    """Whether ``text``'s first non-blank line is a JSON object: read off that line alone, however long the text."""
+    start = len(text) - len(text.lstrip())
+    end = text.find("\n", start)
+    first = text[start:] if end < 0 else text[start:end]
     try:
         return isinstance(json.loads(first), dict)
     except json.JSONDecodeError:
