@@ -29,16 +29,23 @@ SCRIPT = str(Path(sys.executable).parent / "decode-tui")
 ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Z0-9]|\x1b[>=]")
 
 
-def run_mode(mode: str, prompt_file: Path, max_new_tokens: int, timeout: float) -> dict[str, object]:
+def spawn_app(args: list[str], size: tuple[int, int] = (150, 42)) -> tuple[int, int]:
+    """`decode-tui ARGS` in a new pseudo-terminal of ``size`` (columns, rows), as a user starts it: its pid and
+    the terminal's file descriptor."""
     import fcntl
     import termios
 
     pid, fd = pty.fork()
-    if pid == 0:  # the child: the app, as a user starts it
+    if pid == 0:  # the child
         os.environ["TERM"] = "xterm-256color"
-        os.execv(SCRIPT, [SCRIPT, "run", "--mode", mode, "--prompt-file", str(prompt_file), "--max-new-tokens",
-                          str(max_new_tokens)])
-    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 42, 150, 0, 0))
+        os.execv(SCRIPT, [SCRIPT, *args])
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", size[1], size[0], 0, 0))
+    return pid, fd
+
+
+def run_mode(mode: str, prompt_file: Path, max_new_tokens: int, timeout: float) -> dict[str, object]:
+    pid, fd = spawn_app(["run", "--mode", mode, "--prompt-file", str(prompt_file), "--max-new-tokens",
+                         str(max_new_tokens)])
     started, seen, finished_at, quit_sent = time.monotonic(), b"", None, False
     status = None
     while time.monotonic() - started < timeout + 30:

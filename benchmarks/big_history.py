@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parent))  # the sibling scripts, as drafting_default.py reads decode_vs_hf
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(Path(sys.executable).parent / "decode-tui")
 COMMAND = ["generate", "--mode", "suffix", "-p", "Hi", "--max-new-tokens", "16"]
@@ -68,14 +70,12 @@ def app_sigterm_at(history: Path, delay: float) -> dict[str, float | int | str]:
     """`decode-tui run --mode suffix --history BIG` in a pseudo-terminal, sent SIGTERM ``delay`` seconds in: its
     status, how long it took to end, and the last phase it showed."""
     import os
-    import pty
     import re
     import select
 
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.environ["TERM"] = "xterm-256color"
-        os.execv(SCRIPT, [SCRIPT, "run", "--mode", "suffix", "--history", str(history), "-p", "Hi"])
+    from app_every_mode import spawn_app
+
+    pid, fd = spawn_app(["run", "--mode", "suffix", "--history", str(history), "-p", "Hi"])
     seen, started = b"", time.perf_counter()
     while time.perf_counter() - started < delay:
         if select.select([fd], [], [], 0.2)[0]:
