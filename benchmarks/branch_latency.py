@@ -24,6 +24,7 @@ import torch
 
 from decode_tui.core.events import TokenEmitted
 from decode_tui.core.loading import LoadedModel, load_model
+from decode_tui.core.model_state import state_of
 from decode_tui.core.params import DecodeConfig, SamplingParams
 from decode_tui.core.path import Path
 from decode_tui.core.registry import resolve
@@ -60,9 +61,8 @@ def branch(lm: LoadedModel, config: DecodeConfig, parent: list[TokenEmitted], at
                 kept_stats=stats if reuse else (), forced=(runner_up,), branch=1, parent=0,
                 forced_stats=forced_stats if reuse else ())
     if not reuse:
-        from decode_tui.core import prefix_cache
 
-        prefix_cache._KEPT.pop(lm.model, None)  # nothing kept: the branch prefills prompt + path
+        state_of(lm.model).kept = None  # nothing kept: the branch prefills prompt + path
     started = time.perf_counter()
     for event in Run(lm, PROMPT, config, path=path).events():
         if isinstance(event, TokenEmitted) and event.index == at + 1:

@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
 from transformers import DynamicCache
@@ -33,7 +34,10 @@ from decode_tui.core.params import DEMO_PROMPTS
 from decode_tui.core.registry import resolve
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.controls
 from decode_vs_hf import PROMPTS
+
+from tests.controls import unfused_build
 
 
 @torch.inference_mode()
@@ -84,7 +88,7 @@ def main() -> None:
     rows = []
     for spec in args.drafts.split(","):
         for fused in (True, False) if args.unfused else (True,):
-            with contextlib.nullcontext() if fused else target_drafts.unfused():
+            with contextlib.nullcontext() if fused else mock.patch.object(target_drafts, "build", unfused_build):
                 draft: Any = load_draft(lm, spec).model
             name = spec if fused else f"{spec} unfused"
             c = step_s(draft, context) / target_s

@@ -19,16 +19,13 @@ Sections (``--only``, comma-separated):
 - ``draftcost``: c of the int4 and int8 drafts of the Phi-3-mini-sized model (bandwidth-bound: the int4 draft
   should cost clearly less than a step), then what a step's weight products cost by kind (bf16, int4 in groups
   of 32 and of 128, int8), to split c into the products and the rest of the step.
-- ``ends``: greedy and int4 speculative decoding on the embedded SmolLM2 with the static cache's layers sharing
-  one write position (the default) against transformers' layers, each moving its own in every pass (the control),
-  alternated: what three ops a layer fewer in every step give on this device.
-- ``reorder``: beam search on the embedded SmolLM2 with the reorder of its beams' cache rows replayed as one graph
-  (the default) against its four ops a layer run eagerly (the control), alternated.
 - ``beamahead``: beam search on the embedded SmolLM2 with each step's pass queued before the last step is read
   back (an option, off by default until this times it) against the steps in order (the default; here the
   control), alternated.
-- ``masks``: greedy, PLD and beam search on the embedded SmolLM2, graphs captured with the target's attention masks
-  built as floats once a pass (the default) against transformers' boolean ones (the control), alternated.
+
+Changes that were measured and kept (the shared write position, the replayed reorder, float masks in the graphs)
+keep no switch in the package: their control is the commit before them, timed from a ``git worktree``
+(``benchmarks/worktree_bench.py``). The fused draft layers' control is built by ``tests/controls.py``.
 - ``app``: the app's tokens/s against headless on the embedded model (as ``app_vs_headless.py``): greedy, PLD and
   beam, each also against headless in a process as young as the app's, then greedy and PLD with the decoding
   thread pinned to a CPU of its own (the control for its moves).
@@ -40,7 +37,7 @@ Sections (``--only``, comma-separated):
 ``--tiny`` swaps the Phi-3-mini-sized model for a small one of the same architecture, so the script
 can be checked on a CPU before device time is spent.
 
-    python benchmarks/gpu.py [--only phi3,verify,draftcost,drafting,ends,reorder,beamahead,masks,app,behind]
+    python benchmarks/gpu.py [--only phi3,verify,draftcost,drafting,beamahead,app,behind]
                              [--new-tokens 256] [--repeats 3] [--drafts int4,int8,self,layers:10]
                              [--ahead [int4,self]] [--unfused [int4]] [--json out.json]
 """
@@ -70,6 +67,7 @@ from decode_tui.core.params import DecodeConfig, DraftParams
 from decode_tui.core.run import Run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.controls
 from decode_vs_hf import PROMPTS, machine
 
 # microsoft/Phi-3-mini-4k-instruct's config.json, the fields that set the architecture and its size.
@@ -376,34 +374,6 @@ def ab_line(row: dict[str, Any]) -> str:
             f"({row['range'][0]:.3f}-{row['range'][1]:.3f}), identical={row['identical']}")
 
 
-def ends_section(lm: LoadedModel, new_tokens: int, repeats: int) -> dict[str, Any]:
-    """Greedy and int4 speculative decoding (SmolLM2, the code edit) on static caches whose layers share one write
-    position, moved once a pass (the default), against the control, transformers' layers moving one each in every
-    pass (``forward.per_layer_ends``; the control's draft is a second int4 draft, whose cache is built under it):
-    warm runs alternated round by round, each round's ratio of the control's time over the default's."""
-    from decode_tui.core import forward
-    from decode_tui.core.drafters import load_draft
-
-    rows: dict[str, Any] = {}
-    for name, spec in (("greedy", None), ("speculative int4", "int4")):
-        config = DecodeConfig(mode="speculative" if spec else "greedy", max_new_tokens=new_tokens,
-                              draft=DraftParams(draft=spec or "int4"))
-        drafts = {shared: load_draft(lm, spec) if spec else None for shared in (True, False)}
-        rows[name] = against_control(lm, PROMPTS["code-edit"], config, forward.per_layer_ends, repeats, drafts)
-        print(f"ends {name}: one end a pass against one a layer (the control): {ab_line(rows[name])}", flush=True)
-    return rows
-
-
-def reorder_section(lm: LoadedModel, new_tokens: int, repeats: int) -> dict[str, Any]:
-    """Beam search (4 beams, SmolLM2, the code edit and the summary) with the reorder of the beams' cache rows
-    replayed as one graph (the default) against the control, its four ops a layer run eagerly
-    (``forward.eager_reorders``): warm runs alternated round by round."""
-    from decode_tui.core import forward
-
-    return beam_against(lm, new_tokens, repeats, forward.eager_reorders,
-                        "reorder beam {prompt}: one replay against eager copies (the control)")
-
-
 def beam_against(lm: LoadedModel, new_tokens: int, repeats: int, control: Callable[[], Any],
                  line: str) -> dict[str, Any]:
     """Beam search (4 beams) on the code edit and the summary against ``control``, a row a prompt, each printed
@@ -438,28 +408,15 @@ def beam_ahead_section(lm: LoadedModel, new_tokens: int, repeats: int) -> dict[s
                             "beamahead {prompt}: one pass ahead against steps in order (the control)")
 
 
-def masks_section(lm: LoadedModel, new_tokens: int, repeats: int) -> dict[str, Any]:
-    """Greedy, PLD and beam search (SmolLM2, the summary) on graphs captured with the target's attention masks
-    built as floats once a pass (the default) against the control, graphs captured with transformers' boolean masks,
-    which torch's attention converts in every layer (``float_mask.bool_masks_in_graphs``; its caches and graphs are
-    pooled apart): warm runs alternated round by round."""
-    from decode_tui.core import float_mask
-
-    rows: dict[str, Any] = {}
-    for mode in ("greedy", "pld", "beam"):
-        config = DecodeConfig(mode=mode, max_new_tokens=new_tokens)
-        rows[mode] = against_control(lm, PROMPTS["summarise"], config, float_mask.bool_masks_in_graphs, repeats)
-        print(f"masks {mode}: float masks in the graphs against boolean ones (the control): {ab_line(rows[mode])}",
-              flush=True)
-    return rows
-
-
 def unfused_draft(lm: LoadedModel, spec: str) -> Any:
     """The draft ``spec`` with transformers' own modules, the control for the fused layers a draft has by default."""
+    from unittest import mock
+
     from decode_tui.core import target_drafts
     from decode_tui.core.drafters import load_draft
+    from tests.controls import unfused_build
 
-    with target_drafts.unfused():
+    with mock.patch.object(target_drafts, "build", unfused_build):
         return load_draft(lm, spec)
 
 
@@ -676,7 +633,7 @@ def main() -> None:
         del lm
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    if sections & {"drafting", "app", "ends", "reorder", "beamahead", "masks"}:
+    if sections & {"drafting", "app", "beamahead"}:
         from decode_tui.core.embedded import pull
         from decode_tui.core.loading import load_model
         from decode_tui.core.registry import resolve
@@ -684,8 +641,7 @@ def main() -> None:
         pull("smollm2")
         smol = load_model(resolve("smollm2"), device=args.device, dtype="auto")
         # Each change on the embedded model against its control, in the order listed.
-        controlled = {"ends": ends_section, "reorder": reorder_section, "beamahead": beam_ahead_section,
-                      "masks": masks_section}
+        controlled = {"beamahead": beam_ahead_section}
         for name, section in controlled.items():
             if name in sections:
                 results[name] = section(smol, 128, args.repeats)

@@ -9,7 +9,7 @@ outside the replays (views and other ops that launch nothing left out; the prefi
 over the steps): the count a step, then the commonest ops, and with ``--where`` the lines that launch them.
 The stand-in is the embedded model's tokenizer on narrow random layers (``app_vs_headless.py``'s
 ``python-bound:N``; 30 layers, as SmolLM2 has, by default). ``--eager-reorder``: beam search's reorder of its cache
-rows as its four eager ops a layer (``forward.eager_reorders``), the control for its replayed graph.
+rows as its four eager ops a layer (``StaticKV.reorder_rows`` in place of the replayed graph), the control for it.
 
     python benchmarks/step_ops.py [--modes greedy,sample,pld,beam,speculative] [--layers 30] [--new-tokens 64]
                                   [--eager-reorder] [--where]
@@ -25,6 +25,7 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -103,7 +104,8 @@ def main() -> None:
     lm = embedded(f"python-bound:{args.layers}")
     for mode in args.modes.split(","):
         config = DecodeConfig(mode=mode, max_new_tokens=args.new_tokens)
-        reorders = forward.eager_reorders() if args.eager_reorder else contextlib.nullcontext()
+        reorders = mock.patch.object(forward.StaticKV, "reorder_cache", forward.StaticKV.reorder_rows) \
+            if args.eager_reorder else contextlib.nullcontext()
         draft = load_draft(lm, config.draft.draft) if mode == "speculative" else None  # built once, as the app does
         with reorders:
             for _ in Run(lm, PROMPTS[args.prompt], config, draft).events():  # captures its graphs, uncounted

@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 
     from ..core.compare import BenchRow
     from ..core.loading import LoadedModel
-    from ..core.whatif import Costs, Trace, WhatIf
+    from ..core.replay import Trace
+    from ..core.whatif import Costs, WhatIf
 
 
 def bench(options: DecodingOptions, modes: list[ModeChoice], *, runs: int, output_format: TableFormatChoice,
@@ -134,11 +135,12 @@ def whatif(path: Path, *, model: str | None, device: str, dtype: str, draft: str
     each needs and its estimated speed from this machine's measured costs (core/whatif.py)."""
     import json
 
+    from ..core import replay as r
     from ..core import whatif as w
     from ..core.errors import UsageError
 
     try:
-        trace = w.read_trace(path)
+        trace = r.read_trace(path)
         try:
             resolved = ensure_model(model or trace.model)
         except DecodeTuiError as err:
@@ -152,16 +154,16 @@ def whatif(path: Path, *, model: str | None, device: str, dtype: str, draft: str
             raise UsageError(f"{path} was decoded by {trace.model}, not {lm.name}: its token ids mean nothing to "
                              f"{lm.name}. Pass --model with the model that decoded it, or leave --model out.")
         draft_model = load_draft(lm, draft, trust_remote_code) if draft is not None else None
-        width = max(max(w.DRAFT_LENGTHS), max(w.TREE_BUDGETS)) + 1
+        width = max(max(r.DRAFT_LENGTHS), max(r.TREE_BUDGETS)) + 1
         with status("Replaying every setting and timing this machine's forward passes") as progress:
             replays = w.lookup_grid(trace, lm.eos_token_ids)
             progress("Replaying draft trees: prompt lookup's every match, and suffix drafting")
-            replays += w.tree_rows(trace, lm.eos_token_ids)
+            replays += r.tree_rows(trace, lm.eos_token_ids)
             if draft_model is not None:
-                threshold = w.draft_confidence(trace, draft_confidence)
-                for k in w.DRAFT_LENGTHS:
-                    progress(f"Replaying the draft model's drafts at draft length {k} (of {max(w.DRAFT_LENGTHS)})")
-                    replays.append(w.replay_draft(trace, lm.eos_token_ids, draft_model, k, threshold,
+                threshold = r.draft_confidence(trace, draft_confidence)
+                for k in r.DRAFT_LENGTHS:
+                    progress(f"Replaying the draft model's drafts at draft length {k} (of {max(r.DRAFT_LENGTHS)})")
+                    replays.append(r.replay_draft(trace, lm.eos_token_ids, draft_model, k, threshold,
                                                       target=lm.model))
             said = f"Timing a prefill, a step and verifications of 2 to {width} tokens"
             progress(said)
@@ -180,7 +182,7 @@ def whatif(path: Path, *, model: str | None, device: str, dtype: str, draft: str
         for row in settings:
             _write(sys.stdout, json.dumps(row.to_dict()) + "\n")
         return
-    _whatif_tables(trace, lm, costs, greedy, settings, w.draft_confidence(trace, draft_confidence))
+    _whatif_tables(trace, lm, costs, greedy, settings, r.draft_confidence(trace, draft_confidence))
 
 
 def _flags(row: WhatIf) -> str:

@@ -51,7 +51,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .errors import first_line
-from .forward import COMPILED_UP_TO, StaticKV, _Captured, attach_background, captured_shapes, compile_forward, kept_ends
+from .forward import COMPILED_UP_TO, StaticKV, _Captured, captured_shapes, compile_forward, kept_ends
+from .model_state import state_of
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -110,15 +111,18 @@ class _Model:
     compiling: bool = False
 
 
-# Each model's _Model is kept on the model itself, not in a weak-keyed table: its compiled forward holds the
-# model's bound method, which would keep a table's weak key alive for ever (and a switched-away model's GPU
-# memory with it). On the model, the two form a cycle that dies with it.
-_ATTR = "_decode_tui_background_compile"
+    def upgrade(self, model: Any, cache: Any, key: tuple[int, ...], captured: Any, input_ids: Any) -> Any:
+        return upgrade(model, cache, key, captured, input_ids)  # type: ignore[arg-type]
+
+    def ask(self, model: Any, shape: tuple[int, int, int, int]) -> None:
+        ask(model, shape)
 
 
 def _state(model: Any) -> _Model | None:
-    state: _Model | None = vars(model).get(_ATTR)
-    return state
+    """``model``'s background compile, kept in its :class:`~.model_state.ModelState` (the graph replays find
+    it there): None if it has none."""
+    state = state_of(model).background
+    return state if isinstance(state, _Model) else None
 
 
 _JOBS: queue.SimpleQueue[tuple[weakref.ref[Any], Shape]] = queue.SimpleQueue()
@@ -139,7 +143,7 @@ def start(model: PreTrainedModel, backend: str | Callable[..., Any] = "inductor"
         # One graph per shape and cache size. No mode: plain Inductor kernels, no CUDA graphs of their own;
         # forward.py captures them as it captures the eager model, so the graph pool, the rollback and the
         # pooled caches stay the same.
-        setattr(model, _ATTR, _Model(compile_forward(model, graphs=4 * COMPILED_UP_TO, backend=backend)))
+        state_of(model).background = _Model(compile_forward(model, graphs=4 * COMPILED_UP_TO, backend=backend))
         if _worker is None or not _worker.is_alive():
             # A daemon: a process that ends mid-compile must not wait for it.
             _worker = threading.Thread(target=_work, name="decode-tui background compile", daemon=True)
@@ -309,8 +313,3 @@ def _compile(model: PreTrainedModel, compiled: Callable[..., Any], shape: Shape,
         cache.move_end(PREFILL)
     if side is not None:
         side.synchronize()
-
-
-# Imported, this module serves every graph replay of core/forward.py, which does not import it (the two would
-# import each other): a model with no background compile started costs each replay one dictionary lookup.
-attach_background(upgrade, ask, lambda model: progress(model) is not None)

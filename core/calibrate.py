@@ -23,10 +23,11 @@ from .detokenize import Detokenizer
 from .drafters import PromptLookup
 from .events import Event
 from .params import DraftParams, SamplingParams
+from .replay import Trace, replay_lookup
 from .strategies.autoregressive import autoregressive
 from .strategies.speculative import speculative
 from .transcript import Transcript
-from .whatif import Costs, Trace, replay_lookup
+from .whatif import Costs
 
 if TYPE_CHECKING:
     from .loading import LoadedModel

@@ -499,7 +499,7 @@ def _unfused_on(spec: str, made: TargetDraft, model: PreTrainedModel, device: to
     replace (a check at its build found the fused form computing otherwise, or could not run it): on a GPU each
     such module launches several kernels more a step, and a small model's step costs about its kernels, so its
     c rises there. Said on CUDA only: on a CPU the arithmetic, not the launches, is the step's cost."""
-    if device.type != "cuda" or not target_drafts.FUSE:
+    if device.type != "cuda":
         return None
     kept = draft_layers.kept(model, join_products=made.bits is not None)
     if not kept:

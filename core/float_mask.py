@@ -20,16 +20,14 @@ It knows transformers' attention registries and a model's logits; nothing of dra
 from __future__ import annotations
 
 import contextlib
-import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
-FLOAT_MASK_SDPA = "decode_tui_sdpa"  # transformers' SDPA attention, its mask built as floats (registered below)
-ENABLED = True  # the target's graphs are captured with float masks; off (bool_masks_in_graphs), transformers' own
+from .model_state import state_of
 
-_EXACT: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+FLOAT_MASK_SDPA = "decode_tui_sdpa"  # transformers' SDPA attention, its mask built as floats (registered below)
 
 
 def additive_mask(**kwargs: Any) -> torch.Tensor | None:
@@ -96,12 +94,12 @@ def both_logits(model: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
 def exact(model: Any) -> bool:
     """Whether ``model``'s logits with float masks equal its logits with transformers' SDPA to the last bit: checked
     once a model (a false here leaves its graphs on transformers' masks)."""
-    known = _EXACT.get(model)
-    if known is None:
+    state = state_of(model)
+    if state.exact_float_mask is None:
         register(additive_mask)
         both = both_logits(model) if on_sdpa(model) else None
-        known = _EXACT[model] = both is not None and torch.equal(*both)
-    return known
+        state.exact_float_mask = both is not None and torch.equal(*both)
+    return state.exact_float_mask
 
 
 @contextlib.contextmanager
@@ -110,7 +108,7 @@ def while_capturing(model: Any) -> Iterator[None]:
     that exact: for a CUDA graph's capture, which records the kernels those passes launch. The model is back on
     transformers' SDPA after, so its eager passes and ``generate`` are transformers' own."""
     switched = False
-    if ENABLED and on_sdpa(model) and exact(model):
+    if on_sdpa(model) and exact(model):
         try:
             model.set_attn_implementation(FLOAT_MASK_SDPA)
             switched = True
@@ -121,16 +119,3 @@ def while_capturing(model: Any) -> Iterator[None]:
     finally:
         if switched:
             model.set_attn_implementation("sdpa")
-
-
-@contextlib.contextmanager
-def bool_masks_in_graphs() -> Iterator[None]:
-    """Graphs captured inside record transformers' boolean masks: the benchmarks' control for
-    :func:`while_capturing`. Static caches are pooled apart by this (see ``forward.new_cache``), so the control's
-    graphs are its own."""
-    global ENABLED
-    ENABLED = False
-    try:
-        yield
-    finally:
-        ENABLED = True

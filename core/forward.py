@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
@@ -41,6 +41,7 @@ from transformers.cache_utils import Cache, StaticLayer
 
 from . import float_mask
 from .errors import first_line
+from .model_state import state_of
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -54,23 +55,6 @@ TREE_CAPTURED_UP_TO = 129
 TREE = -1
 
 StaticPath = Literal["graphs", "compiled"]
-
-# A background compile (core/background_compile.py) attaches these when it is imported: ``upgrade`` swaps an eager
-# graph for its compiled one between two passes (given the pass's input, to check that the two agree on it),
-# ``ask`` queues a newly captured shape for compiling, ``compiles`` says whether a model compiles in the background.
-# This module does not import that one, which imports this one: only a front end that starts a background compile
-# needs it.
-_UPGRADE: Callable[..., _Captured] | None = None
-_ASK: Callable[..., None] | None = None
-_COMPILES: Callable[[Any], bool] | None = None
-
-
-def attach_background(upgrade: Callable[..., _Captured], ask: Callable[..., None],
-                      compiles: Callable[[Any], bool]) -> None:
-    """Take a background compile's three hooks (see :mod:`decode_tui.core.background_compile`)."""
-    global _UPGRADE, _ASK, _COMPILES
-    _UPGRADE, _ASK, _COMPILES = upgrade, ask, compiles
-
 
 class _End:
     """The write position that every layer of one :class:`StaticKV` shares, and the positions a pass writes."""
@@ -126,36 +110,6 @@ class SharedEndLayer(StaticLayer):
             super().crop(tokens_to_remove)
 
 
-SHARED_END = True  # StaticKV's layers share one write position; off (per_layer_ends), transformers' layers
-
-
-@contextlib.contextmanager
-def per_layer_ends() -> Iterator[None]:
-    """Static caches built inside have transformers' own layers, each moving a write position of its own in every
-    pass: the benchmarks' control for :class:`SharedEndLayer`. They are pooled apart from the default ones."""
-    global SHARED_END
-    SHARED_END = False
-    try:
-        yield
-    finally:
-        SHARED_END = True
-
-
-REORDER_GRAPHS = True  # on the graph path, beam search's reorder replays a graph too; off, its eager copies
-
-
-@contextlib.contextmanager
-def eager_reorders() -> Iterator[None]:
-    """Beam search's reorders inside run eagerly, layer by layer, on the graph path too: the benchmarks' control
-    for :class:`_CapturedReorder`."""
-    global REORDER_GRAPHS
-    REORDER_GRAPHS = False
-    try:
-        yield
-    finally:
-        REORDER_GRAPHS = True
-
-
 def ends(cache: Cache) -> list[torch.Tensor]:
     """The write positions of ``cache``'s static layers, each once: one where they share it."""
     found = {id(end): end for layer in cache.layers if isinstance(layer, StaticLayer)
@@ -190,8 +144,7 @@ class StaticKV(Cache):
         config = model.config.get_text_config(decoder=True)
         self.end = _End()
         count = config.num_hidden_layers
-        super().__init__(layers=[SharedEndLayer(max_len, self.end, first=i == 0) for i in range(count)]
-                         if SHARED_END else [StaticLayer(max_cache_len=max_len) for _ in range(count)])
+        super().__init__(layers=[SharedEndLayer(max_len, self.end, first=i == 0) for i in range(count)])
         self.max_len = max_len
         self.path = path  # how its short passes run: replayed CUDA graphs or torch.compile
         self.prefilled = False  # the first pass (the prompt) is never compiled or captured
@@ -201,11 +154,6 @@ class StaticKV(Cache):
         self.leased = False  # a run is using it; the pool hands it to nobody else until released
         self.leases = 0  # how many runs it has served: a kept prefix is still in it while no other run leased it
 
-    @property
-    def shared_end(self) -> bool:
-        """Whether its layers share one write position (else transformers' layers, built under per_layer_ends)."""
-        return isinstance(self.layers[0], SharedEndLayer)
-
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         """Beam search: row ``i`` of every layer becomes row ``beam_idx[i]``, copied in place.
 
@@ -214,13 +162,13 @@ class StaticKV(Cache):
         graph path the copies of all layers are themselves replayed as one graph (:class:`_CapturedReorder`).
         """
         model = self.model()
-        if REORDER_GRAPHS and self.path == "graphs" and self.prefilled and model is not None \
-                and model not in _GRAPH_FAILURES:
+        if self.path == "graphs" and self.prefilled and model is not None \
+                and state_of(model).graph_failure is None:
             if self.reorder_graph is None:
                 try:
                     self.reorder_graph = _CapturedReorder(model, self)
                 except Exception as exc:  # the eager copies below give the same rows, as an eager pass does
-                    _GRAPH_FAILURES[model] = first_line(exc, 200)
+                    state_of(model).graph_failure = first_line(exc, 200)
             if self.reorder_graph is not None:
                 self.reorder_graph(beam_idx)
                 return
@@ -243,11 +191,6 @@ class StaticKV(Cache):
             end.fill_(min(length, self.max_len))
 
 
-# Static caches by model, then by (length, path, batch, shared end, float masks in its graphs): a finished run's cache
-# (and its captured graphs) serves the next run of the same size; beam search's cache holds a row per beam. Weak keys:
-# they die with their model.
-_POOL: weakref.WeakKeyDictionary[Any, dict[tuple[int, StaticPath, int, bool, bool], list[StaticKV]]] = \
-    weakref.WeakKeyDictionary()
 _POOLED_PER_SIZE = 2  # enough for a run and a drafter or a comparison; more would only hold memory
 
 
@@ -269,8 +212,9 @@ def new_cache(model: PreTrainedModel, rollback: bool = False, *, fast: bool = Fa
         # shape and address, so runs of similar length (another prompt, a restart) reuse them.
         size = max(256, 1 << (max_len - 1).bit_length())
         path: StaticPath = "compiled" if fast else "graphs"
-        key = (size, path, batch, SHARED_END, float_mask.ENABLED)  # the controls' caches and graphs are their own
-        pooled = _POOL.setdefault(model, {}).setdefault(key, [])
+        # By (length, path, batch), in the model's state: a finished run's cache (and its captured graphs) serves
+        # the next run of the same size; beam search's cache holds a row per beam.
+        pooled = state_of(model).pool.setdefault((size, path, batch), [])
         static = next((c for c in pooled if not c.leased), None)
         if static is None:
             static = StaticKV(model, size, path)
@@ -295,7 +239,7 @@ def release(cache: Cache) -> None:
 
 def graphs_available(model: PreTrainedModel) -> bool:
     """Whether the default path replays CUDA graphs for ``model``: on CUDA, on one device, unless capture failed."""
-    if model.device.type not in GRAPH_DEVICES or model in _GRAPH_FAILURES:
+    if model.device.type not in GRAPH_DEVICES or state_of(model).graph_failure is not None:
         return False
     devices = set((getattr(model, "hf_device_map", None) or {}).values())
     return len(devices) <= 1  # layers spread by accelerate move tensors between devices in their hooks
@@ -303,7 +247,7 @@ def graphs_available(model: PreTrainedModel) -> bool:
 
 def graph_failure(model: PreTrainedModel) -> str | None:
     """Why capturing a CUDA graph of ``model`` failed, if it did (its runs then go eagerly on the static cache)."""
-    return _GRAPH_FAILURES.get(model)
+    return state_of(model).graph_failure
 
 
 def rollback(cache: Cache, length: int) -> None:
@@ -349,10 +293,6 @@ def compile_forward(model: PreTrainedModel, graphs: int, **options: Any) -> Any:
     return torch.compile(model.forward, fullgraph=True, dynamic=False, **options)
 
 
-_GRAPH_FAILURES: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
-_GRAPH_POOLS: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
-
-
 class CudaGraphs:
     """Captures and replays with ``torch.cuda.CUDAGraph``; the one backend outside tests."""
 
@@ -370,9 +310,10 @@ class CudaGraphs:
         torch.cuda.current_stream().wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         # The graphs of one model share a memory pool: they never replay at the same time (vLLM does the same).
-        pool = _GRAPH_POOLS.get(model)
-        if pool is None:
-            pool = _GRAPH_POOLS[model] = torch.cuda.graph_pool_handle()
+        state = state_of(model)
+        if state.graph_pool is None:
+            state.graph_pool = torch.cuda.graph_pool_handle()
+        pool = state.graph_pool
         # thread_local: a background compile (core/background_compile.py) may allocate and load kernels in
         # its own thread meanwhile, on its own stream; only this thread's unsafe calls would spoil the capture.
         with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
@@ -419,7 +360,7 @@ class _Captured:
         # The eager pass is recorded with its attention masks built as floats once a pass (the same numbers, fewer
         # kernels: core/float_mask.py). Not a compiled pass, nor a model compiled in the background: switching its
         # attention would fail the guards its compiled code was traced under, and recompile it.
-        behind = _COMPILES is not None and _COMPILES(model)
+        behind = state_of(model).background is not None
         masks = float_mask.while_capturing(model) if compiled is None and not behind else contextlib.nullcontext()
         with masks:
             self.replay, self.logits = GraphBackend.capture(model, run, put_back)
@@ -465,23 +406,25 @@ def _replayed(model: PreTrainedModel, cache: StaticKV, input_ids: torch.Tensor, 
     captured = cache.graphs.get(key) or _capture(model, cache, tuple(input_ids.shape), keep)
     if captured is None:
         return None
-    if not captured.compiled and _UPGRADE is not None:  # the compiled pass replaces it once a background compile has it
-        captured = _UPGRADE(model, cache, key, captured, input_ids)
+    background = state_of(model).background
+    if not captured.compiled and background is not None:  # the compiled pass replaces it once the background has it
+        captured = background.upgrade(model, cache, key, captured, input_ids)
     return captured(input_ids)
 
 
 def _capture(model: PreTrainedModel, cache: StaticKV, shape: tuple[int, ...], keep: int, tree: bool = False,
              ) -> _Captured | None:
-    if model in _GRAPH_FAILURES:
+    state = state_of(model)
+    if state.graph_failure is not None:
         return None
     key = (*shape, keep, *((TREE,) if tree else ()))
     try:
         captured = cache.graphs[key] = _Captured(model, cache, (shape[0], shape[1]), keep, tree=tree)
     except Exception as exc:  # whatever failed, the eager pass on the same cache gives the same logits
-        _GRAPH_FAILURES[model] = first_line(exc, 200)
+        state.graph_failure = first_line(exc, 200)
         return None
-    if _ASK is not None and not tree:  # a background compile knows the chain's passes only
-        _ASK(model, (cache.max_len, shape[0], shape[1], keep))
+    if state.background is not None and not tree:  # a background compile knows the chain's passes only
+        state.background.ask(model, (cache.max_len, shape[0], shape[1], keep))
     return captured
 
 
@@ -506,7 +449,7 @@ def replayed_tree(model: PreTrainedModel, cache: Cache, input_ids: torch.Tensor,
 def captured_shapes(model: PreTrainedModel) -> list[tuple[int, int, int, int]]:
     """Every (cache size, rows, width, logits kept) captured for ``model`` on its pooled caches so far."""
     # Copied before iterating (each copy one call under the interpreter lock): another decoding thread may capture.
-    shapes = {(cache.max_len, key[0], key[1], key[2]) for pooled in list(_POOL.get(model, {}).values())
+    shapes = {(cache.max_len, key[0], key[1], key[2]) for pooled in list(state_of(model).pool.values())
               for cache in list(pooled) for key in list(cache.graphs)}
     return sorted(shapes)
 

@@ -5,32 +5,23 @@ Two things every strategy shares:
 - :func:`token_stats`: for tokens the model is given or picks, their log-probability, the entropy of the
   distribution they came from and their rank in it, all under the model's *raw* distribution (the log-softmax
   of the logits before any processor), computed on the device so a step still makes one host copy.
-- :class:`Path` and :func:`prefill`: a run may begin with tokens already decided (kept from a parent branch,
-  then forced by the user). The prompt and the path are prefilled as one context, the path's tokens are
-  emitted first (a forced one with source ``forced``) and the strategy decodes on from there as if the
-  context were its prompt, so greedy from a path equals ``generate`` on prompt + path. Where the model
-  still holds a cache of an earlier run that shares a prefix with the context (a rewind in the app), that
-  prefix is cropped from it, not prefilled again (:mod:`.prefix_cache`).
+- :class:`Path`: a run may begin with tokens already decided (kept from a parent branch, then forced by the
+  user); :func:`~decode_tui.core.execution.prefill.prefill` feeds them with the prompt.
 
-It knows logits, caches and the transcript; it does not know which strategy runs or why a path was chosen.
+It knows logits and token ids; it does not know caches, which strategy runs or why a path was chosen.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from .errors import UsageError
-from .events import TokenEmitted, TokenSource
-from .forward import forward, on_device, rollback
-from .transcript import TokenStats, Transcript
-
-if TYPE_CHECKING:
-    from transformers import PreTrainedModel
-    from transformers.cache_utils import Cache
+from .events import TokenSource
+from .transcript import TokenStats
 
 
 def token_stats(raw: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
@@ -125,53 +116,3 @@ def check_room(path: Path, prompt_length: int, max_new_tokens: int, context: int
         raise UsageError(f"The prompt ({prompt_length} tokens) and the branch's {decided} decided tokens make "
                          f"{prompt_length + decided}, but {model} reads at most {context} tokens: nothing would be "
                          "left to decode. Branch earlier, or shorten the prompt.")
-
-
-def prefill(model: PreTrainedModel, transcript: Transcript, context: torch.Tensor, cache: Cache, path: Path | None,
-            held: int = 0) -> tuple[torch.Tensor, list[TokenEmitted]]:
-    """Feed ``context`` (prompt + path, [B, T]) into ``cache``, which may hold its first ``held`` positions (a
-    branch's parent's, see :mod:`.prefix_cache`); return the next-token logits [B, V] and the path's tokens,
-    emitted.
-
-    The logits at the path's positions give the figures of each path token the parent did not already give:
-    the cache is cropped back to the first position whose logits are needed, and everything after is fed.
-    """
-    ids = path.ids if path is not None else ()
-    total = context.shape[1]
-    t0 = total - len(ids)  # the prompt's length
-    if held:
-        held = reusable(path, t0, held)
-        rollback(cache, held)
-    # The LM head runs only where a path token's figures are read (and the last position): 49152 x T floats at
-    # the prompt's positions would be read by nobody.
-    keep = min(len(ids) + 1, total - held)
-    logits = forward(model, context[:, held:], cache, keep=keep)  # [B, keep, V]
-    transcript.target_forwards += 1
-    emitted = []
-    if path is not None and ids:
-        # The logits at position t0 - 1 + j predict the path's j-th token; row r of ``logits`` is position
-        # total - keep + r. Tokens before the first row were held in the cache: their figures came with the path.
-        first = t0 - 1 - (total - keep)  # the row of the path's first token (negative: held)
-        computed = [j for j in range(len(ids)) if first + j >= 0]
-        fresh: dict[int, TokenStats] = {}
-        if computed:
-            rows = on_device([first + j for j in computed], logits.device)
-            stats = token_stats(logits[0, rows], context[0, t0 + computed[0] :])
-            fresh = dict(zip(computed, host_stats(stats.flatten().tolist(), len(computed)), strict=True))
-        for j, (token, source) in enumerate(zip(ids, path.sources, strict=True)):
-            emitted.append(transcript.emit(token, source, fresh.get(j) or path.known(j), given=True))
-            if transcript.done:
-                break
-    return logits[:, -1], emitted
-
-
-def reusable(path: Path | None, prompt_len: int, cached: int) -> int:
-    """How many of the ``cached`` leading positions of the context a prefill may keep: all but the last (its
-    logits are needed), and none past a path token whose figures the parent did not give."""
-    keep = cached
-    if path is not None:
-        for j in range(len(path.ids)):
-            if path.known(j) is None:
-                keep = min(keep, prompt_len - 1 + j)
-                break
-    return max(0, min(keep, prompt_len + (len(path.ids) if path else 0) - 1))

@@ -17,12 +17,12 @@ It knows caches and token ids; it does not know strategies or why a run starts w
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .forward import StaticKV, new_cache, release, rollback
+from .model_state import state_of
 from .path import common_prefix
 
 if TYPE_CHECKING:
@@ -43,9 +43,6 @@ class _Kept:
         return not isinstance(cache, StaticKV) or (not cache.leased and cache.leases == self.lease)
 
 
-_KEPT: weakref.WeakKeyDictionary[Any, _Kept] = weakref.WeakKeyDictionary()
-
-
 def take(model: PreTrainedModel, ids: Sequence[int], *, reuse: bool, rollback_ready: bool = False,
          fast: bool = False, graphs: bool = False, max_len: int | None = None) -> tuple[Cache, int]:
     """A cache for a run whose context is ``ids``, and how many of its first positions the cache already holds.
@@ -55,7 +52,8 @@ def take(model: PreTrainedModel, ids: Sequence[int], *, reuse: bool, rollback_re
     :func:`~decode_tui.core.forward.new_cache` makes it, holding nothing.
     """
     how = (rollback_ready, fast, graphs)
-    kept = _KEPT.pop(model, None)
+    state = state_of(model)
+    kept, state.kept = state.kept, None
     if kept is not None and reuse and kept.how == how and _fits(kept.cache, max_len) and kept.intact():
         # Read here, not when kept: a static cache's length is on the device, and a plain run needs no copy of it.
         # At most all but the last id: that one is fed again, for its logits.
@@ -74,7 +72,7 @@ def keep(model: PreTrainedModel, cache: Cache, ids: Sequence[int], *, rollback_r
     """A run is done with ``cache``, which holds the keys and values of the first ``cache.get_seq_length()`` of
     ``ids``: keep it for a branch of this run."""
     release(cache)  # a pooled static cache is free for the next run at once
-    _KEPT[model] = _Kept(tuple(ids), cache, (rollback_ready, fast, graphs),
+    state_of(model).kept = _Kept(tuple(ids), cache, (rollback_ready, fast, graphs),
                          cache.leases if isinstance(cache, StaticKV) else 0)
 
 

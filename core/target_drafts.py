@@ -51,7 +51,6 @@ import contextlib
 import copy
 import ctypes
 import gc
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -70,9 +69,6 @@ ROWS = 1024  # rows quantised at a time (a multiple of the int4 layout's 64-row 
 # ignores it (its output is [N, K/2] whatever the value), so it is 1 there: no tiling. On CUDA the count must
 # divide the input's tiles: SmolLM2's 576 inputs are 36 tiles, so 4 (:func:`inner_k_tiles`).
 INNER_K_TILES = 1
-# Whether a built draft computes its layers fused (:mod:`.draft_layers`); benchmarks turn it off for their control,
-# the same draft with transformers' own modules (:func:`unfused`).
-FUSE = True
 COMPUTE = torch.bfloat16  # the quantised kernels' input type: the CUDA kernels' only one, the CPU's fast one
 # torch's kernels by device type: (pack int4, multiply int4, multiply int8).
 KERNELS: dict[str, tuple[str, str, str]] = {
@@ -158,8 +154,8 @@ def build(model: PreTrainedModel, draft: TargetDraft) -> PreTrainedModel:
     clone: PreTrainedModel = copy.deepcopy(model, memo=shared)
     if draft.layers is not None:
         _keep_layers(clone, draft.layers)
-    if FUSE:  # before quantising, so that the products it joins are quantised as one
-        draft_layers.fuse(clone, join_products=draft.bits is not None)
+    # Fused before quantising, so that the products it joins are quantised as one.
+    draft_layers.fuse(clone, join_products=draft.bits is not None)
     if draft.bits is not None:
         _quantise(clone, draft.bits)
     clone.eval()
@@ -218,18 +214,6 @@ def _quantise(clone: PreTrainedModel, bits: int) -> None:
             # Norm weights (and any Linear left whole): small, and bf16 keeps every activation in one dtype.
             setattr(module, name, torch.nn.Parameter(param.detach().to(COMPUTE), requires_grad=False))
     clone.config.dtype = COMPUTE  # what the masks and the rotary tables are built in
-
-
-@contextlib.contextmanager
-def unfused() -> Iterator[None]:
-    """Drafts built inside keep transformers' own modules (norms, attention, MLP): the benchmarks' control for
-    :mod:`.draft_layers`."""
-    global FUSE
-    FUSE = False
-    try:
-        yield
-    finally:
-        FUSE = True
 
 
 class CastEmbedding(torch.nn.Module):

@@ -18,7 +18,6 @@ forwards and the clock; nothing of trees, drafters or events.
 from __future__ import annotations
 
 import time
-import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -26,6 +25,7 @@ import torch
 
 from .forward import new_cache, rollback
 from .loading import context_length
+from .model_state import state_of
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -35,9 +35,6 @@ TREE_COST = 2.0  # a tree's forward may cost at most this many one-position forw
 CONTEXT = 64  # tokens before the timed forwards: attention reads them, as it reads a prompt
 TRIES = 2  # forwards of each width; the lower counts (a first one may pay a kernel's warm-up)
 
-_BUDGETS: weakref.WeakKeyDictionary[object, int] = weakref.WeakKeyDictionary()
-
-
 def tree_budget(model: PreTrainedModel, timer: Callable[[int], float] | None = None) -> int:
     """Nodes per verification for ``model`` on its device: the widest of CANDIDATES off the CPU; on the CPU the
     widest whose forward costs at most TREE_COST one-position forwards (the narrowest where none does), measured
@@ -45,7 +42,7 @@ def tree_budget(model: PreTrainedModel, timer: Callable[[int], float] | None = N
     on the model)."""
     if model.device.type != "cpu":
         return CANDIDATES[-1]
-    known = _BUDGETS.get(model)
+    known = state_of(model).tree_budget
     if known is not None and timer is None:
         return known
     room = (context_length(model) or CONTEXT + CANDIDATES[-1] + 1) - CONTEXT  # a model may read few positions
@@ -60,7 +57,7 @@ def tree_budget(model: PreTrainedModel, timer: Callable[[int], float] | None = N
             break
         budget = wider
     if timer is None:
-        _BUDGETS[model] = budget
+        state_of(model).tree_budget = budget
     return budget
 
 

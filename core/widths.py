@@ -24,8 +24,9 @@ acceptance or caches.
 from __future__ import annotations
 
 import statistics
-import weakref
 from collections import deque
+
+from .model_state import state_of
 
 MAX_WIDTH = 8  # wider verifications run as they are: past 8 rows the kernels' costs grow with the width again
 GAIN = 0.85  # pad only to a width measured at least 15 % cheaper: a smaller difference may be noise
@@ -70,12 +71,13 @@ class WidthCosts:
             self.timed_at[width] = self.forwards
 
 
-_COSTS: weakref.WeakKeyDictionary[object, WidthCosts] = weakref.WeakKeyDictionary()
-
-
 def width_costs(model: object) -> WidthCosts:
     """The width costs measured for ``model`` by the runs of this process so far, to be added to."""
-    return _COSTS.setdefault(model, WidthCosts())
+    state = state_of(model)
+    if state.width_costs is None:
+        state.width_costs = WidthCosts()
+    costs: WidthCosts = state.width_costs
+    return costs
 
 
 Times = dict[int, deque[float]]  # draft length k -> verify seconds of its last 16 rounds (the adaptive policy's)
@@ -86,13 +88,13 @@ Times = dict[int, deque[float]]  # draft length k -> verify seconds of its last 
 # context length, to the power of two (on 2 cores a 5-token verification costs 85 ms after 50 tokens, 115 ms
 # after 300: priced from the one, the other prompt stopped drafting where drafting paid). Padded verifications
 # (a static cache) are kept apart: their width is always the longest.
-_VERIFY_TIMES: weakref.WeakKeyDictionary[object, dict[tuple[bool, int], Times]] = weakref.WeakKeyDictionary()
+# They live in the model's state.
 
 
 def remembered_times(model: object, context_length: int, padded: bool = False) -> Times:
     """The verify times of ``model`` after about ``context_length`` tokens measured by earlier runs of this
     process, to be added to by this one."""
-    return _VERIFY_TIMES.setdefault(model, {}).setdefault((padded, context_length.bit_length()), {})
+    return state_of(model).verify_times.setdefault((padded, context_length.bit_length()), {})
 
 
 TRUSTED = 3  # rounds of one draft length after which its own median alone prices it

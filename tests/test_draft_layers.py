@@ -14,6 +14,7 @@ from decode_tui.core import draft_layers, float_mask, target_drafts
 from decode_tui.core.params import TargetDraft
 
 from .conftest import tiny_model
+from .controls import unfused_build
 from .test_speculative import V
 
 DRAFTS = {"int4": TargetDraft(4), "int8": TargetDraft(8), "layers:1": TargetDraft(None, 1),
@@ -69,8 +70,7 @@ def test_a_fused_draft_computes_what_the_same_draft_with_transformers_modules_co
 
     model = tiny_model(arch, vocab_size=V, seed=6).to(dtype)
     fused = target_drafts.build(model, DRAFTS[spec])
-    with target_drafts.unfused():
-        plain = target_drafts.build(model, DRAFTS[spec])
+    plain = unfused_build(model, DRAFTS[spec])
     assert _fused_kinds(fused) and not _fused_kinds(plain)
     outputs = []
     for draft in (fused, plain):
@@ -212,8 +212,7 @@ def test_a_fused_draft_layer_runs_fewer_ops_than_the_same_draft_with_transformer
     already, so it saves the rotary's ops only. (benchmarks/step_kernels.py counts a whole layer.)"""
     model = tiny_model(arch, vocab_size=V, seed=6)
     fused = _step_ops(target_drafts.build(model, TargetDraft(4)))
-    with target_drafts.unfused():
-        plain = _step_ops(target_drafts.build(model, TargetDraft(4)))
+    plain = _step_ops(unfused_build(model, TargetDraft(4)))
     kernel = "_weight_int4pack_mm_for_cpu"
     assert fused[kernel] == products and plain[kernel] == (7 if arch == "llama" else 4)
     assert sum(fused.values()) <= sum(plain.values()) - fewer, (fused, plain)
@@ -248,17 +247,6 @@ def test_a_fused_norm_gives_transformers_norm_up_to_a_rounding_and_a_different_n
     wide.weight.data = torch.randn(2048)
     wide.weight.data[7] = 300.0
     assert draft_layers.fusable(wide.to(dtype)) is None
-
-
-def test_a_draft_built_unfused_keeps_transformers_modules_and_the_next_one_is_fused_again() -> None:
-    """The benchmarks' control (target_drafts.unfused): the same draft with transformers' norms, attention and MLP;
-    the switch is back on after it."""
-    model = tiny_model("llama", vocab_size=V, seed=6)
-    with target_drafts.unfused():
-        draft = target_drafts.build(model, DRAFTS["int4"])
-    kinds = {type(m).__name__ for m in draft.modules()}
-    assert {"LlamaRMSNorm", "LlamaAttention", "LlamaMLP"} <= kinds and not _fused_kinds(draft)
-    assert _fused_kinds(target_drafts.build(model, DRAFTS["int4"])) == {"FusedRMSNorm", "FusedAttention", "FusedMLP"}
 
 
 def _mask_ops(model: Any) -> collections.Counter[str]:
@@ -368,8 +356,6 @@ def test_a_draft_that_kept_transformers_modules_says_so_on_cuda_only() -> None:
     assert _unfused_on("int4", TargetDraft(4), qwen3, torch.device("cpu")) is None
     llama = target_drafts.build(tiny_model("llama", vocab_size=V, seed=6), TargetDraft(4))
     assert _unfused_on("int4", TargetDraft(4), llama, torch.device("cuda")) is None
-    with target_drafts.unfused():
-        assert _unfused_on("int4", TargetDraft(4), qwen3, torch.device("cuda")) is None
 
 
 def phi3_wide(device: torch.device) -> Any:

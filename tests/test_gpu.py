@@ -28,12 +28,12 @@ import torch
 
 import decode_tui.core
 from decode_tui.core import float_mask
-from decode_tui.core import forward as forward_module
 from decode_tui.core.detokenize import Detokenizer
 from decode_tui.core.drafters import Drafter, ModelDrafter, PromptLookup
 from decode_tui.core.events import BeamStepped, DraftVerified, Event, Finished
 from decode_tui.core.forward import HostCopy, graph_failure
 from decode_tui.core.loading import resolve_device, resolve_dtype
+from decode_tui.core.model_state import state_of
 from decode_tui.core.params import BeamParams, DecodeConfig, SamplingParams
 from decode_tui.core.strategies.autoregressive import autoregressive
 from decode_tui.core.strategies.beam import beam_search
@@ -41,6 +41,7 @@ from decode_tui.core.strategies.speculative import speculative
 from decode_tui.core.transcript import Transcript
 
 from .conftest import timeless, tiny_model
+from .controls import unfused_build
 
 pytestmark = [
     pytest.mark.gpu,
@@ -137,7 +138,7 @@ def test_beam_search_equals_generate_in_fp32_on_cuda(byte_bpe: Any, seed: int, n
         assert hypothesis.score == pytest.approx(float(out.sequences_scores[i]), abs=1e-4)
     if graphs:  # the step and the reorder of the beams' rows were both captured and replayed
         assert graph_failure(model) is None
-        pooled = [c for caches in forward_module._POOL[model].values() for c in caches]
+        pooled = [c for caches in state_of(model).pool.values() for c in caches]
         assert any(c.reorder_graph is not None and c.graphs for c in pooled)
 
 
@@ -535,8 +536,7 @@ def test_a_fused_int4_drafts_step_launches_at_most_two_thirds_of_the_kernels_on_
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).to(CUDA).eval()
     fused = target_drafts.build(model, TargetDraft(4))
-    with target_drafts.unfused():
-        plain = target_drafts.build(model, TargetDraft(4))
+    plain = unfused_build(model, TargetDraft(4))
 
     def step(draft: Any) -> tuple[int, torch.Tensor]:
         cache = new_cache(draft, rollback=True)

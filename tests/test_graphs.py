@@ -20,6 +20,7 @@ from decode_tui.core import forward as forward_module
 from decode_tui.core.drafters import ModelDrafter, PromptLookup
 from decode_tui.core.events import BeamStepped, DraftProposed, DraftVerified, Event, Finished, TokenEmitted
 from decode_tui.core.forward import StaticKV, graph_failure, graphs_available, new_cache, release
+from decode_tui.core.model_state import state_of
 from decode_tui.core.params import BeamParams, SamplingParams
 from decode_tui.core.strategies.autoregressive import autoregressive
 from decode_tui.core.strategies.beam import beam_search
@@ -147,40 +148,6 @@ def test_replayed_verifications_give_the_plain_paths_events(byte_bpe: Any, cpu_g
     assert (cpu_graphs.by_model.get(id(draft_model), 0) > 0) == (drafted > 1)
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_the_benchmarks_control_with_one_end_a_layer_replays_the_same_rounds_on_caches_of_its_own(
-        byte_bpe: Any, cpu_graphs: type[EagerGraphs], seed: int) -> None:
-    """``forward.per_layer_ends``: transformers' static layers, each moving its own write position, the control that
-    ``gpu.py --only ends`` times against the shared one. Rolled back after rejected drafts and put back after each
-    capture's warm-up pass through every layer's position, it gives the default's events; its caches are pooled
-    apart, so neither kind is handed to a run of the other."""
-    from transformers.cache_utils import StaticLayer
-
-    model = model_for(seed)
-    prompt = repetitive_prompt(seed, 4 + seed)
-    draft_model = tiny_model("llama", vocab_size=V, seed=seed + 50)
-
-    def go() -> list[Event]:
-        return list(speculative(model, transcript(byte_bpe, prompt, 20), ModelDrafter(draft_model, V),
-                                SamplingParams(), greedy=True, num_draft_tokens=4, graphs=True))
-
-    default = go()
-    with forward_module.per_layer_ends(), torch.inference_mode():  # as a run takes its caches
-        control = go()
-        cache = new_cache(model, graphs=True, max_len=40)
-    assert isinstance(cache, StaticKV) and not cache.shared_end
-    assert all(type(layer) is StaticLayer for layer in cache.layers) and len(forward_module.ends(cache)) == 2
-    release(cache)
-    with torch.inference_mode():
-        again = new_cache(model, graphs=True, max_len=40)
-    assert isinstance(again, StaticKV) and again.shared_end and again is not cache
-    assert len(forward_module.ends(again)) == 1
-    release(again)
-    assert_same_events(default, control)
-    rejected = [e for e in default if isinstance(e, DraftVerified) and e.accepted < len(e.verdicts)]
-    assert rejected, "some drafts were rejected: the control's caches were rolled back"
-
-
 def test_a_second_run_reuses_the_pooled_cache_and_its_graphs(byte_bpe: Any, cpu_graphs: type[EagerGraphs]) -> None:
     model = tiny_model("llama", vocab_size=V, seed=3)
     prompt = repetitive_prompt(3, 14)
@@ -224,7 +191,7 @@ def test_release_returns_a_cache_and_a_stopped_run_releases_its_own(byte_bpe: An
     run = autoregressive(model, transcript(byte_bpe, [5, 6, 7], 30), SamplingParams(), greedy=True, graphs=True)
     next(run)
     run.close()  # the consumer stopped: the strategy's finally hands the cache back
-    assert not any(c.leased for caches in forward_module._POOL[model].values() for c in caches)
+    assert not any(c.leased for caches in state_of(model).pool.values() for c in caches)
 
 
 def test_a_failed_capture_falls_back_to_eager_passes_with_the_same_tokens(
@@ -372,13 +339,13 @@ def test_a_beam_steps_reorder_is_one_replayed_graph_that_keeps_every_address(
     assert len(replaying) == steps, "every step's reorder went through the captured graph"
     # The stand-in's replay runs the recorded copies again; the one more is the capture's warm-up, in identity order.
     assert len(eager_reorders) == steps + 1
-    cache = next(c for caches in forward_module._POOL[model].values() for c in caches if c.reorder_graph)
+    cache = next(c for caches in state_of(model).pool.values() for c in caches if c.reorder_graph)
     assert cache.reorder_graph is not None
     layer: Any = cache.layers[0]
     keys = layer.keys.clone()
     address = layer.keys.data_ptr()
     with torch.inference_mode():  # as in a search, where the graph's index was made
-        cache.reorder_cache(torch.tensor([2, 0, 0]))  # type: ignore[arg-type]
+        cache.reorder_cache(torch.tensor([2, 0, 0]))
     assert layer.keys.data_ptr() == address
     assert torch.equal(layer.keys, keys[[2, 0, 0]])
 
@@ -592,7 +559,7 @@ def test_the_targets_graphs_are_captured_with_float_masks_and_its_eager_passes_k
     assert_same_events(plain, events)
 
 
-def test_the_controls_and_a_model_whose_float_mask_moves_its_logits_capture_transformers_masks(
+def test_a_model_compiled_in_the_background_and_a_model_whose_float_mask_moves_its_logits_capture_transformers_masks(
         byte_bpe: Any, cpu_graphs: type[EagerGraphs], monkeypatch: pytest.MonkeyPatch) -> None:
     from decode_tui.core import float_mask
 
@@ -602,13 +569,9 @@ def test_the_controls_and_a_model_whose_float_mask_moves_its_logits_capture_tran
         return lambda: list(autoregressive(model, transcript(byte_bpe, prompt, 8), SamplingParams(), greedy=True,
                                            graphs=True))
 
-    with float_mask.bool_masks_in_graphs():  # the benchmarks' control
-        model = tiny_model("llama", vocab_size=V, seed=4)
-        assert masks_seen(model, monkeypatch, greedy_on_graphs(model))[0] == {"bool"}
     model = tiny_model("llama", vocab_size=V, seed=5)
-    monkeypatch.setattr(forward_module, "_COMPILES", lambda m: m is model)  # it compiles in the background
+    state_of(model).background = _NothingCompiled()  # it compiles in the background
     assert masks_seen(model, monkeypatch, greedy_on_graphs(model))[0] == {"bool"}
-    monkeypatch.setattr(forward_module, "_COMPILES", None)
 
     def sees_the_future(**kwargs: Any) -> torch.Tensor:
         return torch.zeros((kwargs["batch_size"], 1, kwargs["q_length"], kwargs["kv_length"]))
@@ -630,3 +593,13 @@ def test_the_controls_and_a_model_whose_float_mask_moves_its_logits_capture_tran
     model = tiny_model("llama", vocab_size=V, seed=6)
     assert masks_seen(model, monkeypatch, greedy_on_graphs(model))[0] == {"bool"}
     assert not float_mask.exact(model) and model.config._attn_implementation == "sdpa"
+
+
+class _NothingCompiled:
+    """A background compile that has compiled nothing yet: every graph replays the eager pass it captured."""
+
+    def upgrade(self, model: Any, cache: Any, key: tuple[int, ...], captured: Any, input_ids: Any) -> Any:
+        return captured
+
+    def ask(self, model: Any, shape: tuple[int, int, int, int]) -> None:
+        pass

@@ -417,9 +417,9 @@ def test_every_timed_suffix_run_drafts_from_the_same_history(byte_bpe: Any, tmp_
 
 @pytest.mark.parametrize("seed", range(4))
 def test_suffix_draftings_replay_gives_each_draft_lengths_real_widths(byte_bpe: Any, seed: int) -> None:
-    """The adaptive policy prices suffix drafting's draft lengths by an exact replay (core/whatif.SuffixMemo): the
+    """The adaptive policy prices suffix drafting's draft lengths by an exact replay (core/replay.SuffixMemo): the
     widths it replays for k are those a real run at k feeds, and an adaptive run stays greedy's tokens."""
-    from decode_tui.core.whatif import SuffixMemo, Trace
+    from decode_tui.core.replay import SuffixMemo, Trace
 
     model = tiny_model(ARCHS[seed % 4], vocab_size=V, seed=seed)
     prompt = repetitive_prompt(seed, 8)

@@ -21,6 +21,7 @@ from decode_tui.core.compare import compare
 from decode_tui.core.drafters import DraftModel
 from decode_tui.core.events import DraftVerified, Finished
 from decode_tui.core.loading import load_model
+from decode_tui.core.model_state import state_of
 from decode_tui.core.params import DecodeConfig, DraftParams
 from decode_tui.core.registry import resolve
 from decode_tui.core.run import Run
@@ -55,7 +56,7 @@ def test_the_warm_up_captures_what_the_first_run_replays(lm: Any, monkeypatch: p
     assert isinstance(events[-1], Finished) and events[-1].finish_reason != "cancelled"
     if mode == "pld":
         assert any(isinstance(e, DraftVerified) for e in events)
-    pools = forward_module._POOL.get(lm.model, {})
+    pools = state_of(lm.model).pool
     assert not any(c.leased for caches in pools.values() for c in caches), "every cache handed back"
 
 

@@ -17,22 +17,20 @@ from decode_tui.core.drafters import Draft, DraftModel, PromptLookup
 from decode_tui.core.errors import UsageError
 from decode_tui.core.events import Event, Finished, Mode, Started
 from decode_tui.core.params import SamplingParams, TargetDraft
-from decode_tui.core.strategies.autoregressive import autoregressive
-from decode_tui.core.strategies.speculative import speculative
-from decode_tui.core.transcript import Transcript
-from decode_tui.core.whatif import (
-    Costs,
+from decode_tui.core.replay import (
     LookupMemo,
     Trace,
-    best,
     read_trace,
     replay_draft,
     replay_drafter,
     replay_greedy,
     replay_lookup,
-    table,
     trace_from_events,
 )
+from decode_tui.core.strategies.autoregressive import autoregressive
+from decode_tui.core.strategies.speculative import speculative
+from decode_tui.core.transcript import Transcript
+from decode_tui.core.whatif import Costs, best, table
 
 from .conftest import tiny_model
 from .test_speculative import V, repetitive_prompt

@@ -24,7 +24,8 @@ from ..forward import forward, on_device
 from ..grammar import GrammarMask
 from ..live import LiveParams
 from ..params import SamplingParams
-from ..path import Path, prefill
+from ..path import Path
+from ..prefill import prefill
 from ..prefix_cache import keep, take
 from ..sampling import Draw, StageContext, draw_later, stage_processors, staged_scores
 from ..transcript import Transcript

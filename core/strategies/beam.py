@@ -46,7 +46,8 @@ from ..forward import forward, new_cache, on_device, release
 from ..grammar import GrammarMask
 from ..live import LiveParams
 from ..params import BeamParams, SamplingParams
-from ..path import Path, prefill, token_stats
+from ..path import Path, token_stats
+from ..prefill import prefill
 from ..sampling import StageContext, processed, stage_processors
 from ..transcript import TokenStats, Transcript
 from .autoregressive import autoregressive

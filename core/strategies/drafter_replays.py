@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..drafters import Drafter, ModelDrafter, PromptLookup
+from ..replay import LookupMemo, SuffixMemo, Trace
 from ..suffix_drafting import SuffixDrafter
 from ..transcript import Transcript
-from ..whatif import LookupMemo, SuffixMemo, Trace
 from .adaptive import Replay
 
 

@@ -53,7 +53,8 @@ from ..forward import on_device, prepare, rollback
 from ..grammar import GrammarMask
 from ..live import LiveParams
 from ..params import SamplingParams
-from ..path import Path, prefill
+from ..path import Path
+from ..prefill import prefill
 from ..prefix_cache import keep, take
 from ..sampling import StageContext, stage_processors
 from ..transcript import Transcript

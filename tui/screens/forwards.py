@@ -28,8 +28,9 @@ from textual.widgets import DataTable, Static
 
 from ...core.errors import UsageError
 from ...core.events import Event, Finished, Started
+from ...core.replay import DRAFT_LENGTHS, trace_from_events
 from ...core.timeline import Timeline, draft_stats, verify_line
-from ...core.whatif import DRAFT_LENGTHS, Costs, WhatIf, lookup_grid, table, trace_from_events
+from ...core.whatif import Costs, WhatIf, lookup_grid, table
 from .. import forward_views
 from ..cost_view import cost_line
 from ..numbers import count, decoded_tokens

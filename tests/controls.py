@@ -1,0 +1,25 @@
+"""Controls that product code keeps no switch for: the same thing built without a measured change.
+
+A change that was measured and kept has no off switch in the package (docs/ARCHITECTURE.md, "Invariants"); its
+speed is compared against the commit before it, in a ``git worktree``. Correctness tests still need the plain form
+to compare against, and build it here from the package's own steps.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from decode_tui.core import target_drafts
+from decode_tui.core.params import TargetDraft
+
+
+def unfused_build(model: Any, draft: TargetDraft) -> Any:
+    """``target_drafts.build`` without the fused layers: transformers' own norms, attention and MLP."""
+    shared: dict[int, Any] = {id(t): t for t in [*model.parameters(), *model.buffers()]}
+    clone = copy.deepcopy(model, memo=shared)
+    if draft.layers is not None:
+        target_drafts._keep_layers(clone, draft.layers)
+    if draft.bits is not None:
+        target_drafts._quantise(clone, draft.bits)
+    return clone.eval()
