@@ -22,11 +22,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from decode_vs_hf import PROMPTS, timed_run
 
-from decode_tui.core.drafters import load_draft
-from decode_tui.core.embedded import pull
-from decode_tui.core.loading import load_model
+from decode_tui.core.drafting.drafters import load_draft
+from decode_tui.core.model.embedded import pull
+from decode_tui.core.model.loading import load_model
+from decode_tui.core.model.registry import resolve
 from decode_tui.core.params import DEFAULT_DRAFT, DEMO_PROMPTS, DecodeConfig, DraftParams
-from decode_tui.core.registry import resolve
 
 ALL = {**PROMPTS, **{f"demo-{mode}": DEMO_PROMPTS[mode] for mode in ("greedy", "beam", "speculative")}}
 

@@ -44,13 +44,13 @@ from typing import Any
 
 from textual import events
 
-from decode_tui.core.embedded import pull
-from decode_tui.core.events import Event, Finished, TokenEmitted
-from decode_tui.core.forward import HostCopy
+from decode_tui.core.execution.forward import HostCopy
 from decode_tui.core.live import LiveParams
-from decode_tui.core.loading import LoadedModel, load_model
+from decode_tui.core.model.embedded import pull
+from decode_tui.core.model.loading import LoadedModel, load_model
+from decode_tui.core.model.registry import resolve
 from decode_tui.core.params import DecodeConfig
-from decode_tui.core.registry import resolve
+from decode_tui.core.record.events import Event, Finished, TokenEmitted
 from decode_tui.core.run import Run
 from decode_tui.tui.app import DecodeApp
 from decode_tui.tui.pump import EventSource, StepTracker

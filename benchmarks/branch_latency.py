@@ -4,7 +4,7 @@ A greedy run of ``--new-tokens`` tokens on the embedded model (or ``--model``); 
 ``--at`` (its runner-up forced there) decodes on. The figure is the time from starting the branch (the user's
 choice) to its first decoded token after the forced one, in units of the parent run's median step time
 (the gap between consecutive tokens, from the core's clock). "reused" is the app's way: the branch crops the
-parent's cache where they part (core/prefix_cache.py) and feeds the last kept token and the forced one;
+parent's cache where they part (core/execution/prefix_cache.py) and feeds the last kept token and the forced one;
 "prefilled" feeds prompt + path from an empty cache, what a branch would cost without it. Warm runs: one
 untimed round first, then ``--repeats`` rounds, the two kinds alternated in each; medians with the range.
 
@@ -22,14 +22,14 @@ import time
 
 import torch
 
-from decode_tui.core.events import TokenEmitted
-from decode_tui.core.loading import LoadedModel, load_model
-from decode_tui.core.model_state import state_of
+from decode_tui.core.execution.model_state import state_of
+from decode_tui.core.model.loading import LoadedModel, load_model
+from decode_tui.core.model.registry import resolve
 from decode_tui.core.params import DecodeConfig, SamplingParams
-from decode_tui.core.path import Path
-from decode_tui.core.registry import resolve
+from decode_tui.core.record.events import TokenEmitted
+from decode_tui.core.record.path import Path
+from decode_tui.core.record.transcript import TokenStats
 from decode_tui.core.run import Run
-from decode_tui.core.transcript import TokenStats
 
 PROMPT = "Write a long story about a lighthouse keeper who finds a message in a bottle."
 

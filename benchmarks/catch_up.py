@@ -21,12 +21,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from decode_tui.core.drafters import DraftModel, ModelDrafter, load_draft
-from decode_tui.core.embedded import pull
-from decode_tui.core.events import DraftVerified, Finished
-from decode_tui.core.loading import LoadedModel, load_model
+from decode_tui.core.drafting.drafters import DraftModel, ModelDrafter, load_draft
+from decode_tui.core.model.embedded import pull
+from decode_tui.core.model.loading import LoadedModel, load_model
+from decode_tui.core.model.registry import resolve
 from decode_tui.core.params import DecodeConfig, DraftParams
-from decode_tui.core.registry import resolve
+from decode_tui.core.record.events import DraftVerified, Finished
 from decode_tui.core.run import Run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

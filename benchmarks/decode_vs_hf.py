@@ -33,12 +33,12 @@ from typing import Any
 
 import torch
 
-from decode_tui.core.embedded import pull
-from decode_tui.core.events import Finished, Mode
-from decode_tui.core.loading import LoadedModel, load_model
+from decode_tui.core.model.embedded import pull
+from decode_tui.core.model.loading import LoadedModel, load_model
+from decode_tui.core.model.registry import resolve
 from decode_tui.core.modes import CODE_EDIT_PROMPT
 from decode_tui.core.params import DEFAULT_DRAFT, BeamParams, DecodeConfig
-from decode_tui.core.registry import resolve
+from decode_tui.core.record.events import Finished, Mode
 from decode_tui.core.run import Run
 
 PROMPTS = {
@@ -208,7 +208,7 @@ def drafting(lm: LoadedModel, new_tokens: int, repeats: int, spec: str = DEFAULT
 
     End-of-sequence stays on (the drafting modes must give greedy's exact tokens either way).
     """
-    from decode_tui.core.drafters import load_draft
+    from decode_tui.core.drafting.drafters import load_draft
     from decode_tui.core.params import DraftParams
 
     draft = load_draft(lm, spec)

@@ -13,13 +13,13 @@ import dataclasses
 import json
 from pathlib import Path
 
-from decode_tui.core.compare import compare
-from decode_tui.core.drafters import load_draft
-from decode_tui.core.embedded import pull
-from decode_tui.core.events import Mode
-from decode_tui.core.loading import load_model
+from decode_tui.core.analysis.compare import compare
+from decode_tui.core.drafting.drafters import load_draft
+from decode_tui.core.model.embedded import pull
+from decode_tui.core.model.loading import load_model
+from decode_tui.core.model.registry import resolve
 from decode_tui.core.params import DEFAULT_DRAFT, DEMO_PROMPTS, DecodeConfig
-from decode_tui.core.registry import resolve
+from decode_tui.core.record.events import Mode
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ The prompts: transformers-comparison prompts and the demo prompts, 64 tokens eac
                                           [--json out.json]
 
 ``--unfused``: each draft also as it was built before its layers were fused (transformers' own norms, attention
-and MLP), the control for what :mod:`decode_tui.core.draft_layers` changes of a draft's cost and agreement.
+and MLP), the control for what :mod:`decode_tui.core.drafting.draft_layers` changes of a draft's cost and agreement.
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ from unittest import mock
 import torch
 from transformers import DynamicCache
 
-from decode_tui.core import target_drafts
-from decode_tui.core.drafters import load_draft
-from decode_tui.core.embedded import pull
-from decode_tui.core.loading import load_model
+from decode_tui.core.drafting import target_drafts
+from decode_tui.core.drafting.drafters import load_draft
+from decode_tui.core.model.embedded import pull
+from decode_tui.core.model.loading import load_model
+from decode_tui.core.model.registry import resolve
 from decode_tui.core.params import DEMO_PROMPTS
-from decode_tui.core.registry import resolve
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.controls

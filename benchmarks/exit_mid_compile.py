@@ -5,7 +5,7 @@ active exception", SIGABRT; SIGSEGV on SIGTERM). At the interpreter's exit a dae
 interpreter lock is ended from inside whatever C++ code it is running, and Inductor's C++ does not survive that.
 So an app that started a compile ends its process with ``os._exit`` once it has closed
 (``decode_tui.cli.commands._run_app``). This probe checks that on the CPU, with real Inductor compiling in the
-real worker (``decode_tui.core.background_compile``): each child builds a random model of the embedded model's
+real worker (``decode_tui.core.execution.background_compile``): each child builds a random model of the embedded model's
 architecture from its config, starts the worker on one decoding step's shape, waits until it compiles and then a
 while longer (varied from child to child, so the exits land in different phases of the compile), and ends:
 
@@ -37,7 +37,7 @@ def child(end: str, delay: float, code: int, device: str) -> None:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from decode_tui.core import background_compile
+    from decode_tui.core.execution import background_compile
 
     config = AutoConfig.for_model("llama", vocab_size=2048, hidden_size=256, intermediate_size=512,
                                   num_hidden_layers=LAYERS, num_attention_heads=4, num_key_value_heads=2)

@@ -7,7 +7,7 @@ still leaves what it measured. Sections (``--only``, comma-separated):
 - ``smol``: the embedded SmolLM2-135M (bf16 on CUDA, fp32 on the CPU): load time after imports; per mode
   (greedy, pld, beam) and path (the default, and ``plain`` with CUDA graphs off), the warm-up's seconds
   and the tokens/s of runs 1, 2, 3 after it; transformers' ``generate`` warm; greedy against itself and
-  PLD against greedy through :func:`decode_tui.core.compare.compare` (warm, alternated, with the range).
+  PLD against greedy through :func:`decode_tui.core.analysis.compare.compare` (warm, alternated, with the range).
 - ``phi3``: a model of Phi-3-mini's architecture and size with random weights (``--tiny``: a small one,
   to check the script on a CPU): the default path (graphs on CUDA; its warm-up holds the capture), the
   plain path, ``--fast`` (its warm-up holds the compile), and ``generate``; tokens/s of runs 1-3 and each
@@ -29,11 +29,11 @@ from typing import Any
 
 import torch
 
-from decode_tui.core.compare import compare
-from decode_tui.core.events import Finished
-from decode_tui.core.loading import LoadedModel, load_model
+from decode_tui.core.analysis.compare import compare
+from decode_tui.core.model.loading import LoadedModel, load_model
+from decode_tui.core.model.registry import resolve
 from decode_tui.core.params import DecodeConfig, DraftParams
-from decode_tui.core.registry import resolve
+from decode_tui.core.record.events import Finished
 from decode_tui.core.run import Run
 from decode_tui.core.warmup import warm_up
 
@@ -139,7 +139,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     OUT = args.out
-    from decode_tui.core.loading import resolve_device
+    from decode_tui.core.model.loading import resolve_device
 
     device = resolve_device(args.device)
     emit({"what": "machine", **machine(), "device": str(device),

@@ -1,7 +1,7 @@
 """Probe: which of a draft's modules kept transformers' forward, and by how much each check missed.
 
 A draft made from the target replaces its norms, attentions and MLPs by fused forms only where a check, run once
-at the draft's build, finds the fused form computing what the original computes (``core/draft_layers.py``). A
+at the draft's build, finds the fused form computing what the original computes (``core/drafting/draft_layers.py``). A
 module that fails the check silently keeps its slower forward. This builds the default draft (int4) of a model on
 a device and dtype, as a speculative run does, and prints each layer's modules, and for every check the largest
 difference, the output's largest value, and whether an entry-by-entry tolerance (atol and rtol 0.02, the rule
@@ -28,7 +28,7 @@ from typing import Any, cast
 
 import torch
 
-from decode_tui.core import draft_layers
+from decode_tui.core.drafting import draft_layers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -63,7 +63,7 @@ def main() -> None:
         return passed
 
     draft_layers._close = recorded
-    from decode_tui.core import target_drafts
+    from decode_tui.core.drafting import target_drafts
     from decode_tui.core.params import DraftParams, target_draft
 
     made = target_draft(DraftParams().draft)  # the default draft, as a speculative run builds it
@@ -87,9 +87,9 @@ def target(spec: str, layers: int, device: str, dtype: str) -> Any:
         from gpu import phi3_sized
 
         return phi3_sized(torch.device(device), getattr(torch, dtype), tiny=False, layers=layers).model
-    from decode_tui.core.embedded import pull
-    from decode_tui.core.loading import load_model
-    from decode_tui.core.registry import resolve
+    from decode_tui.core.model.embedded import pull
+    from decode_tui.core.model.loading import load_model
+    from decode_tui.core.model.registry import resolve
 
     if spec == "smollm2":
         pull("smollm2")

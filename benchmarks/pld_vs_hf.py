@@ -27,12 +27,12 @@ import torch
 from decode_vs_hf import PROMPTS as BENCH_PROMPTS  # run as a script: benchmarks/ is on the path
 from decode_vs_hf import machine
 
-from decode_tui.core.embedded import pull
-from decode_tui.core.events import Finished
-from decode_tui.core.loading import LoadedModel, load_model
+from decode_tui.core.model.embedded import pull
+from decode_tui.core.model.loading import LoadedModel, load_model
+from decode_tui.core.model.registry import resolve
 from decode_tui.core.modes import CODE_EDIT_PROMPT
 from decode_tui.core.params import DecodeConfig, DraftParams
-from decode_tui.core.registry import resolve
+from decode_tui.core.record.events import Finished
 from decode_tui.core.run import Run
 
 PROMPTS = {

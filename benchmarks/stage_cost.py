@@ -3,7 +3,7 @@
 The grammar: a greedy run constrained by a JSON schema on the embedded model (or ``--model``), with the time spent
 in the grammar's processor (following the output, computing llguidance's mask, applying it) measured inside the
 run, against the run's median step time (the gap between consecutive tokens, from the core's clock). The stages:
-each new stage's processor and the figures the viewer shows for it (core/sampling.py ``stage_figures`` and the
+each new stage's processor and the figures the viewer shows for it (core/choosing/sampling.py ``stage_figures`` and the
 step's draw) timed on the model's real next-token logits, against a plain greedy run's median step time: the
 draw with the stage against the draw without it. Warm: one untimed round first, then ``--repeats`` rounds, the
 cases alternated in each; medians with the range.
@@ -29,13 +29,13 @@ from typing import Any
 
 import torch
 
-from decode_tui.core.events import TokenEmitted
-from decode_tui.core.grammar import GrammarMask
-from decode_tui.core.loading import LoadedModel, load_model
+from decode_tui.core.choosing.grammar import GrammarMask
+from decode_tui.core.choosing.sampling import StageContext, draw, stage_processors, staged_scores
+from decode_tui.core.model.loading import LoadedModel, load_model
+from decode_tui.core.model.registry import resolve
 from decode_tui.core.params import Constraint, DecodeConfig, SamplingParams
-from decode_tui.core.registry import resolve
+from decode_tui.core.record.events import TokenEmitted
 from decode_tui.core.run import Run
-from decode_tui.core.sampling import StageContext, draw, stage_processors, staged_scores
 
 PROMPT = "Describe a fictional person as JSON: their name, age, city, and three hobbies."
 SCHEMA = {"type": "object", "properties": {

@@ -5,7 +5,7 @@ big one's step that is not a weight product, costs about a kernel's launch and t
 cost a draft pays whatever its weights' precision. This counts the ops of one step (one token, a static cache)
 with a dispatch mode, which sees what the device would launch, on a model of the architecture built small from
 its config (the count does not depend on the width), by kind: the weight products, the RMS norms and the rest.
-A draft's layers are fused (``decode_tui.core.draft_layers``): its norms are ``F.rms_norm``, on CUDA one kernel
+A draft's layers are fused (``decode_tui.core.drafting.draft_layers``): its norms are ``F.rms_norm``, on CUDA one kernel
 each (torch's fused RMS norm), which the CPU decomposes, so a fused norm counts as one op here, as it launches on
 CUDA; its rotary runs over queries and keys at once, its q/k/v and gate/up products are joined, and its passes build
 their attention mask as floats, once, where torch's attention converts a boolean one in every layer (two ops, counted
@@ -25,8 +25,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AutoConfig, AutoModelForCausalLM, StaticCache
 
-from decode_tui.core import draft_layers, target_drafts
-from decode_tui.core.forward import new_cache
+from decode_tui.core.drafting import draft_layers, target_drafts
+from decode_tui.core.execution.forward import new_cache
 from decode_tui.core.params import TargetDraft
 
 # Ops that launch nothing: views and metadata, and dropout in eval mode (it returns its input).

@@ -30,10 +30,10 @@ from unittest import mock
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from decode_tui.core import forward
-from decode_tui.core.drafters import load_draft
-from decode_tui.core.events import BeamStepped, TokenEmitted
+from decode_tui.core.drafting.drafters import load_draft
+from decode_tui.core.execution import forward
 from decode_tui.core.params import DecodeConfig
+from decode_tui.core.record.events import BeamStepped, TokenEmitted
 from decode_tui.core.run import Run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -34,14 +34,14 @@ from typing import Any
 from decode_vs_hf import machine  # run as a script: benchmarks/ is on the path
 from pld_vs_hf import PROMPTS
 
-from decode_tui.core.embedded import pull
-from decode_tui.core.events import Finished
-from decode_tui.core.loading import LoadedModel, load_model
+from decode_tui.core.drafting.suffix_drafting import SuffixHistory
+from decode_tui.core.model.embedded import pull
+from decode_tui.core.model.loading import LoadedModel, load_model
+from decode_tui.core.model.registry import resolve
 from decode_tui.core.modes import CODE_EDIT_PROMPT
 from decode_tui.core.params import DecodeConfig, DraftParams
-from decode_tui.core.registry import resolve
+from decode_tui.core.record.events import Finished
 from decode_tui.core.run import Run
-from decode_tui.core.suffix_drafting import SuffixHistory
 
 # A task and one like it: what a pipeline runs again with small changes (the second's output shares most of its
 # text with the first's).

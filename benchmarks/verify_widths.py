@@ -4,7 +4,7 @@ Speculative decoding assumes a verification over k + 1 positions costs about one
 up to the matrix library. This prints, for the embedded model after a 60-token context (warm, widths in turn,
 median of ``--rounds``):
 
-- ``forward``: the whole target forward at each width, as the verifier runs it (``core/widths.py`` pads a
+- ``forward``: the whole target forward at each width, as the verifier runs it (``core/execution/widths.py`` pads a
   verification to a wider width where that is cheaper);
 - ``linear``: every Linear layer's product at each width as the model computes it, ``x @ W.T``
   (``torch.nn.functional.linear``);
@@ -29,10 +29,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from decode_tui.core.embedded import pull
-from decode_tui.core.forward import forward, new_cache, rollback
-from decode_tui.core.loading import load_model
-from decode_tui.core.registry import resolve
+from decode_tui.core.execution.forward import forward, new_cache, rollback
+from decode_tui.core.model.embedded import pull
+from decode_tui.core.model.loading import load_model
+from decode_tui.core.model.registry import resolve
 
 WIDTHS = range(1, 9)
 CONTEXT = 60

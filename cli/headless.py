@@ -30,10 +30,10 @@ from .steering import Steering, forced_summary
 
 if TYPE_CHECKING:
 
-    from ..core.drafters import DraftModel
-    from ..core.events import BeamStepped, Finished, TokenEmitted
-    from ..core.loading import LoadedModel
-    from ..core.path import Path
+    from ..core.drafting.drafters import DraftModel
+    from ..core.model.loading import LoadedModel
+    from ..core.record.events import BeamStepped, Finished, TokenEmitted
+    from ..core.record.path import Path
 
 
 def generate(options: DecodingOptions, *, compare: bool, compare_runs: int, output_format: FormatChoice,
@@ -93,7 +93,7 @@ def _stats_line(lm: LoadedModel, result: Finished) -> str:
 
 def _warm_up(lm: LoadedModel, prompt: str, config: DecodeConfig, draft: DraftModel | None) -> None:
     """Run the first steps of this decode once, so the timed run is not a cold one (see core/warmup.py)."""
-    from ..core.forward import graph_failure
+    from ..core.execution.forward import graph_failure
     from ..core.warmup import describe, reads_history, warm_up
 
     what = "; ".join(part for part in (reads_history(config), describe(lm, config)) if part)
@@ -111,8 +111,8 @@ def _warm_up(lm: LoadedModel, prompt: str, config: DecodeConfig, draft: DraftMod
 
 def _compare(lm: LoadedModel, prompt: str, config: DecodeConfig, result: Finished, runs: int,
              draft: DraftModel | None) -> Finished:
-    """Attach plain greedy's speed on the same prompt, measured by the core's protocol (core/compare.py)."""
-    from ..core.compare import with_comparison
+    """Attach plain greedy's speed on the same prompt, measured by the core's protocol (core/analysis/compare.py)."""
+    from ..core.analysis.compare import with_comparison
 
     with status(f"Comparing with plain greedy decoding ({count(runs, 'warm run')} a side, alternated)") as progress:
         return with_comparison(lm, prompt, config, result, runs=runs, draft=draft, progress=progress)
@@ -139,7 +139,7 @@ def _beam_progress(config: DecodeConfig) -> Callable[[BeamStepped | None], None]
 
 def _unwritten(result: Finished, written: list[TokenEmitted]) -> list[TokenEmitted]:
     """Events for the tokens in ``result`` past the ``written`` ones; the rest of the text goes with the last."""
-    from ..core.events import TokenEmitted
+    from ..core.record.events import TokenEmitted
 
     done_text = "".join(e.text for e in written)
     missing = result.token_ids[len(written):]
@@ -157,7 +157,7 @@ def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: F
             draft: DraftModel | None = None, compare_runs: int = 0, path: Path | None = None) -> None:
     """Stream one run (from ``path``, where given); with ``compare_runs``, then time it against plain greedy
     (not the streamed run: its speed includes writing the output)."""
-    from ..core.events import BeamStepped, Finished, TokenEmitted
+    from ..core.record.events import BeamStepped, Finished, TokenEmitted
     from ..core.run import Run
 
     run = Run(lm, prompt, config, draft, path=path)

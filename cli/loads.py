@@ -2,7 +2,8 @@
 
 What the tokenizers alone can tell is refused before any weights load (minutes for a big model on a CPU): the
 steering (``--force``, ``--resume``), a prompt too long for the model, a draft model of another vocabulary. The
-loading itself is :mod:`decode_tui.core.loading`'s and :mod:`decode_tui.core.drafters`'; this module puts it on
+loading itself is :mod:`decode_tui.core.model.loading`'s and :mod:`decode_tui.core.drafting.drafters`'; this module
+puts it on
 the console.
 """
 
@@ -19,16 +20,17 @@ from .steering import Steering, build_path
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-    from ..core.drafters import DraftModel
-    from ..core.loading import LoadedModel
-    from ..core.path import Path
-    from ..core.registry import ResolvedModel
+    from ..core.drafting.drafters import DraftModel
+    from ..core.model.loading import LoadedModel
+    from ..core.model.registry import ResolvedModel
+    from ..core.record.path import Path
 
 
 def ensure_model(spec: str, flag: str = "--model") -> ResolvedModel:
-    """The files for ``spec`` (core/acquire.py); the embedded model's first fetch shows its progress. ``flag``: the
+    """The files for ``spec`` (core/model/acquire.py); the embedded model's first fetch shows its progress. ``flag``:
+    the
     option the spec came from, which an error names."""
-    from ..core.acquire import ensure, fetching
+    from ..core.model.acquire import ensure, fetching
 
     what = fetching(spec)
     if what is None:
@@ -45,11 +47,11 @@ def refuse_before_the_app(options: DecodingOptions, prompt: str, config: DecodeC
     Only a prompt that could be too long is tokenized: that takes transformers' import, seconds, which a short
     prompt's first paint should not wait for; a draft model named by the user is always checked. The embedded model
     before its first fetch is fetched, and checked, in the app: here only its cache is."""
-    from ..core.registry import EMBEDDED_ALIASES, declared_context_length, is_available, resolve, surely_fits
+    from ..core.model.registry import EMBEDDED_ALIASES, declared_context_length, is_available, resolve, surely_fits
 
     def on_disk(spec: str, flag: str) -> ResolvedModel | None:
         if spec in EMBEDDED_ALIASES and not is_available(spec):
-            from ..core.embedded import check_cache
+            from ..core.model.embedded import check_cache
 
             check_cache(spec)  # fetched in the app: its cache must take it
             return None
@@ -66,7 +68,7 @@ def refuse_before_the_app(options: DecodingOptions, prompt: str, config: DecodeC
     if not checks:
         return
     with status(f"Checking {' and '.join(checks)} with {resolved.display_name}'s tokenizer"):
-        from ..core.loading import load_tokenizer
+        from ..core.model.loading import load_tokenizer
 
         tokenizer = load_tokenizer(resolved, options.trust_remote_code)
         checked_before_the_weights(resolved, tokenizer, prompt, config, options.trust_remote_code, draft)
@@ -79,14 +81,14 @@ def checked_before_the_weights(resolved: ResolvedModel, tokenizer: PreTrainedTok
     ``tokenizer`` belongs to, and a ``draft`` model of another vocabulary. Returns the draft model's tokenizer, loaded
     for the check, so that the draft's load need not load it again."""
     # Imported here: torch's start-up is the load's first named phase, not this module's import.
-    from ..core.loading import check_prompt_fits, configured_context_length, encode_prompt, load_tokenizer
+    from ..core.model.loading import check_prompt_fits, configured_context_length, encode_prompt, load_tokenizer
 
     chat = config.use_chat and bool(getattr(tokenizer, "chat_template", None))
     context = configured_context_length(resolved, trust_remote_code)
     check_prompt_fits(len(encode_prompt(tokenizer, prompt, chat)), context, resolved.display_name)
     if draft is None:
         return None
-    from ..core.drafters import check_same_vocabulary
+    from ..core.drafting.drafters import check_same_vocabulary
 
     draft_tokenizer = load_tokenizer(draft, trust_remote_code)
     check_same_vocabulary(tokenizer, draft_tokenizer)
@@ -98,7 +100,7 @@ def steer(options: DecodingOptions, steering: Steering, prompt: str, config: Dec
     """The path ``steering`` asks for, built with the model's tokenizer alone, so that a trace of another model or
     prompt, an --at out of range or a --force too long is refused in a second, before the model loads and warms
     up; the tokenizer goes on to the load."""
-    from ..core.loading import configured_context_length, encode_prompt, load_tokenizer
+    from ..core.model.loading import configured_context_length, encode_prompt, load_tokenizer
 
     resolved = ensure_model(options.model_name)
     with status(f"Checking the steering with {resolved.display_name}'s tokenizer"):
@@ -108,7 +110,7 @@ def steer(options: DecodingOptions, steering: Steering, prompt: str, config: Dec
         context = configured_context_length(resolved, options.trust_remote_code)
         path = build_path(steering, resolved.display_name, tokenizer, prompt_ids, config.max_new_tokens, context)
         if config.constraint is not None:  # a forced token the constraint forbids could never be decoded
-            from ..core.grammar import Grammar, check_path
+            from ..core.choosing.grammar import Grammar, check_path
 
             eos = frozenset({tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else ())
             check_path(Grammar(config.constraint, tokenizer, eos), tokenizer, path.ids, len(path.kept))
@@ -142,14 +144,14 @@ def load_models(options: DecodingOptions, prompt: str, config: DecodeConfig, spe
 def load(resolved: ResolvedModel, device: str, dtype: str, trust_remote_code: bool,
          device_map: str | None = None, tokenizer: PreTrainedTokenizerBase | None = None,
          check: Callable[[PreTrainedTokenizerBase], None] | None = None) -> LoadedModel:
-    """The model, each phase named on the console (torch's start-up too); ``check`` as in core/loading.py."""
+    """The model, each phase named on the console (torch's start-up too); ``check`` as in core/model/loading.py."""
     with status(f"Loading {resolved.display_name}") as progress:
-        from ..core.acquire import drive
+        from ..core.model.acquire import drive
         from ..core.startup import importing_torch
 
         # torch's own start-up, named on the progress line
         torch_s = drive(importing_torch(), lambda line: progress(f"Loading {resolved.display_name}: {line}"))
-        from ..core.loading import load_model
+        from ..core.model.loading import load_model
 
         lm = load_model(resolved, device=device, dtype=dtype, trust_remote_code=trust_remote_code,
                         tokenizer=tokenizer, device_map=device_map, progress=progress, check=check)
@@ -161,7 +163,7 @@ def load(resolved: ResolvedModel, device: str, dtype: str, trust_remote_code: bo
 def load_draft(lm: LoadedModel, spec: str, trust_remote_code: bool, named: bool = True,
                tokenizer: PreTrainedTokenizerBase | None = None) -> DraftModel:
     """The draft model for ``spec`` (``tokenizer``: a draft model's, where it was loaded already), and its note."""
-    from ..core import drafters
+    from ..core.drafting import drafters
 
     with status(drafters.preparing(spec)) as progress:
         draft = drafters.load_draft(lm, spec, trust_remote_code, progress, named=named, tokenizer=tokenizer)

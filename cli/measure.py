@@ -25,19 +25,20 @@ if TYPE_CHECKING:
 
     from rich.console import Console
 
-    from ..core.compare import BenchRow
-    from ..core.loading import LoadedModel
-    from ..core.replay import Trace
-    from ..core.whatif import Costs, WhatIf
+    from ..core.analysis.compare import BenchRow
+    from ..core.analysis.whatif import Costs, WhatIf
+    from ..core.drafting.replay import Trace
+    from ..core.model.loading import LoadedModel
 
 
 def bench(options: DecodingOptions, modes: list[ModeChoice], *, runs: int, output_format: TableFormatChoice,
           timeline: bool = False) -> None:
-    """Time ``modes`` on one prompt by the core's protocol (warm, alternated; core/compare.py) and print a table
+    """Time ``modes`` on one prompt by the core's protocol (warm, alternated; core/analysis/compare.py) and print a
+    table
     (or one JSON object per mode). Plain greedy is always measured: every speed-up is over it."""
     import json
 
-    from ..core.compare import bench as run_bench
+    from ..core.analysis.compare import bench as run_bench
 
     try:
         check_device_map(options.device, options.device_map_name)
@@ -95,7 +96,7 @@ def _why(console: Console, row: BenchRow, timeline: bool) -> None:
     from rich import box
     from rich.table import Table
 
-    from ..core.timeline import draft_stats
+    from ..core.record.timeline import draft_stats
     from ..tui.cost_view import cost_line
     from ..tui.forward_views import BAR_COLUMN, FORWARD_COLUMNS, acceptance_line, forward_cells
 
@@ -132,11 +133,11 @@ def _bench_prompt(modes: list[ModeChoice]) -> str:
 def whatif(path: Path, *, model: str | None, device: str, dtype: str, draft: str | None,
            draft_confidence: float | None, trust_remote_code: bool, output_format: TableFormatChoice) -> None:
     """Replay a greedy trace under every PLD setting (and a draft model's draft lengths) and print the forwards
-    each needs and its estimated speed from this machine's measured costs (core/whatif.py)."""
+    each needs and its estimated speed from this machine's measured costs (core/analysis/whatif.py)."""
     import json
 
-    from ..core import replay as r
-    from ..core import whatif as w
+    from ..core.analysis import whatif as w
+    from ..core.drafting import replay as r
     from ..core.errors import UsageError
 
     try:
@@ -171,7 +172,7 @@ def whatif(path: Path, *, model: str | None, device: str, dtype: str, draft: str
             said = ("Timing real greedy and prompt-lookup runs of the text, for what a step and a verifying round "
                     "cost besides their forwards")
             progress(said)
-            from ..core.calibrate import calibrated
+            from ..core.analysis.calibrate import calibrated
 
             costs = calibrated(lm, trace, costs, progress=lambda line: progress(f"{said}: {line}"))
     except DecodeTuiError as err:
@@ -201,7 +202,7 @@ def _whatif_tables(trace: Trace, lm: LoadedModel, costs: Costs, greedy: WhatIf, 
     from rich.console import Console
     from rich.table import Table
 
-    from ..core.whatif import alike, best
+    from ..core.analysis.whatif import alike, best
     from ..tui.forward_views import lookup_grid
 
     console = Console(soft_wrap=True)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..core.errors import UsageError
+from ..core.model.registry import DEFAULT_ALIAS
 from ..core.modes import COPYING_MODES, DRAFTING_MODES, MODE_ONLY_OPTIONS, modes_taking
 from ..core.params import (
     WARPERS,
@@ -35,7 +36,6 @@ from ..core.params import (
     demo_prompt,
     words_of,
 )
-from ..core.registry import DEFAULT_ALIAS
 from ..themes import names as theme_names
 from .flags import (
     EARLY_STOPPING,
@@ -179,7 +179,7 @@ def build_config(*, mode: ModeChoice, max_new_tokens: int = 128, temperature: fl
         history=tuple(str(path) for path in history or ()),
     )
     if history:  # a file that cannot give a draft is refused now, before any model loads
-        from ..core.suffix_drafting import check_history_files
+        from ..core.drafting.suffix_drafting import check_history_files
 
         check_history_files(history)
     # Beam, speculative and pld modes sample (beam sampling, sampling verification) when a sampling
@@ -214,7 +214,7 @@ def bad_words_of(text: str | None) -> tuple[str, ...] | None:
 def constraint_of(json_schema: str | None, regex: str | None, grammar: Path | str | None,
                   base: Path = Path()) -> Constraint | None:
     """The constraint from ``--json-schema`` (a file, or the schema itself), ``--regex`` or ``--grammar`` (a Lark
-    file), checked at once (core/constraints.py); a UsageError for more than one, or an unreadable file.
+    file), checked at once (core/choosing/constraints.py); a UsageError for more than one, or an unreadable file.
     ``base``: where a relative file is read from (a lesson's files are beside the lesson)."""
     given = [name for name, value in (("--json-schema", json_schema), ("--regex", regex), ("--grammar", grammar))
              if value is not None]
@@ -233,7 +233,7 @@ def constraint_of(json_schema: str | None, regex: str | None, grammar: Path | st
         constraint = Constraint("grammar", _read_text(path, "grammar"), origin=path.name)
     else:
         return None
-    from ..core.constraints import grammar_text
+    from ..core.choosing.constraints import grammar_text
 
     grammar_text(constraint)
     return constraint

@@ -1,7 +1,7 @@
 """``generate --force`` and ``generate --resume TRACE --at N``: the path a headless run starts from.
 
-The core decodes from any path (core/path.py); this reads what the user asked for into one: the first N tokens
-of a trace (checked against this run's model and prompt in core/traces.py), then the forced text's tokens. It
+The core decodes from any path (core/record/path.py); this reads what the user asked for into one: the first N tokens
+of a trace (checked against this run's model and prompt in core/record/traces.py), then the forced text's tokens. It
 also says, after the run, how likely the forced tokens were. It knows the command line, not the strategies.
 """
 
@@ -18,8 +18,8 @@ from ..tui.numbers import count
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-    from ..core.events import Event, Started, TokenEmitted
-    from ..core.path import Path
+    from ..core.record.events import Event, Started, TokenEmitted
+    from ..core.record.path import Path
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class Steering:
 
     @property
     def started(self) -> Started | None:
-        from ..core.events import Started
+        from ..core.record.events import Started
 
         return next((e for e in self.trace if isinstance(e, Started)), None)
 
@@ -48,7 +48,7 @@ def read_steering(force: str | None, resume: FilePath | None, at: int | None) ->
         raise UsageError("--resume needs --at N: how many of the trace's tokens to keep (0 keeps none).")
     if force is None and resume is None:
         return None
-    from ..core.traces import check_at, read_events, traced_tokens
+    from ..core.record.traces import check_at, read_events, traced_tokens
 
     trace = read_events(resume, "--resume") if resume is not None else ()
     if resume is not None and at is not None:  # the trace says how many tokens it holds: no tokenizer needed
@@ -67,8 +67,8 @@ def build_path(steering: Steering, model: str, tokenizer: PreTrainedTokenizerBas
                max_new_tokens: int, context: int | None) -> Path:
     """The path: the trace's first N tokens, then the forced text's tokens. Needs the tokenizer only, so every
     range, trace and length error comes before the model loads and warms up (11-28 s)."""
-    from ..core.path import Path, check_room, forced_tokens
-    from ..core.traces import resume_path
+    from ..core.record.path import Path, check_room, forced_tokens
+    from ..core.record.traces import resume_path
 
     path = Path()
     if steering.resume is not None and steering.at is not None:

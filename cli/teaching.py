@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from ..core.errors import DecodeTuiError, UsageError
+from ..core.model.registry import EMBEDDED_ALIASES, resolve
 from ..core.params import Constraint, DecodeConfig, check_device_map
-from ..core.registry import EMBEDDED_ALIASES, resolve
 from ..lessons import Lesson, LessonError, load, shipped
 from ..tui.numbers import count
 from .commands import _run_app, app, configured_model_exists, need_terminal, user_config
@@ -41,7 +41,7 @@ from .options import (
 from .outputs import check_output
 
 if TYPE_CHECKING:
-    from ..core.race import Lane
+    from ..core.analysis.race import Lane
     from ..tui.app import DecodeApp
     from ..tui.settings import Settings
 
@@ -224,8 +224,8 @@ def _live_settings(lesson: Lesson, options: DecodingOptions, overrides: dict[str
 
 def _record(settings: Settings, path: Path) -> None:
     """Run once to load and warm up, then run again writing the recording: its pace is a warm run's."""
-    from ..core.events import TokenEmitted
     from ..core.live import LiveParams
+    from ..core.record.events import TokenEmitted
     from ..tui.pump import Notice
     from ..tui.recording import recorded
     from ..tui.sources import ModelRunner
@@ -311,7 +311,7 @@ def race_cmd(
         configs = {m.value: options.for_mode(m).config() for m in chosen}
         prompt = options.prompt_text() if options.prompt or options.prompt_file else _bench_prompt(chosen)
         lm, draft = load_models(options, prompt, next(iter(configs.values())), configs.get("speculative"))
-        from ..core.race import measure
+        from ..core.analysis.race import measure
 
         with status(f"Racing {', '.join(configs)}: a warm-up each, then {repeats} rounds of each alone, "
                     "alternated") as progress:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from .events import MODES, Mode
+from .record.events import MODES, Mode
 
 View = Literal["candidates", "beam", "draft", "lookup"]  # what the app's panel shows for a mode
 

@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from .errors import UsageError
-from .events import MODES, Mode
 from .modes import DEMO_PROMPT, MODE_SPECS
+from .record.events import MODES, Mode
 
 # The prompt each mode opens on when none is given, from its entry in core/modes.py.
 DEMO_PROMPTS: dict[str, str] = {mode: spec.demo_prompt for mode, spec in MODE_SPECS.items()}
@@ -66,7 +66,7 @@ class SamplingParams:
     top_p: float = 1.0
     repetition_penalty: float = 1.0
     # The other stages transformers applies to a causal LM's text, off by default as in ``GenerationConfig``
-    # (named as its fields; ``bad_words`` holds text, which the output may never contain: core/bad_words.py).
+    # (named as its fields; ``bad_words`` holds text, which the output may never contain: core/choosing/bad_words.py).
     min_p: float | None = None
     typical_p: float = 1.0
     epsilon_cutoff: float = 0.0
@@ -154,7 +154,7 @@ class BeamParams:
 
 # The draft when none is named: the target in 4 bits, a quarter of a target step on the CPU (BENCHMARKS.md).
 DEFAULT_DRAFT = "int4"
-# A draft made from the target (core/target_drafts.py): one part, or several joined by "+".
+# A draft made from the target (core/drafting/target_drafts.py): one part, or several joined by "+".
 _PART = re.compile(r"^(int4|int8|layers:(-?\d+))$")
 
 
@@ -205,7 +205,7 @@ class DraftParams:
     ``draft`` is a model spec, ``self`` (the target drafts for itself: greedy
     acceptance must then be 100 %) or a draft made from the target
     (:func:`target_draft`: ``int4``, the default, ``int8``, ``layers:N``, or
-    a combination; built by :mod:`decode_tui.core.target_drafts`).
+    a combination; built by :mod:`decode_tui.core.drafting.target_drafts`).
     ``num_draft_tokens`` is a draft model's draft length (the most the adaptive
     mode uses); prompt lookup copies up to ``num_pred_tokens`` after an n-gram
     of at most ``max_ngram_size`` tokens, its draft length (see :meth:`length`).
@@ -226,7 +226,7 @@ class DraftParams:
     named: bool = False
     # The most drafted nodes one verification reads when drafts are trees: prompt lookup then merges every match
     # (None: it drafts the first match's chain, as transformers does); suffix drafting always drafts trees (None:
-    # the device's budget, core/suffix_drafting.py).
+    # the device's budget, core/drafting/suffix_drafting.py).
     tree_budget: int | None = None
     # Suffix drafting's files of earlier outputs (--history): recordings, jsonl traces or text, read by each run.
     history: tuple[str, ...] = ()
@@ -270,7 +270,7 @@ CONSTRAINT_NAMES: dict[str, str] = {"json_schema": "JSON schema", "regex": "rege
 @dataclass(frozen=True)
 class Constraint:
     """What the output must match: a JSON schema, a regex or a Lark grammar in llguidance's syntax (its text),
-    compiled by :mod:`decode_tui.core.grammar`. ``origin``: the file it was read from, if any."""
+    compiled by :mod:`decode_tui.core.choosing.grammar`. ``origin``: the file it was read from, if any."""
 
     kind: ConstraintKind
     text: str
@@ -305,10 +305,10 @@ class DecodeConfig:
     use_chat: bool = True
     top_n: int = 10  # candidates per stage in TokenSampled
     # The fast path for decoding steps and verification: a static KV cache and compiled forward passes
-    # (see core/forward.py). Beam search always takes the plain path.
+    # (see core/execution/forward.py). Beam search always takes the plain path.
     fast: bool = False
     # On CUDA, decoding steps and verifications replay CUDA graphs of the eager model on a static KV cache
-    # (captured in milliseconds, see core/forward.py). Off: the plain path everywhere. Ignored elsewhere.
+    # (captured in milliseconds, see core/execution/forward.py). Off: the plain path everywhere. Ignored elsewhere.
     cuda_graphs: bool = True
     constraint: Constraint | None = None  # what the output must match (constrained decoding), in every mode
 

@@ -21,26 +21,26 @@ from typing import Any
 
 import torch
 
-from .acquire import drive
-from .bad_words import token_bytes
-from .detokenize import Detokenizer, TokenLabels
-from .drafters import Drafter, DraftModel, PromptLookup, load_draft
+from .choosing.bad_words import token_bytes
+from .choosing.grammar import Grammar, GrammarMask, check_path
+from .choosing.sampling import StageContext
+from .drafting.drafters import Drafter, DraftModel, PromptLookup, load_draft
+from .drafting.suffix_drafting import SuffixDrafter, SuffixHistory, history_files_for
 from .errors import UsageError
-from .events import Branched, Event, Finished, Started
-from .forward import graphs_available
-from .grammar import Grammar, GrammarMask, check_path
+from .execution.forward import graphs_available
+from .execution.tree_budget import tree_budget
 from .live import LiveParams
-from .loading import LoadedModel, check_prompt_fits
+from .model.acquire import drive
+from .model.loading import LoadedModel, check_prompt_fits
 from .modes import DRAFTING_MODES
 from .params import DecodeConfig
-from .path import Path, check_room
-from .sampling import StageContext
+from .record.detokenize import Detokenizer, TokenLabels
+from .record.events import Branched, Event, Finished, Started
+from .record.path import Path, check_room
+from .record.transcript import Transcript
 from .strategies.autoregressive import autoregressive
 from .strategies.beam import beam_search
 from .strategies.speculative import speculative
-from .suffix_drafting import SuffixDrafter, SuffixHistory, history_files_for
-from .transcript import Transcript
-from .tree_budget import tree_budget
 
 
 class Run:
@@ -49,11 +49,11 @@ class Run:
     def __init__(self, lm: LoadedModel, prompt: str, config: DecodeConfig,
                  draft: DraftModel | None = None, live: LiveParams | None = None, path: Path | None = None,
                  history: SuffixHistory | None = None) -> None:
-        """``draft``: for speculative mode, the draft model (see :func:`~decode_tui.core.drafters.load_draft`);
+        """``draft``: for speculative mode, the draft model (see :func:`~decode_tui.core.drafting.drafters.load_draft`);
         built from ``config.draft`` when not given.
         ``live``: settings a front end may change mid-run (see :mod:`~decode_tui.core.live`).
         ``path``: tokens already decided (a branch: kept from a parent, then forced), emitted first; the run
-        decodes on after them in its mode (see :mod:`~decode_tui.core.path`).
+        decodes on after them in its mode (see :mod:`~decode_tui.core.record.path`).
         ``history``: for suffix mode, the earlier outputs it drafts from (none: this run's own text only); the run
         reads it and never adds to it."""
         self.lm = lm
@@ -138,7 +138,8 @@ class Run:
             "dtype": str(self.lm.dtype).removeprefix("torch."),
             "fast": self.config.compiles,
             "path": self.path,
-            # What ends the text: a what-if replay of this trace (core/whatif.py) cuts lookup copies where the run did.
+            # What ends the text: a what-if replay of this trace (core/analysis/whatif.py) cuts lookup copies where the
+            # run did.
             "eos_token_ids": sorted(self.lm.eos_token_ids),
             **self.config.sampling.to_dict(),
         }
@@ -230,7 +231,8 @@ class Run:
 
     def _tree_budget(self, config: DecodeConfig, ctx: int | None) -> int:
         """Nodes per verification when drafts are trees (0: chains): the user's (prompt lookup's every match, a
-        draft model's runners-up), or suffix drafting's, measured for the device (:mod:`~decode_tui.core.tree_budget`);
+        draft model's runners-up), or suffix drafting's, measured for the device
+        (:mod:`~decode_tui.core.execution.tree_budget`);
         refused where the prompt leaves no room for that wide a verification."""
         draft = config.draft
         if config.mode not in ("pld", "suffix", "speculative"):

@@ -14,7 +14,8 @@ Rows of a tree forward: row 0 is the pending token (depth 0, the root), row 1 + 
 topological order (a parent before its children), as the papers' trees are laid out.
 
 The forward over a tree (its attention mask, its positions, the keys and values kept) is
-:mod:`~decode_tui.core.tree_attention`; this module is the tree alone, with no torch, so that the app can draw a
+:mod:`~decode_tui.core.execution.tree_attention`; this module is the tree alone, with no torch, so that the app can
+draw a
 recorded tree before it has imported torch. It knows nothing of drafters, sampling or events.
 """
 

@@ -9,7 +9,7 @@ the decode it is about to run, on the same prompt and settings (so the
 cache size, and the graphs captured for it, are the same), for a few steps,
 and stops. The warm-up's events are thrown away.
 
-The fair comparison that builds on it is :mod:`~decode_tui.core.compare`.
+The fair comparison that builds on it is :mod:`~decode_tui.core.analysis.compare`.
 
 It knows runs and their results; nothing about how they are shown.
 """
@@ -21,13 +21,13 @@ import time
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING
 
-from .acquire import drive
-from .events import BeamStepped, DraftVerified, TokenEmitted
+from .model.acquire import drive
 from .modes import DRAFTING_MODES
+from .record.events import BeamStepped, DraftVerified, TokenEmitted
 
 if TYPE_CHECKING:
-    from .drafters import DraftModel
-    from .loading import LoadedModel
+    from .drafting.drafters import DraftModel
+    from .model.loading import LoadedModel
     from .params import DecodeConfig
 
 WARM_TOKENS = 8  # tokens (or beam steps) a warm-up decodes before it stops
@@ -58,11 +58,11 @@ def warming(lm: LoadedModel, prompt: str, config: DecodeConfig,
 
     started = time.perf_counter()
     if config.mode == "suffix" and config.draft.history:  # read and indexed here, saying how far along; once
-        from .suffix_drafting import history_files_for
+        from .drafting.suffix_drafting import history_files_for
 
         yield from history_files_for(lm, config)
     if config.mode == "suffix" and config.draft.tree_budget is None and lm.device.type == "cpu":
-        from .tree_budget import tree_budget
+        from .execution.tree_budget import tree_budget
 
         yield f"warming up {config.mode}: timing forwards of a few widths, for the draft trees' size"
         tree_budget(lm.model)  # measured once a process: the run reads it
@@ -111,7 +111,7 @@ def describe(lm: LoadedModel, config: DecodeConfig) -> str:
     if config.compiles:
         return ("compiling the steps with torch.compile: tens of seconds on a GPU, a minute or more on a CPU, less "
                 "once Inductor's cache in decode-tui's cache folder has them")
-    from .forward import graphs_available  # here, not at the top: the app imports this module before torch
+    from .execution.forward import graphs_available  # here, not at the top: the app imports this module before torch
 
     if config.cuda_graphs and graphs_available(lm.model):
         return "capturing CUDA graphs"

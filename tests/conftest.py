@@ -148,9 +148,9 @@ def untimed_policy(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(scope="session")
 def smollm2() -> Any:
     """The real embedded model (SmolLM2-135M-Instruct), pulled into the per-user cache on first use."""
-    from decode_tui.core.embedded import pull
-    from decode_tui.core.loading import load_model
-    from decode_tui.core.registry import resolve
+    from decode_tui.core.model.embedded import pull
+    from decode_tui.core.model.loading import load_model
+    from decode_tui.core.model.registry import resolve
 
     pull("smollm2")
     return load_model(resolve("smollm2"), device="cpu", dtype="float32")
@@ -168,7 +168,7 @@ def isolated_env(tmp_path: Path) -> dict[str, str]:
 
 def timeless(event: Any) -> Any:
     """``event`` with its clock readings zeroed, so that two runs' events compare equal where they decided alike."""
-    from decode_tui.core.events import BeamStepped, Finished, TokenEmitted
+    from decode_tui.core.record.events import BeamStepped, Finished, TokenEmitted
 
     if isinstance(event, Finished):
         return dataclasses.replace(event, elapsed_s=0.0, tokens_per_s=0.0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from decode_tui.core import target_drafts
+from decode_tui.core.drafting import target_drafts
 from decode_tui.core.params import TargetDraft
 
 

@@ -14,7 +14,8 @@ from collections.abc import Iterator
 from typing import Literal
 
 from decode_tui.core.errors import UsageError
-from decode_tui.core.events import (
+from decode_tui.core.live import LiveParams
+from decode_tui.core.record.events import (
     Beam,
     BeamCandidate,
     BeamStepped,
@@ -33,7 +34,6 @@ from decode_tui.core.events import (
     TokenSampled,
     TokenSource,
 )
-from decode_tui.core.live import LiveParams
 from decode_tui.tui.pump import EventSource, Notice
 from decode_tui.tui.settings import Settings
 

@@ -8,15 +8,15 @@ from typing import Any
 import pytest
 import torch
 
-from decode_tui.core.detokenize import Detokenizer
 from decode_tui.core.errors import UsageError
-from decode_tui.core.events import Event, Finished, Started, TokenEmitted, TokenSampled
-from decode_tui.core.loading import LoadedModel, context_length
+from decode_tui.core.model.loading import LoadedModel, context_length
 from decode_tui.core.params import DecodeConfig, SamplingParams
-from decode_tui.core.path import Path as DecodePath
+from decode_tui.core.record.detokenize import Detokenizer
+from decode_tui.core.record.events import Event, Finished, Started, TokenEmitted, TokenSampled
+from decode_tui.core.record.path import Path as DecodePath
+from decode_tui.core.record.transcript import Transcript
 from decode_tui.core.run import Run
 from decode_tui.core.strategies.autoregressive import autoregressive
-from decode_tui.core.transcript import Transcript
 
 from .conftest import timeless, tiny_model
 

@@ -1,4 +1,5 @@
-"""The background compile (core/background_compile.py), checked on the CPU with an eager stand-in for CUDA graphs.
+"""The background compile (core/execution/background_compile.py), checked on the CPU with an eager stand-in for CUDA
+graphs.
 
 What runs for real: ``torch.compile`` (Dynamo's tracing, guards and stances, with a counting backend
 instead of Inductor to keep the tests short), the worker thread, the lock and the switch. What stands in:
@@ -16,10 +17,10 @@ from typing import Any
 import pytest
 import torch
 
-from decode_tui.core import background_compile
-from decode_tui.core.drafters import PromptLookup
-from decode_tui.core.events import Event, TokenEmitted
+from decode_tui.core.drafting.drafters import PromptLookup
+from decode_tui.core.execution import background_compile
 from decode_tui.core.params import SamplingParams
+from decode_tui.core.record.events import Event, TokenEmitted
 from decode_tui.core.strategies.autoregressive import autoregressive
 from decode_tui.core.strategies.speculative import speculative
 
@@ -146,7 +147,7 @@ def test_a_shape_the_worker_has_not_compiled_keeps_its_eager_graph_and_is_never_
     state.ready.add(never_compiled)
     captures = EagerGraphs.captures
 
-    from decode_tui.core.forward import StaticKV, forward, new_cache, release
+    from decode_tui.core.execution.forward import StaticKV, forward, new_cache, release
 
     with torch.inference_mode():
         cache = new_cache(model, graphs=True, max_len=len(prompt) + 24)  # the pooled one, with the step's graph
@@ -221,9 +222,9 @@ def test_the_apps_runner_compiles_behind_its_runs_says_when_they_switch_and_time
     import dataclasses
     import re
 
-    from decode_tui.core.events import Finished, Started
     from decode_tui.core.live import LiveParams
     from decode_tui.core.params import DecodeConfig
+    from decode_tui.core.record.events import Finished, Started
     from decode_tui.tui.pump import Notice
     from decode_tui.tui.settings import Settings
     from decode_tui.tui.sources import ModelRunner
@@ -293,7 +294,7 @@ def test_a_background_compile_with_no_captured_passes_says_once_why_it_does_noth
     nothing without a word: it says why, once a session, and starts no worker. The control: not asked, no note."""
     import dataclasses
 
-    from decode_tui.core import forward as forward_module
+    from decode_tui.core.execution import forward as forward_module
     from decode_tui.core.live import LiveParams
     from decode_tui.core.params import DecodeConfig
     from decode_tui.tui.pump import Notice

@@ -9,11 +9,11 @@ from typing import Any, Literal
 import pytest
 import torch
 
-from decode_tui.core.detokenize import Detokenizer
-from decode_tui.core.events import BeamStepped, Event, Finished, TokenEmitted, rerank, rescored_check
 from decode_tui.core.params import BeamParams, SamplingParams
+from decode_tui.core.record.detokenize import Detokenizer
+from decode_tui.core.record.events import BeamStepped, Event, Finished, TokenEmitted, rerank, rescored_check
+from decode_tui.core.record.transcript import Transcript
 from decode_tui.core.strategies.beam import beam_search
-from decode_tui.core.transcript import Transcript
 
 from .conftest import timeless, tiny_model
 

@@ -94,8 +94,8 @@ def _imports_within(package: Path, name: str) -> dict[str, set[str]]:
 
 def test_the_ui_and_cli_modules_import_each_other_in_one_direction() -> None:
     """No import cycles among decode_tui's modules (an app and its palette once imported each other), counting the
-    imports inside functions too (core/forward.py and core/background_compile.py imported each other, one side
-    inside functions, and `from . import x` hid it)."""
+    imports inside functions too (core/execution/forward.py and core/execution/background_compile.py imported
+    each other, one side inside functions, and `from . import x` hid it)."""
     root = Path(decode_tui.core.__file__).resolve().parent.parent
     graph: dict[str, set[str]] = {}
     for folder in ("core", "tui", "cli", "lessons"):
@@ -121,3 +121,69 @@ def test_the_ui_and_cli_modules_import_each_other_in_one_direction() -> None:
 
     cycles = [c for m in merged if (c := cycle_from(m)) is not None]
     assert not cycles, f"import cycles: {cycles[:3]}"
+
+
+# core's groups and loose modules, lowest first: each may import only what stands at its own level or below
+# (docs/ARCHITECTURE.md, "Layers"). Modules of one level may import each other within their group.
+CORE_LAYERS: tuple[tuple[str, ...], ...] = (
+    ("errors", "toml_lines", "startup", "token_tree"),  # foundations: no decoding knowledge
+    ("record",),  # what a run says: events, transcript, traces, paths
+    ("modes", "params", "live"),  # what a run is asked to do
+    ("model",),  # finding and loading weights
+    ("execution",),  # how a forward runs
+    ("choosing",),  # turning logits into a token: stages, grammar, bad words
+    ("drafting",),  # who proposes drafts, and replays of them
+    ("strategies",),  # the algorithms
+    ("run",),  # a run, built from its config
+    ("warmup",),  # the first runs after loading
+    ("analysis",),  # what-if, compare, race, calibrate
+)
+LOOSE_AT_MOST = 12
+
+
+def _unit(module: str) -> str:
+    """The group (core's subpackage) or loose module a module of decode_tui.core belongs to."""
+    return module.removeprefix("decode_tui.core.").split(".")[0]
+
+
+def _out_of_layer(graph: dict[str, set[str]], groups: set[str]) -> list[str]:
+    """The imports of ``graph`` (core's modules) that go up a level, or across to another group of the same level."""
+    level = {unit: i for i, units in enumerate(CORE_LAYERS) for unit in units}
+    found = []
+    for m, targets in graph.items():
+        for t in targets:
+            if "decode_tui.core" in (m, t):
+                continue
+            a, b = _unit(m), _unit(t)
+            if level[b] > level[a] or (a != b and level[a] == level[b] and a in groups):
+                found.append(f"{m} -> {t}")
+    return sorted(found)
+
+
+def test_core_groups_form_layers() -> None:
+    """Every import in core, those inside functions and under TYPE_CHECKING too, goes to its own level or one below:
+    no group imports one that imports it back, and a reader can learn the core bottom up."""
+    core = Path(decode_tui.core.__file__).resolve().parent
+    graph = _imports_within(core, "decode_tui.core")
+    level = {unit: i for i, units in enumerate(CORE_LAYERS) for unit in units}
+    units = {_unit(m) for m in graph if m != "decode_tui.core"}
+    assert units == set(level), f"every group and loose module has a level: {sorted(units ^ set(level))}"
+    groups = {p.name for p in core.iterdir() if (p / "__init__.py").exists()}
+    assert not _out_of_layer(graph, groups), _out_of_layer(graph, groups)
+    loose = [p.stem for p in core.glob("*.py") if p.stem != "__init__"]
+    assert len(loose) <= LOOSE_AT_MOST, f"{len(loose)} modules loose in core/: {sorted(loose)}"
+
+
+def test_an_import_up_a_level_or_across_a_level_is_caught() -> None:
+    """The negative control: record importing execution (up), and two groups of one level importing each other."""
+    graph = {"decode_tui.core.record.events": {"decode_tui.core.execution.forward", "decode_tui.core.errors"},
+             "decode_tui.core.drafting.drafters": {"decode_tui.core.choosing.sampling"}}
+    assert _out_of_layer(graph, {"record", "drafting"}) == ["decode_tui.core.record.events -> "
+                                                            "decode_tui.core.execution.forward"]
+    saved = CORE_LAYERS
+    try:
+        globals()["CORE_LAYERS"] = (*saved[:5], ("choosing", "drafting"), *saved[7:])
+        across = "decode_tui.core.drafting.drafters -> decode_tui.core.choosing.sampling"
+        assert across in _out_of_layer(graph, {"choosing", "drafting"})
+    finally:
+        globals()["CORE_LAYERS"] = saved

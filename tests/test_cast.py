@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from decode_tui.core.events import Event, Finished, Started, TokenEmitted
+from decode_tui.core.record.events import Event, Finished, Started, TokenEmitted
 from decode_tui.tui.cast import cast_lines
 from decode_tui.tui.recording import write_trace
 from decode_tui.tui.settings import Settings
@@ -61,7 +61,7 @@ def test_replay_writes_a_cast_and_refuses_an_unwritable_path(tmp_path: Path) -> 
 
 
 def test_a_race_cast_redraws_the_lanes_side_by_side_at_their_pace() -> None:
-    from decode_tui.core.race import speedup
+    from decode_tui.core.analysis.race import speedup
     from decode_tui.tui.cast import FRAME_HZ, race_cast_lines
 
     from .test_race import fake_lane

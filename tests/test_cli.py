@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from decode_tui.core.errors import EXIT_INTERRUPTED, EXIT_MODEL_UNAVAILABLE, EXIT_USAGE, UsageError
-from decode_tui.core.registry import ALIASES
+from decode_tui.core.model.registry import ALIASES
 
 SCRIPT = str(Path(sys.executable).parent / "decode-tui")
 ROOT = Path(__file__).resolve().parents[1]
@@ -534,7 +534,7 @@ def test_build_config_takes_keywords_only() -> None:
 
 def test_tokens_emitted_but_not_yet_written_at_ctrl_c_are_written_before_finished() -> None:
     from decode_tui.cli.headless import _unwritten
-    from decode_tui.core.events import Finished, TokenEmitted
+    from decode_tui.core.record.events import Finished, TokenEmitted
 
     written = [TokenEmitted(index=0, token_id=5, text="Hel", start=0, end=3)]
     result = Finished(mode="greedy", prompt_token_ids=(1,), token_ids=(5, 6, 7), text="Hello!",
@@ -727,7 +727,7 @@ def test_a_prompt_with_a_nul_byte_is_refused(tiny_model_dir: Path, tmp_path: Pat
 
 
 def test_figures_of_one_take_the_singular() -> None:
-    from decode_tui.core.events import Finished
+    from decode_tui.core.record.events import Finished
     from decode_tui.tui.numbers import count
     from decode_tui.tui.teaching import caption
 
@@ -739,7 +739,7 @@ def test_figures_of_one_take_the_singular() -> None:
 
 
 def test_a_byte_tokens_label_shows_its_bytes() -> None:
-    from decode_tui.core.detokenize import _bytes_label, _token_bytes
+    from decode_tui.core.record.detokenize import _bytes_label, _token_bytes
 
     assert _bytes_label(_token_bytes("ĠðŁ") or b"") == " ⟨F0 9F⟩"  # byte-level BPE: ' ' and an emoji's start
     assert _bytes_label(_token_bytes("<0xE6>") or b"") == "⟨E6⟩"  # SentencePiece's byte fallback

@@ -1,6 +1,6 @@
 """Every fully qualified cross-reference in the code's docstrings and comments (``:func:`~decode_tui.core.x.f```
 and the like) names something that exists: two pointed at ``core.token_tree.tree_forward``, which lives in
-``core/tree_attention.py``."""
+``core/execution/tree_attention.py``."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from decode_tui.core.detokenize import REPLACEMENT, Detokenizer, token_label
+from decode_tui.core.record.detokenize import REPLACEMENT, Detokenizer, token_label
 
 HARD_TEXT = st.text(
     alphabet=st.one_of(

@@ -1,4 +1,4 @@
-"""A draft's layers with fewer kernels (core/draft_layers.py): fused where a check finds them computing what
+"""A draft's layers with fewer kernels (core/drafting/draft_layers.py): fused where a check finds them computing what
 transformers' modules compute, left as they were elsewhere, and the target never touched."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from decode_tui.core import draft_layers, float_mask, target_drafts
+from decode_tui.core.drafting import draft_layers, target_drafts
+from decode_tui.core.execution import float_mask
 from decode_tui.core.params import TargetDraft
 
 from .conftest import tiny_model
@@ -66,7 +67,7 @@ def test_a_fused_draft_computes_what_the_same_draft_with_transformers_modules_co
     the control's best leads its runner-up by more than that, a token within that of the best where it does not
     (a logit of 4.5 against 4.47, one unit in bf16's last place, went either way), and probabilities (its q) within
     0.02 (under 0.01 seen)."""
-    from decode_tui.core.forward import forward, new_cache
+    from decode_tui.core.execution.forward import forward, new_cache
 
     model = tiny_model(arch, vocab_size=V, seed=6).to(dtype)
     fused = target_drafts.build(model, DRAFTS[spec])
@@ -189,7 +190,7 @@ class _Ops(TorchDispatchMode):  # type: ignore[no-untyped-call]
 
 def _step_ops(draft: Any) -> collections.Counter[str]:
     """Ops one decoding step (one token, after a prompt) runs in the first layer's attention and MLP."""
-    from decode_tui.core.forward import forward, new_cache
+    from decode_tui.core.execution.forward import forward, new_cache
 
     census = _Ops()
     layer = draft.model.layers[0]
@@ -254,7 +255,7 @@ def _mask_ops(model: Any) -> collections.Counter[str]:
     the profiler sees them (inside torch's attention too, where a dispatch mode does not look)."""
     from torch.profiler import profile
 
-    from decode_tui.core.forward import forward, new_cache
+    from decode_tui.core.execution.forward import forward, new_cache
 
     cache = new_cache(model, graphs=True, max_len=40)
     with torch.inference_mode():
@@ -272,7 +273,7 @@ def test_a_drafts_step_builds_one_float_mask_for_its_layers_where_the_target_con
     every layer's attention gets that one tensor; the target keeps transformers' SDPA, so its tokens stay
     generate's. On the static cache the draft's logits are exactly those of the same draft on transformers' SDPA
     and its boolean masks, which torch's attention turns into the same floats."""
-    from decode_tui.core.forward import forward, new_cache
+    from decode_tui.core.execution.forward import forward, new_cache
 
     layers = 4
     model = tiny_model(arch, vocab_size=V, seed=6, num_hidden_layers=layers)
@@ -348,7 +349,7 @@ def test_a_draft_that_kept_transformers_modules_says_so_on_cuda_only() -> None:
     """The note that would have shown SmolLM2's 7 unfused attentions at once: on CUDA, where each kept module's
     kernels are most of its cost, and not on a CPU, nor for the benchmarks' unfused control, which keeps them on
     purpose."""
-    from decode_tui.core.drafters import _unfused_on
+    from decode_tui.core.drafting.drafters import _unfused_on
 
     qwen3 = target_drafts.build(_qwen3(), TargetDraft(4))
     note = _unfused_on("int4", TargetDraft(4), qwen3, torch.device("cuda"))

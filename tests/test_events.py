@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from decode_tui.core.events import (
+from decode_tui.core.record.events import (
     EVENT_TYPES,
     Beam,
     BeamCandidate,

@@ -18,9 +18,9 @@ from textual.widgets import ContentSwitcher
 from decode_tui import lessons
 from decode_tui.cli.flags import ModeChoice
 from decode_tui.cli.options import ONLY_FOR, build_config
-from decode_tui.core.events import MODES, Mode
 from decode_tui.core.modes import MODE_SPECS
 from decode_tui.core.params import DEMO_PROMPTS
+from decode_tui.core.record.events import MODES, Mode
 from decode_tui.tui import run_view
 from decode_tui.tui.run_view import BUSY_AFTER_S, RunView
 from decode_tui.tui.widgets.mode_panels import PANEL_FOR_VIEW, panel_for
@@ -68,7 +68,7 @@ def test_every_modes_entry_names_what_exists(mode: Mode) -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_the_busy_label_names_what_every_mode_is_doing_and_the_prefill_before_the_first_token(mode: Mode) -> None:
-    from decode_tui.core.events import Started, TokenEmitted
+    from decode_tui.core.record.events import Started, TokenEmitted
 
     view = RunView(paused=False, now=0.0)
     view.apply([Started(mode=mode, model="m", prompt_token_ids=(1, 2, 3), prompt_text="p", params={})], 0.0,

@@ -16,15 +16,15 @@ import pytest
 import torch
 from transformers.cache_utils import StaticLayer
 
-from decode_tui.core import forward as forward_module
-from decode_tui.core.detokenize import Detokenizer
-from decode_tui.core.drafters import ModelDrafter, PromptLookup
-from decode_tui.core.events import DraftProposed, DraftVerified, Event, Finished, TokenEmitted, TokenSampled
-from decode_tui.core.forward import StaticKV, forward, new_cache, rollback
+from decode_tui.core.drafting.drafters import ModelDrafter, PromptLookup
+from decode_tui.core.execution import forward as forward_module
+from decode_tui.core.execution.forward import StaticKV, forward, new_cache, rollback
 from decode_tui.core.params import SamplingParams
+from decode_tui.core.record.detokenize import Detokenizer
+from decode_tui.core.record.events import DraftProposed, DraftVerified, Event, Finished, TokenEmitted, TokenSampled
+from decode_tui.core.record.transcript import Transcript
 from decode_tui.core.strategies.autoregressive import autoregressive
 from decode_tui.core.strategies.speculative import speculative
-from decode_tui.core.transcript import Transcript
 
 from .conftest import tiny_model
 from .test_speculative import repetitive_prompt
@@ -280,7 +280,7 @@ def test_a_step_on_the_static_cache_moves_its_end_once_not_once_a_layer(eager: N
 def test_one_host_copy_keeps_every_value_of_its_mixed_inputs_exactly() -> None:
     """Token ids (long), scores (float32, bfloat16) and flags (bool) go to the host in one float64 copy: every
     id below 2**53 exactly, every float unchanged, in the order given."""
-    from decode_tui.core.forward import to_host
+    from decode_tui.core.execution.forward import to_host
 
     ids = torch.tensor([[0, 151_643], [2**40 + 1, 7]])
     scores = torch.tensor([-1.0e9, 0.1, float("-inf"), 3.4e38], dtype=torch.float32)
@@ -292,7 +292,7 @@ def test_one_host_copy_keeps_every_value_of_its_mixed_inputs_exactly() -> None:
 
 def test_ids_go_to_the_cpu_as_torch_tensor_would_make_them() -> None:
     """``forward.on_device`` off CUDA is torch.tensor itself (on CUDA it copies from pinned memory, in test_gpu)."""
-    from decode_tui.core.forward import on_device
+    from decode_tui.core.execution.forward import on_device
 
     for values in ([], [3], [[1, 2, 3], [4, 5, 6]]):
         got = on_device(values, torch.device("cpu"))

@@ -27,18 +27,18 @@ import pytest
 import torch
 
 import decode_tui.core
-from decode_tui.core import float_mask
-from decode_tui.core.detokenize import Detokenizer
-from decode_tui.core.drafters import Drafter, ModelDrafter, PromptLookup
-from decode_tui.core.events import BeamStepped, DraftVerified, Event, Finished
-from decode_tui.core.forward import HostCopy, graph_failure
-from decode_tui.core.loading import resolve_device, resolve_dtype
-from decode_tui.core.model_state import state_of
+from decode_tui.core.drafting.drafters import Drafter, ModelDrafter, PromptLookup
+from decode_tui.core.execution import float_mask
+from decode_tui.core.execution.forward import HostCopy, graph_failure
+from decode_tui.core.execution.model_state import state_of
+from decode_tui.core.model.loading import resolve_device, resolve_dtype
 from decode_tui.core.params import BeamParams, DecodeConfig, SamplingParams
+from decode_tui.core.record.detokenize import Detokenizer
+from decode_tui.core.record.events import BeamStepped, DraftVerified, Event, Finished
+from decode_tui.core.record.transcript import Transcript
 from decode_tui.core.strategies.autoregressive import autoregressive
 from decode_tui.core.strategies.beam import beam_search
 from decode_tui.core.strategies.speculative import speculative
-from decode_tui.core.transcript import Transcript
 
 from .conftest import timeless, tiny_model
 from .controls import unfused_build
@@ -168,9 +168,9 @@ def test_beam_search_run_ahead_on_cuda_gives_the_in_order_events(byte_bpe: Any, 
 
 @pytest.fixture(scope="module")
 def smollm2_bf16() -> Any:
-    from decode_tui.core.embedded import pull
-    from decode_tui.core.loading import load_model
-    from decode_tui.core.registry import resolve
+    from decode_tui.core.model.embedded import pull
+    from decode_tui.core.model.loading import load_model
+    from decode_tui.core.model.registry import resolve
 
     pull("smollm2")
     return load_model(resolve("smollm2"), device="cuda", dtype="bfloat16")
@@ -267,7 +267,8 @@ def test_one_copy_per_step_and_no_other_wait_from_the_core(byte_bpe: Any, monkey
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_the_targets_float_masks_are_exact_on_cuda_and_its_graphs_give_the_plain_paths_tokens(
         byte_bpe: Any, dtype: torch.dtype) -> None:
-    """The target's captured steps build their masks as floats (core/float_mask.py): on CUDA its check finds the
+    """The target's captured steps build their masks as floats (core/execution/float_mask.py): on CUDA its check finds
+    the
     logits equal to the last bit, the graph path's greedy tokens are the plain path's, and the model is back on
     transformers' SDPA after its captures."""
     model = on_cuda(tiny_model("llama", vocab_size=V, seed=8), dtype)
@@ -287,7 +288,7 @@ def test_the_targets_float_masks_are_exact_on_cuda_and_its_graphs_give_the_plain
 def test_ids_uploaded_without_a_wait_arrive_whole() -> None:
     """``forward.on_device`` copies from pinned memory without blocking: what arrives is what was sent, an empty list
     (a run without end-of-text ids) included, and later work on the stream sees it."""
-    from decode_tui.core.forward import on_device
+    from decode_tui.core.execution.forward import on_device
 
     for values in ([], [3], [[1, 2, 3]], list(range(5000))):
         sent = on_device(values, CUDA)
@@ -339,7 +340,7 @@ def test_a_grammars_next_mask_is_computed_while_the_pass_runs_and_waits_for_noth
     """Constrained greedy on CUDA: each step's mask is computed on the host while the queued pass runs and
     copied without a wait, so the grammar blocks the host at most once (its first step); with the mask computed
     in the call instead (the negative control), reading the ids back blocks at every step. The same tokens."""
-    from decode_tui.core.grammar import GrammarMask
+    from decode_tui.core.choosing.grammar import GrammarMask
     from decode_tui.core.params import Constraint
 
     from .test_grammar import context, model_for, prompt_of, tokens
@@ -392,7 +393,7 @@ def ours_on(model: Any, tokenizer: Any, prompt: list[int], max_new: int, *, grap
 def test_replayed_cuda_graphs_give_the_plain_paths_tokens(byte_bpe: Any, seed: int) -> None:
     """Really captured: steps (greedy and sampled, run-ahead on) and padded verifications (lookup and a draft
     model), over three runs and two prompt lengths that share the pooled cache and its graphs."""
-    from decode_tui.core.forward import graph_failure
+    from decode_tui.core.execution.forward import graph_failure
 
     model = on_cuda(tiny_model(ARCHS[seed], vocab_size=V, seed=seed))
     for prompt in (prompt_for(seed, 7), prompt_for(seed + 1, 19), prompt_for(seed, 7)):
@@ -414,8 +415,8 @@ def test_a_background_compile_switches_the_graphs_to_compiled_passes_with_the_pl
         byte_bpe: Any) -> None:
     """Really compiled (Inductor) in the worker thread while runs go on decoding on the eager graphs (captures and
     replays beside the worker's device work), then each graph captured again around the compiled pass."""
-    from decode_tui.core import background_compile
-    from decode_tui.core.forward import graph_failure
+    from decode_tui.core.execution import background_compile
+    from decode_tui.core.execution.forward import graph_failure
 
     model = on_cuda(tiny_model("llama", vocab_size=V, seed=2))
     prompt = prompt_for(2, 9)
@@ -440,7 +441,7 @@ def test_a_background_compile_switches_the_graphs_to_compiled_passes_with_the_pl
 
 
 def test_a_run_on_cuda_takes_the_graph_path_by_default(byte_bpe: Any) -> None:
-    from decode_tui.core.loading import LoadedModel, context_length
+    from decode_tui.core.model.loading import LoadedModel, context_length
     from decode_tui.core.run import Run
 
     model = on_cuda(tiny_model("llama", vocab_size=len(byte_bpe), seed=4))
@@ -474,7 +475,7 @@ def test_smollm2_first_run_after_the_warm_up_is_warm(smollm2_bf16: Any) -> None:
 
 
 def test_smollm2_compare_is_fair_greedy_against_itself_is_about_1x(smollm2_bf16: Any) -> None:
-    from decode_tui.core.compare import compare
+    from decode_tui.core.analysis.compare import compare
 
     config = DecodeConfig(max_new_tokens=96, seed=0)
     result = compare(smollm2_bf16, "Tell me a story about a robot.", config, config, runs=5)
@@ -489,7 +490,7 @@ def test_smollm2_compare_is_fair_greedy_against_itself_is_about_1x(smollm2_bf16:
 def test_the_quantised_drafts_kernels_pass_the_exact_product_check_on_cuda(bits: int) -> None:
     """torch's tinygemm int4 kernel (with the packing and inner k tiles chosen here) and its int8 kernel give
     the plain product of weights their quantised form keeps exactly: the default draft runs on CUDA."""
-    from decode_tui.core import target_drafts
+    from decode_tui.core.drafting import target_drafts
 
     assert target_drafts._probe(bits, CUDA) is None
 
@@ -499,7 +500,7 @@ def test_a_drafts_fused_norm_is_one_kernel_on_cuda_where_transformers_norm_is_se
     norm about eight, and a GPU draft step is mostly such small kernels."""
     from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
-    from decode_tui.core import draft_layers
+    from decode_tui.core.drafting import draft_layers
 
     norm = LlamaRMSNorm(576, eps=1e-5).to(CUDA, torch.bfloat16)
     fused = draft_layers.fusable(norm)
@@ -512,7 +513,7 @@ def test_a_draft_at_phi3_minis_widths_is_fused_throughout_on_cuda() -> None:
     """Phi-3-mini's widths, random, bf16, two layers, on CUDA: the int4 draft keeps none of transformers' modules.
     The lease of 2026-11-27 found most of its attentions unfused by the old check (728 kernels a step where 530 are
     fused), which no test asked about."""
-    from decode_tui.core import draft_layers, target_drafts
+    from decode_tui.core.drafting import draft_layers, target_drafts
     from decode_tui.core.params import TargetDraft
 
     from .test_draft_layers import phi3_wide
@@ -527,8 +528,8 @@ def test_a_fused_int4_drafts_step_launches_at_most_two_thirds_of_the_kernels_on_
     on the CPU: 21 ops a layer against 43), and computes the same logits within bf16's rounding."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from decode_tui.core import target_drafts
-    from decode_tui.core.forward import forward, new_cache, rollback
+    from decode_tui.core.drafting import target_drafts
+    from decode_tui.core.execution.forward import forward, new_cache, rollback
     from decode_tui.core.params import TargetDraft
 
     config = AutoConfig.for_model("llama", vocab_size=4096, hidden_size=576, intermediate_size=1536,
@@ -563,9 +564,9 @@ def test_the_shared_cache_end_and_a_fused_drafts_float_mask_launch_fewer_kernels
     torch's attention converts in every layer (the float mask costs two kernels a pass to build)."""
     from transformers import AutoConfig, AutoModelForCausalLM, StaticCache
 
-    from decode_tui.core import target_drafts
-    from decode_tui.core.forward import ends as forward_ends
-    from decode_tui.core.forward import new_cache
+    from decode_tui.core.drafting import target_drafts
+    from decode_tui.core.execution.forward import ends as forward_ends
+    from decode_tui.core.execution.forward import new_cache
     from decode_tui.core.params import TargetDraft
 
     layers = 8
@@ -605,8 +606,8 @@ def test_the_shared_cache_end_and_a_fused_drafts_float_mask_launch_fewer_kernels
 def test_greedy_speculative_with_each_target_draft_is_greedy_on_cuda_graphs(byte_bpe: Any, spec: str) -> None:
     """In bf16 on the default CUDA path: the draft replays its own captured graphs on its pooled static cache,
     and the output is plain greedy's on the same path, token for token."""
-    from decode_tui.core import target_drafts
-    from decode_tui.core.forward import StaticKV
+    from decode_tui.core.drafting import target_drafts
+    from decode_tui.core.execution.forward import StaticKV
     from decode_tui.core.params import target_draft
 
     model = on_cuda(tiny_model("llama", vocab_size=V, seed=6), torch.bfloat16)
@@ -631,8 +632,8 @@ def test_an_adaptive_draft_from_the_target_takes_what_it_skipped_from_the_target
     steps and probes; before each probe the draft copies the skipped tokens' keys and values from the target's
     static cache and is fed one or two tokens (no eager catch-up, no graph captured for a stretch's width), and
     the tokens stay plain greedy's on the same path."""
-    from decode_tui.core import target_drafts
-    from decode_tui.core.forward import StaticKV
+    from decode_tui.core.drafting import target_drafts
+    from decode_tui.core.execution.forward import StaticKV
     from decode_tui.core.params import target_draft
 
     model = on_cuda(tiny_model("llama", vocab_size=V, seed=5))
@@ -658,7 +659,7 @@ def test_a_draft_on_cuda_runs_ahead_and_drafts_what_an_in_order_draft_drafts(byt
     """Running ahead on CUDA (an option; the default steps in order), a draft step's pass is queued before the
     last drafted token is read back: its rounds equal the in-order loop's on captured graphs, with a confidence
     cut-off that stops drafts often, so passes run past a stop and the next round drafts from the right cache."""
-    from decode_tui.core.events import DraftProposed
+    from decode_tui.core.record.events import DraftProposed
 
     model = on_cuda(tiny_model(ARCHS[seed], vocab_size=V, seed=seed))
     draft = on_cuda(tiny_model("llama", vocab_size=V, seed=seed + 100))
@@ -677,7 +678,7 @@ def test_a_draft_on_cuda_runs_ahead_and_drafts_what_an_in_order_draft_drafts(byt
 def test_a_speculative_run_starts_on_cuda_with_its_defaults(smollm2_bf16: Any) -> None:
     """`--mode speculative` with nothing else: the int4 draft, built on CUDA, greedy's tokens, and its c measured
     (printed for BENCHMARKS.md: the issue's target is c <= 1.2 on an H100)."""
-    from decode_tui.core import draft_layers
+    from decode_tui.core.drafting import draft_layers
     from decode_tui.core.run import Run
     from decode_tui.core.warmup import warm_up
 
@@ -706,7 +707,7 @@ def test_a_speculative_run_starts_on_cuda_with_its_defaults(smollm2_bf16: Any) -
 def test_a_verifications_grammar_masks_wait_for_nothing_on_cuda(byte_bpe: Any) -> None:
     """Prompt lookup under a grammar on CUDA: each verification's masks are computed while its pass runs and
     unpacked on the device, so grammar.py blocks the host at most once; the tokens are constrained greedy's."""
-    from decode_tui.core.grammar import GrammarMask
+    from decode_tui.core.choosing.grammar import GrammarMask
     from decode_tui.core.params import Constraint
 
     from .test_grammar import context, model_for, repetitive, tokens
@@ -746,8 +747,8 @@ def test_greedy_tree_verification_equals_plain_greedy_on_cuda_graphs(byte_bpe: A
     """Prompt lookup's trees, suffix drafting and a draft model's runners-up, verified on the default CUDA path
     (a tree's forward replayed as a CUDA graph captured at the budget's width, its mask and position ids inputs of
     the graph): greedy's tokens, and the tree graph captured, not fallen back to eager passes."""
-    from decode_tui.core.forward import captured_shapes, graph_failure
-    from decode_tui.core.suffix_drafting import SuffixDrafter, SuffixHistory
+    from decode_tui.core.drafting.suffix_drafting import SuffixDrafter, SuffixHistory
+    from decode_tui.core.execution.forward import captured_shapes, graph_failure
 
     model = on_cuda(tiny_model(ARCHS[seed % 4], vocab_size=V, seed=seed))
     prompt = prompt_for(seed, 6 + 2 * seed)
@@ -774,8 +775,8 @@ def test_greedy_tree_verification_equals_plain_greedy_on_cuda_graphs(byte_bpe: A
 
 def test_suffix_drafting_on_smollm2_a_second_run_is_greedy_in_few_forwards(smollm2_bf16: Any) -> None:
     """The why-trees lesson's task on CUDA in bf16: its second run drafts from the first and emits its tokens."""
+    from decode_tui.core.drafting.suffix_drafting import SuffixHistory
     from decode_tui.core.run import Run
-    from decode_tui.core.suffix_drafting import SuffixHistory
 
     prompt = "Write a Python function `is_prime(n)` that returns whether n is a prime number."
     first = list(Run(smollm2_bf16, prompt, DecodeConfig(max_new_tokens=64)).events())[-1]

@@ -16,20 +16,20 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from decode_tui.core.bad_words import token_bytes
-from decode_tui.core.detokenize import Detokenizer
-from decode_tui.core.drafters import ModelDrafter, PromptLookup
+from decode_tui.core.choosing.bad_words import token_bytes
+from decode_tui.core.choosing.grammar import Grammar, GrammarMask
+from decode_tui.core.choosing.sampling import StageContext
+from decode_tui.core.drafting.drafters import ModelDrafter, PromptLookup
 from decode_tui.core.errors import UsageError
-from decode_tui.core.events import BeamStepped, DraftVerified, Event, Finished, TokenSampled
-from decode_tui.core.grammar import Grammar, GrammarMask
 from decode_tui.core.params import BeamParams, Constraint, DecodeConfig, SamplingParams
-from decode_tui.core.path import Path as DecodePath
+from decode_tui.core.record.detokenize import Detokenizer
+from decode_tui.core.record.events import BeamStepped, DraftVerified, Event, Finished, TokenSampled
+from decode_tui.core.record.path import Path as DecodePath
+from decode_tui.core.record.transcript import Transcript
 from decode_tui.core.run import Run
-from decode_tui.core.sampling import StageContext
 from decode_tui.core.strategies.autoregressive import autoregressive
 from decode_tui.core.strategies.beam import beam_search
 from decode_tui.core.strategies.speculative import speculative
-from decode_tui.core.transcript import Transcript
 
 from .conftest import tiny_model
 from .test_autoregressive import loaded
@@ -379,7 +379,7 @@ def test_a_run_that_stops_before_the_grammar_is_satisfied_says_so(byte_bpe: Any)
                                             (r"\D\d", r"[^0-9][0-9]"), (r"\\d", r"\\d"), (r"[]\d]", r"[]0-9]"),
                                             (r"[^\d]", r"[^0-9]"), (r"\w+", r"\w+")])
 def test_a_regexs_digits_are_ascii_digits(regex: str, ascii: str) -> None:
-    from decode_tui.core.constraints import ascii_digits
+    from decode_tui.core.choosing.constraints import ascii_digits
 
     assert ascii_digits(regex) == ascii
 

@@ -16,12 +16,12 @@ from typing import Any, cast
 import pytest
 import torch
 
-from decode_tui.core import forward as forward_module
-from decode_tui.core.drafters import ModelDrafter, PromptLookup
-from decode_tui.core.events import BeamStepped, DraftProposed, DraftVerified, Event, Finished, TokenEmitted
-from decode_tui.core.forward import StaticKV, graph_failure, graphs_available, new_cache, release
-from decode_tui.core.model_state import state_of
+from decode_tui.core.drafting.drafters import ModelDrafter, PromptLookup
+from decode_tui.core.execution import forward as forward_module
+from decode_tui.core.execution.forward import StaticKV, graph_failure, graphs_available, new_cache, release
+from decode_tui.core.execution.model_state import state_of
 from decode_tui.core.params import BeamParams, SamplingParams
+from decode_tui.core.record.events import BeamStepped, DraftProposed, DraftVerified, Event, Finished, TokenEmitted
 from decode_tui.core.strategies.autoregressive import autoregressive
 from decode_tui.core.strategies.beam import beam_search
 from decode_tui.core.strategies.speculative import speculative
@@ -99,8 +99,8 @@ def test_tree_verifications_on_the_graph_path_give_the_plain_paths_events(
     """A tree's forward replays one graph captured at the drafter's budget (the tree padded to it, its mask and
     position ids inputs of the graph like its ids), between replayed steps: its kept path's keys moved in place,
     its end moved back, the same events as the plain path."""
-    from decode_tui.core.forward import captured_shapes
-    from decode_tui.core.suffix_drafting import SuffixDrafter, SuffixHistory
+    from decode_tui.core.drafting.suffix_drafting import SuffixDrafter, SuffixHistory
+    from decode_tui.core.execution.forward import captured_shapes
 
     model = model_for(seed)
     prompt = repetitive_prompt(seed, 6 + seed)
@@ -395,7 +395,7 @@ def test_a_draft_made_from_the_target_replays_graphs_on_its_own_pooled_cache(
     its static cache, its steps and catch-ups replayed, its cache rolled back by moving its end; the same events
     as the plain path, its cache handed back at the end (also when the consumer stops) and its graphs reused by
     the next run."""
-    from decode_tui.core import target_drafts
+    from decode_tui.core.drafting import target_drafts
     from decode_tui.core.params import target_draft
 
     model = tiny_model("llama", vocab_size=V, seed=11)
@@ -436,7 +436,7 @@ def test_an_adaptive_draft_made_from_the_target_never_catches_up_through_itself(
     and then. Every probe's draft takes the skipped tokens' keys and values from the target and is fed one or
     two tokens, on the plain path and replaying graphs alike (no catch-up graph of a stretch's width captured),
     and the tokens stay greedy's."""
-    from decode_tui.core import target_drafts
+    from decode_tui.core.drafting import target_drafts
     from decode_tui.core.params import target_draft
 
     from .test_speculative import greedy
@@ -561,7 +561,7 @@ def test_the_targets_graphs_are_captured_with_float_masks_and_its_eager_passes_k
 
 def test_a_model_compiled_in_the_background_and_a_model_whose_float_mask_moves_its_logits_capture_transformers_masks(
         byte_bpe: Any, cpu_graphs: type[EagerGraphs], monkeypatch: pytest.MonkeyPatch) -> None:
-    from decode_tui.core import float_mask
+    from decode_tui.core.execution import float_mask
 
     prompt = repetitive_prompt(4, 9)
 

@@ -21,7 +21,7 @@ import pytest
 
 from decode_tui.cli.flags import ModeChoice
 from decode_tui.cli.teaching import lesson_config, playback
-from decode_tui.core.events import Finished
+from decode_tui.core.record.events import Finished
 from decode_tui.lessons import Lesson, Pause, PauseTracker, parse, shipped
 from decode_tui.tui.app import DecodeApp
 from decode_tui.tui.recording import read_recording
@@ -69,7 +69,7 @@ def test_each_recording_is_of_its_lesson_and_reaches_every_pause(lesson: Lesson)
 @in_event_loop
 async def test_each_lesson_plays_from_its_recording_pausing_at_its_moments(lesson: Lesson,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    from decode_tui.core import loading
+    from decode_tui.core.model import loading
 
     def no_model(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("a lesson played from its recording loads no model")
@@ -218,7 +218,7 @@ def test_what_each_lesson_says_of_its_run_is_true_of_its_recording() -> None:
     """The claims a lesson's texts make about the run it plays, checked where a test can check them (the words
     were rewritten where they were not: acceptance did not fall with the position, copies were not mostly
     accepted, one round was on screen where the text spoke of the latest rounds)."""
-    from decode_tui.core.events import DraftVerified, TokenSampled
+    from decode_tui.core.record.events import DraftVerified, TokenSampled
 
     # repetition-penalty, token 3: "the words already written have dropped" at the penalty stage.
     events = _events("repetition-penalty")
@@ -263,7 +263,7 @@ def test_what_each_lesson_says_of_its_run_is_true_of_its_recording() -> None:
 
 
 def test_what_the_why_trees_lesson_says_is_true_of_its_recording() -> None:
-    from decode_tui.core.events import DraftProposed, DraftVerified, Finished, TokenEmitted
+    from decode_tui.core.record.events import DraftProposed, DraftVerified, Finished, TokenEmitted
     from decode_tui.core.token_tree import ROOT, TokenTree
 
     events = _events("why-trees")
@@ -301,7 +301,7 @@ def test_what_the_json_schema_lesson_says_of_the_grammar_is_true_of_its_recordin
 
     import jsonschema
 
-    from decode_tui.core.events import StageCandidates, TokenSampled
+    from decode_tui.core.record.events import StageCandidates, TokenSampled
 
     lesson = next(lesson for lesson in LESSONS if lesson.name == "json-schema")
     events = _events("json-schema")
@@ -408,7 +408,7 @@ async def test_at_80x24_the_beam_finished_pause_shows_the_finished_hypotheses_it
 async def test_the_what_if_lesson_holds_its_branch_and_the_claims_its_text_makes() -> None:
     """The branch is at the pause's close call, with the runner-up forced; the two answers part there; in the
     lesson's replay, B lists both and shows the branch."""
-    from decode_tui.core.events import Branched, TokenEmitted, TokenSampled
+    from decode_tui.core.record.events import Branched, TokenEmitted, TokenSampled
     from decode_tui.tui.screens.branches import BranchesScreen
 
     lesson = next(lesson for lesson in LESSONS if lesson.name == "what-if")
@@ -491,7 +491,7 @@ async def test_at_80x24_each_pause_shows_what_its_narration_points_at(lesson: Le
     the drafting modes the newest round's row; in beam search the newest step's open beams. A narration taller
     than its panel says there is more, and PgDn reaches its end (the json-schema summary stopped mid-sentence with
     no sign that more followed)."""
-    from decode_tui.core.events import BeamStepped, DraftVerified, TokenSampled
+    from decode_tui.core.record.events import BeamStepped, DraftVerified, TokenSampled
     from decode_tui.tui.widgets.beam_panel import BeamPanel
     from decode_tui.tui.widgets.candidates import STAGE_NAMES, CandidatesPanel, stage_note
     from decode_tui.tui.widgets.draft_panel import DraftPanel

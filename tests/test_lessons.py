@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from decode_tui.cli.teaching import lesson_config
-from decode_tui.core.events import DraftProposed, DraftVerified, Finished, PositionVerdict, TokenEmitted
+from decode_tui.core.record.events import DraftProposed, DraftVerified, Finished, PositionVerdict, TokenEmitted
 from decode_tui.lessons import LessonError, Pause, PauseTracker, load, parse, shipped
 
 SHIPPED = ["greedy-vs-sampling", "repetition-penalty", "beam-search", "speculative", "prompt-lookup",
@@ -196,7 +196,7 @@ def test_the_readmes_lesson_example_is_a_valid_lesson(tmp_path: Path) -> None:
 
 def test_live_record_writes_a_recording_the_lesson_then_plays(tiny_model_dir: Path, isolated_env: dict[str, str],
                                                               tmp_path: Path) -> None:
-    from decode_tui.core.events import Finished, Started
+    from decode_tui.core.record.events import Finished, Started
     from decode_tui.tui.recording import read_recording
 
     from .test_cli import cli

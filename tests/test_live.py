@@ -7,14 +7,14 @@ from typing import Any
 
 import torch
 
-from decode_tui.core.detokenize import Detokenizer
-from decode_tui.core.drafters import ModelDrafter, PromptLookup
-from decode_tui.core.events import DraftProposed, Event, Finished, TokenSampled
+from decode_tui.core.drafting.drafters import ModelDrafter, PromptLookup
 from decode_tui.core.live import LiveParams
 from decode_tui.core.params import DraftParams, SamplingParams
+from decode_tui.core.record.detokenize import Detokenizer
+from decode_tui.core.record.events import DraftProposed, Event, Finished, TokenSampled
+from decode_tui.core.record.transcript import Transcript
 from decode_tui.core.strategies.autoregressive import autoregressive
 from decode_tui.core.strategies.speculative import speculative
-from decode_tui.core.transcript import Transcript
 
 from .conftest import tiny_model
 
@@ -134,8 +134,8 @@ def test_the_draft_confidence_cut_off_reaches_the_draft_model_between_rounds(byt
 
 def test_bad_words_set_mid_run_are_banned_from_the_next_step(byte_bpe: Any) -> None:
     """The stage editor's bad words go through the live parameters as its other stages do."""
-    from decode_tui.core.bad_words import token_bytes
-    from decode_tui.core.sampling import StageContext
+    from decode_tui.core.choosing.bad_words import token_bytes
+    from decode_tui.core.choosing.sampling import StageContext
 
     model = tiny_model("llama", vocab_size=V, seed=6)
     prompt = [21, 22, 23, 24]

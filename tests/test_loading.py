@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from transformers import PreTrainedTokenizerBase
 
-from decode_tui.core.loading import configured_context_length, encode_prompt, load_model
-from decode_tui.core.registry import TEMPLATE_SLACK, declared_context_length, resolve, surely_fits
+from decode_tui.core.model.loading import configured_context_length, encode_prompt, load_model
+from decode_tui.core.model.registry import TEMPLATE_SLACK, declared_context_length, resolve, surely_fits
 
 
 @pytest.fixture
@@ -47,7 +47,7 @@ def test_loading_another_model_lets_the_first_be_collected(tiny_model_dir: Path,
 def test_every_loading_phase_is_named_as_it_starts_and_timed(tiny_model_dir: Path, unfrozen: None) -> None:
     """The loading generator says each phase before it starts, in order, and times each: what transformers
     imports for the model, the tokenizer, the weights."""
-    from decode_tui.core.loading import loading
+    from decode_tui.core.model.loading import loading
 
     steps = loading(resolve(str(tiny_model_dir)), device="cpu")
     lines = []

@@ -1,4 +1,4 @@
-"""Prompt lookup, every match (core/lookup_tree.py): the tree holds the chain prompt lookup drafts as its first
+"""Prompt lookup, every match (core/drafting/lookup_tree.py): the tree holds the chain prompt lookup drafts as its first
 branch, and what followed every other match of the same n-gram."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from decode_tui.core.drafters import PromptLookup
-from decode_tui.core.lookup_tree import lookup_tree
+from decode_tui.core.drafting.drafters import PromptLookup
+from decode_tui.core.drafting.lookup_tree import lookup_tree
 from decode_tui.core.token_tree import ROOT
 
 
@@ -52,9 +52,9 @@ def test_a_greedy_loop_verifying_lookup_trees_emits_plain_greedys_tokens() -> No
     whose n-grams recur with different continuations."""
     import torch
 
-    from decode_tui.core.forward import forward, new_cache
+    from decode_tui.core.execution.forward import forward, new_cache
+    from decode_tui.core.execution.tree_attention import keep_path, tree_forward
     from decode_tui.core.token_tree import greedy_path
-    from decode_tui.core.tree_attention import keep_path, tree_forward
 
     from .conftest import tiny_model
 

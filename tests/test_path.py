@@ -14,17 +14,17 @@ from typing import Any
 import pytest
 import torch
 
-from decode_tui.core.detokenize import Detokenizer
-from decode_tui.core.drafters import ModelDrafter, PromptLookup
+from decode_tui.core.drafting.drafters import ModelDrafter, PromptLookup
 from decode_tui.core.errors import UsageError
-from decode_tui.core.events import Branched, Event, Finished, Started, TokenEmitted
 from decode_tui.core.params import BeamParams, DecodeConfig, SamplingParams
-from decode_tui.core.path import Path
+from decode_tui.core.record.detokenize import Detokenizer
+from decode_tui.core.record.events import Branched, Event, Finished, Started, TokenEmitted
+from decode_tui.core.record.path import Path
+from decode_tui.core.record.transcript import TokenStats, Transcript
 from decode_tui.core.run import Run
 from decode_tui.core.strategies.autoregressive import autoregressive
 from decode_tui.core.strategies.beam import beam_search
 from decode_tui.core.strategies.speculative import speculative
-from decode_tui.core.transcript import TokenStats, Transcript
 
 from .conftest import tiny_model
 from .test_autoregressive import loaded

@@ -1,4 +1,5 @@
-"""The race: each mode measured alone (core/race.py), saved and read back, and replayed side by side in the app."""
+"""The race: each mode measured alone (core/analysis/race.py), saved and read back, and replayed side by side in the
+app."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from decode_tui.core.events import Finished, Mode, Started, TokenEmitted
+from decode_tui.core.analysis.race import Lane, measure, speedup
 from decode_tui.core.live import LiveParams
 from decode_tui.core.params import DecodeConfig, DraftParams
-from decode_tui.core.race import Lane, measure, speedup
+from decode_tui.core.record.events import Finished, Mode, Started, TokenEmitted
 from decode_tui.tui.race_app import RaceApp
 from decode_tui.tui.recording import is_race, read_race, write_race
 from decode_tui.tui.settings import Settings, with_mode

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import torch
 
-from decode_tui.core.events import Finished, Mode, TokenEmitted
 from decode_tui.core.params import DecodeConfig, SamplingParams
+from decode_tui.core.record.events import Finished, Mode, TokenEmitted
 from decode_tui.core.run import Run
 
 pytestmark = pytest.mark.real_model

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-import decode_tui.core.embedded as embedded
+import decode_tui.core.model.embedded as embedded
 from decode_tui.core.errors import ModelUnavailableError, UsageError
-from decode_tui.core.registry import ALIASES, embedded_dir, resolve
+from decode_tui.core.model.registry import ALIASES, embedded_dir, resolve
 
 
 @pytest.fixture(autouse=True)

@@ -7,9 +7,10 @@ from typing import Any
 import pytest
 import torch
 
-from decode_tui.core.detokenize import Detokenizer
-from decode_tui.core.drafters import ModelDrafter, PromptLookup
-from decode_tui.core.events import (
+from decode_tui.core.drafting.drafters import ModelDrafter, PromptLookup
+from decode_tui.core.params import BeamParams, SamplingParams
+from decode_tui.core.record.detokenize import Detokenizer
+from decode_tui.core.record.events import (
     BeamStepped,
     DraftProposed,
     DraftVerified,
@@ -21,11 +22,10 @@ from decode_tui.core.events import (
     TokenEmitted,
     TokenSampled,
 )
-from decode_tui.core.params import BeamParams, SamplingParams
+from decode_tui.core.record.transcript import Transcript
 from decode_tui.core.strategies.autoregressive import autoregressive
 from decode_tui.core.strategies.beam import beam_search
 from decode_tui.core.strategies.speculative import speculative
-from decode_tui.core.transcript import Transcript
 from decode_tui.tui.pump import Failed, Notice
 from decode_tui.tui.run_view import RunView
 
@@ -95,8 +95,8 @@ def test_forwards_follow_the_events_step_by_step(byte_bpe: Any) -> None:
 def test_a_branchs_kept_and_forced_tokens_are_not_counted_as_decoded(byte_bpe: Any, batch: int) -> None:
     """A greedy branch showed 1.17 tokens a forward: its kept and forced tokens came in one prefill. The bar counts
     the decoded tokens, while the run goes and at its end alike, and says the others beside."""
-    from decode_tui.core.events import Branched
-    from decode_tui.core.path import Path as DecodePath
+    from decode_tui.core.record.events import Branched
+    from decode_tui.core.record.path import Path as DecodePath
     from decode_tui.tui.widgets.stats_bar import StatsBar
 
     model = tiny_model("llama", vocab_size=V, seed=2)
@@ -239,7 +239,7 @@ def test_a_recording_without_the_clock_replays_on_its_recorded_times() -> None:
 
 def test_the_adaptive_policys_decision_reaches_the_draft_panel() -> None:
     """A DraftLengthDecided is kept for the drafting panel to show, under its rounds or alone during plain steps."""
-    from decode_tui.core.events import DraftLengthDecided
+    from decode_tui.core.record.events import DraftLengthDecided
 
     view = RunView(paused=False, now=0.0)
     view.apply([STARTED, DraftLengthDecided(round=3, k=0, reason="plain steps: no draft length pays")], now=1.0,

@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import GenerationConfig
 
+from decode_tui.core.choosing.sampling import draw, stage_processors, staged_scores
 from decode_tui.core.errors import UsageError
 from decode_tui.core.params import SamplingParams
-from decode_tui.core.sampling import draw, stage_processors, staged_scores
 
 from .conftest import tiny_model
 
@@ -144,7 +144,7 @@ def test_bad_parameters_say_what_to_do(kwargs: dict[str, Any], fragment: str) ->
 def test_a_token_top_p_removed_is_no_runner_up_nor_a_candidate() -> None:
     """After top-p keeps one token, its caption names no runner-up, and a recording made when removed tokens
     were listed at 0 % shows them neither."""
-    from decode_tui.core.events import Candidate, StageCandidates, TokenSampled
+    from decode_tui.core.record.events import Candidate, StageCandidates, TokenSampled
     from decode_tui.tui.teaching import caption
 
     logits = torch.tensor([[6.0, 1.0, 0.5, 0.2] + [0.0] * (V - 4)])

@@ -129,7 +129,7 @@ def test_grammar_stage(snap_compare: Any, monkeypatch: pytest.MonkeyPatch) -> No
     """A constrained step: the grammar stage with what it allows and expects, and the raw candidates it refused,
     struck through; then min-p's cut in its own words."""
     monkeypatch.delenv("NO_COLOR", raising=False)
-    from decode_tui.core.events import Candidate, StageCandidates, TokenSampled
+    from decode_tui.core.record.events import Candidate, StageCandidates, TokenSampled
     from decode_tui.tui.widgets.candidates import CandidatesPanel
 
     raw = (Candidate(5, " Sure", 0.46), Candidate(6, "{", 0.31), Candidate(7, " Here", 0.12), Candidate(8, "```", 0.05))

@@ -10,19 +10,19 @@ from typing import Any
 import pytest
 import torch
 
-from decode_tui.core import target_drafts
-from decode_tui.core.detokenize import Detokenizer
-from decode_tui.core.drafters import ModelDrafter, PromptLookup, shared_vocab_size
+from decode_tui.core.drafting import target_drafts
+from decode_tui.core.drafting.drafters import ModelDrafter, PromptLookup, shared_vocab_size
 from decode_tui.core.errors import UsageError
-from decode_tui.core.events import DraftProposed, DraftVerified, Event, Finished, TokenEmitted
+from decode_tui.core.execution.widths import remembered_times
 from decode_tui.core.params import SamplingParams, TargetDraft
+from decode_tui.core.record.detokenize import Detokenizer
+from decode_tui.core.record.events import DraftProposed, DraftVerified, Event, Finished, TokenEmitted
+from decode_tui.core.record.transcript import Transcript
 from decode_tui.core.strategies import acceptance
 from decode_tui.core.strategies import speculative as spec_module
 from decode_tui.core.strategies.adaptive import AdaptiveDraftLength
 from decode_tui.core.strategies.autoregressive import autoregressive
 from decode_tui.core.strategies.speculative import speculative
-from decode_tui.core.transcript import Transcript
-from decode_tui.core.widths import remembered_times
 
 from .conftest import tiny_model
 
@@ -68,7 +68,7 @@ def simulated_costs(monkeypatch: Any, costs: dict[Any, tuple[float, float]]) -> 
     """The decoding loops' clock reads a device where a forward of ``model`` over w tokens takes ``a + b w`` seconds
     for ``(a, b) = costs[model]``, and nothing else takes time: the adaptive policy's decisions, which follow
     measured costs, are then the same whatever else this machine is running."""
-    from decode_tui.core import drafters
+    from decode_tui.core.drafting import drafters
     from decode_tui.core.strategies import adaptive, plain_steps, verify_forward
 
     now = [0.0]
@@ -237,7 +237,7 @@ def test_an_adaptive_run_times_a_draft_step_first_and_never_drafts_one_that_cann
     """Before its first round an adaptive run times one draft step, as it times a plain step: a draft dearer than
     its target (four times its layers) is then never drafted from, the policy's first decision saying why in
     numbers. The timing rolls the draft back and draws nothing: the tokens are greedy's."""
-    from decode_tui.core.events import DraftLengthDecided
+    from decode_tui.core.record.events import DraftLengthDecided
 
     model = tiny_model("llama", vocab_size=V, seed=5)
     draft = tiny_model("llama", vocab_size=V, seed=999, num_hidden_layers=8)
@@ -266,7 +266,7 @@ def test_an_adaptive_run_times_a_draft_step_first_and_never_drafts_one_that_cann
 def test_the_adaptive_policy_says_what_it_decided_and_why_when_it_changes(byte_bpe: Any, monkeypatch: Any) -> None:
     """The app showed nothing of the policy's decisions: it says, before the round a decision applies to, what it
     drafts now and why, only when that changes; a fixed draft length says nothing."""
-    from decode_tui.core.events import DraftLengthDecided
+    from decode_tui.core.record.events import DraftLengthDecided
 
     model = tiny_model("llama", vocab_size=V, seed=5)
     draft = tiny_model("llama", vocab_size=V, seed=999)
@@ -295,8 +295,8 @@ def test_a_draft_says_what_it_caught_up_on_and_c_leaves_that_out(byte_bpe: Any, 
     more than two: on simulated costs (a target step 10 ms, a draft's forward 4 ms a token fed) every drafting
     round after the first did, so the run has no c to show, where counting them would give one several times
     the draft's own; a view rebuilding c from the rounds' events agrees."""
-    from decode_tui.core.draft_stats import caught_up
-    from decode_tui.core.timeline import Timeline, draft_stats
+    from decode_tui.core.record.draft_stats import caught_up
+    from decode_tui.core.record.timeline import Timeline, draft_stats
 
     model = tiny_model("llama", vocab_size=V, seed=5)
     prompt = [3, 4, 5]
@@ -359,8 +359,8 @@ def test_a_draft_model_of_another_vocabulary_is_refused_before_its_weights_load(
     """Its tokenizer alone says so (the app loads a draft after its target, and a draft's weights take a while);
     the control: a draft of the target's vocabulary goes on to load its weights, with the tokenizer it was checked
     with."""
-    from decode_tui.core import loading
-    from decode_tui.core.drafters import load_draft
+    from decode_tui.core.drafting.drafters import load_draft
+    from decode_tui.core.model import loading
 
     from .test_autoregressive import loaded
 
@@ -388,7 +388,7 @@ def test_a_draft_model_of_another_vocabulary_is_refused_before_its_weights_load(
 def exact_distribution(model: Any, prompt: list[int], params: SamplingParams,
                        steps: int) -> dict[tuple[int, ...], float]:
     """P(t_1 .. t_steps) under the target's own processed sampling, by enumeration."""
-    from decode_tui.core.sampling import stage_processors
+    from decode_tui.core.choosing.sampling import stage_processors
 
     processors = stage_processors(params, greedy=False)
     out: dict[tuple[int, ...], float] = {(): 1.0}
@@ -529,7 +529,7 @@ def test_toy_logits_first_and_later_tokens_follow_p(accept_all: bool) -> None:
 
 @pytest.mark.parametrize("arch", ["llama", "mistral-sliding"])
 def test_logits_after_a_rollback_equal_a_fresh_prefill(arch: str) -> None:
-    from decode_tui.core.forward import forward, new_cache, rollback
+    from decode_tui.core.execution.forward import forward, new_cache, rollback
 
     if arch == "mistral-sliding":  # a 6-token window, so the rollback reaches past what slid out
         from transformers import AutoConfig, AutoModelForCausalLM
@@ -1016,7 +1016,7 @@ class NeverDrafts(PromptLookup):
     """Proposes nothing, ever: a lookup that never finds anything to copy."""
 
     def propose(self, *args: Any, **kwargs: Any) -> Any:
-        from decode_tui.core.drafters import Draft
+        from decode_tui.core.drafting.drafters import Draft
 
         return Draft([])
 

@@ -12,9 +12,9 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from transformers import GenerationConfig
 
+from decode_tui.core.choosing.sampling import StageContext, draw, processed, stage_processors, staged_scores
 from decode_tui.core.errors import UsageError
 from decode_tui.core.params import SamplingParams
-from decode_tui.core.sampling import StageContext, draw, processed, stage_processors, staged_scores
 
 from .conftest import tiny_model
 
@@ -172,7 +172,7 @@ def written(output: list[int]) -> bytes:
 def test_a_bad_word_is_banned_however_it_would_be_spelt(output: list[int], words: list[str]) -> None:
     """A token is banned exactly where it would put a bad word into the text after the prompt: every spelling
     ("a"+"b", or "aa"+"b" after "a"), inside a longer token too."""
-    from decode_tui.core.bad_words import NoBadWords
+    from decode_tui.core.choosing.bad_words import NoBadWords
 
     prompt = [0, 1]  # "ab": the prompt may hold a bad word; only the output counts
     processor = NoBadWords(words, FAKE_BYTES, len(prompt))

@@ -1,4 +1,5 @@
-"""The suffix array (core/suffix_array.py) against the suffix tree it stands in for: the same counts and the same
+"""The suffix array (core/drafting/suffix_array.py) against the suffix tree it stands in for: the same counts and the
+same
 draft trees, node for node, on random sequences; and its memory, a few bytes a token."""
 
 from __future__ import annotations
@@ -7,9 +8,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from decode_tui.core.acquire import drive
-from decode_tui.core.suffix_array import build, built
-from decode_tui.core.suffix_tree import SuffixTree
+from decode_tui.core.drafting.suffix_array import build, built
+from decode_tui.core.drafting.suffix_tree import SuffixTree
+from decode_tui.core.model.acquire import drive
 
 sequences = st.lists(st.lists(st.integers(0, 4), min_size=0, max_size=40), min_size=1, max_size=4)
 

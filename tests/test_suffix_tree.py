@@ -1,4 +1,5 @@
-"""The suffix trees of SuffixDecoding (core/suffix_tree.py): counts against a brute-force count of substrings, and
+"""The suffix trees of SuffixDecoding (core/drafting/suffix_tree.py): counts against a brute-force count of substrings,
+and
 the draft trees grown from them against the paper's rules (longest match, best first, budget by match length,
 a floor on probability)."""
 
@@ -8,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from decode_tui.core.suffix_tree import SuffixTree
+from decode_tui.core.drafting.suffix_tree import SuffixTree
 from decode_tui.core.token_tree import ROOT
 
 sequences = st.lists(st.lists(st.integers(0, 3), min_size=0, max_size=30), min_size=1, max_size=4)

@@ -9,12 +9,13 @@ from typing import Any, Literal, cast
 import pytest
 import torch
 
-from decode_tui.core import float_mask, target_drafts
-from decode_tui.core.drafters import ModelDrafter, load_draft
+from decode_tui.core.drafting import target_drafts
+from decode_tui.core.drafting.drafters import ModelDrafter, load_draft
 from decode_tui.core.errors import UsageError
-from decode_tui.core.events import Finished
-from decode_tui.core.forward import forward, new_cache
+from decode_tui.core.execution import float_mask
+from decode_tui.core.execution.forward import forward, new_cache
 from decode_tui.core.params import DEMO_PROMPTS, DecodeConfig, DraftParams, TargetDraft, target_draft
+from decode_tui.core.record.events import Finished
 from decode_tui.core.run import Run
 
 from .conftest import tiny_model
@@ -153,7 +154,7 @@ def test_the_default_draft_of_the_embedded_model_is_small_and_mostly_accepted(sm
     and MLP, its passes build float masks (a check that silently failed on the real weights would cost a GPU half
     its draft's speed, and nothing else would show it), greedy speculative decoding with it gives plain greedy's
     tokens, and the target accepts most of what it drafts (the GGUF the model came from was 4-bit)."""
-    from decode_tui.core import draft_layers
+    from decode_tui.core.drafting import draft_layers
 
     draft = load_draft(smollm2, DraftParams().draft)
     layers = cast(Any, draft.model).model.layers
@@ -177,10 +178,10 @@ def test_every_layer_of_the_embedded_models_int4_draft_is_fused_in_bf16_too() ->
     fails the same way): the real weights give attention outputs of a few hundred, whose entries near zero carry a
     unit or two of bf16's last place at that size. A check with a tolerance that does not grow with the output
     failed 7 of the 30 attentions, which kept transformers' slower forward, silently; a test on a GPU caught it."""
-    from decode_tui.core import draft_layers
-    from decode_tui.core.embedded import pull
-    from decode_tui.core.loading import load_model
-    from decode_tui.core.registry import resolve
+    from decode_tui.core.drafting import draft_layers
+    from decode_tui.core.model.embedded import pull
+    from decode_tui.core.model.loading import load_model
+    from decode_tui.core.model.registry import resolve
 
     pull("smollm2")
     lm = load_model(resolve("smollm2"), device="cpu", dtype="bfloat16")
@@ -285,7 +286,7 @@ def test_a_draft_the_device_runs_is_built_whether_named_or_not() -> None:
 def test_an_int8_draft_on_cuda_says_it_costs_more_than_a_step() -> None:
     """torch's int8 weight-only CUDA kernel is slow (12 times bf16's time on an H200): an int8 draft there runs,
     and says once that int4 is the cheap draft on a GPU; on a CPU, and for int4 anywhere, nothing is said."""
-    from decode_tui.core.drafters import _dear_on
+    from decode_tui.core.drafting.drafters import _dear_on
 
     note = _dear_on(TargetDraft(8), torch.device("cuda"))
     assert note is not None and "--draft int4" in note and "12 times" in note
@@ -295,7 +296,7 @@ def test_an_int8_draft_on_cuda_says_it_costs_more_than_a_step() -> None:
     assert load_draft(cast(Any, _Target(tiny_model("llama", vocab_size=V), V)), "int8").note is None
 
 
-NO_CPU_KERNELS = ("import sys; from decode_tui.core import target_drafts; target_drafts.KERNELS.pop('cpu'); "
+NO_CPU_KERNELS = ("import sys; from decode_tui.core.drafting import target_drafts; target_drafts.KERNELS.pop('cpu'); "
                   "from decode_tui.cli.main import main; sys.argv[0] = 'decode-tui'; main()")
 
 

@@ -8,20 +8,20 @@ from typing import Any
 import pytest
 import torch
 
-from decode_tui.core.detokenize import Detokenizer
-from decode_tui.core.drafters import ModelDrafter, PromptLookup
-from decode_tui.core.events import DraftVerified, Event, Finished, Started
+from decode_tui.core.drafting.drafters import ModelDrafter, PromptLookup
 from decode_tui.core.params import SamplingParams
-from decode_tui.core.strategies.autoregressive import autoregressive
-from decode_tui.core.strategies.speculative import speculative
-from decode_tui.core.timeline import (
+from decode_tui.core.record.detokenize import Detokenizer
+from decode_tui.core.record.events import DraftVerified, Event, Finished, Started
+from decode_tui.core.record.timeline import (
     ForwardRow,
     Timeline,
     expected_tokens_per_forward,
     per_position_rate,
     sparkline,
 )
-from decode_tui.core.transcript import Transcript
+from decode_tui.core.record.transcript import Transcript
+from decode_tui.core.strategies.autoregressive import autoregressive
+from decode_tui.core.strategies.speculative import speculative
 
 from .conftest import tiny_model
 from .test_speculative import V, repetitive_prompt
@@ -117,7 +117,7 @@ def test_the_forwards_screen_of_a_paused_run_counts_its_latest_round(byte_bpe: A
 
 
 def test_leviathans_formula_and_why_a_well_accepted_draft_can_still_lose() -> None:
-    from decode_tui.core.draft_stats import predicted_speedup
+    from decode_tui.core.record.draft_stats import predicted_speedup
 
     assert predicted_speedup(0.9, 5, 0.0) == pytest.approx((1 - 0.9**6) / 0.1)  # a free draft: tokens a round
     assert predicted_speedup(0.9, 5, 0.2) == pytest.approx((1 - 0.9**6) / 0.1 / 2.0)
@@ -127,7 +127,7 @@ def test_leviathans_formula_and_why_a_well_accepted_draft_can_still_lose() -> No
 
 
 def test_draft_stats_measure_c_against_a_plain_step_and_leave_out_the_first_round() -> None:
-    from decode_tui.core.draft_stats import DraftStats, predicted_speedup
+    from decode_tui.core.record.draft_stats import DraftStats, predicted_speedup
 
     stats = DraftStats()
     stats.record(4, 4, draft_s=1.0, verify_s=0.14, emitted=5)  # the first round also fed the prompt to the draft
@@ -149,8 +149,8 @@ def test_c_leaves_out_a_draft_that_first_caught_up_on_tokens_it_skipped() -> Non
     """After plain steps a draft model is fed every token it skipped before it drafts: that round's draft time
     is mostly the catch-up, no draft step's cost. An adaptive run that does not draft has little else, and
     counting those rounds made c 0.72 where a draft step cost 0.29 of a plain step (int4, SmolLM2, CPU)."""
-    from decode_tui.core.draft_stats import DraftStats, caught_up
-    from decode_tui.core.timeline import ForwardRow, draft_stats
+    from decode_tui.core.record.draft_stats import DraftStats, caught_up
+    from decode_tui.core.record.timeline import ForwardRow, draft_stats
 
     assert not caught_up(None) and not caught_up(1) and not caught_up(2) and caught_up(3)
     stats = DraftStats(plain_step_s=0.10)
@@ -170,7 +170,7 @@ def test_c_leaves_out_a_draft_that_first_caught_up_on_tokens_it_skipped() -> Non
 
 
 def test_the_cost_line_shows_c_the_prediction_and_the_measured_speed_up() -> None:
-    from decode_tui.core.timeline import ForwardRow, draft_stats
+    from decode_tui.core.record.timeline import ForwardRow, draft_stats
     from decode_tui.tui.cost_view import cost_line
 
     rows = [ForwardRow(1, 1, None, None, None, None, 50.0)]
@@ -197,9 +197,9 @@ def test_a_run_times_a_plain_step_once_and_every_view_divides_by_it(byte_bpe: An
     """c and v were inferred from the verifications: the panel, f and bench could each say another prediction.
     The run times one plain step at its start; its rounds carry it, and the run's Finished, the rows a viewer
     builds and their cost line give one and the same prediction."""
-    from decode_tui.core.drafters import ModelDrafter
-    from decode_tui.core.events import DraftVerified
-    from decode_tui.core.timeline import Timeline, draft_stats
+    from decode_tui.core.drafting.drafters import ModelDrafter
+    from decode_tui.core.record.events import DraftVerified
+    from decode_tui.core.record.timeline import Timeline, draft_stats
     from decode_tui.tui.cost_view import cost_line
 
     model = tiny_model("llama", vocab_size=V, seed=1)
@@ -222,7 +222,7 @@ def test_a_run_times_a_plain_step_once_and_every_view_divides_by_it(byte_bpe: An
 
 def test_a_measured_speed_up_far_from_the_prediction_says_the_likely_cause() -> None:
     """A run on a busy machine said "4.18x predicted, this run 0.63x" and nothing else."""
-    from decode_tui.core.draft_stats import DraftStats
+    from decode_tui.core.record.draft_stats import DraftStats
     from decode_tui.tui.cost_view import cost_line
 
     busy = DraftStats(plain_step_s=0.05)
@@ -246,7 +246,7 @@ def test_a_measured_speed_up_far_from_the_prediction_says_the_likely_cause() -> 
 def test_a_plain_steps_time_never_comes_from_a_line_that_noise_tilted() -> None:
     """Under load a short draft's verification can time slower than a long one's: the line through them then
     crosses k = 0 near nothing, and c over it would read thousands. The cheapest median stands in instead."""
-    from decode_tui.core.draft_stats import DraftStats
+    from decode_tui.core.record.draft_stats import DraftStats
 
     stats = DraftStats()
     for k, verify_s in ((2, 0.05), (3, 0.20), (2, 0.05), (3, 0.20)):

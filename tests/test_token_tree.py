@@ -15,9 +15,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from decode_tui.core.forward import forward, new_cache
+from decode_tui.core.execution.forward import forward, new_cache
+from decode_tui.core.execution.tree_attention import keep_path, tree_forward, tree_mask
 from decode_tui.core.token_tree import ROOT, TokenTree, greedy_path
-from decode_tui.core.tree_attention import keep_path, tree_forward, tree_mask
 
 from .conftest import tiny_model
 

@@ -19,14 +19,14 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import decode_tui.core
-from decode_tui.core.detokenize import Detokenizer
-from decode_tui.core.drafters import ModelDrafter, PromptLookup
-from decode_tui.core.events import BeamStepped, DraftProposed, Finished
+from decode_tui.core.drafting.drafters import ModelDrafter, PromptLookup
 from decode_tui.core.params import BeamParams, SamplingParams
+from decode_tui.core.record.detokenize import Detokenizer
+from decode_tui.core.record.events import BeamStepped, DraftProposed, Finished
+from decode_tui.core.record.transcript import Transcript
 from decode_tui.core.strategies.autoregressive import autoregressive
 from decode_tui.core.strategies.beam import beam_search
 from decode_tui.core.strategies.speculative import speculative
-from decode_tui.core.transcript import Transcript
 
 from .conftest import tiny_model
 
@@ -92,7 +92,7 @@ def host_transfers(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 def copies_and_waits(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """A list that records, in order, each host copy queued ("copy") and each wait for one ("wait"); a test adds
     the forwards (a pre-hook on the model) to read the order of the stream."""
-    from decode_tui.core import forward as forward_module
+    from decode_tui.core.execution import forward as forward_module
 
     calls: list[str] = []
     original_init, original_wait = forward_module.HostCopy.__init__, forward_module.HostCopy.wait
@@ -191,7 +191,7 @@ def test_the_core_uploads_ids_without_blocking(byte_bpe: Any, monkeypatch: pytes
     """``torch.tensor(ids, device=...)`` copies to a GPU from pageable memory and then waits for the device's queue:
     in a verification round, for the pass just queued. The core uploads through ``forward.on_device`` (pinned, not
     blocking, on CUDA; tests/test_gpu.py watches it there with CUDA's sync debug mode) and never this way."""
-    from decode_tui.core import forward as forward_module
+    from decode_tui.core.execution import forward as forward_module
 
     blocking: list[str] = []
     uploads: list[str] = []
@@ -232,7 +232,7 @@ def test_the_multi_draft_rule_reads_a_nodes_tests_back_in_one_copy(monkeypatch: 
                                                                    drafted: bool) -> None:
     """A sampled tree's node tries its children in turn, but their tests are read back together: one copy, and
     one read more for the token drawn from the last residual when every child is rejected."""
-    from decode_tui.core.tree_sampling import accept_among
+    from decode_tui.core.choosing.tree_sampling import accept_among
 
     g = torch.Generator().manual_seed(0)
     children = [3, 5, 7, 11]
@@ -253,7 +253,7 @@ def test_the_multi_draft_rule_reads_a_nodes_tests_back_in_one_copy(monkeypatch: 
 
 def test_the_counter_sees_a_transfer_made_in_the_core(monkeypatch: pytest.MonkeyPatch) -> None:
     """The negative control: a core function that reads a tensor on the host is counted."""
-    from decode_tui.core import sampling
+    from decode_tui.core.choosing import sampling
 
     with host_transfers(monkeypatch) as calls:
         sampling.draw([("raw", torch.randn(1, 30))], greedy=True, generator=None, top_n=3)

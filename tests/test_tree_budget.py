@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import torch
 
-from decode_tui.core import tree_budget as budget_module
-from decode_tui.core.tree_budget import CANDIDATES, TREE_COST, tree_budget
+from decode_tui.core.execution import tree_budget as budget_module
+from decode_tui.core.execution.tree_budget import CANDIDATES, TREE_COST, tree_budget
 
 from .conftest import tiny_model
 

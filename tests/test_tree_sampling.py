@@ -1,4 +1,5 @@
-"""SpecInfer's multi-draft rule (core/tree_sampling.py): whatever the children tried at a node and whatever they
+"""SpecInfer's multi-draft rule (core/choosing/tree_sampling.py): whatever the children tried at a node and whatever
+they
 were drafted from, the token that comes out is distributed as the target's p. Checked by a chi-square test on many
 draws, with a control that leaves the residual out and fails the same test."""
 
@@ -9,7 +10,7 @@ from collections import Counter
 import pytest
 import torch
 
-from decode_tui.core.tree_sampling import accept_among
+from decode_tui.core.choosing.tree_sampling import accept_among
 
 from .test_speculative import chi_square_p_value
 

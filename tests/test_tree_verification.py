@@ -15,14 +15,14 @@ from typing import Any, Literal
 import pytest
 import torch
 
-from decode_tui.core.drafters import Draft, ModelDrafter, PromptLookup
+from decode_tui.core.choosing.tree_sampling import Among
+from decode_tui.core.drafting.drafters import Draft, ModelDrafter, PromptLookup
+from decode_tui.core.drafting.suffix_drafting import SuffixDrafter, SuffixHistory, read_history
 from decode_tui.core.errors import UsageError
-from decode_tui.core.events import DraftProposed, DraftVerified, Event, Finished, from_dict
 from decode_tui.core.params import SamplingParams
+from decode_tui.core.record.events import DraftProposed, DraftVerified, Event, Finished, from_dict
 from decode_tui.core.strategies import tree_acceptance
-from decode_tui.core.suffix_drafting import SuffixDrafter, SuffixHistory, read_history
 from decode_tui.core.token_tree import ROOT, TokenTree
-from decode_tui.core.tree_sampling import Among
 
 from .conftest import tiny_model
 from .test_speculative import ARCHS, SAMPLING, V, chi_square_p_value, exact_distribution, greedy, repetitive_prompt, run
@@ -289,8 +289,8 @@ def test_history_files_are_read_as_traces_or_text(tmp_path: Path) -> None:
 
 
 def test_a_history_that_cannot_give_a_draft_is_refused_before_any_model_loads(tmp_path: Path) -> None:
-    from decode_tui.core import suffix_drafting
-    from decode_tui.core.suffix_drafting import check_history_files
+    from decode_tui.core.drafting import suffix_drafting
+    from decode_tui.core.drafting.suffix_drafting import check_history_files
 
     good = tmp_path / "good.txt"
     good.write_text("def f(x):\n    return x\n", encoding="utf-8")
@@ -320,8 +320,8 @@ def test_a_history_that_cannot_give_a_draft_is_refused_before_any_model_loads(tm
 
 
 def test_history_files_are_read_once_for_a_warm_up_the_run_and_restarts(tmp_path: Path) -> None:
-    from decode_tui.core.acquire import drive
-    from decode_tui.core.suffix_drafting import history_files
+    from decode_tui.core.drafting.suffix_drafting import history_files
+    from decode_tui.core.model.acquire import drive
 
     text = tmp_path / "earlier.txt"
     text.write_text("abc\n" * 3000, encoding="utf-8")
@@ -393,7 +393,7 @@ def test_a_draft_models_runners_up_join_as_leaves_and_greedy_stays_greedy(byte_b
 def test_every_timed_suffix_run_drafts_from_the_same_history(byte_bpe: Any, tmp_path: Path) -> None:
     """The fair-figures rule: a benchmark's rounds of suffix drafting each start from the history files alone, so no
     timed run learns from an earlier repeat of itself (each would otherwise copy the last one whole)."""
-    from decode_tui.core.compare import timed_rounds
+    from decode_tui.core.analysis.compare import timed_rounds
     from decode_tui.core.params import DecodeConfig, DraftParams
 
     from .test_autoregressive import loaded
@@ -419,7 +419,7 @@ def test_every_timed_suffix_run_drafts_from_the_same_history(byte_bpe: Any, tmp_
 def test_suffix_draftings_replay_gives_each_draft_lengths_real_widths(byte_bpe: Any, seed: int) -> None:
     """The adaptive policy prices suffix drafting's draft lengths by an exact replay (core/replay.SuffixMemo): the
     widths it replays for k are those a real run at k feeds, and an adaptive run stays greedy's tokens."""
-    from decode_tui.core.replay import SuffixMemo, Trace
+    from decode_tui.core.drafting.replay import SuffixMemo, Trace
 
     model = tiny_model(ARCHS[seed % 4], vocab_size=V, seed=seed)
     prompt = repetitive_prompt(seed, 8)

@@ -20,8 +20,8 @@ from textual.binding import Binding
 from textual.widgets import ContentSwitcher, Static, TextArea
 
 from decode_tui.core.errors import UsageError
-from decode_tui.core.events import MODES, DraftVerified, Event, TokenSampled
 from decode_tui.core.params import SamplingParams
+from decode_tui.core.record.events import MODES, DraftVerified, Event, TokenSampled
 from decode_tui.tui.app import DecodeApp
 from decode_tui.tui.bindings import explained
 from decode_tui.tui.pump import EventPump
@@ -426,7 +426,7 @@ async def test_editing_the_prompt_restarts_with_it_and_refuses_an_empty_one() ->
 @in_event_loop
 async def test_loading_a_missing_model_shows_why_and_keeps_the_current_one(tmp_path: Path,
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    from decode_tui.core import registry
+    from decode_tui.core.model import registry
 
     monkeypatch.setattr(registry, "_hub_snapshot", lambda repo: None)  # no hub cache: nothing is on this machine
     monkeypatch.setenv("DECODE_TUI_CACHE", str(tmp_path))
@@ -559,7 +559,7 @@ async def test_the_footer_shows_the_help_key_in_80_columns_and_every_key_at_130(
 
 def test_the_inspector_says_the_test_a_drafted_token_met() -> None:
     """It printed "u=-" under greedy verification, which draws no u, and never said what was compared."""
-    from decode_tui.core.events import PositionVerdict
+    from decode_tui.core.record.events import PositionVerdict
     from decode_tui.tui.widgets.token_inspector import verdict_line
 
     sampled = PositionVerdict(0, 5, p=0.3, q=0.6, u=0.55, verdict="rejected")
@@ -1358,7 +1358,7 @@ async def test_a_long_round_wraps_under_its_first_token_not_under_its_label() ->
 @in_event_loop
 async def test_a_short_lookup_panel_keeps_the_match_and_the_copy_in_view() -> None:
     """Cut at the bottom, an 80x24 terminal would show the context before the match and hide the match."""
-    from decode_tui.core.events import DraftProposed
+    from decode_tui.core.record.events import DraftProposed
 
     app, _ = make("pld")
     async with app.run_test(size=(80, 24)) as pilot:
@@ -1377,7 +1377,7 @@ async def test_a_short_lookup_panel_keeps_the_match_and_the_copy_in_view() -> No
 @in_event_loop
 async def test_the_lookup_panel_counts_one_token_as_one() -> None:
     """It said "copied 1 tokens" and "the text's last 1 tokens '.' were seen before"."""
-    from decode_tui.core.events import DraftProposed
+    from decode_tui.core.record.events import DraftProposed
 
     app, _ = make("pld")
     async with app.run_test(size=SIZE) as pilot:
@@ -1408,7 +1408,7 @@ async def test_the_lookup_panel_counts_one_token_as_one() -> None:
 @in_event_loop
 async def test_a_small_candidates_panel_shows_every_stage_with_fewer_candidates_and_shorter_bars() -> None:
     """Cut at the bottom, an 80x24 terminal hid top-k and top-p, the distribution the token is drawn from."""
-    from decode_tui.core.events import Candidate, StageCandidates
+    from decode_tui.core.record.events import Candidate, StageCandidates
 
     app, _ = make("sample")
     async with app.run_test(size=(80, 24)) as pilot:
@@ -1436,7 +1436,7 @@ async def test_a_small_candidates_panel_shows_every_stage_with_fewer_candidates_
 @in_event_loop
 async def test_a_tall_candidates_panel_shows_more_of_the_candidates_a_step_carries() -> None:
     """Greedy showed 5 of the 10 candidates a step carries, above twenty empty lines."""
-    from decode_tui.core.events import Candidate, Stage, StageCandidates
+    from decode_tui.core.record.events import Candidate, Stage, StageCandidates
 
     app, _ = make("greedy")
     async with app.run_test(size=SIZE) as pilot:
@@ -1465,7 +1465,7 @@ async def test_a_tall_candidates_panel_shows_more_of_the_candidates_a_step_carri
 @in_event_loop
 async def test_a_narrow_candidates_panel_with_room_below_shows_more_candidates_with_shorter_bars() -> None:
     """At 80 columns the bars are shortened to fit, and the panel did not grow into its empty lines then."""
-    from decode_tui.core.events import Candidate, StageCandidates
+    from decode_tui.core.record.events import Candidate, StageCandidates
 
     app, _ = make("sample")
     async with app.run_test(size=(80, 24)) as pilot:
@@ -1485,7 +1485,7 @@ async def test_a_narrow_candidates_panel_with_room_below_shows_more_candidates_w
 
 @in_event_loop
 async def test_a_token_drawn_from_below_the_top_candidates_shows_at_every_stage_with_its_rank() -> None:
-    from decode_tui.core.events import Candidate, StageCandidates
+    from decode_tui.core.record.events import Candidate, StageCandidates
 
     app, _ = make("sample")
     async with app.run_test(size=SIZE) as pilot:
@@ -1507,7 +1507,7 @@ async def test_a_token_drawn_from_below_the_top_candidates_shows_at_every_stage_
         # (the top-p stage kept five)
         assert len([line for line in shown if line.endswith("%") or "#" in line]) == 2 * panel.room_top + 5 + 2, shown
         # The token inspector (a token selected with the arrows) shows it too, below the final stage's best six.
-        from decode_tui.core.events import TokenEmitted
+        from decode_tui.core.record.events import TokenEmitted
 
         inspector = app.query_one(TokenInspector)
         surprise = TokenSampled(step=3, token_id=77, text=" zed", prob=0.02, greedy=False, stages=stages[:2])
@@ -1565,13 +1565,13 @@ async def test_a_short_beam_panel_keeps_the_early_stopping_test_after_the_open_b
 def test_the_whatif_grids_price_settings_with_the_runs_own_verify_times(byte_bpe: Any) -> None:
     from rich.table import Table
 
-    from decode_tui.core.detokenize import Detokenizer
-    from decode_tui.core.drafters import PromptLookup
-    from decode_tui.core.events import Started
+    from decode_tui.core.drafting.drafters import PromptLookup
     from decode_tui.core.params import SamplingParams
+    from decode_tui.core.record.detokenize import Detokenizer
+    from decode_tui.core.record.events import Started
+    from decode_tui.core.record.timeline import Timeline
+    from decode_tui.core.record.transcript import Transcript
     from decode_tui.core.strategies.speculative import speculative
-    from decode_tui.core.timeline import Timeline
-    from decode_tui.core.transcript import Transcript
     from decode_tui.tui.screens.forwards import whatif_tables
 
     from .conftest import tiny_model
@@ -1617,7 +1617,7 @@ async def test_the_svg_key_saves_the_screen_for_a_slide(tmp_path: Path, monkeypa
 async def test_the_grammar_and_cutoff_stages_say_what_they_cut_and_show_the_refused_tokens_struck() -> None:
     from rich.style import Style
 
-    from decode_tui.core.events import Candidate, StageCandidates
+    from decode_tui.core.record.events import Candidate, StageCandidates
 
     app, _ = make("sample")
     async with app.run_test(size=(120, 40)) as pilot:
@@ -1646,7 +1646,7 @@ async def test_the_grammar_and_cutoff_stages_say_what_they_cut_and_show_the_refu
 
 @in_event_loop
 async def test_a_draft_token_the_grammar_cut_is_shown_as_cut_not_tested() -> None:
-    from decode_tui.core.events import PositionVerdict
+    from decode_tui.core.record.events import PositionVerdict
     from decode_tui.tui.run_view import Round
 
     app, _ = make("pld")

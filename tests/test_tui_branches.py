@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from textual.widgets import Tree
 
-from decode_tui.core.events import Started, TokenEmitted
+from decode_tui.core.record.events import Started, TokenEmitted
 from decode_tui.tui.app import DecodeApp
 from decode_tui.tui.recording import read_recording, replay
 from decode_tui.tui.screens.branch_here import BranchHere

@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 import torch
 
-from decode_tui.core import forward as forward_module
-from decode_tui.core.compare import compare
-from decode_tui.core.drafters import DraftModel
-from decode_tui.core.events import DraftVerified, Finished
-from decode_tui.core.loading import load_model
-from decode_tui.core.model_state import state_of
+from decode_tui.core.analysis.compare import compare
+from decode_tui.core.drafting.drafters import DraftModel
+from decode_tui.core.execution import forward as forward_module
+from decode_tui.core.execution.model_state import state_of
+from decode_tui.core.model.loading import load_model
+from decode_tui.core.model.registry import resolve
 from decode_tui.core.params import DecodeConfig, DraftParams
-from decode_tui.core.registry import resolve
+from decode_tui.core.record.events import DraftVerified, Finished
 from decode_tui.core.run import Run
 from decode_tui.core.warmup import warm_up
 
@@ -163,7 +163,7 @@ def test_compare_times_warm_runs_alternated_and_reports_the_spread(lm: Any, monk
 
 
 def test_rounds_that_disagree_make_an_unreliable_figure_and_say_why() -> None:
-    from decode_tui.core.compare import unreliable
+    from decode_tui.core.analysis.compare import unreliable
 
     said = unreliable([1.29, 0.51, 1.42])  # a machine busy elsewhere during one round
     assert said is not None and "0.51x to 1.42x" in said and "busy" in said
@@ -178,7 +178,7 @@ def test_compare_finds_where_two_outputs_part(lm: Any) -> None:
 
 def test_the_rounds_keep_greedys_two_best_candidates_at_each_step(lm: Any) -> None:
     """What a divergence is explained from: for greedy, a pair a step, the first of each the token greedy took."""
-    from decode_tui.core.compare import timed_rounds
+    from decode_tui.core.analysis.compare import timed_rounds
 
     tops: dict[str, Any] = {}
     greedy = DecodeConfig(mode="greedy", max_new_tokens=12)
@@ -194,8 +194,8 @@ def test_a_drafting_modes_divergence_at_a_near_tie_in_reduced_precision_is_expla
     """Greedy PLD or speculative decoding that took greedy's runner-up, in bf16 or fp16, gets the numbers and the
     reason (a verification's pass rounds otherwise than a one-token step); in float32, a third token, a sampling
     mode or sampling verification, it gets none: there the divergence is not rounding's."""
-    from decode_tui.core.compare import divergence_note
-    from decode_tui.core.events import Candidate
+    from decode_tui.core.analysis.compare import divergence_note
+    from decode_tui.core.record.events import Candidate
 
     tops = [(Candidate(5, "a", 0.6), Candidate(6, "b", 0.3)), (Candidate(7, " the", 0.312), Candidate(8, " a", 0.309))]
     pld = DecodeConfig(mode="pld")
@@ -242,7 +242,7 @@ def test_a_device_map_that_does_not_exist_or_clashes_with_a_device_is_refused(ti
 
 
 def test_bench_times_every_mode_alternated_against_greedy(lm: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from decode_tui.core.compare import bench
+    from decode_tui.core.analysis.compare import bench
 
     order: list[str] = []
     original = Run.events

@@ -11,13 +11,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from decode_tui.core import target_drafts
-from decode_tui.core.detokenize import Detokenizer
-from decode_tui.core.drafters import Draft, DraftModel, PromptLookup
-from decode_tui.core.errors import UsageError
-from decode_tui.core.events import Event, Finished, Mode, Started
-from decode_tui.core.params import SamplingParams, TargetDraft
-from decode_tui.core.replay import (
+from decode_tui.core.analysis.whatif import Costs, best, table
+from decode_tui.core.drafting import target_drafts
+from decode_tui.core.drafting.drafters import Draft, DraftModel, PromptLookup
+from decode_tui.core.drafting.replay import (
     LookupMemo,
     Trace,
     read_trace,
@@ -27,10 +24,13 @@ from decode_tui.core.replay import (
     replay_lookup,
     trace_from_events,
 )
+from decode_tui.core.errors import UsageError
+from decode_tui.core.params import SamplingParams, TargetDraft
+from decode_tui.core.record.detokenize import Detokenizer
+from decode_tui.core.record.events import Event, Finished, Mode, Started
+from decode_tui.core.record.transcript import Transcript
 from decode_tui.core.strategies.autoregressive import autoregressive
 from decode_tui.core.strategies.speculative import speculative
-from decode_tui.core.transcript import Transcript
-from decode_tui.core.whatif import Costs, best, table
 
 from .conftest import tiny_model
 from .test_speculative import V, repetitive_prompt
@@ -161,7 +161,7 @@ def test_the_target_drafting_for_itself_needs_one_forward_per_draft_plus_one() -
 def test_estimates_alike_within_the_measured_spread_are_not_ranked() -> None:
     """whatif named a "Best" that bench measured slower than the defaults: settings closer than the spread of
     the measurements are alike, and a real run's loop overhead is priced with every forward."""
-    from decode_tui.core.whatif import WhatIf, alike
+    from decode_tui.core.analysis.whatif import WhatIf, alike
 
     def row(k: int, rate: float) -> WhatIf:
         return WhatIf("pld", 3, k, 10, 2.0, 0.5, rate, rate / 20.0)
@@ -248,8 +248,8 @@ def test_predicted_pld_forwards_equal_real_runs_on_the_embedded_model(smollm2: A
 def test_a_real_prompt_lookup_run_prices_a_verifying_round_and_only_for_the_traces_own_text(byte_bpe: Any) -> None:
     import dataclasses
 
-    from decode_tui.core.calibrate import calibrated, round_overhead
-    from decode_tui.core.whatif import measure_costs
+    from decode_tui.core.analysis.calibrate import calibrated, round_overhead
+    from decode_tui.core.analysis.whatif import measure_costs
 
     from .test_autoregressive import loaded
 

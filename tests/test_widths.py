@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from decode_tui.core.drafters import ModelDrafter, PromptLookup
-from decode_tui.core.events import Finished
-from decode_tui.core.widths import GAIN, MAX_WIDTH, TRIES, WidthCosts, width_costs
+from decode_tui.core.drafting.drafters import ModelDrafter, PromptLookup
+from decode_tui.core.execution.widths import GAIN, MAX_WIDTH, TRIES, WidthCosts, width_costs
+from decode_tui.core.record.events import Finished
 
 from .conftest import tiny_model
 from .test_speculative import ARCHS, V, greedy, repetitive_prompt, run
@@ -40,7 +40,7 @@ def test_each_candidate_is_timed_before_any_is_chosen() -> None:
 def test_a_width_timed_on_a_busy_machine_is_timed_again_later() -> None:
     """A width timed while the machine was busy priced it out for the rest of the process (issue 65: pld at 0.76x
     greedy with 6 tokens a forward under load). Its times are taken again after STALE forwards."""
-    from decode_tui.core.widths import STALE
+    from decode_tui.core.execution.widths import STALE
 
     widths = WidthCosts()
     for _ in range(TRIES * (MAX_WIDTH - 2)):  # every candidate timed once, 5 while something else ran

@@ -35,8 +35,8 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer
 
 from ..core.errors import EXIT_INTERRUPTED, EXIT_TERMINATED
-from ..core.events import Event, Mode, TokenEmitted
 from ..core.live import LiveParams
+from ..core.record.events import Event, Mode, TokenEmitted
 from ..lessons import Lesson
 from .bindings import APP_BINDINGS, keys_after
 from .branch_control import BranchControl

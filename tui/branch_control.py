@@ -2,7 +2,7 @@
 comparing.
 
 A branch rewinds the run to the selected position, forces the chosen token or text and decodes on in the current
-mode and settings (the core starts from the path, core/path.py). Every branch is kept, with its own events
+mode and settings (the core starts from the path, core/record/path.py). Every branch is kept, with its own events
 (tui/branches.py): showing one replays its events into a fresh view, nothing decoded again. A branch whose run
 fails (a text the tokenizer cannot represent) is dropped with the message, and its parent shown again, so
 nothing already made is lost. It knows the app only through :class:`BranchHost`.
@@ -15,8 +15,8 @@ import math
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ..core.events import Event, TokenEmitted
-from ..core.transcript import TokenStats
+from ..core.record.events import Event, TokenEmitted
+from ..core.record.transcript import TokenStats
 from .branches import BranchRequest, BranchTree
 from .lesson_control import LessonControl
 from .numbers import nth

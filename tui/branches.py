@@ -1,7 +1,7 @@
 """The run's branches: every path the user forked, kept with its own events, as plain state (no Textual).
 
 A branch is a run that keeps its parent's first ``position`` tokens, forces a token or a text, and decodes on
-(core/path.py). The tree keeps every branch's events as the app saw them, so showing a stored branch replays
+(core/record/path.py). The tree keeps every branch's events as the app saw them, so showing a stored branch replays
 its events into a fresh view (nothing decoded again), and its figures are its own ``finished`` event's.
 :class:`BranchRequest` is what the app hands its source to start a branch: plain values, no torch, so this
 module and the app stay light.
@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..core.events import Branched, Event, Finished, TokenEmitted, TokenSource
-from ..core.transcript import TokenStats
+from ..core.record.events import Branched, Event, Finished, TokenEmitted, TokenSource
+from ..core.record.transcript import TokenStats
 from .numbers import nth
 
 
@@ -30,7 +30,7 @@ class BranchRequest:
     forced_ids: tuple[int, ...] = ()
     forced_text: str = ""
     # A picked candidate's figures, read from the parent's own distribution there (log-prob, entropy, rank):
-    # the branch then feeds only the forced token to the parent's cache (core/path.py).
+    # the branch then feeds only the forced token to the parent's cache (core/record/path.py).
     forced_stats: tuple[TokenStats | None, ...] = ()
 
 

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..core.events import Event, Finished, Started, TokenEmitted, TokenSource
-from ..core.race import Lane
+from ..core.analysis.race import Lane
+from ..core.record.events import Event, Finished, Started, TokenEmitted, TokenSource
 from .numbers import count, decoded_tokens
 
 # SGR colours by provenance: the app's meaning (see the help screen), in the 8 colours every player has.
@@ -92,7 +92,7 @@ def _race_frame(lanes: Sequence[Lane], clock: float, title: str, width: int, hei
     from rich.table import Table
     from rich.text import Text
 
-    from ..core.race import BASELINE, speedup
+    from ..core.analysis.race import BASELINE, speedup
     from .widgets.race_lane import speedup_text
 
     baseline = next(lane for lane in lanes if lane.name == BASELINE)

@@ -9,7 +9,7 @@ from typing import Any, Protocol, cast
 from textual.binding import Binding
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
-from ..core.events import MODES, Mode
+from ..core.record.events import MODES, Mode
 from .bindings import explained
 from .themes import ThemeSpec
 

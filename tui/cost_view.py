@@ -7,7 +7,7 @@ views need (the what-if, and torch with it): the app draws before torch is impor
 
 from __future__ import annotations
 
-from ..core.draft_stats import DraftStats
+from ..core.record.draft_stats import DraftStats
 
 
 def cost_line(stats: DraftStats, measured: float | None = None, short: bool = False) -> str | None:

@@ -13,7 +13,7 @@ import time
 import traceback
 from pathlib import Path
 
-from ..core.registry import cache_root
+from ..core.model.registry import cache_root
 
 
 def write_report(error: BaseException) -> Path | None:

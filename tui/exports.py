@@ -11,7 +11,7 @@ from pathlib import Path
 
 from textual.app import App
 
-from ..core.events import Event
+from ..core.record.events import Event
 from .recording import write_trace
 from .run_view import Severity
 from .screenshots import save_svg

@@ -16,9 +16,9 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from ..core.replay import DRAFT_LENGTHS, NGRAM_SIZES
-from ..core.timeline import ForwardRow, expected_tokens_per_forward, per_position_rate, sparkline
-from ..core.whatif import WhatIf
+from ..core.analysis.whatif import WhatIf
+from ..core.drafting.replay import DRAFT_LENGTHS, NGRAM_SIZES
+from ..core.record.timeline import ForwardRow, expected_tokens_per_forward, per_position_rate, sparkline
 
 FORWARD_COLUMNS = ("fwd", "tokens", "proposed", "kept", "draft ms", "verify ms")  # draft nodes, tokens kept
 BAR_COLUMN = "█ token · rejected draft"  # the header of forward_cells' last cell

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..core.events import BeamStepped, DraftProposed, DraftVerified, Event, Finished, TokenEmitted
+from ..core.record.events import BeamStepped, DraftProposed, DraftVerified, Event, Finished, TokenEmitted
 from ..lessons import Lesson, PauseTracker
 from .numbers import nth
 from .run_view import RunView

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from textual.app import App
 
-from ..core.events import Mode
+from ..core.record.events import Mode
 from .numbers import nth
 from .run_view import Pending, RunView
 from .widgets.beam_panel import BeamPanel

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from ..core.events import BeamStepped, DraftVerified, Event, Started, TokenEmitted
+from ..core.record.events import BeamStepped, DraftVerified, Event, Started, TokenEmitted
 
 EventSource = Callable[[], Iterator[Event]]
 # The longest the decoder waits for the UI to show a run's start (a UI that never says so costs this once).

@@ -8,8 +8,8 @@ from typing import ClassVar
 from textual.app import App
 from textual.binding import Binding, BindingType
 
+from ..core.analysis.race import Lane
 from ..core.errors import EXIT_INTERRUPTED, EXIT_TERMINATED
-from ..core.race import Lane
 from .screens.race import RaceScreen
 from .settings import Settings
 from .signals import on_sigterm

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ..core.events import Mode, Started
+from ..core.record.events import Mode, Started
 from .pump import EventPump
 from .race_runner import RUNS, measure
 from .run_view import Severity

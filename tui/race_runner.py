@@ -1,6 +1,6 @@
 """A race measured through the app's own event source (the ``R`` key), in the decoder thread.
 
-The same protocol as ``decode-tui race`` (core/race.py): rounds of one run a
+The same protocol as ``decode-tui race`` (core/analysis/race.py): rounds of one run a
 mode, alternated, each run alone. The source warms a mode up on its first use
 (tui/sources.ModelRunner), before the run's first event, so no timed run is a
 cold one. It knows sources and events; the app shows the result.
@@ -12,9 +12,9 @@ import dataclasses
 import threading
 from collections.abc import Callable, Iterator
 
-from ..core.events import Event, Mode
+from ..core.analysis.race import Lane, make_lane, rounds, timed
 from ..core.live import LiveParams
-from ..core.race import Lane, make_lane, rounds, timed
+from ..core.record.events import Event, Mode
 from .pump import EventSource, Notice
 from .settings import Settings, with_mode
 

@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import UsageError
-from ..core.events import BeamStepped, Event, Finished, Started, TokenEmitted, from_dict
+from ..core.record.events import BeamStepped, Event, Finished, Started, TokenEmitted, from_dict
 from .pump import EventSource, Notice
 from .settings import Settings
 
 if TYPE_CHECKING:
-    from ..core.race import Lane
+    from ..core.analysis.race import Lane
 
 RECORDING_VERSION = 1
 
@@ -194,7 +194,7 @@ def replay(events: list[tuple[float, Event]], speed: float = 1.0, cut_at_line: i
     return play
 
 
-# A race (core/race.py): a header naming the lanes, then each lane's events tagged with its number.
+# A race (core/analysis/race.py): a header naming the lanes, then each lane's events tagged with its number.
 RACE_VERSION = 1
 
 
@@ -221,7 +221,7 @@ def is_race(path: Path) -> bool:
 
 def read_race(path: Path) -> tuple[Settings, str, list[Lane]]:
     """A saved race's shared settings, device and lanes; a UsageError that says what is wrong otherwise."""
-    from ..core.race import Lane
+    from ..core.analysis.race import Lane
     from .settings import settings_from_dict
 
     try:

@@ -8,7 +8,7 @@ step) happens here, with no Textual in it, so it is tested without an app.
 
 Counters come from the core's events: ``target_forwards`` travels on every
 event that changes it and the draft counts are recorded with the core's own
-:class:`~decode_tui.core.draft_stats.DraftStats`, so the stats bar can never
+:class:`~decode_tui.core.record.draft_stats.DraftStats`, so the stats bar can never
 disagree with the run's ``Finished`` figures. It knows events; it knows
 nothing about widgets, threads or the clock (the caller passes ``now``).
 """
@@ -19,8 +19,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..core.draft_stats import DraftStats
-from ..core.events import (
+from ..core.modes import MODE_SPECS
+from ..core.record.draft_stats import DraftStats
+from ..core.record.events import (
     BeamStepped,
     Branched,
     DraftLengthDecided,
@@ -34,7 +35,6 @@ from ..core.events import (
     TokenEmitted,
     TokenSampled,
 )
-from ..core.modes import MODE_SPECS
 from .numbers import given_tokens
 from .pump import Failed, Notice, StepTracker
 from .teaching import CAPTIONED_ALONE, EOS_MARK, caption
@@ -72,7 +72,7 @@ class Counters:
     kept: int = 0
     forced: int = 0
     forwards: int = 0
-    drafted: int = 0  # nodes proposed; accepted: the draft tokens kept (core/draft_stats.py)
+    drafted: int = 0  # nodes proposed; accepted: the draft tokens kept (core/record/draft_stats.py)
     accepted: int = 0
     elapsed_s: float = 0.0
     # Beam search writes its text only at the end: its progress is the steps so far and the tokens the open
@@ -84,7 +84,8 @@ class Counters:
     sum_logprob: float | None = 0.0
     result: Finished | None = None
     tree_nodes: int = 0  # the latest draft tree's size (0: the drafts are chains)
-    kernels: str = ""  # on CUDA with a background compile: eager or compiled graphs (core/background_compile.py)
+    # On CUDA with a background compile: eager or compiled graphs (core/execution/background_compile.py).
+    kernels: str = ""
 
     @property
     def token_counts(self) -> tuple[int, int, int]:

@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..core.errors import UsageError
-from ..core.events import MODES, STAGES, Mode
+from ..core.model.registry import DEFAULT_ALIAS
 from ..core.modes import COPYING_MODES, DEMO_PROMPT, DRAFTING_MODES, SAMPLING_MODES
 from ..core.params import DEMO_PROMPTS, WARPERS, DecodeConfig, demo_prompt, words_of
-from ..core.registry import DEFAULT_ALIAS
+from ..core.record.events import MODES, STAGES, Mode
 from .branches import BranchRequest
 
 Applies = Literal["live", "restart", "rerank", "view"]

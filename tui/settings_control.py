@@ -12,8 +12,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ..core.events import Mode
 from ..core.live import LiveParams
+from ..core.record.events import Mode
 from .pump import EventPump
 from .run_view import Severity
 from .screens.model_picker import ModelPicker, cannot_load, known_models

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Iterator
 from typing import TYPE_CHECKING, TypeVar
 
-from ..core.events import Event, Finished, TokenEmitted
 from ..core.live import LiveParams
+from ..core.record.events import Event, Finished, TokenEmitted
 from .branches import BranchRequest
 from .pump import EventSource, Notice
 from .settings import Settings
@@ -25,17 +25,17 @@ from .settings import Settings
 SourceFactory = Callable[[Settings, LiveParams], EventSource]
 
 if TYPE_CHECKING:
-    from ..core.drafters import DraftModel
-    from ..core.loading import LoadedModel
-    from ..core.path import Path as DecodePath
-    from ..core.registry import ResolvedModel
-    from ..core.suffix_drafting import SuffixHistory
+    from ..core.drafting.drafters import DraftModel
+    from ..core.drafting.suffix_drafting import SuffixHistory
+    from ..core.model.loading import LoadedModel
+    from ..core.model.registry import ResolvedModel
+    from ..core.record.path import Path as DecodePath
 
 
 
 def _path_of(request: BranchRequest, lm: LoadedModel) -> DecodePath:
     """The core's path for a branch the app asked for; a typed text is tokenized here, where the tokenizer is."""
-    from ..core.path import Path, forced_tokens
+    from ..core.record.path import Path, forced_tokens
 
     forced = request.forced_ids or forced_tokens(lm.tokenizer, lm.name, request.forced_text)
     return Path(kept=request.kept, kept_sources=request.kept_sources,
@@ -54,7 +54,8 @@ class ModelRunner:
 
     def __init__(self, background_compile: bool = False) -> None:
         """``background_compile``: on CUDA, compile the captured passes in the background after a warm-up and
-        switch to them when ready (core/background_compile.py). Off unless asked: decoding is much slower while
+        switch to them when ready (core/execution/background_compile.py). Off unless asked: decoding is much slower
+        while
         the worker compiles, and a process that started one has to end with ``os._exit`` (cli/commands.py)."""
         self.background_compile = background_compile
         self._said_nothing_to_compile = False  # a run with no captured passes says so once, not at every restart
@@ -101,7 +102,7 @@ class ModelRunner:
 
     def _session_history(self) -> SuffixHistory:
         if self._history is None:
-            from ..core.suffix_drafting import SuffixHistory
+            from ..core.drafting.suffix_drafting import SuffixHistory
 
             self._history = SuffixHistory()
         return self._history
@@ -138,7 +139,7 @@ class ModelRunner:
         from ..core.startup import importing_torch
 
         torch_s = yield from _said(importing_torch(), f"loading {resolved.display_name}: ")
-        from ..core.loading import loading
+        from ..core.model.loading import loading
 
         lm = yield from _said(loading(resolved, device=settings.device, dtype=settings.dtype,
                                       trust_remote_code=settings.trust_remote_code, device_map=settings.device_map))
@@ -162,7 +163,7 @@ class ModelRunner:
             # A clear message for a draft that is not on disk, before anything heavy.
             yield from _ensure(model_spec, "--draft")
         yield Notice("loading", f"preparing the draft model ({spec})…")
-        from ..core.drafters import load_draft
+        from ..core.drafting.drafters import load_draft
 
         draft = load_draft(lm, spec, settings.trust_remote_code, named=settings.config.draft.named)
         if draft.note is not None:
@@ -197,7 +198,7 @@ def _nothing_to_compile(lm: LoadedModel, settings: Settings) -> str:
 
 def _compile_behind(lm: LoadedModel) -> Generator[Event, None, None]:
     """Start the background compile of ``lm``'s captured passes, once per model, and say so."""
-    from ..core import background_compile
+    from ..core.execution import background_compile
 
     if background_compile.progress(lm.model) is None:
         background_compile.start(lm.model)
@@ -208,7 +209,7 @@ def _compile_behind(lm: LoadedModel) -> Generator[Event, None, None]:
 def _settle(lm: LoadedModel) -> Generator[Event, None, bool]:
     """A timed run (a race) waits for the background compile, so no figure mixes the two kinds of kernel.
     True if ``lm`` compiles in the background: the run's graphs may then switch at their next pass."""
-    from ..core import background_compile
+    from ..core.execution import background_compile
 
     now = background_compile.progress(lm.model)
     if now is None:
@@ -222,7 +223,7 @@ def _settle(lm: LoadedModel) -> Generator[Event, None, bool]:
 def _compile_news(lm: LoadedModel, events: Iterator[Event]) -> Generator[Event, None, None]:
     """The run's events, with the kernels its passes run on (for the stats bar) whenever that changes, and a
     note when they switch to compiled kernels (or their compile fails)."""
-    from ..core import background_compile
+    from ..core.execution import background_compile
 
     last = background_compile.progress(lm.model)
     if last is None:
@@ -247,9 +248,10 @@ def _compile_news(lm: LoadedModel, events: Iterator[Event]) -> Generator[Event, 
         last = now
 
 def _ensure(spec: str, flag: str = "--model") -> Generator[Event, None, ResolvedModel]:
-    """The files for ``spec`` (core/acquire.py); a first fetch of the embedded model is announced before it starts,
+    """The files for ``spec`` (core/model/acquire.py); a first fetch of the embedded model is announced before it
+    starts,
     as the pull cannot yield its progress. ``flag``: the option the spec came from, which an error names."""
-    from ..core.acquire import ensure, fetching
+    from ..core.model.acquire import ensure, fetching
 
     what = fetching(spec)
     if what is not None:

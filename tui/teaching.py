@@ -12,14 +12,7 @@ Pure functions of the core's events: no widgets, no threads.
 
 from __future__ import annotations
 
-from ..core.events import (
-    BeamStepped,
-    DraftProposed,
-    DraftVerified,
-    Event,
-    Finished,
-    TokenSampled,
-)
+from ..core.record.events import BeamStepped, DraftProposed, DraftVerified, Event, Finished, TokenSampled
 from .numbers import count, decoded_tokens, nth, prob
 
 

@@ -16,7 +16,7 @@ from rich.cells import cell_len, set_cell_size
 from rich.style import Style
 from rich.text import Text
 
-from ..core.events import DraftProposed, DraftVerified
+from ..core.record.events import DraftProposed, DraftVerified
 from ..core.token_tree import ROOT, TokenTree
 from .numbers import prob
 

@@ -25,16 +25,16 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import torch
 
-from ..events import PositionVerdict
-from ..forward import on_device, to_host
-from ..path import host_stats, token_stats
-from ..sampling import CONTEXT_FREE, processed
-from ..transcript import TokenStats
+from ..choosing.sampling import CONTEXT_FREE, processed
+from ..execution.forward import on_device, to_host
+from ..record.events import PositionVerdict
+from ..record.path import host_stats, token_stats
+from ..record.transcript import TokenStats
 
 if TYPE_CHECKING:
     from transformers import LogitsProcessor
 
-    from ..events import Stage
+    from ..record.events import Stage
 
 
 class VerifiedRound(NamedTuple):

@@ -13,8 +13,8 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from ..draft_stats import fit_verify_costs
-from ..widths import Times, verify_prices
+from ..execution.widths import Times, verify_prices
+from ..record.draft_stats import fit_verify_costs
 
 Replay = Callable[[int], tuple[int, ...]]  # k -> the widths of the forwards a fixed k would have used so far
 MIN_HISTORY = 8  # tokens of the run a replay needs before its choice is trusted
@@ -63,7 +63,7 @@ class AdaptiveDraftLength:
     cheapest verification timed, its own times), so that a width is tried
     before it is ruled out and one slow round does not rule it out for good.
     On a GPU c1 is nearly 0. The times are the target model's, kept from run
-    to run (:func:`~decode_tui.core.widths.remembered_times`); a plain step's
+    to run (:func:`~decode_tui.core.execution.widths.remembered_times`); a plain step's
     are those of the stretches of plain steps the loop runs in its own way.
 
     With a draft model the policy first drafts FIRST_DRAFT tokens (for the
@@ -91,7 +91,7 @@ class AdaptiveDraftLength:
     cost over a plain step to be a share PROBES of the rounds between.
 
     A drafter whose proposals are known without drafting (prompt lookup,
-    replayed exactly as :mod:`~decode_tui.core.whatif` does) needs neither the
+    replayed exactly as :mod:`~decode_tui.core.analysis.whatif` does) needs neither the
     geometric model nor probes: given ``replay``, the policy replays the run so
     far under every fixed k (0 .. max), prices each forward at the width it
     had, and keeps the fastest k (the longer on a tie: copies come in runs).
@@ -140,13 +140,14 @@ class AdaptiveDraftLength:
         self.timed_step_s = 0.0  # a plain step's seconds as timed before the first round (``timed``), if it was
 
     def _fit(self) -> tuple[float, float] | None:
-        """(c0, c1) of cost(k) = c0 + c1 * k (:func:`~decode_tui.core.draft_stats.fit_verify_costs`) over each k's
+        """(c0, c1) of cost(k) = c0 + c1 * k (:func:`~decode_tui.core.record.draft_stats.fit_verify_costs`) over each
+        k's
         last 16 times: per k, so a long stretch of one length (plain steps on prose) does not make the policy
         forget what the others cost and measure them again."""
         return fit_verify_costs(self.times_by_k)
 
     def _prices(self, fit: tuple[float, float]) -> list[float]:
-        """Seconds to verify k = 0 .. max_k drafted tokens (:func:`~decode_tui.core.widths.verify_prices`)."""
+        """Seconds to verify k = 0 .. max_k drafted tokens (:func:`~decode_tui.core.execution.widths.verify_prices`)."""
         return verify_prices(self.times_by_k, self.max_k, fit, push=self.replay is None)
 
     def _best(self) -> int | None:
@@ -320,7 +321,7 @@ class AdaptiveDraftLength:
                 ) -> None:
         """A round that drafted ``k`` tokens (0: a plain step) of which ``accepted`` were kept, with its times.
         ``caught_up``: whether its draft was first fed tokens it had skipped, where the loop knows
-        (:attr:`~decode_tui.core.drafters.Draft.fed`); None: assumed after every round that drafted nothing."""
+        (:attr:`~decode_tui.core.drafting.drafters.Draft.fed`); None: assumed after every round that drafted nothing."""
         smooth = 0.3
         last_k, self.last_k = self.last_k, k
         # A clean measure of a draft's cost: no prefill (the first round), no catch-up. A draft made from the target

@@ -2,7 +2,7 @@
 
 The loop is the plain autoregressive one: prefill the prompt once into a KV
 cache, then feed each new token alone. At every step the next-token logits go
-through transformers' own processors (see :mod:`decode_tui.core.sampling`),
+through transformers' own processors (see :mod:`decode_tui.core.choosing.sampling`),
 the token is the argmax (greedy) or a draw from the final distribution
 (sample), and the step is reported with the top candidates after each stage.
 Its output equals ``model.generate(do_sample=False)`` token for token, and
@@ -19,16 +19,16 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..events import Candidate, Event, StageCandidates, TokenSampled
-from ..forward import forward, on_device
-from ..grammar import GrammarMask
+from ..choosing.grammar import GrammarMask
+from ..choosing.sampling import Draw, StageContext, draw_later, stage_processors, staged_scores
+from ..execution.forward import forward, on_device
+from ..execution.prefill import prefill
+from ..execution.prefix_cache import keep, take
 from ..live import LiveParams
 from ..params import SamplingParams
-from ..path import Path
-from ..prefill import prefill
-from ..prefix_cache import keep, take
-from ..sampling import Draw, StageContext, draw_later, stage_processors, staged_scores
-from ..transcript import Transcript
+from ..record.events import Candidate, Event, StageCandidates, TokenSampled
+from ..record.path import Path
+from ..record.transcript import Transcript
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -56,7 +56,7 @@ def autoregressive(
     ``path``: tokens already decided (a branch): emitted first, then decoding goes on after them, as if
     prompt + path were the prompt.
     With ``live``, the sampling parameters are re-read at every step (a front end changed them mid-run).
-    ``fast``: a static cache and a compiled step (see :mod:`decode_tui.core.forward`); the same tokens.
+    ``fast``: a static cache and a compiled step (see :mod:`decode_tui.core.execution.forward`); the same tokens.
     ``graphs``: a static cache and the step replayed as a captured CUDA graph; the same tokens.
     ``run_ahead``: queue each step's forward pass before the last step is read back (default: on CUDA).
     ``stages``: what the stages need besides their values (the prompt length, the EOS ids, a grammar).
@@ -73,7 +73,7 @@ def autoregressive(
                       device=device)  # [1, T+N]
     ids[0, : len(start)] = on_device(start, device)
 
-    # A branch starts from its parent's cache, cropped where they part (core/prefix_cache.py).
+    # A branch starts from its parent's cache, cropped where they part (core/execution/prefix_cache.py).
     cache, held = take(model, start, reuse=path is not None, fast=fast, graphs=graphs, max_len=ids.shape[1])
     try:
         logits, emitted = prefill(model, transcript, ids[:, : len(start)], cache, path, held)  # [1, V]

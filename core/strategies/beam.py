@@ -34,22 +34,15 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..events import (
-    Event,
-    Finished,
-    FinishReason,
-    Hypothesis,
-    Stage,
-    TokenSampled,
-)
-from ..forward import forward, new_cache, on_device, release
-from ..grammar import GrammarMask
+from ..choosing.grammar import GrammarMask
+from ..choosing.sampling import StageContext, processed, stage_processors
+from ..execution.forward import forward, new_cache, on_device, release
+from ..execution.prefill import prefill
 from ..live import LiveParams
 from ..params import BeamParams, SamplingParams
-from ..path import Path, token_stats
-from ..prefill import prefill
-from ..sampling import StageContext, processed, stage_processors
-from ..transcript import TokenStats, Transcript
+from ..record.events import Event, Finished, FinishReason, Hypothesis, Stage, TokenSampled
+from ..record.path import Path, token_stats
+from ..record.transcript import TokenStats, Transcript
 from .autoregressive import autoregressive
 from .beam_state import NEG, BeamState, hypotheses_of, queue_step, step_event
 

@@ -13,10 +13,10 @@ from typing import Literal
 
 import torch
 
-from ..events import Beam, BeamCandidate, BeamStepped, EarlyStopCheck, Hypothesis
-from ..forward import HostCopy, to_host
-from ..path import host_stats
-from ..transcript import TokenStats
+from ..execution.forward import HostCopy, to_host
+from ..record.events import Beam, BeamCandidate, BeamStepped, EarlyStopCheck, Hypothesis
+from ..record.path import host_stats
+from ..record.transcript import TokenStats
 
 NEG = -1.0e9  # transformers' "impossible" score
 

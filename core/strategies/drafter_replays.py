@@ -2,7 +2,7 @@
 copying drafter, an exact replay of the run so far under every fixed draft length.
 
 Prompt lookup's chains and suffix drafting copy from the text, so what they would have drafted at any draft length
-is a pure function of the text: :mod:`~decode_tui.core.whatif` replays it exactly (``LookupMemo``,
+is a pure function of the text: :mod:`~decode_tui.core.analysis.whatif` replays it exactly (``LookupMemo``,
 ``SuffixMemo``), and the policy (:mod:`.adaptive`) prices each length by the widths it would have fed. A draft
 model's drafts cannot be replayed free, and prompt lookup's trees would cost a lookup of every match per length:
 for them there is no replay, and the policy probes instead.
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..drafters import Drafter, ModelDrafter, PromptLookup
-from ..replay import LookupMemo, SuffixMemo, Trace
-from ..suffix_drafting import SuffixDrafter
-from ..transcript import Transcript
+from ..drafting.drafters import Drafter, ModelDrafter, PromptLookup
+from ..drafting.replay import LookupMemo, SuffixMemo, Trace
+from ..drafting.suffix_drafting import SuffixDrafter
+from ..record.transcript import Transcript
 from .adaptive import Replay
 
 

@@ -25,18 +25,18 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..events import Event
-from ..forward import HostCopy, forward, on_device, rollback
+from ..execution.forward import HostCopy, forward, on_device, rollback
 from ..live import LiveParams
-from ..path import host_stats, token_stats
-from ..transcript import Transcript
+from ..record.events import Event
+from ..record.path import host_stats, token_stats
+from ..record.transcript import Transcript
 from .acceptance import distributions
 
 if TYPE_CHECKING:
     from transformers import Cache, LogitsProcessor, PreTrainedModel
 
-    from ..drafters import Draft
-    from ..events import Stage
+    from ..drafting.drafters import Draft
+    from ..record.events import Stage
 
 
 @torch.inference_mode()

@@ -1,6 +1,6 @@
 """Speculative decoding and prompt lookup decoding: a drafter proposes, the target verifies in one forward.
 
-One verifier serves every :class:`~decode_tui.core.drafters.Drafter`. Each
+One verifier serves every :class:`~decode_tui.core.drafting.drafters.Drafter`. Each
 round feeds the target ``[pending, d_1 .. d_k]`` (``pending`` is the last
 emitted token, not yet in the target's KV cache) and gets the k + 1 target
 distributions p_1 .. p_{k+1} in one forward pass. Then:
@@ -46,20 +46,20 @@ from typing import TYPE_CHECKING, Literal
 
 import torch
 
-from ..draft_stats import DraftStats, caught_up
-from ..drafters import Draft, Drafter, ModelDrafter
-from ..events import DraftLengthDecided, DraftProposed, DraftVerified, Event, PositionVerdict, TokenSource
-from ..forward import on_device, prepare, rollback
-from ..grammar import GrammarMask
+from ..choosing.grammar import GrammarMask
+from ..choosing.sampling import StageContext, stage_processors
+from ..drafting.drafters import Draft, Drafter, ModelDrafter
+from ..execution.forward import on_device, prepare, rollback
+from ..execution.prefill import prefill
+from ..execution.prefix_cache import keep, take
+from ..execution.tree_attention import keep_path, tree_forward
+from ..execution.widths import remembered_times
 from ..live import LiveParams
 from ..params import SamplingParams
-from ..path import Path
-from ..prefill import prefill
-from ..prefix_cache import keep, take
-from ..sampling import StageContext, stage_processors
-from ..transcript import Transcript
-from ..tree_attention import keep_path, tree_forward
-from ..widths import remembered_times
+from ..record.draft_stats import DraftStats, caught_up
+from ..record.events import DraftLengthDecided, DraftProposed, DraftVerified, Event, PositionVerdict, TokenSource
+from ..record.path import Path
+from ..record.transcript import Transcript
 from .acceptance import accept, distributions, first_token, run_ends_after
 from .adaptive import AdaptiveDraftLength
 from .drafter_replays import drafter_replay, stops_itself
@@ -96,7 +96,7 @@ def speculative(
     (prompt lookup may copy from them).
     With ``live``, the sampling stages, the draft length and the drafter's own settings are re-read
     before every round (a front end changed them mid-run). ``fast``: the target runs on a static cache
-    with compiled passes (see :mod:`decode_tui.core.forward`), and every verification is padded to the
+    with compiled passes (see :mod:`decode_tui.core.execution.forward`), and every verification is padded to the
     longest draft, so one compiled graph serves every round whatever the drafter proposed. ``graphs``: the
     same, with the passes captured as CUDA graphs of the eager model instead of compiled. ``stages``: what the
     stages need besides their values; with a grammar there, a drafted token it forbids ends the draft before
@@ -123,7 +123,7 @@ def speculative(
     # Room for the prompt, every new token and a padded verification (or a draft tree) past the last of them.
     max_len = len(transcript.prompt_ids) + transcript.max_new_tokens + max(num_draft_tokens, drafter.tree_budget) + 1
     verify = VerifyForward(model, static, max_len)
-    # A branch starts from its parent's cache, cropped where they part (core/prefix_cache.py).
+    # A branch starts from its parent's cache, cropped where they part (core/execution/prefix_cache.py).
     cache, held = take(model, context, reuse=path is not None, rollback_ready=True, fast=fast, graphs=graphs,
                        max_len=max_len)
     try:
@@ -233,7 +233,8 @@ def speculative(
                     nodes = nodes[:end] if nodes is not None else None
                 verify_s = time.perf_counter() - started
                 stats.verify_time_s += verify_s
-                # A tree counts its nodes as drafted, its depth for the acceptance by position (core/draft_stats.py).
+                # A tree counts its nodes as drafted, its depth for the acceptance by position
+                # (core/record/draft_stats.py).
                 drafted_k = len(verdicts) if tree is None else tree.depth
                 fed = draft.fed if drafter.kind == "model" else None
                 stats.record(drafted_k, n, draft_s, verify_s, n + (extra is not None), fed,

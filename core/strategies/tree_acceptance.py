@@ -1,13 +1,15 @@
 """The acceptance rule for a tree of drafted tokens: which path the target keeps, and the one token it adds.
 
 SpecInfer (Miao et al., 2023), in its names: the target reads the pending token and every node of the draft tree
-in one forward (:func:`~decode_tui.core.tree_attention.tree_forward`), so row 0 holds its distribution after the
+in one forward (:func:`~decode_tui.core.execution.tree_attention.tree_forward`), so row 0 holds its distribution after
+the
 pending token and row 1 + i its distribution after node i's whole path. Starting at the root:
 
 - greedy: follow the child whose token is the target's argmax at the current row, while there is one; the argmax
   where no child matches (or after a leaf) is the extra token. The output equals plain greedy decoding token for
   token, however many branches the tree has.
-- sampling: the multi-draft rule at each node (:func:`~decode_tui.core.tree_sampling.accept_among`): its children
+- sampling: the multi-draft rule at each node (:func:`~decode_tui.core.choosing.tree_sampling.accept_among`): its
+children
   are tried in order against the target's p and the residuals left by the ones rejected before; the first
   accepted is followed, and if none is, the token drawn from the last residual is the extra one. After a leaf the
   bonus token is drawn from p. The output is distributed exactly as the target's own samples.
@@ -27,18 +29,18 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import torch
 
-from ..events import PositionVerdict
-from ..forward import on_device, to_host
-from ..path import host_stats, token_stats
-from ..sampling import CONTEXT_FREE, processed
+from ..choosing.sampling import CONTEXT_FREE, processed
+from ..choosing.tree_sampling import accept_among
+from ..execution.forward import on_device, to_host
+from ..record.events import PositionVerdict
+from ..record.path import host_stats, token_stats
+from ..record.transcript import TokenStats
 from ..token_tree import ROOT, TokenTree, greedy_path
-from ..transcript import TokenStats
-from ..tree_sampling import accept_among
 
 if TYPE_CHECKING:
     from transformers import LogitsProcessor
 
-    from ..events import Stage
+    from ..record.events import Stage
 
 
 class VerifiedTree(NamedTuple):

@@ -2,7 +2,7 @@
 
 A chain of drafts is fed ``[pending, d_1 .. d_k]``, padded where a wider feed is cheaper or where one graph must
 serve every round; a plain target step is timed once a run, as greedy decoding runs it, for what c and a
-verification's cost divide by. A tree's forward is :func:`~decode_tui.core.tree_attention.tree_forward`.
+verification's cost divide by. A tree's forward is :func:`~decode_tui.core.execution.tree_attention.tree_forward`.
 
 It knows forwards, caches and widths; nothing of acceptance or events.
 """
@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..forward import forward, on_device, rollback, to_host
-from ..loading import context_length
-from ..widths import width_costs
+from ..execution.forward import forward, on_device, rollback, to_host
+from ..execution.widths import width_costs
+from ..model.loading import context_length
 
 if TYPE_CHECKING:
     from transformers import Cache, PreTrainedModel
@@ -44,7 +44,8 @@ class VerifyForward:
 
     The fast paths (``static``) pad to the longest draft, so that one compiled graph (or captured CUDA graph)
     serves every round whatever the drafter proposed; on a CPU the plain path pads to the width that costs the
-    least (:mod:`decode_tui.core.widths`: a forward over 2 or 3 positions costs more than one over 5), and times
+    least (:mod:`decode_tui.core.execution.widths`: a forward over 2 or 3 positions costs more than one over 5), and
+    times
     each width it feeds. The pads come after the real positions, which attend only to what precedes them, and
     the rollback after the round forgets them with the rejected drafts. No pad passes the static cache's end or
     the model's last position: the real positions always fit.

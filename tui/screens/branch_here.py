@@ -13,7 +13,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, OptionList
 from textual.widgets.option_list import Option
 
-from ...core.transcript import TokenStats
+from ...core.record.transcript import TokenStats
 from ..numbers import nth, percent
 
 

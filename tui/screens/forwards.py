@@ -6,7 +6,7 @@ and the verification's own times), acceptance by draft position as a
 sparkline with the tokens per forward that acceptance rate predicts beside
 the observed figure, and for a finished greedy run (or greedy PLD or
 speculative) the what-if grid: the exact target forwards prompt lookup needs
-for each n-gram size and draft length (core/whatif.py), and, when the run
+for each n-gram size and draft length (core/analysis/whatif.py), and, when the run
 verified drafts of several lengths, the estimated speed-up of each priced
 with those verify times. A plain greedy run measured no verify costs:
 ``decode-tui whatif`` on its exported trace measures them. It reads the run
@@ -26,11 +26,11 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Static
 
+from ...core.analysis.whatif import Costs, WhatIf, lookup_grid, table
+from ...core.drafting.replay import DRAFT_LENGTHS, trace_from_events
 from ...core.errors import UsageError
-from ...core.events import Event, Finished, Started
-from ...core.replay import DRAFT_LENGTHS, trace_from_events
-from ...core.timeline import Timeline, draft_stats, verify_line
-from ...core.whatif import Costs, WhatIf, lookup_grid, table
+from ...core.record.events import Event, Finished, Started
+from ...core.record.timeline import Timeline, draft_stats, verify_line
 from .. import forward_views
 from ..cost_view import cost_line
 from ..numbers import count, decoded_tokens

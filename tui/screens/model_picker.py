@@ -16,7 +16,7 @@ from ...core.errors import DecodeTuiError
 def known_models() -> dict[str, str]:
     """Each alias, the repo id it stands for, and whether it loads here: on disk, fetched when chosen (the
     embedded model), or not without the hub. A look at the folders only, quick enough for the UI thread."""
-    from ...core.registry import ALIASES, EMBEDDED_ALIASES, resolve
+    from ...core.model.registry import ALIASES, EMBEDDED_ALIASES, resolve
 
     def where(alias: str) -> str:
         try:
@@ -31,7 +31,7 @@ def known_models() -> dict[str, str]:
 def cannot_load(spec: str) -> str | None:
     """Why ``spec`` cannot load here (it is not on disk and not the embedded model, which is fetched when
     chosen), or None when it can: checked before the run restarts, so a typo loses nothing."""
-    from ...core.registry import EMBEDDED_ALIASES, resolve
+    from ...core.model.registry import EMBEDDED_ALIASES, resolve
 
     try:
         resolve(spec)

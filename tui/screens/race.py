@@ -1,6 +1,6 @@
 """The race: decoding modes side by side on one prompt, each moving at the pace it had when it ran alone.
 
-The modes were measured one at a time, warm (core/race.py): run together on
+The modes were measured one at a time, warm (core/analysis/race.py): run together on
 one device they would slow each other down and the race would show that, not
 the modes. This screen replays the lanes from one start, a ~30 Hz timer
 handing each lane the events whose recorded time has come, and says so. It
@@ -20,7 +20,7 @@ from textual.containers import Horizontal
 from textual.screen import ModalScreen
 from textual.widgets import Footer
 
-from ...core.race import BASELINE, Lane, speedup
+from ...core.analysis.race import BASELINE, Lane, speedup
 from ..screenshots import save_svg
 from ..settings import Settings
 from ..widgets.live_panel import LivePanel

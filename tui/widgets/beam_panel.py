@@ -1,7 +1,7 @@
 """Beam search live: the open beams, the finished hypotheses, the ancestry tree and the early-stopping test.
 
 The finished hypotheses can be re-ranked for another length penalty at once
-(:func:`~decode_tui.core.events.rerank` is a pure function of their
+(:func:`~decode_tui.core.record.events.rerank` is a pure function of their
 scores), which is why the panel keeps its own copy of the last step.
 """
 
@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from ...core.events import Beam, BeamStepped, Hypothesis, rerank, rescored_check
+from ...core.record.events import Beam, BeamStepped, Hypothesis, rerank, rescored_check
 from ..numbers import nth
 from .live_panel import LivePanel
 

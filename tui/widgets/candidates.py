@@ -17,7 +17,7 @@ from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
 from rich.text import Text
 
-from ...core.events import StageCandidates, TokenSampled
+from ...core.record.events import StageCandidates, TokenSampled
 from ..numbers import bar, cut_at, nth, percent, prob
 from .live_panel import LivePanel
 
@@ -56,7 +56,8 @@ def stage_note(stage: StageCandidates) -> str | None:
     if stage.stage == "no_repeat_ngram_size":
         return f"{stage.removed:,} removed: each would repeat an n-gram" if stage.removed else None
     if stage.stage == "bad_words":
-        # Banned as text, however spelt (core/bad_words.py): say so, since HF's stage of that name bans token runs.
+        # Banned as text, however spelt (core/choosing/bad_words.py): say so, since HF's stage of that name bans token
+        # runs.
         return (f"{stage.removed:,} removed: each would write a bad word into the text" if stage.removed else
                 "none removed: no token here would write a bad word into the text")
     if stage.stage == "min_new_tokens":

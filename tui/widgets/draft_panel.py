@@ -18,7 +18,7 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 
-from ...core.events import DraftProposed
+from ...core.record.events import DraftProposed
 from ..numbers import prob
 from ..run_view import Round
 from ..tree_lines import tree_lines

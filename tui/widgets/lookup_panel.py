@@ -15,7 +15,7 @@ from typing import ClassVar
 from rich.segment import Segment
 from rich.text import Text
 
-from ...core.events import DraftProposed
+from ...core.record.events import DraftProposed
 from ..numbers import count
 from .live_panel import LivePanel
 

@@ -12,9 +12,9 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import ContentSwitcher
 
-from ...core.draft_stats import DraftStats
-from ...core.events import Mode
 from ...core.modes import MODE_SPECS, View
+from ...core.record.draft_stats import DraftStats
+from ...core.record.events import Mode
 from ..cost_view import cost_line
 from ..run_view import Pending
 from .beam_panel import BeamPanel

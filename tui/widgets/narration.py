@@ -13,7 +13,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from ...core.events import Finished
+from ...core.record.events import Finished
 from ...lessons import Lesson, Pause
 from ..numbers import count, decoded_tokens, draft_counts
 

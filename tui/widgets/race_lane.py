@@ -13,8 +13,8 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 
-from ...core.events import Event
-from ...core.race import Spread
+from ...core.analysis.race import Spread
+from ...core.record.events import Event
 from ..run_view import RunView
 from .live_panel import LivePanel
 from .stats_bar import StatsBar

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from ...core.events import Started
+from ...core.record.events import Started
 from ..settings import Settings, params_line
 from .live_panel import LivePanel
 

@@ -33,7 +33,7 @@ from rich.style import Style
 from rich.text import Span, Text
 from textual.strip import Strip
 
-from ...core.events import TokenEmitted
+from ...core.record.events import TokenEmitted
 from .live_panel import LivePanel
 
 Colouring = Literal["provenance", "probability"]

@@ -9,7 +9,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from ...core.events import PositionVerdict, TokenEmitted, TokenSampled
+from ...core.record.events import PositionVerdict, TokenEmitted, TokenSampled
 from ..numbers import bar, nth, percent
 from .live_panel import LivePanel
 

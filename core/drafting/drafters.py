@@ -1,0 +1,533 @@
+"""Drafters: whoever proposes the tokens that the target model then verifies.
+
+Two implementations share one protocol, and the verifier
+(:mod:`decode_tui.core.strategies.speculative`) does not care which one
+proposed:
+
+- :class:`PromptLookup` copies the continuation of an earlier occurrence of
+  the context's last n-gram (prompt lookup decoding, Saxena 2023; the search
+  is transformers' ``PromptLookupCandidateGenerator``: longest n-gram first,
+  first match from the left, never the tail matching itself). Its draft is
+  deterministic, so q is one-hot.
+- :class:`ModelDrafter` samples (or takes the argmax of) a small draft model,
+  token by token, and reports its distributions q.
+
+A drafter keeps whatever state it has (a KV cache) as a cache of a *prefix of
+the context*; after verification the verifier tells it how long the confirmed
+prefix is and it rolls back to it. A draft made from the target (quantised, or
+its first layers) starts from the target's own keys and values of the prompt
+instead of computing its own. Drafters know nothing of acceptance.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Literal, Protocol
+
+import torch
+
+from ..choosing.sampling import processed
+from ..errors import UsageError
+from ..execution.forward import HostCopy, StaticKV, forward, new_cache, on_device, prepare, release, rollback
+from ..model.acquire import Progress, ensure, quiet
+from ..params import TargetDraft, target_draft
+from ..record.path import common_prefix
+from ..token_tree import TokenTree
+from . import draft_layers, target_drafts
+from .lookup_tree import copies, lookup_tree
+
+if TYPE_CHECKING:
+    from transformers import Cache, LogitsProcessor, PreTrainedModel, PreTrainedTokenizerBase
+
+    from ..model.loading import LoadedModel
+    from ..params import DraftParams
+    from ..record.events import Stage
+
+
+@dataclass(frozen=True)
+class Draft:
+    """Proposed tokens. ``q`` holds the draft's full distributions ([k, V]) when it sampled from a model.
+
+    A tree of drafts (:mod:`~decode_tui.core.token_tree`) has ``parents``: node i holds ``token_ids[i]`` and
+    follows node ``parents[i]`` (-1: the pending token); ``sources`` says where each node was copied from, in
+    words a viewer can show. A chain has neither."""
+
+    token_ids: list[int]
+    q: torch.Tensor | None = None  # [k, V]; None for a deterministic copy (q is one-hot)
+    match: tuple[int, int] | None = None  # lookup: the matched n-gram's span in the context
+    copied: tuple[int, int] | None = None  # lookup: the span the draft was copied from
+    forwards: int = 0
+    q_probs: tuple[float, ...] | None = None  # q_i(d_i) on the host, with q
+    stopped: str | None = None  # why fewer than the k asked for were drafted, in words a viewer can show
+    parents: tuple[int, ...] | None = None  # a tree's: each node's parent (-1 the root); None for a chain
+    sources: tuple[str, ...] | None = None  # a tree's: where each node came from
+    # A draft model's: the context tokens it was fed before its first proposal. One or two in a round after a
+    # round that drafted; more after plain steps it skipped (a catch-up, which is no draft step's cost), unless
+    # it was made from the target, which hands it the keys and values of those instead.
+    fed: int = 0
+
+    @property
+    def tree(self) -> TokenTree | None:
+        """The draft as a token tree, when it is one."""
+        return TokenTree(tuple(self.token_ids), self.parents) if self.parents is not None else None
+
+    def first_branch(self) -> Draft:
+        """A tree draft's first branch (the first child at every node) as a chain: what a verifier that takes
+        chains only (one under a grammar) verifies. A copying drafter's first branch is the chain it would
+        have drafted."""
+        tree = self.tree
+        if tree is None:
+            return self
+        return replace(self, token_ids=[tree.tokens[node] for node in tree.first_branch()], parents=None,
+                       sources=None)
+
+
+class Drafter(Protocol):
+    kind: Literal["model", "lookup"]
+    # The most nodes a draft tree may have (one verification's width); 0: this drafter drafts chains.
+    tree_budget: int
+
+    def propose(self, context: list[int], k: int, processors: list[tuple[Stage, LogitsProcessor]], greedy: bool,
+                generator: torch.Generator | None) -> Draft:
+        """Up to ``k`` tokens that might follow ``context`` (possibly none)."""
+        ...
+
+    def rollback(self, confirmed: int) -> None:
+        """Forget everything after the first ``confirmed`` context tokens."""
+        ...
+
+    def prefilled(self, context: list[int], cache: Cache) -> None:
+        """The target has just put the keys and values of ``context`` in ``cache``; a drafter may copy what it can
+        use of them (it must copy: the target's cache moves on)."""
+        ...
+
+    def tune(self, params: DraftParams) -> None:
+        """Take new settings between rounds (a front end changed them mid-run)."""
+        ...
+
+    def close(self) -> None:
+        """The run is over: give back what it holds for the run (a pooled cache)."""
+        ...
+
+
+class PromptLookup:
+    """Prompt lookup decoding: copy what followed the last n-gram the previous time it appeared."""
+
+    kind: Literal["model", "lookup"] = "lookup"
+
+    def __init__(self, max_ngram_size: int = 3, num_pred_tokens: int = 10,
+                 eos_token_ids: frozenset[int] = frozenset(), tree_budget: int = 0) -> None:
+        if max_ngram_size < 1 or num_pred_tokens < 1:
+            raise UsageError("--max-ngram-size and --num-pred-tokens must be at least 1.")
+        self.max_ngram_size = max_ngram_size
+        self.num_pred_tokens = num_pred_tokens
+        self.eos_token_ids = eos_token_ids
+        # Above 0: every earlier match's continuation, merged into a tree of at most this many nodes
+        # (core/drafting/lookup_tree.py), instead of the first match's alone.
+        self.tree_budget = tree_budget
+
+    def propose(self, context: list[int], k: int, processors: list[tuple[Stage, LogitsProcessor]], greedy: bool,
+                generator: torch.Generator | None) -> Draft:
+        k = min(k, self.num_pred_tokens)
+        if self.tree_budget > 0 and k > 0:
+            found = lookup_tree(context, self.max_ngram_size, k, self.tree_budget, self.eos_token_ids)
+            if found.tree.tokens and not found.tree.is_chain():
+                start, size = found.sources[0], found.ngram
+                first = len(Draft(list(found.tree.tokens), parents=found.tree.parents).first_branch().token_ids)
+                return Draft(list(found.tree.tokens), None, (start, start + size), (start + size, start + size + first),
+                             parents=found.tree.parents,
+                             sources=tuple(f"the match at {s}" for s in found.sources))
+            # One match, or every match alike: the chain below is the whole tree, verified the chain's way.
+        copy = next(copies(context, self.max_ngram_size, k, self.eos_token_ids), None)  # the first match's
+        if copy is not None:
+            begin = copy.start + copy.size
+            return Draft(copy.tokens, None, (copy.start, begin), (begin, begin + len(copy.tokens)),
+                         stopped=copy.stopped)
+        return Draft([], stopped="no n-gram of the text's end appears earlier")
+
+    def rollback(self, confirmed: int) -> None:
+        pass  # no state: the context is the whole memory
+
+    def prefilled(self, context: list[int], cache: Cache) -> None:
+        pass
+
+    def tune(self, params: DraftParams) -> None:
+        self.max_ngram_size = params.max_ngram_size
+        self.num_pred_tokens = params.num_pred_tokens
+        self.tree_budget = params.tree_budget or 0
+
+    def close(self) -> None:
+        pass
+
+
+# A draft token the draft gives less than this probability has its runner-up drafted beside it, when the draft
+# may be a tree: the draft is unsure there, and the target often takes the second choice.
+RUNNER_UP_BELOW = 0.8
+
+
+class ModelDrafter:
+    """A smaller (or quantised, or identical) model that drafts token by token from its own KV cache."""
+
+    kind: Literal["model", "lookup"] = "model"
+
+    def __init__(self, model: PreTrainedModel, vocab_size: int, confidence_threshold: float = 0.4,
+                 eos_token_ids: frozenset[int] = frozenset(), target_kv: torch.dtype | None = None,
+                 tree_budget: int = 0, run_ahead: bool = False) -> None:
+        self.model = model
+        # Queue each draft step's pass before the last drafted token is read back (off by default); see propose.
+        self.run_ahead = run_ahead
+        # Above 0, under greedy verification: where the draft is unsure of its token, its runner-up joins the
+        # draft as a sibling leaf, up to this many nodes in all (EAGLE-2's dynamic draft tree, its simplest
+        # form: one extra candidate per unsure position, never drafted on from).
+        self.tree_budget = tree_budget
+        # A draft made from the target (DraftModel.target_kv): the dtype its keys and values are kept in.
+        self.target_kv = target_kv
+        # The run's target cache, once the draft took its keys and values of the prompt (prefilled): a draft that
+        # skipped tokens (plain steps) takes theirs from it too, instead of feeding them through itself.
+        self.target_cache: Cache | None = None
+        # A drafted end-of-text token ends the draft: nothing after it can reach the output (transformers'
+        # assistant stops there too, its generate having the same stopping criteria).
+        self.eos_token_ids = eos_token_ids
+        self.vocab_size = vocab_size  # logits are sliced to the vocabulary shared with the target
+        # Stop drafting once the draft itself gives its token less than this probability: such a token is
+        # likely rejected, and what follows it is wasted work (transformers' assistant_confidence_threshold).
+        self.confidence_threshold = confidence_threshold
+        self.cache = new_cache(model, rollback=True)
+        self.cached: list[int] = []  # the tokens whose keys and values the cache holds, in order
+
+    def propose(self, context: list[int], k: int, processors: list[tuple[Stage, LogitsProcessor]], greedy: bool,
+                generator: torch.Generator | None) -> Draft:
+        if k < 1:
+            return Draft([])
+        device = self.model.device
+        # Reuse the cache as far as it agrees with the context, at least one token short of it (the last
+        # one must be fed to get logits). Checked rather than assumed: the same drafter may serve a new
+        # run (a restart, another prompt), whose context shares little or nothing with the last one.
+        same = common_prefix(self.cached, context[:-1])
+        rollback(self.cache, same)
+        if len(context) - 1 - same > 1 and self._take_from_target(same, len(context) - 1):
+            same = len(context) - 1  # what it skipped is in: it is fed the pending token alone, as in a step
+        ids = on_device([context], device)  # [1, T]
+        tokens: list[int] = []
+        q_probs: list[float] = []
+        qs = []
+        stopped = None
+        runners_up: list[tuple[int, int, float]] = []  # (chain position, token, q) of the siblings to add
+        with_runners_up = greedy and self.tree_budget > 0
+        # In fp32 whatever the draft computes in (a quantised draft gives bf16): q must be the distribution drawn from.
+        first_pass = isinstance(self.cache, StaticKV) and not self.cache.prefilled
+        logits = forward(self.model, ids[:, same:], self.cache)[:, -1, : self.vocab_size].float()  # [1, V]
+        fed = len(context) - same
+        self.cached = list(context)
+        if first_pass:  # a draft model's own prefill, done: its step's graphs next
+            self._prepare_graphs()
+        forwards = 1
+        # With run_ahead, the next draft step's pass is queued before this token is read back, as greedy
+        # decoding's steps are on a GPU (see autoregressive): the device computes it while the host reads the
+        # token and decides whether to go on. But where the draft then stops (an end-of-text token, an unsure
+        # token), that pass was for nothing unless the token is accepted: a whole draft step, where the overlap
+        # saves a little host time a step. On an H200 (SmolLM2, CUDA graphs) the in-order loop drafted faster
+        # on every prompt (int4, code edit: 0.94x greedy against 0.88x running ahead after every token, and
+        # 0.93x after a token of q >= 0.9 alone), so by default the loop stays in order, on every device.
+        for i in range(k):
+            q = torch.softmax(processed(processors, ids, logits), dim=-1)  # [1, V]
+            if with_runners_up:
+                top = q[0].topk(2)  # the token and its runner-up, in one copy
+                token = top.indices[:1]
+                copy = HostCopy([top.indices, top.values])
+            else:
+                token = torch.argmax(q, -1) if greedy else torch.multinomial(q, 1, generator=generator).view(1)
+                copy = HostCopy([token, q[0].gather(0, token)])  # one copy per draft token
+            ids = torch.cat([ids, token.view(1, 1)], dim=1)  # [1, T + i + 1]
+            more = i + 1 < k
+            ahead = self.run_ahead and more
+            if ahead:
+                logits = forward(self.model, token.view(1, 1), self.cache)[:, -1, : self.vocab_size].float()
+                forwards += 1
+            if with_runners_up:
+                token_id, second, q_prob, q_second = copy.wait()
+                if q_prob < RUNNER_UP_BELOW and len(tokens) + len(runners_up) + 2 <= self.tree_budget:
+                    runners_up.append((i, int(second), q_second))
+            else:
+                token_id, q_prob = copy.wait()
+            tokens.append(int(token_id))
+            q_probs.append(q_prob)
+            qs.append(q[0])
+            if not more:
+                break
+            if ahead:
+                self.cached.append(tokens[-1])  # its pass is queued already
+            if tokens[-1] in self.eos_token_ids:
+                stopped = "an end-of-text token in the draft"
+            elif q_prob < self.confidence_threshold:
+                stopped = f"draft q {q_prob:.2f} < {self.confidence_threshold:g}"
+            if stopped is not None:
+                if ahead and device.type == "cuda":
+                    # Waited for here, so the pass queued past the stop is timed as the draft's work, not as
+                    # the verification's that would queue behind it (c and the adaptive policy read both).
+                    torch.cuda.current_stream(device).synchronize()
+                break
+            if not ahead:
+                logits = forward(self.model, token.view(1, 1), self.cache)[:, -1, : self.vocab_size].float()
+                self.cached.append(tokens[-1])
+                forwards += 1
+        if runners_up:
+            return replace(self._with_runners_up(tokens, q_probs, runners_up, forwards, stopped), fed=fed)
+        return Draft(tokens, torch.stack(qs), q_probs=tuple(q_probs), forwards=forwards, stopped=stopped, fed=fed)
+
+    @staticmethod
+    def _with_runners_up(tokens: list[int], q_probs: list[float], runners_up: list[tuple[int, int, float]],
+                         forwards: int, stopped: str | None) -> Draft:
+        """The chain, then each runner-up as a leaf beside the chain's token at its position (the chain's
+        nodes first, so a parent always comes before its children). Greedy verification only: a runner-up is
+        not a draw from q, which the sampling rule needs of a drafted child."""
+        parents = [*range(-1, len(tokens) - 1), *(position - 1 for position, _, _ in runners_up)]
+        sources = ["the draft's choice"] * len(tokens) + ["the draft's runner-up"] * len(runners_up)
+        return Draft([*tokens, *(t for _, t, _ in runners_up)], None,
+                     q_probs=(*q_probs, *(q for _, _, q in runners_up)), forwards=forwards, stopped=stopped,
+                     parents=tuple(parents), sources=tuple(sources))
+
+    def prefilled(self, context: list[int], cache: Cache) -> None:
+        """Follow the target onto its path, and take its keys and values of ``context`` if this draft was made from
+        the target.
+
+        A target whose passes replay as CUDA graphs (a pooled static cache on the ``graphs`` path) has the draft
+        do the same: its steps and its catch-up after a verification replay graphs captured on a static cache of
+        its own, rolled back by moving its end, through the one machinery of :mod:`~decode_tui.core.execution.forward`.
+        A draft that launches a few hundred kernels a step from Python would otherwise cost many target steps on
+        a GPU (an uncaptured step of the embedded model's draft took 63 ms on an H100, a captured target step
+        3.7 ms). The draft's first pass over a prompt is eager, as the target's is; its step's graphs are
+        captured right after it (:meth:`_prepare_graphs`) and kept with its pooled cache for the next run.
+
+        Such a draft has the target's attention layers (or its first ones) with approximate weights, so the
+        target's keys and values are what its own approximate; starting from them skips the draft's prefill,
+        which on a CPU costs more than the draft saves on a short answer (the int4 draft's prefill of a 49-token
+        prompt took 1.8 target steps). Output is unchanged either way (the target verifies every draft token);
+        the draft's guesses may change, rarely, and for the better. QuantSpec (Tiwari et al., 2025) shares one
+        cache between a 4-bit self-draft and its target the same way. The draft computes its own keys and
+        values for what it drafts; those of tokens it skipped (plain steps) it takes from the target too
+        (:meth:`_take_from_target`)."""
+        self.target_cache = None
+        if isinstance(cache, StaticKV) and cache.path == "graphs":
+            self._take_static(cache.max_len)
+        if self.target_kv is None or cache.get_seq_length() < len(context):
+            return
+        layers = self._target_layers(cache, 0, len(context))
+        if layers is None:  # the draft prefills itself
+            return
+        mine = self.cache if isinstance(self.cache, StaticKV) else new_cache(self.model, rollback=True)
+        if isinstance(mine, StaticKV):
+            mine.move_end(0)  # written in place: its graphs read it where it is
+        self._append(mine, layers)
+        if isinstance(mine, StaticKV):
+            mine.prefilled = True  # the prompt is in: the next pass is a step, replayed
+        self.cache, self.cached = mine, list(context)
+        self.target_cache = cache
+        self._prepare_graphs()
+
+    def _take_from_target(self, start: int, end: int) -> bool:
+        """Append the target's keys and values of positions ``start`` to ``end`` to the draft's cache, which
+        holds ``start`` positions; False (nothing done) where this draft does not take the target's.
+
+        After plain steps a draft has skipped the tokens they emitted, and fed through itself they were a
+        catch-up as wide as the stretch (on a GPU an eager pass, or a graph captured for that width): most of what
+        a probe after a stretch cost, and why the adaptive policy spaces its probes out. The target's cache holds
+        them already (everything but the pending token, between rounds), and a draft made from the target
+        approximates exactly those keys and values, as it does the prompt's (:meth:`prefilled`): a copy instead."""
+        layers = None if self.target_cache is None else self._target_layers(self.target_cache, start, end)
+        if layers is None:
+            return False
+        self._append(self.cache, layers)
+        return True
+
+    def _target_layers(self, cache: Cache, start: int, end: int) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+        """The target's keys and values of positions ``start`` to ``end`` in each of the draft's layers (the
+        target's first ones); None where this draft does not take the target's, or a layer does not hold every
+        position's keys (a sliding window, linear attention)."""
+        if self.target_kv is None:
+            return None
+        layers = []
+        for i in range(self.model.config.num_hidden_layers):
+            keys, values = getattr(cache.layers[i], "keys", None), getattr(cache.layers[i], "values", None)
+            if not (isinstance(keys, torch.Tensor) and isinstance(values, torch.Tensor) and keys.shape[-2] >= end):
+                return None
+            layers.append((keys[:, :, start:end], values[:, :, start:end]))
+        return layers
+
+    def _append(self, cache: Cache, layers: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Write ``layers``' keys and values after what ``cache`` holds, in the draft's dtype."""
+        assert self.target_kv is not None
+        for i, (keys, values) in enumerate(layers):
+            cache.update(keys.to(self.target_kv, copy=True), values.to(self.target_kv, copy=True), i)
+
+    def _prepare_graphs(self) -> None:
+        """Capture now the draft's two usual passes, so no round pays for a capture: a step (one token), and
+        the catch-up after a round whose drafts were all accepted (the last drafted token and the target's
+        extra one); after a rejection the catch-up is the target's token alone, a step. After plain steps a
+        draft made from the target takes the skipped tokens' keys and values from it (:meth:`_take_from_target`)
+        and is fed the pending token alone; another model's catch-up is as wide as the tokens skipped, captured
+        when first met (or run eagerly past 21)."""
+        if isinstance(self.cache, StaticKV) and self.cache.prefilled:
+            for width in (1, 2):
+                prepare(self.model, self.cache, width, keep=1)
+
+    def _take_static(self, size: int) -> None:
+        """A pooled static cache of ``size`` positions for the draft (the target's size: the same prompt, tokens
+        and longest draft), in place of its plain one; kept across runs of that size."""
+        if isinstance(self.cache, StaticKV) and self.cache.max_len >= size:
+            return
+        release(self.cache)
+        self.cache, self.cached = new_cache(self.model, graphs=True, max_len=size), []
+
+    def close(self) -> None:
+        release(self.cache)  # a pooled static cache serves the next run's draft
+
+    def rollback(self, confirmed: int) -> None:
+        if len(self.cached) > confirmed:
+            rollback(self.cache, confirmed)
+            del self.cached[confirmed:]
+
+    def time_step(self, context: list[int], processors: list[tuple[Stage, LogitsProcessor]]) -> float:
+        """A draft step's seconds, as a round's draft pays it per token, timed before the run's first round (the
+        adaptive policy's c before anything is drafted). The first draft of one token is not timed: it pays what
+        the first round would have once (the draft's own prefill, or taking the target's keys and values, and
+        capturing its graphs); the second feeds the last token alone. Both are rolled back; greedy, so the run's
+        random stream is untouched."""
+        self.propose(context, 1, processors, True, None)
+        started = time.perf_counter()
+        self.propose(context, 1, processors, True, None)
+        seconds = time.perf_counter() - started
+        self.rollback(len(context) - 1)
+        return seconds
+
+    def tune(self, params: DraftParams) -> None:
+        self.confidence_threshold = params.confidence_threshold  # the draft length is the verifier's to choose
+        self.tree_budget = params.tree_budget or 0
+
+
+@dataclass(frozen=True)
+class DraftModel:
+    """A draft model ready to draft: the model, the vocabulary it shares with the target, and what it is."""
+
+    model: PreTrainedModel
+    vocab_size: int  # the logits both models speak: rows past it are never drafted nor verified
+    spec: str  # ``self``, ``int4``, ``layers:N`` ... or the draft model's spec, for messages
+    # A draft made from the target takes the target's keys and values of the prompt, kept in this dtype (its own
+    # compute dtype); None for another model, whose layers differ.
+    target_kv: torch.dtype | None = None
+    # Said once to the user: the default draft could not run on this device and this one replaced it, or this one
+    # runs here but costs more than a target step.
+    note: str | None = None
+    # Queue each draft step's pass before the last drafted token is read back (ModelDrafter.propose): off by
+    # default, where it measured slower on a GPU; a benchmark's control.
+    run_ahead: bool = False
+
+    def drafter(self, confidence_threshold: float, eos_token_ids: frozenset[int], tree_budget: int = 0,
+                ) -> ModelDrafter:
+        """A drafter over this model for one run."""
+        return ModelDrafter(self.model, self.vocab_size, confidence_threshold, eos_token_ids, self.target_kv,
+                            tree_budget, self.run_ahead)
+
+
+def preparing(spec: str) -> str:
+    """What :func:`load_draft` does for ``spec``, in the words it reports first."""
+    made = target_draft(spec)
+    if made is not None:
+        return f"Preparing the draft model ({made.describe()})"
+    return f"Preparing the draft model ({spec})"
+
+
+def load_draft(target: LoadedModel, spec: str, trust_remote_code: bool = False,
+               progress: Progress = quiet, named: bool = True,
+               tokenizer: PreTrainedTokenizerBase | None = None) -> DraftModel:
+    """The draft model for ``spec``, sharing the target's vocabulary.
+
+    ``self``: the target's own weights (greedy acceptance is then 100 %);
+    ``int4``, ``int8``, ``layers:N`` and their combinations: built from the target, sharing what is not
+    quantised (:mod:`~decode_tui.core.drafting.target_drafts`); anything else: a model spec, fetched like the target
+    (:func:`~decode_tui.core.model.acquire.ensure`) and loaded on the target's device and dtype, whose tokenizer must
+    have the target's vocabulary.
+
+    ``named``: the user asked for this draft. A quantised draft whose kernel the device lacks is then refused
+    (a UsageError); when it was only the default, the target itself drafts instead, and the returned draft's
+    ``note`` says so in one line: speculative decoding runs on every device by default. ``tokenizer``: a draft
+    model's own, where the caller loaded it already (to check it before the target's weights load).
+    """
+    width = target.model.get_output_embeddings().weight.shape[0]
+    if spec == "self":
+        return DraftModel(target.model, min(width, len(target.tokenizer)), spec, target.model.dtype)
+    made = target_draft(spec)
+    if made is not None:
+        why = None if named else target_drafts.unavailable(made, target.model)
+        if why is not None:
+            note = (f"the default draft ({spec}) cannot run here: {why}; the target drafts for itself "
+                    "(--draft self). --draft names another.")
+            return replace(load_draft(target, "self"), note=note)
+        target_drafts.check(made, target.model, spec)
+        progress(preparing(spec))
+        model = target_drafts.build(target.model, made)
+        notes = [_dear_on(made, target.device), _unfused_on(spec, made, model, target.device)]
+        return DraftModel(model, min(width, len(target.tokenizer)), spec, target_drafts.kv_dtype(target.model, made),
+                          note=" ".join(note for note in notes if note) or None)
+    from ..model.loading import load_model, load_tokenizer
+
+    resolved = ensure(spec, progress, flag="--draft")
+    if tokenizer is None:
+        tokenizer = load_tokenizer(resolved, trust_remote_code)
+    check_same_vocabulary(target.tokenizer, tokenizer)  # from the tokenizers alone, before the weights load
+    progress(f"Loading the draft model {resolved.display_name}")
+    draft = load_model(resolved, device=str(target.device), dtype=str(target.dtype).removeprefix("torch."),
+                       trust_remote_code=trust_remote_code, tokenizer=tokenizer)
+    draft_width = draft.model.get_output_embeddings().weight.shape[0]
+    return DraftModel(draft.model, shared_vocab_size(target.tokenizer, draft.tokenizer, width, draft_width), spec)
+
+
+def _dear_on(made: TargetDraft, device: torch.device) -> str | None:
+    """A note where a draft runs but costs more than it could save on this device: torch's int8 weight-only
+    kernel on CUDA took 12 times a bf16 product's time on an H200 (the Phi-3-mini-sized model's products,
+    BENCHMARKS.md), so an int8 draft there costs several target steps a token."""
+    if made.bits == 8 and device.type == "cuda":
+        return ("the int8 draft runs on torch's int8 weight-only CUDA kernel, which an H200 measured at 12 times "
+                "a bf16 product's time: each draft step costs more than a target step. --draft int4 is the "
+                "cheap draft on a GPU.")
+    return None
+
+
+def _unfused_on(spec: str, made: TargetDraft, model: PreTrainedModel, device: torch.device) -> str | None:
+    """A note where a draft made from the target kept some of transformers' modules that a fused form would
+    replace (a check at its build found the fused form computing otherwise, or could not run it): on a GPU each
+    such module launches several kernels more a step, and a small model's step costs about its kernels, so its
+    c rises there. Said on CUDA only: on a CPU the arithmetic, not the launches, is the step's cost."""
+    if device.type != "cuda":
+        return None
+    kept = draft_layers.kept(model, join_products=made.bits is not None)
+    if not kept:
+        return None
+    what = ", ".join(f"{k} of its {n} {kind}" for kind, (k, n) in kept.items())
+    return (f"the {spec} draft keeps transformers' forward for {what}, where a check at its build found the fused "
+            "form computing otherwise: each launches more kernels a step, which a GPU pays for in the draft's "
+            "cost (benchmarks/fused_check.py shows each check).")
+
+
+def shared_vocab_size(target: PreTrainedTokenizerBase, draft: PreTrainedTokenizerBase, target_logits: int,
+                      draft_logits: int) -> int:
+    """The vocabulary both models speak, or a UsageError if their tokenizers differ.
+
+    Compares the tokenizers' vocabularies, not ``config.vocab_size``: embeddings
+    are often padded (Qwen2.5 0.5B and 7B have different widths but one vocabulary).
+    """
+    check_same_vocabulary(target, draft)
+    return min(len(target.get_vocab()), target_logits, draft_logits)
+
+
+def check_same_vocabulary(target: PreTrainedTokenizerBase, draft: PreTrainedTokenizerBase) -> None:
+    """A UsageError, with a few of the differing entries, where the draft's tokenizer has another vocabulary."""
+    a, b = target.get_vocab(), draft.get_vocab()
+    if a != b:
+        differing = sorted(set(a.items()) ^ set(b.items()), key=lambda kv: kv[1])[:3]
+        raise UsageError(
+            f"The draft model's tokenizer differs from the target's ({len(b)} vs {len(a)} tokens; e.g. "
+            f"{', '.join(f'{t!r}->{i}' for t, i in differing)}). Speculative decoding needs the same vocabulary: "
+            "pick a draft from the same model family, or use --mode pld."
+        )

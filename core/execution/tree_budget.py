@@ -1,0 +1,81 @@
+"""How many nodes a draft tree may have on this device, where the user gives no ``--tree-budget``: measured.
+
+A tree of B nodes is verified by one forward over B + 1 positions (the pending token and every node). On a GPU
+such a forward of a launch-bound model costs about one step up to a few dozen positions: on an H200, SmolLM2
+verified trees of 64 nodes as fast as trees of 10 (BENCHMARKS.md), so there the budget is the widest offered,
+and timing the device's asynchronous kernels would need a wait of its own. On a CPU every position costs more,
+by how much depends on the matrix library, the cores and the model (2 cores: a 17-position forward of SmolLM2
+took 109 ms against 59 ms for one position, a 33-position one 145 ms). There the budget is the widest whose
+forward, timed on this model once a process (a few forwards: 1.1 s for SmolLM2 on 2 cores, in the warm-up),
+costs at most TREE_COST one-position forwards: a tree round emits at least one token, and on input-grounded
+prompts PLD's trees gave 2.7-3.0 tokens per forward (BENCHMARKS.md), so a round costing two steps still pays
+where the tree does. On the 2-core machine it measures 16, the budget its benchmarks used.
+
+Written by hand, like the verification widths (:mod:`decode_tui.core.execution.widths`): no library measures this. It
+knows
+forwards and the clock; nothing of trees, drafters or events.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..model.loading import context_length
+from .forward import new_cache, rollback
+from .model_state import state_of
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+CANDIDATES = (4, 8, 16, 32, 64)  # budgets offered, narrowest first
+TREE_COST = 2.0  # a tree's forward may cost at most this many one-position forwards
+CONTEXT = 64  # tokens before the timed forwards: attention reads them, as it reads a prompt
+TRIES = 2  # forwards of each width; the lower counts (a first one may pay a kernel's warm-up)
+
+def tree_budget(model: PreTrainedModel, timer: Callable[[int], float] | None = None) -> int:
+    """Nodes per verification for ``model`` on its device: the widest of CANDIDATES off the CPU; on the CPU the
+    widest whose forward costs at most TREE_COST one-position forwards (the narrowest where none does), measured
+    once per model and process. ``timer(width)``: seconds of one forward of ``width`` positions (by default, timed
+    on the model)."""
+    if model.device.type != "cpu":
+        return CANDIDATES[-1]
+    known = state_of(model).tree_budget
+    if known is not None and timer is None:
+        return known
+    room = (context_length(model) or CONTEXT + CANDIDATES[-1] + 1) - CONTEXT  # a model may read few positions
+    offered = [b for b in CANDIDATES if b + 1 <= room]
+    if not offered:  # too short a context to measure in: the narrowest
+        return CANDIDATES[0]
+    time_width = timer or _forward_timer(model)
+    step = min(time_width(1) for _ in range(TRIES))
+    budget = offered[0]
+    for wider in offered:  # narrowest first, up to the first that costs too much: a forward never gets cheaper
+        if min(time_width(wider + 1) for _ in range(TRIES)) > TREE_COST * step:
+            break
+        budget = wider
+    if timer is None:
+        state_of(model).tree_budget = budget
+    return budget
+
+
+def _forward_timer(model: PreTrainedModel) -> Callable[[int], float]:
+    """Times a forward of ``width`` positions after CONTEXT cached ones, each cropped back after it."""
+    cache = new_cache(model, rollback=True)  # croppable, a sliding-window model's too
+    ids = torch.zeros((1, CONTEXT), dtype=torch.long, device=model.device)  # [1, CONTEXT]
+    with torch.inference_mode():
+        model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
+
+    def timed(width: int) -> float:
+        feed = torch.zeros((1, width), dtype=torch.long, device=model.device)  # [1, width]
+        with torch.inference_mode():
+            started = time.perf_counter()
+            model(input_ids=feed, cache=cache, use_cache=True, logits_to_keep=width)
+            seconds = time.perf_counter() - started
+        rollback(cache, CONTEXT)
+        return seconds
+
+    return timed
