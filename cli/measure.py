@@ -155,11 +155,11 @@ def whatif(path: Path, *, model: str | None, device: str, dtype: str, draft: str
             raise UsageError(f"{path} was decoded by {trace.model}, not {lm.name}: its token ids mean nothing to "
                              f"{lm.name}. Pass --model with the model that decoded it, or leave --model out.")
         draft_model = load_draft(lm, draft, trust_remote_code) if draft is not None else None
-        width = max(max(r.DRAFT_LENGTHS), max(r.TREE_BUDGETS)) + 1
+        width = max(max(r.DRAFT_LENGTHS), max(w.TREE_BUDGETS)) + 1
         with status("Replaying every setting and timing this machine's forward passes") as progress:
             replays = w.lookup_grid(trace, lm.eos_token_ids)
             progress("Replaying draft trees: prompt lookup's every match, and suffix drafting")
-            replays += r.tree_rows(trace, lm.eos_token_ids)
+            replays += w.tree_rows(trace, lm.eos_token_ids)
             if draft_model is not None:
                 threshold = r.draft_confidence(trace, draft_confidence)
                 for k in r.DRAFT_LENGTHS:

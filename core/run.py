@@ -24,7 +24,8 @@ import torch
 from .choosing.bad_words import token_bytes
 from .choosing.grammar import Grammar, GrammarMask, check_path
 from .choosing.sampling import StageContext
-from .drafting.drafters import Drafter, DraftModel, PromptLookup, load_draft
+from .drafting.drafters import Drafter, DraftModel, load_draft
+from .drafting.prompt_lookup import PromptLookup
 from .drafting.suffix_drafting import SuffixDrafter, SuffixHistory, history_files_for
 from .errors import UsageError
 from .execution.forward import graphs_available
@@ -202,7 +203,7 @@ class Run:
                 drafter,
                 self.config.sampling,
                 greedy=not self.config.draft_sample,
-                num_draft_tokens=self.config.draft.length(drafter.kind),
+                num_draft_tokens=drafter.draft_length(self.config.draft),
                 adaptive=self.config.draft.adaptive,
                 vocab_size=self.draft.vocab_size if self.draft else None,
                 generator=generator,

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import torch
 
-from decode_tui.core.drafting.drafters import PromptLookup
+from decode_tui.core.drafting.prompt_lookup import PromptLookup
 from decode_tui.core.execution import background_compile
 from decode_tui.core.params import SamplingParams
 from decode_tui.core.record.events import Event, TokenEmitted

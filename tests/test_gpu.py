@@ -27,7 +27,8 @@ import pytest
 import torch
 
 import decode_tui.core
-from decode_tui.core.drafting.drafters import Drafter, ModelDrafter, PromptLookup
+from decode_tui.core.drafting.drafters import Drafter, ModelDrafter
+from decode_tui.core.drafting.prompt_lookup import PromptLookup
 from decode_tui.core.execution import float_mask
 from decode_tui.core.execution.forward import HostCopy, graph_failure
 from decode_tui.core.execution.model_state import state_of
@@ -408,7 +409,7 @@ def test_replayed_cuda_graphs_give_the_plain_paths_tokens(byte_bpe: Any, seed: i
             greedy = ours_on(model, byte_bpe, prompt, 40, graphs=False)[-1]
             verified = ours_on(model, byte_bpe, prompt, 40, graphs=True, drafter=drafter)[-1]
             assert isinstance(greedy, Finished) and isinstance(verified, Finished)
-            assert verified.token_ids == greedy.token_ids, drafter.kind
+            assert verified.token_ids == greedy.token_ids, type(drafter).__name__
 
 
 def test_a_background_compile_switches_the_graphs_to_compiled_passes_with_the_plain_paths_tokens(

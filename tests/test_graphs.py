@@ -16,7 +16,8 @@ from typing import Any, cast
 import pytest
 import torch
 
-from decode_tui.core.drafting.drafters import ModelDrafter, PromptLookup
+from decode_tui.core.drafting.drafters import ModelDrafter
+from decode_tui.core.drafting.prompt_lookup import PromptLookup
 from decode_tui.core.execution import forward as forward_module
 from decode_tui.core.execution.forward import StaticKV, graph_failure, graphs_available, new_cache, release
 from decode_tui.core.execution.model_state import state_of

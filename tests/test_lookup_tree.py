@@ -6,8 +6,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from decode_tui.core.drafting.drafters import PromptLookup
 from decode_tui.core.drafting.lookup_tree import lookup_tree
+from decode_tui.core.drafting.prompt_lookup import PromptLookup
 from decode_tui.core.token_tree import ROOT
 
 

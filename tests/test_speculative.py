@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from decode_tui.core.drafting import target_drafts
-from decode_tui.core.drafting.drafters import ModelDrafter, PromptLookup, shared_vocab_size
+from decode_tui.core.drafting.drafters import ModelDrafter, shared_vocab_size
+from decode_tui.core.drafting.prompt_lookup import PromptLookup
 from decode_tui.core.errors import UsageError
 from decode_tui.core.execution.widths import remembered_times
 from decode_tui.core.params import SamplingParams, TargetDraft
@@ -19,7 +20,9 @@ from decode_tui.core.record.detokenize import Detokenizer
 from decode_tui.core.record.events import DraftProposed, DraftVerified, Event, Finished, TokenEmitted
 from decode_tui.core.record.transcript import Transcript
 from decode_tui.core.strategies import acceptance
+from decode_tui.core.strategies import rounds as rounds_module
 from decode_tui.core.strategies import speculative as spec_module
+from decode_tui.core.strategies import verify as verify_module
 from decode_tui.core.strategies.adaptive import AdaptiveDraftLength
 from decode_tui.core.strategies.autoregressive import autoregressive
 from decode_tui.core.strategies.speculative import speculative
@@ -69,11 +72,12 @@ def simulated_costs(monkeypatch: Any, costs: dict[Any, tuple[float, float]]) -> 
     for ``(a, b) = costs[model]``, and nothing else takes time: the adaptive policy's decisions, which follow
     measured costs, are then the same whatever else this machine is running."""
     from decode_tui.core.drafting import drafters
-    from decode_tui.core.strategies import adaptive, plain_steps, verify_forward
+    from decode_tui.core.execution import target
+    from decode_tui.core.strategies import adaptive, plain_steps
 
     now = [0.0]
     clock = type("Clock", (), {"perf_counter": staticmethod(lambda: now[0])})
-    for module in (adaptive, plain_steps, spec_module, verify_forward, drafters):
+    for module in (adaptive, plain_steps, spec_module, target, drafters):
         monkeypatch.setattr(module, "time", clock)
 
     def tick(cost: tuple[float, float], kwargs: dict[str, Any]) -> None:
@@ -490,7 +494,7 @@ def test_negative_control_a_verifier_that_accepts_everything_fails_the_same_test
         bonus = int(torch.multinomial(p[len(drafted)], 1, generator=generator))
         return acceptance.VerifiedRound(len(drafted), bonus, "bonus", verdicts)
 
-    monkeypatch.setattr(spec_module, "accept", accept_all)  # the name the verifier calls
+    monkeypatch.setattr(verify_module, "accept", accept_all)  # the name the verifier calls
     counts = sampled_outcomes(target, byte_bpe, lambda: ModelDrafter(draft, V), prompt, 3000)
     assert chi_square_p_value(counts, expected) < 1e-6
 
@@ -1000,7 +1004,7 @@ def test_the_policys_plain_steps_run_as_one_stretch(byte_bpe: Any, monkeypatch: 
         lengths.append(steps)
         return steps, seconds, found
 
-    monkeypatch.setattr(spec_module, "plain_steps", counted)
+    monkeypatch.setattr(rounds_module, "plain_steps", counted)
     drafter = ModelDrafter(tiny_model("llama", vocab_size=V, seed=999), V)
     result = run(model, byte_bpe, drafter, prompt, 80, eos=eos, params=params, k=4, sample=sample, adaptive=True)[-1]
     assert isinstance(result, Finished)
@@ -1025,7 +1029,8 @@ class NeverDraftsAsAModel(NeverDrafts):
     """The same, said to be a draft model: the loop then verifies each round's nothing in a round of its own (a
     draft model asked for tokens always drafts one, so only this stand-in gets such rounds)."""
 
-    kind = "model"
+    source = "draft"
+    free_to_ask = False
 
 
 @pytest.mark.parametrize("run_ahead", [False, True])
@@ -1047,7 +1052,7 @@ def test_a_stretch_emits_what_rounds_of_nothing_drafted_emit(byte_bpe: Any, monk
     params = SamplingParams(temperature=0.8, top_k=40, repetition_penalty=1.2) if sample else SamplingParams()
     rounds = run(model, byte_bpe, NeverDraftsAsAModel(3, 4), prompt, 40, eos=V + 1, params=params, sample=sample,
                  seed=3)
-    monkeypatch.setattr(spec_module, "plain_steps", partial(plain_steps, run_ahead=run_ahead))
+    monkeypatch.setattr(rounds_module, "plain_steps", partial(plain_steps, run_ahead=run_ahead))
     if stretches == "the policy's":
         monkeypatch.setattr(AdaptiveDraftLength, "choose", lambda self: self._decide("plain", 0, "plain steps"))
         monkeypatch.setattr(AdaptiveDraftLength, "plain_stretch", lambda self: 7)
@@ -1066,7 +1071,8 @@ class LookupAsAModel(PromptLookup):
     """Prompt lookup's copies, said to come from a draft model: the loop verifies every round in a round of its
     own, a lookup that finds nothing included (the path before lookups looked again inside plain stretches)."""
 
-    kind = "model"
+    source = "draft"
+    free_to_ask = False
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -1093,7 +1099,7 @@ def test_a_lookup_that_finds_nothing_steps_plainly_until_a_copy_turns_up(byte_bp
         ended_by_a_copy.append(found is not None)
         return steps, seconds, found
 
-    monkeypatch.setattr(spec_module, "plain_steps", counted)
+    monkeypatch.setattr(rounds_module, "plain_steps", counted)
     rounds = run(model, byte_bpe, LookupAsAModel(2, 5, frozenset({V - 1})), prompt, 48, params=params, sample=sample,
                  seed=seed, k=5)
     stretched = run(model, byte_bpe, PromptLookup(2, 5, frozenset({V - 1})), prompt, 48, params=params,

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 import torch
 
-from decode_tui.core.drafting.drafters import ModelDrafter, PromptLookup
+from decode_tui.core.drafting.drafters import ModelDrafter
+from decode_tui.core.drafting.prompt_lookup import PromptLookup
 from decode_tui.core.params import SamplingParams
 from decode_tui.core.record.detokenize import Detokenizer
 from decode_tui.core.record.events import DraftVerified, Event, Finished, Started

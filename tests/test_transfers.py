@@ -19,7 +19,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import decode_tui.core
-from decode_tui.core.drafting.drafters import ModelDrafter, PromptLookup
+from decode_tui.core.drafting.drafters import ModelDrafter
+from decode_tui.core.drafting.prompt_lookup import PromptLookup
 from decode_tui.core.params import BeamParams, SamplingParams
 from decode_tui.core.record.detokenize import Detokenizer
 from decode_tui.core.record.events import BeamStepped, DraftProposed, Finished
@@ -272,7 +273,7 @@ def test_a_step_read_back_while_the_next_forward_runs_was_copied_before_that_for
     from functools import partial
 
     from decode_tui.core.strategies import plain_steps as plain_module
-    from decode_tui.core.strategies import speculative as spec_module
+    from decode_tui.core.strategies import rounds as rounds_module
     from decode_tui.core.strategies.adaptive import AdaptiveDraftLength
 
     calls = copies_and_waits(monkeypatch)
@@ -281,7 +282,7 @@ def test_a_step_read_back_while_the_next_forward_runs_was_copied_before_that_for
     if loop == "greedy":
         list(autoregressive(model, transcript(byte_bpe, PROMPT, 12), SamplingParams(), greedy=True, run_ahead=True))
     elif loop == "plain stretch":
-        monkeypatch.setattr(spec_module, "plain_steps", partial(plain_module.plain_steps, run_ahead=True))
+        monkeypatch.setattr(rounds_module, "plain_steps", partial(plain_module.plain_steps, run_ahead=True))
         monkeypatch.setattr(AdaptiveDraftLength, "choose", lambda self: self._decide("plain", 0, "plain steps"))
         monkeypatch.setattr(AdaptiveDraftLength, "plain_stretch", lambda self: 12)
         list(speculative(model, transcript(byte_bpe, PROMPT, 12), PromptLookup(3, 4), SamplingParams(),

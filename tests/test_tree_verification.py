@@ -10,17 +10,18 @@ import json
 import random
 from collections import Counter
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pytest
 import torch
 
 from decode_tui.core.choosing.tree_sampling import Among
-from decode_tui.core.drafting.drafters import Draft, ModelDrafter, PromptLookup
+from decode_tui.core.drafting.drafters import Draft, ModelDrafter
+from decode_tui.core.drafting.prompt_lookup import PromptLookup
 from decode_tui.core.drafting.suffix_drafting import SuffixDrafter, SuffixHistory, read_history
 from decode_tui.core.errors import UsageError
 from decode_tui.core.params import SamplingParams
-from decode_tui.core.record.events import DraftProposed, DraftVerified, Event, Finished, from_dict
+from decode_tui.core.record.events import DraftProposed, DraftVerified, Event, Finished, TokenSource, from_dict
 from decode_tui.core.strategies import tree_acceptance
 from decode_tui.core.token_tree import ROOT, TokenTree
 
@@ -32,8 +33,10 @@ class Oracle:
     """Proposes random trees around a known right answer: the true continuation hidden at a random branch (or
     left out, or cut short), among decoy branches that share some of its prefix."""
 
-    kind: Literal["model", "lookup"] = "lookup"
+    source: TokenSource = "lookup"
     tree_budget = 12
+    free_to_ask = True
+    stops_itself = False
 
     def __init__(self, truth: list[int], prompt_length: int, seed: int) -> None:
         self.truth, self.start, self.rng = truth, prompt_length, random.Random(seed)
@@ -58,6 +61,15 @@ class Oracle:
 
     def tune(self, params: Any) -> None:
         pass
+
+    def draft_length(self, params: Any) -> int:
+        return int(params.num_pred_tokens)
+
+    def replay(self, transcript: Any) -> None:
+        return None
+
+    def time_step(self, context: list[int], processors: Any) -> float:
+        return 0.0
 
     def close(self) -> None:
         pass
@@ -419,7 +431,8 @@ def test_every_timed_suffix_run_drafts_from_the_same_history(byte_bpe: Any, tmp_
 def test_suffix_draftings_replay_gives_each_draft_lengths_real_widths(byte_bpe: Any, seed: int) -> None:
     """The adaptive policy prices suffix drafting's draft lengths by an exact replay (core/replay.SuffixMemo): the
     widths it replays for k are those a real run at k feeds, and an adaptive run stays greedy's tokens."""
-    from decode_tui.core.drafting.replay import SuffixMemo, Trace
+    from decode_tui.core.drafting.replay import Trace
+    from decode_tui.core.drafting.suffix_drafting import SuffixMemo
 
     model = tiny_model(ARCHS[seed % 4], vocab_size=V, seed=seed)
     prompt = repetitive_prompt(seed, 8)

@@ -1565,7 +1565,7 @@ async def test_a_short_beam_panel_keeps_the_early_stopping_test_after_the_open_b
 def test_the_whatif_grids_price_settings_with_the_runs_own_verify_times(byte_bpe: Any) -> None:
     from rich.table import Table
 
-    from decode_tui.core.drafting.drafters import PromptLookup
+    from decode_tui.core.drafting.prompt_lookup import PromptLookup
     from decode_tui.core.params import SamplingParams
     from decode_tui.core.record.detokenize import Detokenizer
     from decode_tui.core.record.events import Started

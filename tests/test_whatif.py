@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pytest
 import torch
@@ -13,21 +13,20 @@ from hypothesis import strategies as st
 
 from decode_tui.core.analysis.whatif import Costs, best, table
 from decode_tui.core.drafting import target_drafts
-from decode_tui.core.drafting.drafters import Draft, DraftModel, PromptLookup
+from decode_tui.core.drafting.drafters import Draft, DraftModel
+from decode_tui.core.drafting.prompt_lookup import LookupMemo, PromptLookup, replay_lookup
 from decode_tui.core.drafting.replay import (
-    LookupMemo,
     Trace,
     read_trace,
     replay_draft,
     replay_drafter,
     replay_greedy,
-    replay_lookup,
     trace_from_events,
 )
 from decode_tui.core.errors import UsageError
 from decode_tui.core.params import SamplingParams, TargetDraft
 from decode_tui.core.record.detokenize import Detokenizer
-from decode_tui.core.record.events import Event, Finished, Mode, Started
+from decode_tui.core.record.events import Event, Finished, Mode, Started, TokenSource
 from decode_tui.core.record.transcript import Transcript
 from decode_tui.core.strategies.autoregressive import autoregressive
 from decode_tui.core.strategies.speculative import speculative
@@ -122,8 +121,10 @@ def test_draft_model_forwards_equal_a_real_runs_exactly(byte_bpe: Any, seed: int
 class Scripted:
     """A drafter that proposes the given next tokens wherever it is asked (the Drafter protocol)."""
 
-    kind: Literal["model", "lookup"] = "model"
+    source: TokenSource = "draft"
     tree_budget = 0
+    free_to_ask = False
+    stops_itself = False
 
     def __init__(self, tokens: list[int]) -> None:
         self.tokens, self.start = tokens, 0
@@ -142,6 +143,15 @@ class Scripted:
 
     def tune(self, params: Any) -> None:
         pass
+
+    def draft_length(self, params: Any) -> int:
+        return 4
+
+    def replay(self, transcript: Any) -> None:
+        return None
+
+    def time_step(self, context: list[int], processors: Any) -> float:
+        return 0.0
 
 
 def test_the_target_drafting_for_itself_needs_one_forward_per_draft_plus_one() -> None:

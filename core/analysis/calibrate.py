@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from ..drafting.drafters import PromptLookup
-from ..drafting.replay import Trace, replay_lookup
+from ..drafting.prompt_lookup import PromptLookup, replay_lookup
+from ..drafting.replay import Trace
 from ..params import DraftParams, SamplingParams
 from ..record.detokenize import Detokenizer
 from ..record.events import Event

@@ -16,7 +16,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..drafting.replay import DRAFT_LENGTHS, NGRAM_SIZES, Drafter, Replayed, Trace, replay_greedy, replay_lookup
+from ..drafting.prompt_lookup import replay_lookup
+from ..drafting.replay import DRAFT_LENGTHS, NGRAM_SIZES, Drafter, Replayed, Trace, replay_greedy, replay_tree
+
+TREE_BUDGETS = (4, 8, 16)  # --tree-budget settings: prompt lookup's every match, and suffix drafting
 
 if TYPE_CHECKING:
 
@@ -203,3 +206,19 @@ def lookup_grid(trace: Trace, eos_token_ids: frozenset[int], ngram_sizes: Iterab
                 lengths: Iterable[int] = DRAFT_LENGTHS) -> list[Replayed]:
     """:func:`replay_lookup` for every (max_ngram_size, num_pred_tokens) pair."""
     return [replay_lookup(trace, eos_token_ids, n, k) for n in ngram_sizes for k in lengths]
+
+
+def tree_rows(trace: Trace, eos_token_ids: frozenset[int], budgets: Iterable[int] = TREE_BUDGETS,
+              max_ngram_size: int = 3, num_pred_tokens: int = 10) -> list[Replayed]:
+    """:func:`replay_tree` at each tree budget: prompt lookup's every match, and suffix drafting."""
+    from ..drafting.prompt_lookup import PromptLookup
+    from ..drafting.suffix_drafting import SuffixDrafter, SuffixHistory
+
+    rows = []
+    for budget in budgets:
+        lookup = PromptLookup(max_ngram_size, num_pred_tokens, eos_token_ids, budget)
+        rows.append(replay_tree(trace, eos_token_ids, lookup, num_pred_tokens, name="pld tree",
+                                max_ngram_size=max_ngram_size))
+        suffix = SuffixDrafter(SuffixHistory(), num_pred_tokens, budget, eos_token_ids)
+        rows.append(replay_tree(trace, eos_token_ids, suffix, num_pred_tokens, name="suffix"))
+    return rows

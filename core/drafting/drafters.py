@@ -22,8 +22,9 @@ instead of computing its own. Drafters know nothing of acceptance.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
@@ -35,14 +36,14 @@ from ..params import TargetDraft, target_draft
 from ..record.path import common_prefix
 from ..token_tree import TokenTree
 from . import draft_layers, target_drafts
-from .lookup_tree import copies, lookup_tree
 
 if TYPE_CHECKING:
     from transformers import Cache, LogitsProcessor, PreTrainedModel, PreTrainedTokenizerBase
 
     from ..model.loading import LoadedModel
     from ..params import DraftParams
-    from ..record.events import Stage
+    from ..record.events import Stage, TokenSource
+    from ..record.transcript import Transcript
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ class Draft:
     # A draft model's: the context tokens it was fed before its first proposal. One or two in a round after a
     # round that drafted; more after plain steps it skipped (a catch-up, which is no draft step's cost), unless
     # it was made from the target, which hands it the keys and values of those instead.
-    fed: int = 0
+    fed: int | None = None  # None: a drafter that is fed nothing (a copy from the text)
 
     @property
     def tree(self) -> TokenTree | None:
@@ -83,10 +84,28 @@ class Draft:
                        sources=None)
 
 
+Replay = Callable[[int], tuple[int, ...]]  # k -> the widths of the forwards a fixed k would have used so far
+
+
 class Drafter(Protocol):
-    kind: Literal["model", "lookup"]
+    """All that the verifier (:mod:`decode_tui.core.strategies.speculative`) needs of a drafter: no strategy asks
+    which drafter it holds."""
+
+    source: TokenSource  # what its tokens are called once kept: ``draft`` (a model's) or ``lookup`` (a copy)
     # The most nodes a draft tree may have (one verification's width); 0: this drafter drafts chains.
     tree_budget: int
+
+    @property
+    def free_to_ask(self) -> bool:
+        """Asking it for a draft runs no forward (it copies from the text): a stretch of plain steps may ask at every
+        step, and it has no cost c to time against a target step."""
+        ...
+
+    @property
+    def stops_itself(self) -> bool:
+        """It ends a draft where it is unsure of its next token, so the adaptive policy need only choose whether to
+        draft (a draft model with a confidence cut-off)."""
+        ...
 
     def propose(self, context: list[int], k: int, processors: list[tuple[Stage, LogitsProcessor]], greedy: bool,
                 generator: torch.Generator | None) -> Draft:
@@ -102,63 +121,27 @@ class Drafter(Protocol):
         use of them (it must copy: the target's cache moves on)."""
         ...
 
+    def draft_length(self, params: DraftParams) -> int:
+        """The most tokens a round drafts under ``params`` (:meth:`~decode_tui.core.params.DraftParams.length`)."""
+        ...
+
     def tune(self, params: DraftParams) -> None:
         """Take new settings between rounds (a front end changed them mid-run)."""
+        ...
+
+    def replay(self, transcript: Transcript) -> Replay | None:
+        """What each fixed draft length would have fed the target so far in this run, computed exactly from the
+        text (:mod:`.replay`), for the adaptive policy; None where drafting cannot be replayed for free (a draft
+        model's drafts, prompt lookup's trees): the policy probes instead."""
+        ...
+
+    def time_step(self, context: list[int], processors: list[tuple[Stage, LogitsProcessor]]) -> float:
+        """A draft step's seconds, before the first round (0 where drafting runs no forward)."""
         ...
 
     def close(self) -> None:
         """The run is over: give back what it holds for the run (a pooled cache)."""
         ...
-
-
-class PromptLookup:
-    """Prompt lookup decoding: copy what followed the last n-gram the previous time it appeared."""
-
-    kind: Literal["model", "lookup"] = "lookup"
-
-    def __init__(self, max_ngram_size: int = 3, num_pred_tokens: int = 10,
-                 eos_token_ids: frozenset[int] = frozenset(), tree_budget: int = 0) -> None:
-        if max_ngram_size < 1 or num_pred_tokens < 1:
-            raise UsageError("--max-ngram-size and --num-pred-tokens must be at least 1.")
-        self.max_ngram_size = max_ngram_size
-        self.num_pred_tokens = num_pred_tokens
-        self.eos_token_ids = eos_token_ids
-        # Above 0: every earlier match's continuation, merged into a tree of at most this many nodes
-        # (core/drafting/lookup_tree.py), instead of the first match's alone.
-        self.tree_budget = tree_budget
-
-    def propose(self, context: list[int], k: int, processors: list[tuple[Stage, LogitsProcessor]], greedy: bool,
-                generator: torch.Generator | None) -> Draft:
-        k = min(k, self.num_pred_tokens)
-        if self.tree_budget > 0 and k > 0:
-            found = lookup_tree(context, self.max_ngram_size, k, self.tree_budget, self.eos_token_ids)
-            if found.tree.tokens and not found.tree.is_chain():
-                start, size = found.sources[0], found.ngram
-                first = len(Draft(list(found.tree.tokens), parents=found.tree.parents).first_branch().token_ids)
-                return Draft(list(found.tree.tokens), None, (start, start + size), (start + size, start + size + first),
-                             parents=found.tree.parents,
-                             sources=tuple(f"the match at {s}" for s in found.sources))
-            # One match, or every match alike: the chain below is the whole tree, verified the chain's way.
-        copy = next(copies(context, self.max_ngram_size, k, self.eos_token_ids), None)  # the first match's
-        if copy is not None:
-            begin = copy.start + copy.size
-            return Draft(copy.tokens, None, (copy.start, begin), (begin, begin + len(copy.tokens)),
-                         stopped=copy.stopped)
-        return Draft([], stopped="no n-gram of the text's end appears earlier")
-
-    def rollback(self, confirmed: int) -> None:
-        pass  # no state: the context is the whole memory
-
-    def prefilled(self, context: list[int], cache: Cache) -> None:
-        pass
-
-    def tune(self, params: DraftParams) -> None:
-        self.max_ngram_size = params.max_ngram_size
-        self.num_pred_tokens = params.num_pred_tokens
-        self.tree_budget = params.tree_budget or 0
-
-    def close(self) -> None:
-        pass
 
 
 # A draft token the draft gives less than this probability has its runner-up drafted beside it, when the draft
@@ -169,7 +152,8 @@ RUNNER_UP_BELOW = 0.8
 class ModelDrafter:
     """A smaller (or quantised, or identical) model that drafts token by token from its own KV cache."""
 
-    kind: Literal["model", "lookup"] = "model"
+    source: TokenSource = "draft"
+    free_to_ask = False
 
     def __init__(self, model: PreTrainedModel, vocab_size: int, confidence_threshold: float = 0.4,
                  eos_token_ids: frozenset[int] = frozenset(), target_kv: torch.dtype | None = None,
@@ -400,6 +384,16 @@ class ModelDrafter:
         seconds = time.perf_counter() - started
         self.rollback(len(context) - 1)
         return seconds
+
+    @property
+    def stops_itself(self) -> bool:
+        return self.confidence_threshold > 0
+
+    def replay(self, transcript: Transcript) -> Replay | None:
+        return None  # a draft model's drafts cost its forwards to replay
+
+    def draft_length(self, params: DraftParams) -> int:
+        return params.length("model")
 
     def tune(self, params: DraftParams) -> None:
         self.confidence_threshold = params.confidence_threshold  # the draft length is the verifier's to choose

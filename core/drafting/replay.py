@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ..choosing.sampling import stage_processors
 from ..errors import UsageError
@@ -37,18 +37,17 @@ from ..record.events import Event, Finished, Started
 from ..record.traces import read_events
 from ..token_tree import TokenTree, greedy_path
 from .drafters import Drafter as Proposer
-from .drafters import PromptLookup
+from .drafters import Replay
 
 if TYPE_CHECKING:
     from transformers import LogitsProcessor, PreTrainedModel
 
     from ..record.events import Stage
+    from ..record.transcript import Transcript
     from .drafters import DraftModel
-    from .suffix_drafting import SuffixDrafter
 
 NGRAM_SIZES = range(1, 6)  # max_ngram_size settings a PLD what-if tries
 DRAFT_LENGTHS = range(1, 13)  # num_pred_tokens / num_draft_tokens settings
-TREE_BUDGETS = (4, 8, 16)  # --tree-budget settings: prompt lookup's every match, and suffix drafting
 
 Drafter = Literal["greedy", "pld", "draft", "pld tree", "suffix"]
 
@@ -128,7 +127,7 @@ class Replayed:
 Propose = Callable[[list[int], int, int], "list[int] | TokenTree"]
 
 
-def _replay(trace: Trace, eos_token_ids: frozenset[int], k_max: int, propose: Propose,
+def replay_widths(trace: Trace, eos_token_ids: frozenset[int], k_max: int, propose: Propose,
             confirmed: Callable[[int], None] = lambda _: None) -> tuple[int, list[int], int, int]:
     """The verifier's greedy loop (core.strategies.speculative) on recorded tokens: forwards, widths, counts.
     ``confirmed(n)`` is told, after each round, how many context tokens are now settled (the drafter's rollback)."""
@@ -174,9 +173,11 @@ def replay_greedy(trace: Trace) -> Replayed:
 
 
 def replay_drafter(trace: Trace, eos_token_ids: frozenset[int], drafter: Proposer, k: int,
-                   processors: list[tuple[Stage, LogitsProcessor]] | None = None) -> Replayed:
+                   processors: list[tuple[Stage, LogitsProcessor]] | None = None, *, name: Drafter = "draft",
+                   max_ngram_size: int | None = None) -> Replayed:
     """Greedy speculative decoding with ``drafter`` and draft length ``k`` on the trace: exact forwards (the real
-    drafter on the real contexts, rolled back after each round as the verifier rolls it back)."""
+    drafter on the real contexts, rolled back after each round as the verifier rolls it back). ``name`` and
+    ``max_ngram_size`` label the row; a copying drafter's own time is kept, a draft model's is its forwards'."""
     spent = 0.0
 
     def propose(context: list[int], _emitted: int, room: int) -> list[int]:
@@ -186,14 +187,13 @@ def replay_drafter(trace: Trace, eos_token_ids: frozenset[int], drafter: Propose
         spent += time.perf_counter() - started
         return tokens
 
-    forwards, widths, drafted, accepted = _replay(trace, eos_token_ids, k, propose, drafter.rollback)
-    if drafter.kind == "lookup":
-        assert isinstance(drafter, PromptLookup)
-        return Replayed("pld", drafter.max_ngram_size, k, forwards, tuple(widths), drafted, accepted, spent)
-    return Replayed("draft", None, k, forwards, tuple(widths), drafted, accepted)
+    forwards, widths, drafted, accepted = replay_widths(trace, eos_token_ids, k, propose, drafter.rollback)
+    return Replayed(name, max_ngram_size, k, forwards, tuple(widths), drafted, accepted,
+                    spent if drafter.free_to_ask else 0.0)
 
 
-def replay_tree(trace: Trace, eos_token_ids: frozenset[int], drafter: Proposer, k: int) -> Replayed:
+def replay_tree(trace: Trace, eos_token_ids: frozenset[int], drafter: Proposer, k: int, *, name: Drafter,
+                max_ngram_size: int | None = None) -> Replayed:
     """Greedy tree verification with a copying drafter that gives trees (prompt lookup's every match, suffix
     drafting with no history but the trace's own text) on the trace: exact forwards, each as wide as its tree."""
     spent = 0.0
@@ -205,91 +205,8 @@ def replay_tree(trace: Trace, eos_token_ids: frozenset[int], drafter: Proposer, 
         spent += time.perf_counter() - started
         return draft.tree or TokenTree.from_chains([draft.token_ids[:room]])
 
-    forwards, widths, drafted, accepted = _replay(trace, eos_token_ids, k, propose, drafter.rollback)
-    size = drafter.max_ngram_size if isinstance(drafter, PromptLookup) else None
-    kind: Drafter = "pld tree" if isinstance(drafter, PromptLookup) else "suffix"
-    return Replayed(kind, size, k, forwards, tuple(widths), drafted, accepted, spent, drafter.tree_budget)
-
-
-def tree_rows(trace: Trace, eos_token_ids: frozenset[int], budgets: Iterable[int] = TREE_BUDGETS,
-              max_ngram_size: int = 3, num_pred_tokens: int = 10) -> list[Replayed]:
-    """:func:`replay_tree` at each tree budget: prompt lookup's every match, and suffix drafting."""
-    from .suffix_drafting import SuffixDrafter, SuffixHistory
-
-    rows = []
-    for budget in budgets:
-        rows.append(replay_tree(trace, eos_token_ids, PromptLookup(max_ngram_size, num_pred_tokens, eos_token_ids,
-                                                                   budget), num_pred_tokens))
-        rows.append(replay_tree(trace, eos_token_ids, SuffixDrafter(SuffixHistory(), num_pred_tokens, budget,
-                                                                    eos_token_ids), num_pred_tokens))
-    return rows
-
-
-def replay_lookup(trace: Trace, eos_token_ids: frozenset[int], max_ngram_size: int,
-                  num_pred_tokens: int) -> Replayed:
-    """Greedy PLD with these settings on the trace (its lookups timed as they run: they are part of its cost)."""
-    return replay_drafter(trace, eos_token_ids, PromptLookup(max_ngram_size, num_pred_tokens, eos_token_ids),
-                          num_pred_tokens)
-
-
-class LookupMemo:
-    """:func:`replay_lookup`'s widths for every k, its lookups kept from call to call.
-
-    A lookup with a shorter k finds the same n-gram and copies a prefix of the same tokens, so the replays of
-    one text under every k, and of the same text grown longer, can share one lookup per position: each position's
-    longest copy is looked up once and cut to what a replay asks. The adaptive draft length replays eleven
-    lengths every few rounds, which without this took 4 % of a run. Positions are known by the context's length,
-    so a memo serves one text as it grows (one run); other lookup settings need another memo.
-    """
-
-    def __init__(self, eos_token_ids: frozenset[int], max_ngram_size: int, num_pred_tokens: int) -> None:
-        self.eos_token_ids = eos_token_ids
-        self.lookup = PromptLookup(max_ngram_size, num_pred_tokens, eos_token_ids)
-        self.settings = (max_ngram_size, num_pred_tokens)
-        self.copies: dict[int, list[int]] = {}  # context length -> the longest copy found there
-
-    def widths(self, trace: Trace, k: int) -> tuple[int, ...]:
-        """The widths of the target's forwards greedy PLD with draft length ``k`` would have used on ``trace``."""
-        def propose(context: list[int], _emitted: int, room: int) -> list[int]:
-            if len(context) not in self.copies:
-                self.copies[len(context)] = self.lookup.propose(context, self.lookup.num_pred_tokens, [], True,
-                                                                None).token_ids
-            return self.copies[len(context)][:room]
-
-        return tuple(_replay(trace, self.eos_token_ids, min(k, self.lookup.num_pred_tokens), propose)[1])
-
-
-class SuffixMemo:
-    """Suffix drafting's replay widths for every k, each position's draft made once.
-
-    Suffix drafting's tree at draft length k is its deepest tree with the nodes deeper than k left out (the trees
-    it grows do not depend on k), so one tree per position serves the replays of every k. The trees are made in
-    the order of the text, so the memo's own drafter grows its tree of the run a token at a time, as the live one
-    does; it drafts from the same history.
-    """
-
-    def __init__(self, drafter: SuffixDrafter, eos_token_ids: frozenset[int]) -> None:
-        from .suffix_drafting import SuffixDrafter
-
-        self.eos_token_ids = eos_token_ids
-        self.settings = (drafter.num_pred_tokens, drafter.tree_budget)
-        self.drafter = SuffixDrafter(drafter.history, drafter.num_pred_tokens, drafter.tree_budget, eos_token_ids)
-        self.trees: list[TokenTree] = []  # trees[i]: the draft after the prompt and the first i + 1 tokens
-
-    def widths(self, trace: Trace, k: int) -> tuple[int, ...]:
-        """The widths of the target's forwards greedy suffix drafting with draft length ``k`` would have used."""
-        text = [*trace.prompt_ids, *trace.token_ids]
-        for i in range(len(self.trees), len(trace.token_ids)):  # the positions not drafted yet, in order
-            draft = self.drafter.propose(text[: len(trace.prompt_ids) + i + 1], self.drafter.num_pred_tokens, [],
-                                         True, None)
-            self.trees.append(draft.tree or TokenTree.from_chains([draft.token_ids]))
-        start = len(trace.prompt_ids)
-
-        def propose(context: list[int], _emitted: int, room: int) -> TokenTree:
-            tree = self.trees[len(context) - start - 1]
-            return tree.kept([depth <= room for depth in tree.depths()])[0]
-
-        return tuple(_replay(trace, self.eos_token_ids, min(k, self.drafter.num_pred_tokens), propose)[1])
+    forwards, widths, drafted, accepted = replay_widths(trace, eos_token_ids, k, propose, drafter.rollback)
+    return Replayed(name, max_ngram_size, k, forwards, tuple(widths), drafted, accepted, spent, drafter.tree_budget)
 
 
 def draft_confidence(trace: Trace, given: float | None) -> float:
@@ -324,3 +241,32 @@ def replay_draft(trace: Trace, eos_token_ids: frozenset[int], draft: DraftModel,
             forward(target, torch.tensor([trace.prompt_ids], device=target.device), cache)
             drafter.prefilled(list(trace.prompt_ids), cache)
         return replay_drafter(trace, eos_token_ids, drafter, num_draft_tokens, _processors(trace))
+
+
+class Memo(Protocol):
+    """A copying drafter's replays of one run as it grows, each position's draft made once (:meth:`widths`)."""
+
+    settings: tuple[int, int]  # the drafter's settings it was made for
+
+    def widths(self, trace: Trace, k: int) -> tuple[int, ...]:
+        """The widths of the target's forwards a fixed draft length ``k`` would have used on ``trace``."""
+        ...
+
+
+def replay_so_far(transcript: Transcript, make: Callable[[], Memo], settings: Callable[[], tuple[int, int]]) -> Replay:
+    """What a fixed draft length k would have fed the target in this run so far, from a copying drafter's memo
+    (made again by ``make`` when the drafter's ``settings`` changed mid-run)."""
+    memo: Memo | None = None
+
+    def widths(k: int) -> tuple[int, ...]:
+        nonlocal memo
+        so_far = transcript.token_ids
+        if k == 0 or len(so_far) < 2:
+            return (1,) * max(len(so_far) - 1, 0)
+        if memo is None or memo.settings != settings():  # retuned mid-run
+            memo = make()
+        trace = Trace(source="the run so far", model="", mode="greedy", prompt_ids=transcript.prompt_ids,
+                      token_ids=tuple(so_far), max_new_tokens=len(so_far), target_forwards=0, params={})
+        return memo.widths(trace, k)
+
+    return widths

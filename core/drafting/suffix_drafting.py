@@ -20,13 +20,15 @@ import json
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path as FilePath
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import UsageError
 from ..model.acquire import drive
 from ..token_tree import TokenTree
+from .drafters import Draft, Replay
+from .replay import Trace, replay_so_far, replay_widths
 from .suffix_array import SuffixArray, build
 from .suffix_tree import Speculation, SuffixTree
 
@@ -36,8 +38,8 @@ if TYPE_CHECKING:
 
     from ..model.loading import LoadedModel
     from ..params import DecodeConfig, DraftParams
-    from ..record.events import Stage
-    from .drafters import Draft
+    from ..record.events import Stage, TokenSource
+    from ..record.transcript import Transcript
 
 # The most history text a run reads (all --history files together). An index over it needs about 70 bytes a token
 # while it is built and 8 at rest (core/drafting/suffix_array.py), at about 4 bytes of English text a token.
@@ -241,7 +243,9 @@ def _is_jsonl(text: str) -> bool:
 class SuffixDrafter:
     """A drafter (:class:`~decode_tui.core.drafting.drafters.Drafter`) of suffix trees: this run's and the history's."""
 
-    kind: Literal["model", "lookup"] = "lookup"
+    source: TokenSource = "lookup"
+    free_to_ask = True
+    stops_itself = False
 
     def __init__(self, history: SuffixHistory, num_pred_tokens: int, tree_budget: int,
                  eos_token_ids: frozenset[int] = frozenset()) -> None:
@@ -256,8 +260,6 @@ class SuffixDrafter:
 
     def propose(self, context: list[int], k: int, processors: list[tuple[Stage, LogitsProcessor]], greedy: bool,
                 generator: torch.Generator | None) -> Draft:
-        from .drafters import Draft
-
         self._follow(context)
         depth = min(k, self.num_pred_tokens)
         if depth < 1:
@@ -298,6 +300,16 @@ class SuffixDrafter:
     def prefilled(self, context: list[int], cache: object) -> None:
         pass
 
+    def replay(self, transcript: Transcript) -> Replay | None:
+        return replay_so_far(transcript, lambda: SuffixMemo(self, transcript.eos_token_ids),
+                             lambda: (self.num_pred_tokens, self.tree_budget))
+
+    def draft_length(self, params: DraftParams) -> int:
+        return params.length("lookup")
+
+    def time_step(self, context: list[int], processors: list[tuple[Stage, LogitsProcessor]]) -> float:
+        return 0.0  # a draft from the trees runs no forward
+
     def tune(self, params: DraftParams) -> None:
         self.num_pred_tokens = params.num_pred_tokens
         if params.tree_budget is not None:
@@ -306,3 +318,33 @@ class SuffixDrafter:
     def close(self) -> None:
         pass
 
+
+class SuffixMemo:
+    """Suffix drafting's replay widths for every k, each position's draft made once.
+
+    Suffix drafting's tree at draft length k is its deepest tree with the nodes deeper than k left out (the trees
+    it grows do not depend on k), so one tree per position serves the replays of every k. The trees are made in
+    the order of the text, so the memo's own drafter grows its tree of the run a token at a time, as the live one
+    does; it drafts from the same history.
+    """
+
+    def __init__(self, drafter: SuffixDrafter, eos_token_ids: frozenset[int]) -> None:
+        self.eos_token_ids = eos_token_ids
+        self.settings = (drafter.num_pred_tokens, drafter.tree_budget)
+        self.drafter = SuffixDrafter(drafter.history, drafter.num_pred_tokens, drafter.tree_budget, eos_token_ids)
+        self.trees: list[TokenTree] = []  # trees[i]: the draft after the prompt and the first i + 1 tokens
+
+    def widths(self, trace: Trace, k: int) -> tuple[int, ...]:
+        """The widths of the target's forwards greedy suffix drafting with draft length ``k`` would have used."""
+        text = [*trace.prompt_ids, *trace.token_ids]
+        for i in range(len(self.trees), len(trace.token_ids)):  # the positions not drafted yet, in order
+            draft = self.drafter.propose(text[: len(trace.prompt_ids) + i + 1], self.drafter.num_pred_tokens, [],
+                                         True, None)
+            self.trees.append(draft.tree or TokenTree.from_chains([draft.token_ids]))
+        start = len(trace.prompt_ids)
+
+        def propose(context: list[int], _emitted: int, room: int) -> TokenTree:
+            tree = self.trees[len(context) - start - 1]
+            return tree.kept([depth <= room for depth in tree.depths()])[0]
+
+        return tuple(replay_widths(trace, self.eos_token_ids, min(k, self.drafter.num_pred_tokens), propose)[1])

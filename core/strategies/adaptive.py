@@ -11,12 +11,11 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Callable
 
+from ..drafting.drafters import Replay
 from ..execution.widths import Times, verify_prices
 from ..record.draft_stats import fit_verify_costs
 
-Replay = Callable[[int], tuple[int, ...]]  # k -> the widths of the forwards a fixed k would have used so far
 MIN_HISTORY = 8  # tokens of the run a replay needs before its choice is trusted
 # The first round's draft length with a draft model: enough to measure the acceptance, and a draft that cannot pay
 # (a GPU, where a draft step costs about a target step) costs at most this many of its steps before the policy knows.
