@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from decode_vs_hf import PROMPTS, timed_run
 
-from decode_tui.core.drafting.drafters import load_draft
+from decode_tui.core.drafting.draft_models import load_draft
 from decode_tui.core.model.embedded import pull
 from decode_tui.core.model.loading import load_model
 from decode_tui.core.model.registry import resolve

@@ -44,7 +44,7 @@ from typing import Any
 
 from textual import events
 
-from decode_tui.core.execution.forward import HostCopy
+from decode_tui.core.execution.transfers import HostCopy
 from decode_tui.core.live import LiveParams
 from decode_tui.core.model.embedded import pull
 from decode_tui.core.model.loading import LoadedModel, load_model

@@ -21,7 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from decode_tui.core.drafting.drafters import DraftModel, ModelDrafter, load_draft
+from decode_tui.core.drafting.draft_models import DraftModel, load_draft
+from decode_tui.core.drafting.drafters import ModelDrafter
 from decode_tui.core.model.embedded import pull
 from decode_tui.core.model.loading import LoadedModel, load_model
 from decode_tui.core.model.registry import resolve

@@ -208,7 +208,7 @@ def drafting(lm: LoadedModel, new_tokens: int, repeats: int, spec: str = DEFAULT
 
     End-of-sequence stays on (the drafting modes must give greedy's exact tokens either way).
     """
-    from decode_tui.core.drafting.drafters import load_draft
+    from decode_tui.core.drafting.draft_models import load_draft
     from decode_tui.core.params import DraftParams
 
     draft = load_draft(lm, spec)

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from decode_tui.core.analysis.compare import compare
-from decode_tui.core.drafting.drafters import load_draft
+from decode_tui.core.drafting.draft_models import load_draft
 from decode_tui.core.model.embedded import pull
 from decode_tui.core.model.loading import load_model
 from decode_tui.core.model.registry import resolve

@@ -27,7 +27,7 @@ import torch
 from transformers import DynamicCache
 
 from decode_tui.core.drafting import target_drafts
-from decode_tui.core.drafting.drafters import load_draft
+from decode_tui.core.drafting.draft_models import load_draft
 from decode_tui.core.model.embedded import pull
 from decode_tui.core.model.loading import load_model
 from decode_tui.core.model.registry import resolve

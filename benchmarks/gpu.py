@@ -60,7 +60,8 @@ from typing import Any
 
 import torch
 
-from decode_tui.core.execution.forward import forward, new_cache, rollback, to_host
+from decode_tui.core.execution.forward import forward, new_cache, rollback
+from decode_tui.core.execution.transfers import to_host
 from decode_tui.core.model.loading import LoadedModel
 from decode_tui.core.params import DecodeConfig, DraftParams
 from decode_tui.core.record.events import DraftProposed, Finished
@@ -290,7 +291,7 @@ def drafting_section(lm: LoadedModel, new_tokens: int, repeats: int, drafts: lis
     Each prompt's row goes into ``rows`` and is saved as soon as it is measured: a phase stopped at its time limit
     keeps the prompts it finished.
     """
-    from decode_tui.core.drafting.drafters import load_draft
+    from decode_tui.core.drafting.draft_models import load_draft
 
     built = {spec: load_draft(lm, spec) for spec in drafts}
     variants: dict[str, tuple[DecodeConfig, Any]] = {
@@ -413,7 +414,7 @@ def unfused_draft(lm: LoadedModel, spec: str) -> Any:
     from unittest import mock
 
     from decode_tui.core.drafting import target_drafts
-    from decode_tui.core.drafting.drafters import load_draft
+    from decode_tui.core.drafting.draft_models import load_draft
     from tests.controls import unfused_build
 
     with mock.patch.object(target_drafts, "build", unfused_build):
@@ -426,7 +427,7 @@ def draft_cost_section(lm: LoadedModel, drafts: list[str], new_tokens: int) -> d
     draft's layers fused (the default) and, the control, with transformers' own: what the fewer kernels save.
     Beside each c, the CUDA kernels one eager step launches (the target's too), which c should follow."""
     from decode_tui.core.drafting import draft_layers
-    from decode_tui.core.drafting.drafters import load_draft
+    from decode_tui.core.drafting.draft_models import load_draft
     from decode_tui.core.params import target_draft
 
     rows: dict[str, Any] = {"target": {"kernels": step_kernels(lm.model)}}

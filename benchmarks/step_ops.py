@@ -30,7 +30,7 @@ from unittest import mock
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from decode_tui.core.drafting.drafters import load_draft
+from decode_tui.core.drafting.draft_models import load_draft
 from decode_tui.core.execution import forward
 from decode_tui.core.params import DecodeConfig
 from decode_tui.core.record.events import BeamStepped, TokenEmitted

@@ -79,7 +79,7 @@ def main() -> None:
                           flush=True)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=ROOT, check=False)
-    summary = {}
+    summary: dict[str, dict[str, dict[str, Any]]] = {}
     for side, rounds in runs.items():
         for mode in [row["mode"] for row in rounds[0]]:
             speedups = [row["speedup"] for rows in rounds for row in rows if row["mode"] == mode]

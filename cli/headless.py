@@ -30,7 +30,7 @@ from .steering import Steering, forced_summary
 
 if TYPE_CHECKING:
 
-    from ..core.drafting.drafters import DraftModel
+    from ..core.drafting.draft_models import DraftModel
     from ..core.model.loading import LoadedModel
     from ..core.record.events import BeamStepped, Finished, TokenEmitted
     from ..core.record.path import Path

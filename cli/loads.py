@@ -20,7 +20,7 @@ from .steering import Steering, build_path
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-    from ..core.drafting.drafters import DraftModel
+    from ..core.drafting.draft_models import DraftModel
     from ..core.model.loading import LoadedModel
     from ..core.model.registry import ResolvedModel
     from ..core.record.path import Path
@@ -88,7 +88,7 @@ def checked_before_the_weights(resolved: ResolvedModel, tokenizer: PreTrainedTok
     check_prompt_fits(len(encode_prompt(tokenizer, prompt, chat)), context, resolved.display_name)
     if draft is None:
         return None
-    from ..core.drafting.drafters import check_same_vocabulary
+    from ..core.drafting.draft_models import check_same_vocabulary
 
     draft_tokenizer = load_tokenizer(draft, trust_remote_code)
     check_same_vocabulary(tokenizer, draft_tokenizer)
@@ -163,7 +163,7 @@ def load(resolved: ResolvedModel, device: str, dtype: str, trust_remote_code: bo
 def load_draft(lm: LoadedModel, spec: str, trust_remote_code: bool, named: bool = True,
                tokenizer: PreTrainedTokenizerBase | None = None) -> DraftModel:
     """The draft model for ``spec`` (``tokenizer``: a draft model's, where it was loaded already), and its note."""
-    from ..core.drafting import drafters
+    from ..core.drafting import draft_models as drafters
 
     with status(drafters.preparing(spec)) as progress:
         draft = drafters.load_draft(lm, spec, trust_remote_code, progress, named=named, tokenizer=tokenizer)

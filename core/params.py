@@ -222,7 +222,7 @@ class DraftParams:
     # is likely rejected, and drafting past it wasted work (transformers' assistant_confidence_threshold, 0.4).
     confidence_threshold: float = 0.4
     # The user named ``draft`` (a flag, the settings): one this device cannot run is refused, not replaced by
-    # ``self`` as the default is (core/drafters.load_draft).
+    # ``self`` as the default is (core/drafting/draft_models.load_draft).
     named: bool = False
     # The most drafted nodes one verification reads when drafts are trees: prompt lookup then merges every match
     # (None: it drafts the first match's chain, as transformers does); suffix drafting always drafts trees (None:

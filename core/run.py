@@ -24,7 +24,8 @@ import torch
 from .choosing.bad_words import token_bytes
 from .choosing.grammar import Grammar, GrammarMask, check_path
 from .choosing.sampling import StageContext
-from .drafting.drafters import Drafter, DraftModel, load_draft
+from .drafting.draft_models import DraftModel, load_draft
+from .drafting.drafters import Drafter
 from .drafting.prompt_lookup import PromptLookup
 from .drafting.suffix_drafting import SuffixDrafter, SuffixHistory, history_files_for
 from .errors import UsageError
@@ -50,7 +51,8 @@ class Run:
     def __init__(self, lm: LoadedModel, prompt: str, config: DecodeConfig,
                  draft: DraftModel | None = None, live: LiveParams | None = None, path: Path | None = None,
                  history: SuffixHistory | None = None) -> None:
-        """``draft``: for speculative mode, the draft model (see :func:`~decode_tui.core.drafting.drafters.load_draft`);
+        """``draft``: for speculative mode, the draft model
+        (see :func:`~decode_tui.core.drafting.draft_models.load_draft`);
         built from ``config.draft`` when not given.
         ``live``: settings a front end may change mid-run (see :mod:`~decode_tui.core.live`).
         ``path``: tokens already decided (a branch: kept from a parent, then forced), emitted first; the run

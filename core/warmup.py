@@ -26,7 +26,7 @@ from .modes import DRAFTING_MODES
 from .record.events import BeamStepped, DraftVerified, TokenEmitted
 
 if TYPE_CHECKING:
-    from .drafting.drafters import DraftModel
+    from .drafting.draft_models import DraftModel
     from .model.loading import LoadedModel
     from .params import DecodeConfig
 

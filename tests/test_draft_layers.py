@@ -349,7 +349,7 @@ def test_a_draft_that_kept_transformers_modules_says_so_on_cuda_only() -> None:
     """The note that would have shown SmolLM2's 7 unfused attentions at once: on CUDA, where each kept module's
     kernels are most of its cost, and not on a CPU, nor for the benchmarks' unfused control, which keeps them on
     purpose."""
-    from decode_tui.core.drafting.drafters import _unfused_on
+    from decode_tui.core.drafting.draft_models import _unfused_on
 
     qwen3 = target_drafts.build(_qwen3(), TargetDraft(4))
     note = _unfused_on("int4", TargetDraft(4), qwen3, torch.device("cuda"))

@@ -281,7 +281,7 @@ def test_a_step_on_the_static_cache_moves_its_end_once_not_once_a_layer(eager: N
 def test_one_host_copy_keeps_every_value_of_its_mixed_inputs_exactly() -> None:
     """Token ids (long), scores (float32, bfloat16) and flags (bool) go to the host in one float64 copy: every
     id below 2**53 exactly, every float unchanged, in the order given."""
-    from decode_tui.core.execution.forward import to_host
+    from decode_tui.core.execution.transfers import to_host
 
     ids = torch.tensor([[0, 151_643], [2**40 + 1, 7]])
     scores = torch.tensor([-1.0e9, 0.1, float("-inf"), 3.4e38], dtype=torch.float32)
@@ -293,7 +293,7 @@ def test_one_host_copy_keeps_every_value_of_its_mixed_inputs_exactly() -> None:
 
 def test_ids_go_to_the_cpu_as_torch_tensor_would_make_them() -> None:
     """``forward.on_device`` off CUDA is torch.tensor itself (on CUDA it copies from pinned memory, in test_gpu)."""
-    from decode_tui.core.execution.forward import on_device
+    from decode_tui.core.execution.transfers import on_device
 
     for values in ([], [3], [[1, 2, 3], [4, 5, 6]]):
         got = on_device(values, torch.device("cpu"))

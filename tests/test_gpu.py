@@ -30,8 +30,9 @@ import decode_tui.core
 from decode_tui.core.drafting.drafters import Drafter, ModelDrafter
 from decode_tui.core.drafting.prompt_lookup import PromptLookup
 from decode_tui.core.execution import float_mask
-from decode_tui.core.execution.forward import HostCopy, graph_failure
+from decode_tui.core.execution.forward import graph_failure
 from decode_tui.core.execution.model_state import state_of
+from decode_tui.core.execution.transfers import HostCopy
 from decode_tui.core.model.loading import resolve_device, resolve_dtype
 from decode_tui.core.params import BeamParams, DecodeConfig, SamplingParams
 from decode_tui.core.record.detokenize import Detokenizer
@@ -289,7 +290,7 @@ def test_the_targets_float_masks_are_exact_on_cuda_and_its_graphs_give_the_plain
 def test_ids_uploaded_without_a_wait_arrive_whole() -> None:
     """``forward.on_device`` copies from pinned memory without blocking: what arrives is what was sent, an empty list
     (a run without end-of-text ids) included, and later work on the stream sees it."""
-    from decode_tui.core.execution.forward import on_device
+    from decode_tui.core.execution.transfers import on_device
 
     for values in ([], [3], [[1, 2, 3]], list(range(5000))):
         sent = on_device(values, CUDA)
@@ -566,8 +567,8 @@ def test_the_shared_cache_end_and_a_fused_drafts_float_mask_launch_fewer_kernels
     from transformers import AutoConfig, AutoModelForCausalLM, StaticCache
 
     from decode_tui.core.drafting import target_drafts
-    from decode_tui.core.execution.forward import ends as forward_ends
     from decode_tui.core.execution.forward import new_cache
+    from decode_tui.core.execution.shared_end import ends as forward_ends
     from decode_tui.core.params import TargetDraft
 
     layers = 8

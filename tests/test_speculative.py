@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from decode_tui.core.drafting import target_drafts
-from decode_tui.core.drafting.drafters import ModelDrafter, shared_vocab_size
+from decode_tui.core.drafting.draft_models import shared_vocab_size
+from decode_tui.core.drafting.drafters import ModelDrafter
 from decode_tui.core.drafting.prompt_lookup import PromptLookup
 from decode_tui.core.errors import UsageError
 from decode_tui.core.execution.widths import remembered_times
@@ -363,7 +364,7 @@ def test_a_draft_model_of_another_vocabulary_is_refused_before_its_weights_load(
     """Its tokenizer alone says so (the app loads a draft after its target, and a draft's weights take a while);
     the control: a draft of the target's vocabulary goes on to load its weights, with the tokenizer it was checked
     with."""
-    from decode_tui.core.drafting.drafters import load_draft
+    from decode_tui.core.drafting.draft_models import load_draft
     from decode_tui.core.model import loading
 
     from .test_autoregressive import loaded

@@ -93,10 +93,10 @@ def host_transfers(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 def copies_and_waits(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """A list that records, in order, each host copy queued ("copy") and each wait for one ("wait"); a test adds
     the forwards (a pre-hook on the model) to read the order of the stream."""
-    from decode_tui.core.execution import forward as forward_module
+    from decode_tui.core.execution import transfers as transfers_module
 
     calls: list[str] = []
-    original_init, original_wait = forward_module.HostCopy.__init__, forward_module.HostCopy.wait
+    original_init, original_wait = transfers_module.HostCopy.__init__, transfers_module.HostCopy.wait
 
     def init(self: Any, tensors: list[torch.Tensor]) -> None:
         calls.append("copy")
@@ -106,8 +106,8 @@ def copies_and_waits(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         calls.append("wait")
         return original_wait(self)
 
-    monkeypatch.setattr(forward_module.HostCopy, "__init__", init)
-    monkeypatch.setattr(forward_module.HostCopy, "wait", wait)
+    monkeypatch.setattr(transfers_module.HostCopy, "__init__", init)
+    monkeypatch.setattr(transfers_module.HostCopy, "wait", wait)
     return calls
 
 
@@ -192,7 +192,7 @@ def test_the_core_uploads_ids_without_blocking(byte_bpe: Any, monkeypatch: pytes
     """``torch.tensor(ids, device=...)`` copies to a GPU from pageable memory and then waits for the device's queue:
     in a verification round, for the pass just queued. The core uploads through ``forward.on_device`` (pinned, not
     blocking, on CUDA; tests/test_gpu.py watches it there with CUDA's sync debug mode) and never this way."""
-    from decode_tui.core.execution import forward as forward_module
+    from decode_tui.core.execution import transfers as forward_module
 
     blocking: list[str] = []
     uploads: list[str] = []

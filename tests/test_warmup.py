@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from decode_tui.core.analysis.compare import compare
-from decode_tui.core.drafting.drafters import DraftModel
+from decode_tui.core.drafting.draft_models import DraftModel
 from decode_tui.core.execution import forward as forward_module
 from decode_tui.core.execution.model_state import state_of
 from decode_tui.core.model.loading import load_model

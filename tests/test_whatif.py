@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from decode_tui.core.analysis.whatif import Costs, best, table
 from decode_tui.core.drafting import target_drafts
-from decode_tui.core.drafting.drafters import Draft, DraftModel
+from decode_tui.core.drafting.draft_models import DraftModel
+from decode_tui.core.drafting.drafters import Draft
 from decode_tui.core.drafting.prompt_lookup import LookupMemo, PromptLookup, replay_lookup
 from decode_tui.core.drafting.replay import (
     Trace,

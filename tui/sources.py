@@ -25,7 +25,7 @@ from .settings import Settings
 SourceFactory = Callable[[Settings, LiveParams], EventSource]
 
 if TYPE_CHECKING:
-    from ..core.drafting.drafters import DraftModel
+    from ..core.drafting.draft_models import DraftModel
     from ..core.drafting.suffix_drafting import SuffixHistory
     from ..core.model.loading import LoadedModel
     from ..core.model.registry import ResolvedModel
@@ -163,7 +163,7 @@ class ModelRunner:
             # A clear message for a draft that is not on disk, before anything heavy.
             yield from _ensure(model_spec, "--draft")
         yield Notice("loading", f"preparing the draft model ({spec})…")
-        from ..core.drafting.drafters import load_draft
+        from ..core.drafting.draft_models import load_draft
 
         draft = load_draft(lm, spec, settings.trust_remote_code, named=settings.config.draft.named)
         if draft.note is not None:

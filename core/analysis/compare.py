@@ -24,7 +24,7 @@ from ..record.timeline import ForwardRow, Timeline
 from ..warmup import warm_up
 
 if TYPE_CHECKING:
-    from ..drafting.drafters import DraftModel
+    from ..drafting.draft_models import DraftModel
     from ..model.loading import LoadedModel
 
 

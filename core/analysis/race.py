@@ -26,7 +26,7 @@ from ..record.events import Event, Finished
 from ..warmup import warm_up
 
 if TYPE_CHECKING:
-    from ..drafting.drafters import DraftModel
+    from ..drafting.draft_models import DraftModel
     from ..model.loading import LoadedModel
 
 BASELINE = "greedy"

@@ -23,7 +23,7 @@ TREE_BUDGETS = (4, 8, 16)  # --tree-budget settings: prompt lookup's every match
 
 if TYPE_CHECKING:
 
-    from ..drafting.drafters import DraftModel
+    from ..drafting.draft_models import DraftModel
     from ..model.loading import LoadedModel
 
 

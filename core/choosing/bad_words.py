@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import torch
 from transformers.generation.logits_process import LogitsProcessor
 
-from ..execution.forward import to_device
+from ..execution.transfers import to_device
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

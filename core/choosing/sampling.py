@@ -39,7 +39,7 @@ from transformers.generation.logits_process import (
 )
 
 from ..errors import UsageError
-from ..execution.forward import HostCopy
+from ..execution.transfers import HostCopy
 from ..params import WARPERS, SamplingParams
 from ..record.events import Stage
 from ..record.path import host_stats, token_stats
@@ -260,7 +260,7 @@ def draw_later(
     processors: list[tuple[Stage, LogitsProcessor]] | None = None,
 ) -> PendingDraw:
     """:func:`draw` with the host copy queued but not waited for (see
-    :class:`~decode_tui.core.execution.forward.HostCopy`).
+    :class:`~decode_tui.core.execution.transfers.HostCopy`).
 
     ``processors``: the stages' processors (as ``staged`` came from them), for the figures that say why each
     stage cut where it did.

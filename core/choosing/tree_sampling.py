@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import torch
 
-from ..execution.forward import to_host
+from ..execution.transfers import to_host
 
 
 class Among(NamedTuple):

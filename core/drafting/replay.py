@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
     from ..record.events import Stage
     from ..record.transcript import Transcript
-    from .drafters import DraftModel
+    from .draft_models import DraftModel
 
 NGRAM_SIZES = range(1, 6)  # max_ngram_size settings a PLD what-if tries
 DRAFT_LENGTHS = range(1, 13)  # num_pred_tokens / num_draft_tokens settings

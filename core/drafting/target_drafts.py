@@ -40,7 +40,7 @@ Whether a device can run a quantised draft is not guessed from its name:
 with the device's kernel and compares it with the plain product. A device with
 no kernel, a torch that lacks one, a GPU the kernel does not support, or a
 packing that came out wrong all fail that check, and the draft is refused (or,
-when nobody named it, replaced: :func:`decode_tui.core.drafting.drafters.load_draft`).
+when nobody named it, replaced: :func:`decode_tui.core.drafting.draft_models.load_draft`).
 
 It knows how to build a draft module; nothing of drafting or verifying.
 """

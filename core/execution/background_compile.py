@@ -51,8 +51,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..errors import first_line
-from .forward import COMPILED_UP_TO, StaticKV, _Captured, captured_shapes, compile_forward, kept_ends
+from .forward import COMPILED_UP_TO, StaticKV, _Captured, captured_shapes, compile_forward
 from .model_state import state_of
+from .shared_end import kept_ends
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel

@@ -37,11 +37,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from transformers import DynamicCache
-from transformers.cache_utils import Cache, StaticLayer
+from transformers.cache_utils import Cache
 
 from ..errors import first_line
 from . import float_mask
 from .model_state import state_of
+from .shared_end import SharedEndLayer, _End, ends, kept_ends
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -55,79 +56,6 @@ TREE_CAPTURED_UP_TO = 129
 TREE = -1
 
 StaticPath = Literal["graphs", "compiled"]
-
-class _End:
-    """The write position that every layer of one :class:`StaticKV` shares, and the positions a pass writes."""
-
-    def __init__(self) -> None:
-        self.length = torch.tensor(0, dtype=torch.long)  # a device tensor once the first pass has run
-        self.positions: torch.Tensor | None = None  # [W]: where the current pass writes, set by its first layer
-
-
-class SharedEndLayer(StaticLayer):
-    """transformers' static layer, but the layers of a cache share one write position, advanced once a pass.
-
-    transformers' static layer keeps a write position of its own and, in every layer of every pass, builds
-    the positions to write (an ``arange`` and an add) and advances its position (an add in place): three
-    kernels a layer on a GPU, where a small model's step costs about a kernel's launch and tail per op (for
-    the embedded model's 30 layers, 87 of a step's 1378 ops; for its int4 draft, 87 of 595). All layers of a
-    pass write at the same positions, so here the first layer to write builds them and advances the shared
-    position, and the others read them: three kernels a pass. Its keys and values,
-    and so the model's outputs, are those of transformers' layer (a test compares them).
-    """
-
-    def __init__(self, max_cache_len: int, end: _End, first: bool) -> None:
-        self.end, self.first = end, first  # before the base class sets ``cumulative_length``, which is the end's
-        super().__init__(max_cache_len=max_cache_len)
-
-    @property  # type: ignore[override]
-    def cumulative_length(self) -> torch.Tensor:
-        return self.end.length
-
-    @cumulative_length.setter
-    def cumulative_length(self, value: torch.Tensor) -> None:
-        # The base class sets it when built and moves it to the device on its first pass; the move returns the
-        # same tensor for every layer after the first, so the layers keep sharing it.
-        self.end.length = value
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any,
-               ) -> tuple[torch.Tensor, torch.Tensor]:
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        if self.first:  # the first layer of a pass: where this pass writes, then the end moves past it
-            width = key_states.shape[-2]
-            self.end.positions = torch.arange(width, device=self.device) + self.end.length  # [W]
-            self.end.length.add_(width)  # in place: captured graphs read it at its address
-        positions, keys, values = self.end.positions, self.keys, self.values
-        assert positions is not None and positions.shape[0] == key_states.shape[-2], "a layer wrote before the first"
-        assert keys is not None and values is not None  # allocated by the lazy initialisation
-        keys.index_copy_(2, positions, key_states)
-        values.index_copy_(2, positions, value_states)
-        return keys, values
-
-    def crop(self, tokens_to_remove: int) -> None:
-        if self.first:  # transformers' cache crops every layer: the shared end moves once
-            super().crop(tokens_to_remove)
-
-
-def ends(cache: Cache) -> list[torch.Tensor]:
-    """The write positions of ``cache``'s static layers, each once: one where they share it."""
-    found = {id(end): end for layer in cache.layers if isinstance(layer, StaticLayer)
-             for end in [layer.cumulative_length]}
-    return list(found.values())
-
-
-def kept_ends(cache: Cache) -> Callable[[], None]:
-    """What puts ``cache``'s write positions back where they are now (after a pass run only to be measured or
-    captured), in place: captured graphs read them at their addresses."""
-    starts = [(end, end.clone()) for end in ends(cache)]
-
-    def put_back() -> None:
-        for end, start in starts:
-            end.copy_(start)
-
-    return put_back
-
 
 class StaticKV(Cache):
     """Preallocated keys and values for ``max_len`` positions in every layer, rolled back by moving its end.
@@ -499,64 +427,3 @@ def forward(
     if replayed is not None or call is not model:  # a CUDA graph's output is overwritten by its next replay
         return logits.float().clone() if logits.dtype == torch.float32 else logits.float()
     return logits.float()
-
-
-def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """``host`` (a CPU tensor) on ``device``, queued on a GPU without waiting for it.
-
-    A plain ``.to("cuda")`` (and ``torch.tensor(values, device="cuda")``) copies from pageable memory and then
-    synchronises the stream: the host waits for every pass already queued, in a verification round the very pass
-    whose logits it is about to test. Copied from pinned memory without blocking, the values join the queue like
-    a kernel (vLLM stages its inputs the same way); torch's pinned-memory allocator keeps the block until the copy
-    has run.
-    """
-    if device.type != "cuda":
-        return host.to(device)  # the same tensor where the device is the CPU
-    if host.numel() == 0:  # nothing to copy (a run without end-of-text ids, say)
-        return torch.empty(host.shape, dtype=host.dtype, device=device)
-    return host.pin_memory().to(device, non_blocking=True)
-
-
-def on_device(values: Any, device: torch.device, dtype: torch.dtype = torch.long) -> torch.Tensor:
-    """``torch.tensor(values, dtype=dtype, device=device)`` without the wait (see :func:`to_device`)."""
-    return to_device(torch.tensor(values, dtype=dtype), device)
-
-
-def to_host(tensors: list[torch.Tensor]) -> list[float]:
-    """All of ``tensors``, flattened and concatenated, in one device-to-host copy.
-
-    Each such copy waits for the device to finish its queue, so a step gathers everything it decides
-    and shows on the device and copies it once. float64 holds every token id and count exactly and
-    the float32 probabilities and scores unchanged.
-    """
-    return HostCopy(tensors).wait()
-
-
-class HostCopy:
-    """:func:`to_host` in two halves: the copy is queued now, and :meth:`wait` waits for it alone.
-
-    On CUDA the copy goes to pinned memory without blocking, and an event marks its end. Work queued
-    on the device after it (the next step's forward pass) then runs while the host waits for this
-    copy and reports the step: the device is not left idle while Python turns a step into events.
-    On a CPU it is the plain copy; there is nothing to overlap.
-    """
-
-    def __init__(self, tensors: list[torch.Tensor]) -> None:
-        # One cat into a float64 buffer converts every input as it copies it: a conversion of each input first
-        # would be an op (on a GPU, a kernel launched from Python) per tensor, 16 in a beam step.
-        packed = torch.empty(sum(t.numel() for t in tensors), dtype=torch.float64, device=tensors[0].device)
-        with torch.no_grad():  # values only: a draft's probabilities may come from a pass run with autograd on
-            torch.cat([t.reshape(-1) for t in tensors], out=packed)
-        self.event: torch.cuda.Event | None = None
-        if packed.device.type == "cuda":
-            self.host = packed.to("cpu", non_blocking=True)  # into pinned memory from torch's host cache
-            self.event = torch.cuda.Event()  # type: ignore[no-untyped-call]
-            self.event.record()
-        else:
-            self.host = packed
-
-    def wait(self) -> list[float]:
-        if self.event is not None:
-            self.event.synchronize()
-        values: list[float] = self.host.tolist()
-        return values

@@ -18,7 +18,8 @@ import torch
 from ..record.events import TokenEmitted
 from ..record.path import Path, host_stats, token_stats
 from ..record.transcript import TokenStats, Transcript
-from .forward import forward, on_device, rollback
+from .forward import forward, rollback
+from .transfers import on_device
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel

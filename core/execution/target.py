@@ -22,9 +22,10 @@ from ..model.loading import context_length
 from ..record.path import Path
 from ..record.transcript import Transcript
 from ..token_tree import TokenTree
-from .forward import forward, on_device, prepare, rollback, to_host
+from .forward import forward, prepare, rollback
 from .prefill import prefill
 from .prefix_cache import keep, take
+from .transfers import on_device, to_host
 from .tree_attention import keep_path, tree_forward
 from .widths import remembered_times, width_costs
 

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..token_tree import ROOT, TokenTree
-from .forward import StaticKV, on_device, replayed_tree, rollback, to_device
+from .forward import StaticKV, replayed_tree, rollback
+from .transfers import on_device, to_device
 
 if TYPE_CHECKING:
     from transformers import Cache, PreTrainedModel

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 import torch
 
 from ..choosing.sampling import CONTEXT_FREE, processed
-from ..execution.forward import on_device, to_host
+from ..execution.transfers import on_device, to_host
 from ..record.events import PositionVerdict
 from ..record.path import host_stats, token_stats
 from ..record.transcript import TokenStats

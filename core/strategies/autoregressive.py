@@ -21,9 +21,10 @@ import torch
 
 from ..choosing.grammar import GrammarMask
 from ..choosing.sampling import Draw, StageContext, draw_later, stage_processors, staged_scores
-from ..execution.forward import forward, on_device
+from ..execution.forward import forward
 from ..execution.prefill import prefill
 from ..execution.prefix_cache import keep, take
+from ..execution.transfers import on_device
 from ..live import LiveParams
 from ..params import SamplingParams
 from ..record.events import Candidate, Event, StageCandidates, TokenSampled

@@ -36,8 +36,9 @@ import torch
 
 from ..choosing.grammar import GrammarMask
 from ..choosing.sampling import StageContext, processed, stage_processors
-from ..execution.forward import forward, new_cache, on_device, release
+from ..execution.forward import forward, new_cache, release
 from ..execution.prefill import prefill
+from ..execution.transfers import on_device
 from ..live import LiveParams
 from ..params import BeamParams, SamplingParams
 from ..record.events import Event, Finished, FinishReason, Hypothesis, Stage, TokenSampled

@@ -13,7 +13,7 @@ from typing import Literal
 
 import torch
 
-from ..execution.forward import HostCopy, to_host
+from ..execution.transfers import HostCopy, to_host
 from ..record.events import Beam, BeamCandidate, BeamStepped, EarlyStopCheck, Hypothesis
 from ..record.path import host_stats
 from ..record.transcript import TokenStats

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..execution.forward import HostCopy, forward, on_device, rollback
+from ..execution.forward import forward, rollback
+from ..execution.transfers import HostCopy, on_device
 from ..live import LiveParams
 from ..record.events import Event
 from ..record.path import host_stats, token_stats

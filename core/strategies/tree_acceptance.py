@@ -31,7 +31,7 @@ import torch
 
 from ..choosing.sampling import CONTEXT_FREE, processed
 from ..choosing.tree_sampling import accept_among
-from ..execution.forward import on_device, to_host
+from ..execution.transfers import on_device, to_host
 from ..record.events import PositionVerdict
 from ..record.path import host_stats, token_stats
 from ..record.transcript import TokenStats
