@@ -245,40 +245,47 @@ def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: F
             for s, handler in previous.items():
                 signal.signal(s, handler)
     if not jsonl:
-        if not ended:
-            _write(out, "\n")
-        if result is not None:
-            for rank, hypothesis in enumerate((result.hypotheses or ())[1:], start=2):
-                _write(out, f"\n[{rank}] score {hypothesis.score:.4f}, sum log-prob {hypothesis.sum_logprobs:.4f}\n"
-                            f"{hypothesis.text}\n")
-            stderr().print(_stats_line(lm, result))
-            if (forced := forced_summary(written)) is not None:
-                stderr().print(forced)
-            if result.drafted is not None:
-                by_position = ", ".join(f"{a:.0%}" for a in result.acceptance_by_position or ())
-                counts = draft_counts(result.drafted, result.accepted or 0, result.draft_rounds, result.draft_depth)
-                stderr().print(f"{counts} (by depth: {by_position or '-'}), "
-                                f"{result.draft_forwards} draft forwards, drafting {result.draft_time_s or 0:.2f} s, "
-                                f"verifying {result.verify_time_s or 0:.2f} s")
-            if result.comparison is not None:
-                c = result.comparison
-                if c["identical"]:
-                    verdict = "identical"
-                elif c.get("divergence_note"):
-                    verdict = f"different from token {c['first_divergence']}, at a near-tie: {c['divergence_note']}"
-                else:
-                    verdict = f"DIFFERENT from token {c['first_divergence']}"
-                rounds = count(c["runs"], "warm run")
-                stderr().print(f"compared with plain greedy: {c['speedup']:.2f}x (range {c['speedup_low']:.2f}-"
-                                f"{c['speedup_high']:.2f} over {rounds} a side, alternated; in the median round "
-                                f"{result.mode} {c['tokens_per_s']:.1f} tok/s, greedy {c['greedy_tokens_per_s']:.1f} "
-                                f"tok/s), output {verdict}")
-                if c.get("unreliable"):
-                    stderr().print(f"decode-tui: warning: {c['speedup']:.2f}x is not a reliable figure: "
-                                   f"{c['unreliable']}.")
+        _summary(out, lm, result, written, ended)
     if result is not None and result.constraint_complete is False:
         # The output is a valid start of what the constraint asks for, not a whole: exit 4 so a script notices
         # (jsonl's `finished` says `constraint_complete: false` too).
         stderr().print(f"decode-tui: the output is incomplete: --max-new-tokens {config.max_new_tokens} stopped the "
                        "run before it satisfied the constraint (exit status 4). Raise --max-new-tokens.")
         raise typer.Exit(EXIT_INCOMPLETE)
+
+
+def _summary(out: TextIO, lm: LoadedModel, result: Finished | None, written: list[TokenEmitted],
+             ended: bool) -> None:
+    """After a text run: its closing newline, the other hypotheses of a beam search, and on stderr the run's
+    figures (speed, forced tokens, drafting, a comparison with greedy)."""
+    if not ended:
+        _write(out, "\n")
+    if result is not None:
+        for rank, hypothesis in enumerate((result.hypotheses or ())[1:], start=2):
+            _write(out, f"\n[{rank}] score {hypothesis.score:.4f}, sum log-prob {hypothesis.sum_logprobs:.4f}\n"
+                        f"{hypothesis.text}\n")
+        stderr().print(_stats_line(lm, result))
+        if (forced := forced_summary(written)) is not None:
+            stderr().print(forced)
+        if result.drafted is not None:
+            by_position = ", ".join(f"{a:.0%}" for a in result.acceptance_by_position or ())
+            counts = draft_counts(result.drafted, result.accepted or 0, result.draft_rounds, result.draft_depth)
+            stderr().print(f"{counts} (by depth: {by_position or '-'}), "
+                            f"{result.draft_forwards} draft forwards, drafting {result.draft_time_s or 0:.2f} s, "
+                            f"verifying {result.verify_time_s or 0:.2f} s")
+        if result.comparison is not None:
+            c = result.comparison
+            if c["identical"]:
+                verdict = "identical"
+            elif c.get("divergence_note"):
+                verdict = f"different from token {c['first_divergence']}, at a near-tie: {c['divergence_note']}"
+            else:
+                verdict = f"DIFFERENT from token {c['first_divergence']}"
+            rounds = count(c["runs"], "warm run")
+            stderr().print(f"compared with plain greedy: {c['speedup']:.2f}x (range {c['speedup_low']:.2f}-"
+                            f"{c['speedup_high']:.2f} over {rounds} a side, alternated; in the median round "
+                            f"{result.mode} {c['tokens_per_s']:.1f} tok/s, greedy {c['greedy_tokens_per_s']:.1f} "
+                            f"tok/s), output {verdict}")
+            if c.get("unreliable"):
+                stderr().print(f"decode-tui: warning: {c['speedup']:.2f}x is not a reliable figure: "
+                               f"{c['unreliable']}.")

@@ -205,15 +205,13 @@ def loading(
 
     Everything alive once the model is in (the model, torch, transformers) is then moved out of the
     cyclic garbage collector's sight with ``gc.freeze()``: otherwise every full collection walks
-    those objects again, and one that lands mid-run stalls decoding, and the app's thread with it,
-    for 120-270 ms (measured on the embedded model; after freezing, 20-30 ms). The next load
-    unfreezes first, so a model that is replaced can still be collected.
+    those objects again, and one that lands mid-run stalls decoding, and the app's thread with it. The next
+    load unfreezes first, so a model that is replaced can still be collected.
 
     A generator: it yields each phase's line as the phase starts (a front end shows it: no wait is silent)
     and returns the model; :func:`load_model` is the same as a call. The seconds each phase took end up in
     ``LoadedModel.timings``. transformers' own start-up is named as such: on a fresh machine it is most of
-    the wait (14.7-15.8 s on an H100 host's image, against 0.55 s for the embedded model's weights), and
-    nobody should take it for the model's.
+    the wait (BENCHMARKS.md, "Time to first token"), and nobody should take it for the model's.
     """
     timings: dict[str, float] = {}
     clock = time.perf_counter()
@@ -224,11 +222,10 @@ def loading(
         timings[phase] = round(now - clock, 3)
         clock = now
 
-    # transformers imports its model code lazily, on first use: 3-4 s on a 2-core machine, more than reading
-    # the embedded model's weights. Named as phases of their own so nobody mistakes them for the weights.
+    # transformers imports its model code lazily, on first use, which can take longer than reading a small
+    # model's weights: named as phases of their own so nobody mistakes them for the weights.
     if "transformers.modeling_utils" not in sys.modules:
         yield f"Loading {resolved.display_name}: importing transformers (its own start-up, once a process)"
-    from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
     lap("transformers")
@@ -253,20 +250,7 @@ def loading(
     if check is not None:
         check(tokenizer)
     yield f"Loading {resolved.display_name}: weights onto {device_map or dev} in {str(dt).removeprefix('torch.')}"
-    placement: dict[str, Any] = {"device_map": {"": str(dev)}}  # every tensor straight to the device
-    if device_map is not None:
-        from .registry import cache_root
-
-        placement = {"device_map": device_map, "max_memory": max_memory,
-                     "offload_folder": str(cache_root() / "offload" / resolved.display_name.replace("/", "--"))}
-    try:
-        model = AutoModelForCausalLM.from_pretrained(
-            resolved.path, gguf_file=resolved.gguf_file, dtype=dt, trust_remote_code=trust_remote_code, **placement
-        )
-    except Exception as exc:
-        raise _load_error(resolved, "model", exc, trust_remote_code) from exc
-    if device_map is not None:
-        dev = input_device(model)
+    model, dev = _weights(resolved, dev, dt, trust_remote_code, device_map, max_memory)
     model.eval()
     _settle_heap()
     if dev.type == "cuda":
@@ -283,6 +267,29 @@ def loading(
         chat=bool(getattr(tokenizer, "chat_template", None)),
         timings=timings,
     )
+
+
+def _weights(resolved: ResolvedModel, dev: torch.device, dt: torch.dtype, trust_remote_code: bool,
+             device_map: str | None, max_memory: dict[int | str, int | str] | None) -> tuple[Any, torch.device]:
+    """The model's weights, each tensor straight onto ``dev`` in ``dt`` (or spread by ``device_map``), and the
+    device its inputs go to."""
+    from transformers import AutoModelForCausalLM
+
+    placement: dict[str, Any] = {"device_map": {"": str(dev)}}  # every tensor straight to the device
+    if device_map is not None:
+        from .registry import cache_root
+
+        placement = {"device_map": device_map, "max_memory": max_memory,
+                     "offload_folder": str(cache_root() / "offload" / resolved.display_name.replace("/", "--"))}
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            resolved.path, gguf_file=resolved.gguf_file, dtype=dt, trust_remote_code=trust_remote_code, **placement
+        )
+    except Exception as exc:
+        raise _load_error(resolved, "model", exc, trust_remote_code) from exc
+    if device_map is not None:
+        dev = input_device(model)
+    return model, dev
 
 
 def load_model(

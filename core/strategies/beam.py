@@ -112,20 +112,7 @@ def _search(model: PreTrainedModel, transcript: Transcript, beam: BeamParams, ca
     version = live.version if live else 0
     device = model.device
 
-    running = torch.zeros((N, max_length), dtype=torch.long, device=device)  # [N, L]
-    running[:, :T0] = on_device(start, device)
-    s = BeamState(
-        running=running,
-        running_scores=torch.full((N,), NEG, device=device),
-        running_parents=torch.zeros((N,), dtype=torch.long, device=device),
-        finished=running.clone(),
-        finished_scores=torch.full((N,), NEG, device=device),
-        finished_sums=torch.full((N,), NEG, device=device),
-        finished_lens=torch.zeros((N,), dtype=torch.long, device=device),
-        is_sent_finished=torch.zeros((N,), dtype=torch.bool, device=device),
-        running_stats=torch.zeros((N, max_length, 3), device=device),
-        finished_stats=torch.zeros((N, max_length, 3), device=device),
-    )
+    s = _start_state(N, max_length, on_device(start, device))
     s.running_scores[0] = 0.0  # only the first beam is live at first, so the beams do not repeat each other
     # The stopping flags stay on the device, so a step's only host transfer is the one that builds its event.
     heuristic_unsatisfied = torch.ones((), dtype=torch.bool, device=device)  # [] is_early_stop_heuristic_unsatisfied
@@ -145,54 +132,9 @@ def _search(model: PreTrainedModel, transcript: Transcript, beam: BeamParams, ca
         cur_len = T0 + step
         # generate applies the processors to log-probs, not logits
         log_probs = processed(processors, s.running[:, :cur_len], torch.log_softmax(logits, dim=-1))  # [N, V]
-        V = log_probs.shape[-1]
-        accumulated = (log_probs + s.running_scores[:, None]).view(-1)  # [N*V]
-        if do_sample:
-            topk_indices = torch.multinomial(torch.softmax(accumulated, -1), K, generator=generator)  # [K]
-            # Sorted by score, as generate does since transformers 5.24: the finished slots below take the
-            # top N candidates by position, which must be the N best, drawn or not.
-            topk_log_probs, order = accumulated[topk_indices].sort(descending=True)
-            topk_indices = topk_indices[order]
-        else:
-            topk_log_probs, topk_indices = torch.topk(accumulated, K)  # [K], sorted
-        parents = topk_indices // V  # [K] the beam each candidate extends
-        tokens = topk_indices % V  # [K]
-        candidates = s.running[parents].clone()  # [K, L]
-        candidates[:, cur_len] = tokens
-        assert s.running_stats is not None and s.finished_stats is not None
-        candidate_stats = s.running_stats[parents].clone()  # [K, L, 3]
-        candidate_stats[:, cur_len] = token_stats(logits[parents], tokens).T  # under the raw distribution
-        hits = torch.isin(tokens, eos) | (cur_len + 1 >= max_length)  # [K] next_token_hits_stopping_criteria
-
-        # Running beams for the next step: the best N candidates that did not hit.
-        running_log_probs = topk_log_probs + hits.to(torch.float32) * NEG
-        next_indices = torch.topk(running_log_probs, N).indices  # [N]
-
-        # Finished slots: hits among the top N, length-penalised, merged with the earlier ones by score.
+        s, hits = _select(s, log_probs, logits, cur_len, T0, max_length, beam, eos, heuristic_unsatisfied,
+                          top_num_beam_mask, do_sample, generator)
         gen_len = cur_len + 1 - T0
-        just_finished = hits & top_num_beam_mask
-        scores = topk_log_probs / (gen_len**lp)
-        full = s.is_sent_finished.all() & (early_stopping is True)  # []
-        scores = scores + full.to(torch.float32) * NEG
-        scores = scores + (~heuristic_unsatisfied).to(torch.float32) * NEG
-        scores = scores + (~just_finished).to(torch.float32) * NEG
-        merged_scores = torch.cat((s.finished_scores, scores))
-        keep = torch.topk(merged_scores, N).indices  # [N]
-        s = BeamState(
-            running=candidates[next_indices],
-            running_scores=running_log_probs[next_indices],
-            running_parents=parents[next_indices],
-            finished=torch.cat((s.finished, candidates))[keep],
-            finished_scores=merged_scores[keep],
-            finished_sums=torch.cat((s.finished_sums, topk_log_probs))[keep],
-            finished_lens=torch.cat((s.finished_lens, torch.full((K,), gen_len, device=device)))[keep],
-            is_sent_finished=torch.cat((s.is_sent_finished, just_finished))[keep],
-            parents=parents, tokens=tokens, topk_log_probs=topk_log_probs, hits=hits, just_finished=just_finished,
-            next_indices=next_indices,
-            running_stats=candidate_stats[next_indices],
-            finished_stats=torch.cat((s.finished_stats, candidate_stats))[keep],
-        )
-
         cache.reorder_cache(s.running_parents)  # type: ignore[arg-type]  # the KV rows follow their beams
 
         # The early-stopping heuristic, evaluated at the new length.
@@ -229,6 +171,84 @@ def _search(model: PreTrainedModel, transcript: Transcript, beam: BeamParams, ca
 
     hypotheses, best_stats = hypotheses_of(s, T0, decode)
     yield from _finish(transcript, hypotheses[: beam.num_return_sequences], best_stats)
+
+
+def _start_state(N: int, max_length: int, start: torch.Tensor) -> BeamState:
+    """N rows holding the search's prompt ``start`` [T0], every score and flag empty."""
+    device = start.device
+    running = torch.zeros((N, max_length), dtype=torch.long, device=device)  # [N, L]
+    running[:, : start.shape[0]] = start
+    s = BeamState(
+        running=running,
+        running_scores=torch.full((N,), NEG, device=device),
+        running_parents=torch.zeros((N,), dtype=torch.long, device=device),
+        finished=running.clone(),
+        finished_scores=torch.full((N,), NEG, device=device),
+        finished_sums=torch.full((N,), NEG, device=device),
+        finished_lens=torch.zeros((N,), dtype=torch.long, device=device),
+        is_sent_finished=torch.zeros((N,), dtype=torch.bool, device=device),
+        running_stats=torch.zeros((N, max_length, 3), device=device),
+        finished_stats=torch.zeros((N, max_length, 3), device=device),
+    )
+    return s
+
+
+def _select(s: BeamState, log_probs: torch.Tensor, logits: torch.Tensor, cur_len: int, T0: int, max_length: int,
+            beam: BeamParams, eos: torch.Tensor, heuristic_unsatisfied: torch.Tensor, top_num_beam_mask: torch.Tensor,
+            do_sample: bool, generator: torch.Generator | None) -> tuple[BeamState, torch.Tensor]:
+    """One step's choice, as generate makes it: the K best continuations of the N beams (drawn, when sampling), the
+    N best that did not hit a stop as the next running beams, and the hits among the top N merged into the finished
+    slots by their length-penalised score. Returns the new state and which candidates hit a stop [K]."""
+    N, K = beam.num_beams, top_num_beam_mask.shape[0]
+    lp, early_stopping, device = beam.length_penalty, beam.early_stopping, log_probs.device
+    V = log_probs.shape[-1]
+    accumulated = (log_probs + s.running_scores[:, None]).view(-1)  # [N*V]
+    if do_sample:
+        topk_indices = torch.multinomial(torch.softmax(accumulated, -1), K, generator=generator)  # [K]
+        # Sorted by score, as generate does since transformers 5.24: the finished slots below take the
+        # top N candidates by position, which must be the N best, drawn or not.
+        topk_log_probs, order = accumulated[topk_indices].sort(descending=True)
+        topk_indices = topk_indices[order]
+    else:
+        topk_log_probs, topk_indices = torch.topk(accumulated, K)  # [K], sorted
+    parents = topk_indices // V  # [K] the beam each candidate extends
+    tokens = topk_indices % V  # [K]
+    candidates = s.running[parents].clone()  # [K, L]
+    candidates[:, cur_len] = tokens
+    assert s.running_stats is not None and s.finished_stats is not None
+    candidate_stats = s.running_stats[parents].clone()  # [K, L, 3]
+    candidate_stats[:, cur_len] = token_stats(logits[parents], tokens).T  # under the raw distribution
+    hits = torch.isin(tokens, eos) | (cur_len + 1 >= max_length)  # [K] next_token_hits_stopping_criteria
+
+    # Running beams for the next step: the best N candidates that did not hit.
+    running_log_probs = topk_log_probs + hits.to(torch.float32) * NEG
+    next_indices = torch.topk(running_log_probs, N).indices  # [N]
+
+    # Finished slots: hits among the top N, length-penalised, merged with the earlier ones by score.
+    gen_len = cur_len + 1 - T0
+    just_finished = hits & top_num_beam_mask
+    scores = topk_log_probs / (gen_len**lp)
+    full = s.is_sent_finished.all() & (early_stopping is True)  # []
+    scores = scores + full.to(torch.float32) * NEG
+    scores = scores + (~heuristic_unsatisfied).to(torch.float32) * NEG
+    scores = scores + (~just_finished).to(torch.float32) * NEG
+    merged_scores = torch.cat((s.finished_scores, scores))
+    keep = torch.topk(merged_scores, N).indices  # [N]
+    s = BeamState(
+        running=candidates[next_indices],
+        running_scores=running_log_probs[next_indices],
+        running_parents=parents[next_indices],
+        finished=torch.cat((s.finished, candidates))[keep],
+        finished_scores=merged_scores[keep],
+        finished_sums=torch.cat((s.finished_sums, topk_log_probs))[keep],
+        finished_lens=torch.cat((s.finished_lens, torch.full((K,), gen_len, device=device)))[keep],
+        is_sent_finished=torch.cat((s.is_sent_finished, just_finished))[keep],
+        parents=parents, tokens=tokens, topk_log_probs=topk_log_probs, hits=hits, just_finished=just_finished,
+        next_indices=next_indices,
+        running_stats=candidate_stats[next_indices],
+        finished_stats=torch.cat((s.finished_stats, candidate_stats))[keep],
+    )
+    return s, hits
 
 
 def _prepare_grammar(stages: StageContext | None, start: list[int], rows: list[list[int]], device: torch.device,
