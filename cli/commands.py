@@ -292,8 +292,8 @@ def _run_app(app_: Any, command: str = "run") -> NoReturn:
     compiling = sys.modules.get("decode_tui.core.execution.background_compile")
     if compiling is not None and compiling.started():
         # A compile thread cannot be stopped, and the interpreter's own exit while it runs Inductor's C++ code
-        # aborted the process on an H100 ("terminate called without an active exception", SIGABRT; SIGSEGV on
-        # SIGTERM). The app has closed, the terminal is restored and the files are written: end here, as is.
+        # aborts the process ("terminate called without an active exception", SIGABRT; SIGSEGV on SIGTERM). The app has
+        # closed, the terminal is restored and the files are written: end here, as is.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code or 0)

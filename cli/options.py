@@ -48,7 +48,6 @@ from .flags import (
     DraftOpt,
     DtypeChoice,
     DtypeOpt,
-    EarlyStoppingChoice,
     EarlyStoppingOpt,
     EpsilonCutoffOpt,
     EtaCutoffOpt,
@@ -112,28 +111,20 @@ def parse_modes(modes: str, mode: ModeChoice, command: str, *, at_least: int = 1
     return [ModeChoice.greedy, *(m for m in distinct if m is not ModeChoice.greedy)]
 
 
-def build_config(*, mode: ModeChoice, max_new_tokens: int = 128, temperature: float | None = None,
-                 top_k: int | None = None, top_p: float | None = None, repetition_penalty: float | None = None,
-                 seed: int | None = None, num_beams: int | None = None, length_penalty: float | None = None,
-                 early_stopping: EarlyStoppingChoice | None = None, num_return_sequences: int | None = None,
-                 draft: str | None = None, num_draft_tokens: int | None = None, max_ngram_size: int | None = None,
-                 num_pred_tokens: int | None = None, draft_confidence: float | None = None,
-                 adaptive: bool | None = None,
-                 compare: bool = False, no_chat: bool = False, fast: bool = False,
-                 cuda_graphs: bool = True, min_p: float | None = None, typical_p: float | None = None,
-                 epsilon_cutoff: float | None = None, eta_cutoff: float | None = None, top_h: float | None = None,
-                 no_repeat_ngram_size: int | None = None, bad_words: tuple[str, ...] | list[str] | None = None,
-                 min_new_tokens: int | None = None, constraint: Constraint | None = None,
-                 tree_budget: int | None = None, history: list[Path] | tuple[Path, ...] | None = None,
+def build_config(options: DecodingOptions, *, compare: bool = False, constraint: Constraint | None = None,
                  ) -> DecodeConfig:
-    """The run's settings from the decoding options; UsageError if they clash. Keyword-only: many of them are
-    ``float | None`` or ``int | None``, and two swapped positionally would still type-check. The other stages
-    (``min_p`` ... ``min_new_tokens``) are named as their ``SamplingParams`` fields; None: not given."""
+    """The run's settings from the decoding options; UsageError if they clash. ``constraint``: one already read
+    (a lesson reads its files from beside it); by default the options' own --json-schema, --regex or --grammar."""
+    o = options
+    mode, max_new_tokens, temperature, top_k, top_p = o.mode, o.max_new_tokens, o.temperature, o.top_k, o.top_p
+    repetition_penalty, seed, num_beams, length_penalty = o.repetition_penalty, o.seed, o.num_beams, o.length_penalty
+    early_stopping, num_return_sequences, draft = o.early_stopping, o.num_return_sequences, o.draft
+    num_draft_tokens, max_ngram_size, num_pred_tokens = o.num_draft_tokens, o.max_ngram_size, o.num_pred_tokens
+    draft_confidence, adaptive, tree_budget, history = o.draft_confidence, o.adaptive, o.tree_budget, o.history
+    if constraint is None:
+        constraint = constraint_of(o.json_schema, o.regex, o.grammar)
     defaults = SamplingParams()
-    stages: dict[str, Any] = {
-        "min_p": min_p, "typical_p": typical_p, "epsilon_cutoff": epsilon_cutoff, "eta_cutoff": eta_cutoff,
-        "top_h": top_h, "no_repeat_ngram_size": no_repeat_ngram_size,
-        "bad_words": tuple(bad_words) if bad_words is not None else None, "min_new_tokens": min_new_tokens}
+    stages = o.stages()
     given_stages: dict[str, Any] = {name: value for name, value in stages.items() if value is not None}
     sampling = SamplingParams(
         temperature=defaults.temperature if temperature is None else temperature,
@@ -187,8 +178,8 @@ def build_config(*, mode: ModeChoice, max_new_tokens: int = 128, temperature: fl
     sampling_asked = asks_sampling({"temperature": temperature, "top_k": top_k, "top_p": top_p, **given_stages})
     config = DecodeConfig(mode=mode.value, max_new_tokens=max_new_tokens, sampling=sampling, beam=beam,
                           beam_sample=mode is ModeChoice.beam and sampling_asked, draft=draft_params,
-                          draft_sample=drafting and sampling_asked, seed=seed, use_chat=not no_chat, fast=fast,
-                          cuda_graphs=cuda_graphs, constraint=constraint)
+                          draft_sample=drafting and sampling_asked, seed=seed, use_chat=not o.no_chat, fast=o.fast,
+                          cuda_graphs=o.cuda_graphs, constraint=constraint)
     return config
 
 
@@ -198,10 +189,13 @@ def asks_sampling(given: dict[str, Any]) -> bool:
     return any(given.get(name) is not None for name in WARPERS)
 
 
-def bad_words_of(text: str | None) -> tuple[str, ...] | None:
-    """``--bad-words 'sorry,apologize'``: the words, each as written (the run also forbids it after a space)."""
+def bad_words_of(text: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...] | None:
+    """``--bad-words 'sorry,apologize'``: the words, each as written (the run also forbids it after a space); a
+    lesson's list of words as it is."""
     if text is None:
         return None
+    if not isinstance(text, str):
+        return tuple(text)
     try:
         words = words_of(text)
     except UsageError as err:
@@ -297,16 +291,7 @@ class DecodingOptions:
 
     def config(self, *, compare: bool = False) -> DecodeConfig:
         """The run's settings; a UsageError names the options that clash."""
-        return build_config(
-            mode=self.mode, max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_k=self.top_k,
-            top_p=self.top_p, repetition_penalty=self.repetition_penalty, seed=self.seed, num_beams=self.num_beams,
-            length_penalty=self.length_penalty, early_stopping=self.early_stopping,
-            num_return_sequences=self.num_return_sequences, draft=self.draft, num_draft_tokens=self.num_draft_tokens,
-            max_ngram_size=self.max_ngram_size, num_pred_tokens=self.num_pred_tokens,
-            draft_confidence=self.draft_confidence, adaptive=self.adaptive, compare=compare, no_chat=self.no_chat,
-            fast=self.fast, cuda_graphs=self.cuda_graphs, **self.stages(),
-            constraint=constraint_of(self.json_schema, self.regex, self.grammar), tree_budget=self.tree_budget,
-            history=self.history)
+        return build_config(self, compare=compare)
 
     def stages(self) -> dict[str, Any]:
         """The other sampling stages, by their ``SamplingParams`` field; None where not given."""

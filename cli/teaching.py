@@ -11,7 +11,6 @@ and exit non-zero, as every command does (cli/commands.py).
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 import sys
 import tempfile
@@ -48,10 +47,11 @@ if TYPE_CHECKING:
 # How a lesson constrains its output, as the command line does: a JSON schema (the schema itself, or a file
 # beside the lesson), a regex, or a Lark grammar file beside the lesson; one at a time.
 CONSTRAINTS = ("json_schema", "regex", "grammar")
-# The decoding options a lesson's [settings] may hold: build_config's keywords, but the mode (the lesson's own
-# field), --compare (a headless report) and the constraint object (written as one of CONSTRAINTS instead).
-SETTINGS = (*(name for name in inspect.signature(build_config).parameters
-              if name not in ("mode", "compare", "constraint")), *CONSTRAINTS)
+# The decoding options a lesson's [settings] may hold: every field of DecodingOptions but the model, the device,
+# the prompt and the mode (the lesson's own fields), the constraints last.
+SETTINGS = (*(f.name for f in dataclasses.fields(DecodingOptions)
+              if f.name not in ("model", "device", "dtype", "device_map", "trust_remote_code", "prompt",
+                                "prompt_file", "mode", *CONSTRAINTS)), *CONSTRAINTS)
 
 
 @app.command("lessons")
@@ -108,7 +108,7 @@ def lesson_config(lesson: Lesson, overrides: dict[str, Any]) -> DecodeConfig:
     constraint = constraint_of(theirs.get("json_schema"), theirs.get("regex"), theirs.get("grammar")) if theirs \
         else _lesson_constraint(lesson, ours)
     try:
-        config = build_config(mode=mode, constraint=constraint, **settings)
+        config = build_config(DecodingOptions(mode=mode, **settings), constraint=constraint)
     except UsageError as err:
         raise UsageError(f"{lesson.source}: {err.message}") from None
     except (TypeError, ValueError) as err:

@@ -213,7 +213,7 @@ class DraftParams:
 
     draft: str = DEFAULT_DRAFT
     # transformers' num_assistant_tokens: a draft that stops where it is unsure rarely drafts that many, and on the
-    # CPU a long confident draft is what pays (BENCHMARKS.md: 1.82x against 1.68x at 5 on the code edit).
+    # CPU a long confident draft is what pays (BENCHMARKS.md, "Each mode on the CPU").
     num_draft_tokens: int = 20
     max_ngram_size: int = 3
     num_pred_tokens: int = 10

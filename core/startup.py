@@ -1,7 +1,7 @@
 """What a process pays before decode-tui does anything: importing torch, said as it happens.
 
-torch's own start-up (loading its libraries) takes 1-2 s on a 2-core laptop and 4.8 s on an H100 host's image
-(measured with bytecode compiled); a progress display names it, so the wait is not taken for the model's. This
+torch's own start-up (loading its libraries) takes seconds (BENCHMARKS.md, "Time to first token"); a progress
+display names it, so the wait is not taken for the model's. This
 module does not import torch itself until asked: ``decode-tui --help`` must not pay for it.
 """
 

@@ -2,8 +2,8 @@
 
 A process's first decode is slower than its later ones wherever the device
 does work once: on CUDA, the cuBLAS handles, the kernels loaded on first use
-and the CUDA graphs captured for the static cache's size (an H100 measured
-13-16 tok/s for a first run against 33-46 for a later one). So a front end
+and the CUDA graphs captured for the static cache's size (BENCHMARKS.md,
+"Time to first token"). So a front end
 warms up right after loading, while its progress display says so: it runs
 the decode it is about to run, on the same prompt and settings (so the
 cache size, and the graphs captured for it, are the same), for a few steps,
@@ -73,10 +73,9 @@ def warming(lm: LoadedModel, prompt: str, config: DecodeConfig,
         prompt = prompt[:WARM_PROMPT_CHARS]
     run = Run(lm, prompt, seeded, draft)
     # On CUDA the plain path (beam search, --no-cuda-graphs) grows its cache a step at a time, and each new
-    # size is a new block for CUDA's caching allocator to get from the driver: an H100 measured such first
-    # runs at 0.29-0.44x of the third after an 8-token warm-up, and the second run already at full speed.
-    # So there the warm-up decodes the whole length once. The graph path's cache is static, and on the
-    # CPU a first run measured as fast as a third (BENCHMARKS.md): a few steps do.
+    # size is a new block for CUDA's caching allocator to get from the driver, so a short warm-up leaves the
+    # first run slow: there the warm-up decodes the whole length once. The graph path's cache is static, and on
+    # the CPU a first run is as fast as a third: a few steps do.
     whole = lm.device.type == "cuda" and run.path == "plain"
     drafting = config.mode in DRAFTING_MODES
     events = run.events()

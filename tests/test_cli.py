@@ -226,7 +226,9 @@ def test_a_second_suffix_run_drafts_from_the_first_and_a_bad_history_is_refused(
     trace = tmp_path / "first.jsonl"
     trace.write_text(first.stdout, encoding="utf-8")
     again = cli("generate", "--model", str(tiny_model_dir), "-p", "tell me a story", "--format", "jsonl",
-                "--max-new-tokens", "24", "--mode", "suffix", "--history", str(trace), env=isolated_env)
+                "--max-new-tokens", "24", "--mode", "suffix", "--history", str(trace),
+                # Fixed: the adaptive length and the CPU's tree budget follow timings, which a busy machine moves.
+                "--no-adaptive", "--tree-budget", "16", env=isolated_env)
     assert again.returncode == 0, again.stderr
     events = [json.loads(line) for line in again.stdout.splitlines()]
     final = events[-1]
@@ -522,14 +524,20 @@ def test_run_and_generate_take_the_same_decoding_options() -> None:
         assert list(inspect.signature(command).parameters) == decoding + own, command.__name__
 
 
-def test_build_config_takes_keywords_only() -> None:
+def test_build_config_takes_the_options_object() -> None:
+    """One options object carries every decoding option down: build_config reads its fields, and the same object
+    gives the same config through DecodingOptions.config."""
     from decode_tui.cli.flags import ModeChoice
-    from decode_tui.cli.options import build_config
+    from decode_tui.cli.options import DecodingOptions, build_config
+    from decode_tui.core.errors import UsageError
 
-    with pytest.raises(TypeError):
-        build_config(ModeChoice.sample, 16)  # type: ignore[call-arg]
-    config = build_config(mode=ModeChoice.sample, max_new_tokens=16, temperature=0.5, top_k=7)
+    options = DecodingOptions(mode=ModeChoice.sample, max_new_tokens=16, temperature=0.5, top_k=7,
+                              bad_words="sorry,apologize")
+    config = build_config(options)
     assert (config.max_new_tokens, config.sampling.temperature, config.sampling.top_k) == (16, 0.5, 7)
+    assert config.sampling.bad_words == ("sorry", "apologize") and options.config() == config
+    with pytest.raises(UsageError, match="--num-beams"):
+        build_config(DecodingOptions(mode=ModeChoice.greedy, num_beams=4))
 
 
 def test_tokens_emitted_but_not_yet_written_at_ctrl_c_are_written_before_finished() -> None:

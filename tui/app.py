@@ -72,8 +72,8 @@ DRAIN_HZ = 30
 PAINT_HZ = 8  # at most; the pacer slows painting where paints are dear (tui/pacing.py)
 # How long a thread may hold the interpreter lock while another waits for it (Python's default is 5 ms). The
 # decoder thread lets go of the lock while it waits for the GPU, once a step; when it wakes, it must wait for
-# the UI thread to let go in turn, up to a whole interval. At 3.5 ms a step on a GPU, 5 ms could cost more
-# than a step (the "convoy effect"), so the app shortens it while it runs (see BENCHMARKS.md for the figures).
+# the UI thread to let go in turn, up to a whole interval, which on a GPU can cost more than a step (the "convoy
+# effect"), so the app shortens it while it runs (BENCHMARKS.md, "The app against headless").
 SWITCH_INTERVAL_S = 0.0005
 
 

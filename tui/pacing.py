@@ -2,8 +2,8 @@
 
 Every paint costs the UI thread CPU time and holds the interpreter lock, which the decoder thread needs
 between torch ops. On a machine whose cores are all busy decoding (two cores here, both running torch's
-OpenMP threads) that time comes straight out of decoding: at a fixed 8 paints a second the app decoded
-at 0.95x the headless speed, at 3 a second at 0.98x (BENCHMARKS.md). A fixed rate is either too slow
+OpenMP threads) that time comes straight out of decoding (BENCHMARKS.md, "The app against headless"). A fixed
+rate is either too slow
 for a fast machine or too costly for a slow one, so the :class:`PaintPacer` measures what the UI thread
 actually spent (``time.thread_time``, the calling thread's own CPU clock) between two paints and spaces
 the next one so that the UI thread's share of a core stays within ``budget``: cheap paints go at up to

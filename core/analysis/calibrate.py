@@ -3,10 +3,9 @@
 A what-if prices each target forward with its measured time. A real run pays more around each: the decoding
 loop's own work (choosing the token, the events, the text) at every step, and at every verifying round the
 acceptance test over k + 1 rows, the draft's events and several tokens emitted at once. Left out, the estimates
-came out optimistic (2.0x where ``bench`` measured 1.68x on the prompt-lookup demo). This times real runs of the
+come out optimistic. This times real runs of the
 trace's prompt, plain greedy and greedy prompt lookup, and shares what the measured forwards do not explain
-among their steps and rounds. A module of its own: it needs both the what-if and the strategies, and the
-verifier already imports the what-if (for the adaptive draft length's replays).
+among their steps and rounds. A module of its own: it needs both the what-if and the strategies.
 
 It knows how to time a run; it decides nothing about which setting is best.
 """

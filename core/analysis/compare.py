@@ -126,7 +126,7 @@ def compare(lm: LoadedModel, prompt: str, config: DecodeConfig, baseline: Decode
     base_rates = [r.tokens_per_s for r in results[base_name]]
     ratios = [a / b if b else 0.0 for a, b in zip(ours_rates, base_rates, strict=True)]
     # The median round itself, not the medians of each side: those come from different rounds, and on a machine
-    # busy elsewhere they implied 0.5x beside a median ratio of 1.29x.
+    # busy elsewhere they can imply a speed-up no round measured.
     median = sorted(range(runs), key=lambda i: ratios[i])[(runs - 1) // 2]
     ours, theirs = results[ours_name][-1].token_ids, results[base_name][-1].token_ids
     parted = first_divergence(ours, theirs)
@@ -147,7 +147,7 @@ def compare(lm: LoadedModel, prompt: str, config: DecodeConfig, baseline: Decode
 
 
 # Rounds whose ratios differ by more than this factor (highest over lowest) did not measure one speed-up: a
-# quiet machine keeps them within a few percent of each other (1.03-1.18x for PLD on two cores).
+# quiet machine keeps them within a few percent of each other.
 SPREAD_LIMIT = 1.5
 
 

@@ -36,7 +36,7 @@ class Costs:
     draft_step_s: float = 0.0  # one draft-model token (0 for PLD, whose lookup time is measured while replaying)
     draft_prefill_s: float = 0.0  # the draft model's prefill of the prompt, once a run
     # The decoding loop's own work around each target forward (choosing the token, the events, the text): a real
-    # run pays it every forward, and estimates without it came out optimistic (1.7x where bench measured 1.41x).
+    # run pays it every forward, and estimates without it come out optimistic.
     # Measured on a real greedy run of the trace's prompt (core/analysis/calibrate.py).
     overhead_s: float = 0.0
     # How much the measured times varied from one repeat to the next, as a share (0.08: 8 %): two settings whose

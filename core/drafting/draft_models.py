@@ -103,11 +103,11 @@ def load_draft(target: LoadedModel, spec: str, trust_remote_code: bool = False,
 
 def _dear_on(made: TargetDraft, device: torch.device) -> str | None:
     """A note where a draft runs but costs more than it could save on this device: torch's int8 weight-only
-    kernel on CUDA took 12 times a bf16 product's time on an H200 (the Phi-3-mini-sized model's products,
-    BENCHMARKS.md), so an int8 draft there costs several target steps a token."""
+    kernel on CUDA takes many times a bf16 product's time (BENCHMARKS.md), so an int8 draft there costs several
+    target steps a token."""
     if made.bits == 8 and device.type == "cuda":
-        return ("the int8 draft runs on torch's int8 weight-only CUDA kernel, which an H200 measured at 12 times "
-                "a bf16 product's time: each draft step costs more than a target step. --draft int4 is the "
+        return ("the int8 draft runs on torch's int8 weight-only CUDA kernel, which is many times slower than "
+                "a bf16 product: each draft step costs more than a target step. --draft int4 is the "
                 "cheap draft on a GPU.")
     return None
 

@@ -207,9 +207,8 @@ class ModelDrafter:
         # decoding's steps are on a GPU (see autoregressive): the device computes it while the host reads the
         # token and decides whether to go on. But where the draft then stops (an end-of-text token, an unsure
         # token), that pass was for nothing unless the token is accepted: a whole draft step, where the overlap
-        # saves a little host time a step. On an H200 (SmolLM2, CUDA graphs) the in-order loop drafted faster
-        # on every prompt (int4, code edit: 0.94x greedy against 0.88x running ahead after every token, and
-        # 0.93x after a token of q >= 0.9 alone), so by default the loop stays in order, on every device.
+        # saves a little host time a step. Measured on a GPU, the in-order loop drafted faster on every prompt
+        # (BENCHMARKS.md, "Each mode on a GPU"), so by default the loop stays in order, on every device.
         for i in range(k):
             q = torch.softmax(processed(processors, ids, logits), dim=-1)  # [1, V]
             if with_runners_up:
@@ -276,8 +275,7 @@ class ModelDrafter:
         do the same: its steps and its catch-up after a verification replay graphs captured on a static cache of
         its own, rolled back by moving its end, through the one machinery of :mod:`~decode_tui.core.execution.forward`.
         A draft that launches a few hundred kernels a step from Python would otherwise cost many target steps on
-        a GPU (an uncaptured step of the embedded model's draft took 63 ms on an H100, a captured target step
-        3.7 ms). The draft's first pass over a prompt is eager, as the target's is; its step's graphs are
+        a GPU. The draft's first pass over a prompt is eager, as the target's is; its step's graphs are
         captured right after it (:meth:`_prepare_graphs`) and kept with its pooled cache for the next run.
 
         Such a draft has the target's attention layers (or its first ones) with approximate weights, so the

@@ -5,12 +5,12 @@ A spec names what the draft keeps of the target, parts joined by ``+``:
 - ``int4``: every Linear layer, the head included, as 4-bit weights in groups
   of 32 along the input, each group with a scale and an offset (the layout of
   the embedded GGUF's Q4_1 blocks, which the embedded model was de-quantised
-  from), multiplied in bf16 by torch's own CPU kernel. About a quarter of a
-  target step on a 2-core CPU, and the argmax agrees with the target's at
-  about 98 % of positions (BENCHMARKS.md, the draft candidates).
+  from), multiplied in bf16 by torch's own CPU kernel: a fraction of a target
+  step, and its argmax mostly agrees with the target's (BENCHMARKS.md, "Each
+  mode on the CPU").
 - ``int8``: the same with 8-bit weights, one scale per output row. Exact on
-  CUDA too, but no draft there: torch's int8 weight-only CUDA kernel took 12
-  times a bf16 product's time on an H200 (BENCHMARKS.md), and the draft says so.
+  CUDA too, but no draft there: torch's int8 weight-only CUDA kernel is many
+  times slower than a bf16 product, and the draft says so.
 - ``layers:N``: the target's first N decoder layers, then its final norm and
   head (early exit, as in LayerSkip and transformers' ``assistant_early_exit``).
   It shares the target's weights, so it costs no memory; a model not trained

@@ -2,9 +2,8 @@
 
 On CUDA the default path (:mod:`~decode_tui.core.execution.forward`) replays CUDA graphs of the *eager* model: a
 capture takes tens of milliseconds, so they serve from the first token. Inductor's fused kernels are
-faster still (on an H100, a Phi-3-mini-sized step at 58 % of the bandwidth bound against 37 % for the
-eager graph), but compiling them took 41 s in a fresh process (8.7 s with Inductor's on-disk cache warm),
-and nobody should wait that long for a first token. So a process that lives longer than a compile (the
+faster still, but compiling them takes tens of seconds in a fresh process (BENCHMARKS.md, "Each mode on a
+GPU"), and nobody should wait that long for a first token. So a process that lives longer than a compile (the
 app, when asked: ``--background-compile``) calls :func:`start` once its warm-up is done, and then:
 
 1. A worker thread compiles the model's forward (Inductor, no CUDA graphs of its own) for each shape the
@@ -26,10 +25,9 @@ Guarantees, each tested on the CPU with an eager stand-in for the graphs (tests/
   tokens are the plain path's either way.
 
 What it costs: while it compiles, the worker takes turns with the decoding thread for the interpreter
-lock, so decoding is slower until the switch: on an H100, 28 tok/s for 50 s against the eager graphs' 160
-(a Phi-3-mini-sized model). Hence it is off by default. And a compile thread cannot be stopped: the
-interpreter's exit ends it from inside Inductor's C++ code, which aborts the process (on that H100, and on
-the CPU too), so a front end that started one ends its process with ``os._exit`` (:func:`started`).
+lock, so decoding is much slower until the switch. Hence it is off by default. And a compile thread cannot be
+stopped: the interpreter's exit ends it from inside Inductor's C++ code, which aborts the process, so a front end that
+started one ends its process with ``os._exit`` (:func:`started`).
 Comparisons wait for it to settle (:func:`settled`), so no figure mixes the two kernels. ``decode-tui
 generate`` never starts it: its process ends long before a compile would.
 

@@ -207,8 +207,7 @@ def compile_forward(model: PreTrainedModel, graphs: int, **options: Any) -> Any:
 
     Dynamo keeps at least ``graphs`` graphs per code object (one per input shape; models of one class share
     it). Inductor's compiled kernels and graphs are kept in decode-tui's cache folder (unless the user chose
-    another): compiling is paid once per machine and model (a second process took 8.7 s instead of 41 s on
-    an H100).
+    another): compiling is paid once per machine and model.
     """
     import os
 

@@ -1,15 +1,13 @@
 """How many nodes a draft tree may have on this device, where the user gives no ``--tree-budget``: measured.
 
 A tree of B nodes is verified by one forward over B + 1 positions (the pending token and every node). On a GPU
-such a forward of a launch-bound model costs about one step up to a few dozen positions: on an H200, SmolLM2
-verified trees of 64 nodes as fast as trees of 10 (BENCHMARKS.md), so there the budget is the widest offered,
-and timing the device's asynchronous kernels would need a wait of its own. On a CPU every position costs more,
-by how much depends on the matrix library, the cores and the model (2 cores: a 17-position forward of SmolLM2
-took 109 ms against 59 ms for one position, a 33-position one 145 ms). There the budget is the widest whose
-forward, timed on this model once a process (a few forwards: 1.1 s for SmolLM2 on 2 cores, in the warm-up),
-costs at most TREE_COST one-position forwards: a tree round emits at least one token, and on input-grounded
-prompts PLD's trees gave 2.7-3.0 tokens per forward (BENCHMARKS.md), so a round costing two steps still pays
-where the tree does. On the 2-core machine it measures 16, the budget its benchmarks used.
+such a forward of a launch-bound model costs about one step up to a few dozen positions, so there the budget is
+the widest offered, and timing the device's asynchronous kernels would need a wait of its own. On a CPU every
+position costs more, by how much depends on the matrix library, the cores and the model. There the budget is the
+widest whose forward, timed on this model once a process (a few forwards, in the warm-up), costs at most TREE_COST
+one-position forwards: a tree round emits at least one token, and on input-grounded prompts trees give several
+tokens per forward (BENCHMARKS.md, "Each mode on the CPU"), so a round costing two steps still pays where the tree
+does.
 
 Written by hand, like the verification widths (:mod:`decode_tui.core.execution.widths`): no library measures this. It
 knows

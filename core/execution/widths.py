@@ -3,10 +3,9 @@
 A verification feeds the target the pending token and k drafted tokens, k + 1 positions. Speculative decoding
 assumes that costs about one decoding step, as it does on a GPU, where any width up to a few dozen is one pass over
 the weights. On a CPU it depends on how the matrix library multiplies a few rows by each weight. On 2 cores with
-MKL, 2 or 3 rows take about two and three times as long as one, and 4 or 5 rows less than 2: SmolLM2's forward
-after 60 tokens costs 58 ms over 1 position, 98 over 2, 118 over 3, 87 over 4, 80 over 5, 103 over 7 and 86 over
-8 (``benchmarks/verify_widths.py``, BENCHMARKS.md). So a verification of 1 or 2 drafted tokens is cheaper padded
-to 5 positions. The pads come after the real positions, which never attend to them, and the rollback after the
+MKL, 2 or 3 rows take about two and three times as long as one, and 4 or 5 rows less than 2
+(``benchmarks/verify_widths.py`` times them). So a verification of 1 or 2 drafted tokens is cheaper padded to 5
+positions. The pads come after the real positions, which never attend to them, and the rollback after the
 round forgets them with the rejected drafts, so no output changes.
 
 Which widths are cheap is measured, not assumed: another library, CPU or thread count has other ones, and a proxy
@@ -84,11 +83,10 @@ Times = dict[int, deque[float]]  # draft length k -> verify seconds of its last 
 
 # What verifying each draft length cost, per target model, kept from run to run: it is the model's and the
 # device's, not the prompt's, and a short run cannot afford to measure it again (on a CPU, trying a costly width
-# three times is a few percent of a 20-token answer). But attention reads the whole context, so it is kept per
-# context length, to the power of two (on 2 cores a 5-token verification costs 85 ms after 50 tokens, 115 ms
-# after 300: priced from the one, the other prompt stopped drafting where drafting paid). Padded verifications
-# (a static cache) are kept apart: their width is always the longest.
-# They live in the model's state.
+# three times is a sizeable share of a short answer). But attention reads the whole context, so it is kept per
+# context length, to the power of two: a verification priced after a short context would stop a long prompt's
+# drafting where drafting pays. Padded verifications (a static cache) are kept apart: their width is always the
+# longest. They live in the model's state.
 
 
 def remembered_times(model: object, context_length: int, padded: bool = False) -> Times:

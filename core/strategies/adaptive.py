@@ -21,15 +21,14 @@ MIN_HISTORY = 8  # tokens of the run a replay needs before its choice is trusted
 # (a GPU, where a draft step costs about a target step) costs at most this many of its steps before the policy knows.
 FIRST_DRAFT = 8
 # Where a draft step was timed before the first round (``timed``), the first draft is also kept short enough that, if
-# the target rejects it whole, its steps cost about this many plain steps: on an H200 the first 10 layers of SmolLM2
-# (c 0.65, nothing accepted) drafted 8 and that round alone cost 5 steps of a 128-token run.
+# the target rejects it whole, its steps cost about this many plain steps: a dear draft that nobody accepts must not
+# cost a short run several steps in its first round alone.
 FIRST_DRAFT_STEPS = 2.0
 # A draft that stops itself, asked for the most over 8 clean rounds, measured under this share of plain steps' speed
-# loses. Not 1: on a CPU short drafts (prose) measure 0.9x where the whole run, with its long drafts, goes 1.3x.
+# loses. Not 1: on a CPU short drafts (prose) measure slower than the whole run, with its long drafts, goes.
 LOST = 0.8
 # Drafting is left for good (no probes) when even an acceptance of 1 would give under this: a drafting round's own
-# work (the draft's catch-up, the verdicts) is not in the prices, and on an H200 a draft priced at a 1.06x ceiling
-# (c 0.94, SmolLM2's int4) measured 0.90-0.93x.
+# work (the draft's catch-up, the verdicts) is not in the prices, so a draft priced just over 1x measures under it.
 CEILING = 1.1
 # A fruitless probe's cost over a plain step is kept under this share of the rounds until the next: a probe after
 # plain steps pays the draft's catch-up on the tokens it skipped (on a GPU an eager forward, several steps), unless
@@ -39,8 +38,8 @@ PROBES = 0.03
 # it at once (one rejection at the first position takes it to 28 %), and later ones outweigh it as it fades.
 PRIOR_ACCEPTANCE = 0.6
 # A replay of the run so far (a copying drafter's) is kept to this fraction of the run's time at most: it runs on the
-# host between rounds, with the device idle. At a twentieth, on prose where nothing is copied, the replays took 3 % of
-# a run on the CPU stand-in for a GPU's pace and about 5 % on an H200, where adaptive PLD went 0.94x greedy.
+# host between rounds, with the device idle, and on prose where nothing is copied a larger share cost adaptive PLD
+# its place beside greedy on a GPU (BENCHMARKS.md, "Each mode on a GPU").
 REPLAY_SHARE = 1 / 100
 
 

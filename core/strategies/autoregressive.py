@@ -84,8 +84,8 @@ def autoregressive(
             return
         # On a GPU, run one forward pass ahead: the next step's pass is queued before this step is read
         # back, so the device computes it while the host waits for the copy and turns the step into
-        # events. Otherwise the device idles through every copy and every event (about 20 % of a fast-path
-        # step on an H100, see BENCHMARKS.md). The price: at an EOS or a cancel one queued pass is wasted,
+        # events. Otherwise the device idles through every copy and every event (BENCHMARKS.md, "Each mode on
+        # a GPU"). The price: at an EOS or a cancel one queued pass is wasted,
         # and not counted. On a CPU nothing would overlap, so the loop stays in order there.
         if run_ahead is None:
             run_ahead = device.type == "cuda"

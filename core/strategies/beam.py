@@ -150,8 +150,8 @@ def _search(model: PreTrainedModel, transcript: Transcript, beam: BeamParams, ca
         # With run_ahead the search runs one pass ahead, as greedy does on a GPU: the next step's inputs (the
         # running beams' last tokens, the cache reordered to them) are on the device already, so its pass is
         # queued behind the step's copy and runs while the host waits for that copy and turns the step into its
-        # event. In order, the device idles through all of that: on an H200 a beam step's host work took as long
-        # as its pass. When the early-stopping test or a cancel stops the search here, the pass queued ahead is
+        # event. In order, the device idles through all of that, and a beam step's host work is about as long as
+        # its pass on a GPU. When the early-stopping test or a cancel stops the search here, the pass queued ahead is
         # wasted, and not counted; at the length limit the search always stops, so none is queued.
         ahead = run_ahead and cur_len + 1 < max_length
         if ahead:

@@ -5,9 +5,9 @@ one-token steps (until its next probe or replay); where a lookup found nothing t
 again after each token, while the next forward runs, and ends where a copy turns up. A round of the
 speculative loop with nothing drafted is a verification of one token: fed at the verification's padded width
 on the graph paths, read back before the next forward is queued, then turned into events. On a GPU, where a
-step of a small model takes 3.3 ms, such a round cost about 1.6 plain greedy steps (BENCHMARKS.md, the H200
-figures), so a policy that rightly stopped drafting still lost a third of greedy's speed, and prompt lookup on
-prose, which finds little to copy, ran at 0.75x greedy. Here each step feeds the one pending token, and the
+step of a small model takes a few milliseconds, such a round costs more than a plain greedy step, so a policy
+that rightly stopped drafting would still lose greedy's speed, and prompt lookup on prose, which finds little to
+copy, would lose more. Here each step feeds the one pending token, and the
 next step's forward is queued on the device before this step's token is read back, as in
 :func:`~decode_tui.core.strategies.autoregressive.autoregressive`. The tokens are the verification's: the argmax
 of the processed distribution, or one draw from it with the run's generator (the draw a round with nothing
