@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import UsageError
-from ..core.record.events import BeamStepped, Event, Finished, Started, TokenEmitted, from_dict
+from ..core.record.events import BeamStepped, Event, Finished, Started, TokenEmitted
+from ..core.record.traces import file_lines, read_line
 from .pump import EventSource, Notice
 from .settings import Settings
 
@@ -111,14 +112,7 @@ def read_recording(path: Path) -> tuple[dict[str, Any], list[tuple[float, Event]
 
     The events are the first run's; the branches made from it (lines tagged ``in_branch``) are in the header's
     ``branches``, each branch's number to its timed events."""
-    try:
-        text = path.read_text(encoding="utf-8")
-        lines = text.splitlines()
-    except FileNotFoundError:
-        raise UsageError(f"The recording {path} does not exist. Record one with `decode-tui run --record "
-                         f"{path.name}`.") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"Cannot read the recording {path}: {exc}.") from None
+    text, lines = file_lines(path, f"Record one with `decode-tui run --record {path.name}`.", "the recording ")
     if not lines:
         raise UsageError(f"The recording {path} is empty.")
     try:
@@ -138,7 +132,7 @@ def read_recording(path: Path) -> tuple[dict[str, Any], list[tuple[float, Event]
         if not line.strip():
             continue
         try:
-            data = json.loads(line)
+            t, tags, event = read_line(line)
         except json.JSONDecodeError as exc:
             if number == len(lines) and not text.endswith("\n") and events:
                 # The last line was cut mid-write (the recording process was killed): what came before it is whole
@@ -147,18 +141,10 @@ def read_recording(path: Path) -> tuple[dict[str, Any], list[tuple[float, Event]
                 break
             raise UsageError(f"{path}, line {number}: not JSON ({exc}). The file is damaged; record it again.") \
                 from None
-        try:
-            if not isinstance(data, dict):
-                raise ValueError("not a JSON object")
-            t = data.pop("t", 0.0)
-            if isinstance(t, bool) or not isinstance(t, int | float) or t < 0:
-                raise ValueError(f"t is {t!r}, not a time in seconds")
-            branch = data.pop("in_branch", 0)
-            if isinstance(branch, bool) or not isinstance(branch, int) or branch < 0:
-                raise ValueError(f"in_branch is {branch!r}, not a branch's number")
-            (branches.setdefault(branch, []) if branch else events).append((float(t), from_dict(data)))
         except ValueError as exc:
             raise UsageError(f"{path}, line {number}: {exc}. The file is damaged; record it again.") from None
+        branch = tags.get("in_branch", 0)
+        (branches.setdefault(branch, []) if branch else events).append((t or 0.0, event))
     if not events:
         raise UsageError(f"The recording {path} holds no events.")
     return header, events
@@ -224,8 +210,8 @@ def read_race(path: Path) -> tuple[Settings, str, list[Lane]]:
     from ..core.analysis.race import Lane
     from .settings import settings_from_dict
 
+    _, lines = file_lines(path, "Record one with `decode-tui race --record FILE.jsonl`.", "the race ")
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
         header = json.loads(lines[0])
         if header.get("version") != RACE_VERSION:
             raise UsageError(f"{path} is a version {header.get('version')} race; this decode-tui reads version "
@@ -235,9 +221,8 @@ def read_race(path: Path) -> tuple[Settings, str, list[Lane]]:
         events: list[list[tuple[float, Event]]] = [[] for _ in named]
         for line in lines[1:]:
             if line.strip():
-                data = json.loads(line)
-                number, t = int(data.pop("lane")), float(data.pop("t"))
-                events[number].append((t, from_dict(data)))
+                t, tags, event = read_line(line)
+                events[tags["lane"]].append((t if t is not None else 0.0, event))
         settings = settings_from_dict(header["settings"])
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"Cannot read the race {path}: {exc}.") from None

@@ -1,8 +1,10 @@
 """Reading a run back from a file, and the path a new run resumes from.
 
 A trace is what ``decode-tui generate --format jsonl`` writes, an app recording (``run --record``, the export
-key) or a lesson's recording: one event a line, a recording's header and timestamps aside. This module reads
-them (:func:`read_events`, for the what-if and for ``generate --resume``) and turns the first N tokens of one
+key), a lesson's recording or a saved race: one event a line, a header and tags (a time, a branch, a lane) aside.
+This module is the one reader of those files: the file's lines (:func:`file_lines`) and each line's event with its
+tags (:func:`read_line`), which the app's recordings and races build on (``tui/recording.py``), and the events
+alone (:func:`read_events`, for the what-if and for ``generate --resume``). It turns the first N tokens of one
 into a :class:`~decode_tui.core.record.path.Path` (:func:`resume_path`), refusing a trace that cannot be resumed here
 with a message that says what to do. It does not know models; the caller says which prompt and model it runs.
 """
@@ -21,27 +23,53 @@ from .transcript import TokenStats
 RECORD_HINT = "Record one with `decode-tui generate --format jsonl > run.jsonl`."
 
 
+def file_lines(path: FilePath, missing: str, what: str = "") -> tuple[str, list[str]]:
+    """``path``'s text and its lines; a UsageError where it is missing (``missing`` says what to do) or unreadable.
+    ``what`` names the file in the messages ("the recording ")."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"{what[:1].upper() + what[1:] if what else ''}{path} does not exist. {missing}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"Cannot read {what}{path}: {exc}.") from None
+    return text, text.splitlines()
+
+
+TAGS = ("in_branch", "lane")  # the line tags of recordings (a branch's events) and races (a lane's)
+
+
+def read_line(line: str) -> tuple[float | None, dict[str, int], Event]:
+    """One line's event, with its time (``t``, a recording's and a race's seconds since the start; None where
+    absent) and its tags; a ValueError (a ``json.JSONDecodeError`` where it is not JSON) saying what is wrong."""
+    data = json.loads(line)
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    t = data.pop("t", None)
+    if t is not None and (isinstance(t, bool) or not isinstance(t, int | float) or t < 0):
+        raise ValueError(f"t is {t!r}, not a time in seconds")
+    tags = {}
+    for tag in TAGS:
+        if tag in data:
+            value = data.pop(tag)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{tag} is {value!r}, not a number")
+            tags[tag] = value
+    return (None if t is None else float(t)), tags, from_dict(data)
+
+
 def read_events(path: FilePath, what: str, hint: str = RECORD_HINT) -> list[Event]:
     """Every event in ``path``; a UsageError naming the line of the first one that is not an event. ``what``
     says what reads it, for the messages ("A what-if", "--resume")."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise UsageError(f"{path} does not exist. {hint}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"Cannot read {path}: {exc}.") from None
+    _, lines = file_lines(path, hint)
     events: list[Event] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
             data = json.loads(line)
-            if not isinstance(data, dict):
-                raise ValueError("not a JSON object")
-            if data.get("event") == "recording":  # an app recording's header
+            if isinstance(data, dict) and data.get("event") == "recording":  # an app recording's header
                 continue
-            data.pop("t", None)  # a recording's timestamp
-            events.append(from_dict(data))
+            events.append(read_line(line)[2])
         except (json.JSONDecodeError, ValueError) as exc:
             raise UsageError(f"{path}, line {number}: not a decode-tui event ({exc}). {what} reads the output of "
                              "`decode-tui generate --format jsonl` or an app recording.") from None
