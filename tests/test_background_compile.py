@@ -360,11 +360,11 @@ def test_the_app_ends_its_process_at_once_where_a_compile_thread_was_started(mon
 
     monkeypatch.setattr(commands, "need_terminal", lambda command: None)
     monkeypatch.setattr("os._exit", exit_now)
-    monkeypatch.setattr(background_compile, "_worker", None)
+    monkeypatch.setattr(background_compile._Worker, "thread", None)
     with pytest.raises(typer.Exit):
         commands._run_app(App())
     assert exits == []
-    monkeypatch.setattr(background_compile, "_worker", threading.Thread(target=lambda: None))
+    monkeypatch.setattr(background_compile._Worker, "thread", threading.Thread(target=lambda: None))
     with pytest.raises(SystemExit):
         commands._run_app(App())
     assert exits == [code]

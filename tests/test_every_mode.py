@@ -7,6 +7,7 @@ into a run (suffix mode's ``KeyError`` at ``busy_label``): these tests read ever
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import time
 from collections.abc import Mapping
@@ -17,7 +18,7 @@ from textual.widgets import ContentSwitcher
 
 from decode_tui import lessons
 from decode_tui.cli.flags import ModeChoice
-from decode_tui.cli.options import ONLY_FOR, build_config
+from decode_tui.cli.options import ONLY_FOR, DecodingOptions, build_config
 from decode_tui.core.modes import MODE_SPECS
 from decode_tui.core.params import DEMO_PROMPTS
 from decode_tui.core.record.events import MODES, Mode
@@ -59,7 +60,8 @@ def test_every_modes_entry_names_what_exists(mode: Mode) -> None:
     spec = MODE_SPECS[mode]
     assert spec.name == mode and spec.working_on and spec.demo_prompt.strip()
     assert spec.view in PANEL_FOR_VIEW, "the app has a panel for its view"
-    fields = set(inspect.signature(build_config).parameters)  # every decoding option the command line takes
+    # Every decoding option the command line takes: the options object's fields, and build_config's own (--compare).
+    fields = {f.name for f in dataclasses.fields(DecodingOptions)} | set(inspect.signature(build_config).parameters)
     assert spec.options <= fields, spec.options - fields
     assert all(ModeChoice(mode) in ONLY_FOR[o] for o in spec.options), "the command line's checks take its options"
     assert spec.moments <= set(lessons.EVENTS), spec.moments - set(lessons.EVENTS)

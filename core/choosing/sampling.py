@@ -39,10 +39,10 @@ from transformers.generation.logits_process import (
 )
 
 from ..errors import UsageError
+from ..execution.figures import host_stats, token_stats
 from ..execution.transfers import HostCopy
 from ..params import WARPERS, SamplingParams
 from ..record.events import Stage
-from ..record.path import host_stats, token_stats
 from ..record.transcript import TokenStats
 from .bad_words import NoBadWords
 

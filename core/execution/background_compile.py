@@ -127,7 +127,12 @@ def _state(model: Any) -> _Model | None:
 _JOBS: queue.SimpleQueue[tuple[weakref.ref[Any], Shape]] = queue.SimpleQueue()
 _BUSY = threading.Lock()  # held by the worker while it compiles, and by the foreground while it switches
 _STATE = threading.Lock()  # guards the bookkeeping above, briefly
-_worker: threading.Thread | None = None
+
+
+class _Worker:
+    """The process's one compile thread, once started (it cannot be stopped: see :func:`started`)."""
+
+    thread: threading.Thread | None = None
 
 
 def start(model: PreTrainedModel, backend: str | Callable[..., Any] = "inductor") -> None:
@@ -135,7 +140,6 @@ def start(model: PreTrainedModel, backend: str | Callable[..., Any] = "inductor"
 
     ``backend``: torch.compile's; tests pass a cheap one. Idempotent per model.
     """
-    global _worker
     with _STATE:
         if _state(model) is not None:
             return
@@ -143,10 +147,10 @@ def start(model: PreTrainedModel, backend: str | Callable[..., Any] = "inductor"
         # forward.py captures them as it captures the eager model, so the graph pool, the rollback and the
         # pooled caches stay the same.
         state_of(model).background = _Model(compile_forward(model, graphs=4 * COMPILED_UP_TO, backend=backend))
-        if _worker is None or not _worker.is_alive():
+        if _Worker.thread is None or not _Worker.thread.is_alive():
             # A daemon: a process that ends mid-compile must not wait for it.
-            _worker = threading.Thread(target=_work, name="decode-tui background compile", daemon=True)
-            _worker.start()
+            _Worker.thread = threading.Thread(target=_work, name="decode-tui background compile", daemon=True)
+            _Worker.thread.start()
     for shape in captured_shapes(model):
         ask(model, shape)
 
@@ -154,7 +158,7 @@ def start(model: PreTrainedModel, backend: str | Callable[..., Any] = "inductor"
 def started() -> bool:
     """Whether this process started a background compile: its worker thread cannot be stopped, so a front end
     that ends the process while it may compile ends it with ``os._exit`` (the interpreter's exit aborts mid-compile)."""
-    return _worker is not None
+    return _Worker.thread is not None
 
 
 def ask(model: PreTrainedModel, shape: Shape) -> None:

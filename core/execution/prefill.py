@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..record.events import TokenEmitted
-from ..record.path import Path, host_stats, token_stats
+from ..record.path import Path
 from ..record.transcript import TokenStats, Transcript
+from .figures import host_stats, token_stats
 from .forward import forward, rollback
 from .transfers import on_device
 

@@ -1,14 +1,11 @@
-"""How likely a path of tokens is, and a run that starts from a path it did not choose itself.
+"""A run that starts from a path it did not choose itself: the tokens decided before it decodes.
 
-Two things every strategy shares:
+A run may begin with tokens already decided (:class:`Path`: kept from a parent branch, then forced by the user);
+:func:`~decode_tui.core.execution.prefill.prefill` feeds them with the prompt. Here too: the checks that a path
+leaves something to decode and that forced text has tokens, and where two token lists part.
 
-- :func:`token_stats`: for tokens the model is given or picks, their log-probability, the entropy of the
-  distribution they came from and their rank in it, all under the model's *raw* distribution (the log-softmax
-  of the logits before any processor), computed on the device so a step still makes one host copy.
-- :class:`Path`: a run may begin with tokens already decided (kept from a parent branch, then forced by the
-  user); :func:`~decode_tui.core.execution.prefill.prefill` feeds them with the prompt.
-
-It knows logits and token ids; it does not know caches, which strategy runs or why a path was chosen.
+It knows token ids and tokenizers' text; it does not know logits, caches, which strategy runs or why a path was
+chosen.
 """
 
 from __future__ import annotations
@@ -17,26 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
 from ..errors import UsageError
 from .events import TokenSource
 from .transcript import TokenStats
-
-
-def token_stats(raw: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """[3, T]: each token's raw log-probability, its distribution's entropy (nats) and its rank (1 = the most
-    likely), for ``raw`` logits [T, V] (float) and the tokens ``ids`` [T] they were followed by."""
-    logp = torch.log_softmax(raw.float(), dim=-1)  # [T, V]
-    chosen = logp.gather(1, ids.view(-1, 1))  # [T, 1]
-    entropy = torch.special.entr(logp.exp()).sum(-1)  # [T]  -sum p log p, with 0 log 0 = 0
-    rank = (logp > chosen).sum(-1) + 1  # [T] tied tokens share the better rank
-    return torch.stack([chosen[:, 0], entropy, rank.to(logp.dtype)])
-
-
-def host_stats(packed: list[float], t: int) -> list[TokenStats]:
-    """:func:`token_stats`'s [3, T] after its host copy (flattened), as one :class:`TokenStats` per token."""
-    return [TokenStats(packed[i], packed[t + i], int(packed[2 * t + i])) for i in range(t)]
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 import torch
 
 from ..choosing.sampling import CONTEXT_FREE, processed
+from ..execution.figures import host_stats, token_stats
 from ..execution.transfers import on_device, to_host
 from ..record.events import PositionVerdict
-from ..record.path import host_stats, token_stats
 from ..record.transcript import TokenStats
 
 if TYPE_CHECKING:

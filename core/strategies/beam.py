@@ -36,13 +36,14 @@ import torch
 
 from ..choosing.grammar import GrammarMask
 from ..choosing.sampling import StageContext, processed, stage_processors
+from ..execution.figures import token_stats
 from ..execution.forward import forward, new_cache, release
 from ..execution.prefill import prefill
 from ..execution.transfers import on_device
 from ..live import LiveParams
 from ..params import BeamParams, SamplingParams
 from ..record.events import Event, Finished, FinishReason, Hypothesis, Stage, TokenSampled
-from ..record.path import Path, token_stats
+from ..record.path import Path
 from ..record.transcript import TokenStats, Transcript
 from .autoregressive import autoregressive
 from .beam_state import NEG, BeamState, hypotheses_of, queue_step, step_event

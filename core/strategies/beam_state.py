@@ -13,9 +13,9 @@ from typing import Literal
 
 import torch
 
+from ..execution.figures import host_stats
 from ..execution.transfers import HostCopy, to_host
 from ..record.events import Beam, BeamCandidate, BeamStepped, EarlyStopCheck, Hypothesis
-from ..record.path import host_stats
 from ..record.transcript import TokenStats
 
 NEG = -1.0e9  # transformers' "impossible" score

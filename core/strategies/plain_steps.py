@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ..execution.figures import host_stats, token_stats
 from ..execution.forward import forward, rollback
 from ..execution.transfers import HostCopy, on_device
 from ..live import LiveParams
 from ..record.events import Event
-from ..record.path import host_stats, token_stats
 from ..record.transcript import Transcript
 from .acceptance import distributions
 

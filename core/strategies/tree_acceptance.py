@@ -31,9 +31,9 @@ import torch
 
 from ..choosing.sampling import CONTEXT_FREE, processed
 from ..choosing.tree_sampling import accept_among
+from ..execution.figures import host_stats, token_stats
 from ..execution.transfers import on_device, to_host
 from ..record.events import PositionVerdict
-from ..record.path import host_stats, token_stats
 from ..record.transcript import TokenStats
 from ..token_tree import ROOT, TokenTree, greedy_path
 
