@@ -3,8 +3,7 @@
 What the tokenizers alone can tell is refused before any weights load (minutes for a big model on a CPU): the
 steering (``--force``, ``--resume``), a prompt too long for the model, a draft model of another vocabulary. The
 loading itself is :mod:`decode_tui.core.model.loading`'s and :mod:`decode_tui.core.drafting.drafters`'; this module
-puts it on
-the console.
+puts it on the console.
 """
 
 from __future__ import annotations
@@ -28,8 +27,7 @@ if TYPE_CHECKING:
 
 def ensure_model(spec: str, flag: str = "--model") -> ResolvedModel:
     """The files for ``spec`` (core/model/acquire.py); the embedded model's first fetch shows its progress. ``flag``:
-    the
-    option the spec came from, which an error names."""
+    the option the spec came from, which an error names."""
     from ..core.model.acquire import ensure, fetching
 
     what = fetching(spec)

@@ -34,8 +34,7 @@ if TYPE_CHECKING:
 def bench(options: DecodingOptions, modes: list[ModeChoice], *, runs: int, output_format: TableFormatChoice,
           timeline: bool = False) -> None:
     """Time ``modes`` on one prompt by the core's protocol (warm, alternated; core/analysis/compare.py) and print a
-    table
-    (or one JSON object per mode). Plain greedy is always measured: every speed-up is over it."""
+    table (or one JSON object per mode). Plain greedy is always measured: every speed-up is over it."""
     import json
 
     from ..core.analysis.compare import bench as run_bench

@@ -15,8 +15,7 @@ topological order (a parent before its children), as the papers' trees are laid 
 
 The forward over a tree (its attention mask, its positions, the keys and values kept) is
 :mod:`~decode_tui.core.execution.tree_attention`; this module is the tree alone, with no torch, so that the app can
-draw a
-recorded tree before it has imported torch. It knows nothing of drafters, sampling or events.
+draw a recorded tree before it has imported torch. It knows nothing of drafters, sampling or events.
 """
 
 from __future__ import annotations

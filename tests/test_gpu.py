@@ -270,8 +270,7 @@ def test_one_copy_per_step_and_no_other_wait_from_the_core(byte_bpe: Any, monkey
 def test_the_targets_float_masks_are_exact_on_cuda_and_its_graphs_give_the_plain_paths_tokens(
         byte_bpe: Any, dtype: torch.dtype) -> None:
     """The target's captured steps build their masks as floats (core/execution/float_mask.py): on CUDA its check finds
-    the
-    logits equal to the last bit, the graph path's greedy tokens are the plain path's, and the model is back on
+    the logits equal to the last bit, the graph path's greedy tokens are the plain path's, and the model is back on
     transformers' SDPA after its captures."""
     model = on_cuda(tiny_model("llama", vocab_size=V, seed=8), dtype)
     assert float_mask.exact(model)

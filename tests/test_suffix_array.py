@@ -1,6 +1,5 @@
 """The suffix array (core/drafting/suffix_array.py) against the suffix tree it stands in for: the same counts and the
-same
-draft trees, node for node, on random sequences; and its memory, a few bytes a token."""
+same draft trees, node for node, on random sequences; and its memory, a few bytes a token."""
 
 from __future__ import annotations
 

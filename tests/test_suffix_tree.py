@@ -1,6 +1,5 @@
 """The suffix trees of SuffixDecoding (core/drafting/suffix_tree.py): counts against a brute-force count of substrings,
-and
-the draft trees grown from them against the paper's rules (longest match, best first, budget by match length,
+and the draft trees grown from them against the paper's rules (longest match, best first, budget by match length,
 a floor on probability)."""
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
 """SpecInfer's multi-draft rule (core/choosing/tree_sampling.py): whatever the children tried at a node and whatever
-they
-were drafted from, the token that comes out is distributed as the target's p. Checked by a chi-square test on many
+they were drafted from, the token that comes out is distributed as the target's p. Checked by a chi-square test on many
 draws, with a control that leaves the residual out and fails the same test."""
 
 from __future__ import annotations

@@ -249,8 +249,7 @@ def _compile_news(lm: LoadedModel, events: Iterator[Event]) -> Generator[Event, 
 
 def _ensure(spec: str, flag: str = "--model") -> Generator[Event, None, ResolvedModel]:
     """The files for ``spec`` (core/model/acquire.py); a first fetch of the embedded model is announced before it
-    starts,
-    as the pull cannot yield its progress. ``flag``: the option the spec came from, which an error names."""
+    starts, as the pull cannot yield its progress. ``flag``: the option the spec came from, which an error names."""
     from ..core.model.acquire import ensure, fetching
 
     what = fetching(spec)

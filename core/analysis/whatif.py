@@ -127,8 +127,7 @@ def measure_costs(lm: LoadedModel, trace: Trace, max_width: int, draft: DraftMod
     verify = [statistics.median(samples[w]) for w in samples]
     # A verification never costs more than a wider one: on a CPU, where a wider forward can be cheaper, the verifier
     # pads to it (core/execution/widths.py); elsewhere a wider forward that timed faster was noise. So each width costs
-    # at most
-    # what the next wider one did.
+    # at most what the next wider one did.
     for w in range(len(verify) - 2, -1, -1):
         verify[w] = min(verify[w], verify[w + 1])
     # The spread: each width's interquartile range over its median, the median of those over the widths.

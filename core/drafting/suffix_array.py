@@ -1,6 +1,5 @@
 """A suffix array over token ids: the counts of :class:`~decode_tui.core.drafting.suffix_tree.SuffixTree`, and the same
-draft
-trees, for histories too big for a tree of Python objects.
+draft trees, for histories too big for a tree of Python objects.
 
 The depth-bounded suffix tree spends a node (a Python object and a dict) on every distinct substring of up to
 ``max_depth`` tokens: thousands of bytes a token, tens of gigabytes for a 20 MB text. Here the tokens sit in one

@@ -10,9 +10,8 @@ transformers offers no switch for this, but it lets a model's attention and mask
 (:data:`FLOAT_MASK_SDPA`), which is how this is done.
 
 Two users. A draft made from the target keeps it for good (:func:`decode_tui.core.drafting.draft_layers.float_masks`).
-The
-target keeps transformers' SDPA, so that its eager passes, and ``generate`` on the same model, are transformers' own;
-only its captured CUDA graphs are recorded with float masks (:func:`while_capturing`), where a model's check
+The target keeps transformers' SDPA, so that its eager passes, and ``generate`` on the same model, are transformers'
+own; only its captured CUDA graphs are recorded with float masks (:func:`while_capturing`), where a model's check
 (:func:`exact`) finds its logits unchanged to the last bit.
 
 It knows transformers' attention registries and a model's logits; nothing of drafts, graphs or decoding.

@@ -286,8 +286,7 @@ class _Captured:
         self.logits: torch.Tensor  # [B, keep, V], overwritten by every replay
         # The eager pass is recorded with its attention masks built as floats once a pass (the same numbers, fewer
         # kernels: core/execution/float_mask.py). Not a compiled pass, nor a model compiled in the background:
-        # switching its
-        # attention would fail the guards its compiled code was traced under, and recompile it.
+        # switching its attention would fail the guards its compiled code was traced under, and recompile it.
         behind = state_of(model).background is not None
         masks = float_mask.while_capturing(model) if compiled is None and not behind else contextlib.nullcontext()
         with masks:
@@ -359,8 +358,7 @@ def _capture(model: PreTrainedModel, cache: StaticKV, shape: tuple[int, ...], ke
 def replayed_tree(model: PreTrainedModel, cache: Cache, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                   position_ids: torch.Tensor) -> torch.Tensor | None:
     """A token tree's forward (:mod:`decode_tui.core.execution.tree_attention`) replayed as a graph captured for its
-    width:
-    its logits at every row ([1, W, V], a copy in float32), or None off the graph path, past the widest tree
+    width: its logits at every row ([1, W, V], a copy in float32), or None off the graph path, past the widest tree
     captured or where capture failed (the caller runs it eagerly). The tree's mask and position ids are inputs
     of the graph like its ids, so that one graph serves every round of a fixed width (the drafter's tree budget,
     the tree padded to it)."""

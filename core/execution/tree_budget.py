@@ -10,8 +10,7 @@ tokens per forward (BENCHMARKS.md, "Each mode on the CPU"), so a round costing t
 does.
 
 Written by hand, like the verification widths (:mod:`decode_tui.core.execution.widths`): no library measures this. It
-knows
-forwards and the clock; nothing of trees, drafters or events.
+knows forwards and the clock; nothing of trees, drafters or events.
 """
 
 from __future__ import annotations

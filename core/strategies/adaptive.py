@@ -139,8 +139,7 @@ class AdaptiveDraftLength:
 
     def _fit(self) -> tuple[float, float] | None:
         """(c0, c1) of cost(k) = c0 + c1 * k (:func:`~decode_tui.core.record.draft_stats.fit_verify_costs`) over each
-        k's
-        last 16 times: per k, so a long stretch of one length (plain steps on prose) does not make the policy
+        k's last 16 times: per k, so a long stretch of one length (plain steps on prose) does not make the policy
         forget what the others cost and measure them again."""
         return fit_verify_costs(self.times_by_k)
 

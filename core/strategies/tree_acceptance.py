@@ -2,8 +2,7 @@
 
 SpecInfer (Miao et al., 2023), in its names: the target reads the pending token and every node of the draft tree
 in one forward (:func:`~decode_tui.core.execution.tree_attention.tree_forward`), so row 0 holds its distribution after
-the
-pending token and row 1 + i its distribution after node i's whole path. Starting at the root:
+the pending token and row 1 + i its distribution after node i's whole path. Starting at the root:
 
 - greedy: follow the child whose token is the target's argmax at the current row, while there is one; the argmax
   where no child matches (or after a leaf) is the extra token. The output equals plain greedy decoding token for
