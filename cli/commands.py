@@ -244,10 +244,15 @@ def run_app(
     _run_app(app_)
 
 
+# The driver textual-serve starts an app under (its TEXTUAL_DRIVER): the app's terminal is a page in a browser.
+WEB_DRIVER = "textual.drivers.web_driver:WebDriver"
+
+
 def need_terminal(command: str) -> None:
     """The app draws on a terminal and reads its keys there. Where standard input or output is a pipe or a file
     (`echo hi | decode-tui run`), the process's terminal is opened in their place; with no terminal at all, or
-    one that cannot draw (TERM=dumb), the app would ignore every key and spin: a UsageError says so instead."""
+    one that cannot draw (TERM=dumb), the app would ignore every key and spin: a UsageError says so instead. Under
+    textual's web driver (a browser's page, through textual-serve) the pipes are the terminal."""
     import os
 
     instead = "Run it in a terminal, or use `decode-tui generate` for the text alone."
@@ -256,6 +261,8 @@ def need_terminal(command: str) -> None:
                          f"draw. {instead}")
     if sys.stdin.isatty() and sys.stdout.isatty():
         return
+    if os.environ.get("TEXTUAL_DRIVER") == WEB_DRIVER:
+        return  # served to a browser (textual-serve): keys and frames travel over these pipes by design
     try:
         tty = os.open("/dev/tty", os.O_RDWR)
     except OSError:

@@ -31,6 +31,29 @@ def test_an_app_with_no_terminal_to_read_keys_from_is_refused(isolated_env: dict
     assert_clean_failure(dumb, EXIT_USAGE, "TERM=dumb")
 
 
+def test_an_app_served_to_a_browser_takes_its_pipes_for_the_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """textual-serve runs the app with textual's web driver, whose keys and frames travel over standard input and
+    output, pipes by design: that is not refused. The control: any other driver with pipes and no terminal is."""
+    import io
+    import sys
+
+    from decode_tui.cli import commands
+    from decode_tui.core.errors import UsageError
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO())  # a pipe, not a terminal
+    monkeypatch.delenv("TERM", raising=False)
+
+    def no_terminal(*args: object) -> int:
+        raise OSError("no controlling terminal")
+
+    monkeypatch.setattr(os, "open", no_terminal)
+    monkeypatch.setenv("TEXTUAL_DRIVER", commands.WEB_DRIVER)
+    commands.need_terminal("lesson")  # no UsageError, no /dev/tty opened
+    monkeypatch.setenv("TEXTUAL_DRIVER", "textual.drivers.headless_driver:HeadlessDriver")
+    with pytest.raises(UsageError, match="reads its keys from a terminal"):
+        commands.need_terminal("lesson")
+
+
 @pytest.fixture()
 def tmux(tmp_path: Path) -> Iterator[Callable[..., str]]:
     """``tmux(*args)`` on a server of this test's own; the server is killed afterwards."""
