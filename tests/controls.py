@@ -7,7 +7,6 @@ to compare against, and build it here from the package's own steps.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from decode_tui.core.drafting import target_drafts
@@ -16,10 +15,7 @@ from decode_tui.core.params import TargetDraft
 
 def unfused_build(model: Any, draft: TargetDraft) -> Any:
     """``target_drafts.build`` without the fused layers: transformers' own norms, attention and MLP."""
-    shared: dict[int, Any] = {id(t): t for t in [*model.parameters(), *model.buffers()]}
-    clone = copy.deepcopy(model, memo=shared)
-    if draft.layers is not None:
-        target_drafts._keep_layers(clone, draft.layers)
+    clone = target_drafts.tree_over(model, draft)
     if draft.bits is not None:
         target_drafts._quantise(clone, draft.bits)
     return clone.eval()

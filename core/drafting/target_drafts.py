@@ -145,15 +145,22 @@ def _probe(bits: int, device: torch.device) -> str | None:
     return None
 
 
+def tree_over(model: PreTrainedModel, draft: TargetDraft) -> PreTrainedModel:
+    """A deep copy of ``model``'s module tree whose memo maps every parameter and buffer to itself (nothing of the
+    target's weights is copied), cut to the draft's layers: what :func:`build` fuses and quantises."""
+    shared: dict[int, Any] = {id(t): t for t in [*model.parameters(), *model.buffers()]}
+    clone: PreTrainedModel = copy.deepcopy(model, memo=shared)
+    if draft.layers is not None:
+        _keep_layers(clone, draft.layers)
+    return clone
+
+
 def build(model: PreTrainedModel, draft: TargetDraft) -> PreTrainedModel:
     """The draft module: a new module tree over the target's own tensors, with quantised copies where asked.
 
     The tree is a deep copy whose memo maps every parameter and buffer to itself, so nothing of the target's
     weights is copied; only the quantised Linear layers (and the cast norm weights) are new memory."""
-    shared: dict[int, Any] = {id(t): t for t in [*model.parameters(), *model.buffers()]}
-    clone: PreTrainedModel = copy.deepcopy(model, memo=shared)
-    if draft.layers is not None:
-        _keep_layers(clone, draft.layers)
+    clone = tree_over(model, draft)
     # Fused before quantising, so that the products it joins are quantised as one.
     draft_layers.fuse(clone, join_products=draft.bits is not None)
     if draft.bits is not None:

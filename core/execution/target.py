@@ -100,6 +100,13 @@ class Target:
                                      max_len=max_len)
         self._chain = VerifyForward(model, self.static, max_len)
 
+    @property
+    def steps_plainly(self) -> bool:
+        """Whether a stretch with nothing to draft may run as one-token steps: not on the compiled path, where
+        every verification is padded to one compiled width and a one-token pass would be a new shape to compile
+        mid-run (there such a round stays a padded verification)."""
+        return not self.fast
+
     def times_by_k(self, context_length: int) -> Times:
         """What verifying each draft length cost this model after about ``context_length`` tokens, so far."""
         return remembered_times(self.model, context_length, padded=self.static)

@@ -41,7 +41,11 @@ TAGS = ("in_branch", "lane")  # the line tags of recordings (a branch's events) 
 def read_line(line: str) -> tuple[float | None, dict[str, int], Event]:
     """One line's event, with its time (``t``, a recording's and a race's seconds since the start; None where
     absent) and its tags; a ValueError (a ``json.JSONDecodeError`` where it is not JSON) saying what is wrong."""
-    data = json.loads(line)
+    return read_object(json.loads(line))
+
+
+def read_object(data: object) -> tuple[float | None, dict[str, int], Event]:
+    """:func:`read_line` for a line already parsed (it is taken apart)."""
     if not isinstance(data, dict):
         raise ValueError("not a JSON object")
     t = data.pop("t", None)
@@ -69,7 +73,7 @@ def read_events(path: FilePath, what: str, hint: str = RECORD_HINT) -> list[Even
             data = json.loads(line)
             if isinstance(data, dict) and data.get("event") == "recording":  # an app recording's header
                 continue
-            events.append(read_line(line)[2])
+            events.append(read_object(data)[2])
         except (json.JSONDecodeError, ValueError) as exc:
             raise UsageError(f"{path}, line {number}: not a decode-tui event ({exc}). {what} reads the output of "
                              "`decode-tui generate --format jsonl` or an app recording.") from None

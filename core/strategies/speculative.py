@@ -112,7 +112,7 @@ def speculative(
             started = time.perf_counter()
             draft = (found or drafter.propose(context, k, s.processors, s.greedy, generator)) if k > 0 else Draft([])
             found = None
-            if not draft.token_ids and not fast and grammar is None and (k == 0 or drafter.free_to_ask):
+            if not draft.token_ids and target.steps_plainly and grammar is None and (k == 0 or drafter.free_to_ask):
                 steps, found = yield from plain_stretch(target, transcript, context, drafter, s, k, policy, stats,
                                                         generator, vocab)
                 round_ += steps
