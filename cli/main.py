@@ -7,8 +7,9 @@ cli/outputs.py (the files a command writes, checked and claimed),
 cli/console.py (stderr, progress lines and a clean failure), cli/loads.py (the
 models a command needs, checked before their weights load), cli/headless.py
 (``generate``'s output), cli/measure.py (``bench``'s and
-``whatif``'s), cli/commands.py (the commands themselves) and cli/teaching.py
-(the lessons).
+``whatif``'s), cli/commands.py (the commands themselves), cli/teaching.py
+(the lessons), cli/start.py (the start screen's loop) and cli/serve.py with
+cli/classroom.py (the classroom server).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import sys
 import threading
 
 from ..core.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_TERMINATED, DecodeTuiError
-from . import teaching  # noqa: F401  (registers the lessons, lesson and race commands on the app)
+from . import serve, teaching  # noqa: F401  (register serve; lessons, lesson and race on the app)
 from .commands import app
 from .headless import generate, ignore_signals
 from .options import read_prompt

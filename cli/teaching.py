@@ -23,9 +23,9 @@ import typer
 from ..core.errors import DecodeTuiError, UsageError
 from ..core.model.registry import EMBEDDED_ALIASES, resolve
 from ..core.params import Constraint, DecodeConfig, check_device_map
-from ..lessons import Lesson, LessonError, load, shipped
+from ..lessons import Lesson, load, shipped
 from ..tui.numbers import count
-from .commands import _run_app, app, configured_model_exists, need_terminal, user_config
+from .commands import WEB_DRIVER, _run_app, app, configured_model_exists, need_terminal, user_config
 from .console import fail
 from .flags import ModeChoice, PromptArg, TableFormatChoice, ThemeOpt
 from .options import (
@@ -56,18 +56,49 @@ SETTINGS = (*(f.name for f in dataclasses.fields(DecodingOptions)
 
 @app.command("lessons")
 def lessons_cmd(
+    listing: Annotated[bool, typer.Option("--list", help="Print the lessons as a table instead of opening the "
+                                          "start screen (what a pipe or a file gets anyway).")] = False,
     output_format: Annotated[TableFormatChoice, typer.Option("--format", help="text: a table. json: a JSON list "
                                                              "of {name, title, mode, pauses, recorded, source}.")
                              ] = TableFormatChoice.text,
+    recordings: Annotated[Path | None, typer.Option("--recordings", help="A folder whose recordings (.jsonl) the "
+                                                    "start screen offers too.")] = None,
+    live: Annotated[bool, typer.Option("--live", help="On the start screen, l runs the highlighted lesson on a "
+                                       "model instead of playing its recording.")] = False,
+    theme: ThemeOpt = None,
+    choice_file: Annotated[Path | None, typer.Option("--choice-file", hidden=True)] = None,
+    notice: Annotated[str | None, typer.Option("--notice", hidden=True)] = None,
 ) -> None:
-    """List the built-in lessons (play one with `decode-tui lesson NAME`)."""
+    """The lessons, the race and your recordings on a start screen: Enter plays one, q in it comes back to the
+    list. With --list (or into a pipe), the lessons as a table."""
     try:
         lessons = shipped()
-    except LessonError as err:  # a broken install: say which file
+        if recordings is not None:
+            from ..tui.catalog import check_folder
+
+            check_folder(recordings)
+    except DecodeTuiError as err:  # a broken install (say which file), or a folder that is not one
         fail(err)
     if output_format is TableFormatChoice.json:
         typer.echo(json.dumps([lesson.to_dict() for lesson in lessons], indent=1))
         return
+    if listing or not (interactive() or choice_file is not None):
+        _lessons_table(lessons)
+        return
+    from .start import start_screen
+
+    start_screen(recordings, live=live, theme=theme_name(theme) or user_config().theme, choice_file=choice_file,
+                 notice=notice)
+
+
+def interactive() -> bool:
+    """Whether the start screen can open here: a terminal, or a browser's page (textual-serve's web driver)."""
+    import os
+
+    return (sys.stdin.isatty() and sys.stdout.isatty()) or os.environ.get("TEXTUAL_DRIVER") == WEB_DRIVER
+
+
+def _lessons_table(lessons: list[Lesson]) -> None:
     from rich.console import Console
     from rich.table import Table
 

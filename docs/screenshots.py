@@ -1,6 +1,6 @@
 """Make the README's teaching screenshots from shipped recordings (no model): `python docs/screenshots.py`.
 
-The lesson is played at its recorded pace to its third pause; the race (docs/race-code-edit.jsonl, made with
+The lesson is played at its recorded pace to its third pause; the race (lessons/race-code-edit.jsonl, made with
 `decode-tui race --record` on the embedded model) is shown 2.5 s in, while the lanes are still apart.
 """
 
@@ -35,7 +35,7 @@ async def lesson() -> None:
 
 
 async def race() -> None:
-    settings, device, lanes = read_race(HERE / "race-code-edit.jsonl")
+    settings, device, lanes = read_race(HERE.parent / "lessons" / "race-code-edit.jsonl")
     app = RaceApp(settings, lanes, device, source="race-code-edit.jsonl")
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause(2.5)
