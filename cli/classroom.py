@@ -49,6 +49,7 @@ from .start import decode_tui_argv
 MAX_COLS, MAX_ROWS = 400, 200
 QUIT_WAIT_S = 3.0  # how long a process has to quit when asked, then as long again after SIGTERM, before SIGKILL
 MAX_MESSAGE_BYTES = 4 * 2**20  # a bigger websocket message (a paste of several megabytes) closes that tab
+MAX_PENDING_BYTES = 8 * 2**20  # input an app has not read yet, beyond which a tab's input is dropped
 STATIC = Path(str(files("textual_serve"))) / "static"
 PAGE = files("decode_tui.cli") / "classroom.html"
 
@@ -157,29 +158,35 @@ class Classroom:
         return websocket
 
     async def pump_input(self, session: Session) -> None:
-        """The tab's messages to its current process: keys, size, focus. Anything malformed is dropped."""
-        async for message in session.websocket:
-            if message.type != WSMsgType.TEXT:
-                continue
-            try:
-                envelope = json.loads(message.data)
-                kind = envelope[0]
-            except (ValueError, TypeError, IndexError, KeyError):
-                continue
-            if kind == "stdin" and len(envelope) > 1 and isinstance(envelope[1], str):
-                session.last_input = time.monotonic()
-                await self.send(session, b"D", envelope[1].encode("utf-8", "replace"))
-            elif kind == "resize" and len(envelope) > 1 and isinstance(envelope[1], dict):
-                session.last_input = time.monotonic()
-                session.size = (clamp(envelope[1].get("width"), MAX_COLS, session.size[0]),
-                                clamp(envelope[1].get("height"), MAX_ROWS, session.size[1]))
-                await self.meta(session, {"type": "resize", "width": session.size[0], "height": session.size[1]})
-            elif kind == "ping" and len(envelope) > 1:
-                await session.websocket.send_json(["pong", str(envelope[1])[:32]])
-            elif kind in ("focus", "blur"):
-                await self.meta(session, {"type": kind})
-        session.closing = session.closing or "the tab was closed"
-        await self.end_process(session)
+        """The tab's messages to its current process: keys, size, focus. A malformed message is dropped; the tab
+        closing (or anything unforeseen here) ends the session."""
+        try:
+            async for message in session.websocket:
+                if message.type == WSMsgType.TEXT:
+                    await self.take(session, message.data)
+        finally:
+            session.closing = session.closing or "the tab was closed"
+            await self.end_process(session)
+
+    async def take(self, session: Session, data: str) -> None:
+        try:
+            envelope = json.loads(data)
+            kind = envelope[0] if isinstance(envelope, list) and envelope else None
+        except (ValueError, RecursionError):
+            return
+        body = envelope[1] if len(envelope) > 1 else None
+        if kind == "stdin" and isinstance(body, str):
+            session.last_input = time.monotonic()
+            await self.send(session, b"D", body.encode("utf-8", "replace"))
+        elif kind == "resize" and isinstance(body, dict):
+            session.last_input = time.monotonic()
+            session.size = (clamp(body.get("width"), MAX_COLS, session.size[0]),
+                            clamp(body.get("height"), MAX_ROWS, session.size[1]))
+            await self.meta(session, {"type": "resize", "width": session.size[0], "height": session.size[1]})
+        elif kind == "ping":
+            await session.websocket.send_json(["pong", str(body)[:32]])
+        elif kind in ("focus", "blur"):
+            await self.meta(session, {"type": kind})
 
     async def write_text(self, session: Session, text: str) -> None:
         """Words in the tab's terminal, on a cleared screen (the app's own screen is gone by then)."""
@@ -283,14 +290,16 @@ class Classroom:
                 session.errors.append(text[:300])
 
     async def send(self, session: Session, kind: bytes, payload: bytes) -> None:
+        """A packet to the session's process, never waiting for it: while the app has more than
+        :data:`MAX_PENDING_BYTES` of input unread, more is dropped, so a flood from one tab cannot hold up its own
+        closing or anything else of the server's."""
         process = session.process
         if process is None or process.stdin is None or process.returncode is not None:
             return  # between two processes: dropped
-        try:
+        if process.stdin.transport.get_write_buffer_size() > MAX_PENDING_BYTES:
+            return
+        with contextlib.suppress(ConnectionError, RuntimeError):
             process.stdin.write(packet(kind, payload))
-            await process.stdin.drain()
-        except (ConnectionError, RuntimeError):
-            pass
 
     async def meta(self, session: Session, data: dict[str, object]) -> None:
         await self.send(session, b"M", json.dumps(data).encode())

@@ -53,8 +53,11 @@ def race_path() -> Path:
 def one_line(text: str) -> str:
     """The first sentence of ``text`` as one line, cut to :data:`LINE_CHARS` characters."""
     flat = " ".join(prose(text).split())
-    first = flat.split(". ", 1)[0].rstrip(".") + "."
-    return first if len(first) <= LINE_CHARS else first[:LINE_CHARS - 1].rstrip() + "…"
+    return cut(flat.split(". ", 1)[0].rstrip(".") + ".")
+
+
+def cut(line: str) -> str:
+    return line if len(line) <= LINE_CHARS else line[:LINE_CHARS - 1].rstrip() + "…"
 
 
 def check_folder(folder: Path) -> Path:
@@ -78,8 +81,7 @@ def entries(recordings: Path | None = None) -> list[Entry]:
     out = [Entry(f"lesson:{lesson.name}", "lesson", lesson.title, lesson.mode, one_line(lesson.intro))
            for lesson in lessons]
     out.append(Entry("race", "race", "A race: greedy, prompt lookup and speculative decoding on a code edit",
-                     "race", "Each mode ran alone on the embedded model, warm; the panes replay them together at "
-                     "their measured pace."))
+                     "race", "Each mode ran alone, warm, on the embedded model; replayed together at its pace."))
     if recordings is not None:
         out += [recording_entry(path) for path in recording_files(recordings)]
     return out
@@ -106,7 +108,7 @@ def recording_entry(path: Path) -> Entry:
         if is_race(path):
             settings, device, lanes = read_race(path)
             return Entry(key, "recording", path.name, "race",
-                         f"A race of {', '.join(lane.name for lane in lanes)} ({device}).")
+                         cut(f"A race of {', '.join(lane.name for lane in lanes)} ({device})."))
         header, events = read_recording(path)
     except UsageError as err:
         return Entry(key, "recording", path.name, "", "", problem=err.message.replace(str(path), path.name))
@@ -116,8 +118,7 @@ def recording_entry(path: Path) -> Entry:
     config = settings.get("config", {}) if isinstance(settings, dict) else {}
     mode = str(config.get("mode", "")) if isinstance(config, dict) else ""
     prompt = str(settings.get("prompt", "")) if isinstance(settings, dict) else ""
-    return Entry(key, "recording", path.name, mode,
-                 f"{len(events)} events; prompt: {json.dumps(prompt)[1:-1][:LINE_CHARS - 30]}")
+    return Entry(key, "recording", path.name, mode, cut(f"{len(events)} events; prompt: {json.dumps(prompt)[1:-1]}"))
 
 
 def command_for(key: str, offered: list[Entry], recordings: Path | None, *, live: bool = False) -> list[str]:
