@@ -41,7 +41,7 @@ from pathlib import Path
 from aiohttp import WSMsgType, web
 
 from ..core.errors import UsageError
-from ..tui.catalog import command_for, entries
+from ..tui.catalog import command_for
 from .commands import WEB_DRIVER
 from .start import decode_tui_argv
 
@@ -171,22 +171,23 @@ class Classroom:
     async def take(self, session: Session, data: str) -> None:
         try:
             envelope = json.loads(data)
-            kind = envelope[0] if isinstance(envelope, list) and envelope else None
         except (ValueError, RecursionError):
             return
-        body = envelope[1] if len(envelope) > 1 else None
+        if not isinstance(envelope, list) or not envelope:
+            return
+        kind, body = envelope[0], envelope[1] if len(envelope) > 1 else None
         if kind == "stdin" and isinstance(body, str):
             session.last_input = time.monotonic()
-            await self.send(session, b"D", body.encode("utf-8", "replace"))
+            self.send(session, b"D", body.encode("utf-8", "replace"))
         elif kind == "resize" and isinstance(body, dict):
             session.last_input = time.monotonic()
             session.size = (clamp(body.get("width"), MAX_COLS, session.size[0]),
                             clamp(body.get("height"), MAX_ROWS, session.size[1]))
-            await self.meta(session, {"type": "resize", "width": session.size[0], "height": session.size[1]})
+            self.meta(session, {"type": "resize", "width": session.size[0], "height": session.size[1]})
         elif kind == "ping":
             await session.websocket.send_json(["pong", str(body)[:32]])
         elif kind in ("focus", "blur"):
-            await self.meta(session, {"type": kind})
+            self.meta(session, {"type": kind})
 
     async def write_text(self, session: Session, text: str) -> None:
         """Words in the tab's terminal, on a cleared screen (the app's own screen is gone by then)."""
@@ -210,8 +211,7 @@ class Classroom:
                 return
             key = choice_file.read_text(encoding="utf-8")
             try:
-                args = command_for(key, await asyncio.to_thread(entries, recordings), recordings,
-                                   live=self.options.live)
+                args = await asyncio.to_thread(command_for, key, recordings, live=self.options.live)
             except UsageError as err:
                 self.say(f"session {session.number}: refused {key[:60]!r}: {err.message}")
                 notice = err.message
@@ -257,8 +257,7 @@ class Classroom:
         try:
             await self.forward_output(session, process)
         finally:
-            if session.closing is not None or process.returncode is None:
-                await self.end_process(session)
+            await self.end_process(session)
             code = await process.wait()
             await errors
             session.process = None
@@ -289,7 +288,7 @@ class Classroom:
             if text:
                 session.errors.append(text[:300])
 
-    async def send(self, session: Session, kind: bytes, payload: bytes) -> None:
+    def send(self, session: Session, kind: bytes, payload: bytes) -> None:
         """A packet to the session's process, never waiting for it: while the app has more than
         :data:`MAX_PENDING_BYTES` of input unread, more is dropped, so a flood from one tab cannot hold up its own
         closing or anything else of the server's."""
@@ -301,15 +300,15 @@ class Classroom:
         with contextlib.suppress(ConnectionError, RuntimeError):
             process.stdin.write(packet(kind, payload))
 
-    async def meta(self, session: Session, data: dict[str, object]) -> None:
-        await self.send(session, b"M", json.dumps(data).encode())
+    def meta(self, session: Session, data: dict[str, object]) -> None:
+        self.send(session, b"M", json.dumps(data).encode())
 
     async def end_process(self, session: Session) -> None:
         """Ask the session's process to quit; terminate it, then kill its process group, if it does not."""
         process = session.process
         if process is None or process.returncode is not None:
             return
-        await self.meta(session, {"type": "quit"})
+        self.meta(session, {"type": "quit"})
         for then in (signal.SIGTERM, signal.SIGKILL):
             try:
                 await asyncio.wait_for(asyncio.shield(process.wait()), QUIT_WAIT_S)

@@ -50,7 +50,7 @@ def start_screen(recordings: Path | None, *, live: bool, theme: str | None, choi
             choice_file.write_text(key, encoding="utf-8")
             raise typer.Exit(0)
         try:
-            args = command_for(key, entries(recordings), recordings, live=live)
+            args = command_for(key, recordings, live=live)
         except UsageError as err:  # the folder changed under the list: say so over the list again
             notice = err.message
             continue

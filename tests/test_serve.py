@@ -236,7 +236,8 @@ def test_hostile_messages_get_no_traceback_and_the_tab_goes_on(isolated_env: dic
                 tab = await open_tab(client, served)
                 await tab.screen_says("Lessons")
                 ws = tab.websocket
-                for junk in ("not json", "[]", "{}", '["stdin"]', '["stdin", 5]', '["resize", "big"]',
+                for junk in ("not json", "[]", "{}", "5", '"abc"', "null", '["stdin"]', '["stdin", 5]',
+                             '["resize", "big"]',
                              '["resize", {"width": "x"}]', '["nonsense", 1]', "[" * 10_000, '["ping", null]'):
                     await ws.send_str(junk)
                 await ws.send_bytes(b"\x00\xff binary")

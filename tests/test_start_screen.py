@@ -54,20 +54,19 @@ def test_the_list_offers_every_lesson_the_race_and_the_folder_with_reasons(folde
 
 
 def test_a_key_becomes_its_own_command_and_nothing_off_the_list_does(folder: Path) -> None:
-    offered = entries(folder)
-    assert command_for("lesson:why-trees", offered, folder) == ["lesson", "why-trees"]
-    assert command_for("race", offered, folder) == ["replay", str(race_path())]
-    assert command_for("recording:trees.jsonl", offered, folder) == ["replay", str(folder / "trees.jsonl")]
-    assert command_for("live:why-trees", offered, folder, live=True) == ["lesson", "why-trees", "--live"]
+    assert command_for("lesson:why-trees", folder) == ["lesson", "why-trees"]
+    assert command_for("race", folder) == ["replay", str(race_path())]
+    assert command_for("recording:trees.jsonl", folder) == ["replay", str(folder / "trees.jsonl")]
+    assert command_for("live:why-trees", folder, live=True) == ["lesson", "why-trees", "--live"]
     crafted = ["lesson:../../etc/passwd", "lesson:./my.toml", "lesson:why-trees --live", "recording:../x.jsonl",
                "recording:inner/hidden.jsonl", "recording:notes.txt", "lesson:", "", "x" * 10_000, "live:nope"]
     for key in crafted:
         with pytest.raises(UsageError, match="not on the list"):
-            command_for(key, offered, folder, live=True)
+            command_for(key, folder, live=True)
     with pytest.raises(UsageError, match="cannot be played"):
-        command_for("recording:broken.jsonl", offered, folder)
+        command_for("recording:broken.jsonl", folder)
     with pytest.raises(UsageError, match="Live runs are off"):
-        command_for("live:why-trees", offered, folder)
+        command_for("live:why-trees", folder)
 
 
 def test_a_recordings_folder_that_is_missing_or_a_file_is_refused(tmp_path: Path, isolated_env: dict[str, str]

@@ -121,16 +121,25 @@ def recording_entry(path: Path) -> Entry:
     return Entry(key, "recording", path.name, mode, cut(f"{len(events)} events; prompt: {json.dumps(prompt)[1:-1]}"))
 
 
-def command_for(key: str, offered: list[Entry], recordings: Path | None, *, live: bool = False) -> list[str]:
+def entry_for(key: str, recordings: Path | None) -> Entry | None:
+    """The entry ``key`` names on the list as it stands now (None if none), reading only the one recording it may
+    name rather than the whole folder."""
+    kind, _, name = key.partition(":")
+    if kind == "recording":
+        path = next((p for p in recording_files(recordings) if p.name == name), None) if recordings else None
+        return recording_entry(path) if path is not None else None
+    return next((entry for entry in entries() if entry.key == key), None)
+
+
+def command_for(key: str, recordings: Path | None, *, live: bool = False) -> list[str]:
     """The ``decode-tui`` arguments that play the entry ``key`` names (``live:NAME``: the lesson NAME on the model,
-    where ``live`` allows it). A UsageError refuses a key that is not on ``offered`` or cannot be played, so nothing
+    where ``live`` allows it). A UsageError refuses a key that is not on the list or cannot be played, so nothing
     outside the list can be asked for."""
     if key.startswith("live:"):
         if not live:
             raise UsageError("Live runs are off here: play the lesson's recording.")
-        key = "lesson:" + key.removeprefix("live:")
-        return [*command_for(key, offered, recordings), "--live"]
-    chosen = next((entry for entry in offered if entry.key == key), None)
+        return [*command_for("lesson:" + key.removeprefix("live:"), recordings), "--live"]
+    chosen = entry_for(key, recordings)
     if chosen is None:
         raise UsageError(f"{key[:80]!r} is not on the list.")
     if chosen.problem is not None:
@@ -143,5 +152,4 @@ def command_for(key: str, offered: list[Entry], recordings: Path | None, *, live
     assert kind == "recording" and recordings is not None
     return ["replay", str(recordings / name)]
 
-
-__all__ = ["Entry", "LessonError", "check_folder", "command_for", "entries", "race_path"]
+__all__ = ["Entry", "LessonError", "check_folder", "command_for", "entries", "entry_for", "race_path"]
