@@ -1,0 +1,140 @@
+"""``decode-tui serve`` in a real browser: headless Chromium (Debian's ``chromium`` package) driven by Playwright.
+
+The page's terminal is xterm.js. Chromium runs with its 3D APIs off, so xterm.js draws with its DOM renderer and
+the screen's text is in the page's ``.xterm-rows`` (the WebGL and canvas renderers keep it in pixels). Keys go to
+xterm's own input element, as a student's typing does. No browser is downloaded: where /usr/bin/chromium is
+missing these tests skip, saying so; CI installs it (``.ci/run``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from decode_tui.lessons import shipped
+
+from .test_serve import Served, all_end, serving
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Page
+
+CHROMIUM = Path("/usr/bin/chromium")
+# --disable-3d-apis: xterm.js falls back to its DOM renderer, whose rows hold the screen's text. The rest keep a
+# headless Chromium from reaching out to the network or doing work a test does not need.
+CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-3d-apis", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync"]
+VIEWPORT = {"width": 1500, "height": 1000}  # a terminal of about 180x50: every lesson's row in view
+
+pytestmark = [pytest.mark.browser,
+              pytest.mark.skipif(not CHROMIUM.exists(),
+                                 reason=f"no Chromium at {CHROMIUM}: install Debian's chromium package "
+                                        "(apt-get install chromium); .ci/run does")]
+
+
+@contextmanager
+def chromium() -> Iterator[Browser]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def screen(page: Page) -> str:
+    """The terminal's screen as text, a line a row."""
+    text: str = page.evaluate(
+        "Array.from(document.querySelectorAll('.xterm-rows > div')).map(row => row.textContent).join('\\n')")
+    return text.replace("\xa0", " ")
+
+
+def shows(page: Page, *texts: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not all(text in screen(page) for text in texts):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the page never showed {texts!r}; it shows:\n{screen(page)}")
+        page.wait_for_timeout(100)
+
+
+def press(page: Page, *keys: str) -> None:
+    """Keys as a student types them, into the terminal's input (a click on the terminal would pick a row)."""
+    page.focus(".xterm-helper-textarea")
+    for key in keys:
+        page.keyboard.press(key)
+
+
+def open_page(browser: Browser, served: Served) -> Page:
+    page = browser.new_page(viewport=VIEWPORT)  # type: ignore[arg-type]
+    response = page.goto(served.url)
+    assert response is not None and response.status == 200
+    return page
+
+
+def test_the_page_lists_every_lesson_and_keys_play_one_to_its_end(isolated_env: dict[str, str]) -> None:
+    lesson = shipped()[0]
+    with serving(env=isolated_env) as served, chromium() as browser:
+        page = open_page(browser, served)
+        shows(page, "Lessons", "The race", *(entry.title[:40] for entry in shipped()))
+        press(page, "Enter")
+        shows(page, "REPLAY of the lesson's recording", lesson.intro.split()[0])
+        # n goes on to the next moment; at the last the narration panel shows the run's figures and the summary.
+        # (Read in short pieces: the panel wraps its text over rows.)
+        first_pause = " ".join(lesson.pauses[0].text.split()[:3])
+        for _ in range(len(lesson.pauses) + 2):
+            press(page, "n")
+            page.wait_for_timeout(300)
+        shows(page, "This run:", " ".join(lesson.summary.split()[:2]))
+        assert served.lines and not any("Traceback" in line for line in served.lines)
+        press(page, "q")  # back to the list, and the same again
+        shows(page, "Lessons", "The race")
+        press(page, "Enter")
+        shows(page, "REPLAY of the lesson's recording")
+        press(page, "n")
+        shows(page, first_pause)
+
+
+def test_two_tabs_play_independently_the_next_gets_the_full_page_and_a_closed_one_ends(
+        isolated_env: dict[str, str]) -> None:
+    with serving("--max-sessions", "2", env=isolated_env) as served, chromium() as browser:
+        first = open_page(browser, served)
+        shows(first, "Lessons")
+        press(first, "Enter")  # the first lesson
+        shows(first, "01-greedy-vs-sampling.jsonl")
+        first_pids = [p.pid for p in served.sessions()]
+        second = open_page(browser, served)
+        shows(second, "Lessons")
+        press(second, "ArrowDown", "ArrowDown", "Enter")  # the third: beam search
+        shows(second, "03-beam-search.jsonl")
+        assert "03-beam-search" not in screen(first) and "01-greedy" not in screen(second)
+
+        third = browser.new_page(viewport=VIEWPORT)  # type: ignore[arg-type]
+        response = third.goto(served.url)
+        assert response is not None and response.status == 503
+        assert "The class is full" in third.content()
+        third.close()
+
+        first.close()  # mid-lesson: its process ends, the other tab plays on
+        all_end(first_pids, timeout=10)
+        served.said("session 1: closed")
+        press(second, "n")
+        shows(second, " ".join(shipped()[2].pauses[0].text.split()[:3]))
+        assert served.process.poll() is None
+
+
+def test_beyond_localhost_the_page_needs_the_token(isolated_env: dict[str, str]) -> None:
+    with serving(env=isolated_env, host="0.0.0.0") as served, chromium() as browser:
+        page = browser.new_page(viewport=VIEWPORT)  # type: ignore[arg-type]
+        refused = page.goto(served.url.split("?")[0])
+        assert refused is not None and refused.status == 403 and "token" in page.content()
+        assert served.sessions() == []
+        page.goto(served.url)
+        shows(page, "Lessons")
+        assert len(served.sessions()) == 1
