@@ -1,67 +1,30 @@
 """``decode-tui serve`` in a real browser: headless Chromium (Debian's ``chromium`` package) driven by Playwright.
 
-The page's terminal is xterm.js. Chromium runs with its 3D APIs off, so xterm.js draws with its DOM renderer and
-the screen's text is in the page's ``.xterm-rows`` (the WebGL and canvas renderers keep it in pixels). Keys go to
-xterm's own input element, as a student's typing does. No browser is downloaded: where /usr/bin/chromium is
-missing these tests skip, saying so; CI installs it (``.ci/run``).
+The page's terminal is read from xterm.js's DOM rows (tests/browser.py), and keys go to xterm's own input element,
+as a student's typing does. No browser is downloaded: where /usr/bin/chromium is missing these tests skip, saying
+so; CI installs it (``.ci/run``).
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
 from decode_tui.lessons import shipped
 
+from .browser import CHROMIUM, chromium, screen, shows
 from .test_serve import Served, all_end, serving
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
 
-CHROMIUM = Path("/usr/bin/chromium")
-# --disable-3d-apis: xterm.js falls back to its DOM renderer, whose rows hold the screen's text. The rest keep a
-# headless Chromium from reaching out to the network or doing work a test does not need.
-CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-3d-apis", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync"]
 VIEWPORT = {"width": 1500, "height": 1000}  # a terminal of about 180x50: every lesson's row in view
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not CHROMIUM.exists(),
                                  reason=f"no Chromium at {CHROMIUM}: install Debian's chromium package "
                                         "(apt-get install chromium); .ci/run does")]
-
-
-@contextmanager
-def chromium() -> Iterator[Browser]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
-
-
-def screen(page: Page) -> str:
-    """The terminal's screen as text, a line a row."""
-    text: str = page.evaluate(
-        "Array.from(document.querySelectorAll('.xterm-rows > div')).map(row => row.textContent).join('\\n')")
-    return text.replace("\xa0", " ")
-
-
-def shows(page: Page, *texts: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not all(text in screen(page) for text in texts):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"the page never showed {texts!r}; it shows:\n{screen(page)}")
-        page.wait_for_timeout(100)
 
 
 def press(page: Page, *keys: str) -> None:

@@ -25,15 +25,10 @@ import pytest
 from decode_tui.core.errors import EXIT_TERMINATED, EXIT_USAGE
 from decode_tui.lessons import shipped
 
+from .browser import free_port
 from .test_cli import SCRIPT, assert_clean_failure, cli
 
 ESCAPE = re.compile(r"\x1b(\[[0-9;?<>=$]*[ -/]*[@-~]|\][^\x07]*\x07|[()][A-Za-z0-9]|[=>78])")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -336,3 +331,38 @@ def test_a_crafted_choice_is_refused_in_the_tab_and_the_list_comes_back(tmp_path
     assert session.closing == "left the list"
     assert os.listdir(tmp_path) == []
 
+
+
+def test_a_live_run_over_max_live_is_refused_in_the_tab_and_one_under_it_plays(tmp_path: Path) -> None:
+    """With ``--live --max-live 1`` and another tab's live run going, a live choice is refused with the notice
+    on the list; once that run has ended the same choice plays ``lesson NAME --live``. (The runs here are
+    stand-ins: a real one loads a model, which this test is not about.)"""
+    from decode_tui.cli.classroom import Classroom, ClassroomOptions, Session
+
+    said: list[str] = []
+    classroom = Classroom(ClassroomOptions(live=True, max_live=1), said.append)
+    other = Session(2, None, (80, 24), tmp_path / "other", playing="lesson why-trees (live)",  # type: ignore[arg-type]
+                    live=True)
+    classroom.sessions[2] = other
+    (tmp_path / "mine").mkdir()
+    session = Session(1, None, (80, 24), tmp_path / "mine")  # type: ignore[arg-type]
+    classroom.sessions[1] = session
+    ran: list[list[str]] = []
+    choices = iter(["live:greedy-vs-sampling", "live:greedy-vs-sampling", None])
+
+    async def fake_run(session: Session, argv: list[str]) -> int:
+        ran.append(argv)
+        if "lessons" in argv:
+            choice = next(choices)
+            if choice is not None:
+                (session.folder / "choice").write_text(choice, encoding="utf-8")
+            if "--notice" in argv:  # the refusal was shown: the other tab's live run ends meanwhile
+                other.live = False
+        return 0
+
+    classroom.run_process = fake_run  # type: ignore[method-assign]
+    asyncio.run(classroom.run_session(session))
+    notice = ran[1][ran[1].index("--notice") + 1]
+    assert "Live runs are full: 1 of 1" in notice and "--live" in ran[1]
+    assert ran[2][-3:] == ["lesson", "greedy-vs-sampling", "--live"]  # under the cap now: it plays
+    assert len(ran) == 4 and "lessons" in ran[3]

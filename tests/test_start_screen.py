@@ -1,12 +1,15 @@
 """The start screen (tui/screens/start.py) and what it offers (tui/catalog.py): every lesson, the race, a folder's
 recordings with the unreadable ones and their reasons; the key chosen, and the command it becomes (nothing off the
-list); ``decode-tui lessons`` into a pipe."""
+list); ``decode-tui lessons`` in a terminal and into a pipe."""
 
 from __future__ import annotations
 
 import shutil
+import time
+from collections.abc import Callable
 from pathlib import Path
 
+import psutil
 import pytest
 from textual.widgets import OptionList
 
@@ -16,6 +19,7 @@ from decode_tui.tui.catalog import check_folder, command_for, entries, race_path
 from decode_tui.tui.start_app import StartApp
 
 from .test_cli import assert_clean_failure, cli
+from .test_terminal import tmux  # noqa: F401  (a fixture)
 from .test_tui import in_event_loop
 
 LESSONS = Path(__file__).parent.parent / "lessons"
@@ -128,3 +132,41 @@ async def test_the_screen_survives_any_size_and_a_flood_of_keys(folder: Path) ->
         await pilot.press("enter")
     assert app.return_value is not None and app.return_value.startswith(("lesson:", "race", "recording:"))
 
+
+
+def test_in_a_terminal_lessons_opens_the_list_plays_the_choice_and_comes_back(
+        tmux: Callable[..., str], tmp_path: Path, folder: Path) -> None:  # noqa: F811
+    from .test_cli import SCRIPT
+
+    done = tmp_path / "done"
+    tmux("new-session", "-d", "-s", "t", "-x", "120", "-y", "40",
+         f"{SCRIPT} lessons --recordings {folder}; echo $? > {done}; sleep 60")
+
+    def screen() -> str:
+        return str(tmux("capture-pane", "-p", "-t", "t"))
+
+    def until(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}; the terminal shows:\n{screen()}")
+            time.sleep(0.2)
+
+    until(lambda: "At every step" in screen(), "the list, its first lesson highlighted")
+    # On a loaded machine a key sent while the app still sets up its input can be lost: Enter again while the list
+    # has started nothing. (Only then: a second Enter reaching the lesson would open its branch editor over it.)
+    listing = next(p for p in psutil.process_iter(["cmdline"])
+                   if "lessons" in (p.info["cmdline"] or []) and str(folder) in (p.info["cmdline"] or []))
+    for _ in range(10):
+        tmux("send-keys", "-t", "t", "Enter")
+        try:
+            until(lambda: bool(listing.children()), "the list to start the lesson", timeout=10)
+            break
+        except AssertionError:
+            continue
+    until(lambda: "01-greedy-vs-sampling.jsonl" in screen(), "the lesson", timeout=120)
+    tmux("send-keys", "-t", "t", "q")
+    until(lambda: "Lessons" in screen(), "the list again")
+    tmux("send-keys", "-t", "t", "q")
+    until(done.exists, "the command to end")
+    assert done.read_text().strip() == "0"

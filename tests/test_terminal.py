@@ -61,6 +61,8 @@ def tmux(tmp_path: Path) -> Iterator[Callable[..., str]]:
     env = {**os.environ, "TERM": "xterm-256color", "DECODE_TUI_CACHE": str(tmp_path / "cache"),
            "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
     env.pop("NO_COLOR", None)
+    for size in ("COLUMNS", "LINES"):  # Textual takes these over the terminal's size; a pytest worker may have them
+        env.pop(size, None)
     base = ["tmux", "-L", socket, "-f", "/dev/null"]
 
     def run(*args: str) -> str:
