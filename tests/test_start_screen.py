@@ -5,7 +5,6 @@ list); ``decode-tui lessons`` in a terminal and into a pipe."""
 from __future__ import annotations
 
 import shutil
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from decode_tui.tui.catalog import check_folder, command_for, entries, race_path
 from decode_tui.tui.start_app import StartApp
 
 from .test_cli import assert_clean_failure, cli
-from .test_terminal import tmux  # noqa: F401  (a fixture)
+from .test_terminal import tmux, wait  # noqa: F401  (tmux is a fixture)
 from .test_tui import in_event_loop
 
 LESSONS = Path(__file__).parent.parent / "lessons"
@@ -146,11 +145,7 @@ def test_in_a_terminal_lessons_opens_the_list_plays_the_choice_and_comes_back(
         return str(tmux("capture-pane", "-p", "-t", "t"))
 
     def until(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while not condition():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}; the terminal shows:\n{screen()}")
-            time.sleep(0.2)
+        wait(condition, what, timeout, shows=screen)
 
     until(lambda: "At every step" in screen(), "the list, its first lesson highlighted")
     # On a loaded machine a key sent while the app still sets up its input can be lost: Enter again while the list

@@ -72,11 +72,13 @@ def tmux(tmp_path: Path) -> Iterator[Callable[..., str]]:
     subprocess.run([*base, "kill-server"], capture_output=True, env=env)
 
 
-def wait(condition: Callable[[], bool], what: str, timeout: float = 60) -> None:
+def wait(condition: Callable[[], bool], what: str, timeout: float = 60, shows: Callable[[], str] | None = None
+         ) -> None:
+    """Wait for ``condition``; on a timeout, say what ``shows`` (the terminal's screen, say) shows then."""
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
+            raise AssertionError(f"timed out waiting for {what}" + (f"; it shows:\n{shows()}" if shows else ""))
         time.sleep(0.2)
 
 
