@@ -18,11 +18,14 @@ much shorter than that: the one-tab figure is the floor. The browser runs on the
 CPU is counted and printed apart.
 
     python benchmarks/classroom.py [--tabs 30] [--rounds 3]
+    python benchmarks/classroom.py --live [--rounds 3]   # a live run's process instead: the model it loads
+    python benchmarks/classroom.py --churn 20            # the server's memory while 200 tabs come and go
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import statistics
 import sys
@@ -192,6 +195,62 @@ def play(browser: Browser, served: psutil.Process, url: str, tabs: int) -> Round
             time.sleep(0.1)
 
 
+def live_memory(browser: Browser, seconds: float = 40) -> float:
+    """One tab's live run of the first lesson (``l`` on the start screen; the server runs with ``--live``): the
+    peak RSS of its process over ``seconds``, going on to the lesson's next moment every 2 s."""
+    with quiet_server("--live", "--max-live", "1") as (process, url):
+        served = psutil.Process(process.pid)
+        page = browser.new_page(viewport=VIEWPORT)  # type: ignore[arg-type]
+        page.goto(url)
+        while "Lessons" not in screen(page):
+            page.wait_for_timeout(50)
+        page.focus(".xterm-helper-textarea")
+        page.keyboard.press("l")
+        peak, started, pressed = 0.0, time.monotonic(), time.monotonic()
+        while time.monotonic() - started < seconds:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                peak = max([peak, *(p.memory_info().rss / 2**20 for p in sessions(served))])
+            if time.monotonic() - pressed > 2:
+                page.keyboard.press("n")
+                pressed = time.monotonic()
+            time.sleep(0.25)
+        page.close()
+        return peak
+
+
+def churn(batches: int) -> None:
+    """The server's own RSS while tabs come and go: ``batches`` of 10 websocket tabs (as the page opens them, no
+    browser) that each wait for the start screen and close."""
+    import asyncio
+
+    import aiohttp
+
+    from tests.test_serve import ESCAPE
+
+    async def tab(client: aiohttp.ClientSession, port: str) -> None:
+        websocket = await client.ws_connect(f"ws://127.0.0.1:{port}/ws/-?width=120&height=40")
+        received = ""
+        while "Lessons" not in ESCAPE.sub("", received):
+            message = await websocket.receive(timeout=60)
+            if message.type != aiohttp.WSMsgType.BINARY:
+                raise SystemExit(f"a tab was closed before its start screen: {message.type}")
+            received += message.data.decode("utf-8", "replace")
+        await websocket.close()
+
+    async def run() -> None:
+        with quiet_server("--max-sessions", "40") as (process, url):
+            port, served = url.rstrip("/").rsplit(":", 1)[1], psutil.Process(process.pid)
+            async with aiohttp.ClientSession() as client:
+                for batch in range(batches):
+                    await asyncio.gather(*(tab(client, port) for _ in range(10)))
+                    await asyncio.sleep(3)  # the closed tabs' processes end
+                    print(f"{(batch + 1) * 10:4d} tabs opened and closed: the server's RSS "
+                          f"{served.memory_info().rss / 2**20:.1f} MB, {len(served.children())} processes left",
+                          flush=True)
+
+    asyncio.run(run())
+
+
 def spread(values: list[float], digits: int = 2) -> str:
     return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
 
@@ -205,7 +264,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tabs", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--live", action="store_true",
+                        help="measure one live run's process instead (it loads the embedded model)")
+    parser.add_argument("--churn", type=int, metavar="BATCHES",
+                        help="measure the server's own memory while BATCHES of 10 tabs open and close instead")
     args = parser.parse_args()
+    if args.churn:
+        churn(args.churn)
+        return
+    if args.live:
+        with chromium() as browser:
+            peaks = [live_memory(browser) for _ in range(args.rounds)]
+        print(f"a live run of the first lesson, peak RSS of its process: {spread(peaks, 0)} MB")
+        return
     counted: dict[int, list[Round]] = {1: [], args.tabs: []}
     with quiet_server("--max-sessions", str(args.tabs + 1)) as (process, url), chromium() as browser:
         served = psutil.Process(process.pid)
