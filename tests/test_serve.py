@@ -250,6 +250,35 @@ def test_hostile_messages_get_no_traceback_and_the_tab_goes_on(isolated_env: dic
         assert not any("Traceback" in line for line in served.lines), served.lines
 
 
+def test_many_tabs_opened_and_closed_fast_leave_no_process_and_the_next_tab_plays(isolated_env: dict[str, str]
+                                                                                  ) -> None:
+    """Tabs closed at once, before their start screen, and just after it, in a burst: every process ends, the
+    server says no traceback and a tab opened after them plays a lesson."""
+    with serving(env=isolated_env) as served:
+        async def check() -> None:
+            async with aiohttp.ClientSession() as client:
+                for _ in range(3):
+                    tabs = await asyncio.gather(*(open_tab(client, served) for _ in range(12)))
+                    for tab in tabs[:6]:  # at once: their processes may not have started yet
+                        await tab.websocket.close()
+                    for tab in tabs[6:]:
+                        await tab.screen_says("Lessons")
+                    await asyncio.gather(*(tab.websocket.close() for tab in tabs[6:]))
+                deadline = time.monotonic() + 30
+                while served.sessions() and time.monotonic() < deadline:
+                    await asyncio.sleep(0.1)
+                assert served.sessions() == []
+                tab = await open_tab(client, served)
+                await tab.screen_says("Lessons")
+                await tab.keys("\r")
+                await tab.screen_says("REPLAY of the lesson's recording")
+                await tab.websocket.close()
+
+        asyncio.run(check())
+        served.said("session 37: closed")
+        assert not any("Traceback" in line for line in served.lines), served.lines
+
+
 def test_an_idle_tab_is_closed_with_its_process(isolated_env: dict[str, str]) -> None:
     with serving("--idle-minutes", "0.05", env=isolated_env) as served:
         async def check() -> None:
