@@ -3,47 +3,32 @@ with no model. Closing the race quits."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from textual.app import App
 from textual.binding import Binding, BindingType
+from textual.screen import Screen
 
 from ..core.analysis.race import Lane
-from ..core.errors import EXIT_INTERRUPTED, EXIT_TERMINATED
+from .one_screen_app import OneScreenApp
 from .screens.race import RaceScreen
 from .settings import Settings
-from .signals import on_sigterm
-from .themes import initial_theme, load_all
 
 
-class RaceApp(App[int]):
+class RaceApp(OneScreenApp[int]):
     CSS_PATH = "app.tcss"  # the text pane's provenance colours
     TITLE = "decode-tui race"
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("q", "quit", "Quit", id="quit"),
-        Binding("ctrl+c", "interrupt", "Quit (Ctrl-C)", show=False, priority=True, id="interrupt"),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("q", "quit", "Quit", id="quit")]
 
     def __init__(self, settings: Settings, lanes: list[Lane], device: str, *, speed: float = 1.0,
                  theme: str | None = None, source: str | None = None) -> None:
-        super().__init__()
-        for spec in load_all().values():
-            self.register_theme(spec.theme)
-        self.theme = initial_theme(theme)
+        super().__init__(theme)
         self.race = RaceScreen(settings, lanes, device, speed=speed, source=source)
-        self.pump = None  # no decoder thread (cli/commands._run_app looks for one)
-        self.error: str | None = None
 
-    def on_mount(self) -> None:
-        self._untrap = on_sigterm(self.terminated)
-        self.push_screen(self.race, lambda _: self.exit(0))
+    def shown(self) -> Screen[None]:
+        return self.race
 
-    def on_unmount(self) -> None:
-        self._untrap()
+    def ended(self, result: Any) -> None:
+        self.exit(0)  # closing the race (q on its screen) is a normal end
 
-    def action_interrupt(self) -> None:
-        self.exit(EXIT_INTERRUPTED, return_code=EXIT_INTERRUPTED)
-
-    def terminated(self) -> None:
-        """SIGTERM: the same ending as Ctrl-C, with its own exit status."""
-        self.exit(EXIT_TERMINATED, return_code=EXIT_TERMINATED)
+    def cut_short(self, code: int) -> int:
+        return code
