@@ -7,6 +7,7 @@ so; CI installs it (``.ci/run``).
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 import pytest
@@ -50,10 +51,21 @@ def test_the_page_lists_every_lesson_and_keys_play_one_to_its_end(isolated_env: 
         shows(page, "REPLAY of the lesson's recording", lesson.intro.split()[0])
         # n goes on to the next moment; at the last the narration panel shows the run's figures and the summary.
         # (Read in short pieces: the panel wraps its text over rows.)
-        first_pause = " ".join(lesson.pauses[0].text.split()[:3])
-        for _ in range(len(lesson.pauses) + 2):
+        # Each n waits for the moment it leads to (a key pressed while the run moves between two is not one).
+        openings = [" ".join(pause.text.split()[:3]) for pause in lesson.pauses]
+        first_pause = openings[0]
+        for _ in range(len(openings) + 1):
             press(page, "n")
-            page.wait_for_timeout(300)
+            reached = [o for o in openings if o in screen(page)]
+            deadline = time.monotonic() + 60
+            while not (now := [o for o in openings if o in screen(page) and o not in reached]) \
+                    and "This run:" not in screen(page):
+                assert time.monotonic() < deadline, f"n led nowhere; the page shows:\n{screen(page)}"
+                page.wait_for_timeout(50)
+            openings = [o for o in openings if o not in now]
+            if "This run:" in screen(page):
+                break
+        assert not openings, f"the lesson ended before its moments {openings}"
         shows(page, "This run:", " ".join(lesson.summary.split()[:2]))
         assert served.lines and not any("Traceback" in line for line in served.lines)
         press(page, "q")  # back to the list, and the same again
