@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
+import os
 import statistics
 import sys
 import time
@@ -37,7 +38,8 @@ import psutil
 from playwright.sync_api import Browser, Page
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.browser import chromium, quiet_server, screen
+from tests.browser import chromium, screen, shows
+from tests.serving import Served, open_tab, serving
 
 VIEWPORT = {"width": 1500, "height": 1000}
 # Every message the page's websocket receives, stamped: the frames a student's tab gets.
@@ -51,13 +53,11 @@ window.WebSocket = class extends PageWebSocket {
   }
 };
 """
+
+
 def now(page: Page) -> float:
     stamp: float = page.evaluate("performance.now()")
     return stamp
-
-
-def sessions(served: psutil.Process) -> list[psutil.Process]:
-    return [p for p in served.children(recursive=True) if p.is_running()]
 
 
 def maps_torch(process: psutil.Process) -> bool:
@@ -115,9 +115,9 @@ def harness_processes(served: psutil.Process) -> list[psutil.Process]:
                                 and p.pid != served.pid)]
 
 
-def play(browser: Browser, served: psutil.Process, url: str, tabs: int) -> Round:
+def play(browser: Browser, server: Served, tabs: int) -> Round:
     """Open ``tabs`` pages, wait for the start screen in each, choose the race in all, and measure it."""
-    result = Round()
+    result, served = Round(), psutil.Process(server.process.pid)
     context = browser.new_context(viewport=VIEWPORT)  # type: ignore[arg-type]
     context.add_init_script(STAMP_FRAMES)
     pages: list[Page] = []
@@ -125,17 +125,16 @@ def play(browser: Browser, served: psutil.Process, url: str, tabs: int) -> Round
         for _ in range(tabs):
             page = context.new_page()
             started = time.perf_counter()
-            page.goto(url)
+            page.goto(server.url)
             if tabs == 1:  # the start screen's time, measured on a tab alone
                 while "Lessons" not in screen(page):
                     page.wait_for_timeout(10)
                 result.start_screen_s = time.perf_counter() - started
             pages.append(page)
         for page in pages:
-            while "The race" not in screen(page):
-                page.wait_for_timeout(50)
+            shows(page, "The race")
         if tabs == 1:
-            result.start_rss_mb = max(p.memory_info().rss for p in sessions(served)) / 2**20
+            result.start_rss_mb = max(p.memory_info().rss for p in server.sessions()) / 2**20
         for page in pages:
             page.focus(".xterm-helper-textarea")
             page.keyboard.press("End")
@@ -159,11 +158,11 @@ def play(browser: Browser, served: psutil.Process, url: str, tabs: int) -> Round
                     if cpu_before is None:
                         clock = time.perf_counter()
                         browser_processes = chromium_processes()
-                        cpu_before = (cpu_s([served]), cpu_s(sessions(served)), cpu_s(browser_processes),
+                        cpu_before = (cpu_s([served]), cpu_s(server.sessions()), cpu_s(browser_processes),
                                       cpu_s(harness_processes(served)))
                 if i in begun and race_finished(text):
                     ended[i] = now(page)
-            live = [served, *sessions(served)]
+            live = [served, *server.sessions()]
             if cpu_before is not None:
                 sessions_seen.update(cpu_s(live[1:]))
             try:
@@ -191,25 +190,23 @@ def play(browser: Browser, served: psutil.Process, url: str, tabs: int) -> Round
     finally:
         context.close()
         deadline = time.monotonic() + 30
-        while sessions(served) and time.monotonic() < deadline:  # every tab's process ends before the next round
+        while server.sessions() and time.monotonic() < deadline:  # every tab's process ends before the next round
             time.sleep(0.1)
 
 
 def live_memory(browser: Browser, seconds: float = 40) -> float:
     """One tab's live run of the first lesson (``l`` on the start screen; the server runs with ``--live``): the
     peak RSS of its process over ``seconds``, going on to the lesson's next moment every 2 s."""
-    with quiet_server("--live", "--max-live", "1") as (process, url):
-        served = psutil.Process(process.pid)
+    with serving("--live", "--max-live", "1", env=dict(os.environ)) as server:
         page = browser.new_page(viewport=VIEWPORT)  # type: ignore[arg-type]
-        page.goto(url)
-        while "Lessons" not in screen(page):
-            page.wait_for_timeout(50)
+        page.goto(server.url)
+        shows(page, "Lessons")
         page.focus(".xterm-helper-textarea")
         page.keyboard.press("l")
         peak, started, pressed = 0.0, time.monotonic(), time.monotonic()
         while time.monotonic() - started < seconds:
             with contextlib.suppress(psutil.NoSuchProcess):
-                peak = max([peak, *(p.memory_info().rss / 2**20 for p in sessions(served))])
+                peak = max([peak, *(p.memory_info().rss / 2**20 for p in server.sessions())])
             if time.monotonic() - pressed > 2:
                 page.keyboard.press("n")
                 pressed = time.monotonic()
@@ -225,24 +222,17 @@ def churn(batches: int) -> None:
 
     import aiohttp
 
-    from tests.test_serve import ESCAPE
-
-    async def tab(client: aiohttp.ClientSession, port: str) -> None:
-        websocket = await client.ws_connect(f"ws://127.0.0.1:{port}/ws/-?width=120&height=40")
-        received = ""
-        while "Lessons" not in ESCAPE.sub("", received):
-            message = await websocket.receive(timeout=60)
-            if message.type != aiohttp.WSMsgType.BINARY:
-                raise SystemExit(f"a tab was closed before its start screen: {message.type}")
-            received += message.data.decode("utf-8", "replace")
-        await websocket.close()
-
     async def run() -> None:
-        with quiet_server("--max-sessions", "40") as (process, url):
-            port, served = url.rstrip("/").rsplit(":", 1)[1], psutil.Process(process.pid)
+        with serving("--max-sessions", "40", env=dict(os.environ)) as server:
+            served = psutil.Process(server.process.pid)
             async with aiohttp.ClientSession() as client:
+                async def tab() -> None:
+                    opened = await open_tab(client, server)
+                    await opened.screen_says("Lessons")
+                    await opened.websocket.close()
+
                 for batch in range(batches):
-                    await asyncio.gather(*(tab(client, port) for _ in range(10)))
+                    await asyncio.gather(*(tab() for _ in range(10)))
                     await asyncio.sleep(3)  # the closed tabs' processes end
                     print(f"{(batch + 1) * 10:4d} tabs opened and closed: the server's RSS "
                           f"{served.memory_info().rss / 2**20:.1f} MB, {len(served.children())} processes left",
@@ -278,11 +268,10 @@ def main() -> None:
         print(f"a live run of the first lesson, peak RSS of its process: {spread(peaks, 0)} MB")
         return
     counted: dict[int, list[Round]] = {1: [], args.tabs: []}
-    with quiet_server("--max-sessions", str(args.tabs + 1)) as (process, url), chromium() as browser:
-        served = psutil.Process(process.pid)
+    with serving("--max-sessions", str(args.tabs + 1), env=dict(os.environ)) as server, chromium() as browser:
         for round_ in range(args.rounds + 1):
             for tabs in (1, args.tabs):
-                result = play(browser, served, url, tabs)
+                result = play(browser, server, tabs)
                 print(f"round {round_}{' (warm-up)' if round_ == 0 else ''}, {tabs:2d} tab(s): "
                       f"start screen {result.start_screen_s:.2f} s, frames median "
                       f"{statistics.median(result.intervals_ms):.0f} ms p95 "

@@ -7,14 +7,15 @@ would, plays it to its second pause and saves the page as docs/classroom-lesson.
 
 from __future__ import annotations
 
+import os
 import sys
-import time
 from pathlib import Path
 
 from decode_tui.lessons import load, shipped
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.browser import CHROMIUM, chromium, quiet_server, screen, shows
+from tests.browser import CHROMIUM, chromium, next_moment, shows
+from tests.serving import serving
 
 HERE = Path(__file__).resolve().parent
 
@@ -24,25 +25,19 @@ LESSON = "speculative"
 def main() -> None:
     if not CHROMIUM.exists():
         raise SystemExit(f"no Chromium at {CHROMIUM}: install Debian's chromium package (apt-get install chromium)")
-    with quiet_server() as (_, url), chromium() as browser:
+    with serving(env=dict(os.environ)) as served, chromium() as browser:
         page = browser.new_page(viewport={"width": 1400, "height": 860})
-        page.goto(url)
+        page.goto(served.url)
         shows(page, "Lessons")
         page.focus(".xterm-helper-textarea")
         for _ in range([lesson.name for lesson in shipped()].index(LESSON)):  # down the list to it
             page.keyboard.press("ArrowDown")
         page.keyboard.press("Enter")
         shows(page, "REPLAY of the lesson's recording")
-        # The pauses come in the order the run reaches them: after each n, wait for one not shown before.
+        # The pauses come in the order the run reaches them: two of them, whichever they are.
         openings = {" ".join(pause.text.split()[:3]) for pause in load(LESSON).pauses}
         for _ in range(2):
-            page.keyboard.press("n")
-            deadline = time.monotonic() + 60
-            while not (new := {o for o in openings if o in screen(page)}):
-                if time.monotonic() > deadline:
-                    raise SystemExit("the lesson never reached its next pause")
-                page.wait_for_timeout(50)
-            openings -= new
+            openings -= next_moment(page, openings)
         page.wait_for_timeout(500)
         page.screenshot(path=str(HERE / "classroom-lesson.png"))
 

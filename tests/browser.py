@@ -1,6 +1,6 @@
 """Driving ``decode-tui serve``'s page in headless Chromium, for the browser tests, benchmarks/classroom.py and
-docs/classroom_screenshot.py: where the browser is, how it is started, how a page's terminal is read, and a server
-on a free port.
+docs/classroom_screenshot.py: where the browser is, how it is started, how a page's terminal is read and how a
+lesson in it goes on to its next moment. (The server itself is tests/serving.py's.)
 
 Chromium is Debian's package, driven by Playwright for Python: no browser is downloaded. It runs with its 3D APIs
 off, so xterm.js draws with its DOM renderer and the screen's text is in the page's ``.xterm-rows`` (the WebGL and
@@ -9,11 +9,8 @@ canvas renderers keep it in pixels). This module imports Playwright only when a 
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,7 +24,6 @@ CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-3d-apis", "--disable-quic",
                  "--no-first-run", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync"]
-SCRIPT = Path(sys.executable).with_name("decode-tui")
 
 
 @contextmanager
@@ -57,30 +53,21 @@ def shows(page: Page, *texts: str, timeout: float = 60) -> None:
         page.wait_for_timeout(50)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextmanager
-def quiet_server(*args: str) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    """``decode-tui serve ARGS`` on a free port of 127.0.0.1, its output discarded: the process, and its page's
-    address once it accepts connections."""
-    port = free_port()
-    process = subprocess.Popen([str(SCRIPT), "serve", "--port", str(port), *args],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise RuntimeError(f"decode-tui serve did not start on port {port}") from None
-                time.sleep(0.1)
-        yield process, f"http://127.0.0.1:{port}/"
-    finally:
-        process.terminate()
-        process.wait(60)
+def next_moment(page: Page, openings: Iterable[str], timeout: float = 60) -> set[str]:
+    """Press ``n`` in a lesson and wait for where it leads: one of ``openings`` (a few first words of each of the
+    lesson's pauses: the narration panel wraps the rest) that was not shown before, or the lesson's end. A key
+    pressed while the run still moves to a moment is not a step to the next one, so each n waits for its own.
+    Returns the openings newly shown (none at the end)."""
+    openings = set(openings)
+    before = {o for o in openings if o in screen(page)}
+    page.focus(".xterm-helper-textarea")
+    page.keyboard.press("n")
+    deadline = time.monotonic() + timeout
+    while True:
+        text = screen(page)
+        new = {o for o in openings if o in text} - before
+        if new or "This run:" in text:
+            return new
+        if time.monotonic() > deadline:
+            raise AssertionError(f"n led nowhere; the page shows:\n{text}")
+        page.wait_for_timeout(50)

@@ -7,15 +7,14 @@ so; CI installs it (``.ci/run``).
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
 import pytest
 
 from decode_tui.lessons import shipped
 
-from .browser import CHROMIUM, chromium, screen, shows
-from .test_serve import Served, all_end, serving
+from .browser import CHROMIUM, chromium, next_moment, screen, shows
+from .serving import Served, all_end, serving
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
@@ -49,23 +48,15 @@ def test_the_page_lists_every_lesson_and_keys_play_one_to_its_end(isolated_env: 
         shows(page, "Lessons", "The race", *(entry.title[:40] for entry in shipped()))
         press(page, "Enter")
         shows(page, "REPLAY of the lesson's recording", lesson.intro.split()[0])
-        # n goes on to the next moment; at the last the narration panel shows the run's figures and the summary.
-        # (Read in short pieces: the panel wraps its text over rows.)
-        # Each n waits for the moment it leads to (a key pressed while the run moves between two is not one).
+        # n goes on to the next moment; after the last, the narration panel shows the run's figures and summary.
         openings = [" ".join(pause.text.split()[:3]) for pause in lesson.pauses]
-        first_pause = openings[0]
+        first_pause, left = openings[0], set(openings)
         for _ in range(len(openings) + 1):
-            press(page, "n")
-            reached = [o for o in openings if o in screen(page)]
-            deadline = time.monotonic() + 60
-            while not (now := [o for o in openings if o in screen(page) and o not in reached]) \
-                    and "This run:" not in screen(page):
-                assert time.monotonic() < deadline, f"n led nowhere; the page shows:\n{screen(page)}"
-                page.wait_for_timeout(50)
-            openings = [o for o in openings if o not in now]
-            if "This run:" in screen(page):
+            reached = next_moment(page, left)
+            left -= reached
+            if not reached:  # the end
                 break
-        assert not openings, f"the lesson ended before its moments {openings}"
+        assert not left, f"the lesson ended before its moments {left}"
         shows(page, "This run:", " ".join(lesson.summary.split()[:2]))
         assert served.lines and not any("Traceback" in line for line in served.lines)
         press(page, "q")  # back to the list, and the same again

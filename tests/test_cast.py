@@ -6,7 +6,6 @@ import itertools
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 from decode_tui.core.record.events import Event, Finished, Started, TokenEmitted
@@ -14,7 +13,8 @@ from decode_tui.tui.cast import cast_lines
 from decode_tui.tui.recording import write_trace
 from decode_tui.tui.settings import Settings
 
-SCRIPT = str(Path(sys.executable).parent / "decode-tui")
+from .serving import SCRIPT
+
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 

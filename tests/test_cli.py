@@ -19,7 +19,8 @@ import torch
 from decode_tui.core.errors import EXIT_INTERRUPTED, EXIT_MODEL_UNAVAILABLE, EXIT_USAGE, UsageError
 from decode_tui.core.model.registry import ALIASES
 
-SCRIPT = str(Path(sys.executable).parent / "decode-tui")
+from .serving import SCRIPT
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -171,7 +171,7 @@ def test_a_lesson_in_another_mode_drops_the_settings_of_its_own() -> None:
 def test_two_lessons_play_in_a_real_terminal_with_no_model_on_disk(name: str, tmp_path: Path) -> None:
     """The console script in tmux, with empty model caches and the hub offline: the intro, `n`, the first
     pause's narration, `q`, exit 0."""
-    from .test_cli import SCRIPT
+    from .serving import SCRIPT
 
     lesson = next(lesson for lesson in LESSONS if lesson.name == name)
     first, _ = reached(lesson)

@@ -7,132 +7,19 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import signal
 import socket
-import subprocess
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
-import psutil
 import pytest
 
 from decode_tui.core.errors import EXIT_TERMINATED, EXIT_USAGE
 from decode_tui.lessons import shipped
 
-from .browser import free_port
-from .test_cli import SCRIPT, assert_clean_failure, cli
-
-ESCAPE = re.compile(r"\x1b(\[[0-9;?<>=$]*[ -/]*[@-~]|\][^\x07]*\x07|[()][A-Za-z0-9]|[=>78])")
-
-
-@dataclass
-class Served:
-    process: subprocess.Popen[str]
-    port: int
-    url: str
-    lines: list[str] = field(default_factory=list)
-
-    def sessions(self) -> list[psutil.Process]:
-        """The server's app processes (each session's, started in a session of their own)."""
-        try:
-            children: list[psutil.Process] = psutil.Process(self.process.pid).children(recursive=True)
-            return children
-        except psutil.NoSuchProcess:
-            return []
-
-    def said(self, text: str, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while not any(text in line for line in self.lines):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the server never said {text!r}: {self.lines}")
-            time.sleep(0.05)
-
-
-@contextmanager
-def serving(*args: str, env: dict[str, str], host: str = "127.0.0.1") -> Iterator[Served]:
-    port = free_port()
-    process = subprocess.Popen([SCRIPT, "serve", "--host", host, "--port", str(port), *args], env=env, text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    served = Served(process, port, "")
-    assert process.stdout is not None
-    stdout = process.stdout
-
-    def read() -> None:
-        for line in stdout:
-            served.lines.append(line.rstrip("\n"))
-
-    threading.Thread(target=read, daemon=True).start()
-    try:
-        served.said("students open")
-        served.url = re.findall(r"http://\S+", next(line for line in served.lines if "students open" in line))[0]
-        if host != "127.0.0.1":  # the address printed names this machine; the test reaches it on loopback
-            served.url = re.sub(r"http://[^/]+", f"http://127.0.0.1:{port}", served.url)
-        yield served
-    finally:
-        children = served.sessions()
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(30)
-        finally:
-            process.kill()
-        _gone, alive = psutil.wait_procs(children, timeout=10)
-        assert not alive, f"session processes outlived the server: {alive}"
-
-
-class Tab:
-    """A browser tab's side of the websocket: what the page would send, and the screen text received."""
-
-    def __init__(self, websocket: aiohttp.ClientWebSocketResponse) -> None:
-        self.websocket = websocket
-        self.received = ""
-
-    async def screen_says(self, text: str, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while text not in ESCAPE.sub("", self.received):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                shows = ESCAPE.sub("", self.received)[-800:]
-                raise AssertionError(f"the tab never showed {text!r}; it shows {shows!r}")
-            try:
-                message = await self.websocket.receive(timeout=left)
-            except TimeoutError:
-                continue
-            if message.type == aiohttp.WSMsgType.BINARY:
-                self.received += message.data.decode("utf-8", "replace")
-            elif message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.CLOSING):
-                raise AssertionError(f"the tab was closed before it showed {text!r}: "
-                                     f"{ESCAPE.sub('', self.received)[-800:]!r}")
-
-    async def keys(self, keys: str) -> None:
-        await self.websocket.send_str(json.dumps(["stdin", keys]))
-
-    def clear(self) -> None:
-        self.received = ""
-
-
-def all_end(pids: list[int], timeout: float = 10) -> None:
-    """Wait until none of ``pids`` runs (the server reaps its children, so they go away entirely)."""
-    deadline = time.monotonic() + timeout
-    while alive := [pid for pid in pids if psutil.pid_exists(pid)]:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"still running: {alive}")
-        time.sleep(0.1)
-
-
-def websocket_url(served: Served) -> str:
-    token = re.search(r"token=([^&\s]+)", served.url)
-    return f"ws://127.0.0.1:{served.port}/ws/{token.group(1) if token else '-'}?width=120&height=40"
-
-
-async def open_tab(client: aiohttp.ClientSession, served: Served) -> Tab:
-    return Tab(await client.ws_connect(websocket_url(served)))
+from .serving import all_end, free_port, open_tab, serving, websocket_url
+from .test_cli import assert_clean_failure, cli
 
 
 def test_beyond_localhost_a_request_without_the_token_is_refused_and_starts_nothing(isolated_env: dict[str, str]

@@ -135,7 +135,7 @@ async def test_the_screen_survives_any_size_and_a_flood_of_keys(folder: Path) ->
 
 def test_in_a_terminal_lessons_opens_the_list_plays_the_choice_and_comes_back(
         tmux: Callable[..., str], tmp_path: Path, folder: Path) -> None:  # noqa: F811
-    from .test_cli import SCRIPT
+    from .serving import SCRIPT
 
     done = tmp_path / "done"
     tmux("new-session", "-d", "-s", "t", "-x", "120", "-y", "40",

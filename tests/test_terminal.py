@@ -15,7 +15,8 @@ import pytest
 
 from decode_tui.core.errors import EXIT_TERMINATED, EXIT_USAGE
 
-from .test_cli import SCRIPT, assert_clean_failure, cli, signalled_jsonl_run
+from .serving import SCRIPT
+from .test_cli import assert_clean_failure, cli, signalled_jsonl_run
 
 LESSON = Path(__file__).parent.parent / "lessons" / "01-greedy-vs-sampling.jsonl"
 
