@@ -57,6 +57,7 @@ def one_line(text: str) -> str:
 
 
 def cut(line: str) -> str:
+    """``line`` as the list shows it: cut to :data:`LINE_CHARS` characters, with an ellipsis where it was cut."""
     return line if len(line) <= LINE_CHARS else line[:LINE_CHARS - 1].rstrip() + "…"
 
 
@@ -151,5 +152,6 @@ def command_for(key: str, recordings: Path | None, *, live: bool = False) -> lis
         return ["replay", str(race_path())]
     assert kind == "recording" and recordings is not None
     return ["replay", str(recordings / name)]
+
 
 __all__ = ["Entry", "LessonError", "check_folder", "command_for", "entries", "entry_for", "race_path"]
