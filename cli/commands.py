@@ -19,7 +19,6 @@ import typer
 
 from ..core.errors import EXIT_TERMINATED, DecodeTuiError, UsageError
 from ..core.model.registry import ALIASES, DEFAULT_ALIAS, EMBEDDED_ALIASES, resolve
-from ..core.params import check_device_map
 from ..core.record.events import MODES
 from . import headless, measure
 from .config import UserConfig
@@ -38,9 +37,10 @@ from .flags import (
     TableFormatChoice,
     ThemeOpt,
     TrustRemoteCodeOpt,
+    at_least,
     utf8_text,
 )
-from .loads import refuse_before_the_app
+from .loads import check_placement, refuse_before_the_app
 from .options import (
     DecodingOptions,
     decoding_command,
@@ -203,8 +203,8 @@ def run_app(
     auto_pause: Annotated[bool, typer.Option("--auto-pause", help="Pause by itself on the first rejection, a "
                                              "lookup miss, a beam finishing and the end of the text.",
                                              rich_help_panel="App")] = False,
-    slow_motion: Annotated[float, typer.Option(min=0.0, help="Seconds to wait after every step (s/S change it).",
-                                               rich_help_panel="App")] = 0.0,
+    slow_motion: Annotated[float, typer.Option(help="Seconds to wait after every step (s/S change it).",
+                                               rich_help_panel="App", callback=at_least(0.0))] = 0.0,
     record: Annotated[Path | None, typer.Option(help="Save every event, with the settings, to this .jsonl file "
                                                 "(replay it with `decode-tui replay`).", rich_help_panel="App")
                       ] = None,
@@ -222,7 +222,7 @@ def run_app(
         configured_model_exists(options, user)
         options = options.with_default_model(user.model)
         config = options.config()
-        check_device_map(options.device, options.device_map_name)
+        check_placement(options.device, options.device_map_name)
         text = options.prompt_text()
         theme_choice = theme_name(theme) or user.theme
         if record is not None:
@@ -292,8 +292,11 @@ def _run_app(app_: Any, command: str = "run") -> NoReturn:
                          "waiting for it.\n")
         sys.stderr.flush()
         os._exit(code or 0)
-    if app_.error and code == 0:
-        sys.stderr.write(f"decode-tui: the last run failed: {app_.error}\n")
+    outcome = getattr(app_, "outcome", None)  # a DecodeApp's runs: a bug in one, or the last one's failure
+    if code == 0 and outcome is not None:
+        code, said = outcome()
+        if said is not None:
+            sys.stderr.write(said + "\n")
     if code == EXIT_TERMINATED:
         sys.stderr.write("decode-tui: terminated.\n")
     compiling = sys.modules.get("decode_tui.core.execution.background_compile")
@@ -311,8 +314,8 @@ def _run_app(app_: Any, command: str = "run") -> NoReturn:
 def replay_cmd(
     recording: Annotated[Path, typer.Argument(help="A .jsonl file from `decode-tui run --record`, the export "
                                               "key (x) or `decode-tui race --record`.")],
-    speed: Annotated[float, typer.Option(min=0.0, help="Playback speed: 1 is the recorded pace, 2 twice as fast, "
-                                         "0 as fast as possible.")] = 1.0,
+    speed: Annotated[float, typer.Option(help="Playback speed: 1 is the recorded pace, 2 twice as fast, "
+                                         "0 as fast as possible.", callback=at_least(0.0))] = 1.0,
     start_paused: Annotated[bool, typer.Option(
         "--paused", help="Start paused, before the first token; n steps, space resumes.")] = False,
     theme: ThemeOpt = None,

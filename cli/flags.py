@@ -8,6 +8,8 @@ and the commands take their annotations from here. It imports typer and the core
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -63,15 +65,36 @@ class DeviceMapChoice(StrEnum):
     sequential = "sequential"
 
 
+def finite(value: float | None) -> float | None:
+    """Python reads ``inf``, ``-inf`` and ``nan`` as numbers, and a range check lets some through (nan compares false
+    with any bound): a setting is a finite number, refused otherwise while the command line is read. Every float
+    option takes this check (tests/test_cli.py walks them all)."""
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a finite number. Give a number such as 0.5.")
+    return value
+
+
+def at_least(bound: float) -> Callable[[float | None], float | None]:
+    """The check of a float option that has a lower bound: a finite number first (Typer's own range check says
+    that nan is not above the bound, which is true and no help), then the bound."""
+    def check(value: float | None) -> float | None:
+        finite(value)
+        if value is not None and value < bound:
+            raise typer.BadParameter(f"{value} is below {bound:g}. Give a number of at least {bound:g}.")
+        return value
+
+    return check
 
 
 def _check_top_p(value: float | None) -> float | None:
+    finite(value)
     if value is not None and not (0.0 < value <= 1.0):
         raise typer.BadParameter(f"{value} is not in (0, 1]. Use 1 to turn nucleus sampling off.")
     return value
 
 
 def _check_penalty(value: float | None) -> float | None:
+    finite(value)
     if value is not None and not value > 0:
         raise typer.BadParameter(f"{value} is not positive. Use 1 for no penalty, above 1 to discourage repeats.")
     return value
@@ -140,8 +163,9 @@ ModeOpt = Annotated[ModeChoice, typer.Option(help="Decoding strategy.", rich_hel
                     ]
 MaxNewTokensOpt = Annotated[int, typer.Option(min=1, help="Stop after this many new tokens.",
                                                 rich_help_panel="Decoding")]
-TemperatureOpt = Annotated[float | None, typer.Option(min=0.0, help="Sampling temperature; 0 is greedy. "
-                                                      "\\[default: 1.0]", rich_help_panel="Sampling")]
+TemperatureOpt = Annotated[float | None, typer.Option(help="Sampling temperature; 0 is greedy. "
+                                                      "\\[default: 1.0]", rich_help_panel="Sampling",
+                                                      callback=at_least(0.0))]
 TopKOpt = Annotated[int | None, typer.Option(min=0, help="Keep the k most likely tokens; 0 is off. "
                                               "\\[default: 50]", rich_help_panel="Sampling")]
 TopPOpt = Annotated[float | None, typer.Option(callback=_check_top_p, help="Nucleus sampling mass in "
@@ -151,19 +175,21 @@ RepetitionPenaltyOpt = Annotated[float | None, typer.Option(callback=_check_pena
                                                              rich_help_panel="Sampling")]
 MinPOpt = Annotated[float | None, typer.Option(help="min-p: drop tokens below min_p × the top token's "
                                                "probability, in [0, 1] (0.05 is common). \\[default: off]",
-                                               rich_help_panel="Sampling")]
+                                               rich_help_panel="Sampling", callback=finite)]
 TypicalPOpt = Annotated[float | None, typer.Option(help="Typical sampling: keep the tokens whose surprisal is "
                                                    "closest to the entropy, up to this mass, in (0, 1]. "
-                                                   "\\[default: 1.0, off]", rich_help_panel="Sampling")]
+                                                   "\\[default: 1.0, off]", rich_help_panel="Sampling",
+                                                   callback=finite)]
 EpsilonCutoffOpt = Annotated[float | None, typer.Option(help="Drop tokens below this probability, in [0, 1) "
                                                         "(3e-4 is common). \\[default: 0, off]",
-                                                        rich_help_panel="Sampling")]
+                                                        rich_help_panel="Sampling", callback=finite)]
 EtaCutoffOpt = Annotated[float | None, typer.Option(help="Eta sampling: drop tokens below min(eta, √eta·e^-H), "
-                                                    "in [0, 1). \\[default: 0, off]", rich_help_panel="Sampling")]
+                                                    "in [0, 1). \\[default: 0, off]", rich_help_panel="Sampling",
+                                                    callback=finite)]
 TopHOpt = Annotated[float | None, typer.Option(help="Top-h: keep the top tokens while their entropy stays below "
                                                "this fraction of the entropy of the 100 most likely (transformers "
                                                "looks no further), in (0, 1]. \\[default: off]",
-                                               rich_help_panel="Sampling")]
+                                               rich_help_panel="Sampling", callback=finite)]
 NoRepeatNgramSizeOpt = Annotated[int | None, typer.Option(help="Forbid any n-gram of this size from appearing "
                                                           "twice (prompt included). \\[default: 0, off]",
                                                           rich_help_panel="Sampling")]
@@ -189,7 +215,7 @@ NumBeamsOpt = Annotated[int | None, typer.Option(min=1, help="Beams kept at each
                                                   rich_help_panel="Beam search")]
 LengthPenaltyOpt = Annotated[float | None, typer.Option(help="Score = sum log-prob / length ** this; > 0 favours "
                                                          "longer outputs. \\[default: 1.0]",
-                                                         rich_help_panel="Beam search")]
+                                                         rich_help_panel="Beam search", callback=finite)]
 EarlyStoppingOpt = Annotated[EarlyStoppingChoice | None, typer.Option(help="true: stop once num-beams "
                                                                        "hypotheses are finished; false: when no "
                                                                        "open beam can win (heuristic); never: the "
@@ -225,7 +251,7 @@ HistoryOpt = Annotated[list[Path] | None, typer.Option(
 DraftConfidenceOpt = Annotated[float | None, typer.Option(
     help="speculative: the draft model stops a round's draft once it gives its own token less than this "
          "probability (transformers' assistant_confidence_threshold; 0 always drafts the full length). "
-         "\\[default: 0.4]", rich_help_panel=DRAFTING_PANEL)]
+         "\\[default: 0.4]", rich_help_panel=DRAFTING_PANEL, callback=finite)]
 AdaptiveOpt = Annotated[bool | None, typer.Option(
     "--adaptive/--no-adaptive", help="Choose the draft length from the measured acceptance and verify cost, so "
     "drafting never runs much slower than greedy (chains and trees alike). --no-adaptive drafts the full length "

@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, TextIO
 import typer
 
 from ..core.errors import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_TERMINATED, DecodeTuiError
-from ..core.params import DecodeConfig, check_device_map
+from ..core.params import DecodeConfig
 from ..tui.numbers import count, decoded_tokens, draft_counts
 from .console import fail, status, stderr
 from .flags import FormatChoice, ModeChoice
-from .loads import load_models, steer
+from .loads import check_placement, load_models, steer
 from .options import DecodingOptions
 from .steering import Steering, forced_summary
 
@@ -43,7 +43,7 @@ def generate(options: DecodingOptions, *, compare: bool, compare_runs: int, outp
     mode = options.mode
     try:
         config = options.config(compare=compare)
-        check_device_map(options.device, options.device_map_name)
+        check_placement(options.device, options.device_map_name)
         text = options.prompt_text()
         if mode is ModeChoice.greedy and options.warpers_given:
             stderr().print("decode-tui: note: greedy mode takes the argmax, so --temperature, --top-k, --top-p "

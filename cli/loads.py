@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..core.params import DecodeConfig
+from ..core.params import DecodeConfig, check_device_map
 from .console import status, stderr
 from .options import DecodingOptions
 from .steering import Steering, build_path
@@ -35,6 +35,17 @@ def ensure_model(spec: str, flag: str = "--model") -> ResolvedModel:
         return ensure(spec, flag=flag)
     with status(what) as progress:
         return ensure(spec, progress, flag)
+
+
+def check_placement(device: str, device_map: str | None) -> None:
+    """A UsageError for a placement this machine cannot give, before anything loads: a device map with a device,
+    and a named accelerator that is not here (``--device cuda:7`` on a machine with one GPU, or none). ``auto`` and
+    ``cpu`` always exist, so only a named accelerator pays torch's import for the check."""
+    check_device_map(device, device_map)
+    if device_map is None and device not in ("auto", "cpu"):
+        from ..core.model.loading import resolve_device
+
+        resolve_device(device)
 
 
 def refuse_before_the_app(options: DecodingOptions, prompt: str, config: DecodeConfig) -> None:

@@ -12,12 +12,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..core.errors import DecodeTuiError
-from ..core.params import check_device_map
 from ..tui.numbers import count
 from .console import fail, status
 from .flags import ModeChoice, TableFormatChoice
 from .headless import _write
-from .loads import ensure_model, load, load_draft, load_models
+from .loads import check_placement, ensure_model, load, load_draft, load_models
 from .options import DecodingOptions
 
 if TYPE_CHECKING:
@@ -40,7 +39,7 @@ def bench(options: DecodingOptions, modes: list[ModeChoice], *, runs: int, outpu
     from ..core.analysis.compare import bench as run_bench
 
     try:
-        check_device_map(options.device, options.device_map_name)
+        check_placement(options.device, options.device_map_name)
         if ModeChoice.greedy not in modes:
             modes = [ModeChoice.greedy, *modes]
         configs = {m.value: options.for_mode(m).config() for m in modes}
@@ -140,6 +139,7 @@ def whatif(path: Path, *, model: str | None, device: str, dtype: str, draft: str
     from ..core.errors import UsageError
 
     try:
+        check_placement(device, None)
         trace = r.read_trace(path)
         try:
             resolved = ensure_model(model or trace.model)

@@ -24,7 +24,7 @@ import typer
 from ..core.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, DecodeTuiError, UsageError
 from .commands import app
 from .console import fail
-from .flags import ThemeOpt
+from .flags import ThemeOpt, at_least
 from .options import theme_name
 
 if TYPE_CHECKING:
@@ -42,8 +42,8 @@ def serve_cmd(
     port: Annotated[int, typer.Option(min=1, max=65535, help="The port to listen on.")] = 8000,
     max_sessions: Annotated[int, typer.Option(min=1, help="Tabs open at once; the next one gets a page saying "
                                               "the class is full.")] = 40,
-    idle_minutes: Annotated[float, typer.Option(min=0.05, help="A tab with no key for this long is closed, and "
-                                                "its process ends.")] = 20.0,
+    idle_minutes: Annotated[float, typer.Option(help="A tab with no key for this long is closed, and "
+                                                "its process ends.", callback=at_least(0.05))] = 20.0,
     recordings: Annotated[Path | None, typer.Option(help="A folder whose recordings (.jsonl) the start screen "
                                                     "offers too.")] = None,
     live: Annotated[bool, typer.Option("--live", help="Let tabs run lessons on a model (l on the start screen); "

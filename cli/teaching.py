@@ -22,12 +22,13 @@ import typer
 
 from ..core.errors import DecodeTuiError, UsageError
 from ..core.model.registry import EMBEDDED_ALIASES, resolve
-from ..core.params import Constraint, DecodeConfig, check_device_map
+from ..core.params import Constraint, DecodeConfig
 from ..lessons import Lesson, load, shipped
 from ..tui.numbers import count
 from .commands import WEB_DRIVER, _run_app, app, configured_model_exists, need_terminal, user_config
 from .console import fail
-from .flags import ModeChoice, PromptArg, TableFormatChoice, ThemeOpt
+from .flags import ModeChoice, PromptArg, TableFormatChoice, ThemeOpt, at_least
+from .loads import check_placement
 from .options import (
     ONLY_FOR,
     DecodingOptions,
@@ -180,8 +181,8 @@ def lesson_cmd(
     record: Annotated[Path | None, typer.Option(help="With --live: run the lesson without the app and save the run "
                                                 "as the lesson's recording (.jsonl).", rich_help_panel="Lesson")
                       ] = None,
-    speed: Annotated[float, typer.Option(min=0.0, help="Playback speed of the recording: 1 is the recorded pace.",
-                                         rich_help_panel="Lesson")] = 1.0,
+    speed: Annotated[float, typer.Option(help="Playback speed of the recording: 1 is the recorded pace.",
+                                         rich_help_panel="Lesson", callback=at_least(0.0))] = 1.0,
     theme: ThemeOpt = None,
 ) -> None:
     """Play a lesson: a prompt and settings that show one concept, with narration, pausing at the moments that
@@ -242,7 +243,7 @@ def _live_settings(lesson: Lesson, options: DecodingOptions, overrides: dict[str
     from ..tui.settings import Settings
 
     config = lesson_config(lesson, overrides)
-    check_device_map(options.device, options.device_map_name)
+    check_placement(options.device, options.device_map_name)
     prompt = options.prompt_text() if "prompt" in overrides or "prompt_file" in overrides else lesson.prompt
     # A missing model (or draft) is reported before the app opens, as `run` does; the embedded one is fetched.
     for spec in (options.model_name, config.draft.model_spec if config.mode == "speculative" else None):
@@ -315,8 +316,8 @@ def race_cmd(
                                          "order alternating from round to round; each lane shows its median run, "
                                          "its speed-up the median of the rounds' ratios with their range.",
                                          rich_help_panel="Race")] = 3,
-    speed: Annotated[float, typer.Option(min=0.0, help="Playback speed: 1 is the measured pace.",
-                                         rich_help_panel="Race")] = 1.0,
+    speed: Annotated[float, typer.Option(help="Playback speed: 1 is the measured pace.",
+                                         rich_help_panel="Race", callback=at_least(0.0))] = 1.0,
     theme: ThemeOpt = None,
 ) -> None:
     """Race decoding modes side by side on one prompt. Each mode runs alone first (warm, so none slows another),
@@ -338,7 +339,7 @@ def race_cmd(
             check_output(record, "record the race")
         if play:
             need_terminal("race")  # before a minute of measuring, not after
-        check_device_map(options.device, options.device_map_name)
+        check_placement(options.device, options.device_map_name)
         configs = {m.value: options.for_mode(m).config() for m in chosen}
         prompt = options.prompt_text() if options.prompt or options.prompt_file else _bench_prompt(chosen)
         lm, draft = load_models(options, prompt, next(iter(configs.values())), configs.get("speculative"))

@@ -429,6 +429,8 @@ def test_pulling_a_hub_model_without_the_hub(isolated_env: dict[str, str]) -> No
     (["run", "--mode", "greedy", "--num-beams", "3"], 2, ["--mode beam"]),
     (["run", "--record", "/no/such/folder/x.jsonl"], 2, ["does not exist"]),
     (["replay", "/no/such/recording.jsonl"], 2, ["does not exist"]),
+    (["run", "--device", "cuda:7"], 2, ["--device cuda:7"]),  # no GPU, or fewer than eight: refused, not a toast
+    (["run", "--slow-motion", "inf"], 2, ["--slow-motion", "not a finite number"]),
 ])
 def test_bad_app_input_fails_before_the_app_opens(args: list[str], code: int, fragments: list[str],
                                                   isolated_env: dict[str, str]) -> None:
@@ -753,3 +755,46 @@ def test_a_byte_tokens_label_shows_its_bytes() -> None:
     assert _bytes_label(_token_bytes("ĠðŁ") or b"") == " ⟨F0 9F⟩"  # byte-level BPE: ' ' and an emoji's start
     assert _bytes_label(_token_bytes("<0xE6>") or b"") == "⟨E6⟩"  # SentencePiece's byte fallback
     assert _bytes_label("東".encode()[:2] + b"") == "⟨E6 9D⟩" and _bytes_label("東".encode()) == "東"
+
+
+def _float_options() -> list[tuple[str, str]]:
+    """Every float option of every command (subcommands too), as (command words, the option's flag)."""
+    import typer.main
+
+    from decode_tui.cli.main import app
+
+    def walk(command: Any, words: str) -> Any:
+        context = command.context_class(command)
+        if hasattr(command, "list_commands"):
+            for name in command.list_commands(context):
+                yield from walk(command.get_command(context, name), f"{words} {name}".strip())
+        yield words, command
+
+    return [(words, param.opts[0]) for words, command in walk(typer.main.get_command(app), "")
+            for param in command.params if param.type_descriptor.annotation is float]
+
+
+FLOAT_OPTIONS = _float_options()
+
+
+def test_the_walk_finds_the_float_options_of_every_kind_of_command() -> None:
+    """The walk below is no vacuous pass: it reaches the decoding options and each command's own."""
+    found = set(FLOAT_OPTIONS)
+    assert {("run", "--slow-motion"), ("replay", "--speed"), ("serve", "--idle-minutes"), ("lesson", "--speed"),
+            ("generate", "--top-h"), ("bench", "--draft-confidence"), ("whatif", "--draft-confidence")} <= found
+
+
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan"])
+@pytest.mark.parametrize(("words", "flag"), FLOAT_OPTIONS, ids=lambda x: str(x).replace(" ", "-"))
+def test_every_float_option_of_every_command_refuses_what_is_not_a_finite_number(words: str, flag: str,
+                                                                                 value: str) -> None:
+    """`run --slow-motion inf` was taken, shown as `slow=infs`, and the first step failed in time.sleep: each float
+    option is refused while the command line is read, before anything loads or opens."""
+    from typer.testing import CliRunner
+
+    from decode_tui.cli.main import app
+
+    result = CliRunner().invoke(app, [*words.split(), f"{flag}={value}"])
+    message = " ".join(result.output.split())
+    assert result.exit_code == EXIT_USAGE, message
+    assert flag in message and "not a finite number" in message, message

@@ -943,9 +943,63 @@ async def test_a_failing_run_shows_its_message_and_the_app_stays_usable() -> Non
         await settle(pilot, app)
         assert app.error is not None and "Shorten the prompt" in app.error
         assert app.query_one(StatsBar).counters.state == "error"
+        assert app.outcome() == (2, "decode-tui: the last run failed: " + app.error)  # a usage error's own status
         await pilot.press("space", "m")  # still answers keys, and can start another run
         await settle(pilot, app)
         assert app.is_running and len(fake.runs) == 2
+
+
+@in_event_loop
+async def test_a_bug_in_the_decoder_thread_keeps_its_traceback_and_ends_the_command_with_1(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unexpected exception in a run was shown as the last run's failure and the command exited 0, with no
+    traceback kept: it is a bug, like one in the app. The app stays usable; the command ends with 1 and the line
+    that says where the traceback is, even after a later run went well."""
+    monkeypatch.setenv("DECODE_TUI_CACHE", str(tmp_path))
+    fake = FakeDecoder(WORDS[:2], fail_with=RuntimeError("an index out of range"))
+    app, _ = make(fake=fake)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        code, said = app.outcome()
+        assert code == 1 and said is not None and "RuntimeError: an index out of range" in said, said
+        reports = list((tmp_path / "crashes").glob("crash-*.txt"))
+        assert len(reports) == 1 and str(reports[0]) in said
+        text = reports[0].read_text(encoding="utf-8")
+        assert "Traceback" in text and "an index out of range" in text and "fake_decoder.py" in text
+        assert app.error is not None and str(reports[0]) in app.error  # the toast says where, too
+        fake.fail_with = None
+        await pilot.press("m")  # a run after it goes well
+        await settle(pilot, app)
+        assert app.error is None and app.outcome()[0] == 1
+
+
+def test_the_command_ends_with_the_apps_outcome_and_says_it(capsys: pytest.CaptureFixture[str],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """`_run_app` turns a quit (status 0) into the outcome's status, and prints its line once the app is gone."""
+    import typer
+
+    from decode_tui.cli import commands
+    from decode_tui.cli.commands import _run_app
+
+    monkeypatch.setattr(commands, "need_terminal", lambda command: None)  # the test's stdin is no terminal
+
+    class Quit:
+        pump = None
+
+        def __init__(self, outcome: tuple[int, str | None]) -> None:
+            self.said = outcome
+
+        def run(self) -> int:
+            return 0
+
+        def outcome(self) -> tuple[int, str | None]:
+            return self.said
+
+    for outcome in ((1, "decode-tui: the run stopped on a bug"), (3, "decode-tui: the last run failed: no"), (0, None)):
+        with pytest.raises(typer.Exit) as ended:
+            _run_app(Quit(outcome), "run")
+        assert ended.value.exit_code == outcome[0]
+        assert capsys.readouterr().err == ("" if outcome[1] is None else outcome[1] + "\n")
 
 
 @in_event_loop

@@ -34,7 +34,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer
 
-from ..core.errors import EXIT_INTERRUPTED, EXIT_TERMINATED
+from ..core.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_TERMINATED
 from ..core.live import LiveParams
 from ..core.record.events import Event, Mode, TokenEmitted
 from ..lessons import Lesson
@@ -125,6 +125,7 @@ class DecodeApp(App[int]):
         self.retired: EventPump | None = None  # the last run's pump, stopped to show a stored branch
         self.lessons = LessonControl(lesson, replaying is None, lambda: self.query_one(Narration))
         self.crashed: str | None = None  # an unexpected exception's one line, said once the terminal is restored
+        self.run_bug: str | None = None  # the first unexpected exception of a run in the decoder thread, in one line
 
     # ------------------------------------------------------------------ layout
     def compose(self) -> ComposeResult:
@@ -215,6 +216,17 @@ class DecodeApp(App[int]):
     def _refresh_header(self) -> None:
         self.query_one(RunHeader).show(self.settings, self.view.started, self.view.counters.state, self.replaying)
 
+    def outcome(self) -> tuple[int, str | None]:
+        """What a plain quit ends with, and the line to say once the terminal is restored: 1 after a bug in any run
+        (its traceback is in a file the line names), however well the runs after it went; else the error's own status
+        (a model that cannot load: 3) while the run on screen has failed; else 0."""
+        if self.run_bug is not None:
+            return EXIT_INTERNAL, self.run_bug
+        failed = self.view.failed
+        if failed is not None:
+            return failed.exit_code, f"decode-tui: the last run failed: {failed.message}"
+        return 0, None
+
     @property
     def error(self) -> str | None:
         """The current run's failure, as shown to the user; None while it is well."""
@@ -241,6 +253,9 @@ class DecodeApp(App[int]):
         applied = self.view.apply(batch, now, paused=self.pump.paused)
         for message, severity in applied.messages:
             self.say(message, severity)
+        failed = self.view.failed
+        if failed is not None and failed.bug and self.run_bug is None:
+            self.run_bug = failed.message
         if self.view.error is not None and self.branching.run_failed():
             return  # a new branch that could not start: its parent is shown again
         self.lessons.narrate(self.view)

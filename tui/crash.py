@@ -1,4 +1,4 @@
-"""An unexpected exception in the app: its traceback written to a file, and the one line that says where.
+"""An unexpected exception in the app or its decoder thread: its traceback written to a file, and the one line that says where.
 
 The app draws on the terminal it would print a traceback to, so the traceback goes to a file under the cache
 (``$DECODE_TUI_CACHE`` or ``~/.cache/decode-tui``, ``crashes/``; the system's temporary folder where that cannot be
@@ -31,8 +31,8 @@ def write_report(error: BaseException) -> Path | None:
     return None
 
 
-def one_line(error: BaseException, report: Path | None) -> str:
-    """What the user reads after the app closed on ``error``."""
+def one_line(error: BaseException, report: Path | None, what: str = "the app") -> str:
+    """What the user reads of ``error``, which stopped ``what`` (the app, or a run in the decoder thread)."""
     where = f"the traceback is in {report}" if report is not None else "its traceback could not be written"
-    return (f"decode-tui: the app stopped on an unexpected error ({type(error).__name__}: {error}); {where}. "
+    return (f"decode-tui: {what} stopped on an unexpected error ({type(error).__name__}: {error}); {where}. "
             "Please report it.")

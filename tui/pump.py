@@ -23,7 +23,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
+from ..core.errors import EXIT_INTERNAL, DecodeTuiError
 from ..core.record.events import BeamStepped, DraftVerified, Event, Started, TokenEmitted
+from .crash import one_line, write_report
 
 EventSource = Callable[[], Iterator[Event]]
 # The longest the decoder waits for the UI to show a run's start (a UI that never says so costs this once).
@@ -56,10 +58,17 @@ class StepTracker:
 
 @dataclass(frozen=True)
 class Failed(Event):
-    """Not a core event: the run raised; the UI shows ``message`` and stays usable."""
+    """Not a core event: the run raised; the UI shows ``message`` and stays usable.
+
+    ``exit_code``: the status the command ends with if this is still the run on screen when the app closes (the
+    error's own: a model that cannot load is 3). ``report``: for an unexpected exception, a bug, the file that
+    holds its traceback (None where none could be written); the command then ends with 1 whatever came after."""
 
     name: ClassVar[str] = "failed"
     message: str
+    exit_code: int = EXIT_INTERNAL
+    bug: bool = False
+    report: str | None = None
 
 
 @dataclass(frozen=True)
@@ -181,9 +190,12 @@ class EventPump:
                     self._wait_at_step_end()
                     if self._stop.is_set():
                         break
-        except Exception as exc:  # shown in the app, which stays usable
-            message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
-            self.events.put(Failed(message))
+        except DecodeTuiError as exc:  # a failure the user can mend: shown in the app, which stays usable
+            self.events.put(Failed(exc.message, exc.exit_code))
+        except Exception as exc:  # a bug: its traceback kept in a file, the app told where, and still usable
+            report = write_report(exc)
+            self.events.put(Failed(one_line(exc, report, "the run"), bug=True,
+                                   report=None if report is None else str(report)))
         finally:
             if stream is not None and hasattr(stream, "close"):
                 stream.close()

@@ -159,6 +159,7 @@ class RunView:
         self.started: Started | None = None
         self.finished: Finished | None = None
         self.error: str | None = None
+        self.failed: Failed | None = None  # how the run failed, with the status it ends the command with
         self.counters = Counters(state="paused" if paused else "starting")
         self.draft_stats = DraftStats()  # the rounds' figures, counted as the core counts them
         self.sampled_at: dict[int, TokenSampled] = {}  # by step: what the token inspector shows
@@ -249,7 +250,7 @@ class RunView:
                 messages.extend(self._notice(event))
             elif isinstance(event, Failed):
                 urgent = True
-                self.error, c.state = event.message, "error"
+                self.error, self.failed, c.state = event.message, event, "error"
                 messages.append((event.message, "error"))
             if isinstance(event, CAPTIONED_ALONE):  # a round's caption is written when its tokens are in
                 pending.caption_later(event)
