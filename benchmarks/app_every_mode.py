@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from decode_tui.core.record.events import MODES
+from decode_tui.core.modes import MODES
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(Path(sys.executable).parent / "decode-tui")

@@ -530,7 +530,7 @@ COLOURING_ENV = "DECODE_TUI_BENCH_COLOURING"
 def app_child(mode: str, prompt_name: str, new_tokens: int, runs: int, proxy: str,
               switch_interval_s: float | None = None, show_start_first: bool = True, pin: bool = False) -> None:
     """In the child process: ``runs`` timed runs in one app; tokens/s as JSON on stdout."""
-    config = DecodeConfig(mode=mode, max_new_tokens=new_tokens)  # type: ignore[arg-type]
+    config = DecodeConfig(mode=mode, max_new_tokens=new_tokens)
     results, _, _ = in_app(PROMPTS[prompt_name], config, runs=runs, proxy=proxy, switch_interval_s=switch_interval_s,
                            show_start_first=show_start_first, pin=pin)
     print(json.dumps([{"tokens_per_s": r.finished.tokens_per_s, **{
@@ -571,7 +571,7 @@ def headless_child(mode: str, prompt_name: str, new_tokens: int, runs: int, prox
     side decodes in this long-lived one; this child lives the app's life without the app, so that a process's
     age (its caches, allocator, interpreter, the device's clocks after a load) is told apart from the app's cost."""
     lm = embedded(proxy)
-    config = DecodeConfig(mode=mode, max_new_tokens=new_tokens)  # type: ignore[arg-type]
+    config = DecodeConfig(mode=mode, max_new_tokens=new_tokens)
     headless(lm, PROMPTS[prompt_name], config)  # untimed, as the app's first run is
     print(json.dumps([{"tokens_per_s": rate, "host_per_token_us": clock.host_per_token_us,
                        "synced_per_token_us": clock.synced_per_token_us, "cpu_per_token_us": clock.cpu_per_token_us,
@@ -606,7 +606,7 @@ def throughput(lm: LoadedModel, prompt_name: str, mode: str, new_tokens: int, re
     next 317-321, the app's 266-279 in both, so the pooled ratio's interval (0.84-1.00) said more about that
     drift than about the app; a ratio per round, its two sides measured back to back, shows which it was.
     """
-    config = DecodeConfig(mode=mode, max_new_tokens=new_tokens)  # type: ignore[arg-type]
+    config = DecodeConfig(mode=mode, max_new_tokens=new_tokens)
     headless(lm, PROMPTS[prompt_name], config)  # warm-up
     ours: list[float] = []
     clocks: list[DecoderClock] = []

@@ -60,7 +60,7 @@ def child(kind: str, seconds: float, runs: int, mode: str, proxy: str, new_token
 
     lm = embedded(proxy)
     loaded = time.perf_counter()
-    config = DecodeConfig(mode=mode, max_new_tokens=new_tokens)  # type: ignore[arg-type]
+    config = DecodeConfig(mode=mode, max_new_tokens=new_tokens)
     prompt = PROMPTS["summarise"]
     headless(lm, prompt, config)  # untimed, as the app's first run is
     if kind == "once":  # a neighbour: a young process that loads the model, decodes once and ends

@@ -19,7 +19,7 @@ import typer
 
 from ..core.errors import EXIT_TERMINATED, DecodeTuiError, UsageError
 from ..core.model.registry import ALIASES, DEFAULT_ALIAS, EMBEDDED_ALIASES, resolve
-from ..core.record.events import MODES
+from ..core.modes import MODES
 from . import headless, measure
 from .config import UserConfig
 from .config import load as load_config

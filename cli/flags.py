@@ -17,19 +17,16 @@ from typing import Annotated
 import typer
 
 from ..core.model.registry import DEFAULT_ALIAS
+from ..core.modes import DRAFTING_MODES, MODES
 from ..core.params import EarlyStopping
 
 # The help panel of the options for drafting modes: it names them (a test holds each option's help to its check).
-DRAFTING_PANEL = "Drafting: speculative, pld and suffix"
+DRAFTING_PANEL = "Drafting: " + ", ".join(DRAFTING_MODES[:-1]) + " and " + DRAFTING_MODES[-1]
 
 
-class ModeChoice(StrEnum):
-    greedy = "greedy"
-    sample = "sample"
-    beam = "beam"
-    speculative = "speculative"
-    pld = "pld"
-    suffix = "suffix"
+# Every mode of the registry, added ones too (core/modes.py), as the command line's choices. Built from the registry,
+# which the type checker cannot read through, so it checks ModeChoice as a StrEnum of unknown members.
+ModeChoice = StrEnum("ModeChoice", [(mode, mode) for mode in MODES])  # type: ignore[misc]
 
 
 class FormatChoice(StrEnum):

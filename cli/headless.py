@@ -23,8 +23,8 @@ from ..core.errors import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_TERMINATED, De
 from ..core.params import DecodeConfig
 from ..tui.numbers import count, decoded_tokens, draft_counts
 from .console import fail, status, stderr
-from .flags import FormatChoice, ModeChoice
-from .loads import check_placement, load_models, steer
+from .flags import FormatChoice
+from .loads import check_placement, load_models, steer, with_draft_model
 from .options import DecodingOptions
 from .steering import Steering, forced_summary
 
@@ -45,11 +45,11 @@ def generate(options: DecodingOptions, *, compare: bool, compare_runs: int, outp
         config = options.config(compare=compare)
         check_placement(options.device, options.device_map_name)
         text = options.prompt_text()
-        if mode is ModeChoice.greedy and options.warpers_given:
+        if mode == "greedy" and options.warpers_given:
             stderr().print("decode-tui: note: greedy mode takes the argmax, so --temperature, --top-k, --top-p "
                            "and the other sampling cut-offs change nothing; use --mode sample to sample.")
         path, tokenizer = steer(options, steering, text, config) if steering else (None, None)
-        lm, draft = load_models(options, text, config, config if mode is ModeChoice.speculative else None, tokenizer)
+        lm, draft = load_models(options, text, config, with_draft_model(config), tokenizer)
         _warm_up(lm, text, config, draft)
         _decode(lm, text, config, output_format, draft, compare_runs if compare else 0, path)
     except DecodeTuiError as err:

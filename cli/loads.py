@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..core.modes import DRAFT_MODEL_MODES
 from ..core.params import DecodeConfig, check_device_map
 from .console import status, stderr
 from .options import DecodingOptions
@@ -67,7 +68,7 @@ def refuse_before_the_app(options: DecodingOptions, prompt: str, config: DecodeC
         return resolve(spec, flag)
 
     resolved = on_disk(options.model_name, "--model")
-    draft_spec = config.draft.model_spec if config.mode == "speculative" else None
+    draft_spec = config.draft.model_spec if config.mode in DRAFT_MODEL_MODES else None
     draft = on_disk(draft_spec, "--draft") if draft_spec is not None else None
     if resolved is None:
         return
@@ -126,12 +127,18 @@ def steer(options: DecodingOptions, steering: Steering, prompt: str, config: Dec
         return path, tokenizer
 
 
+def with_draft_model(*configs: DecodeConfig) -> DecodeConfig | None:
+    """The first of ``configs`` whose mode drafts with a draft model (its DrafterSpec.draft_model), which then must be
+    loaded; None if none does."""
+    return next((c for c in configs if c.mode in DRAFT_MODEL_MODES), None)
+
+
 def load_models(options: DecodingOptions, prompt: str, config: DecodeConfig, speculative: DecodeConfig | None,
                 tokenizer: PreTrainedTokenizerBase | None = None) -> tuple[LoadedModel, DraftModel | None]:
     """The target model (with ``tokenizer``, where it was loaded already), and the draft model ``speculative``'s
-    settings name (when there is a speculative run). Between the target's tokenizer and its weights the load
-    checks ``prompt`` (read as ``config`` reads it) against the model's context and a draft model's vocabulary
-    against the target's, so neither waits for the weights."""
+    settings name (those of a run whose mode drafts with one, :func:`with_draft_model`). Between the target's
+    tokenizer and its weights the load checks ``prompt`` (read as ``config`` reads it) against the model's context and
+    a draft model's vocabulary against the target's, so neither waits for the weights."""
     draft_spec = speculative.draft.model_spec if speculative is not None else None
     # A draft model that is missing is refused before any load.
     draft_files = ensure_model(draft_spec, "--draft") if draft_spec is not None else None

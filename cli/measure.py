@@ -12,11 +12,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..core.errors import DecodeTuiError
+from ..core.modes import DRAFT_MODEL_MODES, DRAFTING_MODES
 from ..tui.numbers import count
 from .console import fail, status
 from .flags import ModeChoice, TableFormatChoice
 from .headless import _write
-from .loads import check_placement, ensure_model, load, load_draft, load_models
+from .loads import check_placement, ensure_model, load, load_draft, load_models, with_draft_model
 from .options import DecodingOptions
 
 if TYPE_CHECKING:
@@ -40,11 +41,11 @@ def bench(options: DecodingOptions, modes: list[ModeChoice], *, runs: int, outpu
 
     try:
         check_placement(options.device, options.device_map_name)
-        if ModeChoice.greedy not in modes:
-            modes = [ModeChoice.greedy, *modes]
+        if "greedy" not in modes:
+            modes = [ModeChoice("greedy"), *modes]
         configs = {m.value: options.for_mode(m).config() for m in modes}
         text = options.prompt_text() if options.prompt or options.prompt_file else _bench_prompt(modes)
-        lm, draft = load_models(options, text, configs["greedy"], configs.get("speculative"))
+        lm, draft = load_models(options, text, configs["greedy"], with_draft_model(*configs.values()))
         with status(f"Benchmarking {', '.join(configs)}: a warm-up each, then {runs} rounds, alternated") as progress:
             rows = run_bench(lm, text, configs, runs=runs, draft=draft, progress=progress)
     except DecodeTuiError as err:
@@ -103,7 +104,7 @@ def _why(console: Console, row: BenchRow, timeline: bool) -> None:
         console.print(f"{row.mode}: {line}")
     if row.divergence_note is not None:
         console.print(f"{row.mode}: parted from greedy at #{row.first_divergence}: {row.divergence_note}")
-    cost = cost_line(draft_stats(row.timeline), measured=row.speedup) if row.mode == "speculative" \
+    cost = cost_line(draft_stats(row.timeline), measured=row.speedup) if row.mode in DRAFT_MODEL_MODES \
         else None
     if cost is not None:
         console.print(f"{row.mode}: {cost}")
@@ -124,8 +125,8 @@ def _bench_prompt(modes: list[ModeChoice]) -> str:
     greedy's."""
     from ..core.params import demo_prompt
 
-    drafting = [m for m in modes if m in (ModeChoice.pld, ModeChoice.speculative)]
-    return demo_prompt((drafting[0] if drafting else ModeChoice.greedy).value)
+    drafting = [m for m in modes if m in DRAFTING_MODES]
+    return demo_prompt(drafting[0] if drafting else "greedy")
 
 
 def whatif(path: Path, *, model: str | None, device: str, dtype: str, draft: str | None,

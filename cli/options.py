@@ -91,13 +91,14 @@ R = TypeVar("R")
 ONLY_FOR: dict[str, frozenset[ModeChoice]] = {
     option: frozenset(ModeChoice(mode) for mode in modes_taking(option)) for option in sorted(MODE_ONLY_OPTIONS)}
 _DRAFTING = frozenset(ModeChoice(mode) for mode in DRAFTING_MODES)
+GREEDY = ModeChoice("greedy")  # the default mode
 _COPYING = frozenset(ModeChoice(mode) for mode in COPYING_MODES)
 
 
 def parse_modes(modes: str, mode: ModeChoice, command: str, *, at_least: int = 1) -> list[ModeChoice]:
     """``--modes``: greedy first (every speed-up is over it), then the others named, once each; a UsageError for
     ``--mode`` (these commands take --modes), an unknown mode, or fewer than ``at_least`` distinct modes."""
-    if mode is not ModeChoice.greedy:
+    if mode != "greedy":
         raise UsageError(f"{command} runs the modes named by --modes (e.g. --modes greedy,pld), not --mode.")
     chosen = [m.strip() for m in modes.split(",") if m.strip()]
     unknown = [m for m in chosen if m not in ModeChoice.__members__]
@@ -108,7 +109,7 @@ def parse_modes(modes: str, mode: ModeChoice, command: str, *, at_least: int = 1
     if len(distinct) < at_least:
         raise UsageError(f"A {command} needs at least {at_least} modes; --modes gave "
                          f"{', '.join(m.value for m in distinct)}. For example: --modes greedy,pld,speculative.")
-    return [ModeChoice.greedy, *(m for m in distinct if m is not ModeChoice.greedy)]
+    return [ModeChoice("greedy"), *(m for m in distinct if m != "greedy")]
 
 
 def build_config(options: DecodingOptions, *, compare: bool = False, constraint: Constraint | None = None,
@@ -177,7 +178,7 @@ def build_config(options: DecodingOptions, *, compare: bool = False, constraint:
     # parameter is given; otherwise they are greedy.
     sampling_asked = asks_sampling({"temperature": temperature, "top_k": top_k, "top_p": top_p, **given_stages})
     config = DecodeConfig(mode=mode.value, max_new_tokens=max_new_tokens, sampling=sampling, beam=beam,
-                          beam_sample=mode is ModeChoice.beam and sampling_asked, draft=draft_params,
+                          beam_sample=mode == "beam" and sampling_asked, draft=draft_params,
                           draft_sample=drafting and sampling_asked, seed=seed, use_chat=not o.no_chat, fast=o.fast,
                           cuda_graphs=o.cuda_graphs, constraint=constraint)
     return config
@@ -256,7 +257,7 @@ class DecodingOptions:
     prompt: PromptOpt = None
     prompt_file: PromptFileOpt = None
     no_chat: NoChatOpt = False
-    mode: ModeOpt = ModeChoice.greedy
+    mode: ModeOpt = GREEDY
     max_new_tokens: MaxNewTokensOpt = 128
     fast: FastOpt = False
     cuda_graphs: CudaGraphsOpt = True

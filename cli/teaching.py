@@ -22,13 +22,14 @@ import typer
 
 from ..core.errors import DecodeTuiError, UsageError
 from ..core.model.registry import EMBEDDED_ALIASES, resolve
+from ..core.modes import DRAFT_MODEL_MODES
 from ..core.params import Constraint, DecodeConfig
 from ..lessons import Lesson, load, shipped
 from ..tui.numbers import count
 from .commands import WEB_DRIVER, _run_app, app, configured_model_exists, need_terminal, user_config
 from .console import fail
 from .flags import ModeChoice, PromptArg, TableFormatChoice, ThemeOpt, at_least
-from .loads import check_placement
+from .loads import check_placement, with_draft_model
 from .options import (
     ONLY_FOR,
     DecodingOptions,
@@ -246,7 +247,7 @@ def _live_settings(lesson: Lesson, options: DecodingOptions, overrides: dict[str
     check_placement(options.device, options.device_map_name)
     prompt = options.prompt_text() if "prompt" in overrides or "prompt_file" in overrides else lesson.prompt
     # A missing model (or draft) is reported before the app opens, as `run` does; the embedded one is fetched.
-    for spec in (options.model_name, config.draft.model_spec if config.mode == "speculative" else None):
+    for spec in (options.model_name, config.draft.model_spec if config.mode in DRAFT_MODEL_MODES else None):
         if spec is not None and spec not in EMBEDDED_ALIASES:
             resolve(spec)
     return Settings(model=options.model_name, device=options.device, dtype=options.dtype.value,
@@ -342,7 +343,7 @@ def race_cmd(
         check_placement(options.device, options.device_map_name)
         configs = {m.value: options.for_mode(m).config() for m in chosen}
         prompt = options.prompt_text() if options.prompt or options.prompt_file else _bench_prompt(chosen)
-        lm, draft = load_models(options, prompt, next(iter(configs.values())), configs.get("speculative"))
+        lm, draft = load_models(options, prompt, next(iter(configs.values())), with_draft_model(*configs.values()))
         from ..core.analysis.race import measure
 
         with status(f"Racing {', '.join(configs)}: a warm-up each, then {repeats} rounds of each alone, "

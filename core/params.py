@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from .errors import UsageError
-from .modes import DEMO_PROMPT, MODE_SPECS
-from .record.events import MODES, Mode
+from .modes import DEMO_PROMPT, MODE_SPECS, MODES
+from .record.events import Mode
 
 # The prompt each mode opens on when none is given, from its entry in core/modes.py.
 DEMO_PROMPTS: dict[str, str] = {mode: spec.demo_prompt for mode, spec in MODE_SPECS.items()}
@@ -251,11 +251,12 @@ class DraftParams:
         ``layers:N`` ...)."""
         return None if self.draft == "self" or target_draft(self.draft) is not None else self.draft
 
-    def length(self, drafter: Literal["model", "lookup"]) -> int:
-        """The most tokens a round drafts: ``num_pred_tokens`` for prompt lookup (transformers'
-        ``prompt_lookup_num_tokens``, 10: a copy costs nothing to draft, and verifying 10 tokens costs a
-        GPU about what verifying 5 does), ``num_draft_tokens`` for a draft model (each token one of its steps)."""
-        return self.num_pred_tokens if drafter == "lookup" else self.num_draft_tokens
+    def length(self, option: Literal["num_draft_tokens", "num_pred_tokens"]) -> int:
+        """The most tokens a round drafts, set by the drafter's ``option`` (its DrafterSpec.length):
+        ``num_pred_tokens`` for a copy (transformers' ``prompt_lookup_num_tokens``, 10: a copy costs nothing to draft,
+        and verifying 10 tokens costs a GPU about what verifying 5 does), ``num_draft_tokens`` for a draft model (each
+        token one of its steps)."""
+        return self.num_pred_tokens if option == "num_pred_tokens" else self.num_draft_tokens
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

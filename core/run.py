@@ -24,17 +24,17 @@ import torch
 from .choosing.bad_words import token_bytes
 from .choosing.grammar import Grammar, GrammarMask, check_path
 from .choosing.sampling import StageContext
+from .drafting.context import DraftingContext, builder
 from .drafting.draft_models import DraftModel, load_draft
 from .drafting.drafters import Drafter
-from .drafting.prompt_lookup import PromptLookup
-from .drafting.suffix_drafting import SuffixDrafter, SuffixHistory, history_files_for
+from .drafting.suffix_drafting import SuffixHistory, history_files_for
 from .errors import UsageError
 from .execution.forward import graphs_available
 from .execution.tree_budget import tree_budget
 from .live import LiveParams
 from .model.acquire import drive
 from .model.loading import LoadedModel, check_prompt_fits
-from .modes import DRAFTING_MODES
+from .modes import DRAFT_MODEL_MODES, DRAFTING_MODES, drafter_of
 from .params import DecodeConfig
 from .record.detokenize import Detokenizer, TokenLabels
 from .record.events import Branched, Event, Finished, Started
@@ -63,9 +63,9 @@ class Run:
         self.live = live
         # A copy: what the run drafts from stays as it was when the run began (fair figures, suffix_drafting.py).
         self.history = history.snapshot() if history is not None else SuffixHistory()
-        if config.mode == "suffix" and config.draft.history:  # read once: a front end reads them first, saying so
+        if config.draft.history:  # read once: a front end reads them first, saying so (only suffix takes them)
             self.history.files = drive(history_files_for(lm, config))
-        loaded_here = config.mode == "speculative" and draft is None
+        loaded_here = config.mode in DRAFT_MODEL_MODES and draft is None
         if loaded_here:
             draft = load_draft(lm, config.draft.draft, named=config.draft.named)
         self.draft = draft
@@ -233,14 +233,14 @@ class Run:
         )
 
     def _tree_budget(self, config: DecodeConfig, ctx: int | None) -> int:
-        """Nodes per verification when drafts are trees (0: chains): the user's (prompt lookup's every match, a
-        draft model's runners-up), or suffix drafting's, measured for the device
-        (:mod:`~decode_tui.core.execution.tree_budget`);
+        """Nodes per verification when drafts are trees (0: chains): the user's where the mode's drafter drafts
+        trees when asked (prompt lookup's every match, a draft model's runners-up), else the device's measured budget
+        where it drafts trees by default (suffix drafting; :mod:`~decode_tui.core.execution.tree_budget`);
         refused where the prompt leaves no room for that wide a verification."""
-        draft = config.draft
-        if config.mode not in ("pld", "suffix", "speculative"):
+        draft, drafter = config.draft, drafter_of(config.mode)
+        if drafter is None or drafter.trees == "no":
             return 0
-        budget = draft.tree_budget or (tree_budget(self.lm.model) if config.mode == "suffix" else 0)
+        budget = draft.tree_budget or (tree_budget(self.lm.model) if drafter.trees == "measured" else 0)
         if budget and ctx is not None and draft.tree_budget is None:  # a measured budget is cut to fit, not refused
             budget = max(1, min(budget, ctx - len(self.prompt_ids) - 1))
         if draft.tree_budget is not None and ctx is not None and len(self.prompt_ids) + budget + 1 > ctx:
@@ -249,14 +249,10 @@ class Run:
         return budget
 
     def _drafter(self) -> Drafter:
-        if self.config.mode == "suffix":
-            return SuffixDrafter(self.history, self.config.draft.num_pred_tokens, self.tree_budget,
-                                 self.lm.eos_token_ids)
-        if self.config.mode == "pld":
-            return PromptLookup(self.config.draft.max_ngram_size, self.config.draft.num_pred_tokens,
-                                self.lm.eos_token_ids, self.tree_budget)
-        assert self.draft is not None
-        return self.draft.drafter(self.config.draft.confidence_threshold, self.lm.eos_token_ids, self.tree_budget)
+        """The mode's drafter, from the builder its entry names (core/modes.py)."""
+        return builder(self.config.mode)(DraftingContext(
+            lm=self.lm, params=self.config.draft, eos_token_ids=self.lm.eos_token_ids,
+            prompt_length=len(self.prompt_ids), tree_budget=self.tree_budget, draft=self.draft, history=self.history))
 
     def cancel(self) -> None:
         """Ask the strategy to stop at its next step boundary (thread-safe)."""

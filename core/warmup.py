@@ -22,7 +22,7 @@ from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING
 
 from .model.acquire import drive
-from .modes import DRAFTING_MODES
+from .modes import DRAFTING_MODES, drafter_of
 from .record.events import BeamStepped, DraftVerified, TokenEmitted
 
 if TYPE_CHECKING:
@@ -57,11 +57,13 @@ def warming(lm: LoadedModel, prompt: str, config: DecodeConfig,
     from .run import Run
 
     started = time.perf_counter()
-    if config.mode == "suffix" and config.draft.history:  # read and indexed here, saying how far along; once
+    if config.draft.history:  # (only suffix takes it) read and indexed here, saying how far along; once
         from .drafting.suffix_drafting import history_files_for
 
         yield from history_files_for(lm, config)
-    if config.mode == "suffix" and config.draft.tree_budget is None and lm.device.type == "cpu":
+    drafter = drafter_of(config.mode)
+    if drafter is not None and drafter.trees == "measured" and config.draft.tree_budget is None \
+            and lm.device.type == "cpu":
         from .execution.tree_budget import tree_budget
 
         yield f"warming up {config.mode}: timing forwards of a few widths, for the draft trees' size"
@@ -119,7 +121,7 @@ def describe(lm: LoadedModel, config: DecodeConfig) -> str:
 
 def reads_history(config: DecodeConfig) -> str:
     """What the warm-up reads first, for a front end's opening line: a suffix run's ``--history`` ("" if none)."""
-    if config.mode != "suffix" or not config.draft.history:
+    if not config.draft.history:
         return ""
     from pathlib import Path
 

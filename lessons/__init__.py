@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import UsageError
-from ..core.modes import MODE_SPECS
+from ..core.modes import MODE_SPECS, MODES
 from ..core.params import WARPERS, DecodeConfig
-from ..core.record.events import MODES, BeamStepped, DraftProposed, DraftVerified, Event, Finished, TokenEmitted
+from ..core.record.events import BeamStepped, DraftProposed, DraftVerified, Event, Finished, TokenEmitted
 from ..core.token_tree import TokenTree
 from ..core.toml_lines import line_of
 

@@ -1,5 +1,8 @@
 """A deterministic fake decoder for the app's tests: the real event types, scripted per mode, no model.
 
+What it scripts for a mode comes from the mode's entry in core/modes.py (its view, whether and how it drafts), so a
+mode added there runs here too; a mode it has no script for fails naming the mode and what its entry says.
+
 It reads the live parameters at every step like a real strategy does, so
 tests can see a mid-run change land at the next step, and it can be slowed
 down (``delay``) so a test can act while a run is in flight.
@@ -11,10 +14,10 @@ import math
 import threading
 import time
 from collections.abc import Iterator
-from typing import Literal
 
 from decode_tui.core.errors import UsageError
 from decode_tui.core.live import LiveParams
+from decode_tui.core.modes import MODE_SPECS
 from decode_tui.core.record.events import (
     Beam,
     BeamCandidate,
@@ -81,30 +84,45 @@ class FakeDecoder:
             yield emitted.emit(branch.forced_ids[0] if branch.forced_ids else 99, branch.forced_text, "forced",
                                logprob=math.log(0.3), rank=2)
             yield from self._sampling(mode == "greedy", live, emitted, start=len(branch.kept) + 1)
-        elif mode in ("greedy", "sample"):
-            yield from self._sampling(mode == "greedy", live, emitted)
-        elif mode == "beam":
-            yield from self._beam(settings, emitted)
-        elif mode == "suffix":
-            yield from self._tree(emitted)
         else:
-            yield from self._drafting(mode == "pld", emitted)
+            yield from self._scripted(settings, live, emitted)
         if self.fail_with is not None:
             raise self.fail_with
+        spec = MODE_SPECS[mode]
         extras: dict[str, object] = {}
-        if mode in ("speculative", "pld", "suffix"):
-            extras = dict(drafted=7, accepted=5, draft_forwards=0 if mode == "pld" else 7, acceptance_rate=5 / 7,
+        if spec.drafter is not None:
+            extras = dict(drafted=7, accepted=5, draft_forwards=0 if spec.drafter.copies else 7, acceptance_rate=5 / 7,
                           acceptance_by_position=(1.0, 1.0, 0.5), draft_time_s=0.01, verify_time_s=0.05)
-        if mode == "beam":
+        if spec.view == "beam":
             extras = dict(hypotheses=(Hypothesis(tuple(range(3)), "".join(self.words[:3]), -1.2, -0.4),))
-        forwards = {"greedy": len(emitted.ids), "sample": len(emitted.ids), "beam": 3, "speculative": 3, "pld": 3,
-                    "suffix": 3}
+        # one forward a token where each token is a step; the scripted rounds or beam steps' three otherwise
+        forwards = len(emitted.ids) if spec.view == "candidates" else 3
         yield Finished(mode=mode, prompt_token_ids=tuple(range(len(PROMPT_PIECES))), token_ids=tuple(emitted.ids),
                        text=emitted.text, finish_reason="length", new_tokens=len(emitted.ids),
-                       target_forwards=forwards[mode], elapsed_s=0.5, tokens_per_s=len(emitted.ids) / 0.5,
+                       target_forwards=forwards, elapsed_s=0.5, tokens_per_s=len(emitted.ids) / 0.5,
                        sum_logprob=sum(emitted.logprobs), mean_logprob=sum(emitted.logprobs) / len(emitted.ids),
                        perplexity=math.exp(-sum(emitted.logprobs) / len(emitted.ids)),
                        **extras)  # type: ignore[arg-type]
+
+    def _scripted(self, settings: Settings, live: LiveParams, emitted: _Emitter) -> Iterator[Event]:
+        """The events of ``mode``'s kind: steps of candidates, beam steps, or draft rounds (trees for a drafter that
+        drafts trees by default, chains otherwise), as its entry in core/modes.py says."""
+        mode = settings.mode
+        spec = MODE_SPECS.get(mode)
+        if spec is None:
+            raise KeyError(f"tests/fake_decoder.py: mode {mode!r} has no entry in core/modes.py's MODE_SPECS")
+        drafter = spec.drafter
+        if drafter is not None and drafter.trees == "measured":
+            yield from self._tree(emitted, drafter.kind)
+        elif drafter is not None:
+            yield from self._drafting(drafter.copies, drafter.kind, emitted)
+        elif spec.view == "beam":
+            yield from self._beam(settings.config.beam.num_beams, emitted)
+        elif spec.view == "candidates":
+            yield from self._sampling(not spec.samples, live, emitted)
+        else:
+            raise KeyError(f"tests/fake_decoder.py has no script for mode {mode!r}: its entry in core/modes.py has "
+                           f"view {spec.view!r} and no drafter")
 
     def _wait(self) -> None:
         if self.delay:
@@ -124,8 +142,7 @@ class FakeDecoder:
                                stages=tuple(stages), target_forwards=emitted.forwards)
             yield emitted.emit(i, word, logprob=math.log(self.probs[i % len(self.probs)] if self.probs else 0.6))
 
-    def _beam(self, settings: Settings, emitted: _Emitter) -> Iterator[Event]:
-        n = settings.config.beam.num_beams
+    def _beam(self, n: int, emitted: _Emitter) -> Iterator[Event]:
         finished: tuple[Hypothesis, ...] = ()
         for step in range(3):
             self._wait()
@@ -148,7 +165,7 @@ class FakeDecoder:
         for i, word in enumerate(self.words[:3]):
             yield emitted.emit(i, word)
 
-    def _tree(self, emitted: _Emitter) -> Iterator[Event]:
+    def _tree(self, emitted: _Emitter, kind: str) -> Iterator[Event]:
         """Suffix drafting's two rounds of trees: one whose deepest branch the target follows to its leaf (a bonus
         token after it), one where it takes the second child at the root and then leaves the tree."""
         w = self.words
@@ -156,7 +173,7 @@ class FakeDecoder:
         yield emitted.emit(0, w[0])
         self._wait()
         # " quick" -> " brown" -> " fox" is the path; " cat" at the root and " dog" after " quick" are left.
-        yield DraftProposed(round=0, drafter="lookup", token_ids=(1, 50, 2, 51, 3),
+        yield DraftProposed(round=0, drafter=kind, token_ids=(1, 50, 2, 51, 3),
                             texts=(w[1], " cat", w[2], " dog", w[3]), parents=(-1, -1, 0, 0, 2),
                             sources=("earlier runs",) * 5, match_start=0, match_end=1, max_tokens=10)
         verdicts = (PositionVerdict(0, 1, 0.9, 1.0, None, "accepted"),
@@ -171,7 +188,7 @@ class FakeDecoder:
             yield emitted.emit(i, w[i], "lookup")
         yield emitted.emit(4, w[4], "bonus")
         self._wait()
-        yield DraftProposed(round=1, drafter="lookup", token_ids=(52, 5, 53, 54),
+        yield DraftProposed(round=1, drafter=kind, token_ids=(52, 5, 53, 54),
                             texts=(" under", w[5], " a", " an"), parents=(-1, -1, 1, 1),
                             sources=("this run", "earlier runs", "earlier runs", "earlier runs"), max_tokens=10)
         verdicts_1 = (PositionVerdict(0, 52, 0.1, 1.0, None, "rejected"),
@@ -184,9 +201,8 @@ class FakeDecoder:
         yield emitted.emit(5, w[5], "lookup")
         yield emitted.emit(6, w[6], "target")
 
-    def _drafting(self, lookup: bool, emitted: _Emitter) -> Iterator[Event]:
+    def _drafting(self, lookup: bool, drafter: str, emitted: _Emitter) -> Iterator[Event]:
         kind: TokenSource = "lookup" if lookup else "draft"
-        drafter: Literal["model", "lookup"] = "lookup" if lookup else "model"
         w = self.words
         emitted.forwards = 1
         yield emitted.emit(0, w[0])  # from the prefill

@@ -534,13 +534,13 @@ def test_build_config_takes_the_options_object() -> None:
     from decode_tui.cli.options import DecodingOptions, build_config
     from decode_tui.core.errors import UsageError
 
-    options = DecodingOptions(mode=ModeChoice.sample, max_new_tokens=16, temperature=0.5, top_k=7,
+    options = DecodingOptions(mode=ModeChoice("sample"), max_new_tokens=16, temperature=0.5, top_k=7,
                               bad_words="sorry,apologize")
     config = build_config(options)
     assert (config.max_new_tokens, config.sampling.temperature, config.sampling.top_k) == (16, 0.5, 7)
     assert config.sampling.bad_words == ("sorry", "apologize") and options.config() == config
     with pytest.raises(UsageError, match="--num-beams"):
-        build_config(DecodingOptions(mode=ModeChoice.greedy, num_beams=4))
+        build_config(DecodingOptions(mode=ModeChoice("greedy"), num_beams=4))
 
 
 def test_tokens_emitted_but_not_yet_written_at_ctrl_c_are_written_before_finished() -> None:

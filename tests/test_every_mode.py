@@ -11,7 +11,7 @@ import dataclasses
 import inspect
 import time
 from collections.abc import Mapping
-from typing import Any, get_args
+from typing import Any
 
 import pytest
 from textual.widgets import ContentSwitcher
@@ -19,9 +19,9 @@ from textual.widgets import ContentSwitcher
 from decode_tui import lessons
 from decode_tui.cli.flags import ModeChoice
 from decode_tui.cli.options import ONLY_FOR, DecodingOptions, build_config
-from decode_tui.core.modes import MODE_SPECS
+from decode_tui.core.modes import MODE_SPECS, MODES
 from decode_tui.core.params import DEMO_PROMPTS
-from decode_tui.core.record.events import MODES, Mode
+from decode_tui.core.record.events import Mode
 from decode_tui.tui import run_view
 from decode_tui.tui.run_view import BUSY_AFTER_S, RunView
 from decode_tui.tui.widgets.mode_panels import PANEL_FOR_VIEW, panel_for
@@ -39,8 +39,8 @@ PER_MODE_TABLES: dict[str, Mapping[Any, object]] = {
 }
 
 
-def test_mode_and_modes_name_the_same_modes() -> None:
-    assert set(get_args(Mode)) == set(MODES) and len(MODES) == len(set(MODES))
+def test_modes_are_the_registrys_entries_each_under_its_own_name() -> None:
+    assert tuple(MODE_SPECS) == MODES and all(spec.name == mode for mode, spec in MODE_SPECS.items())
 
 
 @pytest.mark.parametrize("table", PER_MODE_TABLES, ids=str)

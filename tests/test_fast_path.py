@@ -197,7 +197,7 @@ def test_a_run_takes_the_fast_path_from_its_config_and_beam_search_says_it_does_
 
     monkeypatch.setattr(forward_module.StaticKV, "__init__", spy)
     lm = loaded(tiny_model("llama", vocab_size=len(byte_bpe), seed=4), byte_bpe, 2)
-    runs = {fast: Run(lm, "ab ab ab ab", DecodeConfig(mode=mode, max_new_tokens=12, seed=5, fast=fast))  # type: ignore[arg-type]
+    runs = {fast: Run(lm, "ab ab ab ab", DecodeConfig(mode=mode, max_new_tokens=12, seed=5, fast=fast))
             for fast in (False, True)}
     plain, fast = (list(run.events()) for run in runs.values())
     assert isinstance(plain[-1], Finished) and isinstance(fast[-1], Finished)

@@ -52,7 +52,7 @@ def context(tokenizer: Any, prompt: list[int], constraint: Constraint | None = N
 
 
 def transcript(tokenizer: Any, prompt: list[int], max_new: int, mode: str = "greedy") -> Transcript:
-    return Transcript(mode, prompt, Detokenizer(tokenizer), frozenset({eos_of(tokenizer)}), max_new)  # type: ignore[arg-type]
+    return Transcript(mode, prompt, Detokenizer(tokenizer), frozenset({eos_of(tokenizer)}), max_new)
 
 
 def model_for(tokenizer: Any, seed: int) -> Any:

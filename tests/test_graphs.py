@@ -220,14 +220,14 @@ def test_a_run_replays_graphs_only_where_the_device_has_them(byte_bpe: Any, monk
     from .test_autoregressive import loaded
 
     lm = loaded(tiny_model("llama", vocab_size=len(byte_bpe), seed=4), byte_bpe, 2)
-    config = DecodeConfig(mode=mode, max_new_tokens=12, seed=5)  # type: ignore[arg-type]
+    config = DecodeConfig(mode=mode, max_new_tokens=12, seed=5)
     assert Run(lm, "ab ab ab ab", config).path == "plain", "no CUDA here: the plain path"
     monkeypatch.setattr(forward_module, "GRAPH_DEVICES", frozenset({"cpu"}))
     monkeypatch.setattr(forward_module, "GraphBackend", EagerGraphs)
     run = Run(lm, "ab ab ab ab", config)
     assert run.path == "cuda-graphs"
     assert run.params()["path"] == run.path
-    off = Run(lm, "ab ab ab ab", DecodeConfig(mode=mode, max_new_tokens=12, seed=5, cuda_graphs=False))  # type: ignore[arg-type]
+    off = Run(lm, "ab ab ab ab", DecodeConfig(mode=mode, max_new_tokens=12, seed=5, cuda_graphs=False))
     assert off.path == "plain"
     events = list(run.events())
     assert isinstance(events[-1], Finished)

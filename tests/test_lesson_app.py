@@ -162,7 +162,7 @@ async def test_in_80x24_the_summary_reads_as_prose_and_the_keys_stay_in_view() -
 
 def test_a_lesson_in_another_mode_drops_the_settings_of_its_own() -> None:
     beam = next(lesson for lesson in LESSONS if lesson.mode == "beam")
-    config = lesson_config(beam, {"mode": ModeChoice.greedy, "max_new_tokens": 5})
+    config = lesson_config(beam, {"mode": ModeChoice("greedy"), "max_new_tokens": 5})
     assert config.mode == "greedy" and config.max_new_tokens == 5
 
 

@@ -26,7 +26,7 @@ def lines(path: Path) -> list[dict[str, object]]:
 
 @pytest.mark.parametrize("mode", ["greedy", "suffix"])
 def test_a_run_that_raises_is_closed_with_an_error_finished_event(tmp_path: Path, mode: str) -> None:
-    settings = with_mode(Settings(), mode)  # type: ignore[arg-type]
+    settings = with_mode(Settings(), mode)
     fake = FakeDecoder(fail_with=RuntimeError("the device went away"))
     source = recorded(fake.source(settings, live(settings)), tmp_path / "run.jsonl", settings)
     with pytest.raises(RuntimeError):

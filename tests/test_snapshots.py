@@ -31,7 +31,7 @@ async def finished(pilot: Any) -> None:
 
 
 def app_for(mode: str, theme: str | None = None) -> DecodeApp:
-    return DecodeApp(with_mode(Settings(), mode), FakeDecoder().source, theme=theme)  # type: ignore[arg-type]
+    return DecodeApp(with_mode(Settings(), mode), FakeDecoder().source, theme=theme)
 
 
 @pytest.mark.parametrize("mode", ["greedy", "sample", "beam", "speculative", "pld"])

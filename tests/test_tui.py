@@ -20,8 +20,9 @@ from textual.binding import Binding
 from textual.widgets import ContentSwitcher, Static, TextArea
 
 from decode_tui.core.errors import UsageError
+from decode_tui.core.modes import MODES
 from decode_tui.core.params import SamplingParams
-from decode_tui.core.record.events import MODES, DraftVerified, Event, TokenSampled
+from decode_tui.core.record.events import DraftVerified, Event, TokenSampled
 from decode_tui.tui.app import DecodeApp
 from decode_tui.tui.bindings import explained
 from decode_tui.tui.pump import EventPump
@@ -84,7 +85,7 @@ def paused_at(app: DecodeApp, expected: str) -> Callable[[], bool]:
 
 def make(mode: str = "greedy", fake: FakeDecoder | None = None, **kwargs: Any) -> tuple[DecodeApp, FakeDecoder]:
     fake = fake or FakeDecoder()
-    return DecodeApp(with_mode(Settings(), mode), fake.source, **kwargs), fake  # type: ignore[arg-type]
+    return DecodeApp(with_mode(Settings(), mode), fake.source, **kwargs), fake
 
 
 def text(app: DecodeApp) -> str:

@@ -44,7 +44,7 @@ def test_the_warm_up_captures_what_the_first_run_replays(lm: Any, monkeypatch: p
     monkeypatch.setattr(forward_module, "GRAPH_DEVICES", frozenset({"cpu"}))
     monkeypatch.setattr(forward_module, "GraphBackend", EagerGraphs)
     EagerGraphs.captures = 0
-    config = DecodeConfig(mode=mode, max_new_tokens=40, seed=3)  # type: ignore[arg-type]
+    config = DecodeConfig(mode=mode, max_new_tokens=40, seed=3)
     seconds = warm_up(lm, PROMPT, config)
     assert seconds > 0
     captured = EagerGraphs.captures
@@ -86,7 +86,7 @@ def test_a_warm_up_says_how_far_along_it_is(lm: Any, mode: str) -> None:
     draft round, counting up to the tokens and rounds it stops at."""
     from decode_tui.core.warmup import WARM_ROUNDS, WARM_TOKENS, warming
 
-    steps = warming(lm, PROMPT, DecodeConfig(mode=mode, max_new_tokens=40, seed=3))  # type: ignore[arg-type]
+    steps = warming(lm, PROMPT, DecodeConfig(mode=mode, max_new_tokens=40, seed=3))
     lines = []
     while True:
         try:
@@ -221,7 +221,7 @@ def test_a_model_spread_by_max_memory_gives_the_tokens_of_one_on_a_device(
     device_map: dict[str, str] = spread.model.hf_device_map  # type: ignore[assignment]
     assert {"cpu", "disk"} <= set(device_map.values()), f"the model was not split: {device_map}"
     assert spread.device == torch.device("cpu")
-    config = DecodeConfig(mode=mode, max_new_tokens=24, seed=0,  # type: ignore[arg-type]
+    config = DecodeConfig(mode=mode, max_new_tokens=24, seed=0,
                           draft=DraftParams(draft="self", num_draft_tokens=3))
     results = []
     for lm in (whole, spread):

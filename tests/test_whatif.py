@@ -122,6 +122,7 @@ def test_draft_model_forwards_equal_a_real_runs_exactly(byte_bpe: Any, seed: int
 class Scripted:
     """A drafter that proposes the given next tokens wherever it is asked (the Drafter protocol)."""
 
+    kind = "model"
     source: TokenSource = "draft"
     tree_budget = 0
     free_to_ask = False

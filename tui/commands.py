@@ -9,7 +9,8 @@ from typing import Any, Protocol, cast
 from textual.binding import Binding
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
-from ..core.record.events import MODES, Mode
+from ..core.modes import MODES
+from ..core.record.events import Mode
 from .bindings import explained
 from .themes import ThemeSpec
 

@@ -1,4 +1,5 @@
-"""An unexpected exception in the app or its decoder thread: its traceback written to a file, and the one line that says where.
+"""An unexpected exception in the app or its decoder thread: its traceback written to a file, and the one line that
+says where.
 
 The app draws on the terminal it would print a traceback to, so the traceback goes to a file under the cache
 (``$DECODE_TUI_CACHE`` or ``~/.cache/decode-tui``, ``crashes/``; the system's temporary folder where that cannot be

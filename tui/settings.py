@@ -28,9 +28,9 @@ from typing import Any, Literal
 
 from ..core.errors import UsageError
 from ..core.model.registry import DEFAULT_ALIAS
-from ..core.modes import COPYING_MODES, DEMO_PROMPT, DRAFTING_MODES, SAMPLING_MODES
+from ..core.modes import COPYING_MODES, DEMO_PROMPT, DRAFTING_MODES, MODES, SAMPLING_MODES, drafter_of, modes_taking
 from ..core.params import DEMO_PROMPTS, WARPERS, DecodeConfig, demo_prompt, words_of
-from ..core.record.events import MODES, STAGES, Mode
+from ..core.record.events import STAGES, Mode
 from .branches import BranchRequest
 
 Applies = Literal["live", "restart", "rerank", "view"]
@@ -108,8 +108,10 @@ def _put(part: Literal["sampling", "beam", "draft"], name: str, cast: type = flo
     return put
 
 
-def _drafter(settings: Settings) -> Literal["model", "lookup"]:
-    return "lookup" if settings.mode in COPYING_MODES else "model"
+def _length_option(settings: Settings) -> Literal["num_draft_tokens", "num_pred_tokens"]:
+    """The option that sets the draft length in the settings' (drafting) mode."""
+    drafter = drafter_of(settings.mode)
+    return drafter.length if drafter is not None else "num_draft_tokens"
 
 
 KNOBS: tuple[Knob, ...] = (
@@ -130,13 +132,13 @@ KNOBS: tuple[Knob, ...] = (
          lambda s: s.config.beam.length_penalty, _linear(0.25, -3.0, 3.0), _put("beam", "length_penalty")),
     # One key for the draft length in both modes; prompt lookup's is its copy length (DraftParams.length).
     Knob("num_draft_tokens", "draft length", ("d", "D"), "live", DRAFTING_MODES,
-         lambda s: s.config.draft.length(_drafter(s)), _ladder(DRAFT_LENGTH_LADDER),
-         lambda s, v: _put("draft", "num_pred_tokens" if s.mode in COPYING_MODES else "num_draft_tokens", int)(s, v),
+         lambda s: s.config.draft.length(_length_option(s)), _ladder(DRAFT_LENGTH_LADDER),
+         lambda s, v: _put("draft", _length_option(s), int)(s, v),
          fmt=lambda v: f"{int(v)}"),
-    Knob("confidence_threshold", "draft confidence cut-off", ("o", "O"), "live", ("speculative",),
+    Knob("confidence_threshold", "draft confidence cut-off", ("o", "O"), "live", modes_taking("draft_confidence"),
          lambda s: s.config.draft.confidence_threshold, _linear(0.05, 0.0, 1.0), _put("draft", "confidence_threshold"),
          fmt=lambda v: f"{v:.2f}"),
-    Knob("max_ngram_size", "n-gram size", ("g", "G"), "live", ("pld",),
+    Knob("max_ngram_size", "n-gram size", ("g", "G"), "live", modes_taking("max_ngram_size"),
          lambda s: s.config.draft.max_ngram_size, _linear(1, 1, 8), _put("draft", "max_ngram_size", int),
          fmt=lambda v: f"{int(v)}"),
     # s slows the run down (more slow motion), S speeds it up: the README's order, and what "s" suggests.

@@ -16,6 +16,7 @@ from collections.abc import Callable, Generator, Iterator
 from typing import TYPE_CHECKING, TypeVar
 
 from ..core.live import LiveParams
+from ..core.modes import DRAFT_MODEL_MODES
 from ..core.record.events import Event, Finished, TokenEmitted
 from .branches import BranchRequest
 from .pump import EventSource, Notice
@@ -70,7 +71,7 @@ class ModelRunner:
         def events() -> Iterator[Event]:
             lm = yield from self._model(settings)
             draft = None
-            if settings.mode == "speculative":
+            if settings.mode in DRAFT_MODEL_MODES:
                 draft = yield from self._draft(settings, lm)
             yield from self._warm_up(settings, lm, draft)
             from ..core.run import Run
@@ -110,7 +111,7 @@ class ModelRunner:
     def _warm_up(self, settings: Settings, lm: LoadedModel, draft: DraftModel | None,
                  ) -> Generator[Event, None, None]:
         """A mode's first run on a model is warmed up first, so its speed is not a cold start's (core/warmup.py)."""
-        key = (settings.mode, settings.config.draft.draft if settings.mode == "speculative" else "")
+        key = (settings.mode, settings.config.draft.draft if settings.mode in DRAFT_MODEL_MODES else "")
         if key in self._warm:
             return
         from ..core.warmup import describe, reads_history, warming

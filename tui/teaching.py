@@ -12,6 +12,7 @@ Pure functions of the core's events: no widgets, no threads.
 
 from __future__ import annotations
 
+from ..core.modes import copied
 from ..core.record.events import BeamStepped, DraftProposed, DraftVerified, Event, Finished, TokenSampled
 from .numbers import count, decoded_tokens, nth, prob
 
@@ -72,7 +73,7 @@ def caption(event: Event, proposed: DraftProposed | None = None, extra_text: str
         return _tree_caption(event, proposed, extra_text)
     if isinstance(event, DraftVerified):
         k = len(event.verdicts)
-        drafted = "copied" if proposed is not None and proposed.drafter == "lookup" else "drafted"
+        drafted = "copied" if proposed is not None and copied(proposed.drafter) else "drafted"
         parts = [f"round {event.round}: {drafted} {k}; target kept {event.accepted}"]
         rejected = next((v for v in event.verdicts if v.verdict == "rejected"), None)
         if rejected is not None:

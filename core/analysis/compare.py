@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..modes import DRAFTING_MODES
 from ..params import DecodeConfig
 from ..record.events import Candidate, Finished, TokenSampled
 from ..record.timeline import ForwardRow, Timeline
@@ -80,10 +81,6 @@ def timed_rounds(lm: LoadedModel, prompt: str, configs: Mapping[str, DecodeConfi
     return results
 
 
-# The modes whose greedy form must give greedy's tokens exactly: they only change how many tokens a forward checks.
-DRAFTING = ("speculative", "pld", "suffix")
-
-
 def divergence_note(config: DecodeConfig, at: int | None, ours: Sequence[int],
                     greedy_tops: Sequence[tuple[Candidate, ...]], dtype: torch.dtype) -> str | None:
     """Why a drafting mode's greedy output parted from greedy's at token ``at``, where the numbers say it is
@@ -93,7 +90,8 @@ def divergence_note(config: DecodeConfig, at: int | None, ours: Sequence[int],
     other; in float32 the two agree token for token, so a divergence there gets no excuse, nor does one of a mode
     that samples or searches (its output is not meant to be greedy's). None otherwise."""
     greedy = not config.draft_sample or config.sampling.greedy  # as the drafting strategies decide it
-    if config.mode not in DRAFTING or not greedy or at is None or at >= len(ours) or \
+    # A drafting mode's greedy form must give greedy's tokens exactly: it only changes how many tokens a forward checks.
+    if config.mode not in DRAFTING_MODES or not greedy or at is None or at >= len(ours) or \
             at >= len(greedy_tops) or dtype not in (torch.bfloat16, torch.float16):
         return None
     top = greedy_tops[at]

@@ -87,7 +87,8 @@ class Drafter(Protocol):
     """All that the verifier (:mod:`decode_tui.core.strategies.speculative`) needs of a drafter: no strategy asks
     which drafter it holds."""
 
-    source: TokenSource  # what its tokens are called once kept: ``draft`` (a model's) or ``lookup`` (a copy)
+    kind: str  # who drafts, as its mode's DrafterSpec.kind says and ``draft_proposed.drafter`` shows it
+    source: TokenSource  # what its tokens are called once kept: its DrafterSpec.source, ``draft`` or ``lookup``
     # The most nodes a draft tree may have (one verification's width); 0: this drafter drafts chains.
     tree_budget: int
 
@@ -148,6 +149,7 @@ RUNNER_UP_BELOW = 0.8
 class ModelDrafter:
     """A smaller (or quantised, or identical) model that drafts token by token from its own KV cache."""
 
+    kind = "model"
     source: TokenSource = "draft"
     free_to_ask = False
 
@@ -387,7 +389,7 @@ class ModelDrafter:
         return None  # a draft model's drafts cost its forwards to replay
 
     def draft_length(self, params: DraftParams) -> int:
-        return params.length("model")
+        return params.length("num_draft_tokens")
 
     def tune(self, params: DraftParams) -> None:
         self.confidence_threshold = params.confidence_threshold  # the draft length is the verifier's to choose

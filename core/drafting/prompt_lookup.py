@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 class PromptLookup:
     """Prompt lookup decoding: copy what followed the last n-gram the previous time it appeared."""
 
+    kind = "lookup"
     source: TokenSource = "lookup"
     free_to_ask = True
     stops_itself = False
@@ -77,7 +78,7 @@ class PromptLookup:
                              lambda: (self.max_ngram_size, self.num_pred_tokens))
 
     def draft_length(self, params: DraftParams) -> int:
-        return params.length("lookup")
+        return params.length("num_pred_tokens")
 
     def time_step(self, context: list[int], processors: list[tuple[Stage, LogitsProcessor]]) -> float:
         return 0.0  # a copy runs no forward

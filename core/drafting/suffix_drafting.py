@@ -243,6 +243,7 @@ def _is_jsonl(text: str) -> bool:
 class SuffixDrafter:
     """A drafter (:class:`~decode_tui.core.drafting.drafters.Drafter`) of suffix trees: this run's and the history's."""
 
+    kind = "lookup"
     source: TokenSource = "lookup"
     free_to_ask = True
     stops_itself = False
@@ -305,7 +306,7 @@ class SuffixDrafter:
                              lambda: (self.num_pred_tokens, self.tree_budget))
 
     def draft_length(self, params: DraftParams) -> int:
-        return params.length("lookup")
+        return params.length("num_pred_tokens")
 
     def time_step(self, context: list[int], processors: list[tuple[Stage, LogitsProcessor]]) -> float:
         return 0.0  # a draft from the trees runs no forward

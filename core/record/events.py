@@ -3,8 +3,8 @@
 Each event is a frozen dataclass named in the past tense, holding only JSON
 types (str, int, float, bool, None, tuples and nested event records), so a
 run can be written as JSON lines, recorded and replayed without a model.
-The events for all five modes (greedy, sample, beam, speculative, pld) are
-defined here; the strategies that produce beam and draft events add to them.
+The events for every mode are defined here: a new mode's strategy or drafter
+yields these, and its name is the registry's (core/modes.py).
 
 This module knows nothing about torch, tokenizers or how events are shown.
 The field-by-field reference is ``docs/events.md``.
@@ -23,8 +23,9 @@ from typing import Any, ClassVar, Literal
 
 from ..token_tree import TokenTree
 
-Mode = Literal["greedy", "sample", "beam", "speculative", "pld", "suffix"]
-MODES: tuple[Mode, ...] = ("greedy", "sample", "beam", "speculative", "pld", "suffix")
+# A mode's name. The modes are the registry's (core/modes.py), which another package may add to, so a recording
+# reads any name here; the run and the front ends check it against the registry.
+Mode = str
 
 FinishReason = Literal["eos", "length", "cancelled", "error"]
 
@@ -309,7 +310,7 @@ class DraftProposed(Event):
 
     name: ClassVar[str] = "draft_proposed"
     round: int
-    drafter: Literal["model", "lookup"]
+    drafter: str  # who drafted: the mode's DrafterSpec.kind (``model``, ``lookup``, ...)
     token_ids: tuple[int, ...]
     texts: tuple[str, ...]
     q_probs: tuple[float, ...] | None = _optional()

@@ -96,13 +96,13 @@ def grammar_cut(grammar: GrammarMask | None, context: list[int], drafted: list[i
                  for i in range(allowed, len(drafted)))
 
 
-def proposed(round_: int, source: str, draft: Draft, drafted: list[int], label: Callable[[int], str],
+def proposed(round_: int, kind: str, draft: Draft, drafted: list[int], label: Callable[[int], str],
              k: int) -> DraftProposed:
     """The round's draft as an event: its tokens, where a copy came from, a tree's shape."""
     q_probs = tuple(draft.q_probs[: len(drafted)]) if draft.q_probs is not None else None
     match, copied = draft.match, draft.copied
     return DraftProposed(
-        round=round_, drafter="lookup" if source == "lookup" else "model", token_ids=tuple(drafted),
+        round=round_, drafter=kind, token_ids=tuple(drafted),
         texts=tuple(label(t) for t in drafted), q_probs=q_probs,
         match_start=match[0] if match else None, match_end=match[1] if match else None,
         copy_start=copied[0] if copied else None,

@@ -124,7 +124,7 @@ def speculative(
             stats.draft_time_s += draft_s
             stats.draft_forwards += draft.forwards
             if drafted:
-                yield proposed(round_, drafter.source, draft, drafted, label, k)
+                yield proposed(round_, drafter.kind, draft, drafted, label, k)
             drafted = drafted[: cut[0].position] if cut else drafted  # verification never sees what it refused
             started, confirmed = time.perf_counter(), len(context) - 1  # the caches hold all but the pending token
             past, v = confirmed, None

@@ -18,6 +18,7 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 
+from ...core.modes import copied
 from ...core.record.events import DraftProposed
 from ..numbers import prob
 from ..run_view import Round
@@ -226,7 +227,7 @@ class DraftPanel(LivePanel):
 def _kind(proposed: DraftProposed) -> str:
     if proposed.parents is not None:
         return "tree"
-    return "copy" if proposed.drafter == "lookup" else "draft"
+    return "copy" if copied(proposed.drafter) else "draft"
 
 
 def marked(glyph: str, piece: str) -> str:

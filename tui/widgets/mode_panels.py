@@ -77,7 +77,7 @@ class ModePanels(ContentSwitcher):
         if pending.rounds:
             panel = self.query_one(rounds, DraftPanel)
             panel.add(pending.rounds, stats.by_position(),
-                      cost_line(stats, short=True) if spec.drafter == "model" else None)
+                      cost_line(stats, short=True) if spec.drafter is not None and spec.drafter.draft_model else None)
             if pending.lookup_changed:
                 last = pending.rounds[-1]
                 lookup.show(last.proposed, last.verified.accepted)
