@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ..core.modes import MODE_SPECS, copied
+from ..core.modes import MODE_SPECS
 from ..core.record.draft_stats import DraftStats
 from ..core.record.events import (
     BeamStepped,
@@ -232,7 +232,7 @@ class RunView:
                 if self._proposed is not None:
                     # The round is shown once its tokens are in, so the extra token has its text.
                     self._open = (self._proposed, event)
-                    pending.lookup_changed |= copied(self._proposed.drafter)
+                    pending.lookup_changed = True  # the lookup view shows every round's draft, copied or not
             elif isinstance(event, Started):
                 urgent = True
                 self.started = pending.started = event

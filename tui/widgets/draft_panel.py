@@ -54,9 +54,10 @@ class DraftPanel(LivePanel):
         self._tail = Text()  # the latest round's test and the acceptance by position
         self._test_width = 0  # the width of that test's table, laid out in full
 
-    def reset(self) -> None:
+    def reset(self, waiting: str = "waiting for the first draft") -> None:
+        """A new run: ``waiting`` is what the panel says until its first round (the mode's DrafterSpec.waiting)."""
         self.rounds, self.by_position, self.cost, self.adaptive = [], (), None, None
-        self.update("waiting for the first draft")
+        self.update(waiting)
 
     def set_adaptive(self, decision: str) -> None:
         """The adaptive policy's decision and why: under the rounds, or alone while it takes plain steps."""

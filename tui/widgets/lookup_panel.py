@@ -20,22 +20,24 @@ from ..numbers import count
 from .live_panel import LivePanel
 
 WINDOW = 24  # tokens shown either side of the copy
+WAITING = "waiting for the first lookup"
 
 
 class LookupPanel(LivePanel):
     COMPONENT_CLASSES: ClassVar[set[str]] = {"lookup-panel--match", "lookup-panel--copy"}
 
     def __init__(self, **kwargs: object) -> None:
-        super().__init__("waiting for the first lookup", **kwargs)
+        super().__init__(WAITING, **kwargs)
         self.prompt_len = 0
         self.context: list[str] = []  # one label per context token: the prompt's, then each emitted token's text
         self.last: DraftProposed | None = None
         self.last_accepted: int | None = None
 
-    def reset(self, prompt_pieces: tuple[str, ...]) -> None:
+    def reset(self, prompt_pieces: tuple[str, ...], waiting: str = WAITING) -> None:
+        """A new run: ``waiting`` is what the panel says until its first round (the mode's DrafterSpec.waiting)."""
         self.context, self.prompt_len = list(prompt_pieces), len(prompt_pieces)
         self.last, self.last_accepted = None, None
-        self.update("waiting for the first lookup")
+        self.update(waiting)
 
     def add_tokens(self, texts: list[str]) -> None:
         self.context.extend(texts)
@@ -56,8 +58,10 @@ class LookupPanel(LivePanel):
         p = self.last
         if p is not None and p.match_start is not None and p.copy_start is None:
             return self._suffix_text(p, before)
-        if p is None or p.match_start is None or p.copy_start is None:
+        if p is None:
             return None
+        if p.match_start is None or p.copy_start is None:
+            return self._unplaced_text(p)
         match_style = self.style_of("lookup-panel--match")
         copy_style = self.style_of("lookup-panel--copy")
         m0, m1, c0, c1 = p.match_start, p.match_end or p.match_start, p.copy_start, p.copy_end or p.copy_start
@@ -72,6 +76,14 @@ class LookupPanel(LivePanel):
         if hi < len(self.context):
             body.append("…")
         return head + body
+
+    def _unplaced_text(self, p: DraftProposed) -> Text:
+        """A round whose drafter says where nothing came from (no span, no trees' sources): its draft alone."""
+        head = Text(f"round {p.round}: {p.drafter} drafted {count(len(p.token_ids), 'token')} ")
+        head.append(repr("".join(p.texts)), style=self.style_of("lookup-panel--copy"))
+        if self.last_accepted is not None:
+            head.append(f"; the target kept {self.last_accepted}")
+        return head
 
     def _headline(self, p: DraftProposed, what: str, match: tuple[int, int], found: str) -> Text:
         """A round's first line: what was matched, its tokens in the match style, where it was found, and how many

@@ -51,8 +51,13 @@ class ModePanels(ContentSwitcher):
         self.query_one(BeamPanel).reset()
         self.query_one(CandidatesPanel).reset()
         for panel in self.query(DraftPanel):
-            panel.reset()
-        self.query_one(LookupPanel).reset(())
+            panel.reset(self._waiting())
+        self.query_one(LookupPanel).reset((), self._waiting())
+
+    def _waiting(self) -> str:
+        """What the mode's drafting panel says before its first round (its DrafterSpec's words)."""
+        drafter = MODE_SPECS[self.mode].drafter
+        return drafter.waiting if drafter is not None else "waiting for the first draft"
 
     def set_glyphs(self, glyphs: dict[str, str]) -> None:
         self.query_one(CandidatesPanel).glyphs = glyphs
@@ -63,7 +68,7 @@ class ModePanels(ContentSwitcher):
         """What arrived since the last paint, each panel once; ``stats``: the run's draft rounds so far."""
         lookup = self.query_one(LookupPanel)
         if pending.started is not None:
-            lookup.reset(pending.started.prompt_pieces or ())
+            lookup.reset(pending.started.prompt_pieces or (), self._waiting())
             max_new = pending.started.params.get("max_new_tokens")
             self.query_one(BeamPanel).max_new_tokens = max_new if isinstance(max_new, int) else None
         lookup.add_tokens([p.text for p in pending.pieces])
