@@ -155,7 +155,9 @@ def bench_cmd(
                                            rich_help_panel="Output")] = False,
 ) -> None:
     """Time decoding modes on one prompt: warm, alternated, with the spread; tok/s, speed-up over greedy,
-    target forwards, acceptance, and whether each mode's text is greedy's."""
+    target forwards, acceptance, and whether each mode's text is greedy's. A mode's speed-up is its median tok/s
+    over greedy's, so the two columns agree; its range is the lowest and highest round's ratio (each round runs
+    every mode once). A mode whose tok/s spread more than 1.5x gets a warning: the machine was busy."""
     try:
         options = options.with_prompt_argument(prompt_arg)
         user = user_config()

@@ -283,7 +283,7 @@ def _summary(out: TextIO, lm: LoadedModel, result: Finished | None, written: lis
                 verdict = f"DIFFERENT from token {c['first_divergence']}"
             rounds = count(c["runs"], "warm run")
             stderr().print(f"compared with plain greedy: {c['speedup']:.2f}x (range {c['speedup_low']:.2f}-"
-                            f"{c['speedup_high']:.2f} over {rounds} a side, alternated; in the median round "
+                            f"{c['speedup_high']:.2f} over {rounds} a side, alternated; medians "
                             f"{result.mode} {c['tokens_per_s']:.1f} tok/s, greedy {c['greedy_tokens_per_s']:.1f} "
                             f"tok/s), output {verdict}")
             if c.get("unreliable"):

@@ -85,6 +85,10 @@ def bench(options: DecodingOptions, modes: list[ModeChoice], *, runs: int, outpu
     if not spread:
         console.print("One run a mode has no spread: --repeats 3 or more gives each figure its range.")
     for r in rows:
+        if r.unreliable is not None:
+            console.print(f"decode-tui: warning: {r.mode}'s {r.tokens_per_s:.1f} tok/s is not a reliable figure: "
+                          f"{r.unreliable}.", style="yellow", markup=False)
+    for r in rows:
         _why(console, r, timeline)
 
 

@@ -2,9 +2,9 @@
 
 The protocol every speed-up the project prints follows (``generate --compare``,
 ``decode-tui bench`` and the benchmarks): both sides are warmed up first, then timed in rounds
-AB, BA, AB, ..., and the speed-up is the median of the rounds' ratios with
-its lowest and highest. A cold run against a warm one, or all of A before all
-of B, would let the first-run effect or a drifting machine pass for a
+AB, BA, AB, ..., and the speed-up is the ratio of the two sides' median speeds (so it agrees with the speeds
+printed beside it), with the lowest and highest round's own ratio as its range. A cold run against a
+warm one, or all of A before all of B, would let the first-run effect or a drifting machine pass for a
 speed-up. It knows runs and their ``Finished`` figures, and greedy's two best candidates at each step, to say
 where an output parted from greedy's by rounding; nothing else about output.
 """
@@ -108,10 +108,9 @@ def compare(lm: LoadedModel, prompt: str, config: DecodeConfig, baseline: Decode
             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """``config``'s speed over ``baseline``'s on ``prompt`` by :func:`timed_rounds` (AB, BA, AB, ...).
 
-    The speed-up is the median round's ratio (the lower middle one for an even count), and the two speeds
-    reported are that round's, so the ratio and the speeds agree; ``speedup_low``/``speedup_high`` are the
-    lowest and highest ratios. ``unreliable`` says why the figure cannot be trusted when the rounds disagree
-    too much (None otherwise). ``identical`` compares the last runs' tokens.
+    The speed-up is the ratio of the two median speeds reported beside it, so the ratio and the speeds agree;
+    ``speedup_low``/``speedup_high`` are the lowest and highest round's ratio. ``unreliable`` says why the figure
+    cannot be trusted when the rounds disagree too much (None otherwise). ``identical`` compares the last runs' tokens.
     """
     if runs < 1:
         raise ValueError("compare needs at least one run a side")
@@ -123,18 +122,16 @@ def compare(lm: LoadedModel, prompt: str, config: DecodeConfig, baseline: Decode
     ours_rates = [r.tokens_per_s for r in results[ours_name]]
     base_rates = [r.tokens_per_s for r in results[base_name]]
     ratios = [a / b if b else 0.0 for a, b in zip(ours_rates, base_rates, strict=True)]
-    # The median round itself, not the medians of each side: those come from different rounds, and on a machine
-    # busy elsewhere they can imply a speed-up no round measured.
-    median = sorted(range(runs), key=lambda i: ratios[i])[(runs - 1) // 2]
+    ours_median, base_median = statistics.median(ours_rates), statistics.median(base_rates)
     ours, theirs = results[ours_name][-1].token_ids, results[base_name][-1].token_ids
     parted = first_divergence(ours, theirs)
     return {
         "baseline": baseline.mode,
         "runs": runs,
-        "protocol": "warm runs, alternated (AB, BA, ...), the median round's ratio and speeds",
-        "tokens_per_s": ours_rates[median],
-        "greedy_tokens_per_s": base_rates[median],
-        "speedup": ratios[median],
+        "protocol": "warm runs, alternated (AB, BA, ...): the ratio of the median speeds, the rounds' ratios its range",
+        "tokens_per_s": ours_median,
+        "greedy_tokens_per_s": base_median,
+        "speedup": ours_median / base_median if base_median else 0.0,
         "speedup_low": min(ratios),
         "speedup_high": max(ratios),
         "unreliable": unreliable(ratios),
@@ -149,14 +146,16 @@ def compare(lm: LoadedModel, prompt: str, config: DecodeConfig, baseline: Decode
 SPREAD_LIMIT = 1.5
 
 
-def unreliable(ratios: Sequence[float]) -> str | None:
-    """Why a speed-up measured in these rounds is not reliable, in words for the user; None when it is."""
+def unreliable(ratios: Sequence[float], unit: str = "x") -> str | None:
+    """Why a figure measured in these rounds (speed-ups, or with ``unit`` " tok/s" speeds) is not reliable, in words
+    for the user; None when it is."""
     low, high = min(ratios), max(ratios)
     if len(ratios) < 2 or (low > 0 and high / low <= SPREAD_LIMIT):
         return None
-    return (f"the rounds disagree ({low:.2f}x to {high:.2f}x): the machine was busy with something else, or its "
-            "speed drifted, while they ran, so no single figure describes them. Run it again on a quiet machine, "
-            "or with more rounds")
+    shown = ".2f" if unit == "x" else ".1f"
+    return (f"the rounds disagree ({low:{shown}}{unit} to {high:{shown}}{unit}): the machine was busy with something "
+            "else, or its speed drifted, while they ran, so no single figure describes them. Run it again on a quiet "
+            "machine, or with more rounds")
 
 
 def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
@@ -176,7 +175,9 @@ class BenchRow:
     tokens_per_s: float
     tokens_per_s_low: float
     tokens_per_s_high: float
-    speedup: float  # over greedy: the median of the rounds' ratios (1.0 for greedy itself)
+    # Over greedy: this mode's median tok/s over greedy's, so that it agrees with the tok/s column (1.0 for greedy);
+    # its range is the lowest and highest round's own ratio (a round times every mode back to back).
+    speedup: float
     speedup_low: float
     speedup_high: float
     new_tokens: int
@@ -192,6 +193,7 @@ class BenchRow:
     draft_cost_ratio: float | None = None
     predicted_speedup: float | None = None
     timeline: tuple[ForwardRow, ...] = ()  # the last timed run's, one row per target forward
+    unreliable: str | None = None  # why its figures cannot be trusted: its speeds spread more than SPREAD_LIMIT
 
     def to_dict(self, timeline: bool = False) -> dict[str, Any]:
         """The JSON form; the timeline (a row per forward) only when asked for."""
@@ -217,6 +219,7 @@ def bench(lm: LoadedModel, prompt: str, configs: Mapping[str, DecodeConfig], *, 
     results = timed_rounds(lm, prompt, configs, runs=runs, draft=draft, progress=progress, timelines=timelines,
                            tops=tops)
     base = results["greedy"]
+    base_rate = statistics.median(b.tokens_per_s for b in base)
     rows = []
     for name, finished in results.items():
         rates = [r.tokens_per_s for r in finished]
@@ -226,7 +229,8 @@ def bench(lm: LoadedModel, prompt: str, configs: Mapping[str, DecodeConfig], *, 
         parted = first_divergence(last.token_ids, base[-1].token_ids)
         rows.append(BenchRow(
             mode=name, runs=runs, tokens_per_s=statistics.median(rates), tokens_per_s_low=min(rates),
-            tokens_per_s_high=max(rates), speedup=statistics.median(ratios), speedup_low=min(ratios),
+            tokens_per_s_high=max(rates), speedup=statistics.median(rates) / base_rate if base_rate else 0.0,
+            speedup_low=min(ratios),
             speedup_high=max(ratios), new_tokens=last.new_tokens, target_forwards=last.target_forwards,
             tokens_per_forward=last.new_tokens / last.target_forwards if last.target_forwards else 0.0,
             acceptance_rate=last.acceptance_rate, identical=last.token_ids == base[-1].token_ids,
@@ -235,5 +239,5 @@ def bench(lm: LoadedModel, prompt: str, configs: Mapping[str, DecodeConfig], *, 
             acceptance_by_position=last.acceptance_by_position,
             draft_cost_ratio=_median(r.draft_cost_ratio for r in finished),
             predicted_speedup=_median(r.predicted_speedup for r in finished),
-            timeline=tuple(timelines[name])))
+            timeline=tuple(timelines[name]), unreliable=unreliable(rates, " tok/s")))
     return rows
