@@ -79,7 +79,7 @@ def bench(options: DecodingOptions, modes: list[ModeChoice], *, runs: int, outpu
             speedup += f" ({r.speedup_low:.2f}-{r.speedup_high:.2f})"
         table.add_row(r.mode, rate, speedup, str(r.target_forwards),
                       f"{r.tokens_per_forward:.2f}", f"{r.acceptance_rate:.0%}" if r.acceptance_rate is not None
-                      else "-", same)
+                      else "none" if r.mode in DRAFTING_MODES else "-", same)
     console = Console(soft_wrap=True)
     console.print(table)
     if not spread:

@@ -91,14 +91,15 @@ def test_drafting_modes_report_their_counters_and_compare_with_greedy(tiny_model
                "--format", "jsonl", "--max-new-tokens", "24", "--compare", *args, env=isolated_env)
     assert done.returncode == 0, done.stderr
     final = json.loads(done.stdout.splitlines()[-1])
-    for key in ("drafted", "accepted", "draft_forwards", "acceptance_rate"):
+    for key in ("drafted", "accepted", "draft_forwards"):
         assert key in final
     assert final["comparison"]["identical"] is True and final["comparison"]["first_divergence"] is None
     assert final["comparison"]["speedup"] > 0
     if "self" in args and "--no-adaptive" in args:  # drafting for itself at full length: every token kept
         assert final["accepted"] == final["drafted"] > 0
-    assert final["acceptance_rate"] == (final["accepted"] / final["drafted"] if final["drafted"] else 0.0)
-    if final["drafted"]:  # one definition: nodes proposed, tokens kept, the rounds that drafted
+    # with nothing drafted the rate is undefined: left out, not 0.0 (the adaptive policy may rightly draft nothing)
+    assert final.get("acceptance_rate") == (final["accepted"] / final["drafted"] if final["drafted"] else None)
+    if final["drafted"]:  # one definition: nodes drafted, tokens kept, the rounds that drafted
         assert final["draft_rounds"] > 0 and final["draft_depth"] <= final["drafted"]
 
 

@@ -358,6 +358,17 @@ async def test_at_80x24_a_lessons_summary_keeps_its_figures_in_view(lesson: Less
         shown = " ".join(" ".join(_shown(narration.body)).split())
         assert f"This run: {last.new_tokens} tokens" in shown, shown
         assert app.view.counters.state == "finished", "a lesson whose last pause is its end is finished, not paused"
+    text = " ".join(narration.text.split())
+    assert text.index("This run:") < text.index(" ".join(lesson.summary.split())), "the summary under the figures"
+
+
+def test_the_readmes_lesson_format_puts_the_summary_where_the_app_does() -> None:
+    """The README said the summary was read above the run's figures; the app shows it below them (the summaries
+    speak of "the figures above")."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    assert 'summary = "What they read at the end, below the run\'s figures."' in readme
 
 
 @pytest.mark.parametrize("size", [(80, 24), SIZE])

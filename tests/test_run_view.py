@@ -275,5 +275,5 @@ def test_a_tree_round_counts_its_nodes_and_its_kept_path_and_a_chain_after_it_sa
     assert (c.drafted, c.accepted, rounds, c.tree_nodes) == (7, 3, 2, 0), "the latest round was a chain"
     stats = view.draft_stats
     assert draft_counts(stats.drafted, stats.accepted, stats.rounds, stats.depth) == \
-        "3 tokens kept of 7 nodes proposed (43%), a kept path of 1.5 a round"
+        "3 tokens kept of 7 nodes drafted (43%), a kept path of 1.5 a round"
     assert draft_counts(4, 1, 1, 4) == "1 token kept of 4 drafted (25%), a kept path of 1.0 a round"

@@ -1128,3 +1128,18 @@ def test_a_lookup_that_finds_nothing_steps_plainly_until_a_copy_turns_up(byte_bp
 
     assert shown(stretched) == shown(rounds, near=True)
     assert any(isinstance(e, DraftVerified) for e in stretched), "copies were verified too"
+
+
+def test_a_run_that_drafts_nothing_has_no_acceptance_rate(byte_bpe: Any) -> None:
+    """With nothing drafted the rate is undefined: left out (null), not 0.0, and the views say "nothing drafted"."""
+    from decode_tui.core.drafting.drafters import Draft
+    from decode_tui.tui.numbers import draft_counts
+
+    class Silent(PromptLookup):
+        def propose(self, context: list[int], k: int, processors: Any, greedy: bool, generator: Any) -> Draft:
+            return Draft([])
+
+    result = run(tiny_model("llama", vocab_size=V, seed=4), byte_bpe, Silent(3, 4), repetitive_prompt(4, 12), 12)[-1]
+    assert isinstance(result, Finished) and result.drafted == 0 and result.new_tokens == 12
+    assert result.acceptance_rate is None and "acceptance_rate" not in result.to_dict()
+    assert draft_counts(result.drafted, result.accepted or 0) == "nothing drafted"

@@ -20,7 +20,7 @@ from ..core.analysis.whatif import WhatIf
 from ..core.drafting.replay import DRAFT_LENGTHS, NGRAM_SIZES
 from ..core.record.timeline import ForwardRow, expected_tokens_per_forward, per_position_rate, sparkline
 
-FORWARD_COLUMNS = ("fwd", "tokens", "proposed", "kept", "draft ms", "verify ms")  # draft nodes, tokens kept
+FORWARD_COLUMNS = ("fwd", "tokens", "drafted", "kept", "draft ms", "verify ms")  # draft nodes, tokens kept
 BAR_COLUMN = "█ token · rejected draft"  # the header of forward_cells' last cell
 
 

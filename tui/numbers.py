@@ -68,11 +68,11 @@ def count(n: int, noun: str) -> str:
 
 
 def draft_counts(drafted: int, accepted: int, rounds: int | None = None, depth: int | None = None) -> str:
-    """A run's draft counts, one definition wherever they are said (docs/events.md): the nodes proposed (a chain's
+    """A run's draft counts, one definition wherever they are said (docs/events.md): the nodes drafted (a chain's
     tokens), the tokens kept (each round's kept path), their share, and the kept path a round on average:
-    ``84 tokens kept of 85 nodes proposed (99%), a kept path of 7.6 a round``. Nodes where some round was a tree (its
+    ``84 tokens kept of 85 nodes drafted (99%), a kept path of 7.6 a round``. Nodes where some round was a tree (its
     longest paths, ``depth``, add up to fewer than its nodes), drafted tokens otherwise."""
-    proposed = "nodes proposed" if depth is not None and depth < drafted else "drafted"
-    said = f"{count(accepted, 'token')} kept of {drafted} {proposed} ({accepted / drafted:.0%})" if drafted \
-        else "none drafted"
+    unit = "nodes drafted" if depth is not None and depth < drafted else "drafted"
+    said = f"{count(accepted, 'token')} kept of {drafted} {unit} ({accepted / drafted:.0%})" if drafted \
+        else "nothing drafted"
     return said + (f", a kept path of {accepted / rounds:.1f} a round" if rounds else "")

@@ -72,7 +72,7 @@ class Counters:
     kept: int = 0
     forced: int = 0
     forwards: int = 0
-    drafted: int = 0  # nodes proposed; accepted: the draft tokens kept (core/record/draft_stats.py)
+    drafted: int = 0  # nodes drafted; accepted: the draft tokens kept (core/record/draft_stats.py)
     accepted: int = 0
     elapsed_s: float = 0.0
     # Beam search writes its text only at the end: its progress is the steps so far and the tokens the open

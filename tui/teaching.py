@@ -43,7 +43,7 @@ def _tree_caption(event: DraftVerified, proposed: DraftProposed, extra_text: str
     kept = " ".join(quoted(proposed.texts[i]) for i in event.path or ())
     tree = proposed.tree
     shape = f" ({tree.depth} deep)" if tree is not None else ""
-    parts = [f"round {event.round}: proposed a tree of {len(event.verdicts)} nodes{shape} in one forward; the "
+    parts = [f"round {event.round}: drafted a tree of {len(event.verdicts)} nodes{shape} in one forward; the "
              f"target kept a path of {event.accepted}" + (f" ({kept})" if kept else "")]
     if left:
         parts.append(f"went past {left} other {'candidate' if left == 1 else 'candidates'}")

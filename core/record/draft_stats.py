@@ -48,7 +48,7 @@ def caught_up(fed: int | None) -> bool:
 class DraftStats:
     """Counters for the Finished event: what was drafted, what was accepted, where the time went."""
 
-    # One definition everywhere a count is shown (docs/events.md): ``drafted`` is the nodes proposed (a chain's
+    # One definition everywhere a count is shown (docs/events.md): ``drafted`` is the nodes drafted (a chain's
     # tokens, a tree's nodes), ``accepted`` the draft tokens the target kept (each round's kept path, summed), so
     # the acceptance rate is tokens kept per node proposed; ``depth`` sums each round's longest path (a chain's
     # length), what the acceptance by position and the paper's gamma count along; ``rounds`` the rounds that drafted.
@@ -180,7 +180,7 @@ class DraftStats:
             "drafted": self.drafted,
             "accepted": self.accepted,
             "draft_forwards": self.draft_forwards,
-            "acceptance_rate": self.accepted / self.drafted if self.drafted else 0.0,
+            "acceptance_rate": self.accepted / self.drafted if self.drafted else None,  # undefined: nothing drafted
             "draft_rounds": self.rounds,
             "draft_depth": self.depth,
             "acceptance_by_position": self.by_position(),

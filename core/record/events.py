@@ -435,7 +435,7 @@ class Finished(Event):
     elapsed_s: float
     tokens_per_s: float
     hypotheses: tuple[Hypothesis, ...] | None = _optional()
-    # drafted: the nodes proposed (a chain's tokens, a tree's nodes); accepted: the draft tokens kept (each round's
+    # drafted: the nodes drafted (a chain's tokens, a tree's nodes); accepted: the draft tokens kept (each round's
     # kept path); draft_rounds: the rounds that drafted; draft_depth: their longest paths, summed (equal to drafted
     # where every round was a chain). acceptance_rate is accepted / drafted; acceptance_by_position is by depth.
     drafted: int | None = _optional()

@@ -54,8 +54,10 @@ class StatsBar(LivePanel):
             parts.append((f"{tokens / forwards:.2f} tok/forward", f"{tokens / forwards:.2f} tok/fwd", 4))
         drafted = r.drafted if r and r.drafted is not None else counters.drafted
         accepted = r.accepted if r and r.accepted is not None else counters.accepted
-        if drafted:  # nodes proposed and tokens kept, as the core counts them (tui/numbers.py's draft_counts)
+        if drafted:  # nodes drafted and tokens kept, as the core counts them (tui/numbers.py's draft_counts)
             parts.append((f"kept {accepted}/{drafted}", f"kept {accepted / drafted:.0%}", 6))
+        elif r is not None and r.drafted == 0:  # a drafting run that drafted nothing: no rate to show
+            parts.append(("nothing drafted", "none drafted", 6))
         if counters.tree_nodes:  # the latest round's shape
             parts.append((f"last round a tree of {counters.tree_nodes} nodes", f"tree {counters.tree_nodes}", 5))
         if (perplexity := counters.perplexity) is not None:
