@@ -185,13 +185,17 @@ def whatif_cmd(
     output_format: Annotated[TableFormatChoice, typer.Option("--format", help="text: tables and a recommendation. "
                                                              "json: one JSON object per setting, a line each.")
                              ] = TableFormatChoice.text,
+    recalibrate: Annotated[bool, typer.Option("--recalibrate", help="Time this machine's forwards again instead of "
+                                              "reusing the timings an earlier what-if saved for this model, device "
+                                              "and context size.")] = False,
 ) -> None:
     """What other drafting settings would have cost on a greedy run: the exact target forwards of PLD for every
-    --max-ngram-size 1-5 and --num-pred-tokens 1-12 (and a draft model's, with --draft), estimated tok/s from this
-    machine's measured forward costs, and the best setting."""
+    --max-ngram-size 1-5 and --num-pred-tokens 1-12 (and a draft model's, with --draft), printed at once; then
+    estimated tok/s from this machine's measured forward costs (timed once per model, device and context size, and
+    reused), and the best setting."""
     measure.whatif(trace, model=model, device=device, dtype=dtype.value, draft=draft,
                     draft_confidence=draft_confidence, trust_remote_code=trust_remote_code,
-                    output_format=output_format)
+                    output_format=output_format, recalibrate=recalibrate)
 
 
 @app.command("run")

@@ -8,7 +8,6 @@ and the replays live in :mod:`decode_tui.core` (compare, timeline, whatif, calib
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..core.errors import DecodeTuiError
@@ -134,9 +133,11 @@ def _bench_prompt(modes: list[ModeChoice]) -> str:
 
 
 def whatif(path: Path, *, model: str | None, device: str, dtype: str, draft: str | None,
-           draft_confidence: float | None, trust_remote_code: bool, output_format: TableFormatChoice) -> None:
+           draft_confidence: float | None, trust_remote_code: bool, output_format: TableFormatChoice,
+           recalibrate: bool = False) -> None:
     """Replay a greedy trace under every PLD setting (and a draft model's draft lengths) and print the forwards
-    each needs and its estimated speed from this machine's measured costs (core/analysis/whatif.py)."""
+    each needs, at once, then its estimated speed from this machine's measured costs (core/analysis/whatif.py),
+    which are measured once per model, device and context size and reused (``recalibrate``: measured again)."""
     import json
 
     from ..core.analysis import whatif as w
@@ -160,7 +161,7 @@ def whatif(path: Path, *, model: str | None, device: str, dtype: str, draft: str
                              f"{lm.name}. Pass --model with the model that decoded it, or leave --model out.")
         draft_model = load_draft(lm, draft, trust_remote_code) if draft is not None else None
         width = max(max(r.DRAFT_LENGTHS), max(w.TREE_BUDGETS)) + 1
-        with status("Replaying every setting and timing this machine's forward passes") as progress:
+        with status("Replaying every setting: the target forwards each needs, exactly") as progress:
             replays = w.lookup_grid(trace, lm.eos_token_ids)
             progress("Replaying draft trees: prompt lookup's every match, and suffix drafting")
             replays += w.tree_rows(trace, lm.eos_token_ids)
@@ -170,24 +171,62 @@ def whatif(path: Path, *, model: str | None, device: str, dtype: str, draft: str
                     progress(f"Replaying the draft model's drafts at draft length {k} (of {max(r.DRAFT_LENGTHS)})")
                     replays.append(r.replay_draft(trace, lm.eos_token_ids, draft_model, k, threshold,
                                                       target=lm.model))
-            said = f"Timing a prefill, a step and verifications of 2 to {width} tokens"
-            progress(said)
-            costs = w.measure_costs(lm, trace, width, draft_model, progress=lambda line: progress(f"{said}: {line}"))
-            said = ("Timing real greedy and prompt-lookup runs of the text, for what a step and a verifying round "
-                    "cost besides their forwards")
-            progress(said)
-            from ..core.analysis.calibrate import calibrated
+        console = None
+        if output_format is TableFormatChoice.text:  # the exact counts at once; the timed estimates follow
+            from rich.console import Console
 
-            costs = calibrated(lm, trace, costs, progress=lambda line: progress(f"{said}: {line}"))
+            console = Console(soft_wrap=True)
+            _forward_counts(console, trace, w.table(trace, replays, None))
+        with status("Timing this machine's forward passes") as progress:
+            def measure() -> Costs:
+                said = f"Timing a prefill, a step and verifications of 2 to {width} tokens"
+                progress(said)
+                costs = w.measure_costs(lm, trace, width, draft_model,
+                                        progress=lambda line: progress(f"{said}: {line}"))
+                said = ("Timing real greedy and prompt-lookup runs of the text, for what a step and a verifying round "
+                        "cost besides their forwards")
+                progress(said)
+                from ..core.analysis.calibrate import calibrated
+
+                return calibrated(lm, trace, costs, progress=lambda line: progress(f"{said}: {line}"))
+
+            from ..core.analysis.saved_costs import costs_for
+
+            saved = costs_for(lm, trace, width, draft, measure, again=recalibrate)
     except DecodeTuiError as err:
         fail(err)
-    rows = w.table(trace, replays, costs)
+    rows = w.table(trace, replays, saved.costs)
     greedy, settings = rows[0], rows[1:]
-    if output_format is TableFormatChoice.json:
+    if console is None:
         for row in settings:
             _write(sys.stdout, json.dumps(row.to_dict()) + "\n")
         return
-    _whatif_tables(trace, lm, costs, greedy, settings, r.draft_confidence(trace, draft_confidence))
+    console.print(f"[dim]{saved.said}.[/dim]", highlight=False)
+    _whatif_tables(console, trace, lm, saved.costs, greedy, settings, r.draft_confidence(trace, draft_confidence))
+
+
+def _forward_counts(console: Console, trace: Trace, rows: list[WhatIf]) -> None:
+    """What a what-if knows before timing anything: every setting's target forwards, exactly."""
+    from rich.table import Table
+
+    from ..tui.forward_views import lookup_grid
+
+    greedy, settings = rows[0], rows[1:]
+    new = len(trace.token_ids)
+    kind = "greedy" if trace.mode == "greedy" else f"greedy {trace.mode}"
+    console.print(f"[b]What if[/b] · {trace.source} · {trace.model} · {count(new, 'new token')} of a {kind} run "
+                  f"({count(trace.target_forwards, 'target forward')} recorded); greedy: {greedy.target_forwards} "
+                  "forwards")
+    pld = {(r.max_ngram_size, r.draft_length): r for r in settings if r.drafter == "pld"}
+    console.print(lookup_grid("PLD: target forwards (exact)", pld, lambda r: str(r.target_forwards), compact=True))
+    others = [r for r in settings if r.drafter != "pld"]
+    if others:
+        table = Table(title="Draft model and trees: target forwards (exact)", title_justify="left")
+        for column in ("setting", "forwards", "tok/fwd"):
+            table.add_column(column, justify="left" if column == "setting" else "right")
+        for r in others:
+            table.add_row(_flags(r), str(r.target_forwards), f"{r.tokens_per_forward:.2f}")
+        console.print(table)
 
 
 def _flags(row: WhatIf) -> str:
@@ -201,19 +240,13 @@ def _flags(row: WhatIf) -> str:
     return f"--mode speculative --num-draft-tokens {row.draft_length}"
 
 
-def _whatif_tables(trace: Trace, lm: LoadedModel, costs: Costs, greedy: WhatIf, settings: list[WhatIf],
-                   threshold: float) -> None:
-    from rich.console import Console
+def _whatif_tables(console: Console, trace: Trace, lm: LoadedModel, costs: Costs, greedy: WhatIf,
+                   settings: list[WhatIf], threshold: float) -> None:
     from rich.table import Table
 
     from ..core.analysis.whatif import alike, best
     from ..tui.forward_views import lookup_grid
 
-    console = Console(soft_wrap=True)
-    new = len(trace.token_ids)
-    kind = "greedy" if trace.mode == "greedy" else f"greedy {trace.mode}"
-    console.print(f"[b]What if[/b] · {trace.source} · {trace.model} · {count(new, 'new token')} of a {kind} run "
-                  f"({count(trace.target_forwards, 'target forward')} recorded)")
     console.print(f"Costs measured here ({lm.device.type}, plain path): prefill {costs.prefill_s * 1e3:.0f} ms, "
                   f"a step {costs.verify(1) * 1e3:.1f} ms, verifying 2 / 6 / 11 tokens "
                   f"{costs.verify(3) * 1e3:.1f} / {costs.verify(7) * 1e3:.1f} / {costs.verify(12) * 1e3:.1f} ms"
@@ -222,11 +255,8 @@ def _whatif_tables(trace: Trace, lm: LoadedModel, costs: Costs, greedy: WhatIf, 
                   f"{greedy.target_forwards} forwards, est. {greedy.est_tokens_per_s:.1f} tok/s. The times varied "
                   f"by {costs.spread:.0%} between repeats: estimates closer than that are alike.")
     pld = {(r.max_ngram_size, r.draft_length): r for r in settings if r.drafter == "pld"}
-    grids: list[tuple[str, Callable[[WhatIf], str]]] = [
-        ("PLD: target forwards (exact)", lambda r: str(r.target_forwards)),
-        ("PLD: estimated speed-up over greedy", lambda r: f"{r.est_speedup or 0.0:.1f}")]
-    for title, cell in grids:
-        console.print(lookup_grid(title, pld, cell, compact=True))
+    console.print(lookup_grid("PLD: estimated speed-up over greedy", pld, lambda r: f"{r.est_speedup or 0.0:.1f}",
+                              compact=True))
     drafts = [r for r in settings if r.drafter == "draft"]
     if drafts:
         table = Table(title=f"Draft model, --draft-confidence {threshold:g}: target forwards exact (its drafts "

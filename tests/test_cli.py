@@ -709,6 +709,45 @@ def test_whatif_predicts_the_forwards_a_real_pld_run_takes(tiny_model_dir: Path,
     assert text.returncode == 0, text.stderr
     assert "PLD: target forwards (exact)" in text.stdout and "Draft model" in text.stdout
     assert "Best with PLD" in text.stdout and "Draft trees" in text.stdout
+    # the exact counts come first, before any timing; the timings are saved, then reused, and measured again on request
+    assert text.stdout.index("PLD: target forwards (exact)") < text.stdout.index("Costs measured here")
+    assert "timings measured now" in " ".join(text.stdout.split())
+    again = cli("whatif", str(trace), "--model", str(tiny_model_dir), "--draft", "self", env=isolated_env)
+    said = " ".join(again.stdout.split())
+    assert again.returncode == 0 and "and reused from" in said and "--recalibrate" in said, again.stderr
+    anew = cli("whatif", str(trace), "--model", str(tiny_model_dir), "--draft", "self", "--recalibrate",
+               env=isolated_env)
+    assert anew.returncode == 0 and "timings measured now" in " ".join(anew.stdout.split()), anew.stderr
+
+
+def test_saved_whatif_timings_that_cannot_be_read_are_measured_again(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A torn or foreign file in whatif/ is no timing: measured again and replaced whole."""
+    from types import SimpleNamespace
+
+    from decode_tui.core.analysis import saved_costs
+    from decode_tui.core.analysis.whatif import Costs
+
+    monkeypatch.setenv("DECODE_TUI_CACHE", str(tmp_path))
+    lm = SimpleNamespace(name="m", device=torch.device("cpu"), dtype=torch.float32)
+    trace = SimpleNamespace(prompt_ids=(1,) * 40, token_ids=(2,) * 24)
+    measured = Costs(0.4, (0.01, 0.012, 0.02))
+    path = saved_costs.folder() / saved_costs.key(lm, trace, 13, None)  # type: ignore[arg-type]
+    path.parent.mkdir(parents=True)
+    calls: list[str] = []
+
+    def measure() -> Costs:
+        calls.append("measured")
+        return measured
+
+    for bad in ("", "{not json", json.dumps({"costs": {"prefill_s": 1}}), "\x00\xff"):
+        path.write_text(bad, encoding="utf-8")
+        saved = saved_costs.costs_for(lm, trace, 13, None, measure)  # type: ignore[arg-type]
+        assert calls.pop() == "measured" and saved.costs == measured and "measured now" in saved.said
+    longer = SimpleNamespace(prompt_ids=(1,) * 48, token_ids=(2,) * 24)  # a prompt of the same size class
+    reused = saved_costs.costs_for(lm, longer, 13, None, lambda: pytest.fail("measured again"))  # type: ignore[arg-type]
+    assert reused.costs.prefill_s == pytest.approx(0.48) and "reused" in reused.said  # scaled to its prompt
+    assert reused.costs.verify_s == measured.verify_s
 
 
 def test_whatif_refuses_what_it_cannot_replay(tiny_model_dir: Path, isolated_env: dict[str, str],
