@@ -17,6 +17,7 @@ It knows token ids, the trees and where the history came from; nothing of models
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path as FilePath
@@ -38,13 +39,13 @@ if TYPE_CHECKING:
 
     from ..model.loading import LoadedModel
     from ..params import DecodeConfig, DraftParams
-    from ..record.events import Stage, TokenSource
+    from ..record.events import Event, Stage, TokenSource
     from ..record.transcript import Transcript
 
 # The most history text a run reads (all --history files together). An index over it needs about 70 bytes a token
 # while it is built and 8 at rest (core/drafting/suffix_array.py), at about 4 bytes of English text a token.
 MAX_HISTORY_BYTES = 64 * 2**20
-_CHUNK_BYTES = 2**20  # a text is tokenised a chunk at a time: progress between chunks, and a stop there
+_CHUNK_BYTES = 2**18  # a text is tokenised a chunk at a time: progress between chunks, and a stop there
 
 
 @dataclass(frozen=True)
@@ -99,10 +100,11 @@ class SuffixHistory:
 
 def check_history_files(paths: Sequence[FilePath], traces: bool = True) -> None:
     """Refuse, before any model loads, a ``--history`` list that cannot give anything to draft from: a missing
-    file, a folder, a file named twice, an empty or binary file, a trace that is damaged or holds no output, or
-    more than MAX_HISTORY_BYTES in all. Each UsageError says what to do. ``traces``: also parse each jsonl trace
-    whole (a reader about to parse them anyway leaves that to its own reading)."""
-    from ..record.traces import read_events
+    file, a folder, a file named twice, an empty or binary file, a trace whose runs are damaged or that holds no
+    output, or more than MAX_HISTORY_BYTES in all. Each UsageError says what to do. ``traces``: also check each
+    jsonl trace's lines (a reader about to read them anyway leaves that to its own reading); one over
+    PARSED_AT_ONCE is only searched for its ``finished`` line here, and its lines are checked as it is read, where
+    the reading says how far along it is."""
 
     seen: dict[FilePath, int] = {}
     for path in paths:
@@ -138,7 +140,9 @@ def check_history_files(paths: Sequence[FilePath], traces: bool = True) -> None:
                 continue
             from ..record.events import Finished
 
-            if not any(isinstance(e, Finished) for e in read_events(path, "--history")):
+            finished = _has_finished(path) if size > PARSED_AT_ONCE else \
+                any(isinstance(e, Finished) for e in drive(_outputs(path)))
+            if not finished:
                 raise UsageError(f"--history {path}: a trace with no `finished` event (cut off before its run "
                                  "ended?): nothing to draft from in it. Name a complete one.")
         elif size <= len(head) and not head.strip():
@@ -163,7 +167,6 @@ def reading_history(paths: Sequence[FilePath], encode: Callable[[str], list[int]
     else its text, tokenised anew); any other file is plain text, tokenised a chunk at a time. A UsageError for a
     file that cannot be read or gives no tokens."""
     from ..record.events import Finished, Started
-    from ..record.traces import read_events
 
     check_history_files(paths, traces=False)  # the traces are parsed below, and refused there if they give nothing
     sequences: list[np.ndarray] = []
@@ -171,23 +174,28 @@ def reading_history(paths: Sequence[FilePath], encode: Callable[[str], list[int]
     for path in paths:
         before = len(sequences)
         try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"--history {path}: cannot be read as text ({exc}).") from None
-        if _is_jsonl(text):
-            events = read_events(path, "--history")
+            with path.open("rb") as f:
+                jsonl = _is_jsonl(f.read(65536).decode("utf-8", errors="ignore"))
+        except OSError as exc:
+            raise UsageError(f"--history {path}: cannot be read ({exc.strerror}).") from None
+        if jsonl:
+            events = yield from _outputs(path)
             started = next((e for e in events if isinstance(e, Started)), None)
             for event in events:
                 if isinstance(event, Finished) and event.token_ids:
                     same = started is not None and started.model == model
                     sequences.append(np.asarray(event.token_ids if same else encode(event.text), dtype=np.int32))
         else:
+            try:
+                text = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise UsageError(f"--history {path}: cannot be read as text ({exc}).") from None
             size, done, pieces = len(text), 0, []
             while done < size:
                 end = text.find("\n", done + _CHUNK_BYTES) + 1 or size  # after a line break: no word is cut
                 pieces.append(np.asarray(encode(text[done:end]), dtype=np.int32))
                 done = end
-                yield f"reading {path.name}: {done / 2**20:.1f} of {size / 2**20:.1f} MB tokenised"
+                yield f"reading {path.name}: {_bar(done, size)} {done / 2**20:.1f} of {size / 2**20:.1f} MB tokenised"
             sequences.append(np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int32))
         if not any(len(s) for s in sequences[before:]):
             raise UsageError(f"--history {path}: nothing to draft from in it (no output, no text).")
@@ -195,6 +203,58 @@ def reading_history(paths: Sequence[FilePath], encode: Callable[[str], list[int]
         yield f"read {path.name}"
     index = yield from build(sequences)
     return HistoryFiles(index, tuple(origins))
+
+
+def _bar(done: int, total: int, width: int = 20) -> str:
+    """How far along, drawn: ``▕██████░░░░▏``."""
+    filled = round(width * done / total) if total else width
+    return "▕" + "█" * filled + "░" * (width - filled) + "▏"
+
+
+def _outputs(path: FilePath) -> Generator[str, None, list[Event]]:
+    """A trace's or recording's ``started`` and ``finished`` events (what a history needs: the outputs and who made
+    them), every line checked as :func:`~decode_tui.core.record.traces.read_events` checks it, yielding how many MB
+    it has read as it goes (a big history's reading was a long silence)."""
+    from ..record.traces import read_object
+
+    events: list[Event] = []
+    size, done = max(1, path.stat().st_size), 0
+    try:
+        with path.open("rb") as f:
+            for number, raw in enumerate(f, start=1):
+                done += len(raw)
+                if number % 2000 == 0:
+                    yield f"reading {path.name}: {_bar(done, size)} {done / 2**20:.1f} of {size / 2**20:.1f} MB read"
+                if not raw.strip():
+                    continue
+                try:
+                    data = json.loads(raw)
+                    if isinstance(data, dict) and data.get("event") == "recording":  # an app recording's header
+                        continue
+                    event = read_object(data)[2]
+                except (ValueError, UnicodeDecodeError) as exc:
+                    raise UsageError(f"{path}, line {number}: not a decode-tui event ({exc}). --history reads the "
+                                     "output of `decode-tui generate --format jsonl` or an app recording.") from None
+                if type(event).__name__ in ("Started", "Finished"):
+                    events.append(event)
+    except OSError as exc:
+        raise UsageError(f"--history {path}: cannot be read ({exc.strerror}).") from None
+    return events
+
+
+PARSED_AT_ONCE = 4 * 2**20  # a trace up to this size is checked line by line before the model loads: in a moment
+_FINISHED = re.compile(rb'"event"\s*:\s*"finished"')
+
+
+def _has_finished(path: FilePath) -> bool:
+    """Whether a trace holds a ``finished`` line, found without parsing it (each line is checked as it is read)."""
+    with path.open("rb") as f:
+        tail = b""
+        while chunk := f.read(2**20):
+            if _FINISHED.search(tail + chunk):
+                return True
+            tail = chunk[-64:]
+    return False
 
 
 def read_history(paths: Sequence[FilePath], encode: Callable[[str], list[int]], model: str,
