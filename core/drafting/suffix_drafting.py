@@ -215,7 +215,8 @@ def _outputs(path: FilePath) -> Generator[str, None, list[Event]]:
     """A trace's or recording's ``started`` and ``finished`` events (what a history needs: the outputs and who made
     them), every line checked as :func:`~decode_tui.core.record.traces.read_events` checks it, yielding how many MB
     it has read as it goes (a big history's reading was a long silence)."""
-    from ..record.traces import read_object
+    from ..record.events import Finished, Started
+    from ..record.traces import line_event
 
     events: list[Event] = []
     size, done = max(1, path.stat().st_size), 0
@@ -225,17 +226,8 @@ def _outputs(path: FilePath) -> Generator[str, None, list[Event]]:
                 done += len(raw)
                 if number % 2000 == 0:
                     yield f"reading {path.name}: {_bar(done, size)} {done / 2**20:.1f} of {size / 2**20:.1f} MB read"
-                if not raw.strip():
-                    continue
-                try:
-                    data = json.loads(raw)
-                    if isinstance(data, dict) and data.get("event") == "recording":  # an app recording's header
-                        continue
-                    event = read_object(data)[2]
-                except (ValueError, UnicodeDecodeError) as exc:
-                    raise UsageError(f"{path}, line {number}: not a decode-tui event ({exc}). --history reads the "
-                                     "output of `decode-tui generate --format jsonl` or an app recording.") from None
-                if type(event).__name__ in ("Started", "Finished"):
+                event = line_event(path, number, raw, "--history")
+                if isinstance(event, Started | Finished):
                     events.append(event)
     except OSError as exc:
         raise UsageError(f"--history {path}: cannot be read ({exc.strerror}).") from None

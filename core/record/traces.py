@@ -65,21 +65,25 @@ def read_events(path: FilePath, what: str, hint: str = RECORD_HINT) -> list[Even
     """Every event in ``path``; a UsageError naming the line of the first one that is not an event. ``what``
     says what reads it, for the messages ("A what-if", "--resume")."""
     _, lines = file_lines(path, hint)
-    events: list[Event] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            data = json.loads(line)
-            if isinstance(data, dict) and data.get("event") == "recording":  # an app recording's header
-                continue
-            events.append(read_object(data)[2])
-        except (json.JSONDecodeError, ValueError) as exc:
-            raise UsageError(f"{path}, line {number}: not a decode-tui event ({exc}). {what} reads the output of "
-                             "`decode-tui generate --format jsonl` or an app recording.") from None
+    events = [e for number, line in enumerate(lines, start=1) if (e := line_event(path, number, line, what))]
     if not events:
         raise UsageError(f"{path} holds no events. {hint}")
     return events
+
+
+def line_event(path: FilePath, number: int, line: str | bytes, what: str) -> Event | None:
+    """Line ``number`` of ``path`` as an event; None for a blank line or an app recording's header; a UsageError
+    naming the line where it is not an event (``what`` reads it, for the message)."""
+    if not line.strip():
+        return None
+    try:
+        data = json.loads(line)
+        if isinstance(data, dict) and data.get("event") == "recording":  # an app recording's header
+            return None
+        return read_object(data)[2]
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}, line {number}: not a decode-tui event ({exc}). {what} reads the output of "
+                         "`decode-tui generate --format jsonl` or an app recording.") from None
 
 
 def _samples(started: Started) -> bool:
