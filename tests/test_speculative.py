@@ -1030,6 +1030,7 @@ class NeverDraftsAsAModel(NeverDrafts):
     """The same, said to be a draft model: the loop then verifies each round's nothing in a round of its own (a
     draft model asked for tokens always drafts one, so only this stand-in gets such rounds)."""
 
+    kind = "model"
     source = "draft"
     free_to_ask = False
 
@@ -1072,6 +1073,7 @@ class LookupAsAModel(PromptLookup):
     """Prompt lookup's copies, said to come from a draft model: the loop verifies every round in a round of its
     own, a lookup that finds nothing included (the path before lookups looked again inside plain stretches)."""
 
+    kind = "model"
     source = "draft"
     free_to_ask = False
 

@@ -33,6 +33,7 @@ class Oracle:
     """Proposes random trees around a known right answer: the true continuation hidden at a random branch (or
     left out, or cut short), among decoy branches that share some of its prefix."""
 
+    kind = "lookup"
     source: TokenSource = "lookup"
     tree_budget = 12
     free_to_ask = True
@@ -262,6 +263,30 @@ def test_a_recorded_tree_round_trips_and_a_malformed_one_is_refused(byte_bpe: An
         from_dict({**proposed, "parents": [0] * len(proposed["token_ids"])})  # node 0 its own parent
     with pytest.raises(ValueError, match="parents"):
         from_dict({**proposed, "parents": [-1]})
+
+
+def test_a_chain_from_the_history_is_as_long_as_the_draft_length_whatever_the_tree_budget(byte_bpe: Any) -> None:
+    """A CPU's tree budget (4) capped suffix drafting's chains at 4 tokens where the history held the whole answer
+    (18 forwards for 80 tokens where 10 could do): the budget caps a tree's nodes, not a chain's length. A tree is
+    still cut to the budget, its first nodes kept (best first), and the output is greedy's."""
+    history = SuffixHistory()
+    history.add(list(range(20, 50)), "a run")
+    drafter = SuffixDrafter(history, 10, 4)
+    chain = drafter.propose([1, 2, *range(20, 32)], 10, [], True, None)
+    assert chain.token_ids == list(range(32, 42)) and chain.parents is None
+    forked = SuffixHistory()
+    for tail in ([7, 8, 9, 10, 11], [7, 6, 5, 4, 3], [2, 1, 4, 4, 4]):
+        forked.add([20, 21, 22, 23, *tail], "a run")
+    tree = SuffixDrafter(forked, 10, 4).propose([1, 20, 21, 22, 23], 10, [], True, None)
+    assert tree.parents is not None and len(tree.token_ids) == 4
+    model = tiny_model("qwen2", vocab_size=V, seed=2)
+    prompt = [11, 12, 13]
+    first = greedy(model, byte_bpe, prompt, 40).token_ids
+    again = SuffixHistory()
+    again.add(list(first), "the first run")
+    result = run(model, byte_bpe, SuffixDrafter(again, 10, 4, frozenset({V - 1})), prompt, 40, k=10)[-1]
+    assert isinstance(result, Finished) and result.token_ids == first
+    assert result.target_forwards <= 40 // 5, "chains of up to 10 tokens, not of the budget's 4"
 
 
 def test_the_history_a_run_drafts_from_is_a_snapshot() -> None:

@@ -319,10 +319,14 @@ class SuffixDrafter:
             return Draft([])
         # Each tree's longest match. The run's tree holds the context's end too, but a suffix is drafted only
         # from what followed its earlier occurrences: nothing follows the context's own end yet.
-        ours = self.run.speculate(context, self.tree_budget)
-        theirs = self.history.speculate(context, self.tree_budget)
+        # The budget caps a tree's nodes, not a chain's length: where the text seen before continues one way only
+        # (a task repeated), a chain as deep as the draft length pays where a tree that wide would not.
+        ours = self.run.speculate(context, max(self.tree_budget, depth))
+        theirs = self.history.speculate(context, max(self.tree_budget, depth))
         best, source = (ours, "this run") if ours.score >= theirs.score else (theirs, "earlier runs")
         tree = self._trimmed(best, depth)
+        if not tree.is_chain() and len(tree) > self.tree_budget:  # the first nodes grown, best first: a tree's own
+            tree = tree.kept([i < self.tree_budget for i in range(len(tree))])[0]
         if not tree.tokens:
             return Draft([], stopped="no suffix of the text's end was seen before")
         match = (len(context) - best.match_length, len(context))
