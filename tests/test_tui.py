@@ -7,6 +7,7 @@ import dataclasses
 import functools
 import io
 import json
+import sys
 import threading
 import time
 from collections.abc import Callable, Coroutine
@@ -983,6 +984,9 @@ def test_the_command_ends_with_the_apps_outcome_and_says_it(capsys: pytest.Captu
     from decode_tui.cli.commands import _run_app
 
     monkeypatch.setattr(commands, "need_terminal", lambda command: None)  # the test's stdin is no terminal
+    # An earlier test in this worker may have started a background compile, after which _run_app ends the process
+    # with os._exit (as it must in the app, where a compile thread cannot be stopped): not this test's subject.
+    monkeypatch.delitem(sys.modules, "decode_tui.core.execution.background_compile", raising=False)
 
     class Quit:
         pump = None
