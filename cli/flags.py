@@ -233,14 +233,23 @@ MaxNgramSizeOpt = Annotated[int | None, typer.Option(min=1, help="pld: the longe
                                                        "\\[default: 3]", rich_help_panel=DRAFTING_PANEL)
                               ]
 NumPredTokensOpt = Annotated[int | None, typer.Option(
-    min=1, help="pld and suffix: the most tokens copied per match (suffix: the deepest path of its tree), the "
+    min=1, help="pld, suffix and recycle: the most tokens copied per match (suffix and recycle: the deepest path "
+                "of a tree), the "
                 "draft length (the most, with --adaptive). \\[default: 10]", rich_help_panel=DRAFTING_PANEL)]
-TreeBudgetOpt = Annotated[int | None, typer.Option(help="speculative, pld and suffix: the most drafted nodes one "
-                                                   "verification reads when drafts are trees (speculative then adds "
-                                                   "the draft model's runner-up where it is unsure; pld drafts every "
-                                                   "earlier match, not the first only). \\[default: speculative and "
-                                                   "pld: a chain; suffix: 16 on a CPU, 64 on a GPU]",
-                                                   rich_help_panel=DRAFTING_PANEL)]
+RecycleKOpt = Annotated[int | None, typer.Option(
+    min=1, max=64, help="recycle: the target's guesses kept per token, each row of the recycled matrix (the paper's "
+                        "k). \\[default: 8]", rich_help_panel=DRAFTING_PANEL)]
+RecycleStateOpt = Annotated[Path | None, typer.Option(
+    metavar="FILE", help="recycle: the matrix file a run starts from and writes back at its end. \\[default: the "
+                         "model's own, under the cache folder's recycled/]", rich_help_panel=DRAFTING_PANEL)]
+ColdOpt = Annotated[bool | None, typer.Option(
+    "--cold", help="recycle: start from an empty matrix (the run still writes its own back).",
+    rich_help_panel=DRAFTING_PANEL)]
+TreeBudgetOpt = Annotated[int | None, typer.Option(
+    help="speculative, pld, suffix and recycle: the most drafted nodes one verification reads when drafts are trees "
+         "(speculative then adds the draft model's runner-up where it is unsure; pld drafts every earlier match, not "
+         "the first only). \\[default: speculative and pld: a chain; suffix and recycle: the device's, measured]",
+    rich_help_panel=DRAFTING_PANEL)]
 HistoryOpt = Annotated[list[Path] | None, typer.Option(
     "--history", metavar="FILE", help="suffix: an earlier output to draft from (a recording, a `generate "
                                       "--format jsonl` trace or a text file); repeat for more.",

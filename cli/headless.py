@@ -157,7 +157,7 @@ def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: F
             draft: DraftModel | None = None, compare_runs: int = 0, path: Path | None = None) -> None:
     """Stream one run (from ``path``, where given); with ``compare_runs``, then time it against plain greedy
     (not the streamed run: its speed includes writing the output)."""
-    from ..core.record.events import BeamStepped, Finished, TokenEmitted
+    from ..core.record.events import BeamStepped, Finished, Started, TokenEmitted
     from ..core.run import Run
 
     run = Run(lm, prompt, config, draft, path=path)
@@ -193,6 +193,9 @@ def _decode(lm: LoadedModel, prompt: str, config: DecodeConfig, output_format: F
                 if threading.current_thread() is threading.main_thread() else None)
     try:
         for event in events:
+            if isinstance(event, Started) and event.notes and not jsonl:  # jsonl has them in the event
+                for note in event.notes:
+                    stderr().print(f"decode-tui: note: {note}")
             if isinstance(event, BeamStepped):
                 last_step = event
                 if progress is not None:

@@ -41,6 +41,7 @@ from .flags import (
     EARLY_STOPPING,
     AdaptiveOpt,
     BadWordsOpt,
+    ColdOpt,
     CudaGraphsOpt,
     DeviceMapOpt,
     DeviceOpt,
@@ -71,6 +72,8 @@ from .flags import (
     NumReturnSequencesOpt,
     PromptFileOpt,
     PromptOpt,
+    RecycleKOpt,
+    RecycleStateOpt,
     RegexOpt,
     RepetitionPenaltyOpt,
     SeedOpt,
@@ -149,7 +152,8 @@ def build_config(options: DecodingOptions, *, compare: bool = False, constraint:
     given_options = {"draft": draft, "max_ngram_size": max_ngram_size, "num_pred_tokens": num_pred_tokens,
                      "num_draft_tokens": num_draft_tokens, "draft_confidence": draft_confidence,
                      "adaptive": adaptive, "compare": compare or None, "tree_budget": tree_budget,
-                     "history": history or None}
+                     "history": history or None, "recycle_k": o.recycle_k, "recycle_state": o.recycle_state,
+                     "cold": o.cold or None}
     for name, given in given_options.items():
         allowed, flag = ONLY_FOR[name], "--" + name.replace("_", "-")
         if given is not None and name == "num_draft_tokens" and mode in _COPYING:
@@ -169,6 +173,9 @@ def build_config(options: DecodingOptions, *, compare: bool = False, constraint:
         named=draft is not None,
         tree_budget=tree_budget,
         history=tuple(str(path) for path in history or ()),
+        recycle_k=o.recycle_k or draft_defaults.recycle_k,
+        recycle_state=str(o.recycle_state) if o.recycle_state is not None else None,
+        cold=bool(o.cold),
     )
     if history:  # a file that cannot give a draft is refused now, before any model loads
         from ..core.drafting.suffix_drafting import check_history_files
@@ -289,6 +296,9 @@ class DecodingOptions:
     adaptive: AdaptiveOpt = None
     tree_budget: TreeBudgetOpt = None
     history: HistoryOpt = None
+    recycle_k: RecycleKOpt = None
+    recycle_state: RecycleStateOpt = None
+    cold: ColdOpt = None
 
     def config(self, *, compare: bool = False) -> DecodeConfig:
         """The run's settings; a UsageError names the options that clash."""

@@ -101,6 +101,8 @@ _MODEL = DrafterSpec("model", f"{_BUILDERS}:draft_model", copies=False, length="
                      draft_model=True)
 _PLD = DrafterSpec("lookup", f"{_BUILDERS}:prompt_lookup", copies=True, length="num_pred_tokens", trees="asked",
                    waiting="waiting for the first lookup")
+_RECYCLE = DrafterSpec("recycle", "decode_tui.core.drafting.recycling:build", copies=False, length="num_pred_tokens",
+                       trees="measured", waiting="waiting for the first recycled tree")
 _SUFFIX = DrafterSpec("lookup", f"{_BUILDERS}:suffix", copies=True, length="num_pred_tokens", trees="measured",
                       waiting="waiting for the first lookup")
 
@@ -121,6 +123,11 @@ _SHIPPED: tuple[ModeSpec, ...] = (
              _PLD, True, drafting_options(_PLD, "max_ngram_size"), _DRAFT_MOMENTS | _LOOKUP_MOMENTS),
     ModeSpec("suffix", "drafting a tree from earlier text, then verifying it in one target forward", "lookup",
              CODE_EDIT_PROMPT, _SUFFIX, True, drafting_options(_SUFFIX, "history"), _DRAFT_MOMENTS | _LOOKUP_MOMENTS),
+    ModeSpec("recycle", "growing a tree from the recycled guesses, then verifying it in one target forward", "lookup",
+             # open-ended text, where nothing can be copied: what recycling is for
+             "Write a short story about a lighthouse keeper who finds a message in a bottle.", _RECYCLE, True,
+             drafting_options(_RECYCLE, "recycle_k", "recycle_state", "cold"),
+             _DRAFT_MOMENTS | frozenset({"second branch"})),
 )
 
 # Another package adds a mode through this entry-point group: each entry names a ModeSpec (whose drafter's build

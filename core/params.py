@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from .errors import UsageError
@@ -230,6 +230,15 @@ class DraftParams:
     tree_budget: int | None = None
     # Suffix drafting's files of earlier outputs (--history): recordings, jsonl traces or text, read by each run.
     history: tuple[str, ...] = ()
+    # Token recycling's guesses kept per token: each row of its matrix holds the target's top recycle_k next tokens
+    # (the paper's k, 8).
+    recycle_k: int = 8
+    # Its matrix between runs (core/drafting/recycled_state.py): the file it starts from and writes back (None: the
+    # model's own under the cache folder), ``cold`` to start empty, and ``recycle_keep`` False for runs that must
+    # each start from the same state (bench's and race's repeats), which write nothing back.
+    recycle_state: str | None = None
+    cold: bool = False
+    recycle_keep: bool = True
 
     def __post_init__(self) -> None:
         target_draft(self.draft)  # a malformed layers:N or int4+int8 is refused before any model loads
@@ -238,6 +247,8 @@ class DraftParams:
         for name in ("num_draft_tokens", "max_ngram_size", "num_pred_tokens"):
             if getattr(self, name) < 1:
                 raise UsageError(f"{name} must be at least 1, not {getattr(self, name)}.")
+        if not 1 <= self.recycle_k <= MAX_RECYCLE_K:
+            raise UsageError(f"--recycle-k takes 1 to {MAX_RECYCLE_K} guesses a token, not {self.recycle_k}.")
         if self.tree_budget is not None and not 1 <= self.tree_budget <= MAX_TREE_BUDGET:
             raise UsageError(f"--tree-budget takes 1 to {MAX_TREE_BUDGET} drafted nodes a verification, not "
                              f"{self.tree_budget}. Leave it out for the device's own budget.")
@@ -261,7 +272,14 @@ class DraftParams:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def repeatable(self) -> DraftParams:
+        """These settings for runs that must each start from the same state (a benchmark's repeats, whose figures
+        must not depend on their order): token recycling's matrix read from the file named, or empty where none is,
+        and never written back."""
+        return replace(self, cold=self.cold or self.recycle_state is None, recycle_keep=False)
 
+
+MAX_RECYCLE_K = 64  # guesses a token: the matrix is V x k ids, and a template rarely reaches past the 8th
 MAX_TREE_BUDGET = 512  # nodes: a verification that wide costs many steps on any device
 
 ConstraintKind = Literal["json_schema", "regex", "grammar"]

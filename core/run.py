@@ -16,7 +16,7 @@ import dataclasses
 import functools
 import random
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 import torch
@@ -173,13 +173,20 @@ class Run:
 
     def _events(self) -> Generator[Event, None, None]:
         label = TokenLabels(self.lm.tokenizer)
-        yield Started(mode=self.config.mode, model=self.lm.name, prompt_token_ids=tuple(self.prompt_ids),
-                      prompt_text=self.prompt, params=self.params(),
-                      prompt_pieces=tuple(label(t) for t in self.prompt_ids))
-        branch = self.branch
-        if branch is not None:
-            yield Branched(branch=branch.branch, parent=branch.parent, position=len(branch.kept),
-                           forced_token_ids=branch.forced, forced_text=branch.forced_text)
+        notes: list[str] = []
+        drafter = self._drafter(notes.append) if self.config.mode in DRAFTING_MODES else None
+        try:
+            yield Started(mode=self.config.mode, model=self.lm.name, prompt_token_ids=tuple(self.prompt_ids),
+                          prompt_text=self.prompt, params=self.params(),
+                          prompt_pieces=tuple(label(t) for t in self.prompt_ids), notes=tuple(notes) or None)
+            branch = self.branch
+            if branch is not None:
+                yield Branched(branch=branch.branch, parent=branch.parent, position=len(branch.kept),
+                               forced_token_ids=branch.forced, forced_text=branch.forced_text)
+        except GeneratorExit:  # stopped before the strategy that closes it began
+            if drafter is not None:
+                drafter.close()
+            raise
         generator = torch.Generator(device=self.lm.device).manual_seed(self.seed)
         if self.config.mode == "beam":
             yield from beam_search(
@@ -197,8 +204,7 @@ class Run:
                 stages=self.stages,
             )
             return
-        if self.config.mode in DRAFTING_MODES:
-            drafter = self._drafter()
+        if drafter is not None:
             yield from speculative(
                 self.lm.model,
                 self.transcript,
@@ -248,11 +254,13 @@ class Run:
                              f"{self.lm.name} reads at most {ctx}. Give a budget under {ctx - len(self.prompt_ids)}.")
         return budget
 
-    def _drafter(self) -> Drafter:
-        """The mode's drafter, from the builder its entry names (core/modes.py)."""
+    def _drafter(self, say: Callable[[str], None] = lambda _note: None) -> Drafter:
+        """The mode's drafter, from the builder its entry names (core/modes.py); ``say`` takes what it tells the
+        user as the run starts."""
         return builder(self.config.mode)(DraftingContext(
             lm=self.lm, params=self.config.draft, eos_token_ids=self.lm.eos_token_ids,
-            prompt_length=len(self.prompt_ids), tree_budget=self.tree_budget, draft=self.draft, history=self.history))
+            prompt_length=len(self.prompt_ids), tree_budget=self.tree_budget, draft=self.draft, history=self.history,
+            say=say))
 
     def cancel(self) -> None:
         """Ask the strategy to stop at its next step boundary (thread-safe)."""

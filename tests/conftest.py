@@ -135,6 +135,16 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory, byte_bpe: PreTraine
     return folder
 
 
+@pytest.fixture(autouse=True)
+def recycled_matrices_of_the_test(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Token recycling keeps its matrix per model under the cache folder by default: a test's runs keep theirs in a
+    folder of the test's own, so that no test starts warm from another's (nor writes into the user's cache)."""
+    from decode_tui.core.drafting import recycled_state
+
+    folder = tmp_path_factory.mktemp("recycled")
+    monkeypatch.setattr(recycled_state, "default_path", lambda model: folder / f"{model.replace('/', '_')}.pt")
+
+
 @pytest.fixture
 def untimed_policy(monkeypatch: pytest.MonkeyPatch) -> None:
     """The adaptive policy is not told the draft step the loop times before its first round: it learns c from its

@@ -35,6 +35,7 @@ class Echo:
     tree_budget = 0
     free_to_ask = True
     stops_itself = False
+    learns = False
 
     def __init__(self, prompt_length):
         from decode_tui.core.drafting.drafters import Draft
@@ -46,6 +47,9 @@ class Echo:
         return self.draft_type([context[-1]] * k)
 
     def rollback(self, confirmed):
+        pass
+
+    def observed(self, tokens, logits):
         pass
 
     def prefilled(self, context, cache):

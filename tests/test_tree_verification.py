@@ -38,6 +38,7 @@ class Oracle:
     tree_budget = 12
     free_to_ask = True
     stops_itself = False
+    learns = False
 
     def __init__(self, truth: list[int], prompt_length: int, seed: int) -> None:
         self.truth, self.start, self.rng = truth, prompt_length, random.Random(seed)
@@ -55,6 +56,9 @@ class Oracle:
         return Draft(list(tree.tokens), parents=tree.parents, sources=("oracle",) * len(tree))
 
     def rollback(self, confirmed: int) -> None:
+        pass
+
+    def observed(self, tokens: Any, logits: Any) -> None:
         pass
 
     def prefilled(self, context: list[int], cache: Any) -> None:

@@ -127,6 +127,7 @@ class Scripted:
     tree_budget = 0
     free_to_ask = False
     stops_itself = False
+    learns = False
 
     def __init__(self, tokens: list[int]) -> None:
         self.tokens, self.start = tokens, 0
@@ -135,6 +136,9 @@ class Scripted:
         return Draft(self.tokens[len(context) - self.start :][:k])
 
     def rollback(self, confirmed: int) -> None:
+        pass
+
+    def observed(self, tokens: Any, logits: Any) -> None:
         pass
 
     def prefilled(self, context: list[int], cache: Any) -> None:

@@ -57,6 +57,8 @@ def timed_rounds(lm: LoadedModel, prompt: str, configs: Mapping[str, DecodeConfi
 
     if runs < 1:
         raise ValueError("at least one timed run a side is needed")
+    # Each run starts from the same drafting state: a figure never depends on the order of the repeats.
+    configs = {name: dataclasses.replace(c, draft=c.draft.repeatable()) for name, c in configs.items()}
     for config in configs.values():
         warm_up(lm, prompt, config, draft)
     names = list(configs)

@@ -36,6 +36,9 @@ class DraftingContext:
     tree_budget: int  # the most nodes one verification reads (0: chains), the run's choice for this mode and device
     draft: DraftModel | None  # the draft model, for a mode whose drafter drafts with one (DrafterSpec.draft_model)
     history: SuffixHistory  # earlier outputs a drafter may copy from (this session's runs, --history files)
+    # Tells the user something as the run starts (``started.notes``): what a drafter that keeps state between runs
+    # starts from, in words.
+    say: Callable[[str], None] = lambda _note: None
 
 
 Builder = Callable[[DraftingContext], "Drafter"]

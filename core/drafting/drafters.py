@@ -22,7 +22,7 @@ instead of computing its own. Drafters know nothing of acceptance.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
@@ -91,6 +91,9 @@ class Drafter(Protocol):
     source: TokenSource  # what its tokens are called once kept: its DrafterSpec.source, ``draft`` or ``lookup``
     # The most nodes a draft tree may have (one verification's width); 0: this drafter drafts chains.
     tree_budget: int
+    # It learns from the target's logits (token recycling): the verifier hands it every forward's, through
+    # observed, the prompt's positions' too.
+    learns: bool
 
     @property
     def free_to_ask(self) -> bool:
@@ -111,6 +114,11 @@ class Drafter(Protocol):
 
     def rollback(self, confirmed: int) -> None:
         """Forget everything after the first ``confirmed`` context tokens."""
+        ...
+
+    def observed(self, tokens: Sequence[int], logits: torch.Tensor) -> None:
+        """Where it ``learns``: the target read ``tokens`` and gave ``logits`` [n, V] after each (the prompt's
+        positions at the prefill, every verification's fed tokens, every plain step's pending one)."""
         ...
 
     def prefilled(self, context: list[int], cache: Cache) -> None:
@@ -152,6 +160,7 @@ class ModelDrafter:
     kind = "model"
     source: TokenSource = "draft"
     free_to_ask = False
+    learns = False
 
     def __init__(self, model: PreTrainedModel, vocab_size: int, confidence_threshold: float = 0.4,
                  eos_token_ids: frozenset[int] = frozenset(), target_kv: torch.dtype | None = None,
@@ -362,6 +371,9 @@ class ModelDrafter:
 
     def close(self) -> None:
         release(self.cache)  # a pooled static cache serves the next run's draft
+
+    def observed(self, tokens: Sequence[int], logits: torch.Tensor) -> None:
+        pass  # it learns nothing from the target
 
     def rollback(self, confirmed: int) -> None:
         if len(self.cached) > confirmed:

@@ -19,6 +19,8 @@ from .lookup_tree import copies, lookup_tree
 from .replay import Replayed, Trace, replay_drafter, replay_so_far, replay_widths
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from transformers import Cache, LogitsProcessor
 
     from ..params import DraftParams
@@ -33,6 +35,7 @@ class PromptLookup:
     source: TokenSource = "lookup"
     free_to_ask = True
     stops_itself = False
+    learns = False
 
     def __init__(self, max_ngram_size: int = 3, num_pred_tokens: int = 10,
                  eos_token_ids: frozenset[int] = frozenset(), tree_budget: int = 0) -> None:
@@ -66,6 +69,9 @@ class PromptLookup:
 
     def rollback(self, confirmed: int) -> None:
         pass  # no state: the context is the whole memory
+
+    def observed(self, tokens: Sequence[int], logits: torch.Tensor) -> None:
+        pass  # it learns nothing from the target
 
     def prefilled(self, context: list[int], cache: Cache) -> None:
         pass

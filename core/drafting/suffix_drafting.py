@@ -299,6 +299,7 @@ class SuffixDrafter:
     source: TokenSource = "lookup"
     free_to_ask = True
     stops_itself = False
+    learns = False
 
     def __init__(self, history: SuffixHistory, num_pred_tokens: int, tree_budget: int,
                  eos_token_ids: frozenset[int] = frozenset()) -> None:
@@ -353,6 +354,9 @@ class SuffixDrafter:
 
     def rollback(self, confirmed: int) -> None:
         pass  # only confirmed tokens are ever added (from the context, at the next round)
+
+    def observed(self, tokens: Sequence[int], logits: torch.Tensor) -> None:
+        pass  # it learns nothing from the target
 
     def prefilled(self, context: list[int], cache: object) -> None:
         pass

@@ -23,15 +23,23 @@ from .forward import forward, rollback
 from .transfers import on_device
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
     from transformers import PreTrainedModel
     from transformers.cache_utils import Cache
 
+# The prompt positions whose logits a learning drafter gets at the prefill: its last ones, where the run's text
+# goes on, and at most this many, so that a long prompt does not hold V floats a position.
+LEARNED = 256
+
 
 def prefill(model: PreTrainedModel, transcript: Transcript, context: torch.Tensor, cache: Cache, path: Path | None,
-            held: int = 0) -> tuple[torch.Tensor, list[TokenEmitted]]:
+            held: int = 0, learn: Callable[[Sequence[int], torch.Tensor], None] | None = None,
+            ) -> tuple[torch.Tensor, list[TokenEmitted]]:
     """Feed ``context`` (prompt + path, [B, T]) into ``cache``, which may hold its first ``held`` positions (a
     branch's parent's, see :mod:`.prefix_cache`); return the next-token logits [B, V] and the path's tokens,
-    emitted.
+    emitted. ``learn`` (a drafter that learns from the target's logits) is handed the logits after each of the
+    context's last LEARNED positions too, with their tokens.
 
     The logits at the path's positions give the figures of each path token the parent did not already give:
     the cache is cropped back to the first position whose logits are needed, and everything after is fed.
@@ -44,9 +52,11 @@ def prefill(model: PreTrainedModel, transcript: Transcript, context: torch.Tenso
         rollback(cache, held)
     # The LM head runs only where a path token's figures are read (and the last position): 49152 x T floats at
     # the prompt's positions would be read by nobody.
-    keep = min(len(ids) + 1, total - held)
+    keep = min(max(len(ids) + 1, LEARNED if learn is not None else 0), total - held)
     logits = forward(model, context[:, held:], cache, keep=keep)  # [B, keep, V]
     transcript.target_forwards += 1
+    if learn is not None:
+        learn(context[0, total - keep :].tolist(), logits[0])  # [keep, V]
     emitted = []
     if path is not None and ids:
         # The logits at position t0 - 1 + j predict the path's j-th token; row r of ``logits`` is position

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -111,10 +111,13 @@ class Target:
         """What verifying each draft length cost this model after about ``context_length`` tokens, so far."""
         return remembered_times(self.model, context_length, padded=self.static)
 
-    def prefill(self, context: list[int], path: Path | None) -> tuple[torch.Tensor, list[TokenEmitted]]:
-        """The prompt and the path fed as one context: the next token's raw logits [1, V] and the path's tokens."""
+    def prefill(self, context: list[int], path: Path | None,
+                learn: Callable[[Sequence[int], torch.Tensor], None] | None = None,
+                ) -> tuple[torch.Tensor, list[TokenEmitted]]:
+        """The prompt and the path fed as one context: the next token's raw logits [1, V] and the path's tokens;
+        ``learn`` gets the logits after the context's last positions (:func:`~.prefill.prefill`)."""
         return prefill(self.model, self.transcript, on_device([context], self.model.device), self.cache, path,
-                       self.held)
+                       self.held, learn)
 
     def prepare(self, context_length: int, k: int, plain_steps: bool) -> None:
         """Capture now the graphs later rounds replay (no-ops off the graph path): a verification of ``k`` drafts,

@@ -105,6 +105,8 @@ class Started(Event):
     params: Mapping[str, Any]
     # One display label per prompt token (the PLD view highlights matches in the prompt by token index).
     prompt_pieces: tuple[str, ...] | None = _optional()
+    # What the run's drafter said it starts from (token recycling's matrix: "matrix: 3,412 rows from earlier runs").
+    notes: tuple[str, ...] | None = _optional()
 
 
 @dataclass(frozen=True)

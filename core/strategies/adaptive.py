@@ -229,6 +229,12 @@ class AdaptiveDraftLength:
         if self._fit() is None:  # a second width to draw a line through, unless the timed c ruled drafting out
             if self.draft_clean and self.ceiling < CEILING:
                 return self._no_ceiling()
+            if not any(k > 0 and times for k, times in self.times_by_k.items()):
+                # Only plain steps timed (the first round's drafter had nothing to propose): the missing width is a
+                # draft's, which a plain step would never time.
+                first = min(self.max_k, FIRST_DRAFT)
+                return self._decide("first", first, f"drafting {first}: nothing was drafted yet, and a draft's "
+                                    "verification is the width still to time")
             return self._decide("timing", 0, "a plain step: timing a second width, to price every draft length")
         return self._choose_by_model()
 

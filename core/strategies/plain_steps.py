@@ -20,7 +20,7 @@ the policy or events beyond the emitted tokens.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -55,6 +55,7 @@ def plain_steps(
     version: int = 0,  # the version of them this stretch runs under
     run_ahead: bool | None = None,  # queue each forward before the last token is read back (default: on CUDA)
     look: Callable[[], Draft] | None = None,  # a drafter's proposal for the context as it is now
+    learn: Callable[[Sequence[int], torch.Tensor], None] | None = None,  # a learning drafter's: each step's logits
 ) -> Generator[Event, None, tuple[int, float, Draft | None]]:
     """Up to ``steps`` plain steps, each token emitted as the target's; returns how many steps ran, their
     seconds, less the time the caller spent on their events (a verification's time leaves that out too), and
@@ -74,6 +75,8 @@ def plain_steps(
     done, found = 0, None
     try:
         for step in range(steps):
+            if learn is not None:
+                learn(context[-1:], raw)  # [1, V] after the pending token
             p = distributions(processors, context, [], raw[:, vocab])  # [1, V]
             token = p[0].argmax(-1, keepdim=True) if greedy else torch.multinomial(p[0], 1, generator=generator)
             figures = token_stats(raw, token)  # [3, 1]

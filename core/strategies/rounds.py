@@ -71,7 +71,8 @@ def plain_stretch(target: Target, transcript: Transcript, context: list[int], dr
     stretch = transcript.remaining if policy is None or k > 0 else policy.plain_stretch()
     steps, seconds, found = yield from plain_steps(target.model, target.cache, transcript, context,
                                                    min(stretch, transcript.remaining), s.processors, s.greedy,
-                                                   generator, vocab, s.live, s.version, look=look)
+                                                   generator, vocab, s.live, s.version, look=look,
+                                                   learn=drafter.observed if drafter.learns else None)
     if policy is not None:
         policy.observe_plain(steps, seconds)
     stats.verify_time_s += seconds

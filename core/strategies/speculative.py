@@ -84,7 +84,8 @@ def speculative(
                                  times_by_k=target.times_by_k(len(context)),
                                  stops_itself=drafter.stops_itself) if adaptive else None
     try:
-        raw, emitted = target.prefill(context, path)  # [1, V]
+        learn = drafter.observed if drafter.learns else None  # a drafter that learns reads every target forward
+        raw, emitted = target.prefill(context, path, learn)  # [1, V]
         drafter.prefilled(context, target.cache)  # a draft made from the target takes these keys and values
         yield from emitted
         context = transcript.context  # the path up to where it ended the run, if it did
@@ -132,6 +133,8 @@ def speculative(
                 # 3-4. Verify and accept: one target forward over the draft, the acceptance test on it.
                 v = verify(target, transcript, context, draft, drafted, s.processors, s.greedy, generator, vocab,
                            s.num_draft_tokens, grammar)
+                if learn is not None:  # every node the target read, kept or not
+                    learn([context[-1], *v.fed], v.raw)
                 event = verified_event(round_, v, cut, draft, draft_s, time.perf_counter() - started, stats, policy,
                                        transcript.target_forwards)
                 confirmed = len(context) + v.n

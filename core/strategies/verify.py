@@ -42,6 +42,8 @@ class Verified(NamedTuple):
     figures: list[TokenStats] | None  # the emitted tokens' figures under the target's raw distribution
     nodes: list[int] | None  # a tree's accepted path, by node; None for a chain
     depth: int  # the positions the acceptance by position counts: a chain's verdicts, a tree's depth
+    fed: list[int]  # the tokens fed after the pending one: a chain's drafts, a tree's nodes in order
+    raw: torch.Tensor  # [1 + len(fed), V] the target's raw logits after the pending token and each fed one
 
 
 def verify(target: Target, transcript: Transcript, context: list[int], draft: Draft, drafted: list[int],
@@ -55,7 +57,7 @@ def verify(target: Target, transcript: Transcript, context: list[int], draft: Dr
         raw = target.verify_tree(context, tree)  # [1+n, V]
         p = tree_distributions(processors, context, tree, raw[:, vocab])  # [1+n, V]
         nodes, extra, kind, verdicts, figures = accept_tree(p, tree, greedy, generator, raw, draft.q_probs)
-        n, kept, depth = len(nodes), [tree.tokens[i] for i in nodes], tree.depth
+        n, kept, depth, fed = len(nodes), [tree.tokens[i] for i in nodes], tree.depth, list(tree.tokens)
     else:
         # One target forward over [pending, d_1 .. d_k] gives p_1 .. p_{k+1}; then the test, position by position.
         raw = target.verify_chain(context, drafted, num_draft_tokens)  # [k+1, V]
@@ -63,10 +65,11 @@ def verify(target: Target, transcript: Transcript, context: list[int], draft: Dr
             grammar.prepare(context[grammar.prompt_length :], raw.device, drafted)
         p = distributions(processors, context, drafted, raw[:, vocab])  # [k+1, V]
         n, extra, kind, verdicts, figures = accept(p, draft.q, drafted, greedy, generator, raw)
-        nodes, kept, depth = None, drafted, len(verdicts)
+        nodes, kept, depth, fed = None, drafted, len(verdicts), drafted
     end = run_ends_after(kept[:n], transcript.eos_token_ids, transcript.remaining)
     if end is None:
-        return Verified(kept, n, extra, kind, verdicts, figures, nodes, depth)
+        return Verified(kept, n, extra, kind, verdicts, figures, nodes, depth, fed, raw[: 1 + len(fed)])
     verdicts = verdicts[:end] if nodes is None else untested_after(verdicts, nodes, end)
     depth = len(verdicts) if nodes is None else depth
-    return Verified(kept, end, None, None, verdicts, figures, nodes[:end] if nodes is not None else None, depth)
+    return Verified(kept, end, None, None, verdicts, figures, nodes[:end] if nodes is not None else None, depth, fed,
+                    raw[: 1 + len(fed)])

@@ -68,7 +68,9 @@ class ModePanels(ContentSwitcher):
         """What arrived since the last paint, each panel once; ``stats``: the run's draft rounds so far."""
         lookup = self.query_one(LookupPanel)
         if pending.started is not None:
-            lookup.reset(pending.started.prompt_pieces or (), self._waiting())
+            # What the drafter said it starts from (a recycled matrix's rows) stands beside the waiting words.
+            notes = pending.started.notes or ()
+            lookup.reset(pending.started.prompt_pieces or (), " · ".join((self._waiting(), *notes)))
             max_new = pending.started.params.get("max_new_tokens")
             self.query_one(BeamPanel).max_new_tokens = max_new if isinstance(max_new, int) else None
         lookup.add_tokens([p.text for p in pending.pieces])

@@ -1,0 +1,217 @@
+"""Token recycling: drafts grown from the target's own discarded guesses.
+
+Luo et al., "Turning Trash into Treasure: Accelerating Inference of Large Language Models with Token Recycling"
+(ACL 2025; reference code: github.com/Luowaterbi/TokenRecycling). For every token id the adjacency matrix ``M``
+(V x k ids) holds the k most likely next tokens the target computed the last time it read that token. Each round a
+draft tree is grown breadth-first from the pending token along a fixed template: node (parent, r) holds
+``M[token of parent][r]``. The target verifies the tree in one forward (the verifier's tree attention), and every
+row it read, kept or not, writes its top-k back into ``M``: the rejected branches are the recycled "trash".
+
+The paper's template is a static tree of about 80 nodes, tuned on data; here it is grown best-first to the run's
+tree budget (a few nodes on a small CPU, where each node costs a column of the forward), scoring a path by a prior
+on how often the target picks its r-th guess (``RANK_PRIOR``). A row not yet filled grows nothing, so a cold
+matrix drafts only where the prompt or the run has read the token before.
+
+It knows the matrix, the template and the Drafter protocol; nothing of verification or acceptance. The file the
+matrix is kept in between runs is :mod:`.recycled_state`'s; the builder only says which, from the options.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..token_tree import ROOT
+from . import recycled_state
+from .drafters import Draft, Drafter
+from .recycled_state import Loaded, load, save
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from transformers import LogitsProcessor
+
+    from ..params import DraftParams
+    from ..record.events import Stage, TokenSource
+    from ..record.transcript import Transcript
+    from .context import DraftingContext
+    from .drafters import Replay
+
+EMPTY = -1  # a cell of a row not filled yet
+# A prior on how often the target's next token is its r-th most likely guess of the last time it read the same
+# token: what orders the template's nodes. Its shape matters more than its values (the paper's template is built
+# from measured acceptance by rank in the same way).
+RANK_PRIOR = (0.55, 0.15, 0.07, 0.04, 0.03, 0.02, 0.015, 0.01)
+
+
+class RecycledMatrix:
+    """The adjacency matrix M [V, k]: row t holds the target's top-k next tokens after t, most likely first."""
+
+    def __init__(self, vocab_size: int, k: int, rows: torch.Tensor | None = None) -> None:
+        self.k = k
+        self.rows = rows if rows is not None else torch.full((vocab_size, k), EMPTY, dtype=torch.int32)  # [V, k]
+        # (tokens, top-k) pairs whose writes wait for the next read: a topk on the device is queued now and read
+        # back once, when the next draft needs the rows.
+        self.pending: list[tuple[Sequence[int], torch.Tensor]] = []
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.rows.shape[0])
+
+    def filled(self) -> int:
+        """How many rows hold guesses."""
+        self.flush()
+        return int((self.rows[:, 0] != EMPTY).sum())
+
+    def observe(self, tokens: Sequence[int], logits: torch.Tensor) -> None:
+        """The target read ``tokens`` and gave ``logits`` [n, V] after each: their rows become its top-k."""
+        n = min(len(tokens), int(logits.shape[0]))
+        if n:
+            k = min(self.k, int(logits.shape[-1]))
+            self.pending.append((tokens[:n], logits[:n].topk(k, dim=-1).indices))  # [n, k]
+
+    def flush(self) -> None:
+        for tokens, top in self.pending:
+            last = {t: i for i, t in enumerate(tokens) if 0 <= t < self.vocab_size}  # a later read of a token wins
+            if last:
+                top = top.to("cpu", torch.int32)
+                at = torch.as_tensor(list(last.values()), dtype=torch.long)
+                self.rows[torch.as_tensor(list(last), dtype=torch.long), : top.shape[1]] = top[at]
+        self.pending.clear()
+
+    def row(self, token: int) -> list[int]:
+        self.flush()
+        return self.rows[token].tolist() if 0 <= token < self.vocab_size else [EMPTY] * self.k
+
+
+def template(budget: int, depth: int, k: int) -> list[tuple[int, int]]:
+    """The draft tree's shape: ``budget`` nodes (parent node, rank), parents first, grown best-first by the
+    product of RANK_PRIOR along each path, no deeper than ``depth``; rank r < k."""
+    prior = [RANK_PRIOR[min(r, len(RANK_PRIOR) - 1)] for r in range(k)]
+    nodes: list[tuple[int, int]] = []
+    depths: list[int] = []
+    frontier = [(-prior[0], ROOT, 0, 1)]  # (-score, parent, rank, depth): the best child not yet taken
+    while frontier and len(nodes) < budget:
+        score, parent, rank, d = heapq.heappop(frontier)
+        node = len(nodes)
+        nodes.append((parent, rank))
+        depths.append(d)
+        if rank + 1 < k:  # its next sibling
+            parent_score = -score / prior[rank]
+            heapq.heappush(frontier, (-parent_score * prior[rank + 1], parent, rank + 1, d))
+        if d < depth:  # its first child
+            heapq.heappush(frontier, (score * prior[0], node, 0, d + 1))
+    return nodes
+
+
+class RecyclingDrafter:
+    """Drafts a tree (a chain where the budget is 0) from the recycled matrix, and recycles every row the target
+    reads."""
+
+    kind = "recycle"
+    source: TokenSource = "draft"
+    free_to_ask = True  # a draft is read from the matrix: no forward
+    stops_itself = False
+    learns = True
+
+    def __init__(self, matrix: RecycledMatrix, num_pred_tokens: int, tree_budget: int,
+                 eos_token_ids: frozenset[int] = frozenset(), keep: Callable[[torch.Tensor], None] | None = None,
+                 ) -> None:
+        self.matrix = matrix
+        self.keep = keep  # writes the matrix's rows back for the next run, when the run is over (None: nothing kept)
+        self.num_pred_tokens = num_pred_tokens  # the deepest path drafted
+        self.tree_budget = tree_budget
+        self.eos_token_ids = eos_token_ids
+        self._shape: tuple[tuple[int, int, int], list[tuple[int, int]]] | None = None
+
+    def _template(self, depth: int) -> list[tuple[int, int]]:
+        width = self.tree_budget if self.tree_budget > 0 else depth  # a chain: rank 0 all the way down
+        key = (width, depth, self.matrix.k if self.tree_budget > 0 else 1)
+        if self._shape is None or self._shape[0] != key:
+            self._shape = (key, template(*key))
+        return self._shape[1]
+
+    def propose(self, context: list[int], k: int, processors: list[tuple[Stage, LogitsProcessor]], greedy: bool,
+                generator: torch.Generator | None) -> Draft:
+        depth = min(k, self.num_pred_tokens)
+        if depth < 1 or not context:
+            return Draft([])
+        self.matrix.flush()
+        tokens: list[int] = []
+        parents: list[int] = []
+        sources: list[str] = []
+        at: dict[int, int] = {}  # template node -> draft node (a node whose row cell was empty grows nothing)
+        rows: dict[int, list[int]] = {}  # token -> its row, read once a round
+        for i, (parent, rank) in enumerate(self._template(depth)):
+            if parent != ROOT and parent not in at:
+                continue
+            above = context[-1] if parent == ROOT else tokens[at[parent]]
+            if above in self.eos_token_ids:
+                continue  # nothing follows an end of text
+            row = rows.get(above)
+            if row is None:
+                row = rows[above] = self.matrix.row(above)
+            token = row[rank]
+            if token == EMPTY:
+                continue
+            at[i] = len(tokens)
+            tokens.append(token)
+            parents.append(ROOT if parent == ROOT else at[parent])
+            sources.append(f"guess {rank + 1} after the token above")
+        if not tokens:
+            return Draft([], stopped="the matrix has no row for the last token yet")
+        if all(p == i - 1 for i, p in enumerate(parents)):  # a chain: verified the chain's way
+            return Draft(tokens, sources=tuple(sources))
+        return Draft(tokens, parents=tuple(parents), sources=tuple(sources))
+
+    def observed(self, tokens: Sequence[int], logits: torch.Tensor) -> None:
+        self.matrix.observe(tokens, logits)
+
+    def rollback(self, confirmed: int) -> None:
+        pass  # the matrix keeps every row it read, kept or not: that is the recycling
+
+    def prefilled(self, context: list[int], cache: object) -> None:
+        pass
+
+    def replay(self, transcript: Transcript) -> Replay | None:
+        return None  # the matrix changes with every forward: the policy probes instead
+
+    def draft_length(self, params: DraftParams) -> int:
+        return params.length("num_pred_tokens")
+
+    def time_step(self, context: list[int], processors: list[tuple[Stage, LogitsProcessor]]) -> float:
+        return 0.0
+
+    def tune(self, params: DraftParams) -> None:
+        self.num_pred_tokens = params.num_pred_tokens
+        if params.tree_budget is not None:
+            self.tree_budget = params.tree_budget
+
+    def close(self) -> None:
+        self.matrix.flush()
+        if self.keep is not None:
+            keep, self.keep = self.keep, None  # once: a run closes its drafter once, a stopped one maybe twice
+            keep(self.matrix.rows)
+
+
+def build(ctx: DraftingContext) -> Drafter:
+    """recycle: a drafter over a matrix as wide as the target's vocabulary, ``--recycle-k`` guesses a row, started
+    from the state the options name (:mod:`.recycled_state`) and, unless they say not to, written back at the end."""
+    vocab = int(ctx.lm.model.get_output_embeddings().weight.shape[0])
+    p = ctx.params
+    path = Path(p.recycle_state).expanduser() if p.recycle_state else recycled_state.default_path(ctx.lm.name)
+    loaded = Loaded(None, "matrix: empty (a cold start)") if p.cold else load(path, vocab, p.recycle_k, ctx.lm.name)
+    ctx.say(loaded.said)
+
+    def keep(rows: torch.Tensor) -> None:
+        # A cache that cannot be written costs the next run its warm start, nothing more.
+        with contextlib.suppress(OSError):
+            save(path, rows, ctx.lm.name)
+
+    return RecyclingDrafter(RecycledMatrix(vocab, p.recycle_k, loaded.rows), p.num_pred_tokens, ctx.tree_budget,
+                            ctx.eos_token_ids, keep if p.recycle_keep else None)

@@ -1,0 +1,193 @@
+"""Token recycling (core/drafting/recycling.py): the matrix keeps the target's last top-k after each token it read,
+the template grows best-first within its budget, greedy recycling is transformers' greedy token for token, and
+sampling through recycled trees keeps the target's distribution (a chi-square test; its negative control is the
+tree verifier's, tests/test_tree_verification.py)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from decode_tui.core.drafting.recycling import EMPTY, RecycledMatrix, RecyclingDrafter, template
+from decode_tui.core.record.events import DraftProposed, DraftVerified, Finished
+from decode_tui.core.token_tree import ROOT, TokenTree
+
+from .conftest import tiny_model
+from .test_speculative import ARCHS, SAMPLING, V, chi_square_p_value, exact_distribution, run
+
+EOS = V - 1
+
+
+def drafter(k: int = 8, budget: int = 8, depth: int = 5) -> RecyclingDrafter:
+    return RecyclingDrafter(RecycledMatrix(V, k), depth, budget, frozenset({EOS}))
+
+
+def test_the_template_is_a_tree_of_its_budget_grown_best_first() -> None:
+    for budget, depth, k in ((1, 5, 8), (4, 5, 8), (16, 3, 8), (80, 6, 8), (10, 10, 1)):
+        nodes = template(budget, depth, k)
+        assert len(nodes) == budget if k > 1 or budget <= depth else len(nodes) == depth
+        tree = TokenTree(tuple(range(len(nodes))), tuple(parent for parent, _ in nodes))  # parents come first
+        assert tree.depth <= depth and all(0 <= rank < k for _, rank in nodes)
+    assert template(4, 5, 8)[0] == (ROOT, 0)  # the likeliest guess after the pending token first
+    assert template(5, 5, 1) == [(ROOT, 0), (0, 0), (1, 0), (2, 0), (3, 0)]  # k = 1: a chain
+    # A second guess at the root outranks a fourth token down the first chain's path under the prior.
+    assert (ROOT, 1) in template(4, 5, 8)
+
+
+def test_the_matrix_keeps_each_tokens_latest_top_k() -> None:
+    matrix = RecycledMatrix(V, 3)
+    assert matrix.filled() == 0 and matrix.row(5) == [EMPTY] * 3
+    logits = torch.zeros(2, V)
+    logits[0, [10, 11, 12]] = torch.tensor([3.0, 2.0, 1.0])
+    logits[1, [20, 21, 22]] = torch.tensor([1.0, 3.0, 2.0])
+    matrix.observe([5, 6], logits)
+    assert matrix.row(5) == [10, 11, 12] and matrix.row(6) == [21, 22, 20] and matrix.filled() == 2
+    later = torch.zeros(1, V)
+    later[0, [30, 31, 32]] = torch.tensor([3.0, 2.0, 1.0])
+    matrix.observe([5], later)
+    assert matrix.row(5) == [30, 31, 32], "a later read of a token replaces its row"
+    assert matrix.row(V + 3) == [EMPTY] * 3, "a token past the vocabulary has no row"
+
+
+def test_a_draft_follows_the_rows_and_an_empty_row_drafts_nothing() -> None:
+    d = drafter(k=2, budget=4, depth=3)
+    assert d.propose([1, 2, 3], 3, [], True, None).token_ids == []
+    d.matrix.rows[3] = torch.tensor([40, 41], dtype=torch.int32)
+    d.matrix.rows[40] = torch.tensor([50, EOS], dtype=torch.int32)
+    d.matrix.rows[50] = torch.tensor([60, 61], dtype=torch.int32)
+    draft = d.propose([1, 2, 3], 3, [], True, None)
+    tree = draft.tree
+    assert tree is not None and draft.sources is not None and len(draft.sources) == len(draft.token_ids)
+    assert tree.first_branch() == [0, 1, 2] and [tree.tokens[i] for i in tree.first_branch()] == [40, 50, 60]
+    assert 41 in tree.tokens  # the second guess at the root
+    d.matrix.rows[EOS] = torch.tensor([7, 8], dtype=torch.int32)
+    assert all(tree.tokens[p] != EOS for p in tree.parents if p != ROOT), "nothing is drafted after an end of text"
+    chain = RecyclingDrafter(d.matrix, 3, 0).propose([1, 2, 3], 3, [], True, None)
+    assert chain.tree is None and chain.token_ids == [40, 50, 60], "with no tree budget, a chain of first guesses"
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_greedy_recycling_is_transformers_greedy(byte_bpe: Any, seed: int) -> None:
+    model = tiny_model(ARCHS[seed % 4], vocab_size=V, seed=seed)
+    g = torch.Generator().manual_seed(100 + seed)
+    prompt = torch.randint(1, V - 2, (4 + seed,), generator=g).tolist()
+    max_new = 24
+    with torch.inference_mode():
+        hf = model.generate(torch.tensor([prompt]), max_new_tokens=max_new, do_sample=False, eos_token_id=EOS,
+                            pad_token_id=0)[0, len(prompt) :].tolist()
+    expected = hf[: hf.index(EOS) + 1] if EOS in hf else hf
+    d = drafter(budget=[1, 4, 8, 16][seed % 4])
+    events = run(model, byte_bpe, d, prompt, max_new, k=5)
+    result = events[-1]
+    assert isinstance(result, Finished) and list(result.token_ids) == expected
+    assert d.matrix.filled() >= len(set(prompt)), "the prefill filled every prompt token's row"
+    again = run(model, byte_bpe, d, prompt, max_new, k=5)  # warm: every row of the first run's
+    assert isinstance(again[-1], Finished) and list(again[-1].token_ids) == expected
+    assert any(isinstance(e, DraftProposed) and e.drafter == "recycle" for e in again)
+
+
+def test_a_warm_matrix_keeps_more_tokens_a_forward_than_a_cold_one(byte_bpe: Any) -> None:
+    """The second run of a prompt drafts from the rows the first one wrote, the rejected branches' among them."""
+    model = tiny_model("llama", vocab_size=V, seed=3)
+    prompt = [5, 6, 7, 8]
+    warm = drafter(budget=8)
+    cold_run = run(model, byte_bpe, warm, prompt, 32, k=5)[-1]
+    warm_run = run(model, byte_bpe, warm, prompt, 32, k=5)[-1]
+    assert isinstance(cold_run, Finished) and isinstance(warm_run, Finished)
+    assert warm_run.token_ids == cold_run.token_ids
+    assert warm_run.target_forwards < cold_run.target_forwards
+
+
+def test_rejected_branches_are_recycled(byte_bpe: Any) -> None:
+    """Every node the target read writes its row, kept or not."""
+    model = tiny_model("qwen2", vocab_size=V, seed=5)
+    prompt = [9, 10, 11]
+    d = drafter(budget=8)
+    events = run(model, byte_bpe, d, prompt, 16, k=4)
+    rejected = {v.token_id for e in events if isinstance(e, DraftVerified) for v in e.verdicts
+                if v.verdict == "rejected"}
+    assert rejected, "some node was rejected"
+    assert all(d.matrix.row(t)[0] != EMPTY for t in rejected)
+
+
+@pytest.mark.slow
+def test_recycled_trees_keep_the_target_distribution_when_sampling(byte_bpe: Any) -> None:
+    model = tiny_model("llama", vocab_size=V, seed=21, initializer_range=0.08)
+    prompt = [7, 8, 9]
+    counts: Counter[tuple[int, ...]] = Counter()
+    d = drafter(k=3, budget=6, depth=2)  # one matrix for every run: warm, and changed by every draw's branches
+    for seed in range(1000):
+        result = run(model, byte_bpe, d, prompt, 3, params=SAMPLING, k=2, sample=True, seed=seed)[-1]
+        assert isinstance(result, Finished)
+        counts[tuple(result.token_ids)] += 1
+    assert chi_square_p_value(counts, exact_distribution(model, prompt, SAMPLING, 3)) > 1e-3
+
+
+def test_a_matrix_file_round_trips_and_a_bad_one_starts_cold(tmp_path: Path) -> None:
+    from decode_tui.core.drafting.recycled_state import load, save
+
+    path = tmp_path / "recycled" / "m.pt"
+    said = load(path, V, 8, "tiny")
+    assert said.rows is None and "no earlier run" in said.said
+    rows = torch.full((V, 8), EMPTY, dtype=torch.int32)
+    rows[5] = torch.arange(8, dtype=torch.int32)
+    save(path, rows, "tiny")
+    assert [p.name for p in path.parent.iterdir()] == ["m.pt"], "no temporary file is left beside it"
+    back = load(path, V, 8, "tiny")
+    assert back.rows is not None and torch.equal(back.rows, rows) and "1 rows from earlier runs" in back.said
+    narrower = load(path, V, 3, "tiny")
+    assert narrower.rows is not None and narrower.rows[5].tolist() == [0, 1, 2]
+    wider = load(path, V, 10, "tiny")
+    assert wider.rows is not None and wider.rows[5].tolist() == [*range(8), EMPTY, EMPTY]
+    other = load(path, V + 1, 8, "other")
+    assert other.rows is None and f"vocabulary of {V} tokens" in other.said
+    whole = path.read_bytes()
+    for name, content in (("empty", b""), ("truncated", whole[: len(whole) // 2]), ("random", bytes(range(256)))):
+        bad = tmp_path / f"{name}.pt"
+        bad.write_bytes(content)
+        result = load(bad, V, 8, "tiny")
+        assert result.rows is None and "could not be read" in result.said and "\n" not in result.said, name
+
+
+def test_a_run_starts_from_the_last_runs_matrix_and_bench_repeats_start_cold(byte_bpe: Any, tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The builder reads the model's file and the drafter writes it back on close; a benchmark's settings read
+    nothing and write nothing."""
+    from decode_tui.core.drafting.context import DraftingContext
+    from decode_tui.core.drafting.recycling import build
+    from decode_tui.core.drafting.suffix_drafting import SuffixHistory
+    from decode_tui.core.params import DraftParams
+
+    monkeypatch.setenv("DECODE_TUI_CACHE", str(tmp_path))
+    model = tiny_model("llama", vocab_size=V, seed=3)
+
+    class LM:
+        name = "tiny"
+
+    lm = LM()
+    lm.model = model  # type: ignore[attr-defined]
+
+    def built(params: DraftParams) -> tuple[RecyclingDrafter, list[str]]:
+        said: list[str] = []
+        ctx = DraftingContext(lm=lm, params=params, eos_token_ids=frozenset({EOS}), prompt_length=4,  # type: ignore[arg-type]
+                              tree_budget=8, draft=None, history=SuffixHistory(), say=said.append)
+        d = build(ctx)
+        assert isinstance(d, RecyclingDrafter)
+        return d, said
+
+    first, said = built(DraftParams())
+    assert "no earlier run" in said[0]
+    run(model, byte_bpe, first, [5, 6, 7, 8], 16, k=5)
+    filled = first.matrix.filled()
+    first.close()
+    second, said = built(DraftParams())
+    assert second.matrix.filled() == filled and f"{filled:,} rows from earlier runs" in said[0]
+    repeat, said = built(DraftParams().repeatable())
+    assert repeat.matrix.filled() == 0 and "cold" in said[0]
+    run(model, byte_bpe, repeat, [9, 10, 11], 16, k=5)
+    repeat.close()
+    assert built(DraftParams())[0].matrix.filled() == filled, "a benchmark's run wrote nothing back"
