@@ -142,8 +142,8 @@ def user_config() -> UserConfig:
 def bench_cmd(
     options: DecodingOptions,
     prompt_arg: PromptArg = None,
-    modes: Annotated[str, typer.Option("--modes", help="Comma-separated modes to time: greedy, sample, beam, "
-                                       "speculative, pld, suffix. Greedy is always timed: speed-ups are over it.",
+    modes: Annotated[str, typer.Option("--modes", help=f"Comma-separated modes to time: {', '.join(MODES)}. Greedy "
+                                       "is always timed: speed-ups are over it.",
                                        rich_help_panel="Benchmark")] = "greedy,pld,speculative",
     repeats: Annotated[int, typer.Option("--repeats", min=1, help="Timed runs a mode, after a warm-up each; the "
                                          "order alternates from round to round.", rich_help_panel="Benchmark")] = 3,
@@ -153,6 +153,11 @@ def bench_cmd(
     timeline: Annotated[bool, typer.Option("--timeline", help="Also show each mode's last timed run forward by "
                                            "forward: tokens, k, accepted, draft and verify time.",
                                            rich_help_panel="Output")] = False,
+    prompts: Annotated[Path | None, typer.Option("--prompts", metavar="FILE", help="Time every mode on each prompt "
+                                                 "of FILE (JSON lines with \"prompt\" and an optional \"category\", "
+                                                 "or one prompt a line), and sum up per category: which mode pays "
+                                                 "on my prompts. benchmarks/prompts.jsonl is a small set.",
+                                                 rich_help_panel="Benchmark")] = None,
 ) -> None:
     """Time decoding modes on one prompt: warm, alternated, with the spread; tok/s, speed-up over greedy,
     target forwards, acceptance, and whether each mode's text is greedy's. A mode's speed-up is its median tok/s
@@ -163,8 +168,18 @@ def bench_cmd(
         user = user_config()
         configured_model_exists(options, user)
         chosen = parse_modes(modes, options.mode, "bench")
+        if prompts is not None:
+            if options.prompt is not None or options.prompt_file is not None:
+                raise UsageError("bench takes its prompts from --prompts or from --prompt, not both.")
+            if timeline:
+                raise UsageError("--timeline shows one prompt's forwards: leave it out with --prompts.")
+            read = measure.read_prompts(prompts)  # refused now, before the model loads
     except DecodeTuiError as err:
         fail(err)
+    if prompts is not None:
+        measure.bench_prompts(options.with_default_model(user.model), chosen, read, runs=repeats,
+                              output_format=output_format)
+        return
     measure.bench(options.with_default_model(user.model), chosen,
                    runs=repeats, output_format=output_format, timeline=timeline)
 

@@ -30,6 +30,126 @@ if TYPE_CHECKING:
     from ..core.model.loading import LoadedModel
 
 
+MAX_PROMPTS = 200  # a file of prompts: more would take a CPU hours to time, and is likely not a prompt file
+MAX_PROMPTS_BYTES = 4 << 20
+
+
+def read_prompts(path: Path) -> list[tuple[str, str]]:
+    """``bench --prompts``: (category, prompt) pairs from JSON lines with ``prompt`` and an optional ``category``, or
+    one prompt a line (category ``-``); a UsageError naming the file and line for what cannot be one."""
+    import json
+
+    from ..core.errors import UsageError
+
+    try:
+        if path.stat().st_size > MAX_PROMPTS_BYTES:
+            raise UsageError(f"--prompts {path} is over {MAX_PROMPTS_BYTES >> 20} MB: a prompt file holds prompts, "
+                             "one a line.")
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"--prompts {path}: no such file.") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--prompts {path} cannot be read as UTF-8 text: {exc}.") from None
+    prompts = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        if line.lstrip().startswith("{"):
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise UsageError(f"--prompts {path}, line {number}: not JSON ({exc.msg}). Write one JSON object a "
+                                 'line, {"prompt": "...", "category": "..."}, or one plain prompt a line.') from None
+            prompt, category = item.get("prompt"), item.get("category", "-")
+            if not isinstance(prompt, str) or not prompt.strip() or not isinstance(category, str):
+                raise UsageError(f"--prompts {path}, line {number}: needs a non-empty \"prompt\" string (and a "
+                                 "\"category\" string, if any).")
+            prompts.append((category, prompt))
+        else:
+            prompts.append(("-", line.strip()))
+    if not prompts:
+        raise UsageError(f"--prompts {path} holds no prompt.")
+    if len(prompts) > MAX_PROMPTS:
+        raise UsageError(f"--prompts {path} holds {len(prompts)} prompts; time at most {MAX_PROMPTS} at once.")
+    return prompts
+
+
+def bench_prompts(options: DecodingOptions, modes: list[ModeChoice], prompts: list[tuple[str, str]], *, runs: int,
+                  output_format: TableFormatChoice) -> None:
+    """Every mode on every prompt of a file, each prompt's modes alternated as ``bench`` times one prompt, in one
+    process (the model loaded once); then per category each mode's median speed-up over greedy, its range over the
+    prompts, and whether every text was greedy's, as a table and a chart (or one JSON object per prompt and mode)."""
+    import json
+    import statistics
+
+    from ..core.analysis.compare import bench as run_bench
+
+    try:
+        check_placement(options.device, options.device_map_name)
+        if "greedy" not in modes:
+            modes = [ModeChoice("greedy"), *modes]
+        configs = {m.value: options.for_mode(m).config() for m in modes}
+        longest = max((p for _, p in prompts), key=len)
+        lm, draft = load_models(options, longest, configs["greedy"], with_draft_model(*configs.values()))
+        results: list[tuple[str, str, list[BenchRow]]] = []
+        with status(f"Benchmarking {', '.join(configs)} on {count(len(prompts), 'prompt')}") as progress:
+            for i, (category, prompt) in enumerate(prompts, 1):
+                def said(line: str, i: int = i) -> None:
+                    progress(f"prompt {i} of {len(prompts)}: {line}")
+
+                results.append((category, prompt, run_bench(lm, prompt, configs, runs=runs, draft=draft,
+                                                              progress=said)))
+    except DecodeTuiError as err:
+        fail(err)
+    if output_format is TableFormatChoice.json:
+        for category, prompt, rows in results:
+            for row in rows:
+                _write(sys.stdout, json.dumps({"category": category, "prompt": prompt, **row.to_dict()}) + "\n")
+        return
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    categories = list(dict.fromkeys(category for category, _, _ in results))
+    table = Table(title=f"{lm.name} · {lm.device.type} · {count(len(prompts), 'prompt')}, {count(runs, 'warm run')} "
+                        "a mode each: median speed-up over greedy (range over the prompts), tokens a forward",
+                  title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    table.add_column("category")
+    for mode in configs:
+        if mode != "greedy":
+            table.add_column(mode, justify="right")
+    chart: list[tuple[str, str, float]] = []
+    for category in categories:
+        cells = []
+        for mode in configs:
+            if mode == "greedy":
+                continue
+            rows = [r for c, _, rs in results if c == category for r in rs if r.mode == mode]
+            ups = [r.speedup for r in rows]
+            median = statistics.median(ups)
+            chart.append((category, mode, median))
+            same = "" if all(r.identical for r in rows) else " (not greedy's text)"
+            cells.append(f"{median:.2f}x ({min(ups):.2f}-{max(ups):.2f}) "
+                         f"{statistics.median(r.tokens_per_forward for r in rows):.2f}{same}")
+        table.add_row(f"{category} ({len([1 for c, _, _ in results if c == category])})", *cells)
+    console = Console(soft_wrap=True)
+    console.print(table)
+    console.print(_chart(chart))
+
+
+def _chart(bars: list[tuple[str, str, float]], width: int = 40) -> str:
+    """Each (category, mode)'s median speed-up as a bar, with a mark at 1x: where drafting pays, at a glance."""
+    top = max(2.0, *(value for _, _, value in bars))
+    name = max(len(f"{c} · {m}") for c, m, _ in bars)
+    one = round(width / top)
+    lines = []
+    for category, mode, value in bars:
+        filled = round(width * value / top)
+        bar = "".join("█" if i < filled else ("│" if i == one else " ") for i in range(width))
+        lines.append(f"{f'{category} · {mode}':<{name}}  {bar} {value:.2f}x")
+    return "\n".join(lines)
+
+
 def bench(options: DecodingOptions, modes: list[ModeChoice], *, runs: int, output_format: TableFormatChoice,
           timeline: bool = False) -> None:
     """Time ``modes`` on one prompt by the core's protocol (warm, alternated; core/analysis/compare.py) and print a

@@ -22,7 +22,7 @@ import typer
 
 from ..core.errors import DecodeTuiError, UsageError
 from ..core.model.registry import EMBEDDED_ALIASES, resolve
-from ..core.modes import DRAFT_MODEL_MODES
+from ..core.modes import DRAFT_MODEL_MODES, MODES
 from ..core.params import Constraint, DecodeConfig
 from ..lessons import Lesson, load, shipped
 from ..tui.numbers import count
@@ -306,8 +306,8 @@ def _save_race(path: Path, settings: Settings, lanes: list[Lane], device: str) -
 def race_cmd(
     options: DecodingOptions,
     prompt_arg: PromptArg = None,
-    modes: Annotated[str, typer.Option("--modes", help="Comma-separated modes to race: greedy, sample, beam, "
-                                       "speculative, pld, suffix (at least two; greedy joins as the baseline).",
+    modes: Annotated[str, typer.Option("--modes", help=f"Comma-separated modes to race: {', '.join(MODES)} (at "
+                                       "least two; greedy joins as the baseline).",
                                        rich_help_panel="Race")] = "greedy,pld,speculative",
     record: Annotated[Path | None, typer.Option(help="Save the race (.jsonl) to replay it with `decode-tui replay`, "
                                                 "with no model.", rich_help_panel="Race")] = None,

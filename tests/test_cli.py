@@ -677,6 +677,44 @@ def test_bench_timeline_shows_every_forward(tiny_model_dir: Path, isolated_env: 
     assert "(1.00-1.00)" not in words and "no spread" in " ".join(words), table
 
 
+def test_bench_over_a_file_of_prompts_sums_up_each_category(tiny_model_dir: Path, isolated_env: dict[str, str],
+                                                            tmp_path: Path) -> None:
+    """`bench --prompts`: every mode on every prompt in one process, then per category each mode's median
+    speed-up, its range over the prompts and whether its text was greedy's, with a chart; json keeps the rows."""
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"prompt": "the quick brown fox the quick brown fox", "category": "copy"}\n\n'
+                       '{"prompt": "a b c a b c a b", "category": "copy"}\n'
+                       "once upon a time\n", encoding="utf-8")
+    args = ["bench", "--model", str(tiny_model_dir), "--modes", "pld,recycle", "--repeats", "1",
+            "--max-new-tokens", "8", "--prompts", str(prompts)]
+    done = cli(*args, "--format", "json", env=isolated_env)
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(r["category"], r["mode"]) for r in rows] == [(c, m) for c in ("copy", "copy", "-")
+                                                         for m in ("greedy", "pld", "recycle")]
+    assert all(r["identical"] for r in rows), "greedy drafting is greedy's text on every prompt"
+    text = cli(*args, env=isolated_env)
+    assert text.returncode == 0, text.stderr
+    assert "copy (2)" in text.stdout and "- (1)" in text.stdout and "copy · recycle" in text.stdout, text.stdout
+    assert "not greedy's text" not in text.stdout
+    # A file that cannot be one is refused before any model loads, naming the line.
+    prompts.write_text('{"prompt": "fine"}\n{"prompt": \n', encoding="utf-8")
+    assert_clean_failure(cli(*args, env=isolated_env), 2, "line 2", "not JSON")
+    prompts.write_text("\n  \n", encoding="utf-8")
+    assert_clean_failure(cli(*args, env=isolated_env), 2, "holds no prompt")
+    assert_clean_failure(cli(*args, "-p", "hi", env=isolated_env), 2, "not both")
+    assert_clean_failure(cli(*args[:-1], str(tmp_path / "none.jsonl"), env=isolated_env), 2, "no such file")
+
+
+def test_the_shipped_prompt_set_covers_the_categories() -> None:
+    from decode_tui.cli.measure import read_prompts
+
+    prompts = read_prompts(Path(__file__).resolve().parents[1] / "benchmarks" / "prompts.jsonl")
+    categories = {category for category, _ in prompts}
+    assert {"open-ended writing", "how-to", "summary of a given text", "code edit", "question on a given text",
+            "translation"} <= categories
+
+
 @pytest.mark.parametrize(("args", "says"), [
     (["--modes", "greedy,warp"], "Unknown mode 'warp' in --modes"),
     (["--modes", ","], "Unknown mode (none given)"),
