@@ -35,3 +35,6 @@ for step in ${*:-1 2 3}; do "step$step"; done
 # (warm-story-full-length.txt), and the explain prompt again with 7 repeats (open-explain-again.txt):
 #   decode-tui bench --modes greedy,recycle --no-adaptive --repeats 3 --max-new-tokens 96 --recycle-state "$out/warm.pt" -p "$story"
 #   decode-tui bench --modes greedy,recycle,pld,suffix --repeats 7 --max-new-tokens 96 -p "$explain"
+# And at commit 19df64d, every mode on the shipped prompt set (prompts.jsonl here, summed up in BENCHMARKS.md):
+#   decode-tui bench --modes greedy,pld,suffix,recycle --repeats 3 --max-new-tokens 48 \
+#       --prompts benchmarks/prompts.jsonl --format json > "$out/prompts.jsonl"
