@@ -168,12 +168,9 @@ def bench_cmd(
         user = user_config()
         configured_model_exists(options, user)
         chosen = parse_modes(modes, options.mode, "bench")
-        if prompts is not None:
-            if options.prompt is not None or options.prompt_file is not None:
-                raise UsageError("bench takes its prompts from --prompts or from --prompt, not both.")
-            if timeline:
-                raise UsageError("--timeline shows one prompt's forwards: leave it out with --prompts.")
-            read = measure.read_prompts(prompts)  # refused now, before the model loads
+        if prompts is not None:  # refused now, before the model loads
+            read = measure.read_prompts(prompts, timeline=timeline,
+                                        prompt_given=options.prompt is not None or options.prompt_file is not None)
     except DecodeTuiError as err:
         fail(err)
     if prompts is not None:

@@ -26,21 +26,28 @@ if TYPE_CHECKING:
 
     from ..core.analysis.compare import BenchRow
     from ..core.analysis.whatif import Costs, WhatIf
+    from ..core.drafting.draft_models import DraftModel
     from ..core.drafting.replay import Trace
     from ..core.model.loading import LoadedModel
+    from ..core.params import DecodeConfig
 
 
 MAX_PROMPTS = 200  # a file of prompts: more would take a CPU hours to time, and is likely not a prompt file
 MAX_PROMPTS_BYTES = 4 << 20
 
 
-def read_prompts(path: Path) -> list[tuple[str, str]]:
+def read_prompts(path: Path, *, prompt_given: bool = False, timeline: bool = False) -> list[tuple[str, str]]:
     """``bench --prompts``: (category, prompt) pairs from JSON lines with ``prompt`` and an optional ``category``, or
-    one prompt a line (category ``-``); a UsageError naming the file and line for what cannot be one."""
+    one prompt a line (category ``-``); a UsageError naming the file and line for what cannot be one, or for a
+    --prompt or --timeline given with it."""
     import json
 
     from ..core.errors import UsageError
 
+    if prompt_given:
+        raise UsageError("bench takes its prompts from --prompts or from --prompt, not both.")
+    if timeline:
+        raise UsageError("--timeline shows one prompt's forwards: leave it out with --prompts.")
     try:
         if path.stat().st_size > MAX_PROMPTS_BYTES:
             raise UsageError(f"--prompts {path} is over {MAX_PROMPTS_BYTES >> 20} MB: a prompt file holds prompts, "
@@ -74,6 +81,18 @@ def read_prompts(path: Path) -> list[tuple[str, str]]:
     return prompts
 
 
+def _loaded(options: DecodingOptions, modes: list[ModeChoice], text: str,
+            ) -> tuple[dict[str, DecodeConfig], LoadedModel, DraftModel | None]:
+    """A benchmark's settings for each mode (greedy first: every speed-up is over it) and its models, loaded as
+    ``generate`` loads them, ``text`` (its longest prompt) checked against the model's context."""
+    check_placement(options.device, options.device_map_name)
+    if "greedy" not in modes:
+        modes = [ModeChoice("greedy"), *modes]
+    configs = {m.value: options.for_mode(m).config() for m in modes}
+    lm, draft = load_models(options, text, configs["greedy"], with_draft_model(*configs.values()))
+    return configs, lm, draft
+
+
 def bench_prompts(options: DecodingOptions, modes: list[ModeChoice], prompts: list[tuple[str, str]], *, runs: int,
                   output_format: TableFormatChoice) -> None:
     """Every mode on every prompt of a file, each prompt's modes alternated as ``bench`` times one prompt, in one
@@ -85,12 +104,7 @@ def bench_prompts(options: DecodingOptions, modes: list[ModeChoice], prompts: li
     from ..core.analysis.compare import bench as run_bench
 
     try:
-        check_placement(options.device, options.device_map_name)
-        if "greedy" not in modes:
-            modes = [ModeChoice("greedy"), *modes]
-        configs = {m.value: options.for_mode(m).config() for m in modes}
-        longest = max((p for _, p in prompts), key=len)
-        lm, draft = load_models(options, longest, configs["greedy"], with_draft_model(*configs.values()))
+        configs, lm, draft = _loaded(options, modes, max((p for _, p in prompts), key=len))
         results: list[tuple[str, str, list[BenchRow]]] = []
         with status(f"Benchmarking {', '.join(configs)} on {count(len(prompts), 'prompt')}") as progress:
             for i, (category, prompt) in enumerate(prompts, 1):
@@ -159,12 +173,8 @@ def bench(options: DecodingOptions, modes: list[ModeChoice], *, runs: int, outpu
     from ..core.analysis.compare import bench as run_bench
 
     try:
-        check_placement(options.device, options.device_map_name)
-        if "greedy" not in modes:
-            modes = [ModeChoice("greedy"), *modes]
-        configs = {m.value: options.for_mode(m).config() for m in modes}
         text = options.prompt_text() if options.prompt or options.prompt_file else _bench_prompt(modes)
-        lm, draft = load_models(options, text, configs["greedy"], with_draft_model(*configs.values()))
+        configs, lm, draft = _loaded(options, modes, text)
         with status(f"Benchmarking {', '.join(configs)}: a warm-up each, then {runs} rounds, alternated") as progress:
             rows = run_bench(lm, text, configs, runs=runs, draft=draft, progress=progress)
     except DecodeTuiError as err:

@@ -12,18 +12,16 @@ cannot be read is measured again. It knows the file and its key; what is timed i
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
-import os
-import re
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..model.registry import cache_root
+from ..model.registry import cache_root, file_name, write_whole
 from .whatif import Costs
 
 if TYPE_CHECKING:
@@ -49,7 +47,7 @@ def key(lm: LoadedModel, trace: Trace, width: int, draft: str | None) -> str:
     middle = len(trace.prompt_ids) + len(trace.token_ids) // 2
     parts = [lm.name, lm.device.type, str(lm.dtype).removeprefix("torch."), f"draft-{draft or 'none'}",
              f"w{width}", f"prompt{_bucket(len(trace.prompt_ids))}", f"ctx{_bucket(middle)}"]
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", "-".join(parts)) + ".json"
+    return file_name("-".join(parts) + ".json")
 
 
 def folder() -> Path:
@@ -88,10 +86,6 @@ def _read(path: Path) -> tuple[Costs, int, str] | None:
 def _write(path: Path, costs: Costs, prompt_length: int) -> None:
     data = {"costs": dataclasses.asdict(costs), "prompt_length": prompt_length,
             "measured": time.strftime("%Y-%m-%d %H:%M")}
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False, encoding="utf-8") as f:
-            json.dump(data, f)
-        os.replace(f.name, path)
-    except OSError:  # a cache that cannot be written costs the next what-if a measurement, nothing more
-        pass
+    # A cache that cannot be written costs the next what-if a measurement, nothing more.
+    with contextlib.suppress(OSError):
+        write_whole(path, lambda f: f.write(json.dumps(data).encode("utf-8")))

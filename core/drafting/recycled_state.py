@@ -12,15 +12,12 @@ It knows the file; the matrix is :mod:`.recycling`'s, the cache folder :mod:`~de
 
 from __future__ import annotations
 
-import os
-import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from ..model.registry import cache_root
+from ..model.registry import cache_file, write_whole
 
 FORMAT = 1
 
@@ -35,7 +32,7 @@ class Loaded:
 
 def default_path(model: str) -> Path:
     """The model's own matrix file under the cache folder."""
-    return cache_root() / "recycled" / (re.sub(r"[^A-Za-z0-9._-]+", "_", model) + ".pt")
+    return cache_file("recycled", model + ".pt")
 
 
 def load(path: Path, vocab_size: int, k: int, model: str) -> Loaded:
@@ -68,16 +65,4 @@ def load(path: Path, vocab_size: int, k: int, model: str) -> Loaded:
 
 def save(path: Path, rows: torch.Tensor, model: str) -> None:
     """Write the matrix whole: a temporary file beside ``path``, then a rename over it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=path.name, suffix=".tmp", delete=False) as f:
-        try:
-            torch.save({"format": FORMAT, "model": model, "rows": rows.contiguous()}, f)
-        except BaseException:
-            f.close()
-            os.unlink(f.name)
-            raise
-    try:
-        os.replace(f.name, path)
-    except OSError:
-        os.unlink(f.name)
-        raise
+    write_whole(path, lambda f: torch.save({"format": FORMAT, "model": model, "rows": rows.contiguous()}, f))

@@ -8,16 +8,23 @@ into a :class:`ResolvedModel` that says where the files are, or raises a
 looked. It decides from the disk alone and never touches the network, so an
 unavailable model is reported in milliseconds rather than after a retry stall.
 
+It also names the cache folder decode-tui keeps its own files in (:func:`cache_root`, :func:`cache_file`) and
+writes such a file whole (:func:`write_whole`).
+
 This module imports neither torch nor transformers: the command line lists
 models and validates specs with it before any heavy import.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from ..errors import ModelUnavailableError, UsageError
 
@@ -54,6 +61,32 @@ def cache_root() -> Path:
         return Path(explicit).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base).expanduser() / "decode-tui"
+
+
+def file_name(name: str) -> str:
+    """``name``, a model's or a key's, as one file name, whatever characters it holds (a repo id's slash too)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
+
+
+def cache_file(folder: str, name: str) -> Path:
+    """The file of the cache's ``folder`` (``whatif``, ``recycled``) for ``name`` (:func:`file_name`)."""
+    return cache_root() / folder / file_name(name)
+
+
+def write_whole(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Write ``path`` whole or not at all: ``write`` fills a temporary file beside it, which then replaces it, so a
+    reader (or a process stopped mid-write) sees the old file or a whole new one, and of two writers the last wins.
+    The temporary file is removed where either step fails, and the error raised."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
 
 
 def embedded_dir(alias: str = DEFAULT_ALIAS) -> Path:
