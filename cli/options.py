@@ -177,6 +177,9 @@ def build_config(options: DecodingOptions, *, compare: bool = False, constraint:
         recycle_state=str(o.recycle_state) if o.recycle_state is not None else None,
         cold=bool(o.cold),
     )
+    if o.recycle_state is not None and o.recycle_state.is_dir():  # the matrix could be neither read nor written back
+        raise UsageError(f"--recycle-state {o.recycle_state} is a folder: name a file (made at the run's end if it "
+                         "is missing).")
     if history:  # a file that cannot give a draft is refused now, before any model loads
         from ..core.drafting.suffix_drafting import check_history_files
 

@@ -180,6 +180,7 @@ def test_prompt_file_and_stdin(tiny_model_dir: Path, isolated_env: dict[str, str
         (["--mode", "pld", "--recycle-k", "4"], ["--recycle-k applies to --mode recycle"]),
         (["--mode", "greedy", "--cold"], ["--cold applies to --mode recycle"]),
         (["--mode", "suffix", "--recycle-state", "m.pt"], ["--recycle-state applies to --mode recycle"]),
+        (["--mode", "recycle", "--recycle-state", "."], ["--recycle-state . is a folder"]),
         (["--mode", "recycle", "--num-beams", "4"], ["beam search only", "--mode recycle"]),
         (["--mode", "recycle", "--max-ngram-size", "2"], ["--max-ngram-size applies to --mode pld"]),
         (["--mode", "pld", "--history", "x.jsonl"], ["--history applies to --mode suffix"]),
