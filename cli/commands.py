@@ -224,7 +224,8 @@ def run_app(
     slow_motion: Annotated[float, typer.Option(help="Seconds to wait after every step (s/S change it).",
                                                rich_help_panel="App", callback=at_least(0.0))] = 0.0,
     record: Annotated[Path | None, typer.Option(help="Save every event, with the settings, to this .jsonl file "
-                                                "(replay it with `decode-tui replay`).", rich_help_panel="App")
+                                                "(replay it with `decode-tui replay`); claimed while the app runs: "
+                                                "another decode-tui naming it is refused.", rich_help_panel="App")
                       ] = None,
     background_compile: Annotated[bool, typer.Option(
         "--background-compile/--no-background-compile", help="On CUDA, compile the decoding passes "

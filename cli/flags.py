@@ -233,8 +233,8 @@ MaxNgramSizeOpt = Annotated[int | None, typer.Option(min=1, help="pld: the longe
                                                        "\\[default: 3]", rich_help_panel=DRAFTING_PANEL)
                               ]
 NumPredTokensOpt = Annotated[int | None, typer.Option(
-    min=1, help="pld, suffix and recycle: the most tokens copied per match (suffix and recycle: the deepest path "
-                "of a tree), the "
+    min=1, help="pld, suffix, recycle and lookahead: the most tokens copied per match (suffix, recycle and "
+                "lookahead: the deepest path of a tree), the "
                 "draft length (the most, with --adaptive). \\[default: 10]", rich_help_panel=DRAFTING_PANEL)]
 RecycleKOpt = Annotated[int | None, typer.Option(
     min=1, max=64, help="recycle: the target's guesses kept per token, each row of the recycled matrix (the paper's "
@@ -245,10 +245,20 @@ RecycleStateOpt = Annotated[Path | None, typer.Option(
 ColdOpt = Annotated[bool | None, typer.Option(
     "--cold", help="recycle: start from an empty matrix (the run still writes its own back).",
     rich_help_panel=DRAFTING_PANEL)]
+LookaheadWindowOpt = Annotated[int | None, typer.Option(
+    min=1, max=64, help="lookahead: the Jacobi window's columns (the paper's W). \\[default: sized to the device's "
+                        "tree budget]", rich_help_panel=DRAFTING_PANEL)]
+LookaheadNgramOpt = Annotated[int | None, typer.Option(
+    min=2, max=8, help="lookahead: the n-grams' length (the paper's N; the window keeps N - 1 levels). \\[default: "
+                       "sized to the device's tree budget]", rich_help_panel=DRAFTING_PANEL)]
+LookaheadGuessesOpt = Annotated[int | None, typer.Option(
+    min=0, max=64, help="lookahead: the pool's n-grams verified a forward (the paper's G). \\[default: the window's "
+                        "columns]", rich_help_panel=DRAFTING_PANEL)]
 TreeBudgetOpt = Annotated[int | None, typer.Option(
-    help="speculative, pld, suffix and recycle: the most drafted nodes one verification reads when drafts are trees "
-         "(speculative then adds the draft model's runner-up where it is unsure; pld drafts every earlier match, not "
-         "the first only). \\[default: speculative and pld: a chain; suffix and recycle: the device's, measured]",
+    help="speculative, pld, suffix, recycle and lookahead: the most drafted nodes one verification reads when drafts "
+         "are trees (speculative then adds the draft model's runner-up where it is unsure; pld drafts every earlier "
+         "match, not the first only; lookahead sizes its window to it). \\[default: speculative and pld: a chain; "
+         "suffix, recycle and lookahead: the device's, measured]",
     rich_help_panel=DRAFTING_PANEL)]
 HistoryOpt = Annotated[list[Path] | None, typer.Option(
     "--history", metavar="FILE", help="suffix: an earlier output to draft from (a recording, a `generate "

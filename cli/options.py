@@ -57,6 +57,9 @@ from .flags import (
     HistoryOpt,
     JsonSchemaOpt,
     LengthPenaltyOpt,
+    LookaheadGuessesOpt,
+    LookaheadNgramOpt,
+    LookaheadWindowOpt,
     MaxNewTokensOpt,
     MaxNgramSizeOpt,
     MinNewTokensOpt,
@@ -153,7 +156,8 @@ def build_config(options: DecodingOptions, *, compare: bool = False, constraint:
                      "num_draft_tokens": num_draft_tokens, "draft_confidence": draft_confidence,
                      "adaptive": adaptive, "compare": compare or None, "tree_budget": tree_budget,
                      "history": history or None, "recycle_k": o.recycle_k, "recycle_state": o.recycle_state,
-                     "cold": o.cold or None}
+                     "cold": o.cold or None, "lookahead_window": o.lookahead_window,
+                     "lookahead_ngram": o.lookahead_ngram, "lookahead_guesses": o.lookahead_guesses}
     for name, given in given_options.items():
         allowed, flag = ONLY_FOR[name], "--" + name.replace("_", "-")
         if given is not None and name == "num_draft_tokens" and mode in _COPYING:
@@ -176,6 +180,9 @@ def build_config(options: DecodingOptions, *, compare: bool = False, constraint:
         recycle_k=o.recycle_k or draft_defaults.recycle_k,
         recycle_state=str(o.recycle_state) if o.recycle_state is not None else None,
         cold=bool(o.cold),
+        lookahead_window=o.lookahead_window,
+        lookahead_ngram=o.lookahead_ngram,
+        lookahead_guesses=o.lookahead_guesses,
     )
     if o.recycle_state is not None and o.recycle_state.is_dir():  # the matrix could be neither read nor written back
         raise UsageError(f"--recycle-state {o.recycle_state} is a folder: name a file (made at the run's end if it "
@@ -302,6 +309,9 @@ class DecodingOptions:
     recycle_k: RecycleKOpt = None
     recycle_state: RecycleStateOpt = None
     cold: ColdOpt = None
+    lookahead_window: LookaheadWindowOpt = None
+    lookahead_ngram: LookaheadNgramOpt = None
+    lookahead_guesses: LookaheadGuessesOpt = None
 
     def config(self, *, compare: bool = False) -> DecodeConfig:
         """The run's settings; a UsageError names the options that clash."""

@@ -103,6 +103,9 @@ _PLD = DrafterSpec("lookup", f"{_BUILDERS}:prompt_lookup", copies=True, length="
                    waiting="waiting for the first lookup")
 _RECYCLE = DrafterSpec("recycle", "decode_tui.core.drafting.recycling:build", copies=False, length="num_pred_tokens",
                        trees="measured", waiting="waiting for the first recycled tree")
+_LOOKAHEAD = DrafterSpec("lookahead", "decode_tui.core.drafting.lookahead:build", copies=False,
+                         length="num_pred_tokens", trees="measured",
+                         waiting="waiting for the first Jacobi window")
 _SUFFIX = DrafterSpec("lookup", f"{_BUILDERS}:suffix", copies=True, length="num_pred_tokens", trees="measured",
                       waiting="waiting for the first lookup")
 
@@ -127,6 +130,10 @@ _SHIPPED: tuple[ModeSpec, ...] = (
              # open-ended text, where nothing can be copied: what recycling is for
              "Write a short story about a lighthouse keeper who finds a message in a bottle.", _RECYCLE, True,
              drafting_options(_RECYCLE, "recycle_k", "recycle_state", "cold"),
+             _DRAFT_MOMENTS | frozenset({"second branch"})),
+    ModeSpec("lookahead", "one forward: a Jacobi iteration of the window, and the n-grams it harvested verified",
+             "lookup", "Write a short story about a lighthouse keeper who finds a message in a bottle.", _LOOKAHEAD,
+             True, drafting_options(_LOOKAHEAD, "lookahead_window", "lookahead_ngram", "lookahead_guesses"),
              _DRAFT_MOMENTS | frozenset({"second branch"})),
 )
 

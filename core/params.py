@@ -239,6 +239,11 @@ class DraftParams:
     recycle_state: str | None = None
     cold: bool = False
     recycle_keep: bool = True
+    # Lookahead decoding's window (core/drafting/lookahead.py): W columns, n-grams of N tokens (N - 1 levels) and
+    # G pool n-grams checked a forward; None: sized to the device's tree budget.
+    lookahead_window: int | None = None
+    lookahead_ngram: int | None = None
+    lookahead_guesses: int | None = None
 
     def __post_init__(self) -> None:
         target_draft(self.draft)  # a malformed layers:N or int4+int8 is refused before any model loads
@@ -249,6 +254,13 @@ class DraftParams:
                 raise UsageError(f"{name} must be at least 1, not {getattr(self, name)}.")
         if not 1 <= self.recycle_k <= MAX_RECYCLE_K:
             raise UsageError(f"--recycle-k takes 1 to {MAX_RECYCLE_K} guesses a token, not {self.recycle_k}.")
+        for name, low, high in (("window", 1, MAX_LOOKAHEAD), ("ngram", 2, MAX_NGRAM), ("guesses", 0, MAX_LOOKAHEAD)):
+            value = getattr(self, f"lookahead_{name}")
+            if value is not None and not low <= value <= high:
+                raise UsageError(f"--lookahead-{name} takes {low} to {high}, not {value}.")
+        w, n = self.lookahead_window, self.lookahead_ngram
+        if w is not None and n is not None:  # checked again once the device has sized what is not given
+            lookahead_nodes(w, n, w if self.lookahead_guesses is None else self.lookahead_guesses)
         if self.tree_budget is not None and not 1 <= self.tree_budget <= MAX_TREE_BUDGET:
             raise UsageError(f"--tree-budget takes 1 to {MAX_TREE_BUDGET} drafted nodes a verification, not "
                              f"{self.tree_budget}. Leave it out for the device's own budget.")
@@ -281,6 +293,23 @@ class DraftParams:
 
 MAX_RECYCLE_K = 64  # guesses a token: the matrix is V x k ids, and a template rarely reaches past the 8th
 MAX_TREE_BUDGET = 512  # nodes: a verification that wide costs many steps on any device
+MAX_LOOKAHEAD = 64  # lookahead's columns and guesses: the paper's widest window is 15 (W + G nodes a level)
+MAX_NGRAM = 8  # lookahead's n-gram length: every level adds a row of W nodes to a forward
+
+def lookahead_nodes(window: int, ngram: int, guesses: int) -> int:
+    """The nodes one lookahead forward reads past the pending token: level 0's columns but the first, W a higher
+    level, N - 1 for each of G n-grams (core/drafting/lookahead.py); a UsageError where that is no window or too
+    wide a one."""
+    if window == 1 and ngram == 2:
+        raise UsageError("A lookahead window of one column needs n-grams of 3 or more (--lookahead-ngram): with one "
+                         "level it would hold only the pending token, and guess nothing.")
+    nodes = (window - 1) + window * (ngram - 2) + guesses * (ngram - 1)
+    if nodes > MAX_TREE_BUDGET:
+        raise UsageError(f"A lookahead window of W = {window}, N = {ngram} and G = {guesses} reads {nodes} nodes a "
+                         f"forward, more than the {MAX_TREE_BUDGET} any tree may: narrow --lookahead-window, "
+                         "--lookahead-ngram or --lookahead-guesses.")
+    return nodes
+
 
 ConstraintKind = Literal["json_schema", "regex", "grammar"]
 CONSTRAINT_NAMES: dict[str, str] = {"json_schema": "JSON schema", "regex": "regex", "grammar": "Lark grammar"}

@@ -17,7 +17,7 @@ from decode_tui.core.record.events import DraftProposed, DraftVerified, Finished
 from decode_tui.core.token_tree import ROOT, TokenTree
 
 from .conftest import tiny_model
-from .test_speculative import ARCHS, SAMPLING, V, chi_square_p_value, exact_distribution, run
+from .test_speculative import SAMPLING, V, chi_square_p_value, exact_distribution, run, transformers_greedy_case
 
 EOS = V - 1
 
@@ -72,14 +72,8 @@ def test_a_draft_follows_the_rows_and_an_empty_row_drafts_nothing() -> None:
 
 @pytest.mark.parametrize("seed", range(8))
 def test_greedy_recycling_is_transformers_greedy(byte_bpe: Any, seed: int) -> None:
-    model = tiny_model(ARCHS[seed % 4], vocab_size=V, seed=seed)
-    g = torch.Generator().manual_seed(100 + seed)
-    prompt = torch.randint(1, V - 2, (4 + seed,), generator=g).tolist()
     max_new = 24
-    with torch.inference_mode():
-        hf = model.generate(torch.tensor([prompt]), max_new_tokens=max_new, do_sample=False, eos_token_id=EOS,
-                            pad_token_id=0)[0, len(prompt) :].tolist()
-    expected = hf[: hf.index(EOS) + 1] if EOS in hf else hf
+    model, prompt, expected = transformers_greedy_case(seed, 100, max_new)
     d = drafter(budget=[1, 4, 8, 16][seed % 4])
     events = run(model, byte_bpe, d, prompt, max_new, k=5)
     result = events[-1]

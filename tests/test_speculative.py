@@ -54,6 +54,18 @@ def run(model: Any, tokenizer: Any, drafter: Any, prompt: list[int], max_new: in
                             generator=torch.Generator().manual_seed(seed)))
 
 
+def transformers_greedy_case(seed: int, salt: int, max_new: int) -> tuple[Any, list[int], list[int]]:
+    """A tiny model of one of ARCHS, a random prompt and transformers' greedy continuation of it (to its EOS): the
+    case a drafter's greedy form must reproduce token for token."""
+    model = tiny_model(ARCHS[seed % 4], vocab_size=V, seed=seed)
+    g = torch.Generator().manual_seed(salt + seed)
+    prompt = torch.randint(1, V - 2, (4 + seed,), generator=g).tolist()
+    with torch.inference_mode():
+        hf = model.generate(torch.tensor([prompt]), max_new_tokens=max_new, do_sample=False, eos_token_id=V - 1,
+                            pad_token_id=0)[0, len(prompt) :].tolist()
+    return model, prompt, hf[: hf.index(V - 1) + 1] if V - 1 in hf else hf
+
+
 def repetitive_prompt(seed: int, length: int) -> list[int]:
     g = torch.Generator().manual_seed(seed)
     base = torch.randint(1, V - 2, (4,), generator=g).tolist()
