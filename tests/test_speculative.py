@@ -339,7 +339,7 @@ def test_a_draft_says_what_it_caught_up_on_and_c_leaves_that_out(byte_bpe: Any, 
         plain = emitted - before.accepted - (before.extra_token_id is not None)  # the plain steps between them
         assert after.draft_fed == 1 + plain + (before.accepted == len(before.verdicts)), (before, after)
     later = [e for e, _ in rounds[1:]]
-    assert len(rounds) >= 3 and all(caught_up(e.draft_fed) for e in later), "probes after plain steps"
+    assert len(rounds) >= 2 and all(caught_up(e.draft_fed) for e in later), "probes after plain steps"
     final = events[-1]
     assert isinstance(final, Finished) and final.draft_cost_ratio is None
     # The control: counted, the catch-ups would price a drafted token at several times the draft's 4 ms.
@@ -806,7 +806,8 @@ def test_a_draft_that_could_not_pay_even_fully_accepted_is_left_without_probes(m
     to plain steps with no probes, saying why in numbers; the control, with no ceiling, goes on drafting and
     probing and keeps less of plain decoding's speed."""
     policy = AdaptiveDraftLength(20, stops_itself=True)
-    assert speed(policy, 512, 0.93, 0.94, stops_at=7) >= 0.99
+    kept = speed(policy, 512, 0.93, 0.94, stops_at=7)
+    assert kept >= 0.99
     assert policy.decision == ("plain", 0)
     assert re.fullmatch(r"plain steps: a drafted token costs c = 0\.94 steps, so even if the target accepted every "
                         r"one, drafting would go at most 1\.0\dx", policy.reason), policy.reason
@@ -815,7 +816,7 @@ def test_a_draft_that_could_not_pay_even_fully_accepted_is_left_without_probes(m
     monkeypatch.setattr(adaptive, "CEILING", 0.0)
     monkeypatch.setattr(adaptive, "PROBES", float("inf"))  # probes spaced by doubling alone: the ceiling's own part
     control = AdaptiveDraftLength(20, stops_itself=True)
-    assert speed(control, 512, 0.93, 0.94, stops_at=7) < 0.98
+    assert speed(control, 512, 0.93, 0.94, stops_at=7) < kept - 0.005
 
 
 @pytest.mark.parametrize("draft", ["int4 of SmolLM2", "self"])

@@ -220,6 +220,11 @@ class AdaptiveDraftLength:
             if self.timed_step_s > 0:
                 if self._ceiling_before_drafting() < CEILING:
                     return self._no_ceiling()
+            # The first draft is a probe, backed off like one where it was fruitless: on open-ended text a second
+            # probe only a few rounds later cost a short answer several percent (BENCHMARKS.md, "Which mode pays
+            # on which prompt").
+            self.probing = True
+            if self.timed_step_s > 0:
                 c = self.draft_cost / self.timed_step_s
                 first = max(1, min(first, int(FIRST_DRAFT_STEPS / c) if c > 0 else first))
                 return self._decide("first", first, f"drafting {first}: the first round measures the acceptance "
