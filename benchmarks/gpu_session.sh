@@ -25,6 +25,11 @@
 #                                                                in the app since it cost more than it gave),
 #                                                                compiled; where the tokens part, and the margin
 #                                                                (then the app's end mid-compile: q, SIGTERM)
+#   bash benchmarks/gpu_session.sh guesses  carry: .gpu/b        after 'tests', 'prep' or 'lease1' (same machine):
+#                                                                token recycling and lookahead decoding against
+#                                                                greedy, pld and suffix on the shipped prompt set
+#                                                                (SmolLM2 bf16, CUDA graphs), then recycling warm
+#                                                                (issue 74's GPU figures; about 6 minutes)
 # SKIP_PHI3=1 (tests) and SKIP_APP=1 (smol) leave out those parts when the device time is short.
 #
 # A lease of 15 minutes (the machine's start included) holds two calls back to back, each phase's runs cut short:
@@ -88,7 +93,7 @@
 # carries at most 64 MiB): 'tests' leaves the first in /root/keep and 'smol' joins it to the second, so
 # 'smol' must run on the same machine (the next call within 30 s keeps it). Everything lands in $OUT.
 set -uo pipefail
-phase=${1:?phase: unmet3, unmet1, unmet2, cure, age, changes, prep, lease1, lease2, tests, smol, drafts, app, grammar, trees, phi3 or behind}
+phase=${1:?phase: guesses, unmet3, unmet1, unmet2, cure, age, changes, prep, lease1, lease2, tests, smol, drafts, app, grammar, trees, phi3 or behind}
 OUT=${OUT:-/tmp/decode-tui-out}
 LIMIT=${LIMIT:-540}  # seconds for the phase's main command, so what it wrote comes back inside the call's 600
 mkdir -p "$OUT" /root/keep
@@ -257,6 +262,19 @@ phi3)
 trees)  # after 'smol' on the same machine (its model is in /root/keep)
     timeout 280 python3 benchmarks/trees.py --device cuda --dtype bfloat16 --repeats "${REPEATS:-3}" \
         --json "$OUT/gpu-trees.json" 2>&1 | tee "$OUT/gpu-trees.log"
+    ;;
+guesses)  # after 'tests', 'prep' or 'lease1' on the same machine (the first half of SmolLM2's wheel is kept)
+    join_smol || exit 1
+    timeout 300 decode-tui bench --device cuda --dtype bfloat16 --fast --modes greedy,pld,suffix,recycle,lookahead \
+        --repeats "${REPEATS:-3}" --max-new-tokens 96 --prompts benchmarks/prompts.jsonl --format json \
+        > "$OUT/gpu-guesses.json" 2> "$OUT/gpu-guesses.log"
+    # Warm: a story fills the matrix, then a similar story is timed from it (each repeat from the same file).
+    decode-tui generate --device cuda --dtype bfloat16 --fast --mode recycle --recycle-state /tmp/warm.pt \
+        --max-new-tokens 128 -p "Write a short story about a fisherman who finds a map in a net." > /dev/null 2>&1
+    timeout 150 decode-tui bench --device cuda --dtype bfloat16 --fast --modes greedy,recycle,lookahead \
+        --recycle-state /tmp/warm.pt --repeats "${REPEATS:-3}" --max-new-tokens 96 --format json \
+        -p "Write a short story about a lighthouse keeper who finds a message in a bottle." \
+        > "$OUT/gpu-recycle-warm.json" 2> "$OUT/gpu-recycle-warm.log"
     ;;
 grammar)  # after 'smol' on the same machine (its model is in /root/keep)
     timeout 230 python3 benchmarks/stage_cost.py --only overlap,grammar --repeats "${REPEATS:-5}" --new-tokens 96 \

@@ -217,9 +217,8 @@ class AdaptiveDraftLength:
             return self._choose_by_replay()
         if self.rounds == 1:  # the acceptance, and what a drafted token costs unless it was timed
             first = min(self.max_k, FIRST_DRAFT)
-            if self.timed_step_s > 0:
-                if self._ceiling_before_drafting() < CEILING:
-                    return self._no_ceiling()
+            if self.timed_step_s > 0 and self._ceiling_before_drafting() < CEILING:
+                return self._no_ceiling()
             # The first draft is a probe, backed off like one where it was fruitless: on open-ended text a second
             # probe only a few rounds later cost a short answer several percent (BENCHMARKS.md, "Which mode pays
             # on which prompt").
