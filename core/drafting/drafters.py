@@ -63,6 +63,8 @@ class Draft:
     # round that drafted; more after plain steps it skipped (a catch-up, which is no draft step's cost), unless
     # it was made from the target, which hands it the keys and values of those instead.
     fed: int | None = None  # None: a drafter that is fed nothing (a copy from the text)
+    # What it drafted from, for its view: labelled rows of token ids (lookahead's window levels, recycling's rows).
+    rows: tuple[tuple[str, tuple[int, ...]], ...] | None = None
 
     @property
     def tree(self) -> TokenTree | None:

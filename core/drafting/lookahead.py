@@ -98,7 +98,7 @@ class LookaheadDrafter:
         self.levels: list[list[int]] = []
         self.anchor = 0  # the context length the window's positions count from
         self.pool: dict[int, list[tuple[int, ...]]] = {}  # first token -> its newest n-grams' other N - 1 tokens
-        self.harvested: list[tuple[int, ...]] = []  # the n-grams the last forward added to the pool
+        self.harvested: list[tuple[int, ...]] = []  # the n-grams the last forward that read the window added
         self._read: tuple[tuple[int, ...], list[int]] | None = None  # the last tree's tokens, each column's last node
 
     def _start(self, context: Sequence[int]) -> None:
@@ -167,15 +167,17 @@ class LookaheadDrafter:
         if not tokens:
             return Draft([], stopped="the window reaches no further than the pending token")
         self._read = (tuple(tokens), last)
-        return Draft(tokens, parents=tuple(parents), sources=tuple(sources))
+        rows = [(f"level {j + 1}", (pending, *level[1:]) if j == 0 else tuple(level)) for j, level in enumerate(levels)]
+        rows += [("harvested", ngram) for ngram in self.harvested]
+        return Draft(tokens, parents=tuple(parents), sources=tuple(sources), rows=tuple(rows))
 
     def observed(self, tokens: Sequence[int], logits: torch.Tensor) -> None:
         """After the tree this drafter proposed (``tokens`` = the pending token and its nodes): the next level is
         the target's argmax after each column's last level, and every column becomes an n-gram of the pool."""
         read, self._read = self._read, None
-        self.harvested = []
         if read is None or tuple(tokens[1:]) != read[0] or logits.shape[0] != len(tokens):
             return  # a plain step's, the prefill's, or a tree the grammar cut: the window waits
+        self.harvested = []
         last = read[1]
         fed = [n for n in last if n != -2]
         top = logits[[1 + n for n in fed]].argmax(-1).tolist() if fed else []  # [fed]: the next level's guesses

@@ -165,9 +165,11 @@ class RecyclingDrafter:
             sources.append(f"guess {rank + 1} after the token above")
         if not tokens:
             return Draft([], stopped="the matrix has no row for the last token yet")
+        # The rows read, each as its token and then its guesses, for the view.
+        read = tuple(("row", (token, *(t for t in row if t != EMPTY))) for token, row in rows.items())
         if all(p == i - 1 for i, p in enumerate(parents)):  # a chain: verified the chain's way
-            return Draft(tokens, sources=tuple(sources))
-        return Draft(tokens, parents=tuple(parents), sources=tuple(sources))
+            return Draft(tokens, sources=tuple(sources), rows=read)
+        return Draft(tokens, parents=tuple(parents), sources=tuple(sources), rows=read)
 
     def observed(self, tokens: Sequence[int], logits: torch.Tensor) -> None:
         self.matrix.observe(tokens, logits)

@@ -324,6 +324,9 @@ class DraftProposed(Event):
     stopped: str | None = _optional()
     parents: tuple[int, ...] | None = _optional()
     sources: tuple[str, ...] | None = _optional()
+    # What the drafter drafted from, row by row, where its view shows it (lookahead: the window's levels and the
+    # n-grams the last forward harvested; recycle: the matrix rows read).
+    rows: tuple[DraftRow, ...] | None = _optional()
 
     def __post_init__(self) -> None:
         # A recording read back is checked here too: a malformed tree is refused before it is drawn.
@@ -343,6 +346,16 @@ class DraftProposed(Event):
     def tree(self) -> TokenTree | None:
         """The draft as a token tree; None for a chain."""
         return TokenTree(self.token_ids, self.parents) if self.parents is not None else None
+
+
+@dataclass(frozen=True)
+class DraftRow:
+    """One labelled row of tokens a drafter drafted from, as its view draws it: a level of lookahead's Jacobi
+    window, an n-gram it harvested, a row of token recycling's matrix."""
+
+    label: str
+    token_ids: tuple[int, ...]
+    texts: tuple[str, ...]
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from ..execution.target import Target
 from ..live import LiveParams
 from ..params import SamplingParams
 from ..record.draft_stats import DraftStats, caught_up
-from ..record.events import DraftProposed, DraftVerified, Event, PositionVerdict
+from ..record.events import DraftProposed, DraftRow, DraftVerified, Event, PositionVerdict
 from ..record.transcript import Transcript
 from .adaptive import AdaptiveDraftLength
 from .plain_steps import plain_steps
@@ -110,6 +110,8 @@ def proposed(round_: int, kind: str, draft: Draft, drafted: list[int], label: Ca
         copy_end=copied[0] + len(drafted) if copied and draft.parents is None else copied[1] if copied else None,
         max_tokens=k, stopped=draft.stopped if len(drafted) < k else None,
         parents=draft.parents, sources=draft.sources,
+        rows=tuple(DraftRow(name, ids, tuple(label(t) for t in ids)) for name, ids in draft.rows) if draft.rows
+        else None,
     )
 
 

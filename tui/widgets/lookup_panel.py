@@ -5,7 +5,9 @@ n-gram and the span copied after it, both highlighted with theme styles,
 with the tail of the context (the n-gram that was looked up) marked too.
 Suffix drafting copies from suffix trees, not from one span: there the
 panel shows the pattern matched at the text's end and which trees the
-draft came from.
+draft came from. A drafter that copies nothing but says what it drafted
+from, row by row (lookahead's Jacobi window and harvested n-grams, token
+recycling's matrix rows), gets those rows.
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ class LookupPanel(LivePanel):
             return self._suffix_text(p, before)
         if p is None:
             return None
+        if p.rows:
+            return self._rows_text(p)
         if p.match_start is None or p.copy_start is None:
             return self._unplaced_text(p)
         match_style = self.style_of("lookup-panel--match")
@@ -84,6 +88,24 @@ class LookupPanel(LivePanel):
         if self.last_accepted is not None:
             head.append(f"; the target kept {self.last_accepted}")
         return head
+
+    def _rows_text(self, p: DraftProposed) -> Text:
+        """A round whose drafter says what it drafted from, row by row (lookahead's window levels and the n-grams
+        it harvested, recycling's matrix rows): the round's counts, then each row, its first token marked where the
+        row is a token's guesses."""
+        text = self._unplaced_text(p)
+        match_style, copy_style = self.style_of("lookup-panel--match"), self.style_of("lookup-panel--copy")
+        rows = p.rows or ()
+        width = max(len(row.label) for row in rows)
+        for row in rows:
+            text.append(f"\n{row.label:<{width}}  ")
+            shown = [repr(t)[1:-1] or "∅" for t in row.texts]
+            if row.label == "row" and shown:  # a matrix row: the token, then its guesses, most likely first
+                text.append(shown[0], style=match_style)
+                text.append(" → " + " · ".join(shown[1:]), style=copy_style)
+            else:
+                text.append(" · ".join(shown), style=copy_style if row.label == "harvested" else "")
+        return text
 
     def _headline(self, p: DraftProposed, what: str, match: tuple[int, int], found: str) -> Text:
         """A round's first line: what was matched, its tokens in the match style, where it was found, and how many
