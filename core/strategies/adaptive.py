@@ -41,6 +41,10 @@ PRIOR_ACCEPTANCE = 0.6
 # host between rounds, with the device idle, and on prose where nothing is copied a larger share cost adaptive PLD
 # its place beside greedy on a GPU (BENCHMARKS.md, "Each mode on a GPU").
 REPLAY_SHARE = 1 / 100
+# A replayed draft length is drafted only where it beat plain steps on the run so far by this share: on a question
+# about a given text, copies of its words that the answer left at once cost prompt lookup a fifth of greedy's speed
+# when the slightly best replayed length was drafted (BENCHMARKS.md, "Which mode pays on which prompt").
+REPLAY_MARGIN = 0.1
 
 
 class AdaptiveDraftLength:
@@ -92,7 +96,8 @@ class AdaptiveDraftLength:
     replayed exactly as :mod:`~decode_tui.core.analysis.whatif` does) needs neither the
     geometric model nor probes: given ``replay``, the policy replays the run so
     far under every fixed k (0 .. max), prices each forward at the width it
-    had, and keeps the fastest k (the longer on a tie: copies come in runs).
+    had, and keeps the fastest k (the longer on a tie: copies come in runs)
+    where it beats plain steps by REPLAY_MARGIN.
     It drafts the most until two widths are timed and the run has MIN_HISTORY
     tokens, then re-evaluates every few rounds, within a hundredth of the
     run's time (REPLAY_SHARE; BENCHMARKS.md, the adaptive draft length's
@@ -181,7 +186,10 @@ class AdaptiveDraftLength:
         prices = self._prices(fit)
         seconds = {k: sum(prices[w - 1] for w in self.replay(k)) for k in range(self.max_k + 1)}
         self.replay_s = time.perf_counter() - started
-        return min(seconds, key=lambda k: (seconds[k], -k))  # on a tie the longer draft: copies come in runs
+        best = min(seconds, key=lambda k: (seconds[k], -k))  # on a tie the longer draft: copies come in runs
+        # The best of max_k fixed lengths on the run so far overstates its gain (the past's lucky copies pick it):
+        # it must beat plain steps by REPLAY_MARGIN to be drafted.
+        return best if seconds[best] < (1 - REPLAY_MARGIN) * seconds[0] else 0
 
     def _decide(self, kind: str, k: int, reason: str) -> int:
         self.decision, self.reason, self.asked = (kind, k), reason, k
