@@ -67,6 +67,29 @@ def test_the_page_lists_every_lesson_and_keys_play_one_to_its_end(isolated_env: 
         shows(page, first_pause)
 
 
+@pytest.mark.parametrize("name", ["recycling", "fixed-point"])
+def test_the_guessing_modes_lessons_play_to_their_end_in_the_page(isolated_env: dict[str, str], name: str) -> None:
+    """Token recycling's and lookahead's lessons, picked from the list with the arrow keys, reach every moment and
+    their summary in the browser."""
+    lessons = shipped()
+    at = next(i for i, entry in enumerate(lessons) if entry.name == name)
+    lesson = lessons[at]
+    with serving(env=isolated_env) as served, chromium() as browser:
+        page = open_page(browser, served)
+        shows(page, "Lessons", lesson.title[:40])
+        press(page, *["ArrowDown"] * at, "Enter")
+        shows(page, "REPLAY of the lesson's recording", lesson.intro.split()[0])
+        left = {" ".join(pause.text.split()[:3]) for pause in lesson.pauses}
+        for _ in range(len(left) + 1):
+            reached = next_moment(page, left)
+            left -= reached
+            if not reached:
+                break
+        assert not left, f"the lesson ended before its moments {left}"
+        shows(page, "This run:", " ".join(lesson.summary.split()[:2]))
+        assert not any("Traceback" in line for line in served.lines)
+
+
 def test_two_tabs_play_independently_the_next_gets_the_full_page_and_a_closed_one_ends(
         isolated_env: dict[str, str]) -> None:
     with serving("--max-sessions", "2", env=isolated_env) as served, chromium() as browser:

@@ -502,6 +502,7 @@ async def test_at_80x24_each_pause_shows_what_its_narration_points_at(lesson: Le
     the drafting modes the newest round's row; in beam search the newest step's open beams. A narration taller
     than its panel says there is more, and PgDn reaches its end (the json-schema summary stopped mid-sentence with
     no sign that more followed)."""
+    from decode_tui.core.modes import MODE_SPECS
     from decode_tui.core.record.events import BeamStepped, DraftVerified, TokenSampled
     from decode_tui.tui.widgets.beam_panel import BeamPanel
     from decode_tui.tui.widgets.candidates import STAGE_NAMES, CandidatesPanel, stage_note
@@ -522,7 +523,8 @@ async def test_at_80x24_each_pause_shows_what_its_narration_points_at(lesson: Le
             _assert_more_is_signed(narration, pause.on)
             verified = [e for _, e in app.view.trace if isinstance(e, DraftVerified)]
             if verified:  # the drafting modes: the newest round's row, with its verdicts, is on screen
-                panel = app.query_one("#pld-rounds" if lesson.mode in ("pld", "suffix") else "#panel-draft", DraftPanel)
+                where = "#pld-rounds" if MODE_SPECS[lesson.mode].view == "lookup" else "#panel-draft"
+                panel = app.query_one(where, DraftPanel)
                 rows = " ".join(_shown(panel))
                 assert f"r{verified[-1].round} " in rows, (pause.on, rows)
             steps = [e for _, e in app.view.trace if isinstance(e, BeamStepped)]

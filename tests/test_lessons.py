@@ -13,7 +13,7 @@ from decode_tui.lessons import LessonError, Pause, PauseTracker, load, parse, sh
 
 SHIPPED = ["greedy-vs-sampling", "repetition-penalty", "beam-search", "speculative", "prompt-lookup",
            "when-drafting-does-not-pay", "adaptive-draft-length", "what-if", "min-p", "json-schema",
-           "why-trees"]
+           "why-trees", "recycling", "fixed-point"]
 
 
 def test_the_lessons_ship_and_their_settings_are_what_run_accepts() -> None:

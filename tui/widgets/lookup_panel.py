@@ -102,7 +102,7 @@ class LookupPanel(LivePanel):
             shown = [repr(t)[1:-1] or "∅" for t in row.texts]
             if row.label == "row" and shown:  # a matrix row: the token, then its guesses, most likely first
                 text.append(shown[0], style=match_style)
-                text.append(" → " + " · ".join(shown[1:]), style=copy_style)
+                text.append(" → " + (" · ".join(shown[1:]) or "(no guesses yet)"), style=copy_style)
             else:
                 text.append(" · ".join(shown), style=copy_style if row.label == "harvested" else "")
         return text
