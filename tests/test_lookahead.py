@@ -57,6 +57,7 @@ def test_the_next_level_is_the_targets_argmax_and_every_column_goes_to_the_pool(
     # The round kept the target's 40 (no draft accepted): the context gained one token, as the window counted.
     again = d.propose([5, 6, 7, 40], 4, [], True, None)
     assert again.token_ids == [41], "level 0's column 1 guesses the next token; no n-gram starts with 40 yet"
+    assert again.rows == (("level 1", (40, 41)), ("harvested", (7, 40)), ("harvested", (7, 41))), again.rows
 
 
 def test_the_pool_keeps_the_newest_g_and_none_twice() -> None:

@@ -185,3 +185,19 @@ def test_a_run_starts_from_the_last_runs_matrix_and_bench_repeats_start_cold(byt
     run(model, byte_bpe, repeat, [9, 10, 11], 16, k=5)
     repeat.close()
     assert built(DraftParams())[0].matrix.filled() == filled, "a benchmark's run wrote nothing back"
+
+
+def test_a_draft_shows_the_rows_it_read_and_the_rows_written_since_the_last_round() -> None:
+    d = drafter(k=2, budget=4, depth=3)
+    d.matrix.rows[3] = torch.tensor([40, 41], dtype=torch.int32)
+    logits = torch.zeros(1, V)
+    logits[0, [42, 40]] = torch.tensor([2.0, 1.0])
+    d.observed([3], logits)  # the target read token 3 again: its row becomes [42, 40]
+    draft = d.propose([1, 2, 3], 3, [], True, None)
+    assert draft.rows is not None
+    labels = [label for label, _ in draft.rows]
+    assert ("row", (3, 42, 40)) in draft.rows, "the row read, as it is now"
+    assert ("written", (3, 42, 40)) in draft.rows and ("was", (3, 40, 41)) in draft.rows
+    assert labels.index("was") == labels.index("written") + 1
+    again = d.propose([1, 2, 3], 3, [], True, None)
+    assert again.rows is not None and "written" in [label for label, _ in again.rows], "kept until the next write"

@@ -1434,6 +1434,41 @@ async def test_a_short_lookup_panel_keeps_the_match_and_the_copy_in_view() -> No
 
 
 @in_event_loop
+async def test_the_lookup_panel_draws_what_a_drafter_drafted_from_row_by_row() -> None:
+    """Lookahead's window levels and harvested n-grams, recycling's rows read and written: each row under its label,
+    a written row's changed guesses styled apart from those it kept."""
+    from decode_tui.core.record.events import DraftProposed, DraftRow
+
+    app, _ = make("recycle")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        panel = app.query_one(LookupPanel)
+        panel.reset(())
+        rows = (DraftRow("row", (1, 2, 3), (" the", " sea", " ship")),
+                DraftRow("written", (4, 5, 6), (" sea", " was", " is")),
+                DraftRow("was", (4, 5, 7), (" sea", " was", " and")),
+                DraftRow("row", (8,), (" calm",)))
+        proposed = DraftProposed(round=7, drafter="recycle", token_ids=(2,), texts=(" sea",), parents=(-1,),
+                                 rows=rows)
+        panel.show(proposed, 1)
+        await pilot.pause()
+        shown = " ".join(" ".join(_shown(panel)).split())
+        for line in ("round 7: recycle drafted 1 token", "row the → sea · ship", "written sea → was · is",
+                     "was sea → was · and", "row calm → (no guesses yet)"):
+            assert line in shown, (line, shown)
+        text = panel._text(0)
+        assert text is not None
+
+        def style_at(at: int) -> list[str]:
+            return [str(span.style) for span in text.spans if span.start <= at < span.end]
+
+        written = text.plain.index("written")
+        kept, changed = text.plain.index(" was", written), text.plain.index(" is", written)
+        assert style_at(kept) and style_at(changed) and style_at(kept) != style_at(changed), \
+            "the changed guess is marked, the kept one not"
+
+
+@in_event_loop
 async def test_the_lookup_panel_counts_one_token_as_one() -> None:
     """It said "copied 1 tokens" and "the text's last 1 tokens '.' were seen before"."""
     from decode_tui.core.record.events import DraftProposed

@@ -47,6 +47,7 @@ EMPTY = -1  # a cell of a row not filled yet
 # token: what orders the template's nodes. Its shape matters more than its values (the paper's template is built
 # from measured acceptance by rank in the same way).
 RANK_PRIOR = (0.55, 0.15, 0.07, 0.04, 0.03, 0.02, 0.015, 0.01)
+WRITTEN_SHOWN = 4  # rows written back since the last round that a draft's view shows (the newest)
 
 
 class RecycledMatrix:
@@ -58,6 +59,8 @@ class RecycledMatrix:
         # (tokens, top-k) pairs whose writes wait for the next read: a topk on the device is queued now and read
         # back once, when the next draft needs the rows.
         self.pending: list[tuple[Sequence[int], torch.Tensor]] = []
+        # The rows the last flush changed, as (token, row before, row after): what the view shows as written back.
+        self.written: list[tuple[int, list[int], list[int]]] = []
 
     @property
     def vocab_size(self) -> int:
@@ -76,12 +79,21 @@ class RecycledMatrix:
             self.pending.append((tokens[:n], logits[:n].topk(k, dim=-1).indices))  # [n, k]
 
     def flush(self) -> None:
+        if not self.pending:
+            return
+        self.written = []
         for tokens, top in self.pending:
             last = {t: i for i, t in enumerate(tokens) if 0 <= t < self.vocab_size}  # a later read of a token wins
             if last:
                 top = top.to("cpu", torch.int32)
                 at = torch.as_tensor(list(last.values()), dtype=torch.long)
-                self.rows[torch.as_tensor(list(last), dtype=torch.long), : top.shape[1]] = top[at]
+                index = torch.as_tensor(list(last), dtype=torch.long)
+                before = self.rows[index].clone()  # [n, k]
+                self.rows[index, : top.shape[1]] = top[at]
+                after = self.rows[index]  # [n, k]
+                changed = (before != after).any(-1).tolist()
+                self.written += [(token, before[i].tolist(), after[i].tolist())
+                                 for i, token in enumerate(last) if changed[i]]
         self.pending.clear()
 
     def row(self, token: int) -> list[int]:
@@ -165,8 +177,13 @@ class RecyclingDrafter:
             sources.append(f"guess {rank + 1} after the token above")
         if not tokens:
             return Draft([], stopped="the matrix has no row for the last token yet")
-        # The rows read, each as its token and then its guesses, for the view.
-        read = tuple(("row", (token, *(t for t in row if t != EMPTY))) for token, row in rows.items())
+        # For the view: the rows read, each as its token and then its guesses; the rows the forwards since the last
+        # round wrote (the last few), each with what it held before.
+        read: tuple[tuple[str, tuple[int, ...]], ...] = tuple(
+            ("row", (token, *(t for t in row if t != EMPTY))) for token, row in rows.items())
+        for token, before, after in self.matrix.written[-WRITTEN_SHOWN:]:
+            read += (("written", (token, *(t for t in after if t != EMPTY))),
+                     ("was", (token, *(t for t in before if t != EMPTY))))
         if all(p == i - 1 for i, p in enumerate(parents)):  # a chain: verified the chain's way
             return Draft(tokens, sources=tuple(sources), rows=read)
         return Draft(tokens, parents=tuple(parents), sources=tuple(sources), rows=read)

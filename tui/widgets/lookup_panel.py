@@ -91,18 +91,26 @@ class LookupPanel(LivePanel):
 
     def _rows_text(self, p: DraftProposed) -> Text:
         """A round whose drafter says what it drafted from, row by row (lookahead's window levels and the n-grams
-        it harvested, recycling's matrix rows): the round's counts, then each row, its first token marked where the
-        row is a token's guesses."""
+        it harvested, recycling's matrix rows): the round's counts, then each row. A matrix row (``row``, and
+        ``written`` with the ``was`` it replaced) is a token, marked, then its guesses; a written row's guesses that
+        changed are marked too."""
         text = self._unplaced_text(p)
         match_style, copy_style = self.style_of("lookup-panel--match"), self.style_of("lookup-panel--copy")
         rows = p.rows or ()
         width = max(len(row.label) for row in rows)
-        for row in rows:
+        for i, row in enumerate(rows):
             text.append(f"\n{row.label:<{width}}  ")
             shown = [repr(t)[1:-1] or "∅" for t in row.texts]
-            if row.label == "row" and shown:  # a matrix row: the token, then its guesses, most likely first
-                text.append(shown[0], style=match_style)
-                text.append(" → " + (" · ".join(shown[1:]) or "(no guesses yet)"), style=copy_style)
+            if row.label in ("row", "written", "was") and shown:  # a token, then its guesses, most likely first
+                text.append(shown[0], style=match_style if row.label != "was" else "dim")
+                text.append(" → ")
+                was = rows[i + 1].token_ids[1:] if row.label == "written" and i + 1 < len(rows) else None
+                if len(shown) == 1:
+                    text.append("(no guesses yet)", style="dim")
+                for j, guess in enumerate(shown[1:]):
+                    changed = was is not None and (j >= len(was) or was[j] != row.token_ids[1 + j])
+                    style = "dim" if row.label == "was" else match_style if changed else copy_style
+                    text.append(("" if j == 0 else " · ") + guess, style=style)
             else:
                 text.append(" · ".join(shown), style=copy_style if row.label == "harvested" else "")
         return text
