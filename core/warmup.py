@@ -101,7 +101,9 @@ def warming(lm: LoadedModel, prompt: str, config: DecodeConfig,
 
 def _how_far(mode: str, tokens: int, rounds: int, whole: bool, max_new: int, drafting: bool) -> str:
     """``warming up speculative: 12 tokens, draft round 1 of 2 verified``."""
-    said = f"warming up {mode}: {tokens} of {max_new if whole else WARM_TOKENS} tokens"
+    goal = max_new if whole else WARM_TOKENS
+    # A drafting warm-up goes on past its tokens until its rounds are verified: then the count alone.
+    said = f"warming up {mode}: {tokens} of {goal} tokens" if tokens <= goal else f"warming up {mode}: {tokens} tokens"
     if drafting:
         said += f", draft round {min(rounds, WARM_ROUNDS)} of {WARM_ROUNDS} verified"
     return said

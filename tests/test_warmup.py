@@ -97,6 +97,11 @@ def test_a_warm_up_says_how_far_along_it_is(lm: Any, mode: str) -> None:
     assert lines[0] == f"warming up {mode}: the prompt's prefill"
     assert lines[1].startswith(f"warming up {mode}: ") and len(lines) > 2
     assert f"{WARM_TOKENS} of {WARM_TOKENS} tokens" in lines[-1] or mode == "pld"
+    counted = [int(line.split(": ")[1].split()[0]) for line in lines[1:] if " tokens" in line]
+    assert all(f"{n} of {WARM_TOKENS} tokens" in line or n > WARM_TOKENS for n, line in
+               zip(counted, [line for line in lines[1:] if " tokens" in line], strict=True))
+    assert not any(f"{n} of {WARM_TOKENS} tokens" in line for line in lines for n in range(WARM_TOKENS + 1, 99)), \
+        "no count past its goal (a drafting warm-up said '15 of 8 tokens')"
     if mode == "pld":
         assert any(f"draft round 1 of {WARM_ROUNDS} verified" in line for line in lines), lines
 
