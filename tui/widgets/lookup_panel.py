@@ -83,8 +83,11 @@ class LookupPanel(LivePanel):
 
     def _unplaced_text(self, p: DraftProposed) -> Text:
         """A round whose drafter says where nothing came from (no span, no trees' sources): its draft alone."""
-        head = Text(f"round {p.round}: {p.drafter} drafted {count(len(p.token_ids), 'token')} ")
-        head.append(repr("".join(p.texts)), style=self.style_of("lookup-panel--copy"))
+        if p.parents is not None:  # a tree's nodes joined would read as one text, which no path of it is
+            head = Text(f"round {p.round}: {p.drafter} drafted a tree of {count(len(p.token_ids), 'node')}")
+        else:
+            head = Text(f"round {p.round}: {p.drafter} drafted {count(len(p.token_ids), 'token')} ")
+            head.append(repr("".join(p.texts)), style=self.style_of("lookup-panel--copy"))
         if self.last_accepted is not None:
             head.append(f"; the target kept {self.last_accepted}")
         return head
