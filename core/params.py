@@ -260,7 +260,7 @@ class DraftParams:
                 raise UsageError(f"--lookahead-{name} takes {low} to {high}, not {value}.")
         w, n = self.lookahead_window, self.lookahead_ngram
         if w is not None and n is not None:  # checked again once the device has sized what is not given
-            lookahead_nodes(w, n, w if self.lookahead_guesses is None else self.lookahead_guesses)
+            check_lookahead(w, n, w if self.lookahead_guesses is None else self.lookahead_guesses)
         if self.tree_budget is not None and not 1 <= self.tree_budget <= MAX_TREE_BUDGET:
             raise UsageError(f"--tree-budget takes 1 to {MAX_TREE_BUDGET} drafted nodes a verification, not "
                              f"{self.tree_budget}. Leave it out for the device's own budget.")
@@ -296,19 +296,24 @@ MAX_TREE_BUDGET = 512  # nodes: a verification that wide costs many steps on any
 MAX_LOOKAHEAD = 64  # lookahead's columns and guesses: the paper's widest window is 15 (W + G nodes a level)
 MAX_NGRAM = 8  # lookahead's n-gram length: every level adds a row of W nodes to a forward
 
+
 def lookahead_nodes(window: int, ngram: int, guesses: int) -> int:
-    """The nodes one lookahead forward reads past the pending token: level 0's columns but the first, W a higher
-    level, N - 1 for each of G n-grams (core/drafting/lookahead.py); a UsageError where that is no window or too
-    wide a one."""
+    """The nodes one lookahead forward reads past the pending token (core/drafting/lookahead.py): level 0's columns
+    but the first, W for each higher level, N - 1 for each of G n-grams."""
+    return (window - 1) + window * (ngram - 2) + guesses * (ngram - 1)
+
+
+def check_lookahead(window: int, ngram: int, guesses: int) -> None:
+    """A UsageError where W, N and G make no window (one column of one level: the pending token alone) or one wider
+    than any tree may be."""
     if window == 1 and ngram == 2:
         raise UsageError("A lookahead window of one column needs n-grams of 3 or more (--lookahead-ngram): with one "
                          "level it would hold only the pending token, and guess nothing.")
-    nodes = (window - 1) + window * (ngram - 2) + guesses * (ngram - 1)
+    nodes = lookahead_nodes(window, ngram, guesses)
     if nodes > MAX_TREE_BUDGET:
         raise UsageError(f"A lookahead window of W = {window}, N = {ngram} and G = {guesses} reads {nodes} nodes a "
                          f"forward, more than the {MAX_TREE_BUDGET} any tree may: narrow --lookahead-window, "
                          "--lookahead-ngram or --lookahead-guesses.")
-    return nodes
 
 
 ConstraintKind = Literal["json_schema", "regex", "grammar"]

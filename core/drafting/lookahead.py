@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..params import DraftParams, lookahead_nodes
+from ..params import DraftParams, check_lookahead, lookahead_nodes
 from ..token_tree import ROOT
 from .drafters import Draft, Drafter
 
@@ -59,7 +59,7 @@ class Shape:
     def nodes(self) -> int:
         """The nodes one forward reads at most: level 0's columns past the pending token, the higher levels, and G
         n-grams of N - 1 tokens after the pending one."""
-        return (self.window - 1) + self.window * (self.ngram - 2) + self.guesses * (self.ngram - 1)
+        return lookahead_nodes(self.window, self.ngram, self.guesses)
 
 
 def shape_for(budget: int) -> Shape:
@@ -185,7 +185,7 @@ class LookaheadDrafter:
         new = [next(guesses) if n != -2 else self.levels[-1][i] for i, n in enumerate(last)]
         columns = [[level[i] for level in self.levels] + [new[i]] for i in range(self.shape.window)]
         columns[0][0] = tokens[0]  # column 0 starts at the pending token itself
-        self.levels = [*self.levels[1:], new] if len(self.levels) > 1 else [new]
+        self.levels = [*self.levels[1:], new]
         self.anchor += 1  # the next level guesses one position further on
         for i, column in enumerate(columns):
             if last[i] != -2:
@@ -233,7 +233,7 @@ def shape_of(params: DraftParams, budget: int) -> Shape:
     if guesses is None:
         guesses = window if params.lookahead_window else sized.guesses
     shape = Shape(window, params.lookahead_ngram or sized.ngram, guesses)
-    lookahead_nodes(shape.window, shape.ngram, shape.guesses)
+    check_lookahead(shape.window, shape.ngram, shape.guesses)
     return shape
 
 

@@ -325,7 +325,7 @@ class DraftProposed(Event):
     parents: tuple[int, ...] | None = _optional()
     sources: tuple[str, ...] | None = _optional()
     # What the drafter drafted from, row by row, where its view shows it (lookahead: the window's levels and the
-    # n-grams the last forward harvested; recycle: the matrix rows read).
+    # n-grams the last forward harvested; recycle: the matrix rows read, and those written back with what they held).
     rows: tuple[DraftRow, ...] | None = _optional()
 
     def __post_init__(self) -> None:

@@ -43,7 +43,7 @@ PRIOR_ACCEPTANCE = 0.6
 REPLAY_SHARE = 1 / 100
 # A replayed draft length is drafted only where it beat plain steps on the run so far by this share: on a question
 # about a given text, copies of its words that the answer left at once cost prompt lookup a fifth of greedy's speed
-# when the slightly best replayed length was drafted (BENCHMARKS.md, "Which mode pays on which prompt").
+# when the slightly best replayed length was drafted (BENCHMARKS.md, "The floor where nothing can be copied").
 REPLAY_MARGIN = 0.1
 
 
@@ -228,8 +228,8 @@ class AdaptiveDraftLength:
             if self.timed_step_s > 0 and self._ceiling_before_drafting() < CEILING:
                 return self._no_ceiling()
             # The first draft is a probe, backed off like one where it was fruitless: on open-ended text a second
-            # probe only a few rounds later cost a short answer several percent (BENCHMARKS.md, "Which mode pays
-            # on which prompt").
+            # probe only a few rounds later cost a short answer several percent (BENCHMARKS.md, "The floor where
+            # nothing can be copied").
             self.probing = True
             if self.timed_step_s > 0:
                 c = self.draft_cost / self.timed_step_s
