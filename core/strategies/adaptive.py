@@ -9,6 +9,7 @@ events.
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections import deque
 
@@ -45,6 +46,13 @@ REPLAY_SHARE = 1 / 100
 # about a given text, copies of its words that the answer left at once cost prompt lookup a fifth of greedy's speed
 # when the slightly best replayed length was drafted (BENCHMARKS.md, "The floor where nothing can be copied").
 REPLAY_MARGIN = 0.1
+# A tree drafter's rounds are priced by what they measured: a tree round's tokens (decayed by this a round, from a
+# prior of one round that kept one drafted token) over its seconds. On a CPU a tree's forward costs about two plain
+# steps whatever its depth, so a tree round keeping under two tokens loses (BENCHMARKS.md, "The floor where nothing
+# can be copied"); a tree is drafted where that measure beats plain steps by TREE_MARGIN, as a replay must.
+TREE_DECAY = 0.9
+PRIOR_TREE_TOKENS = 2.0
+TREE_MARGIN = 0.1
 
 
 class AdaptiveDraftLength:
@@ -92,6 +100,15 @@ class AdaptiveDraftLength:
     doubles the wait to the next (up to 64 rounds), or more: enough for its
     cost over a plain step to be a share PROBES of the rounds between.
 
+    A drafter that drafts trees (``tree_budget`` nodes at most) and cannot be
+    replayed (token recycling, lookahead) is priced by its rounds, not by the
+    geometric model: a tree's forward costs what its nodes cost whatever its
+    depth, and its depth is no chain's, so the policy keeps what tree rounds
+    measured (the tokens each kept, decayed, over the median of their last
+    16 rounds' seconds) and drafts the whole tree where that beats a plain
+    step by TREE_MARGIN, else takes plain steps with probes as above, each a
+    whole tree.
+
     A drafter whose proposals are known without drafting (prompt lookup,
     replayed exactly as :mod:`~decode_tui.core.analysis.whatif` does) needs neither the
     geometric model nor probes: given ``replay``, the policy replays the run so
@@ -105,8 +122,12 @@ class AdaptiveDraftLength:
     """
 
     def __init__(self, max_k: int, probe_every: int = 8, replay: Replay | None = None, times_by_k: Times | None = None,
-                 stops_itself: bool = False) -> None:
+                 stops_itself: bool = False, tree_budget: int = 0) -> None:
         self.max_k = max_k
+        self.tree_budget = tree_budget  # the most nodes a draft tree has (0: the drafter drafts chains)
+        # A tree round's tokens kept (the target's own included) and seconds: decayed sums, and the last 16.
+        self.tree_tokens, self.tree_rounds = PRIOR_TREE_TOKENS, 1.0
+        self.tree_seconds: deque[float] = deque(maxlen=16)
         self.stops_itself = stops_itself  # the drafter ends a draft where it is unsure: choose 0 or max_k
         self.replay = replay
         self.replayed: int | None = None  # the k the last replay chose
@@ -148,15 +169,23 @@ class AdaptiveDraftLength:
         forget what the others cost and measure them again."""
         return fit_verify_costs(self.times_by_k)
 
-    def _prices(self, fit: tuple[float, float]) -> list[float]:
-        """Seconds to verify k = 0 .. max_k drafted tokens (:func:`~decode_tui.core.execution.widths.verify_prices`)."""
-        return verify_prices(self.times_by_k, self.max_k, fit, push=self.replay is None)
+    @property
+    def trees(self) -> bool:
+        """Whether rounds are priced as tree rounds: the drafter drafts trees and no replay prices its widths."""
+        return self.tree_budget > 0 and self.replay is None
+
+    def _prices(self, fit: tuple[float, float], widest: int = 0) -> list[float]:
+        """Seconds to verify k = 0 .. max(max_k, widest) drafted tokens (nodes, where a draft is a tree;
+        :func:`~decode_tui.core.execution.widths.verify_prices`)."""
+        return verify_prices(self.times_by_k, max(self.max_k, widest), fit, push=self.replay is None)
 
     def _best(self) -> int | None:
         """The k with the most expected tokens per second, or None before two draft lengths were timed."""
         fit = self._fit()
         if fit is None:
             return None
+        if self.trees:
+            return self._best_tree(fit)
         a = min(self.accepted_sum / self.trials_sum, 0.999)
         best_k, best_rate = 0, 0.0
         rates = []
@@ -178,13 +207,37 @@ class AdaptiveDraftLength:
                            default=0.0)
         return best_k
 
+    def _best_tree(self, fit: tuple[float, float]) -> int:
+        """The whole tree (max_k deep) where its rounds were measured to beat a plain step by TREE_MARGIN, else 0."""
+        prices = self._prices(fit, self.tree_budget)
+        self.step_s = prices[0]
+        self.c = self.draft_cost / prices[0] if prices[0] > 0 else 0.0
+        # Before a tree round was timed in this run (earlier runs' times gave the fit): the widest tree's price.
+        cost = statistics.median(self.tree_seconds) if self.tree_seconds else prices[self.tree_budget]
+        steps = cost / prices[0] if prices[0] > 0 else 1.0  # a tree round's seconds in plain steps
+        gain = self.tree_tokens / self.tree_rounds / steps
+        self.best_drafting = (self.max_k, gain)
+        self.ceiling = (self.max_k + 1) / steps  # every round keeping a path max_k deep
+        # Trees already drafted go on while they beat plain steps at all: the measure is noisy, and each return
+        # after a dip waits for a probe.
+        drafting = self.decision[0] == "draft"
+        return self.max_k if gain >= (1.0 if drafting else 1 + TREE_MARGIN) else 0
+
+    def _tree_why(self) -> str:
+        """The numbers a tree drafter's choice weighed, in words."""
+        tokens = self.tree_tokens / self.tree_rounds
+        gain = self.best_drafting[1]
+        return (f"a tree round keeps an estimated {tokens:.2f} tokens (from a prior of {PRIOR_TREE_TOKENS:.0f}) and "
+                f"costs {tokens / gain if gain > 0 else 0.0:.2f} plain steps: drafting goes {gain:.2f}x")
+
     def _replayed_best(self, fit: tuple[float, float]) -> int:
         """The fixed k that would have been fastest on the run so far, by an exact replay of the drafter."""
         assert self.replay is not None
         started = time.perf_counter()
-        # A forward of width w verifies w - 1 drafted tokens.
-        prices = self._prices(fit)
-        seconds = {k: sum(prices[w - 1] for w in self.replay(k)) for k in range(self.max_k + 1)}
+        # A forward of width w verifies w - 1 drafted tokens (a tree's nodes, which may be more than its depth k).
+        widths = {k: self.replay(k) for k in range(self.max_k + 1)}
+        prices = self._prices(fit, max((w for ws in widths.values() for w in ws), default=1) - 1)
+        seconds = {k: sum(prices[w - 1] for w in ws) for k, ws in widths.items()}
         self.replay_s = time.perf_counter() - started
         best = min(seconds, key=lambda k: (seconds[k], -k))  # on a tie the longer draft: copies come in runs
         # The best of max_k fixed lengths on the run so far overstates its gain (the past's lucky copies pick it):
@@ -274,6 +327,8 @@ class AdaptiveDraftLength:
         best = self._best()
         if best is None:
             return self.max_k
+        if self.trees:
+            return self._choose_tree(best)
         a = min(self.accepted_sum / self.trials_sum, 0.999)
         k_best, gain = self.best_drafting
         # The acceptance in words is the estimate the choice used, said to be one: after a few short rounds it
@@ -296,6 +351,17 @@ class AdaptiveDraftLength:
         return self._decide("draft", k, f"drafting {'up to ' if self.stops_itself else ''}{k}: at acceptance "
                             f"{a:.0%} and the verify times measured, it beats a plain step"
                             + (" (the draft stops by itself where it is unsure)" if self.stops_itself else ""))
+
+    def _choose_tree(self, best: int) -> int:
+        """A tree drafter's choice: the whole tree, plain steps, or a probe (a whole tree) now and then."""
+        why = self._tree_why()
+        if best:
+            return self._decide("draft", best, f"drafting a tree {best} deep: {why}")
+        if self.rounds >= self.next_probe:
+            self.probing = True
+            return self._decide("probe", self.max_k, f"a probe, a tree {self.max_k} deep: drafting does not pay "
+                                f"({why}), and a probe notices when that changes")
+        return self._decide("plain", 0, f"plain steps: {why}")
 
     def _measured_loss(self, a: float) -> str | None:
         """Why a draft that stops itself should not be asked for the most, though the geometric model says it
@@ -333,10 +399,11 @@ class AdaptiveDraftLength:
         self.rounds += steps - 1
 
     def observe(self, k: int, accepted: int, verify_s: float, draft_s: float, caught_up: bool | None = None,
-                ) -> None:
-        """A round that drafted ``k`` tokens (0: a plain step) of which ``accepted`` were kept, with its times.
-        ``caught_up``: whether its draft was first fed tokens it had skipped, where the loop knows
-        (:attr:`~decode_tui.core.drafting.drafters.Draft.fed`); None: assumed after every round that drafted nothing."""
+                nodes: int | None = None) -> None:
+        """A round that drafted ``k`` tokens (0: a plain step; a tree's depth) of which ``accepted`` were kept, with
+        its times. ``caught_up``: whether its draft was first fed tokens it had skipped, where the loop knows
+        (:attr:`~decode_tui.core.drafting.drafters.Draft.fed`); None: assumed after every round that drafted nothing.
+        ``nodes``: a tree's node count, the width its verification was timed at (None: a chain's, k)."""
         smooth = 0.3
         last_k, self.last_k = self.last_k, k
         # A clean measure of a draft's cost: no prefill (the first round), no catch-up. A draft made from the target
@@ -344,7 +411,11 @@ class AdaptiveDraftLength:
         # clean too, and the ceiling below can rule drafting out after the first of them.
         clean = self.rounds > 1 and (last_k > 0 if caught_up is None else not caught_up)
         self.spent_s += verify_s + draft_s
-        self.times_by_k.setdefault(k, deque(maxlen=16)).append(verify_s)
+        self.times_by_k.setdefault(k if nodes is None else nodes, deque(maxlen=16)).append(verify_s)
+        if k > 0 and self.tree_budget > 0:
+            self.tree_tokens = TREE_DECAY * self.tree_tokens + accepted + 1
+            self.tree_rounds = TREE_DECAY * self.tree_rounds + 1
+            self.tree_seconds.append(verify_s + draft_s)
         if k > 0:
             decay = 0.9
             self.accepted_sum = decay * self.accepted_sum + accepted

@@ -59,6 +59,7 @@ class Settings:
         drafter.tune(snapshot.draft)
         if policy is not None:
             policy.max_k, policy.stops_itself = self.num_draft_tokens, drafter.stops_itself
+            policy.tree_budget = drafter.tree_budget
 
 
 def plain_stretch(target: Target, transcript: Transcript, context: list[int], drafter: Drafter, s: Settings, k: int,
@@ -125,7 +126,8 @@ def verified_event(round_: int, v: Verified, cut: tuple[PositionVerdict, ...], d
     stats.record(v.depth, v.n, draft_s, verify_s, v.n + (v.extra is not None), draft.fed,
                  None if v.nodes is None else len(v.verdicts))
     if policy:
-        policy.observe(v.depth, v.n, verify_s, draft_s, None if draft.fed is None else caught_up(draft.fed))
+        policy.observe(v.depth, v.n, verify_s, draft_s, None if draft.fed is None else caught_up(draft.fed),
+                       None if v.nodes is None else len(v.fed))
     if not (v.verdicts or cut):
         return None
     # Where an accepted token ended the run, what the grammar cut after it never reached the output either.

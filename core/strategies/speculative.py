@@ -81,8 +81,8 @@ def speculative(
     target = Target(model, transcript, context, fast=fast, graphs=graphs, max_len=max_len, reuse=path is not None,
                     tree_width=drafter.tree_budget + 1)
     policy = AdaptiveDraftLength(num_draft_tokens, replay=drafter.replay(transcript),
-                                 times_by_k=target.times_by_k(len(context)),
-                                 stops_itself=drafter.stops_itself) if adaptive else None
+                                 times_by_k=target.times_by_k(len(context)), stops_itself=drafter.stops_itself,
+                                 tree_budget=drafter.tree_budget) if adaptive else None
     try:
         learn = drafter.observed if drafter.learns else None  # a drafter that learns reads every target forward
         raw, emitted = target.prefill(context, path, learn)  # [1, V]
