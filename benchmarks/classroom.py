@@ -223,7 +223,7 @@ def churn(batches: int) -> None:
     import aiohttp
 
     async def run() -> None:
-        with serving("--max-sessions", "40", env=dict(os.environ)) as server:
+        with serving("--max-sessions", "40", "--max-per-address", "40", env=dict(os.environ)) as server:
             served = psutil.Process(server.process.pid)
             async with aiohttp.ClientSession() as client:
                 async def tab() -> None:
@@ -268,7 +268,9 @@ def main() -> None:
         print(f"a live run of the first lesson, peak RSS of its process: {spread(peaks, 0)} MB")
         return
     counted: dict[int, list[Round]] = {1: [], args.tabs: []}
-    with serving("--max-sessions", str(args.tabs + 1), env=dict(os.environ)) as server, chromium() as browser:
+    seats = str(args.tabs + 1)
+    with serving("--max-sessions", seats, "--max-per-address", seats, env=dict(os.environ)) as server, \
+            chromium() as browser:
         for round_ in range(args.rounds + 1):
             for tabs in (1, args.tabs):
                 result = play(browser, server, tabs)

@@ -50,6 +50,13 @@ def bench(pythonpath: Path | None, args: list[str]) -> list[dict[str, Any]]:
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
 
+def row_key(row: dict[str, Any]) -> str:
+    """A bench row's mode, after its prompt's first words where the bench ran a prompt set (``--prompts``)."""
+    prompt = row.get("prompt")
+    return f"{prompt.splitlines()[-1][:40]}: {row['mode']}" if isinstance(prompt, str) and "category" in row \
+        else row["mode"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--before", required=True, help="the commit to compare against")
@@ -74,16 +81,16 @@ def main() -> None:
                 for side in (("before", "after") if r % 2 == 0 else ("after", "before")):
                     rows = bench(sides[side], extra)
                     runs[side].append(rows)
-                    print(f"round {r + 1} {side}: " + ", ".join(f"{row['mode']} {row['speedup']:.2f}x "
+                    print(f"round {r + 1} {side}: " + ", ".join(f"{row_key(row)} {row['speedup']:.2f}x "
                                                                 f"({row['tokens_per_s']:.1f} tok/s)" for row in rows),
                           flush=True)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=ROOT, check=False)
     summary: dict[str, dict[str, dict[str, Any]]] = {}
     for side, rounds in runs.items():
-        for mode in [row["mode"] for row in rounds[0]]:
-            speedups = [row["speedup"] for rows in rounds for row in rows if row["mode"] == mode]
-            rates = [row["tokens_per_s"] for rows in rounds for row in rows if row["mode"] == mode]
+        for mode in dict.fromkeys(row_key(row) for row in rounds[0]):
+            speedups = [row["speedup"] for rows in rounds for row in rows if row_key(row) == mode]
+            rates = [row["tokens_per_s"] for rows in rounds for row in rows if row_key(row) == mode]
             summary.setdefault(mode, {})[side] = {"speedup": statistics.median(speedups),
                                                   "speedup_range": [min(speedups), max(speedups)],
                                                   "tokens_per_s": statistics.median(rates),

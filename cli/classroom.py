@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import html
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -37,8 +39,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib.resources import files
 from pathlib import Path
+from urllib.parse import urlsplit
 
-from aiohttp import WSMsgType, web
+from aiohttp import ServerTimeoutError, WebSocketError, WSCloseCode, WSMsgType, web
 
 from ..core.errors import UsageError
 from ..tui.catalog import command_for
@@ -60,6 +63,7 @@ class ClassroomOptions:
     port: int = 8000
     token: str | None = None  # None: no token asked (on localhost)
     max_sessions: int = 40
+    max_per_address: int = 4  # tabs open at once from one network address
     idle_minutes: float = 20.0
     recordings: Path | None = None
     live: bool = False
@@ -73,7 +77,8 @@ class Session:
     number: int
     websocket: web.WebSocketResponse
     size: tuple[int, int]
-    folder: Path  # its processes' working folder, removed with it
+    folder: Path | None  # its processes' working folder, removed with it; None until its websocket is open
+    address: str = ""  # the tab's network address
     playing: str = "the start screen"
     live: bool = False
     process: asyncio.subprocess.Process | None = None
@@ -95,10 +100,32 @@ def clamp(value: object, high: int, default: int) -> int:
         return default
 
 
+class Refusals:
+    """What the server refused or cut off, for the teacher's console: a line for each kind at most every
+    EVERY_S seconds, the rest counted into the next, so a flood of bad requests cannot flood the console."""
+
+    EVERY_S = 10.0
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self.say = say
+        self.last: dict[str, float] = {}  # kind -> when it was last said
+        self.held: dict[str, int] = {}  # kind -> how many since, unsaid
+
+    def __call__(self, kind: str, line: str) -> None:
+        now = time.monotonic()
+        if now - self.last.get(kind, -self.EVERY_S) < self.EVERY_S:
+            self.held[kind] = self.held.get(kind, 0) + 1
+            return
+        held = self.held.pop(kind, 0)
+        self.last[kind] = now
+        self.say(line + (f" (and {held} more like it since the last such line)" if held else ""))
+
+
 class Classroom:
     def __init__(self, options: ClassroomOptions, say: Callable[[str], None]) -> None:
         self.options = options
         self.say = say  # a line for the teacher's console
+        self.refused = Refusals(say)
         self.sessions: dict[int, Session] = {}
         self.opened = 0
         self.closing = False
@@ -108,7 +135,7 @@ class Classroom:
     def web_app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024)
         app.add_routes([web.get("/", self.handle_index), web.get("/ws/{key}", self.handle_websocket),
-                        web.static("/static", STATIC, show_index=False)])
+                        web.get("/favicon.ico", self.handle_favicon), web.static("/static", STATIC, show_index=False)])
         return app
 
     def allowed(self, given: str | None) -> bool:
@@ -118,44 +145,118 @@ class Classroom:
     def full(self) -> bool:
         return len(self.sessions) >= self.options.max_sessions
 
+    def host_refused(self, request: web.Request) -> str | None:
+        """Why the request's Host header is refused, or None: the page copies it into the websocket's address, so
+        it must be a host name or address and a port, nothing else; and where no token is asked (this machine
+        alone), a name for this machine, so that a page from another site whose name was pointed at 127.0.0.1 is
+        not served (DNS rebinding)."""
+        host = request.host
+        if not HOST.fullmatch(host):
+            return "a Host header that is no host name"
+        name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+        if self.options.token is None and name.strip("[]").lower() not in LOCAL_NAMES:
+            return f"Host {host}, not this machine's name, where no token is asked"
+        return None
+
+    def origin_refused(self, request: web.Request) -> str | None:
+        """Why the websocket's Origin is refused, or None: a browser says which page opens a websocket, and only
+        this server's own page may (another site's script could otherwise take a seat with the token in its
+        address). A client that names no page (no Origin) is not a browser page and is let in."""
+        origin = request.headers.get("Origin")
+        if origin is None:
+            return None
+        if urlsplit(origin).netloc.lower() != request.host.lower():
+            return f"a page from {origin[:80]!r}, not this server's"
+        return None
+
+    def refuse(self, request: web.Request, status: int, kind: str, why: str) -> None:
+        self.refused(kind, f"refused {request.remote or 'a client'} ({status}): {why}")
+
     async def handle_index(self, request: web.Request) -> web.Response:
+        if (bad_host := self.host_refused(request)) is not None:
+            self.refuse(request, 400, "host", bad_host)
+            return web.Response(status=400, text="This page is served under this machine's address only.\n")
         if not self.allowed(request.query.get("token")):
+            self.refuse(request, 403, "token", "no access token")
             return web.Response(status=403, text="This classroom needs its access token: open the whole address "
                                 "the teacher's console shows (it ends in ?token=...).\n")
         if self.full() or self.closing:
+            self.refuse(request, 503, "full", f"the class is full ({len(self.sessions)} tabs)")
             return web.Response(status=503, content_type="text/html", text=full_page(self.options.max_sessions))
         scheme = "wss" if request.secure else "ws"
-        page = (self.page.replace("{{ websocket_url }}", f"{scheme}://{request.host}/ws/{self.options.token or '-'}")
+        address = html.escape(f"{scheme}://{request.host}/ws/{self.options.token or '-'}", quote=True)
+        page = (self.page.replace("{{ websocket_url }}", address)
                 .replace("{{ font_size }}", str(clamp(request.query.get("fontsize", "16"), 64, 16))))
         return web.Response(text=page, content_type="text/html")
 
+    async def handle_favicon(self, request: web.Request) -> web.Response:
+        return web.Response(body=FAVICON, content_type="image/svg+xml")
+
+    def seat_refused(self, request: web.Request) -> web.HTTPException | None:
+        """The answer that refuses a websocket a seat (and says why on the console), or None: it may open one."""
+        checks = (
+            (self.host_refused(request), 400, "host", web.HTTPBadRequest),
+            (None if self.allowed(None if self.options.token is None else request.match_info["key"]) else
+             "no access token", 403, "token", web.HTTPForbidden),
+            (self.origin_refused(request), 403, "origin", web.HTTPForbidden),
+            ("the class is full" if self.full() or self.closing else None, 503, "full", web.HTTPServiceUnavailable),
+            (f"{self.options.max_per_address} tabs are open from its address already"
+             if sum(s.address == (request.remote or "") for s in self.sessions.values())
+             >= self.options.max_per_address else None, 429, "address", web.HTTPTooManyRequests),
+        )
+        for why, status, kind, answer in checks:
+            if why is not None:
+                self.refuse(request, status, kind, why)
+                if status == 503:
+                    return answer(text=full_page(self.options.max_sessions), content_type="text/html")
+                if status == 429:
+                    return answer(text=f"At most {self.options.max_per_address} tabs from one address: close one "
+                                  "first.\n")
+                return answer(text=f"Refused: {why}.\n")
+        return None
+
     async def handle_websocket(self, request: web.Request) -> web.StreamResponse:
-        if not self.allowed(None if self.options.token is None else request.match_info["key"]):
-            raise web.HTTPForbidden(text="No access token.\n")
-        if self.full() or self.closing:
-            raise web.HTTPServiceUnavailable(text=full_page(self.options.max_sessions), content_type="text/html")
+        if (refusal := self.seat_refused(request)) is not None:
+            raise refusal
         websocket = web.WebSocketResponse(heartbeat=15, max_msg_size=MAX_MESSAGE_BYTES)
+        if not websocket.can_prepare(request).ok:  # a plain GET (no upgrade): refused before it takes a seat
+            self.refuse(request, 400, "upgrade", "a plain request for a websocket's address")
+            raise web.HTTPBadRequest(text="A session opens from the page, over a websocket.\n")
         self.opened += 1
         size = (clamp(request.query.get("width", "80"), MAX_COLS, 80),
                 clamp(request.query.get("height", "24"), MAX_ROWS, 24))
-        session = Session(self.opened, websocket, size, Path(tempfile.mkdtemp(prefix="decode-tui-session-")))
-        self.sessions[session.number] = session
-        await websocket.prepare(request)
-        self.record(session, "opened")
-        inputs = asyncio.create_task(self.pump_input(session))
+        session = Session(self.opened, websocket, size, None, request.remote or "")
+        self.sessions[session.number] = session  # the seat is held from here, so that a burst cannot overfill
+        inputs: asyncio.Task[None] | None = None
         try:
+            await websocket.prepare(request)
+            session.folder = Path(tempfile.mkdtemp(prefix="decode-tui-session-"))
+            self.record(session, "opened")
+            inputs = asyncio.create_task(self.pump_input(session))
             await self.run_session(session)
         finally:
             session.closing = session.closing or "ended"
-            inputs.cancel()
-            await self.end_process(session)
-            if not websocket.closed:
-                await self.write_text(session, f"This session has ended: {session.closing}.")
-                await websocket.close()
-            del self.sessions[session.number]
-            shutil.rmtree(session.folder, ignore_errors=True)
-            self.record(session, "closed", session.closing)
+            if inputs is not None:
+                inputs.cancel()
+            await self.end_session(session)
         return websocket
+
+    async def end_session(self, session: Session) -> None:
+        """Its process ended, its tab told why and closed, its folder removed and its seat freed: once, however it
+        ends (its tab, its process, the idle timeout, the server stopping)."""
+        try:
+            await self.end_process(session)
+            websocket = session.websocket
+            if websocket.prepared and not websocket.closed:
+                await self.write_text(session, f"This session has ended: {session.closing}.")
+                with contextlib.suppress(ConnectionError, RuntimeError):
+                    await websocket.close()
+        finally:
+            if self.sessions.pop(session.number, None) is not None:
+                if session.folder is not None:
+                    shutil.rmtree(session.folder, ignore_errors=True)
+                if session.folder is not None:  # it opened: its closing is said
+                    self.record(session, "closed", session.closing or "ended")
 
     async def pump_input(self, session: Session) -> None:
         """The tab's messages to its current process: keys, size, focus. A malformed message is dropped; the tab
@@ -164,9 +265,23 @@ class Classroom:
             async for message in session.websocket:
                 if message.type == WSMsgType.TEXT:
                     await self.take(session, message.data)
+                elif message.type == WSMsgType.ERROR:  # the websocket failed: aiohttp closes it
+                    session.closing = session.closing or self.why_closed(session, message.data)
         finally:
-            session.closing = session.closing or "the tab was closed"
+            session.closing = session.closing or self.why_closed(session, session.websocket.exception())
             await self.end_process(session)
+
+    def why_closed(self, session: Session, problem: object) -> str:
+        """What ended a session's websocket, in words: its tab, a message over the limit, or no answer to pings."""
+        if isinstance(problem, WebSocketError) and problem.code == WSCloseCode.MESSAGE_TOO_BIG:
+            self.refused("too-big", f"session {session.number}: closed, a message over "
+                         f"{MAX_MESSAGE_BYTES // 2**20} MB from {session.address or 'its tab'}")
+            return f"a message over {MAX_MESSAGE_BYTES // 2**20} MB"
+        if isinstance(problem, (TimeoutError, ServerTimeoutError)):
+            self.refused("ping", f"session {session.number}: closed, its tab stopped answering pings "
+                         f"({session.address or 'its address unknown'})")
+            return "the tab stopped answering (its network or its computer went away)"
+        return "the tab was closed"
 
     async def take(self, session: Session, data: str) -> None:
         try:
@@ -191,19 +306,23 @@ class Classroom:
 
     async def write_text(self, session: Session, text: str) -> None:
         """Words in the tab's terminal, on a cleared screen (the app's own screen is gone by then)."""
-        with contextlib.suppress(ConnectionError):
+        if not session.websocket.prepared:
+            return
+        with contextlib.suppress(ConnectionError, RuntimeError):
             await session.websocket.send_bytes(f"\x1b[?1049l\x1b[2J\x1b[H\x1b[0m{text}\r\n".encode())
 
     # ------------------------------------------------------------------ the session's processes
     async def run_session(self, session: Session) -> None:
         """The start screen, what it chose, the start screen again... until the tab leaves or is closed."""
         notice: str | None = None
+        highlight: str | None = None  # the entry played last: the list comes back on it
         recordings = self.options.recordings
+        assert session.folder is not None
         while session.closing is None:
             choice_file = session.folder / "choice"
             choice_file.unlink(missing_ok=True)
             session.playing, session.live = "the start screen", False
-            code = await self.run_process(session, self.start_argv(choice_file, notice))
+            code = await self.run_process(session, self.start_argv(choice_file, notice, highlight))
             if session.closing is not None:
                 return
             if not choice_file.exists():
@@ -216,7 +335,7 @@ class Classroom:
                 self.say(f"session {session.number}: refused {key[:60]!r}: {err.message}")
                 notice = err.message
                 continue
-            live = "--live" in args
+            live, highlight = "--live" in args, key
             running = sum(s.live for s in self.sessions.values())
             if live and running >= self.options.max_live:
                 notice = (f"Live runs are full: {running} of {self.options.max_live} are running on this server. "
@@ -224,12 +343,13 @@ class Classroom:
                 continue
             session.playing, session.live = describe(args), live
             self.record(session, "played", session.playing)
-            code = await self.run_process(session, decode_tui_argv(args))
+            theme = ["--theme", self.options.theme] if self.options.theme else []
+            code = await self.run_process(session, decode_tui_argv([*args, "--from-list", *theme]))
             notice = None if code == 0 or session.closing else \
                 f"`decode-tui {' '.join(args[:2])}` ended with exit status {code}: {self.said(session)}"
 
-    def start_argv(self, choice_file: Path, notice: str | None) -> list[str]:
-        args = ["lessons", "--choice-file", str(choice_file)]
+    def start_argv(self, choice_file: Path, notice: str | None, highlight: str | None = None) -> list[str]:
+        args = ["lessons", "--choice-file", str(choice_file), *(["--highlight", highlight] if highlight else [])]
         if self.options.recordings is not None:
             args += ["--recordings", str(self.options.recordings)]
         if self.options.live:
@@ -333,14 +453,13 @@ class Classroom:
                     await self.end_process(session)
 
     async def close_all(self, why: str) -> None:
-        """End every session and its process (the server is stopping)."""
+        """End every session, whatever state it is in (its websocket not yet open, its process starting or
+        stopping): its process, its tab, its folder (the server is stopping)."""
         self.closing = True
-        for session in self.sessions.values():
+        sessions = list(self.sessions.values())
+        for session in sessions:
             session.closing = session.closing or why
-        await asyncio.gather(*(self.end_process(s) for s in list(self.sessions.values())))
-        for session in list(self.sessions.values()):
-            await self.write_text(session, f"This session has ended: {why}.")
-            await session.websocket.close()
+        await asyncio.gather(*(self.end_session(s) for s in sessions), return_exceptions=True)
 
     def record(self, session: Session, event: str, what: str = "") -> None:
         """A line for the teacher's console, and for ``record_sessions`` (no keys are ever written)."""
@@ -377,6 +496,14 @@ def describe(args: list[str]) -> str:
     if args[0] == "replay":
         return f"replay {Path(args[1]).name}"
     return f"lesson {args[1]}{' (live)' if '--live' in args else ''}"
+
+
+# A Host header the page may copy into the websocket's address: a name or an IPv4 address, or an IPv6 one in
+# brackets, then perhaps a port.
+HOST = re.compile(r"([A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?")
+LOCAL_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+FAVICON = (b"<svg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 16 16'><rect width='16' height='16' rx='3' "
+           b"fill='#0c181f'/><text x='3' y='12' font-family='monospace' font-size='11' fill='#5e9ed6'>d</text></svg>")
 
 
 def full_page(seats: int) -> str:

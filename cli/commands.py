@@ -32,6 +32,7 @@ from .flags import (
     DtypeChoice,
     DtypeOpt,
     FormatChoice,
+    FromListOpt,
     OutputFormatOpt,
     PromptArg,
     TableFormatChoice,
@@ -341,6 +342,7 @@ def replay_cmd(
     cast: Annotated[Path | None, typer.Option(help="Instead of playing it, write the run (or race) as an "
                                               "asciinema cast file (the text streaming at the recorded pace, "
                                               "coloured by where each token came from) and exit.")] = None,
+    from_list: FromListOpt = False,
 ) -> None:
     """Play a recorded run (or race) in the app, with no model and no GPU (pause, step and slow motion work)."""
     try:
@@ -358,10 +360,11 @@ def replay_cmd(
 
                 title = f"decode-tui race · {race_settings.model} · {device} · each mode ran alone, replayed together"
                 _write_cast(cast, lambda: write_race_cast(cast, lanes, title))
+            from ..tui.catalog import printable
             from ..tui.race_app import RaceApp
 
-            _run_app(RaceApp(race_settings, lanes, device, speed=speed, theme=theme_choice, source=recording.name),
-                     "replay")
+            _run_app(RaceApp(race_settings, lanes, device, speed=speed, theme=theme_choice,
+                             source=printable(recording.name), from_list=from_list), "replay")
         header, events = read_recording(recording)
         settings = settings_from_dict(header.get("settings", {}))
         if cast is not None:
@@ -371,10 +374,12 @@ def replay_cmd(
     except DecodeTuiError as err:
         fail(err)
     from ..tui.app import DecodeApp
+    from ..tui.catalog import printable
 
     cut = header.get("cut_at_line")
     app_ = DecodeApp(settings, lambda _settings, _live: replay(events, speed, cut), start_paused=start_paused,
-                     theme=theme_choice, replaying=recording.name, keymap=user.keys, branches=header["branches"])
+                     theme=theme_choice, replaying=printable(recording.name), keymap=user.keys,
+                     branches=header["branches"], from_list=from_list)
     _run_app(app_, "replay")
 
 

@@ -298,3 +298,5 @@ OutputFormatOpt = Annotated[FormatChoice, typer.Option("--format", help="text: t
                                                         rich_help_panel="Output")]
 ThemeOpt = Annotated[str | None, typer.Option(help="dark (default), presenter (light, high contrast), colorblind "
                                               "or mono (the default when NO_COLOR is set).", rich_help_panel="App")]
+# Opened from the start screen (``decode-tui lessons``, a tab of ``decode-tui serve``), which q goes back to.
+FromListOpt = Annotated[bool, typer.Option("--from-list", hidden=True)]

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import errno
 import ipaddress
+import logging
 import secrets
 import signal
 import socket
@@ -42,6 +43,9 @@ def serve_cmd(
     port: Annotated[int, typer.Option(min=1, max=65535, help="The port to listen on.")] = 8000,
     max_sessions: Annotated[int, typer.Option(min=1, help="Tabs open at once; the next one gets a page saying "
                                               "the class is full.")] = 40,
+    max_per_address: Annotated[int, typer.Option(min=1, help="Tabs open at once from one network address (one "
+                                                 "student's computer), so that one client cannot take every "
+                                                 "place; raise it where a class shares an address.")] = 4,
     idle_minutes: Annotated[float, typer.Option(help="A tab with no key for this long is closed, and "
                                                 "its process ends.", callback=at_least(0.05))] = 20.0,
     recordings: Annotated[Path | None, typer.Option(help="A folder whose recordings (.jsonl) the start screen "
@@ -69,7 +73,8 @@ def serve_cmd(
         if max_live != 2 and not live:
             raise UsageError("--max-live caps live runs, which are off without --live: add --live.")
         options = ClassroomOptions(host=host, port=port, token=None if local(host) else secrets.token_urlsafe(18),
-                                   max_sessions=max_sessions, idle_minutes=idle_minutes, recordings=recordings,
+                                   max_sessions=max_sessions, max_per_address=max_per_address,
+                                   idle_minutes=idle_minutes, recordings=recordings,
                                    live=live, max_live=max_live, record_sessions=record_sessions,
                                    theme=theme_name(theme))
         code = asyncio.run(serve(options))
@@ -89,16 +94,32 @@ def local(host: str) -> bool:
 
 
 def addresses(options: ClassroomOptions) -> list[str]:
-    """The addresses to open, with the token: each of this machine's own where it listens on all of them."""
+    """The addresses to open, with the token: where it listens on all of this machine's, each address of its
+    network interfaces that others can reach (not loopback, not link-local): a host name may resolve to 127.0.0.1
+    alone, which a student's browser would take for the student's own machine."""
     token = f"/?token={options.token}" if options.token else "/"
     hosts = [options.host]
     if options.host in ("0.0.0.0", "::"):
-        found: list[str] = []
-        with contextlib.suppress(OSError, ValueError):
-            found = sorted({str(info[4][0]) for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)
-                            if not ipaddress.ip_address(info[4][0]).is_loopback})
-        hosts = found or [socket.gethostname()]
+        hosts = network_addresses(socket.AF_INET6 if options.host == "::" else socket.AF_INET) or ["127.0.0.1"]
     return [f"http://{h if ':' not in h else f'[{h}]'}:{options.port}{token}" for h in hosts]
+
+
+def network_addresses(family: int) -> list[str]:
+    """This machine's addresses that another machine can reach, of its interfaces that are up (psutil reads
+    them: the standard library has no portable way); IPv4 ones first."""
+    import psutil
+
+    up = {name for name, stats in psutil.net_if_stats().items() if stats.isup}
+    found: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = []
+    for name, entries in psutil.net_if_addrs().items():
+        for entry in entries:
+            if name not in up or entry.family not in (socket.AF_INET, family):
+                continue
+            with contextlib.suppress(ValueError):
+                address = ipaddress.ip_address(entry.address.split("%")[0])
+                if not (address.is_loopback or address.is_link_local or address.is_unspecified):
+                    found.append(address)
+    return [str(a) for a in sorted(set(found), key=lambda a: (a.version, a))]
 
 
 async def serve(options: ClassroomOptions) -> int:
@@ -111,6 +132,10 @@ async def serve(options: ClassroomOptions) -> int:
     console = Console(highlight=False, soft_wrap=True)
     board = Board(console)
     classroom = Classroom(options, board.say)
+    malformed = OneLine(classroom)
+    aiohttp_log = logging.getLogger("aiohttp")
+    aiohttp_log.addHandler(malformed)
+    aiohttp_log.propagate = False  # no traceback on the console for a request aiohttp refused
     runner = web.AppRunner(classroom.web_app(), handle_signals=False, access_log=None)
     await runner.setup()
     try:
@@ -127,7 +152,10 @@ async def serve(options: ClassroomOptions) -> int:
 
     for signum, code in ((signal.SIGINT, EXIT_INTERRUPTED), (signal.SIGTERM, EXIT_TERMINATED)):
         loop.add_signal_handler(signum, stop, code)
-    console.print(f"[bold]decode-tui classroom[/]: students open {' or '.join(addresses(options))}")
+    console.print(f"[bold]decode-tui classroom[/]: students open {' or '.join(addresses(options))}", markup=True)
+    if options.host in ("0.0.0.0", "::") and not network_addresses(socket.AF_INET):
+        console.print("This machine has no network address others can reach (no interface is up beyond loopback): "
+                      "only this machine's browsers can open it.")
     if options.token:
         console.print("The token in the address is this server's alone: a request without it is refused.")
     console.print(f"Up to {options.max_sessions} tabs; a tab is closed after {options.idle_minutes:g} idle minutes. "
@@ -143,8 +171,12 @@ async def serve(options: ClassroomOptions) -> int:
         shown.cancel()
         board.stop()
         ending = len(classroom.sessions)
-        await classroom.close_all("the server was stopped")
-        await runner.cleanup()
+        try:
+            await classroom.close_all("the server was stopped")
+        finally:
+            await runner.cleanup()
+            aiohttp_log.removeHandler(malformed)
+            aiohttp_log.propagate = True
     console.print(f"decode-tui classroom: {'interrupted' if code == EXIT_INTERRUPTED else 'terminated'}; "
                   f"{ending} session(s) closed, their processes ended.")
     return code
@@ -169,7 +201,9 @@ class Board:
         self.live: Live | None = None
 
     def say(self, line: str) -> None:
-        self.console.print(f"{time.strftime('%H:%M:%S')} {line}", markup=False)
+        from ..tui.catalog import printable
+
+        self.console.print(f"{time.strftime('%H:%M:%S')} {printable(line)}", markup=False)
 
     async def show(self, classroom: Classroom) -> None:
         if not self.console.is_terminal:
@@ -203,6 +237,20 @@ class Board:
             table.add_row(str(s.number), s.playing, minutes(now - s.opened), minutes(now - s.last_input),
                           f"{memory.get(s.number, 0) / 2**20:,.0f} MB")
         return table
+
+
+class OneLine(logging.Handler):
+    """aiohttp's own complaints (a request it could not parse: a 100 KB request line, a bad header) as one line on
+    the teacher's console, rate-limited with the classroom's refusals, where aiohttp would print a traceback."""
+
+    def __init__(self, classroom: Classroom) -> None:
+        super().__init__(logging.WARNING)
+        self.classroom = classroom
+
+    def emit(self, record: logging.LogRecord) -> None:
+        problem = record.exc_info[1] if record.exc_info else None
+        said = " ".join(str(problem or record.getMessage()).split())  # aiohttp's own words, on one line
+        self.classroom.refused("malformed", f"refused a malformed request: {said[:160]}")
 
 
 def minutes(seconds: float) -> str:

@@ -30,7 +30,7 @@ def decode_tui_argv(args: list[str]) -> list[str]:
 
 
 def start_screen(recordings: Path | None, *, live: bool, theme: str | None, choice_file: Path | None,
-                 notice: str | None) -> NoReturn:
+                 notice: str | None, highlight: str | None = None) -> NoReturn:
     """Show the start screen until the user leaves it (exit 0), Ctrl-C (130) or SIGTERM (143)."""
     from ..tui.catalog import command_for, entries
     from ..tui.start_app import StartApp
@@ -40,7 +40,7 @@ def start_screen(recordings: Path | None, *, live: bool, theme: str | None, choi
     except UsageError as err:
         fail(err)
     while True:
-        app_ = StartApp(entries(recordings), notice=notice, live=live, theme=theme)
+        app_ = StartApp(entries(recordings), notice=notice, live=live, theme=theme, highlight=highlight)
         key = app_.run()
         if app_.return_code in (EXIT_INTERRUPTED, EXIT_TERMINATED):
             raise typer.Exit(app_.return_code)
@@ -54,7 +54,8 @@ def start_screen(recordings: Path | None, *, live: bool, theme: str | None, choi
         except UsageError as err:  # the folder changed under the list: say so over the list again
             notice = err.message
             continue
-        code = play(decode_tui_argv([*args, *(["--theme", theme] if theme else [])]))
+        highlight = key  # back on the list, the entry just played
+        code = play(decode_tui_argv([*args, "--from-list", *(["--theme", theme] if theme else [])]))
         if code in (EXIT_INTERRUPTED, EXIT_TERMINATED):
             raise typer.Exit(code)
         notice = None if code == 0 else (f"`decode-tui {' '.join(args)}` ended with exit status {code}; what it "

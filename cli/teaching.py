@@ -28,7 +28,7 @@ from ..lessons import Lesson, load, shipped
 from ..tui.numbers import count
 from .commands import WEB_DRIVER, _run_app, app, configured_model_exists, need_terminal, user_config
 from .console import fail
-from .flags import ModeChoice, PromptArg, TableFormatChoice, ThemeOpt, at_least
+from .flags import FromListOpt, ModeChoice, PromptArg, TableFormatChoice, ThemeOpt, at_least
 from .loads import check_placement, with_draft_model
 from .options import (
     ONLY_FOR,
@@ -70,6 +70,7 @@ def lessons_cmd(
     theme: ThemeOpt = None,
     choice_file: Annotated[Path | None, typer.Option("--choice-file", hidden=True)] = None,
     notice: Annotated[str | None, typer.Option("--notice", hidden=True)] = None,
+    highlight: Annotated[str | None, typer.Option("--highlight", hidden=True)] = None,
 ) -> None:
     """The lessons, the race and your recordings on a start screen: Enter plays one, q in it comes back to the
     list. With --list (or into a pipe), the lessons as a table."""
@@ -90,7 +91,7 @@ def lessons_cmd(
     from .start import start_screen
 
     start_screen(recordings, live=live, theme=theme_name(theme) or user_config().theme, choice_file=choice_file,
-                 notice=notice)
+                 notice=notice, highlight=highlight)
 
 
 def interactive() -> bool:
@@ -185,6 +186,7 @@ def lesson_cmd(
     speed: Annotated[float, typer.Option(help="Playback speed of the recording: 1 is the recorded pace.",
                                          rich_help_panel="Lesson", callback=at_least(0.0))] = 1.0,
     theme: ThemeOpt = None,
+    from_list: FromListOpt = False,
 ) -> None:
     """Play a lesson: a prompt and settings that show one concept, with narration, pausing at the moments that
     matter (n goes on). By default it plays the lesson's recording, with no model; --live runs it on a model."""
@@ -198,7 +200,7 @@ def lesson_cmd(
                 flags = ", ".join("--" + k.replace("_", "-") for k in overrides) or "--record"
                 raise UsageError(f"{flags} changes a live run: add --live to run the lesson on a model. Without it the "
                                  "lesson plays its recording exactly as it was recorded.")
-            player = playback(lesson, speed=speed, theme=theme_choice, keymap=user.keys)
+            player = playback(lesson, speed=speed, theme=theme_choice, keymap=user.keys, from_list=from_list)
         else:
             if speed != 1.0:
                 raise UsageError("--speed sets the pace of a recording's playback; a --live run goes at the model's "
@@ -215,12 +217,12 @@ def lesson_cmd(
     if record is not None:
         _record(settings, record)
     app_ = DecodeApp(settings, ModelRunner().source, start_paused=True, theme=theme_choice, keymap=user.keys,
-                     lesson=lesson)
+                     lesson=lesson, from_list=from_list)
     _run_app(app_, "lesson")
 
 
 def playback(lesson: Lesson, *, speed: float = 1.0, theme: str | None = None,
-             keymap: Mapping[str, str] | None = None) -> DecodeApp:
+             keymap: Mapping[str, str] | None = None, from_list: bool = False) -> DecodeApp:
     """The app playing ``lesson`` from its recording, paused on its intro: no model is loaded or needed.
     A UsageError says what to do when the lesson has no recording."""
     from ..tui.app import DecodeApp
@@ -236,7 +238,7 @@ def playback(lesson: Lesson, *, speed: float = 1.0, theme: str | None = None,
     header, events = read_recording(path)
     return DecodeApp(settings_from_dict(header.get("settings", {})), lambda _settings, _live: replay(events, speed),
                      start_paused=True, theme=theme, replaying=f"the lesson's recording ({path.name})",
-                     keymap=keymap, lesson=lesson, branches=header["branches"])
+                     keymap=keymap, lesson=lesson, branches=header["branches"], from_list=from_list)
 
 
 def _live_settings(lesson: Lesson, options: DecodingOptions, overrides: dict[str, Any]) -> Settings:

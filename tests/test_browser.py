@@ -7,6 +7,8 @@ so; CI installs it (``.ci/run``).
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -127,3 +129,49 @@ def test_beyond_localhost_the_page_needs_the_token(isolated_env: dict[str, str])
         page.goto(served.url)
         shows(page, "Lessons")
         assert len(served.sessions()) == 1
+
+
+def test_a_recordings_name_with_escapes_is_shown_escaped_in_the_page_and_on_the_console(
+        tmp_path: Path, isolated_env: dict[str, str]) -> None:
+    """A teacher's recording whose file name holds an escape sequence and a line break: the list, the replay's
+    header and the console show them as escapes (``\\x1b``, ``\\n``), never as what they would do."""
+    folder = tmp_path / "recordings"
+    folder.mkdir()
+    lesson = shipped()[0]
+    assert lesson.recording_path is not None
+    name = "evil\x1b[2J\x1b[31mred\nline.jsonl"
+    shutil.copy(lesson.recording_path, folder / name)
+    shown = "evil\\x1b[2J\\x1b[31mred\\nline.jsonl"
+    with serving("--recordings", str(folder), env=isolated_env) as served, chromium() as browser:
+        page = open_page(browser, served)
+        shows(page, "Recordings", shown)
+        press(page, "End", "Enter")
+        shows(page, "REPLAY", shown[:20])
+        served.said(f"played replay {shown}")
+        assert not any("\x1b" in line for line in served.lines)
+
+
+def test_the_page_focuses_the_terminal_and_the_theme_reaches_the_lesson(isolated_env: dict[str, str]) -> None:
+    """Keys typed as soon as the page has loaded go to the terminal (no click first), and ``--theme presenter``
+    (black on white) colours the start list and the lesson played from it."""
+    with serving("--theme", "presenter", env=isolated_env) as served, chromium() as browser:
+        page = open_page(browser, served)
+        shows(page, "Lessons")
+        assert light(page)
+        page.keyboard.press("Enter")  # no focus() first
+        shows(page, "REPLAY of the lesson's recording")
+        page.wait_for_timeout(500)
+        assert light(page)
+    with serving(env=isolated_env) as served, chromium() as browser:  # the control: the default theme is dark
+        page = open_page(browser, served)
+        shows(page, "Lessons")
+        assert not light(page)
+
+
+def light(page: Page) -> bool:
+    """Whether most of the terminal's coloured cells have a light background (the presenter theme's greys)."""
+    found: list[str] = page.evaluate(
+        "Array.from(document.querySelectorAll('.xterm-rows span')).map(s => getComputedStyle(s).backgroundColor)")
+    channels = [[int(c) for c in colour[colour.index("(") + 1 : -1].split(",")[:3]] for colour in found
+                if colour.startswith("rgb(")]
+    return sum(min(rgb) >= 200 for rgb in channels) > len(channels) / 2

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from textual.pilot import Pilot
 
 from decode_tui.cli.flags import ModeChoice
 from decode_tui.cli.teaching import lesson_config, playback
@@ -131,6 +132,35 @@ async def test_a_live_lesson_offers_what_to_try_and_n_goes_on_to_the_next_pause(
         await until(pilot, lambda: narration.text == "Look." and len(fake.runs) == 2)
 
 
+async def to_the_summary(pilot: Pilot[Any], app: DecodeApp, lesson: Lesson) -> Narration:
+    """Go on (n) through every moment of ``lesson`` to its end: its narration panel, showing the summary."""
+    narration = app.query_one(Narration)
+    for _ in lesson.pauses:
+        await pilot.press("n")
+        await pilot.pause(0.1)
+    await settle(pilot, app)
+    await until(pilot, lambda: "This run:" in narration.text)
+    return narration
+
+
+@in_event_loop
+async def test_a_lesson_opened_from_the_list_says_q_goes_back_to_it() -> None:
+    """Played from the start screen (``--from-list``, as the list and a classroom tab play it), q's words in the
+    footer, the help and the summary are "back to the list", not "quit"."""
+    lesson = next(lesson for lesson in LESSONS if lesson.name == "beam-search")
+    app = playback(lesson, speed=0, from_list=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: "Back to the list" in app.screen._compositor.render_strips()[-1].text)
+        footer = " ".join(app.screen._compositor.render_strips()[-1].text.split())
+        assert "q Back to the list" in footer and "Quit" not in footer, footer
+        assert [b.description for b in app.all_bindings() if b.id == "quit"] == ["Back to the list"]
+        narration = await to_the_summary(pilot, app, lesson)
+        assert narration.hint == "r: run it again · q: back to the list"
+    plain = playback(lesson, speed=0)
+    async with plain.run_test(size=(120, 40)) as pilot:
+        await until(pilot, lambda: "q Quit" in " ".join(plain.screen._compositor.render_strips()[-1].text.split()))
+
+
 @in_event_loop
 async def test_in_80x24_the_summary_reads_as_prose_and_the_keys_stay_in_view() -> None:
     """The summary's last line, the keys to press, was pushed out of the panel, and its text kept the line
@@ -138,12 +168,7 @@ async def test_in_80x24_the_summary_reads_as_prose_and_the_keys_stay_in_view() -
     lesson = next(lesson for lesson in LESSONS if lesson.name == "beam-search")
     app = playback(lesson, speed=0)
     async with app.run_test(size=(80, 24)) as pilot:
-        narration = app.query_one(Narration)
-        for _ in lesson.pauses:
-            await pilot.press("n")
-            await pilot.pause(0.1)
-        await settle(pilot, app)
-        await until(pilot, lambda: "This run:" in narration.text)
+        narration = await to_the_summary(pilot, app, lesson)
         await pilot.pause(0.1)
         screen = app.screen._compositor.render_strips()  # the screen as painted, borders included
         shown = [screen[y].text for y in range(narration.region.y, narration.region.bottom)]
@@ -158,6 +183,8 @@ async def test_in_80x24_the_summary_reads_as_prose_and_the_keys_stay_in_view() -
         panel = [screen[y].text[region.x:region.right].strip() for y in range(region.y, region.bottom)]
         assert panel[0].startswith("early stop (False): best attainable"), panel
         assert "finished hypotheses" in panel and any(line.startswith("1   26") for line in panel), panel
+        shown = [line for line in panel if line]
+        assert not shown[-1].startswith("ancestry ("), panel  # a tree's heading only with some of its tree
 
 
 def test_a_lesson_in_another_mode_drops_the_settings_of_its_own() -> None:

@@ -5,12 +5,15 @@ SIGTERM and a port in use. Each test runs the console script as a teacher would,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import socket
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import aiohttp
 import pytest
@@ -18,7 +21,7 @@ import pytest
 from decode_tui.core.errors import EXIT_TERMINATED, EXIT_USAGE
 from decode_tui.lessons import shipped
 
-from .serving import all_end, free_port, open_tab, serving, websocket_url
+from .serving import Served, all_end, free_port, open_tab, serving, websocket_url
 from .test_cli import assert_clean_failure, cli
 
 
@@ -141,7 +144,7 @@ def test_many_tabs_opened_and_closed_fast_leave_no_process_and_the_next_tab_play
                                                                                   ) -> None:
     """Tabs closed at once, before their start screen, and just after it, in a burst: every process ends, the
     server says no traceback and a tab opened after them plays a lesson."""
-    with serving(env=isolated_env) as served:
+    with serving("--max-per-address", "40", env=isolated_env) as served:
         async def check() -> None:
             async with aiohttp.ClientSession() as client:
                 for _ in range(3):
@@ -271,6 +274,7 @@ def test_a_live_run_over_max_live_is_refused_in_the_tab_and_one_under_it_plays(t
         if "lessons" in argv:
             choice = next(choices)
             if choice is not None:
+                assert session.folder is not None
                 (session.folder / "choice").write_text(choice, encoding="utf-8")
             if "--notice" in argv:  # the refusal was shown: the other tab's live run ends meanwhile
                 other.live = False
@@ -280,5 +284,202 @@ def test_a_live_run_over_max_live_is_refused_in_the_tab_and_one_under_it_plays(t
     asyncio.run(classroom.run_session(session))
     notice = ran[1][ran[1].index("--notice") + 1]
     assert "Live runs are full: 1 of 1" in notice and "--live" in ran[1]
-    assert ran[2][-3:] == ["lesson", "greedy-vs-sampling", "--live"]  # under the cap now: it plays
+    assert ran[2][-4:] == ["lesson", "greedy-vs-sampling", "--live", "--from-list"]  # under the cap: it plays
     assert len(ran) == 4 and "lessons" in ran[3]
+
+
+def session_folders(tmp: Path) -> list[str]:
+    return [p.name for p in tmp.glob("decode-tui-session-*")]
+
+
+def served_env(isolated_env: dict[str, str], tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """The server's environment with a temporary folder of its own, where each session's folder is made."""
+    tmp = tmp_path / "server-tmp"
+    tmp.mkdir()
+    return {**isolated_env, "TMPDIR": str(tmp)}, tmp
+
+
+def test_plain_requests_to_the_websocket_take_no_seat_and_sigterm_then_exits_143(tmp_path: Path,
+                                                                                  isolated_env: dict[str, str]
+                                                                                  ) -> None:
+    """40 plain GETs (no websocket upgrade) to the websocket's address, on the class network and on this machine
+    alone: each is refused (400) before it takes a seat, so the class is not full, a tab opens, no folder is left
+    and the console says so in one line, not forty; SIGTERM then ends the server with 143 and leaves nothing."""
+    env, tmp = served_env(isolated_env, tmp_path)
+    for host in ("0.0.0.0", "127.0.0.1"):
+        with serving("--max-sessions", "2", env=env, host=host) as served:
+            token = served.url.split("token=")[1] if "token=" in served.url else "-"
+
+            async def check(served: Served = served, token: str = token) -> None:
+                async with aiohttp.ClientSession() as client:
+                    for _ in range(40):
+                        async with client.get(f"http://127.0.0.1:{served.port}/ws/{token}") as response:
+                            assert response.status == 400
+                    async with client.get(served.url) as response:
+                        assert response.status == 200  # not full
+                    tabs = [await open_tab(client, served) for _ in range(2)]
+                    for tab in tabs:
+                        await tab.screen_says("Lessons")
+                    assert len(session_folders(tmp)) == 2
+                    served.process.send_signal(signal.SIGTERM)
+                    await tabs[0].screen_says("the server was stopped")
+                    assert served.process.wait(30) == EXIT_TERMINATED
+
+            asyncio.run(check())
+            served.said("2 session(s) closed")
+            refusals = [line for line in served.lines if "a plain request for a websocket" in line]
+            assert len(refusals) == 1, served.lines
+            assert not any("Traceback" in line for line in served.lines), served.lines
+        assert session_folders(tmp) == []
+
+
+def test_sigterm_with_a_websocket_half_open_exits_143_and_leaves_nothing(tmp_path: Path,
+                                                                          isolated_env: dict[str, str]) -> None:
+    """A client that sent its upgrade request but never reads the answer, and another that only opened a TCP
+    connection: SIGTERM still ends the server with 143, with no process and no folder left."""
+    env, tmp = served_env(isolated_env, tmp_path)
+    with serving(env=env) as served:
+        idle = socket.create_connection(("127.0.0.1", served.port))
+        half = socket.create_connection(("127.0.0.1", served.port))
+        half.sendall(b"GET /ws/-?width=80&height=24 HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+                     b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                     b"Sec-WebSocket-Version: 13\r\n\r\n")
+        served.said("session 1: opened")
+        served.process.send_signal(signal.SIGTERM)
+        assert served.process.wait(30) == EXIT_TERMINATED
+        idle.close()
+        half.close()
+    assert session_folders(tmp) == []
+    assert not any("Traceback" in line for line in served.lines), served.lines
+
+
+def test_the_host_header_is_checked_and_escaped_and_foreign_origins_are_refused(isolated_env: dict[str, str]
+                                                                                ) -> None:
+    """The page copies the Host header into the websocket's address: one that is no host name is refused (400),
+    and what is copied is escaped. On this machine alone (no token) only this machine's names are served (a
+    foreign name pointed at 127.0.0.1 is DNS rebinding). A websocket opened by another site's page (its Origin)
+    is refused (403), and the console says each."""
+    with serving(env=isolated_env, host="0.0.0.0") as served:
+        async def check() -> None:
+            async with aiohttp.ClientSession() as client:
+                evil = 'evil.example"><script>alert(1)</script>'
+                async with client.get(served.url, headers={"Host": evil}) as response:
+                    assert response.status == 400 and "<script>" not in await response.text()
+                async with client.get(served.url, headers={"Host": "class.example:8000"}) as response:
+                    page = await response.text()
+                    assert response.status == 200 and 'data-session-websocket-url="ws://class.example:8000/ws/' in page
+                url = websocket_url(served)
+                with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                    await client.ws_connect(url, headers={"Origin": "http://evil.example"})
+                assert refused.value.status == 403
+                tab = await client.ws_connect(url, headers={"Origin": f"http://127.0.0.1:{served.port}"})
+                await tab.close()
+
+        asyncio.run(check())
+        served.said("a page from 'http://evil.example', not this server's")
+        served.said("a Host header that is no host name")
+    with serving(env=isolated_env) as local:
+        async def rebinding() -> None:
+            async with aiohttp.ClientSession() as client:
+                async with client.get(local.url, headers={"Host": f"rebound.example:{local.port}"}) as response:
+                    assert response.status == 400
+                async with client.get(local.url, headers={"Host": f"localhost:{local.port}"}) as response:
+                    assert response.status == 200
+
+        asyncio.run(rebinding())
+        local.said("not this machine's name")
+
+
+def test_one_address_gets_max_per_address_seats(isolated_env: dict[str, str]) -> None:
+    with serving("--max-per-address", "2", env=isolated_env) as served:
+        async def check() -> None:
+            async with aiohttp.ClientSession() as client:
+                tabs = [await open_tab(client, served) for _ in range(2)]
+                with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                    await client.ws_connect(websocket_url(served))
+                assert refused.value.status == 429
+                await tabs[0].websocket.close()
+                served.said("session 1: closed")
+                third = await open_tab(client, served)  # a seat of its address is free again
+                await third.screen_says("Lessons")
+
+        asyncio.run(check())
+        served.said("2 tabs are open from its address already")
+
+
+def test_a_huge_request_line_an_oversized_message_and_a_silent_tab_are_said_in_one_line_each(
+        isolated_env: dict[str, str]) -> None:
+    """A request line of 100 KB (five times): one line on the console, no traceback. A websocket message over
+    the limit, and a tab that stops answering pings, each close their session, and the console says which."""
+    with serving(env=isolated_env) as served:
+        for _ in range(5):
+            with socket.create_connection(("127.0.0.1", served.port)) as raw:
+                raw.sendall(b"GET /" + b"a" * 100_000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                assert raw.recv(100).split(b" ")[1] == b"400"
+
+        async def check() -> None:
+            async with aiohttp.ClientSession() as client:
+                big = await open_tab(client, served)
+                await big.screen_says("Lessons")
+                with contextlib.suppress(ConnectionError):  # the server may close it before the whole is sent
+                    await big.websocket.send_str(json.dumps(["stdin", "x" * (5 * 2**20)]))
+                served.said("session 1: closed a message over 4 MB")
+                silent = await client.ws_connect(websocket_url(served), autoping=False)
+                served.said("session 2: opened")
+                served.said("session 2: closed the tab stopped answering", timeout=60)
+                await silent.close()
+
+        asyncio.run(check())
+    assert len([line for line in served.lines if "refused a malformed request" in line]) == 1, served.lines
+    assert any("stopped answering pings" in line for line in served.lines), served.lines
+    assert not any("Traceback" in line for line in served.lines), served.lines
+
+
+def test_on_every_address_the_console_names_this_machines_network_addresses(monkeypatch: pytest.MonkeyPatch
+                                                                             ) -> None:
+    """With --host 0.0.0.0 the address printed is one students can reach: an interface's, not loopback's, not
+    link-local's, not a host name's (which may resolve to 127.0.0.1 alone)."""
+    import psutil
+
+    from decode_tui.cli.classroom import ClassroomOptions
+    from decode_tui.cli.serve import addresses
+
+    def entry(address: str, family: socket.AddressFamily = socket.AF_INET) -> Any:
+        return SimpleNamespace(family=family, address=address)
+
+    def stats(up: bool) -> Any:
+        return SimpleNamespace(isup=up)
+
+    monkeypatch.setattr(psutil, "net_if_addrs", lambda: {
+        "lo": [entry("127.0.0.1")], "eth0": [entry("192.168.1.23"), entry("fe80::1", socket.AF_INET6)],
+        "wlan0": [entry("169.254.3.4")], "down0": [entry("10.0.0.9")]})
+    monkeypatch.setattr(psutil, "net_if_stats", lambda: {"lo": stats(True), "eth0": stats(True),
+                                                         "wlan0": stats(True), "down0": stats(False)})
+    options = ClassroomOptions(host="0.0.0.0", port=8123, token="t0k")
+    assert addresses(options) == ["http://192.168.1.23:8123/?token=t0k"]
+    monkeypatch.setattr(psutil, "net_if_addrs", lambda: {"lo": [entry("127.0.0.1")]})
+    assert addresses(options) == ["http://127.0.0.1:8123/?token=t0k"]  # no network: this machine's own
+    assert addresses(ClassroomOptions(port=8123)) == ["http://127.0.0.1:8123/"]
+
+
+def test_the_theme_reaches_every_process_a_tab_runs(tmp_path: Path) -> None:
+    """--theme goes to the start screen, and to the lesson and the replay chosen there."""
+    from decode_tui.cli.classroom import Classroom, ClassroomOptions, Session
+
+    classroom = Classroom(ClassroomOptions(theme="presenter"), lambda _line: None)
+    ran: list[list[str]] = []
+    choices = iter(["lesson:greedy-vs-sampling", "race", None])
+
+    async def fake_run(session: Session, argv: list[str]) -> int:
+        ran.append(argv)
+        if "lessons" in argv:
+            choice = next(choices)
+            if choice is not None:
+                (tmp_path / "choice").write_text(choice, encoding="utf-8")
+        return 0
+
+    classroom.run_process = fake_run  # type: ignore[method-assign]
+    asyncio.run(classroom.run_session(Session(1, None, (80, 24), tmp_path)))  # type: ignore[arg-type]
+    assert [argv[argv.index("--theme") + 1] for argv in ran] == ["presenter"] * 5
+    assert [next(a for a in argv if a in ("lessons", "lesson", "replay")) for argv in ran] == [
+        "lessons", "lesson", "lessons", "replay", "lessons"]

@@ -119,6 +119,31 @@ async def test_enter_chooses_q_leaves_and_l_runs_live_only_where_allowed(folder:
 
 
 @in_event_loop
+async def test_the_list_comes_back_on_the_entry_played_last_and_its_footer_keeps_play(folder: Path) -> None:
+    """Back on the list after a lesson (q), the highlight is on the entry played (a live run's lesson too); the
+    footer offers Enter to play after the highlight moves as before it; at 80x24 every entry keeps to its two
+    lines, its description cut rather than wrapped."""
+    third = f"lesson:{shipped()[2].name}"
+    for given, expected in ((third, third), (f"live:{shipped()[3].name}", f"lesson:{shipped()[3].name}"),
+                            ("lesson:no-such-thing", f"lesson:{shipped()[0].name}")):
+        app = StartApp(entries(folder), highlight=given)
+        async with app.run_test(size=(80, 24)) as pilot:
+            listing = app.screen.query_one(OptionList)
+            assert listing.highlighted is not None
+            assert listing.get_option_at_index(listing.highlighted).id == expected
+            footers = [" ".join(app.screen._compositor.render_strips()[-1].text.split())]
+            await pilot.press("down", "down", "up")
+            await pilot.pause()
+            footers.append(" ".join(app.screen._compositor.render_strips()[-1].text.split()))
+            assert all("Play" in footer for footer in footers), footers
+            lines = [strip.text for strip in app.screen._compositor.render_strips()]
+            titles = [i for i, line in enumerate(lines) if shipped()[0].title[:30] in line
+                      or shipped()[1].title[:30] in line]
+            assert len(titles) == 2 and titles[1] - titles[0] == 2, lines  # two lines an entry, none wrapped
+            await pilot.press("q")
+
+
+@in_event_loop
 async def test_the_screen_survives_any_size_and_a_flood_of_keys(folder: Path) -> None:
     app = StartApp(entries(folder))
     async with app.run_test(size=(100, 40)) as pilot:

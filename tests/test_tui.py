@@ -683,14 +683,16 @@ async def test_export_then_replay_plays_the_same_run(tmp_path: Path, monkeypatch
         rounds = replayed.query_one("#panel-draft", DraftPanel).rounds
         assert [r.verified.accepted for r in rounds] == [3, 1]
         said = len(replayed.messages)
-        # A replay cannot change its mode or prompt: the footer does not offer the keys, and they do nothing.
-        assert {"m", "e"}.isdisjoint(replayed.screen.active_bindings) and "space" in replayed.screen.active_bindings
+        # A replay cannot change its mode or prompt: the footer does not offer the keys, and they say why.
+        footer = replayed.screen._compositor.render_strips()[-1].text
+        assert "Mode" not in footer and "Prompt" not in footer and "Pause" in footer, footer
         await pilot.press("m")
-        await pilot.pause(0.1)
-        assert replayed.settings.mode == "speculative" and len(replayed.messages) == said
+        await until(pilot, lambda: len(replayed.messages) == said + 1)
+        assert replayed.settings.mode == "speculative" and "cannot change" in replayed.messages[-1]
     live, _ = make("speculative")
     async with live.run_test(size=SIZE) as pilot:
-        assert {"m", "e"} <= set(live.screen.active_bindings), "a live run offers them"
+        await until(pilot, lambda: "Mode" in live.screen._compositor.render_strips()[-1].text)
+        assert "Prompt" in live.screen._compositor.render_strips()[-1].text, "a live run offers them"
 
 
 @in_event_loop
@@ -726,6 +728,38 @@ async def test_a_replay_pauses_and_steps_like_a_live_run() -> None:
         await until(pilot, paused_at(replayed, WORDS[0]))
         await pilot.press("n")
         await until(pilot, paused_at(replayed, "".join(WORDS[:2])))
+
+
+def more_said(app: DecodeApp, said: int) -> bool:
+    return len(app.messages) > said
+
+
+@in_event_loop
+async def test_what_a_replay_cannot_do_says_why_and_what_to_do_where_the_user_is() -> None:
+    """In a replay m (the mode), e (the prompt), R (a race), the palette's mode entries and Enter on a token (a
+    branch) each say why not. In a terminal the advice is a command to type; opened from the start screen (a
+    browser's tab of a classroom, which has no shell) it is the list's: q goes back to it."""
+    app, _ = make()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        recorded = list(app.view.trace)
+    for from_list in (False, True):
+        replayed = DecodeApp(Settings(), lambda s, live: replay(recorded, 0.0), replaying="x.jsonl",
+                             from_list=from_list)
+        async with replayed.run_test(size=SIZE) as pilot:
+            await settle(pilot, replayed)
+            for key in ("m", "e", "R"):
+                said = len(replayed.messages)
+                await pilot.press(key)
+                await until(pilot, functools.partial(more_said, replayed, said))
+            replayed.switch_mode_to("pld")  # what the palette's "Mode: pld" calls
+            await pilot.pause()
+            advice = replayed.messages[-4:]
+            assert all("This is a replay of x.jsonl" in m for m in advice), advice
+            if from_list:
+                assert all("q goes back to the list" in m and "decode-tui" not in m for m in advice), advice
+            else:
+                assert all("`decode-tui " in m for m in advice), advice
 
 
 @in_event_loop

@@ -38,7 +38,7 @@ from ..core.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_TERMINATED
 from ..core.live import LiveParams
 from ..core.record.events import Event, Mode, TokenEmitted
 from ..lessons import Lesson
-from .bindings import APP_BINDINGS, keys_after
+from .bindings import APP_BINDINGS, QUIT_TO_LIST, keys_after, relabel, relabelled, unshown
 from .branch_control import BranchControl
 from .commands import DecodeCommands
 from .crash import one_line, write_report
@@ -53,7 +53,7 @@ from .recording import recorded
 from .run_view import RunView, Severity, toast_seconds
 from .screens.help import HelpScreen
 from .settings import Settings
-from .settings_control import REPLAY_CANNOT, SettingsControl
+from .settings_control import SettingsControl
 from .signals import on_sigterm
 from .sources import SourceFactory
 from .teaching import AutoPause
@@ -91,9 +91,16 @@ class DecodeApp(App[int]):
                  auto_pause: bool = False, record: Path | None = None, theme: str | None = None,
                  replaying: str | None = None, keymap: Mapping[str, str] | None = None,
                  lesson: Lesson | None = None, branches: dict[int, list[tuple[float, Event]]] | None = None,
-                 ) -> None:
-        """``branches``: a recording's branches (its header's), shown with B in a replay."""
+                 from_list: bool = False) -> None:
+        """``branches``: a recording's branches (its header's), shown with B in a replay. ``from_list``: opened
+        from the start screen, which q goes back to (its footer says so)."""
         super().__init__()
+        self.from_list = from_list
+        self.quit_says = QUIT_TO_LIST if from_list else "Quit"
+        if from_list:
+            relabel(self, "quit", QUIT_TO_LIST)
+        if replaying is not None:  # what a replay cannot change is not offered; its keys say why (check_action)
+            unshown(self, ("mode", "prompt"))
         self.keymap = dict(keymap or {})  # binding id -> key(s), from the user's config file (cli/config.py)
         self.set_keymap(self.keymap)
         self.settings = settings
@@ -138,7 +145,7 @@ class DecodeApp(App[int]):
                     yield TokenInspector(id="inspector")
                 yield ModePanels(self.settings.mode, id="panels")
             if self.lesson is not None:
-                yield Narration(self.lesson, live=self.replaying is None, id="narration")
+                yield Narration(self.lesson, live=self.replaying is None, quits=self.quit_says, id="narration")
             yield Caption(id="caption")
             yield StatsBar(id="stats")
             yield Footer()
@@ -309,7 +316,7 @@ class DecodeApp(App[int]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if self.has_class("too-small"):  # the notice says q quits; a key acting on a hidden layout would surprise
             return action in ("quit", "interrupt")
-        return not (self.replaying is not None and action in REPLAY_CANNOT)
+        return True  # a replay's keys that cannot act there say why, and what to do instead (settings_control.py)
 
     def action_cycle_mode(self) -> None:
         self.control.mode()
@@ -405,7 +412,8 @@ class DecodeApp(App[int]):
 
     def all_bindings(self) -> list[Binding]:
         """Every binding, on the key the user's keymap put it on (the help screen and the palette list these)."""
-        return keys_after([b for b in self.BINDINGS if isinstance(b, Binding)], self.keymap)
+        return keys_after(relabelled([b for b in self.BINDINGS if isinstance(b, Binding)], "quit", self.quit_says),
+                          self.keymap)
 
     def _stop(self) -> None:
         self.race_stop.set()

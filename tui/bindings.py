@@ -9,11 +9,16 @@ each binding ends up on, for the help screen and the palette.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Callable, Collection, Mapping
+from typing import TYPE_CHECKING
 
 from textual.binding import Binding
 
 from .settings import KNOBS
+
+if TYPE_CHECKING:
+    from textual.dom import DOMNode
 
 
 def _knob_bindings() -> list[Binding]:
@@ -59,6 +64,35 @@ APP_BINDINGS: tuple[Binding, ...] = (
     Binding("q", "quit", "Quit", id="quit"),
     Binding("ctrl+c", "interrupt", "Quit (Ctrl-C)", show=False, priority=True, id="interrupt"),
 )
+
+
+QUIT_TO_LIST = "Back to the list"  # q's words where the app was opened from the start screen, which q returns to
+
+
+def relabelled(bindings: list[Binding], binding_id: str, description: str) -> list[Binding]:
+    """``bindings`` with the one whose id is ``binding_id`` described as ``description`` (its tooltip too)."""
+    return [dataclasses.replace(b, description=description, tooltip=description if b.tooltip else b.tooltip)
+            if b.id == binding_id else b for b in bindings]
+
+
+def relabel(node: DOMNode, binding_id: str, description: str) -> None:
+    """Describe ``node``'s binding ``binding_id`` as ``description`` on this node alone (its footer, the
+    palette)."""
+    _rewrite(node, lambda bindings: relabelled(bindings, binding_id, description))
+
+
+def unshown(node: DOMNode, binding_ids: Collection[str]) -> None:
+    """Leave ``node``'s bindings ``binding_ids`` out of its footer, on this node alone: their keys still act."""
+    _rewrite(node, lambda bindings: [dataclasses.replace(b, show=False) if b.id in binding_ids else b
+                                     for b in bindings])
+
+
+def _rewrite(node: DOMNode, change: Callable[[list[Binding]], list[Binding]]) -> None:
+    """Textual reads a node's bindings from a copy of its class's, which this rewrites in place: it has no
+    per-node way to redescribe or hide a binding."""
+    table = node._bindings.key_to_bindings
+    for key, bindings in table.items():
+        table[key] = change(bindings)
 
 
 def explained(binding: Binding) -> str:

@@ -26,11 +26,13 @@ from .screens.branch_here import BranchHere, Choice, Row
 from .screens.branches import BranchesScreen, Picked
 from .screens.compare_branches import CompareBranches
 from .settings import Settings
+from .settings_control import replay_advice
 
 
 class BranchHost(Protocol):
     settings: Settings
     replaying: str | None
+    from_list: bool
     view: RunView
     pump: EventPump | None
     retired: EventPump | None  # the last run's pump, finished or stopped
@@ -77,8 +79,8 @@ class BranchControl:
         host = self.host
         if host.replaying is not None:
             host.say(f"This is a replay of {host.replaying}: a branch decodes on from the chosen token, which needs "
-                     "the model. Run it live (`decode-tui run`) to branch; B still shows the recorded branches.",
-                     "warning")
+                     "the model; B still shows the recorded branches. "
+                     + replay_advice(host.from_list, "Run it live (`decode-tui run`) to branch."), "warning")
             return
         piece = host.selected_token()
         if piece is None:

@@ -40,9 +40,27 @@ class Entry:
     line: str  # one line about it
     problem: str | None = None  # why it cannot be played (an unreadable recording); None when it can
 
+    def __post_init__(self) -> None:
+        # A file's name and what it holds are anyone's: shown as they are, an escape sequence in them would reach
+        # the tab's terminal emulator and a newline would break the list.
+        for name in ("title", "mode", "line", "problem"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, printable(value))
+
     @property
     def playable(self) -> bool:
         return self.problem is None
+
+
+def printable(text: str) -> str:
+    """``text`` with each character that is not printable (a control character, an escape, a line break, a
+    direction override) written as its Python escape (``\\x1b``, ``\\n``, ``\\u202e``): for a name that came from
+    outside, shown in a terminal, a browser's or the teacher's console. No library call does just this: ``repr``
+    also escapes quotes and backslashes."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def race_path() -> Path:
@@ -154,4 +172,4 @@ def command_for(key: str, recordings: Path | None, *, live: bool = False) -> lis
     return ["replay", str(recordings / name)]
 
 
-__all__ = ["Entry", "LessonError", "check_folder", "command_for", "entries", "entry_for", "race_path"]
+__all__ = ["Entry", "LessonError", "check_folder", "command_for", "entries", "entry_for", "printable", "race_path"]

@@ -18,6 +18,7 @@ from .race_runner import RUNS, measure
 from .run_view import Severity
 from .screens.race import RaceScreen
 from .settings import Settings
+from .settings_control import replay_advice
 from .sources import SourceFactory
 
 
@@ -27,6 +28,7 @@ class RaceHost(Protocol):
     settings: Settings
     make_source: SourceFactory
     replaying: str | None
+    from_list: bool
     pump: EventPump | None
     race_stop: threading.Event
 
@@ -42,8 +44,9 @@ class RaceHost(Protocol):
 def start_race(app: RaceHost) -> None:
     """Stop the run on screen and measure the race in the decoder thread (a replay refuses: it has no model)."""
     if app.replaying is not None:
-        app.say(f"This is a replay of {app.replaying}, with no model: a race runs each mode on the model. Race "
-                "this prompt with `decode-tui race -p ...`, or press R in `decode-tui run`.", severity="warning")
+        app.say(f"This is a replay of {app.replaying}, with no model: a race runs each mode on the model. "
+                + replay_advice(app.from_list, "Race this prompt with `decode-tui race -p ...`, or press R in "
+                                "`decode-tui run`."), severity="warning")
         return
     modes: list[Mode] = ["greedy", "pld", "speculative"]
     if app.settings.mode not in modes:

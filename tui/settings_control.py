@@ -22,12 +22,22 @@ from .settings import Change, Settings, adjust, next_mode, with_bad_words, with_
 
 # What a replay cannot do (its events were recorded): the footer leaves these keys out there, rather than offer
 # keys that are refused.
-REPLAY_CANNOT = frozenset({"cycle_mode", "edit_prompt", "load_model"})
+# Opened from the start screen (a browser's tab of a classroom, say), a replay's user may have no shell to type a
+# command in: what to do instead is the list's.
+FROM_LIST_ADVICE = ("q goes back to the list, where another lesson plays (and l runs one on the model, where live "
+                    "runs are on).")
+
+
+def replay_advice(from_list: bool, command: str) -> str:
+    """What to do instead of what a replay cannot: ``command`` (a decode-tui command to type), or the list's way
+    where the app was opened from the start screen."""
+    return FROM_LIST_ADVICE if from_list else command
 
 
 class SettingsHost(Protocol):
     settings: Settings
     replaying: str | None
+    from_list: bool
     live: LiveParams
     pump: EventPump | None
 
@@ -44,8 +54,9 @@ class SettingsControl:
     def replay_refuses(self, what: str) -> bool:
         if self.host.replaying is None:
             return False
-        self.host.say(f"This is a replay of {self.host.replaying}: {what} cannot change what was recorded. Record a "
-                      "new run with `decode-tui run --record FILE.jsonl`.", "warning")
+        self.host.say(f"This is a replay of {self.host.replaying}: {what} cannot change what was recorded. "
+                      + replay_advice(self.host.from_list, "Record a new run with `decode-tui run --record "
+                                      "FILE.jsonl`."), "warning")
         return True
 
     def _restart(self, settings: Settings, message: str) -> None:

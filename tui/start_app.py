@@ -15,9 +15,9 @@ class StartApp(OneScreenApp[str | None]):
     TITLE = "decode-tui"
 
     def __init__(self, offered: list[Entry], *, notice: str | None = None, where: str = "", live: bool = False,
-                 theme: str | None = None) -> None:
+                 theme: str | None = None, highlight: str | None = None) -> None:
         super().__init__(theme)
-        self.start = StartScreen(offered, notice=notice, where=where, live=live)
+        self.start = StartScreen(offered, notice=notice, where=where, live=live, highlight=highlight)
 
     def shown(self) -> Screen[str | None]:
         return self.start

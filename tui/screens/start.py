@@ -17,14 +17,15 @@ from textual.screen import Screen
 from textual.widgets import Footer, OptionList, Static
 from textual.widgets.option_list import Option
 
-from ..catalog import Entry
+from ..catalog import Entry, printable
 
 KINDS = {"lesson": "Lessons", "race": "The race", "recording": "Recordings"}
 
 
 def entry_prompt(entry: Entry) -> Text:
     """An entry's two lines: its title and mode, then what it is (or why it cannot be played)."""
-    text = Text(entry.title, style="bold")
+    # Each line cut with an ellipsis where the list is narrower (80 columns), never wrapped into a third.
+    text = Text(entry.title, style="bold", no_wrap=True, overflow="ellipsis")
     if entry.mode:
         text.append(f"  {entry.mode}", style="italic")
     if entry.problem is not None:
@@ -37,19 +38,22 @@ def entry_prompt(entry: Entry) -> Text:
 class StartScreen(Screen[str | None]):
     CSS_PATH = "start.tcss"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("enter", "play", "Play", id="start.play"),
+        # Before the list's own Enter (select, not shown): the footer then offers Play wherever the highlight is.
+        Binding("enter", "play", "Play", id="start.play", priority=True),
         Binding("l", "live", "Run it on the model", id="start.live"),
         Binding("q,escape", "leave", "Leave", id="start.leave"),
     ]
 
     def __init__(self, offered: list[Entry], *, notice: str | None = None, where: str = "",
-                 live: bool = False) -> None:
-        """``live``: whether l may run the highlighted lesson on a model instead of playing its recording."""
+                 live: bool = False, highlight: str | None = None) -> None:
+        """``live``: whether l may run the highlighted lesson on a model instead of playing its recording.
+        ``highlight``: the key of the entry to start on (the one played last), where it is on the list."""
         super().__init__()
         self.offered = offered
         self.notice = notice
         self.where = where  # what the header says it is (the server's title, say)
         self.live = live
+        self.highlight = highlight.replace("live:", "lesson:", 1) if highlight else None
 
     def compose(self) -> ComposeResult:
         yield Static(Text.assemble(("decode-tui", "bold"), f"  {self.where}".rstrip(), "\n",
@@ -57,7 +61,7 @@ class StartScreen(Screen[str | None]):
                                    else "", ". In a lesson, n steps and space plays; q comes back to this list."),
                          id="start-header")
         if self.notice:
-            yield Static(self.notice, id="start-notice")
+            yield Static(Text(printable(self.notice)), id="start-notice")  # words, never markup
         options: list[Option | None] = []
         kind = None
         for entry in self.offered:
@@ -70,8 +74,9 @@ class StartScreen(Screen[str | None]):
 
     def on_mount(self) -> None:
         listing = self.query_one(OptionList)
-        first = next((i for i, option in enumerate(listing.options) if not option.disabled), None)
-        listing.highlighted = first
+        playable = [i for i, option in enumerate(listing.options) if not option.disabled]
+        last = [i for i in playable if listing.options[i].id == self.highlight]
+        listing.highlighted = next(iter(last or playable), None)
         listing.focus()
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:

@@ -160,6 +160,10 @@ class BeamPanel(LivePanel):
             shown = ["".join(segment.text for segment in line).strip() for line in lines[:height]]
             if all(any(text.startswith(prefix) for text in shown) for prefix in needed):
                 break
+        texts = ["".join(segment.text for segment in line).strip() for line in lines]
+        heading = next((i for i, text in enumerate(texts) if text.startswith("ancestry (")), None)
+        if heading is not None and heading >= height - 1:  # the tree's heading would be cut from its tree
+            lines = lines[:heading]
         return lines
 
     def _tree(self) -> Tree:

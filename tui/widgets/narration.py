@@ -51,11 +51,13 @@ class Narration(VerticalScroll):
     # Never focused: a focused scroll view takes the arrows and enter, which select tokens and branch.
     can_focus = False
 
-    def __init__(self, lesson: Lesson, live: bool, **kwargs: object) -> None:
+    def __init__(self, lesson: Lesson, live: bool, quits: str = "Quit", **kwargs: object) -> None:
+        """``quits``: what q does, in the footer's words (Quit, or Back to the list)."""
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.body = Static(id="narration-body")
         self.lesson = lesson
         self.live = live
+        self.quits = quits
         self.border_title = f"lesson: {lesson.title}"
         self.text = ""
         self.hint = ""
@@ -111,4 +113,4 @@ class Narration(VerticalScroll):
         body = f"This run: {figures(result)}.\n\n"
         body += f"{last}\n\n" if last else ""
         body += self.lesson.summary
-        self._show(body, "r: run it again · q: quit")
+        self._show(body, f"r: run it again · q: {self.quits[:1].lower()}{self.quits[1:]}")
