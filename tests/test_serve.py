@@ -374,6 +374,8 @@ def test_the_host_header_is_checked_and_escaped_and_foreign_origins_are_refused(
                 assert refused.value.status == 403
                 tab = await client.ws_connect(url, headers={"Origin": f"http://127.0.0.1:{served.port}"})
                 await tab.close()
+                async with client.get(f"http://127.0.0.1:{served.port}/favicon.ico") as response:
+                    assert response.status == 200 and response.content_type == "image/svg+xml"
 
         asyncio.run(check())
         served.said("a page from 'http://evil.example', not this server's")
