@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +21,8 @@ from pathlib import Path
 
 import aiohttp
 import psutil
+
+from decode_tui.core.errors import EXIT_TERMINATED
 
 SCRIPT = str(Path(sys.executable).parent / "decode-tui")  # the console script, as a user runs it
 
@@ -58,7 +61,12 @@ class Served:
 
 @contextmanager
 def serving(*args: str, env: dict[str, str], host: str = "127.0.0.1") -> Iterator[Served]:
+    """The server, as a teacher starts it, on a port of its own; at the end SIGTERM, which must exit 143 (unless the
+    test ended it already) and leave no session process and no session folder in its temporary folder (the
+    ``TMPDIR`` of ``env``, else one made here)."""
     port = free_port()
+    made = None if "TMPDIR" in env else tempfile.TemporaryDirectory(prefix="serve-tmp-")
+    env = {**env, "TMPDIR": made.name} if made is not None else env
     process = subprocess.Popen([SCRIPT, "serve", "--host", host, "--port", str(port), *args], env=env, text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     served = Served(process, port, "")
@@ -78,14 +86,20 @@ def serving(*args: str, env: dict[str, str], host: str = "127.0.0.1") -> Iterato
         yield served
     finally:
         children = served.sessions()
-        if process.poll() is None:
+        terminated = process.poll() is None
+        if terminated:
             process.send_signal(signal.SIGTERM)
         try:
-            process.wait(30)
+            code = process.wait(30)
         finally:
             process.kill()
         _gone, alive = psutil.wait_procs(children, timeout=10)
         assert not alive, f"session processes outlived the server: {alive}"
+        assert not terminated or code == EXIT_TERMINATED, f"SIGTERM ended the server with {code}: {served.lines}"
+        left = list(Path(env["TMPDIR"]).glob("decode-tui-session-*"))
+        if made is not None:
+            made.cleanup()
+        assert not left, f"session folders outlived the server: {left}"
 
 
 class Tab:

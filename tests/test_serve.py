@@ -47,6 +47,7 @@ def test_beyond_localhost_a_request_without_the_token_is_refused_and_starts_noth
 
         asyncio.run(check())
         assert served.sessions() == []  # no process started for any of them
+        served.said("(403): no access token")
     with serving(env=isolated_env) as local:  # on this machine alone: no token
         assert "token" not in local.url
 
@@ -112,6 +113,7 @@ def test_a_tab_over_max_sessions_gets_the_full_page_and_two_tabs_are_independent
                 await second.screen_says("03-beam-search.jsonl")  # the other tab goes on
 
         asyncio.run(check())
+        served.said("(503): the class is full")
 
 
 def test_hostile_messages_get_no_traceback_and_the_tab_goes_on(isolated_env: dict[str, str]) -> None:
@@ -485,3 +487,6 @@ def test_the_theme_reaches_every_process_a_tab_runs(tmp_path: Path) -> None:
     assert [argv[argv.index("--theme") + 1] for argv in ran] == ["presenter"] * 5
     assert [next(a for a in argv if a in ("lessons", "lesson", "replay")) for argv in ran] == [
         "lessons", "lesson", "lessons", "replay", "lessons"]
+    # Back on the list, the entry played last is highlighted.
+    assert [argv[argv.index("--highlight") + 1] if "--highlight" in argv else None for argv in ran[::2]] == [
+        None, "lesson:greedy-vs-sampling", "race"]
