@@ -46,6 +46,7 @@ from aiohttp import ServerTimeoutError, WebSocketError, WSCloseCode, WSMsgType, 
 from ..core.errors import UsageError
 from ..tui.catalog import command_for
 from .commands import WEB_DRIVER
+from .forkserver import Forked, ForkServer
 from .start import decode_tui_argv
 
 # A browser may ask for any size; an app's screen is drawn cell by cell, so a 1000x1000 request is clamped.
@@ -54,6 +55,12 @@ QUIT_WAIT_S = 3.0  # how long a process has to quit when asked, then as long aga
 MAX_MESSAGE_BYTES = 4 * 2**20  # a bigger websocket message (a paste of several megabytes) closes that tab
 MAX_PENDING_BYTES = 8 * 2**20  # input an app has not read yet, beyond which a tab's input is dropped
 STATIC = Path(str(files("textual_serve"))) / "static"
+# What makes an app speak to a tab: Textual's web driver and its colours (read once when Textual is imported, so the
+# fork server's environment has them too).
+APP_ENV = {"TEXTUAL_DRIVER": WEB_DRIVER, "TEXTUAL_FPS": "30", "TEXTUAL_COLOR_SYSTEM": "truecolor",
+           "TERM_PROGRAM": "textual"}
+# A session's process: started from scratch, or forked by the fork server.
+Running = asyncio.subprocess.Process | Forked
 PAGE = files("decode_tui.cli") / "classroom.html"
 
 
@@ -81,7 +88,7 @@ class Session:
     address: str = ""  # the tab's network address
     playing: str = "the start screen"
     live: bool = False
-    process: asyncio.subprocess.Process | None = None
+    process: Running | None = None
     opened: float = field(default_factory=time.monotonic)
     last_input: float = field(default_factory=time.monotonic)
     closing: str | None = None  # why it ends, once it does
@@ -127,6 +134,7 @@ class Classroom:
         self.say = say  # a line for the teacher's console
         self.refused = Refusals(say)
         self.sessions: dict[int, Session] = {}
+        self.forks: ForkServer | None = None  # where session processes are forked from, once started
         self.opened = 0
         self.closing = False
         self.page = PAGE.read_text(encoding="utf-8")
@@ -344,11 +352,12 @@ class Classroom:
             session.playing, session.live = describe(args), live
             self.record(session, "played", session.playing)
             theme = ["--theme", self.options.theme] if self.options.theme else []
-            code = await self.run_process(session, decode_tui_argv([*args, "--from-list", *theme]))
+            code = await self.run_process(session, [*args, "--from-list", *theme])
             notice = None if code == 0 or session.closing else \
                 f"`decode-tui {' '.join(args[:2])}` ended with exit status {code}: {self.said(session)}"
 
     def start_argv(self, choice_file: Path, notice: str | None, highlight: str | None = None) -> list[str]:
+        """The start screen's ``decode-tui`` arguments."""
         args = ["lessons", "--choice-file", str(choice_file), *(["--highlight", highlight] if highlight else [])]
         if self.options.recordings is not None:
             args += ["--recordings", str(self.options.recordings)]
@@ -358,20 +367,42 @@ class Classroom:
             args += ["--theme", self.options.theme]
         if notice:
             args += ["--notice", notice[:400]]
-        return decode_tui_argv(args)
+        return args
 
     def said(self, session: Session) -> str:
         return " / ".join(session.errors) or "it said nothing"
 
+    async def start_forks(self) -> None:
+        """Start the fork server (cli/forkserver.py) that session processes are forked from; where it cannot
+        start, each is started from scratch as before."""
+        forks = ForkServer(APP_ENV | dict(os.environ))
+        try:
+            await forks.start()
+        except OSError as exc:
+            self.say(f"session processes start from scratch (the fork server did not start: {exc})")
+            return
+        self.forks = forks
+
+    async def close_forks(self) -> None:
+        if self.forks is not None:
+            await self.forks.close()
+            self.forks = None
+
     async def run_process(self, session: Session, argv: list[str]) -> int:
-        """Run one app in the tab until it exits; returns its exit status."""
+        """Run ``decode-tui ARGV`` (one app) in the tab until it exits; returns its exit status."""
         width, height = session.size
-        env = {**os.environ, "TEXTUAL_DRIVER": WEB_DRIVER, "TEXTUAL_FPS": "30", "TEXTUAL_COLOR_SYSTEM": "truecolor",
-               "TERM_PROGRAM": "textual", "COLUMNS": str(width), "ROWS": str(height)}
+        env = {**os.environ, **APP_ENV, "COLUMNS": str(width), "ROWS": str(height)}
         session.errors.clear()
-        process = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            env=env, cwd=session.folder, start_new_session=True)
+        process: Running | None = None
+        if self.forks is not None and self.forks.alive:
+            try:
+                process = await self.forks.spawn(argv, str(session.folder), env)
+            except (ConnectionError, OSError) as exc:
+                self.say(f"session {session.number}: the fork server failed ({exc}): its process starts from scratch")
+        if process is None:
+            process = await asyncio.create_subprocess_exec(
+                *decode_tui_argv(argv), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, env=env, cwd=session.folder, start_new_session=True)
         session.process = process
         errors = asyncio.create_task(self.read_errors(session, process))
         try:
@@ -383,7 +414,7 @@ class Classroom:
             session.process = None
         return code
 
-    async def forward_output(self, session: Session, process: asyncio.subprocess.Process) -> None:
+    async def forward_output(self, session: Session, process: Running) -> None:
         """The app's frames to the tab, until the app's output ends (it exited) or the tab is gone."""
         stdout = process.stdout
         assert stdout is not None
@@ -401,7 +432,7 @@ class Classroom:
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
 
-    async def read_errors(self, session: Session, process: asyncio.subprocess.Process) -> None:
+    async def read_errors(self, session: Session, process: Running) -> None:
         assert process.stderr is not None
         async for line in process.stderr:
             text = line.decode("utf-8", "replace").strip()

@@ -9,7 +9,7 @@ models a command needs, checked before their weights load), cli/headless.py
 (``generate``'s output), cli/measure.py (``bench``'s and
 ``whatif``'s), cli/commands.py (the commands themselves), cli/teaching.py
 (the lessons), cli/start.py (the start screen's loop) and cli/serve.py with
-cli/classroom.py (the classroom server).
+cli/classroom.py (the classroom server) and cli/forkserver.py (its session processes).
 """
 
 from __future__ import annotations

@@ -162,6 +162,7 @@ async def serve(options: ClassroomOptions) -> int:
                   + (f"Live runs: up to {options.max_live}, each loading a model in its own process (the table shows "
                      "what each session costs)." if options.live else "Live runs are off (--live allows them).")
                   + " Ctrl-C stops the server and every session.")
+    await classroom.start_forks()
     idle = asyncio.create_task(classroom.close_idle())
     shown = asyncio.create_task(board.show(classroom))
     try:
@@ -174,6 +175,7 @@ async def serve(options: ClassroomOptions) -> int:
         try:
             await classroom.close_all("the server was stopped")
         finally:
+            await classroom.close_forks()
             await runner.cleanup()
             aiohttp_log.removeHandler(malformed)
             aiohttp_log.propagate = True

@@ -25,6 +25,7 @@ import psutil
 from decode_tui.core.errors import EXIT_TERMINATED
 
 SCRIPT = str(Path(sys.executable).parent / "decode-tui")  # the console script, as a user runs it
+FORK_SERVER = "decode_tui.cli.forkserver"
 
 
 def free_port() -> int:
@@ -44,12 +45,19 @@ class Served:
     lines: list[str] = field(default_factory=list)
 
     def sessions(self) -> list[psutil.Process]:
-        """The server's app processes (each session's, started in a session of their own)."""
+        """The server's app processes (each session's, in a session of their own): its descendants but the fork
+        server, whose children they are (cli/forkserver.py)."""
         try:
-            children: list[psutil.Process] = psutil.Process(self.process.pid).children(recursive=True)
+            server = psutil.Process(self.process.pid)
+            forks = {p.pid for p in server.children() if FORK_SERVER in " ".join(p.cmdline())}
+            children: list[psutil.Process] = [p for p in server.children(recursive=True) if p.pid not in forks]
             return children
         except psutil.NoSuchProcess:
             return []
+
+    def fork_server(self) -> psutil.Process | None:
+        server = psutil.Process(self.process.pid)
+        return next((p for p in server.children() if FORK_SERVER in " ".join(p.cmdline())), None)
 
     def said(self, text: str, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout

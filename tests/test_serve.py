@@ -490,3 +490,40 @@ def test_the_theme_reaches_every_process_a_tab_runs(tmp_path: Path) -> None:
     # Back on the list, the entry played last is highlighted.
     assert [argv[argv.index("--highlight") + 1] if "--highlight" in argv else None for argv in ran[::2]] == [
         None, "lesson:greedy-vs-sampling", "race"]
+
+
+def test_the_fork_server_runs_commands_reports_their_ends_and_takes_its_children_with_it(tmp_path: Path) -> None:
+    """cli/forkserver.py: a child runs a decode-tui command line in its folder with its own environment and pipes,
+    and its exit status comes back (0; 2 for a usage error; 137 when its process group is killed); when the
+    classroom closes the server, the children it still has end with it."""
+    import psutil
+
+    from decode_tui.cli.classroom import APP_ENV
+    from decode_tui.cli.forkserver import ForkServer
+
+    async def check() -> None:
+        forks = ForkServer({**os.environ, **APP_ENV})
+        await forks.start()
+        listed = await forks.spawn(["lessons", "--list", "--format", "json"], str(tmp_path), dict(os.environ))
+        assert listed.stdout is not None
+        out = await listed.stdout.read()
+        assert await listed.wait() == 0
+        assert [lesson["name"] for lesson in json.loads(out)] == [lesson.name for lesson in shipped()]
+        refused = await forks.spawn(["lesson", "no-such-lesson"], str(tmp_path), dict(os.environ))
+        assert await refused.wait() == EXIT_USAGE
+        env = {**os.environ, **APP_ENV, "COLUMNS": "100", "ROWS": "30"}
+        waiting = [await forks.spawn(["lessons", "--choice-file", str(tmp_path / f"choice{i}")], str(tmp_path), env)
+                   for i in range(2)]
+        assert waiting[0].stdout is not None
+        assert b"__GANGLION__" in await waiting[0].stdout.readline()  # the web driver's prelude: an app is up
+        assert all(psutil.Process(child.pid).cwd() == str(tmp_path) for child in waiting)
+        os.killpg(waiting[0].pid, signal.SIGKILL)
+        assert await waiting[0].wait() == 137
+        still = waiting[1].pid
+        await forks.close()
+        deadline = time.monotonic() + 10
+        while psutil.pid_exists(still) and psutil.Process(still).status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() < deadline, "a child outlived its fork server"
+            await asyncio.sleep(0.05)
+
+    asyncio.run(check())

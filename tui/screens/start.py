@@ -35,11 +35,17 @@ def entry_prompt(entry: Entry) -> Text:
     return text
 
 
+class StartList(OptionList):
+    """The list, whose Enter (select, which plays the entry) the footer offers as Play: OptionList's own Enter is
+    not shown, and as the focused widget's it hid the screen's from the footer."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("enter", "select", "Play", id="start.play")]
+
+
 class StartScreen(Screen[str | None]):
     CSS_PATH = "start.tcss"
+    AUTO_FOCUS = "#start-list"
     BINDINGS: ClassVar[list[BindingType]] = [
-        # Before the list's own Enter (select, not shown): the footer then offers Play wherever the highlight is.
-        Binding("enter", "play", "Play", id="start.play", priority=True),
         Binding("l", "live", "Run it on the model", id="start.live"),
         Binding("q,escape", "leave", "Leave", id="start.leave"),
     ]
@@ -69,24 +75,18 @@ class StartScreen(Screen[str | None]):
                 kind = entry.kind
                 options.append(Option(Text(KINDS.get(kind, kind), style="bold underline"), disabled=True))
             options.append(Option(entry_prompt(entry), id=entry.key, disabled=not entry.playable))
-        yield OptionList(*options, id="start-list")
-        yield Footer()
-
-    def on_mount(self) -> None:
-        listing = self.query_one(OptionList)
-        playable = [i for i, option in enumerate(listing.options) if not option.disabled]
-        last = [i for i in playable if listing.options[i].id == self.highlight]
+        listing = StartList(*options, id="start-list")
+        # Highlighted as it is made, not once mounted: a key that comes with the first frame (a browser's tab gets
+        # it at once) finds the list ready.
+        playable = [i for i, option in enumerate(options) if option is not None and not option.disabled]
+        last = [i for i in playable if (option := options[i]) is not None and option.id == self.highlight]
         listing.highlighted = next(iter(last or playable), None)
-        listing.focus()
+        yield listing
+        yield Footer()
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         event.stop()
         self.dismiss(event.option.id)
-
-    def action_play(self) -> None:
-        listing = self.query_one(OptionList)
-        if listing.highlighted is not None:
-            listing.action_select()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         return self.live if action == "live" else True
