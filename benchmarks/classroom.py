@@ -20,6 +20,7 @@ CPU is counted and printed apart.
     python benchmarks/classroom.py [--tabs 30] [--rounds 3]
     python benchmarks/classroom.py --live [--rounds 3]   # a live run's process instead: the model it loads
     python benchmarks/classroom.py --churn 20            # the server's memory while 200 tabs come and go
+    python benchmarks/classroom.py --burst 30            # 30 tabs opened at once: the time to each one's list
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from playwright.sync_api import Browser, Page
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.browser import chromium, screen, shows
-from tests.serving import Served, open_tab, serving
+from tests.serving import Served, open_tab, serving, websocket_url
 
 VIEWPORT = {"width": 1500, "height": 1000}
 # Every message the page's websocket receives, stamped: the frames a student's tab gets.
@@ -241,6 +242,52 @@ def churn(batches: int) -> None:
     asyncio.run(run())
 
 
+def burst(tabs: int, rounds: int, env: dict[str, str]) -> list[list[float]]:
+    """``tabs`` tabs opening at once, as a class does when told to, each round on a warm server (after a warm-up
+    burst): the seconds from the burst's start to each tab's list of lessons, sorted. The tabs are websocket
+    clients (tests/serving.py), not browser pages: in a classroom the browsers run on the students' machines, and
+    here a browser's own CPU would share the server's two cores."""
+    import asyncio
+
+    import aiohttp
+
+    async def one(client: aiohttp.ClientSession, server: Served, started: float) -> float:
+        # The list's heading in the raw frames (Textual writes it in one run): cheaper than reading the screen as
+        # the tests do, whose CPU would be taken from the server's here.
+        websocket = await client.ws_connect(websocket_url(server))
+        seen = b""
+        while b"Lessons" not in seen:
+            message = await websocket.receive(timeout=120)
+            if message.type != aiohttp.WSMsgType.BINARY:
+                raise SystemExit(f"a tab was closed before its list: {message.type}")
+            seen = seen[-16:] + message.data
+        seconds = time.perf_counter() - started
+        await websocket.close()
+        return seconds
+
+    out: list[list[float]] = []
+    seats = str(tabs + 1)
+    with serving("--max-sessions", seats, "--max-per-address", seats, env=env) as server:
+        async def run() -> list[float]:
+            async with aiohttp.ClientSession() as client:
+                started = time.perf_counter()
+                times = await asyncio.gather(*(one(client, server, started) for _ in range(tabs)))
+            deadline = time.monotonic() + 60  # every seat free again (its closing said) before the next burst
+            while (server.sessions() or sum(": closed" in line for line in server.lines) < tabs * (round_ + 1)) \
+                    and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            return sorted(times)
+
+        for round_ in range(rounds + 1):
+            times = asyncio.run(run())
+            print(f"round {round_}{' (warm-up)' if round_ == 0 else ''}: {tabs} tabs at once, the list in "
+                  f"{times[0]:.2f} s (first), {statistics.median(times):.2f} s (median), {times[-1]:.2f} s (last)",
+                  flush=True)
+            if round_:
+                out.append(times)
+    return out
+
+
 def spread(values: list[float], digits: int = 2) -> str:
     return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
 
@@ -258,7 +305,15 @@ def main() -> None:
                         help="measure one live run's process instead (it loads the embedded model)")
     parser.add_argument("--churn", type=int, metavar="BATCHES",
                         help="measure the server's own memory while BATCHES of 10 tabs open and close instead")
+    parser.add_argument("--burst", type=int, metavar="TABS",
+                        help="measure TABS tabs opened at once instead: the time to each one's list")
     args = parser.parse_args()
+    if args.burst:
+        times = burst(args.burst, args.rounds, dict(os.environ))
+        print(f"\n{args.burst} tabs at once, {len(times)} counted rounds, median (lowest-highest) over rounds: the "
+              f"last tab's list in {spread([t[-1] for t in times])} s, the median tab's in "
+              f"{spread([statistics.median(t) for t in times])} s")
+        return
     if args.churn:
         churn(args.churn)
         return
