@@ -138,9 +138,11 @@ def fork(channel: socket.socket, request: dict[str, Any], fds: list[int]) -> int
 
 
 def run() -> int:
-    from .main import main
+    """What ``python -m decode_tui.cli`` runs (cli/__main__.py), in this process: the fork server stands in for the
+    interpreter starting it, and imports nothing of the command line itself."""
+    import runpy
 
-    main()
+    runpy.run_module("decode_tui.cli", run_name="__main__", alter_sys=True)
     return 0
 
 
@@ -246,11 +248,16 @@ class ForkServer:
         transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin,
                                                             os.fdopen(in_write, "wb", 0))
         child = Forked(asyncio.StreamWriter(transport, protocol, None, loop), stdout, stderr)
+        request = json.dumps({"argv": argv, "cwd": cwd, "env": env}).encode()
         try:
-            if self.channel is None:
-                raise ConnectionError("the fork server ended")
-            socket.send_fds(self.channel, [json.dumps({"argv": argv, "cwd": cwd, "env": env}).encode()],
-                            [in_read, out_write, err_write])
+            while True:  # a burst of tabs can fill the socket's buffer: wait for the server to read
+                if self.channel is None:
+                    raise ConnectionError("the fork server ended")
+                try:
+                    socket.send_fds(self.channel, [request], [in_read, out_write, err_write])
+                    break
+                except BlockingIOError:
+                    await asyncio.sleep(0.01)
             self.pending.append(child)
         except OSError:
             child.exited(-1)
