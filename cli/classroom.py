@@ -260,11 +260,9 @@ class Classroom:
                 with contextlib.suppress(ConnectionError, RuntimeError):
                     await websocket.close()
         finally:
-            if self.sessions.pop(session.number, None) is not None:
-                if session.folder is not None:
-                    shutil.rmtree(session.folder, ignore_errors=True)
-                if session.folder is not None:  # it opened: its closing is said
-                    self.record(session, "closed", session.closing or "ended")
+            if self.sessions.pop(session.number, None) is not None and session.folder is not None:  # it had opened
+                shutil.rmtree(session.folder, ignore_errors=True)
+                self.record(session, "closed", session.closing or "ended")
 
     async def pump_input(self, session: Session) -> None:
         """The tab's messages to its current process: keys, size, focus. A malformed message is dropped; the tab
@@ -351,8 +349,7 @@ class Classroom:
                 continue
             session.playing, session.live = describe(args), live
             self.record(session, "played", session.playing)
-            theme = ["--theme", self.options.theme] if self.options.theme else []
-            code = await self.run_process(session, [*args, "--from-list", *theme])
+            code = await self.run_process(session, [*args, "--from-list", *self.theme_args()])
             notice = None if code == 0 or session.closing else \
                 f"`decode-tui {' '.join(args[:2])}` ended with exit status {code}: {self.said(session)}"
 
@@ -363,11 +360,14 @@ class Classroom:
             args += ["--recordings", str(self.options.recordings)]
         if self.options.live:
             args.append("--live")
-        if self.options.theme:
-            args += ["--theme", self.options.theme]
+        args += self.theme_args()
         if notice:
             args += ["--notice", notice[:400]]
         return args
+
+    def theme_args(self) -> list[str]:
+        """``--theme``, for every process a tab runs."""
+        return ["--theme", self.options.theme] if self.options.theme else []
 
     def said(self, session: Session) -> str:
         return " / ".join(session.errors) or "it said nothing"
@@ -375,7 +375,7 @@ class Classroom:
     async def start_forks(self) -> None:
         """Start the fork server (cli/forkserver.py) that session processes are forked from; where it cannot
         start, each is started from scratch as before."""
-        forks = ForkServer(APP_ENV | dict(os.environ))
+        forks = ForkServer({**os.environ, **APP_ENV})  # as each session's process has them (run_process)
         try:
             await forks.start()
         except OSError as exc:

@@ -122,8 +122,9 @@ def fork(channel: socket.socket, request: dict[str, Any], fds: list[int]) -> int
         os.chdir(cwd)
         os.environ.clear()
         os.environ.update({str(k): str(v) for k, v in env.items()})
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
-            signal.signal(signum, signal.SIG_DFL if signum != signal.SIGPIPE else signal.SIG_IGN)
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD):  # not the server's: the command sets its own
+            signal.signal(signum, signal.SIG_DFL)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
         sys.argv = ["decode-tui", *argv]
         code = run()
     except SystemExit as exc:

@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from decode_tui.cli.classroom import Classroom, Session
 from decode_tui.core.errors import EXIT_TERMINATED, EXIT_USAGE
 from decode_tui.lessons import shipped
 
@@ -222,27 +224,38 @@ def test_a_port_in_use_and_bad_options_are_refused_before_serving(tmp_path: Path
     assert_clean_failure(cli("serve", "--max-sessions", "0", env=isolated_env), EXIT_USAGE)
 
 
+def stand_in_runs(classroom: Classroom, choices: list[str | None],
+                  on_list: Callable[[list[str]], None] | None = None) -> list[list[str]]:
+    """Stand-ins for the classroom's processes: each start screen writes the next of ``choices`` to its choice
+    file (None: the user leaves the list) and calls ``on_list`` with its arguments; nothing else runs. Returns the
+    list of every process's arguments, filled as the session runs."""
+    ran: list[list[str]] = []
+    left = iter(choices)
+
+    async def run(session: Session, argv: list[str]) -> int:
+        ran.append(argv)
+        if "lessons" in argv:
+            choice = next(left)
+            if choice is not None:
+                Path(argv[argv.index("--choice-file") + 1]).write_text(choice, encoding="utf-8")
+            if on_list is not None:
+                on_list(argv)
+        return 0
+
+    classroom.run_process = run  # type: ignore[method-assign]
+    return ran
+
+
 def test_a_crafted_choice_is_refused_in_the_tab_and_the_list_comes_back(tmp_path: Path,
                                                                         isolated_env: dict[str, str]) -> None:
     """The start screen's process writes the key chosen; the server plays only a key on the list. Where another
     comes back (here from a stand-in for the start screen's process that writes crafted keys), nothing else runs:
     the list comes back, with the refusal said in it."""
-    from decode_tui.cli.classroom import Classroom, ClassroomOptions, Session
+    from decode_tui.cli.classroom import ClassroomOptions
 
     said: list[str] = []
     classroom = Classroom(ClassroomOptions(), said.append)
-    ran: list[list[str]] = []
-    choices = iter(["lesson:../../etc/passwd", "recording:x.jsonl", "live:why-trees", None])
-
-    async def fake_run(session: Session, argv: list[str]) -> int:
-        ran.append(argv)
-        choice_file = Path(argv[argv.index("--choice-file") + 1])
-        choice = next(choices)
-        if choice is not None:
-            choice_file.write_text(choice, encoding="utf-8")
-        return 0
-
-    classroom.run_process = fake_run  # type: ignore[method-assign]
+    ran = stand_in_runs(classroom, ["lesson:../../etc/passwd", "recording:x.jsonl", "live:why-trees", None])
     session = Session(1, None, (80, 24), tmp_path)  # type: ignore[arg-type]
     asyncio.run(classroom.run_session(session))
     assert len(ran) == 4 and all("lessons" in argv for argv in ran)  # the list each time, nothing else ran
@@ -258,7 +271,7 @@ def test_a_live_run_over_max_live_is_refused_in_the_tab_and_one_under_it_plays(t
     """With ``--live --max-live 1`` and another tab's live run going, a live choice is refused with the notice
     on the list; once that run has ended the same choice plays ``lesson NAME --live``. (The runs here are
     stand-ins: a real one loads a model, which this test is not about.)"""
-    from decode_tui.cli.classroom import Classroom, ClassroomOptions, Session
+    from decode_tui.cli.classroom import ClassroomOptions
 
     said: list[str] = []
     classroom = Classroom(ClassroomOptions(live=True, max_live=1), said.append)
@@ -268,21 +281,12 @@ def test_a_live_run_over_max_live_is_refused_in_the_tab_and_one_under_it_plays(t
     (tmp_path / "mine").mkdir()
     session = Session(1, None, (80, 24), tmp_path / "mine")  # type: ignore[arg-type]
     classroom.sessions[1] = session
-    ran: list[list[str]] = []
-    choices = iter(["live:greedy-vs-sampling", "live:greedy-vs-sampling", None])
 
-    async def fake_run(session: Session, argv: list[str]) -> int:
-        ran.append(argv)
-        if "lessons" in argv:
-            choice = next(choices)
-            if choice is not None:
-                assert session.folder is not None
-                (session.folder / "choice").write_text(choice, encoding="utf-8")
-            if "--notice" in argv:  # the refusal was shown: the other tab's live run ends meanwhile
-                other.live = False
-        return 0
+    def refusal_shown(argv: list[str]) -> None:
+        if "--notice" in argv:  # the refusal was shown: the other tab's live run ends meanwhile
+            other.live = False
 
-    classroom.run_process = fake_run  # type: ignore[method-assign]
+    ran = stand_in_runs(classroom, ["live:greedy-vs-sampling", "live:greedy-vs-sampling", None], refusal_shown)
     asyncio.run(classroom.run_session(session))
     notice = ran[1][ran[1].index("--notice") + 1]
     assert "Live runs are full: 1 of 1" in notice and "--live" in ran[1]
@@ -468,21 +472,10 @@ def test_on_every_address_the_console_names_this_machines_network_addresses(monk
 
 def test_the_theme_reaches_every_process_a_tab_runs(tmp_path: Path) -> None:
     """--theme goes to the start screen, and to the lesson and the replay chosen there."""
-    from decode_tui.cli.classroom import Classroom, ClassroomOptions, Session
+    from decode_tui.cli.classroom import ClassroomOptions
 
     classroom = Classroom(ClassroomOptions(theme="presenter"), lambda _line: None)
-    ran: list[list[str]] = []
-    choices = iter(["lesson:greedy-vs-sampling", "race", None])
-
-    async def fake_run(session: Session, argv: list[str]) -> int:
-        ran.append(argv)
-        if "lessons" in argv:
-            choice = next(choices)
-            if choice is not None:
-                (tmp_path / "choice").write_text(choice, encoding="utf-8")
-        return 0
-
-    classroom.run_process = fake_run  # type: ignore[method-assign]
+    ran = stand_in_runs(classroom, ["lesson:greedy-vs-sampling", "race", None])
     asyncio.run(classroom.run_session(Session(1, None, (80, 24), tmp_path)))  # type: ignore[arg-type]
     assert [argv[argv.index("--theme") + 1] for argv in ran] == ["presenter"] * 5
     assert [next(a for a in argv if a in ("lessons", "lesson", "replay")) for argv in ran] == [

@@ -412,7 +412,7 @@ class AdaptiveDraftLength:
         clean = self.rounds > 1 and (last_k > 0 if caught_up is None else not caught_up)
         self.spent_s += verify_s + draft_s
         self.times_by_k.setdefault(k if nodes is None else nodes, deque(maxlen=16)).append(verify_s)
-        if k > 0 and self.tree_budget > 0:
+        if k > 0 and self.trees:
             self.tree_tokens = TREE_DECAY * self.tree_tokens + accepted + 1
             self.tree_rounds = TREE_DECAY * self.tree_rounds + 1
             self.tree_seconds.append(verify_s + draft_s)
