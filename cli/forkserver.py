@@ -6,7 +6,7 @@ each other's imports (BENCHMARKS.md, "The classroom in a browser"). The fork ser
 them once and then forks a child for each command: the child runs the same ``decode-tui`` command line, in a
 session of its own, with the pipes the classroom passed it as its standard input, output and error, and its own
 folder and environment. What a child can run is what ``decode-tui`` can run: the classroom builds its command
-lines, as before (cli/classroom.py).
+lines (cli/classroom.py) and starts them here (cli/processes.py).
 
 Python's ``multiprocessing`` forkserver forks workers that run pickled functions; it does not hand a child another
 process's pipes, a folder and a command line, nor report its exit status to a third process, hence written here.

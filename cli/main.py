@@ -9,7 +9,8 @@ models a command needs, checked before their weights load), cli/headless.py
 (``generate``'s output), cli/measure.py (``bench``'s and
 ``whatif``'s), cli/commands.py (the commands themselves), cli/teaching.py
 (the lessons), cli/start.py (the start screen's loop) and cli/serve.py with
-cli/classroom.py (the classroom server) and cli/forkserver.py (its session processes).
+cli/classroom.py (the classroom server), cli/admission.py (who may take a seat),
+cli/processes.py (a session's processes) and cli/forkserver.py (where they are forked from).
 """
 
 from __future__ import annotations

@@ -56,6 +56,10 @@ def serve_cmd(
                                           "its tab.")] = 2,
     record_sessions: Annotated[Path | None, typer.Option(help="Append to this file (JSON Lines) which sessions "
                                                          "opened, what each played and when: no keys.")] = None,
+    ready_tabs: Annotated[int, typer.Option(min=0, help="Start screens kept started ahead of their tabs, so that a "
+                                            "class opening the page at once gets its lists without waiting for "
+                                            "each app to start; each holds some memory (the console's table says "
+                                            "how much). At most --max-sessions; 0: each tab starts its own.")] = 30,
     theme: ThemeOpt = None,
 ) -> None:
     """Serve the start screen to browsers: each tab gets its own app process, which plays the lessons, the race and
@@ -76,7 +80,7 @@ def serve_cmd(
                                    max_sessions=max_sessions, max_per_address=max_per_address,
                                    idle_minutes=idle_minutes, recordings=recordings,
                                    live=live, max_live=max_live, record_sessions=record_sessions,
-                                   theme=theme_name(theme))
+                                   theme=theme_name(theme), ready_tabs=ready_tabs)
         code = asyncio.run(serve(options))
     except DecodeTuiError as err:
         fail(err)
@@ -162,20 +166,24 @@ async def serve(options: ClassroomOptions) -> int:
                   + (f"Live runs: up to {options.max_live}, each loading a model in its own process (the table shows "
                      "what each session costs)." if options.live else "Live runs are off (--live allows them).")
                   + " Ctrl-C stops the server and every session.")
-    await classroom.start_forks()
+    await classroom.processes.start_forks()
     idle = asyncio.create_task(classroom.close_idle())
+    ready = asyncio.create_task(classroom.ready.keep_filled())
     shown = asyncio.create_task(board.show(classroom))
     try:
         code = await stopped
     finally:
         idle.cancel()
+        ready.cancel()
         shown.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ready  # a ready start screen's start in flight ends before the pool is closed
         board.stop()
         ending = len(classroom.sessions)
         try:
             await classroom.close_all("the server was stopped")
         finally:
-            await classroom.close_forks()
+            await classroom.processes.close_forks()
             await runner.cleanup()
             aiohttp_log.removeHandler(malformed)
             aiohttp_log.propagate = True
@@ -232,6 +240,7 @@ class Board:
         options = classroom.options
         table = Table(title=f"{len(sessions)} of {options.max_sessions} sessions"
                       + (f" · {sum(s.live for s in sessions)} of {options.max_live} live" if options.live else "")
+                      + f" · {len(classroom.ready.ready)} ready ({memory.get(0, 0) / 2**20:,.0f} MB)"
                       + f" · {sum(memory.values()) / 2**20:,.0f} MB in all", title_justify="left")
         for column in ("session", "plays", "open", "idle", "memory"):
             table.add_column(column, justify="right" if column in ("open", "idle", "memory") else "left")

@@ -45,8 +45,8 @@ class Served:
     lines: list[str] = field(default_factory=list)
 
     def sessions(self) -> list[psutil.Process]:
-        """The server's app processes (each session's, in a session of their own): its descendants but the fork
-        server, whose children they are (cli/forkserver.py)."""
+        """The server's app processes (each session's, in a session of their own, and the start screens it keeps
+        ready): its descendants but the fork server, whose children they are (cli/forkserver.py)."""
         try:
             server = psutil.Process(self.process.pid)
             forks = {p.pid for p in server.children() if FORK_SERVER in " ".join(p.cmdline())}
@@ -68,15 +68,18 @@ class Served:
 
 
 @contextmanager
-def serving(*args: str, env: dict[str, str], host: str = "127.0.0.1") -> Iterator[Served]:
+def serving(*args: str, env: dict[str, str], host: str = "127.0.0.1", ready_tabs: int | None = 0
+            ) -> Iterator[Served]:
     """The server, as a teacher starts it, on a port of its own; at the end SIGTERM, which must exit 143 (unless the
     test ended it already) and leave no session process and no session folder in its temporary folder (the
-    ``TMPDIR`` of ``env``, else one made here)."""
+    ``TMPDIR`` of ``env``, else one made here). ``ready_tabs``: its ``--ready-tabs``, none by default, so that
+    every process :meth:`Served.sessions` finds is a tab's (None: the server's own default)."""
     port = free_port()
     made = None if "TMPDIR" in env else tempfile.TemporaryDirectory(prefix="serve-tmp-")
     env = {**env, "TMPDIR": made.name} if made is not None else env
-    process = subprocess.Popen([SCRIPT, "serve", "--host", host, "--port", str(port), *args], env=env, text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    ready = [] if ready_tabs is None else ["--ready-tabs", str(ready_tabs)]
+    process = subprocess.Popen([SCRIPT, "serve", "--host", host, "--port", str(port), *ready, *args], env=env,
+                               text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     served = Served(process, port, "")
     assert process.stdout is not None
     stdout = process.stdout

@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import socket
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,9 +18,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
+import psutil
 import pytest
 
-from decode_tui.cli.classroom import Classroom, Session
+from decode_tui.cli.classroom import Classroom
+from decode_tui.cli.processes import APP_ENV, Processes, Ready, ReadyScreens, Session
 from decode_tui.core.errors import EXIT_TERMINATED, EXIT_USAGE
 from decode_tui.lessons import shipped
 
@@ -232,7 +235,7 @@ def stand_in_runs(classroom: Classroom, choices: list[str | None],
     ran: list[list[str]] = []
     left = iter(choices)
 
-    async def run(session: Session, argv: list[str]) -> int:
+    async def run(session: Session, argv: list[str], ready: Ready | None = None) -> int:
         ran.append(argv)
         if "lessons" in argv:
             choice = next(left)
@@ -242,7 +245,7 @@ def stand_in_runs(classroom: Classroom, choices: list[str | None],
                 on_list(argv)
         return 0
 
-    classroom.run_process = run  # type: ignore[method-assign]
+    classroom.processes.run = run  # type: ignore[method-assign]
     return ran
 
 
@@ -489,9 +492,6 @@ def test_the_fork_server_runs_commands_reports_their_ends_and_takes_its_children
     """cli/forkserver.py: a child runs a decode-tui command line in its folder with its own environment and pipes,
     and its exit status comes back (0; 2 for a usage error; 137 when its process group is killed); when the
     classroom closes the server, the children it still has end with it."""
-    import psutil
-
-    from decode_tui.cli.classroom import APP_ENV
     from decode_tui.cli.forkserver import ForkServer
 
     async def check() -> None:
@@ -520,3 +520,107 @@ def test_the_fork_server_runs_commands_reports_their_ends_and_takes_its_children
             await asyncio.sleep(0.05)
 
     asyncio.run(check())
+
+
+def test_tabs_take_ready_start_screens_at_their_own_size_and_the_pool_fills_again(tmp_path: Path,
+                                                                                  isolated_env: dict[str, str]
+                                                                                  ) -> None:
+    """``--ready-tabs 2``: two start screens are started before any tab comes; of three tabs the first two take
+    them (their first frames drawn already, then redrawn at the tab's own size) and the third starts its own; a
+    ready one plays what its tab chooses in its tab's folder; once the tabs have gone the pool is filled again, and
+    SIGTERM then leaves no process and no folder (serving's checks)."""
+    log = tmp_path / "sessions.jsonl"
+    with serving("--record-sessions", str(log), env=isolated_env, ready_tabs=2) as served:
+        served.said("2 start screen(s) ready for the next tabs")
+        assert len(served.sessions()) == 2  # started before any tab came
+
+        async def check() -> None:
+            async with aiohttp.ClientSession() as client:
+                tabs = [await open_tab(client, served) for _ in range(3)]  # sessions 1, 2 and 3
+                for tab in tabs:
+                    await tab.screen_says("Lessons")
+                served.said("session 3: opened")
+                opened = [line.split(" ", 1)[1] for line in served.lines if ": opened" in line]
+                assert opened == ["session 1: opened on a ready start screen",
+                                  "session 2: opened on a ready start screen", "session 3: opened"], served.lines
+                number, tab = 2, tabs[1]
+                # Started at 80x24, it redraws at the tab's 40 rows: its footer on the 40th.
+                deadline = time.monotonic() + 30
+                while "\x1b[40;1H" not in tab.received:
+                    assert time.monotonic() < deadline, "the ready start screen was not redrawn at the tab's size"
+                    message = await tab.websocket.receive(timeout=30)
+                    tab.received += message.data.decode("utf-8", "replace")
+                await tab.keys("\x1b[B\r")  # the second lesson, chosen on the ready screen
+                await tab.screen_says("REPLAY of the lesson's recording")
+                served.said(f"session {number}: played lesson {shipped()[1].name}")  # its choice file was read
+                for each in tabs:
+                    await each.websocket.close()
+
+        asyncio.run(check())
+        served.said("session 3: closed")
+        deadline = time.monotonic() + 60
+        while sum("start screen(s) ready" in line for line in served.lines) < 2:
+            assert time.monotonic() < deadline, f"the pool was not filled again: {served.lines}"
+            time.sleep(0.1)
+    events = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
+    assert sum(e["event"] == "opened" and e.get("what") == "on a ready start screen" for e in events) == 2
+
+
+def ready_screens(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolated_env: dict[str, str], argv: list[str],
+                  said: list[str], **constants: float) -> ReadyScreens:
+    """A pool of one ready process running ``decode-tui ARGV`` (started from scratch: no fork server), its folders
+    in ``tmp_path``; ``constants`` override the pool's (QUIET_S, MAX_KEPT_BYTES...)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    for variable, setting in {**isolated_env, **APP_ENV}.items():
+        monkeypatch.setenv(variable, setting)
+    pool = ReadyScreens(Processes(said.append), lambda _folder: argv, 1)
+    for name, value in constants.items():
+        monkeypatch.setattr(pool, name, value)
+    return pool
+
+
+def test_a_ready_start_screen_that_ends_by_itself_stops_the_pool(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 isolated_env: dict[str, str]) -> None:
+    """A start screen that fails at its start would fail again: the console says so once, no more are started, and
+    its folder is removed; the tabs start their own (and show why it failed, as without a pool)."""
+    said: list[str] = []
+    pool = ready_screens(tmp_path, monkeypatch, isolated_env, ["lesson", "no-such-lesson"], said)
+
+    async def check() -> None:
+        await asyncio.wait_for(pool.keep_filled(), 60)  # it returns once the pool has stopped
+        assert pool.take() is None
+        await pool.close()
+
+    asyncio.run(check())
+    assert [line for line in said if "ready" in line] == [
+        f"a ready start screen ended by itself (exit {EXIT_USAGE}): no more are kept ready; each tab starts its own"]
+    assert list(tmp_path.glob("decode-tui-session-*")) == []
+
+
+def test_a_ready_start_screen_that_keeps_drawing_with_no_tab_is_replaced(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch,
+                                                                        isolated_env: dict[str, str]) -> None:
+    """Frames kept for no tab past MAX_KEPT_BYTES (here 0: the first frame is past it) replace the process with a
+    new one, its folder removed with it; closing the pool ends the last one and removes its folder."""
+    said: list[str] = []
+    pool = ready_screens(tmp_path, monkeypatch, isolated_env, ["lessons", "--choice-file", "choice"], said,
+                         MAX_KEPT_BYTES=0, QUIET_S=0.0)
+
+    async def check() -> None:
+        filling = asyncio.create_task(pool.keep_filled())
+        pids: list[int] = []
+        deadline = time.monotonic() + 60
+        while len(pids) < 2:
+            assert time.monotonic() < deadline, f"never replaced: {said}"
+            if pool.ready and pool.ready[0].process.pid not in pids:
+                pids.append(pool.ready[0].process.pid)
+            await asyncio.sleep(0.05)
+        filling.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await filling
+        assert not psutil.pid_exists(pids[0]) or psutil.Process(pids[0]).status() == psutil.STATUS_ZOMBIE
+        await pool.close()
+        assert not psutil.pid_exists(pids[1]) or psutil.Process(pids[1]).status() == psutil.STATUS_ZOMBIE
+
+    asyncio.run(check())
+    assert list(tmp_path.glob("decode-tui-session-*")) == []
