@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from decode_tui.core.drafting.recycling import EMPTY, RecycledMatrix, RecyclingDrafter, template
-from decode_tui.core.record.events import DraftProposed, DraftVerified, Finished
+from decode_tui.core.record.events import DraftProposed, DraftVerified, Finished, Started
 from decode_tui.core.token_tree import ROOT, TokenTree
 
 from .conftest import tiny_model
@@ -201,3 +201,26 @@ def test_a_draft_shows_the_rows_it_read_and_the_rows_written_since_the_last_roun
     assert labels.index("was") == labels.index("written") + 1
     again = d.propose([1, 2, 3], 3, [], True, None)
     assert again.rows is not None and "written" in [label for label, _ in again.rows], "kept until the next write"
+
+
+def test_each_draft_says_the_matrixs_fill_and_the_stats_bar_shows_the_latest(byte_bpe: Any) -> None:
+    """Issue 74: the matrix's fill (rows filled of V) in the stats. Each recycled draft says the rows filled when it
+    was drafted, which only grow over a run; the run view keeps the latest and the stats bar shows it."""
+    from decode_tui.tui.run_view import RunView
+    from decode_tui.tui.widgets.stats_bar import StatsBar
+
+    model = tiny_model("llama", vocab_size=V, seed=3)
+    d = drafter(budget=8)
+    events = run(model, byte_bpe, d, [5, 6, 7, 8], 32, k=5)
+    said = [e.state for e in events if isinstance(e, DraftProposed)]
+    assert said and all(state is not None for state in said)
+    filled = [int(str(state).split()[1].replace(",", "")) for state in said]
+    assert filled == sorted(filled) and filled[0] >= 4, said  # the prompt's rows at least, from the prefill
+    assert said[-1] == f"matrix {filled[-1]:,} of {V:,} rows" and filled[-1] <= d.matrix.filled()
+    started = Started(mode="recycle", model="tiny", prompt_token_ids=(5, 6, 7, 8), prompt_text="x", params={})
+    view = RunView(paused=False, now=0.0)
+    view.apply([started, *(e for e in events if not isinstance(e, Finished))], 1.0, paused=False)
+    assert view.counters.drafter_state == said[-1]
+    bar = StatsBar()
+    bar.show(view.counters)
+    assert said[-1] in [full for full, _, _ in bar._parts]

@@ -1503,6 +1503,35 @@ async def test_the_lookup_panel_draws_what_a_drafter_drafted_from_row_by_row() -
 
 
 @in_event_loop
+async def test_the_lookahead_window_is_drawn_as_a_grid_whose_columns_are_its_n_grams() -> None:
+    """Issue 74: lookahead's Jacobi window level by level, each level's i-th token under the level above's, so that
+    a column read down is the n-gram it becomes; the harvested n-grams below it."""
+    from rich.cells import cell_len
+
+    from decode_tui.core.record.events import DraftProposed, DraftRow
+
+    app, _ = make("lookahead")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        panel = app.query_one(LookupPanel)
+        panel.reset(())
+        rows = (DraftRow("level 1", (1, 2, 3), (" the", " a", " 夜")),
+                DraftRow("level 2", (4, 5, 6), (" seashore", " b", " c")),
+                DraftRow("harvested", (7, 8), (" x", " y")))
+        proposed = DraftProposed(round=2, drafter="lookahead", token_ids=(2,), texts=(" a",), parents=(-1,),
+                                 rows=rows)
+        panel.show(proposed, 0)
+        await pilot.pause()
+        text = panel._text(0)
+        assert text is not None
+        lines = {line.split("  ", 1)[0]: line for line in text.plain.splitlines()}
+        one, two = lines["level 1"], lines["level 2"]
+        assert one.index(" a") == two.index(" b") and cell_len(one[: one.index(" 夜")]) == \
+            cell_len(two[: two.index(" c")]), "each level's i-th token in the same column"
+        assert "harvested" in lines and " x ·  y" in lines["harvested"]
+
+
+@in_event_loop
 async def test_the_lookup_panel_counts_one_token_as_one() -> None:
     """It said "copied 1 tokens" and "the text's last 1 tokens '.' were seen before"."""
     from decode_tui.core.record.events import DraftProposed

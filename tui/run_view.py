@@ -84,6 +84,7 @@ class Counters:
     sum_logprob: float | None = 0.0
     result: Finished | None = None
     tree_nodes: int = 0  # the latest draft tree's size (0: the drafts are chains)
+    drafter_state: str = ""  # the drafter's own state after its latest draft (recycle: its matrix's fill)
     # On CUDA with a background compile: eager or compiled graphs (core/execution/background_compile.py).
     kernels: str = ""
 
@@ -214,6 +215,7 @@ class RunView:
                 pending.adaptive = f"adaptive: {event.reason}"
             elif isinstance(event, DraftProposed):
                 self._proposed = event
+                c.drafter_state = event.state or c.drafter_state
             elif isinstance(event, DraftVerified):
                 # Positions the grammar cut (and those after them) were never verified, so never count as drafted.
                 cut = next((v.position for v in event.verdicts if v.verdict == "cut"), len(event.verdicts))

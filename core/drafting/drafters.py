@@ -65,6 +65,8 @@ class Draft:
     fed: int | None = None  # None: a drafter that is fed nothing (a copy from the text)
     # What it drafted from, for its view: labelled rows of token ids (lookahead's window levels, recycling's rows).
     rows: tuple[tuple[str, tuple[int, ...]], ...] | None = None
+    # Its own state after drafting, in words a viewer shows beside the run's figures (recycling's matrix fill).
+    state: str | None = None
 
     @property
     def tree(self) -> TokenTree | None:

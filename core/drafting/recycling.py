@@ -176,7 +176,7 @@ class RecyclingDrafter:
             parents.append(ROOT if parent == ROOT else at[parent])
             sources.append(f"guess {rank + 1} after the token above")
         if not tokens:
-            return Draft([], stopped="the matrix has no row for the last token yet")
+            return Draft([], stopped="the matrix has no row for the last token yet", state=self.state())
         # For the view: the rows read, each as its token and then its guesses; the rows the forwards since the last
         # round wrote (the last few), each with what it held before.
         read: tuple[tuple[str, tuple[int, ...]], ...] = tuple(
@@ -184,9 +184,14 @@ class RecyclingDrafter:
         for token, before, after in self.matrix.written[-WRITTEN_SHOWN:]:
             read += (("written", (token, *(t for t in after if t != EMPTY))),
                      ("was", (token, *(t for t in before if t != EMPTY))))
+        state = self.state()
         if all(p == i - 1 for i, p in enumerate(parents)):  # a chain: verified the chain's way
-            return Draft(tokens, sources=tuple(sources), rows=read)
-        return Draft(tokens, parents=tuple(parents), sources=tuple(sources), rows=read)
+            return Draft(tokens, sources=tuple(sources), rows=read, state=state)
+        return Draft(tokens, parents=tuple(parents), sources=tuple(sources), rows=read, state=state)
+
+    def state(self) -> str:
+        """The matrix's fill, for the stats: rows that hold guesses, of one a token of the vocabulary."""
+        return f"matrix {self.matrix.filled():,} of {self.matrix.vocab_size:,} rows"
 
     def observed(self, tokens: Sequence[int], logits: torch.Tensor) -> None:
         self.matrix.observe(tokens, logits)

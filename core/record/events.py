@@ -327,6 +327,8 @@ class DraftProposed(Event):
     # What the drafter drafted from, row by row, where its view shows it (lookahead: the window's levels and the
     # n-grams the last forward harvested; recycle: the matrix rows read, and those written back with what they held).
     rows: tuple[DraftRow, ...] | None = _optional()
+    # The drafter's own state after drafting, in words (recycle: its matrix's fill), shown beside the run's figures.
+    state: str | None = _optional()
 
     def __post_init__(self) -> None:
         # A recording read back is checked here too: a malformed tree is refused before it is drawn.

@@ -112,7 +112,7 @@ def proposed(round_: int, kind: str, draft: Draft, drafted: list[int], label: Ca
         max_tokens=k, stopped=draft.stopped if len(drafted) < k else None,
         parents=draft.parents, sources=draft.sources,
         rows=tuple(DraftRow(name, ids, tuple(label(t) for t in ids)) for name, ids in draft.rows) if draft.rows
-        else None,
+        else None, state=draft.state,
     )
 
 

@@ -7,13 +7,15 @@ Suffix drafting copies from suffix trees, not from one span: there the
 panel shows the pattern matched at the text's end and which trees the
 draft came from. A drafter that copies nothing but says what it drafted
 from, row by row (lookahead's Jacobi window and harvested n-grams, token
-recycling's matrix rows), gets those rows.
+recycling's matrix rows), gets those rows; lookahead's window levels as a grid whose columns are the n-grams
+they become.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
+from rich.cells import cell_len
 from rich.segment import Segment
 from rich.text import Text
 
@@ -101,9 +103,18 @@ class LookupPanel(LivePanel):
         match_style, copy_style = self.style_of("lookup-panel--match"), self.style_of("lookup-panel--copy")
         rows = p.rows or ()
         width = max(len(row.label) for row in rows)
+        # Lookahead's window as a grid: its levels' i-th tokens one above the other, so that each column read down
+        # is the n-gram it becomes (the next level's guess ends it).
+        levels = [[repr(t)[1:-1] or "∅" for t in row.texts] for row in rows if row.label.startswith("level ")]
+        columns = [max(cell_len(level[i]) for level in levels if i < len(level))
+                   for i in range(max(map(len, levels), default=0))]
         for i, row in enumerate(rows):
             text.append(f"\n{row.label:<{width}}  ")
             shown = [repr(t)[1:-1] or "∅" for t in row.texts]
+            if row.label.startswith("level "):
+                text.append(" · ".join(cell + " " * (columns[j] - cell_len(cell)) for j, cell in enumerate(shown))
+                            .rstrip())
+                continue
             if row.label in ("row", "written", "was") and shown:  # a token, then its guesses, most likely first
                 text.append(shown[0], style=match_style if row.label != "was" else "dim")
                 text.append(" → ")

@@ -1,4 +1,5 @@
-"""One line of run statistics: state, tokens, tokens/s, target forwards, tokens per forward, acceptance, elapsed.
+"""One line of run statistics: state, tokens, tokens/s, target forwards, tokens per forward, acceptance, the
+drafter's own state (recycle: its matrix's fill), elapsed.
 
 It shows a :class:`~decode_tui.tui.run_view.Counters`: while a run is going the
 counts come from the events seen so far; once it finishes they are the core's
@@ -60,6 +61,8 @@ class StatsBar(LivePanel):
             parts.append(("nothing drafted", "none drafted", 6))
         if counters.tree_nodes:  # the latest round's shape
             parts.append((f"last round a tree of {counters.tree_nodes} nodes", f"tree {counters.tree_nodes}", 5))
+        if counters.drafter_state:  # what the drafter holds (recycle: its matrix's fill)
+            parts.append((counters.drafter_state, counters.drafter_state, 2))
         if (perplexity := counters.perplexity) is not None:
             parts.append((f"perplexity {perplexity:.2f}", f"ppl {perplexity:.2f}", 1))
         parts.append((f"{elapsed:.1f} s", f"{elapsed:.1f} s", 2))
