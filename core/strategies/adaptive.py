@@ -107,7 +107,9 @@ class AdaptiveDraftLength:
     measured (the tokens each kept, decayed, over the median of their last
     16 rounds' seconds) and drafts the whole tree where that beats a plain
     step by TREE_MARGIN, else takes plain steps with probes as above, each a
-    whole tree.
+    whole tree. Where the drafter's tree is free to ask, the plain steps stand
+    in for tree rounds instead (:meth:`observe_shadow`): what its trees would
+    have kept is known from the tokens the steps emit, and no probe is paid.
 
     A drafter whose proposals are known without drafting (prompt lookup,
     replayed exactly as :mod:`~decode_tui.core.analysis.whatif` does) needs neither the
@@ -128,6 +130,9 @@ class AdaptiveDraftLength:
         # A tree round's tokens kept (the target's own included) and seconds: decayed sums, and the last 16.
         self.tree_tokens, self.tree_rounds = PRIOR_TREE_TOKENS, 1.0
         self.tree_seconds: deque[float] = deque(maxlen=16)
+        # Shadow rounds (core/strategies/shadow.py) stand in for probes: while plain steps run, what the drafter's
+        # trees would have kept is known without their forwards, so a tree is drafted again once that pays.
+        self.shadowed = False
         self.stops_itself = stops_itself  # the drafter ends a draft where it is unsure: choose 0 or max_k
         self.replay = replay
         self.replayed: int | None = None  # the k the last replay chose
@@ -357,6 +362,8 @@ class AdaptiveDraftLength:
         why = self._tree_why()
         if best:
             return self._decide("draft", best, f"drafting a tree {best} deep: {why}")
+        if self.shadowed:  # the plain steps' shadow rounds say what a tree would keep: no probe needed
+            return self._decide("plain", 0, f"plain steps: {why}, as the plain steps' own tokens show")
         if self.rounds >= self.next_probe:
             self.probing = True
             return self._decide("probe", self.max_k, f"a probe, a tree {self.max_k} deep: drafting does not pay "
@@ -389,8 +396,18 @@ class AdaptiveDraftLength:
         kind = self.decision[0]
         if self.asked != 0 or kind not in ("plain", "replay"):
             return 1
+        if kind == "plain" and self.shadowed:  # no probe to wait for: the shadow rounds are looked at again
+            return self.probe_every
         until = self.next_replay if kind == "replay" else self.next_probe
         return until - self.rounds if until > self.rounds else self.probe_every
+
+    def observe_shadow(self, tokens: int) -> None:
+        """A tree round that plain steps stood in for (:mod:`~decode_tui.core.strategies.shadow`): it would have
+        emitted ``tokens``, its kept nodes and the target's token after them. Its cost is a tree round's as
+        measured."""
+        self.tree_tokens = TREE_DECAY * self.tree_tokens + tokens
+        self.tree_rounds = TREE_DECAY * self.tree_rounds + 1
+        self.shadowed = True
 
     def observe_plain(self, steps: int, seconds: float) -> None:
         """A stretch of plain steps, each a round that drafted nothing (:meth:`choose` counted the first)."""

@@ -13,8 +13,8 @@ next step's forward is queued on the device before this step's token is read bac
 of the processed distribution, or one draw from it with the run's generator (the draw a round with nothing
 drafted makes), with the same figures.
 
-It knows the model call, the sampling stages and the transcript; nothing of drafters (``look`` is the loop's),
-the policy or events beyond the emitted tokens.
+It knows the model call, the sampling stages and the transcript; nothing of drafters (``look``, ``learn`` and
+``seen`` are the loop's), the policy or events beyond the emitted tokens.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ def plain_steps(
     run_ahead: bool | None = None,  # queue each forward before the last token is read back (default: on CUDA)
     look: Callable[[], Draft] | None = None,  # a drafter's proposal for the context as it is now
     learn: Callable[[Sequence[int], torch.Tensor], None] | None = None,  # a learning drafter's: each step's logits
+    seen: Callable[[int], None] | None = None,  # each emitted token (shadow rounds walk their trees with them)
 ) -> Generator[Event, None, tuple[int, float, Draft | None]]:
     """Up to ``steps`` plain steps, each token emitted as the target's; returns how many steps ran, their
     seconds, less the time the caller spent on their events (a verification's time leaves that out too), and
@@ -90,6 +91,8 @@ def plain_steps(
             token_id = int(host[0])
             emitted = transcript.emit(token_id, "target", host_stats(host[1:], 1)[0])
             context.append(token_id)
+            if seen is not None:
+                seen(token_id)
             done += 1
             handed = time.perf_counter()
             yield emitted

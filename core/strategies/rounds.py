@@ -23,6 +23,7 @@ from ..record.events import DraftProposed, DraftRow, DraftVerified, Event, Posit
 from ..record.transcript import Transcript
 from .adaptive import AdaptiveDraftLength
 from .plain_steps import plain_steps
+from .shadow import ShadowRounds
 from .verify import Verified
 
 if TYPE_CHECKING:
@@ -70,10 +71,15 @@ def plain_stretch(target: Target, transcript: Transcript, context: list[int], dr
     or a drafter that is free to ask finds a copy. Returns the steps run and that copy, if one ended the stretch."""
     look = partial(drafter.propose, context, k, s.processors, s.greedy, generator) if k > 0 else None
     stretch = transcript.remaining if policy is None or k > 0 else policy.plain_stretch()
+    # Where the policy stopped drafting trees that are free to ask, the steps stand in for tree rounds (shadow.py).
+    shadow = ShadowRounds(partial(drafter.propose, context, policy.max_k, s.processors, s.greedy, generator),
+                          policy.observe_shadow) if policy is not None and policy.trees and drafter.free_to_ask \
+        and k == 0 else None
     steps, seconds, found = yield from plain_steps(target.model, target.cache, transcript, context,
                                                    min(stretch, transcript.remaining), s.processors, s.greedy,
                                                    generator, vocab, s.live, s.version, look=look,
-                                                   learn=drafter.observed if drafter.learns else None)
+                                                   learn=drafter.observed if drafter.learns else None,
+                                                   seen=shadow.seen if shadow is not None else None)
     if policy is not None:
         policy.observe_plain(steps, seconds)
     stats.verify_time_s += seconds

@@ -1,0 +1,71 @@
+"""Shadow rounds: what a tree drafter's rounds would have kept while plain steps stood in for them.
+
+Where the adaptive policy has stopped drafting trees (a tree's forward costs about two plain steps on a CPU), it
+must still notice when drafting would pay again. A probe (a whole tree, verified) costs that forward; for a drafter
+whose draft is free to ask (token recycling, lookahead: read from its own tables, no forward), the plain steps
+themselves answer for nothing: before a step, the drafter's tree is asked for and kept; each token the steps emit
+then walks it down from its root, and where a token is no child of the node reached (or a leaf was reached), the
+round it stood in for is over: it would have kept the nodes walked and the target's own token after them.
+
+Drafts read from tables are deterministic, and a deterministic tree is kept exactly as far as the target's own
+tokens follow it, under greedy verification and sampling alike (a draw from the target's distribution that is a
+child of the node reached is accepted; tests/test_tree_verification.py). So a shadow round keeps what a verified
+round would have kept, in distribution, without the forward; only the forward's cost is not measured here.
+
+It knows drafts and token trees; nothing of models, events or the policy (its rounds are handed to ``kept``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..drafting.drafters import Draft
+from ..token_tree import ROOT
+
+
+class ShadowRounds:
+    """``propose()``: the drafter's draft for the context as it is now; ``kept(tokens)``: a shadow round is over,
+    and would have emitted ``tokens`` (its kept nodes and the target's token after them)."""
+
+    def __init__(self, propose: Callable[[], Draft], kept: Callable[[int], None]) -> None:
+        """A stretch of plain steps starts: the round that stands in for its first steps is drafted from the context
+        as it is now. (One a stretch: real rounds come between two.)"""
+        self.propose = propose
+        self.kept = kept
+        self.children: dict[tuple[int, int], int] | None = None  # the open round's tree: (parent, token) -> node
+        self.leaves: set[int] = set()
+        self.node = ROOT  # how far down it the tokens since have walked
+        self.walked = 0
+        self.bonus = False  # the open round reached a leaf: the next token is its bonus token
+        self._open(propose())
+
+    def seen(self, token: int) -> None:
+        """A token the plain steps emitted: the open round walks down to it or is over; then, with none open, the
+        next round's draft is asked for from the context that now ends with it."""
+        if self.bonus:  # the token after a leaf, the round's own (counted when the leaf was reached)
+            self.bonus = False
+        elif self.children is not None:
+            child = self.children.get((self.node, token))
+            if child is None:  # the target's own token ends the round
+                self._over()
+            else:
+                self.node, self.walked = child, self.walked + 1
+                if child in self.leaves:
+                    self._over()
+                    self.bonus = True
+                    return
+        if self.children is None:
+            self._open(self.propose())
+
+    def _open(self, draft: Draft) -> None:
+        if not draft.token_ids:
+            return  # nothing to draft here: no round stands in for this step
+        parents = draft.parents if draft.parents is not None else tuple(range(-1, len(draft.token_ids) - 1))
+        self.children = {(parent, token): node for node, (parent, token) in enumerate(zip(parents, draft.token_ids,
+                                                                                          strict=True))}
+        self.leaves = set(range(len(parents))) - set(parents)
+        self.node, self.walked = ROOT, 0
+
+    def _over(self) -> None:
+        self.kept(self.walked + 1)
+        self.children = None
