@@ -215,6 +215,8 @@ class Classroom:
         highlight: str | None = None  # the entry played last: the list comes back on it
         recordings = self.options.recordings
         assert session.folder is not None
+        if ready is not None and session.closing is not None:  # the tab went before its ready screen was shown
+            await ReadyScreens.end(ready)
         while session.closing is None:
             choice_file = session.folder / "choice"
             choice_file.unlink(missing_ok=True)

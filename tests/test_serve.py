@@ -624,3 +624,32 @@ def test_a_ready_start_screen_that_keeps_drawing_with_no_tab_is_replaced(tmp_pat
 
     asyncio.run(check())
     assert list(tmp_path.glob("decode-tui-session-*")) == []
+
+
+def test_a_ready_start_screen_whose_tab_went_before_it_was_shown_ends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                     isolated_env: dict[str, str]) -> None:
+    """A tab closed between taking a ready start screen and its session's first process: the ready one ends with the
+    session, not with the server."""
+    from decode_tui.cli.classroom import ClassroomOptions
+
+    said: list[str] = []
+    pool = ready_screens(tmp_path, monkeypatch, isolated_env, ["lessons", "--choice-file", "choice"], said,
+                         QUIET_S=0.0)
+
+    async def check() -> None:
+        filling = asyncio.create_task(pool.keep_filled())
+        deadline = time.monotonic() + 60
+        while not (pool.ready and pool.ready[0].drawn(0.0)):
+            assert time.monotonic() < deadline, said
+            await asyncio.sleep(0.05)
+        filling.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await filling
+        ready = pool.take()
+        assert ready is not None
+        session = Session(1, None, (80, 24), ready.folder, closing="the tab was closed")  # type: ignore[arg-type]
+        await Classroom(ClassroomOptions(), said.append).run_session(session, ready)
+        assert ready.process.returncode is not None and not ready.folder.exists()
+        await pool.close()
+
+    asyncio.run(check())
