@@ -10,3 +10,7 @@ python benchmarks/worktree_bench.py --before ebaa7e0 --after /tmp/wt-shadow-afte
     -- --modes greedy,recycle,lookahead --repeats 3 --max-new-tokens 96 --prompts "$out/low.jsonl" \
     > "$out/low.txt" 2> "$out/low.err"
 git worktree remove --force /tmp/wt-shadow-after
+# Then the tree drafters alone on all eight no-copy prompts at the shadow commit's successor (1f15179: the same
+# core), 96 new tokens, 7 rounds, quiet, as ../cpu-2026-11-29-floor-96/ measured them before.
+decode-tui bench --modes greedy,recycle,lookahead --repeats 7 --max-new-tokens 96 \
+    --prompts "$out/../cpu-2026-11-29-floor-96/no-copy.jsonl" --format json > "$out/trees7.json" 2> "$out/trees7.err"
