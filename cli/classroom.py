@@ -28,7 +28,6 @@ import contextlib
 import html
 import json
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,7 +40,7 @@ from aiohttp import ServerTimeoutError, WebSocketError, WSCloseCode, WSMsgType, 
 from ..core.errors import UsageError
 from ..tui.catalog import command_for
 from .admission import Door, Refusals
-from .processes import Processes, Ready, ReadyScreens, Session
+from .processes import Processes, Ready, ReadyScreens, Session, session_folder
 
 # A browser may ask for any size; an app's screen is drawn cell by cell, so a 1000x1000 request is clamped.
 MAX_COLS, MAX_ROWS = 400, 200
@@ -128,7 +127,7 @@ class Classroom:
         try:
             await websocket.prepare(request)
             ready = self.ready.take()
-            session.folder = ready.folder if ready else Path(tempfile.mkdtemp(prefix="decode-tui-session-"))
+            session.folder = ready.folder if ready else session_folder()
             self.record(session, "opened", "on a ready start screen" if ready else "")
             inputs = asyncio.create_task(self.pump_input(session))
             await self.run_session(session, ready)

@@ -60,6 +60,11 @@ class Session:
     errors: deque[str] = field(default_factory=lambda: deque(maxlen=4))  # its process's last stderr lines
 
 
+def session_folder() -> Path:
+    """A new temporary folder for a session's processes (a tab's, or a start screen kept ready for one)."""
+    return Path(tempfile.mkdtemp(prefix="decode-tui-session-"))
+
+
 def packet(kind: bytes, payload: bytes) -> bytes:
     """A packet for textual's web driver: its type, its length (4 bytes, big-endian), its payload."""
     return kind + len(payload).to_bytes(4, "big") + payload
@@ -293,7 +298,7 @@ class ReadyScreens:
             if time.monotonic() - self.taken_at < self.QUIET_S or not all(r.drawn(self.SETTLED_S)
                                                                              for r in self.ready):
                 continue
-            folder = Path(tempfile.mkdtemp(prefix="decode-tui-session-"))
+            folder = session_folder()
             try:
                 process = await self.processes.start(self.argv_for(folder), folder, READY_SIZE,
                                                      "a ready start screen")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import io
@@ -10,7 +11,7 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from textual.widgets import ContentSwitcher, Static, TextArea
 from decode_tui.core.errors import UsageError
 from decode_tui.core.modes import MODES
 from decode_tui.core.params import SamplingParams
-from decode_tui.core.record.events import DraftVerified, Event, TokenSampled
+from decode_tui.core.record.events import DraftProposed, DraftVerified, Event, TokenSampled
 from decode_tui.tui.app import DecodeApp
 from decode_tui.tui.bindings import explained
 from decode_tui.tui.pump import EventPump
@@ -1467,25 +1468,31 @@ async def test_a_short_lookup_panel_keeps_the_match_and_the_copy_in_view() -> No
         assert "' w198 w199 w200'" in shown and " w201 w202" in shown, shown
 
 
-@in_event_loop
-async def test_the_lookup_panel_draws_what_a_drafter_drafted_from_row_by_row() -> None:
-    """Lookahead's window levels and harvested n-grams, recycling's rows read and written: each row under its label,
-    a written row's changed guesses styled apart from those it kept."""
-    from decode_tui.core.record.events import DraftProposed, DraftRow
-
-    app, _ = make("recycle")
+@contextlib.asynccontextmanager
+async def lookup_panel_showing(mode: str, proposed: DraftProposed, kept: int) -> AsyncIterator[LookupPanel]:
+    """The app in ``mode``, its lookup panel emptied, then showing the round ``proposed`` with ``kept`` kept."""
+    app, _ = make(mode)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, app)
         panel = app.query_one(LookupPanel)
         panel.reset(())
-        rows = (DraftRow("row", (1, 2, 3), (" the", " sea", " ship")),
-                DraftRow("written", (4, 5, 6), (" sea", " was", " is")),
-                DraftRow("was", (4, 5, 7), (" sea", " was", " and")),
-                DraftRow("row", (8,), (" calm",)))
-        proposed = DraftProposed(round=7, drafter="recycle", token_ids=(2,), texts=(" sea",), parents=(-1,),
-                                 rows=rows)
-        panel.show(proposed, 1)
+        panel.show(proposed, kept)
         await pilot.pause()
+        yield panel
+
+
+@in_event_loop
+async def test_the_lookup_panel_draws_what_a_drafter_drafted_from_row_by_row() -> None:
+    """Lookahead's window levels and harvested n-grams, recycling's rows read and written: each row under its label,
+    a written row's changed guesses styled apart from those it kept."""
+    from decode_tui.core.record.events import DraftRow
+
+    rows = (DraftRow("row", (1, 2, 3), (" the", " sea", " ship")),
+            DraftRow("written", (4, 5, 6), (" sea", " was", " is")),
+            DraftRow("was", (4, 5, 7), (" sea", " was", " and")),
+            DraftRow("row", (8,), (" calm",)))
+    proposed = DraftProposed(round=7, drafter="recycle", token_ids=(2,), texts=(" sea",), parents=(-1,), rows=rows)
+    async with lookup_panel_showing("recycle", proposed, 1) as panel:
         shown = " ".join(" ".join(_shown(panel)).split())
         for line in ("round 7: recycle drafted a tree of 1 node; the target kept 1", "row the → sea · ship",
                      "written sea → was · is", "was sea → was · and", "row calm → (no guesses yet)"):
@@ -1508,20 +1515,13 @@ async def test_the_lookahead_window_is_drawn_as_a_grid_whose_columns_are_its_n_g
     a column read down is the n-gram it becomes; the harvested n-grams below it."""
     from rich.cells import cell_len
 
-    from decode_tui.core.record.events import DraftProposed, DraftRow
+    from decode_tui.core.record.events import DraftRow
 
-    app, _ = make("lookahead")
-    async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot, app)
-        panel = app.query_one(LookupPanel)
-        panel.reset(())
-        rows = (DraftRow("level 1", (1, 2, 3), (" the", " a", " 夜")),
-                DraftRow("level 2", (4, 5, 6), (" seashore", " b", " c")),
-                DraftRow("harvested", (7, 8), (" x", " y")))
-        proposed = DraftProposed(round=2, drafter="lookahead", token_ids=(2,), texts=(" a",), parents=(-1,),
-                                 rows=rows)
-        panel.show(proposed, 0)
-        await pilot.pause()
+    rows = (DraftRow("level 1", (1, 2, 3), (" the", " a", " 夜")),
+            DraftRow("level 2", (4, 5, 6), (" seashore", " b", " c")),
+            DraftRow("harvested", (7, 8), (" x", " y")))
+    proposed = DraftProposed(round=2, drafter="lookahead", token_ids=(2,), texts=(" a",), parents=(-1,), rows=rows)
+    async with lookup_panel_showing("lookahead", proposed, 0) as panel:
         text = panel._text(0)
         assert text is not None
         lines = {line.split("  ", 1)[0]: line for line in text.plain.splitlines()}

@@ -405,9 +405,13 @@ class AdaptiveDraftLength:
         """A tree round that plain steps stood in for (:mod:`~decode_tui.core.strategies.shadow`): it would have
         emitted ``tokens``, its kept nodes and the target's token after them. Its cost is a tree round's as
         measured."""
+        self._tree_round(tokens)
+        self.shadowed = True
+
+    def _tree_round(self, tokens: int) -> None:
+        """A tree round (verified, or stood in for by plain steps) that emitted ``tokens``, into the decayed sums."""
         self.tree_tokens = TREE_DECAY * self.tree_tokens + tokens
         self.tree_rounds = TREE_DECAY * self.tree_rounds + 1
-        self.shadowed = True
 
     def observe_plain(self, steps: int, seconds: float) -> None:
         """A stretch of plain steps, each a round that drafted nothing (:meth:`choose` counted the first)."""
@@ -430,8 +434,7 @@ class AdaptiveDraftLength:
         self.spent_s += verify_s + draft_s
         self.times_by_k.setdefault(k if nodes is None else nodes, deque(maxlen=16)).append(verify_s)
         if k > 0 and self.trees:
-            self.tree_tokens = TREE_DECAY * self.tree_tokens + accepted + 1
-            self.tree_rounds = TREE_DECAY * self.tree_rounds + 1
+            self._tree_round(accepted + 1)
             self.tree_seconds.append(verify_s + draft_s)
         if k > 0:
             decay = 0.9

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..drafting.drafters import Draft
-from ..token_tree import ROOT
+from ..token_tree import ROOT, TokenTree
 
 
 class ShadowRounds:
@@ -32,10 +32,8 @@ class ShadowRounds:
         as it is now. (One a stretch: real rounds come between two.)"""
         self.propose = propose
         self.kept = kept
-        self.children: dict[tuple[int, int], int] | None = None  # the open round's tree: (parent, token) -> node
-        self.leaves: set[int] = set()
+        self.tree: TokenTree | None = None  # the open round's draft
         self.node = ROOT  # how far down it the tokens since have walked
-        self.walked = 0
         self.bonus = False  # the open round reached a leaf: the next token is its bonus token
         self._open(propose())
 
@@ -44,28 +42,26 @@ class ShadowRounds:
         next round's draft is asked for from the context that now ends with it."""
         if self.bonus:  # the token after a leaf, the round's own (counted when the leaf was reached)
             self.bonus = False
-        elif self.children is not None:
-            child = self.children.get((self.node, token))
+        elif (tree := self.tree) is not None:
+            child = next((c for c in tree.children(self.node) if tree.tokens[c] == token), None)
             if child is None:  # the target's own token ends the round
                 self._over()
             else:
-                self.node, self.walked = child, self.walked + 1
-                if child in self.leaves:
+                self.node = child
+                if not tree.children(child):  # a leaf
                     self._over()
                     self.bonus = True
                     return
-        if self.children is None:
+        if self.tree is None:
             self._open(self.propose())
 
     def _open(self, draft: Draft) -> None:
         if not draft.token_ids:
             return  # nothing to draft here: no round stands in for this step
-        parents = draft.parents if draft.parents is not None else tuple(range(-1, len(draft.token_ids) - 1))
-        self.children = {(parent, token): node for node, (parent, token) in enumerate(zip(parents, draft.token_ids,
-                                                                                          strict=True))}
-        self.leaves = set(range(len(parents))) - set(parents)
-        self.node, self.walked = ROOT, 0
+        self.tree = draft.tree or TokenTree(tuple(draft.token_ids), tuple(range(-1, len(draft.token_ids) - 1)))
+        self.node = ROOT
 
     def _over(self) -> None:
-        self.kept(self.walked + 1)
-        self.children = None
+        assert self.tree is not None
+        self.kept(len(self.tree.path_to(self.node)) + 1)
+        self.tree = None

@@ -105,12 +105,12 @@ class LookupPanel(LivePanel):
         width = max(len(row.label) for row in rows)
         # Lookahead's window as a grid: its levels' i-th tokens one above the other, so that each column read down
         # is the n-gram it becomes (the next level's guess ends it).
-        levels = [[repr(t)[1:-1] or "∅" for t in row.texts] for row in rows if row.label.startswith("level ")]
+        cells = [[repr(t)[1:-1] or "∅" for t in row.texts] for row in rows]
+        levels = [shown for shown, row in zip(cells, rows, strict=True) if row.label.startswith("level ")]
         columns = [max(cell_len(level[i]) for level in levels if i < len(level))
                    for i in range(max(map(len, levels), default=0))]
-        for i, row in enumerate(rows):
+        for i, (row, shown) in enumerate(zip(rows, cells, strict=True)):
             text.append(f"\n{row.label:<{width}}  ")
-            shown = [repr(t)[1:-1] or "∅" for t in row.texts]
             if row.label.startswith("level "):
                 text.append(" · ".join(cell + " " * (columns[j] - cell_len(cell)) for j, cell in enumerate(shown))
                             .rstrip())
