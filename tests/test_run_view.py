@@ -277,3 +277,14 @@ def test_a_tree_round_counts_its_nodes_and_its_kept_path_and_a_chain_after_it_sa
     assert draft_counts(stats.drafted, stats.accepted, stats.rounds, stats.depth) == \
         "3 tokens kept of 7 nodes drafted (43%), a kept path of 1.5 a round"
     assert draft_counts(4, 1, 1, 4) == "1 token kept of 4 drafted (25%), a kept path of 1.0 a round"
+
+
+def test_the_stats_bar_counts_a_one_node_tree_as_one() -> None:
+    """A lookahead run in the app said "last round a tree of 1 nodes"."""
+    from decode_tui.tui.run_view import Counters
+    from decode_tui.tui.widgets.stats_bar import StatsBar
+
+    bar = StatsBar()
+    for nodes, said in ((1, "last round a tree of 1 node"), (3, "last round a tree of 3 nodes")):
+        bar.show(Counters(tree_nodes=nodes))
+        assert said in [full for full, _, _ in bar._parts]

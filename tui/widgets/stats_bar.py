@@ -60,7 +60,8 @@ class StatsBar(LivePanel):
         elif r is not None and r.drafted == 0:  # a drafting run that drafted nothing: no rate to show
             parts.append(("nothing drafted", "none drafted", 6))
         if counters.tree_nodes:  # the latest round's shape
-            parts.append((f"last round a tree of {counters.tree_nodes} nodes", f"tree {counters.tree_nodes}", 5))
+            nodes = counters.tree_nodes
+            parts.append((f"last round a tree of {count(nodes, 'node')}", f"tree {nodes}", 5))
         if counters.drafter_state:  # what the drafter holds (recycle: its matrix's fill)
             parts.append((counters.drafter_state, counters.drafter_state, 2))
         if (perplexity := counters.perplexity) is not None:
