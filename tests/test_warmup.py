@@ -275,5 +275,9 @@ def test_bench_times_every_mode_alternated_against_greedy(lm: Any, monkeypatch: 
     for r in rows.values():
         assert r.tokens_per_s_low <= r.tokens_per_s <= r.tokens_per_s_high
         assert r.speedup_low <= r.speedup <= r.speedup_high and r.runs == 2
+        assert len(r.round_speedups) == len(r.round_forwards) == 2
+        assert (min(r.round_speedups), max(r.round_speedups)) == (r.speedup_low, r.speedup_high)
+        assert r.round_forwards[-1] == r.target_forwards
+    assert greedy.round_speedups == (1.0, 1.0)
     with pytest.raises(ValueError, match="greedy"):
         bench(lm, PROMPT, {"pld": configs["pld"]}, runs=1)

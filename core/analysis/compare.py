@@ -196,6 +196,10 @@ class BenchRow:
     predicted_speedup: float | None = None
     timeline: tuple[ForwardRow, ...] = ()  # the last timed run's, one row per target forward
     unreliable: str | None = None  # why its figures cannot be trusted: its speeds spread more than SPREAD_LIMIT
+    # Round by round, for a reader who wants more than the median and range (a confidence interval, a paired test):
+    # each round's ratio over greedy's run of the same round, and each run's target forwards.
+    round_speedups: tuple[float, ...] = ()
+    round_forwards: tuple[int, ...] = ()
 
     def to_dict(self, timeline: bool = False) -> dict[str, Any]:
         """The JSON form; the timeline (a row per forward) only when asked for."""
@@ -241,5 +245,6 @@ def bench(lm: LoadedModel, prompt: str, configs: Mapping[str, DecodeConfig], *, 
             acceptance_by_position=last.acceptance_by_position,
             draft_cost_ratio=_median(r.draft_cost_ratio for r in finished),
             predicted_speedup=_median(r.predicted_speedup for r in finished),
-            timeline=tuple(timelines[name]), unreliable=unreliable(rates, " tok/s")))
+            timeline=tuple(timelines[name]), unreliable=unreliable(rates, " tok/s"), round_speedups=tuple(ratios),
+            round_forwards=tuple(r.target_forwards for r in finished)))
     return rows
