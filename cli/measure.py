@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from ..core.analysis.compare import BenchRow
     from ..core.analysis.whatif import Costs, WhatIf
     from ..core.drafting.draft_models import DraftModel
-    from ..core.drafting.replay import Trace
+    from ..core.drafting.replay import Replayed, Trace
     from ..core.model.loading import LoadedModel
     from ..core.params import DecodeConfig
 
@@ -307,6 +307,8 @@ def whatif(path: Path, *, model: str | None, device: str, dtype: str, draft: str
 
             console = Console(soft_wrap=True)
             _forward_counts(console, trace, w.table(trace, replays, None))
+        runs = _counted_on_runs(lm, trace, console)
+        replays += runs
         with status("Timing this machine's forward passes") as progress:
             def measure() -> Costs:
                 said = f"Timing a prefill, a step and verifications of 2 to {width} tokens"
@@ -333,6 +335,47 @@ def whatif(path: Path, *, model: str | None, device: str, dtype: str, draft: str
         return
     console.print(f"[dim]{saved.said}.[/dim]", highlight=False)
     _whatif_tables(console, trace, lm, saved.costs, greedy, settings, r.draft_confidence(trace, draft_confidence))
+
+
+def _counted_on_runs(lm: LoadedModel, trace: Trace, console: Console | None) -> list[Replayed]:
+    """The drafting modes a trace cannot replay (core/analysis/counted.py), run on its prompt at this device's
+    tree budget for their exact forwards; printed as they come where ``console`` is given."""
+    from ..core.analysis.counted import counted, unreplayable
+    from ..core.execution.tree_budget import tree_budget
+
+    modes = unreplayable()
+    if not modes:
+        return []
+    rows = []
+    with status("Timing this device's tree budget") as progress:
+        budget = tree_budget(lm.model)
+        for mode in modes:
+            progress(f"Running --mode {mode} on the trace's prompt: its drafts come from the target's outputs off "
+                     "the trace's path, which a trace does not hold")
+            row = counted(lm, trace, mode, budget, say=lambda line: _said(console, line))
+            if row is not None:
+                rows.append(row)
+    if console is not None and rows:
+        from rich.table import Table
+
+        table = Table(title=f"Drafting from the target's own outputs, at this device's tree budget ({budget}): target "
+                            "forwards exact, counted on a greedy run of the prompt (cold, every round drafted)",
+                      title_justify="left")
+        for column in ("--mode", "forwards", "tok/fwd", "accept"):
+            table.add_column(column, justify="left" if column == "--mode" else "right")
+        for r in rows:
+            new = min(trace.max_new_tokens, len(trace.token_ids))
+            table.add_row(r.drafter, str(r.target_forwards), f"{new / r.target_forwards:.2f}",
+                          f"{r.acceptance_rate:.0%}" if r.acceptance_rate is not None else "-")
+        console.print(table)
+    return rows
+
+
+def _said(console: Console | None, line: str) -> None:
+    if console is not None:
+        console.print(f"[dim]{line}[/dim]", highlight=False)
+    else:
+        print(f"decode-tui: {line}", file=sys.stderr)
 
 
 def _forward_counts(console: Console, trace: Trace, rows: list[WhatIf]) -> None:
@@ -367,13 +410,16 @@ def _flags(row: WhatIf) -> str:
         return f"--mode pld --tree-budget {row.tree_budget}"
     if row.drafter == "suffix":
         return f"--mode suffix --tree-budget {row.tree_budget}"
-    return f"--mode speculative --num-draft-tokens {row.draft_length}"
+    if row.drafter == "draft":
+        return f"--mode speculative --num-draft-tokens {row.draft_length}"
+    return f"--mode {row.drafter} --tree-budget {row.tree_budget} --no-adaptive"
 
 
 def _whatif_tables(console: Console, trace: Trace, lm: LoadedModel, costs: Costs, greedy: WhatIf,
                    settings: list[WhatIf], threshold: float) -> None:
     from rich.table import Table
 
+    from ..core.analysis.counted import unreplayable
     from ..core.analysis.whatif import alike, best
     from ..tui.forward_views import lookup_grid
 
@@ -412,7 +458,18 @@ def _whatif_tables(console: Console, trace: Trace, lm: LoadedModel, costs: Costs
                 cells += [str(r.target_forwards), f"{r.est_speedup or 0.0:.2f}x"]
             table.add_row(*cells)
         console.print(table)
-    for label, rows in (("PLD", list(pld.values())), ("the draft model", drafts), ("trees", trees)):
+    counted = [r for r in settings if r.drafter in unreplayable()]
+    if counted:
+        table = Table(title="Drafting from the target's own outputs: target forwards exact (counted on a run), "
+                            "speed estimated", title_justify="left")
+        for column in ("--mode", "--tree-budget", "forwards", "tok/fwd", "est. tok/s", "est. speed-up"):
+            table.add_column(column, justify="left" if column == "--mode" else "right")
+        for r in counted:
+            table.add_row(r.drafter, str(r.tree_budget), str(r.target_forwards), f"{r.tokens_per_forward:.2f}",
+                          f"{r.est_tokens_per_s:.1f}", f"{r.est_speedup:.2f}x")
+        console.print(table)
+    for label, rows in (("PLD", list(pld.values())), ("the draft model", drafts), ("trees", trees),
+                        (" or ".join(unreplayable()), counted)):
         if not rows:
             continue
         top = best([greedy, *rows])

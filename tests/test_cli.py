@@ -749,7 +749,8 @@ def test_whatif_predicts_the_forwards_a_real_pld_run_takes(tiny_model_dir: Path,
     done = cli("whatif", str(trace), "--model", str(tiny_model_dir), "--format", "json", env=isolated_env)
     assert done.returncode == 0, done.stderr
     rows = [json.loads(line) for line in done.stdout.splitlines()]
-    assert len(rows) == 5 * 12 + 2 * 3 and {r["drafter"] for r in rows} == {"pld", "pld tree", "suffix"}
+    assert len(rows) == 5 * 12 + 2 * 3 + 2
+    assert {r["drafter"] for r in rows} == {"pld", "pld tree", "suffix", "recycle", "lookahead"}
     for row in rows:
         for key in ("drafter", "max_ngram_size", "num_pred_tokens", "target_forwards", "est_tokens_per_s"):
             assert key in row
@@ -765,10 +766,18 @@ def test_whatif_predicts_the_forwards_a_real_pld_run_takes(tiny_model_dir: Path,
         real = cli("generate", *prompt, "--mode", mode, "--tree-budget", "8", env=isolated_env)
         finished = json.loads(real.stdout.splitlines()[-1])
         assert trees[(kind, 8)]["target_forwards"] == finished["target_forwards"], kind
+    # recycle and lookahead, counted on a run at the device's tree budget, as generate runs them drafting every round
+    for mode in ("recycle", "lookahead"):
+        row = next(r for r in rows if r["drafter"] == mode)
+        real = cli("generate", *prompt, "--mode", mode, "--tree-budget", str(row["tree_budget"]), "--no-adaptive",
+                   *(["--cold"] if mode == "recycle" else []), env=isolated_env)
+        finished = json.loads(real.stdout.splitlines()[-1])
+        assert row["target_forwards"] == finished["target_forwards"], mode
     text = cli("whatif", str(trace), "--model", str(tiny_model_dir), "--draft", "self", env=isolated_env)
     assert text.returncode == 0, text.stderr
     assert "PLD: target forwards (exact)" in text.stdout and "Draft model" in text.stdout
     assert "Best with PLD" in text.stdout and "Draft trees" in text.stdout
+    assert "Drafting from the target's own outputs" in " ".join(text.stdout.split())
     # the exact counts come first, before any timing; the timings are saved, then reused, and measured again on request
     assert text.stdout.index("PLD: target forwards (exact)") < text.stdout.index("Costs measured here")
     assert "timings measured now" in " ".join(text.stdout.split())

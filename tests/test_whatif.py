@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from decode_tui.core.analysis.whatif import Costs, best, table
+from decode_tui.core.analysis.counted import counted, unreplayable
+from decode_tui.core.analysis.whatif import Costs, WhatIf, best, table
 from decode_tui.core.drafting import target_drafts
 from decode_tui.core.drafting.draft_models import DraftModel
 from decode_tui.core.drafting.drafters import Draft
@@ -33,6 +35,7 @@ from decode_tui.core.strategies.autoregressive import autoregressive
 from decode_tui.core.strategies.speculative import speculative
 
 from .conftest import tiny_model
+from .test_autoregressive import loaded
 from .test_speculative import V, repetitive_prompt
 
 EOS = frozenset({V - 1})
@@ -297,3 +300,36 @@ def test_memoised_lookup_replays_equal_the_plain_ones(prompt: list[int], output:
                       max_new_tokens=upto, target_forwards=0, params={})
         for k in range(1, 7):
             assert memo.widths(trace, k) == replay_lookup(trace, eos, ngram, k).widths, (upto, k)
+
+
+def test_the_modes_a_trace_cannot_replay_are_those_drafting_from_the_targets_own_outputs() -> None:
+    assert unreplayable() == ("recycle", "lookahead")
+
+
+@pytest.mark.parametrize("mode", unreplayable())
+def test_a_mode_a_trace_cannot_replay_is_counted_on_a_greedy_run_of_its_prompt(byte_bpe: Any, mode: str) -> None:
+    model = tiny_model("llama", vocab_size=V, seed=2)
+    lm = loaded(model, byte_bpe, V - 1)
+    prompt = mixed_prompt(2)
+    trace = greedy_trace(model, byte_bpe, prompt, 24)
+    said: list[str] = []
+    row = counted(lm, trace, mode, 8, say=said.append)
+    assert row is not None and not said
+    assert row.drafter == mode and row.tree_budget == 8 and row.draft_length > 0
+    new = len(trace.token_ids)
+    # a width for every forward after the prefill; every drafted node fed once; each forward adds its accepted tokens
+    # and one of the target's own (the last may be cut by the limit)
+    assert len(row.widths) == row.target_forwards - 1 and row.target_forwards <= new
+    assert row.drafted == sum(w - 1 for w in row.widths) and max(row.widths) <= 8 + 1
+    assert row.accepted <= new - 1 < row.accepted + row.target_forwards
+    # a trace whose tokens this model does not write (another machine's numerics): said, and no row
+    other = dataclasses.replace(trace, token_ids=(trace.token_ids[0], (trace.token_ids[1] + 1) % (V - 1),
+                                                  *trace.token_ids[2:]))
+    assert counted(lm, other, mode, 8, say=said.append) is None
+    assert said and f"--mode {mode}" in said[0]
+
+
+def test_a_counted_modes_row_names_its_own_draft_length_option() -> None:
+    row = WhatIf("recycle", None, 10, 20, 1.5, 0.2, None, None, tree_budget=4)
+    data = row.to_dict()
+    assert data["num_pred_tokens"] == 10 and data["tree_budget"] == 4 and data["drafter"] == "recycle"

@@ -17,7 +17,8 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..drafting.prompt_lookup import replay_lookup
-from ..drafting.replay import DRAFT_LENGTHS, NGRAM_SIZES, Drafter, Replayed, Trace, replay_greedy, replay_tree
+from ..drafting.replay import DRAFT_LENGTHS, NGRAM_SIZES, Replayed, Trace, replay_greedy, replay_tree
+from ..modes import MODE_SPECS
 
 TREE_BUDGETS = (4, 8, 16)  # --tree-budget settings: prompt lookup's every match, and suffix drafting
 
@@ -147,7 +148,7 @@ def _iqr(values: Sequence[float]) -> float:
 class WhatIf:
     """One setting's row: its forwards and, with costs, its estimated speed."""
 
-    drafter: Drafter
+    drafter: str  # replay.Drafter, or a mode run for its counts (core/analysis/counted.py)
     max_ngram_size: int | None
     draft_length: int
     target_forwards: int
@@ -158,16 +159,19 @@ class WhatIf:
     tree_budget: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form: ``num_pred_tokens`` for PLD and trees, ``num_draft_tokens`` for a draft model,
-        ``tree_budget`` for trees."""
+        """The JSON form: ``num_pred_tokens`` for PLD and trees, ``num_draft_tokens`` for a draft model, a mode's
+        own draft length option for a mode's row, ``tree_budget`` for trees."""
         data = asdict(self)
         length = data.pop("draft_length")
         if not self.tree_budget:
             data.pop("tree_budget")
-        if self.drafter in ("pld", "pld tree", "suffix"):
+        spec = MODE_SPECS[self.drafter].drafter if self.drafter in MODE_SPECS else None
+        if self.drafter == "pld tree":
             data["num_pred_tokens"] = length
         elif self.drafter == "draft":
             data["num_draft_tokens"] = length
+        elif spec is not None:  # a mode's own row: its own draft length option
+            data[spec.length] = length
         return data
 
 

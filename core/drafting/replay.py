@@ -108,7 +108,7 @@ def read_trace(path: Path) -> Trace:
 class Replayed:
     """One setting replayed on a trace: the target forwards it needs and what each fed the target."""
 
-    drafter: Drafter
+    drafter: str  # a Drafter, or a mode run for its counts (core/analysis/counted.py)
     max_ngram_size: int | None  # pld
     draft_length: int  # num_pred_tokens (pld) or num_draft_tokens (draft); 0 for greedy
     target_forwards: int  # the prefill included, as Finished.target_forwards counts
