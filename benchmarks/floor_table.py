@@ -10,7 +10,9 @@ floor:
 - ``under``: its high end is under the floor (the mode lost, beyond this machine's noise);
 - ``open``: the interval holds the floor (these rounds cannot tell; more rounds can).
 
-Then, per mode, the median over the prompts, the lowest prompt and the count of each verdict.
+Then, per mode, the median over the prompts, the lowest prompt and the count of each verdict. Rows of
+``benchmarks/floor_control.py`` carry a negative control, ``greedy (again)``: greedy's work timed as a mode, whose
+interval shows what these rounds can resolve on each prompt.
 
     python benchmarks/floor_table.py RESULTS.json [MORE.json ...] [--floor 0.95]
 
@@ -28,7 +30,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-DRAFTING = ["speculative", "pld", "suffix", "recycle", "lookahead"]
+# The negative control first where there is one (benchmarks/floor_control.py: greedy timed again under another name)
+DRAFTING = ["greedy (again)", "speculative", "pld", "suffix", "recycle", "lookahead"]
 
 
 def interval(ratios: list[float], draws: int = 10_000, level: float = 0.90) -> tuple[float, float]:
