@@ -51,9 +51,10 @@ def main() -> None:
     try:
         with args.out.open("w", encoding="utf-8") as out:
             for i, (category, prompt) in enumerate(prompts, 1):
-                rows = bench(lm, prompt, configs, runs=args.rounds, draft=draft,
-                             progress=lambda line, i=i: print(f"prompt {i} of {len(prompts)}: {line}",
-                                                              file=sys.stderr, flush=True))
+                def said(line: str, i: int = i) -> None:
+                    print(f"prompt {i} of {len(prompts)}: {line}", file=sys.stderr, flush=True)
+
+                rows = bench(lm, prompt, configs, runs=args.rounds, draft=draft, progress=said)
                 for row in rows:
                     out.write(json.dumps({"category": category, "prompt": prompt, "hog": args.hog,
                                           **row.to_dict()}) + "\n")
