@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from ..core.errors import DecodeTuiError
 from ..core.modes import DRAFT_MODEL_MODES, DRAFTING_MODES
 from ..tui.numbers import count
-from .console import fail, status
+from .console import fail, status, stderr
 from .flags import ModeChoice, TableFormatChoice
 from .headless import _write
 from .loads import check_placement, ensure_model, load, load_draft, load_models, with_draft_model
@@ -363,9 +363,10 @@ def _counted_on_runs(lm: LoadedModel, trace: Trace, console: Console | None) -> 
                       title_justify="left")
         for column in ("--mode", "forwards", "tok/fwd", "accept"):
             table.add_column(column, justify="left" if column == "--mode" else "right")
-        for r in rows:
-            new = min(trace.max_new_tokens, len(trace.token_ids))
-            table.add_row(r.drafter, str(r.target_forwards), f"{new / r.target_forwards:.2f}",
+        from ..core.analysis.whatif import table as whatif_rows
+
+        for r in whatif_rows(trace, rows, None)[1:]:  # greedy's row first
+            table.add_row(r.drafter, str(r.target_forwards), f"{r.tokens_per_forward:.2f}",
                           f"{r.acceptance_rate:.0%}" if r.acceptance_rate is not None else "-")
         console.print(table)
     return rows
@@ -375,7 +376,7 @@ def _said(console: Console | None, line: str) -> None:
     if console is not None:
         console.print(f"[dim]{line}[/dim]", highlight=False)
     else:
-        print(f"decode-tui: {line}", file=sys.stderr)
+        stderr().print(f"decode-tui: {line}", highlight=False, markup=False)
 
 
 def _forward_counts(console: Console, trace: Trace, rows: list[WhatIf]) -> None:
