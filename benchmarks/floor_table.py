@@ -13,16 +13,24 @@ Then, per mode, the median over the prompts, the lowest prompt and the count of 
 ``benchmarks/floor_control.py`` carry a negative control, ``greedy (again)``: greedy's work timed as a mode, whose
 interval shows what these rounds can resolve on each prompt.
 
-    python benchmarks/floor_table.py RESULTS.json [MORE.json ...] [--floor 0.95]
+    python benchmarks/floor_table.py RESULTS.json [MORE.json ...] [--floor 0.95] [--bracket]
 
 Several files are pooled per prompt and mode (their rounds put together), for a second run of the prompts that
 stayed open.
+
+``--bracket`` (rows with the control only) judges each drafting mode against both of a round's greedy runs: its
+tok/s over the geometric mean of greedy's and the control's in the same round. The protocol puts those two at the
+two ends of every round (ABC...Z, Z...CBA), so a drift in the machine's speed within a round falls on both sides of
+every mode alike, and the baseline's own noise is halved in the log. Without it, a round's ratio carries the noise
+of greedy's one run in full: every mode's ratios move together round by round, the control's with them. The
+control's column stays its plain ratio over greedy, the noise gauge.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import statistics
 from collections import defaultdict
@@ -30,7 +38,8 @@ from pathlib import Path
 from typing import Any
 
 # The negative control first where there is one (benchmarks/floor_control.py: greedy timed again under another name)
-DRAFTING = ["greedy (again)", "speculative", "pld", "suffix", "recycle", "lookahead"]
+CONTROL = "greedy (again)"
+DRAFTING = [CONTROL, "speculative", "pld", "suffix", "recycle", "lookahead"]
 
 
 def interval(ratios: list[float], draws: int = 10_000, level: float = 0.90) -> tuple[float, float]:
@@ -49,6 +58,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("files", nargs="+", type=Path)
     parser.add_argument("--floor", type=float, default=0.95)
+    parser.add_argument("--bracket", action="store_true", help="judge the modes against both greedy runs a round")
     args = parser.parse_args()
     cells: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for path in args.files:
@@ -56,6 +66,11 @@ def main() -> None:
             row = json.loads(line)
             cells[(row["prompt"], row["mode"])].append(row)
     prompts = list(dict.fromkeys(p for p, _ in cells))
+    if args.bracket:
+        for prompt in prompts:
+            rounds = {m: sum(len(row["round_speedups"]) for row in cells[(prompt, m)]) for p, m in cells if p == prompt}
+            if any(n != rounds.get(CONTROL) for n in rounds.values()):
+                parser.error(f"--bracket needs the control's rounds beside every mode's: {rounds} on {prompt[:40]!r}")
     modes = [m for m in DRAFTING if any((p, m) in cells for p in prompts)]
     print("| prompt (tokens) | " + " | ".join(modes) + " | greedy's text |")
     print("|---" * (len(modes) + 2) + "|")
@@ -70,6 +85,9 @@ def main() -> None:
                 line.append("-")
                 continue
             ratios = [r for row in rows for r in row["round_speedups"]]
+            if args.bracket and mode != CONTROL:
+                control = [r for row in cells[(prompt, CONTROL)] for r in row["round_speedups"]]
+                ratios = [r / math.sqrt(c) for r, c in zip(ratios, control, strict=True)]
             median = statistics.median(ratios)
             low, high = interval(ratios)
             said = verdict(low, high, args.floor)
