@@ -68,7 +68,10 @@ def warming(lm: LoadedModel, prompt: str, config: DecodeConfig,
 
         yield f"warming up {config.mode}: timing forwards of a few widths, for the draft trees' size"
         tree_budget(lm.model)  # measured once a process: the run reads it
-    seeded = dataclasses.replace(config, seed=0 if config.seed is None else config.seed)
+    # A warm-up leaves no state behind: token recycling's matrix is read as the run will read it, but not written
+    # back, or the run would say it starts from an earlier run's rows where the user named a new file.
+    seeded = dataclasses.replace(config, seed=0 if config.seed is None else config.seed,
+                                 draft=dataclasses.replace(config.draft, recycle_keep=False))
     if lm.device.type != "cuda" and len(prompt) > WARM_PROMPT_CHARS:
         # Off CUDA nothing is captured for the prompt's size, so its start warms up as well as all of it, and a
         # long prompt's prefill is paid once, by the run, not twice.

@@ -23,7 +23,7 @@ from decode_tui.core.execution.model_state import state_of
 from decode_tui.core.model.loading import load_model
 from decode_tui.core.model.registry import resolve
 from decode_tui.core.params import DecodeConfig, DraftParams
-from decode_tui.core.record.events import DraftVerified, Finished
+from decode_tui.core.record.events import DraftVerified, Finished, Started
 from decode_tui.core.run import Run
 from decode_tui.core.warmup import warm_up
 
@@ -281,3 +281,18 @@ def test_bench_times_every_mode_alternated_against_greedy(lm: Any, monkeypatch: 
     assert greedy.round_speedups == (1.0, 1.0)
     with pytest.raises(ValueError, match="greedy"):
         bench(lm, PROMPT, {"pld": configs["pld"]}, runs=1)
+
+
+def test_a_recycling_warm_up_writes_no_matrix_and_the_run_says_it_starts_empty(lm: Any, tmp_path: Path) -> None:
+    """A warm-up leaves no state behind: the matrix file the user named for a new run is the run's to write, and the
+    run says it starts from no earlier run (a warm-up that wrote its few steps' rows made it say "from earlier
+    runs")."""
+    path = tmp_path / "new.pt"
+    config = DecodeConfig(mode="recycle", max_new_tokens=24, draft=DraftParams(recycle_state=str(path)))
+    warm_up(lm, PROMPT, config)
+    assert not path.exists(), "the warm-up wrote the matrix"
+    events = list(Run(lm, PROMPT, config).events())
+    assert isinstance(events[0], Started) and events[0].notes is not None
+    assert any("no earlier run" in n for n in events[0].notes)
+    assert isinstance(events[-1], Finished) and path.exists(), "the run itself writes its matrix back"
+
