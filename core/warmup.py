@@ -77,12 +77,19 @@ def warming(lm: LoadedModel, prompt: str, config: DecodeConfig,
         # long prompt's prefill is paid once, by the run, not twice.
         prompt = prompt[:WARM_PROMPT_CHARS]
     run = Run(lm, prompt, seeded, draft)
+    drafting = config.mode in DRAFTING_MODES
+    from .execution.tree_budget import time_widths
+    from .execution.widths import MAX_WIDTH, width_costs
+
+    # The widths a CPU's verifications may pad to are timed here, not by the run's own verifications.
+    if drafting and lm.device.type == "cpu" and run.path == "plain" and width_costs(lm.model).forget_stale():
+        yield f"warming up {config.mode}: timing verifications of 2 to {MAX_WIDTH} positions"
+        time_widths(lm.model)
     # On CUDA the plain path (beam search, --no-cuda-graphs) grows its cache a step at a time, and each new
     # size is a new block for CUDA's caching allocator to get from the driver, so a short warm-up leaves the
     # first run slow: there the warm-up decodes the whole length once. The graph path's cache is static, and on
     # the CPU a first run is as fast as a third: a few steps do.
     whole = lm.device.type == "cuda" and run.path == "plain"
-    drafting = config.mode in DRAFTING_MODES
     events = run.events()
     tokens = rounds = 0
     yield f"warming up {config.mode}: the prompt's prefill"

@@ -43,13 +43,13 @@ def test_off_the_cpu_the_widest_budget_without_timing_anything() -> None:
 def test_a_cpu_budget_is_timed_on_the_model_once_a_process(monkeypatch: pytest.MonkeyPatch) -> None:
     model = tiny_model("llama", vocab_size=64, seed=1)
     timers = []
-    real = budget_module._forward_timer
+    real = budget_module.forward_timer
 
     def counted(m: Any) -> Any:
         timers.append(m)
         return real(m)
 
-    monkeypatch.setattr(budget_module, "_forward_timer", counted)
+    monkeypatch.setattr(budget_module, "forward_timer", counted)
     first = tree_budget(model)
     assert first in CANDIDATES and len(timers) == 1
     assert tree_budget(model) == first and len(timers) == 1, "kept for the model's life in the process"

@@ -20,6 +20,7 @@ from decode_tui.core.analysis.compare import compare
 from decode_tui.core.drafting.draft_models import DraftModel
 from decode_tui.core.execution import forward as forward_module
 from decode_tui.core.execution.model_state import state_of
+from decode_tui.core.execution.widths import MAX_WIDTH, TRIES, width_costs
 from decode_tui.core.model.loading import load_model
 from decode_tui.core.model.registry import resolve
 from decode_tui.core.params import DecodeConfig, DraftParams
@@ -94,6 +95,11 @@ def test_a_warm_up_says_how_far_along_it_is(lm: Any, mode: str) -> None:
         except StopIteration as done:
             assert done.value > 0
             break
+    # A drafting warm-up on a CPU first times the widths a verification may pad to (once, on a fresh model).
+    timing = [line for line in lines if "timing verifications" in line]
+    assert timing == ([f"warming up pld: timing verifications of 2 to {MAX_WIDTH} positions"] if mode == "pld" else [])
+    assert not timing or lines[0] == timing[0]
+    lines = [line for line in lines if line not in timing]
     assert lines[0] == f"warming up {mode}: the prompt's prefill"
     assert lines[1].startswith(f"warming up {mode}: ") and len(lines) > 2
     assert f"{WARM_TOKENS} of {WARM_TOKENS} tokens" in lines[-1] or mode == "pld"
@@ -127,7 +133,8 @@ def test_a_suffix_warm_up_names_its_budget_timing_and_a_long_prompt_warms_up_on_
     for line in steps:
         lines.append(line)
     assert lines[0] == "warming up suffix: timing forwards of a few widths, for the draft trees' size"
-    assert lines[1] == "warming up suffix: the prompt's prefill" and prompts == [PROMPT]
+    assert lines[1] == f"warming up suffix: timing verifications of 2 to {MAX_WIDTH} positions"
+    assert lines[2] == "warming up suffix: the prompt's prefill" and prompts == [PROMPT]
     monkeypatch.setattr(warmup, "WARM_PROMPT_CHARS", 60)  # the tiny model reads 512 tokens at most
     long = "ab cd " * 60
     warmup.warm_up(lm, long, DecodeConfig(mode="greedy", max_new_tokens=4, seed=3))
@@ -296,3 +303,46 @@ def test_a_recycling_warm_up_writes_no_matrix_and_the_run_says_it_starts_empty(l
     assert any("no earlier run" in n for n in events[0].notes)
     assert isinstance(events[-1], Finished) and path.exists(), "the run itself writes its matrix back"
 
+
+@pytest.mark.parametrize("mode", ["greedy", "pld", "suffix"])
+def test_a_drafting_warm_up_on_a_cpu_times_every_width_so_the_run_times_none(lm: Any, mode: str) -> None:
+    """A verification at a width only there to time it cost a short answer a step or more (3 positions cost what 5
+    do and more on a 2-core CPU): the warm-up times every width a verification may pad to, and the run that follows
+    pads at once, timing nothing it did not need."""
+    config = DecodeConfig(mode=mode, max_new_tokens=40, seed=3)
+    warm_up(lm, PROMPT, config)
+    costs = width_costs(lm.model)
+    timed = {w: len(seconds) for w, seconds in costs.seconds.items()}
+    # (the warm-up's own draft rounds may add a verification's time to the width it ran at)
+    assert all(n == 0 for n in timed.values()) if mode == "greedy" else all(n >= TRIES for n in timed.values()), timed
+    if mode == "greedy":
+        return
+    asked: list[int] = []
+    untimed: list[int] = []
+    width_for = costs.width_for
+
+    def chosen(width: int, room: int) -> int:
+        asked.append(width)
+        if 2 <= width <= MAX_WIDTH:
+            untimed.extend(v for v in range(width, max(width, min(MAX_WIDTH, room)) + 1)
+                           if len(costs.seconds[v]) < TRIES)
+        return width_for(width, room)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(costs, "width_for", chosen)
+        assert not any("timing verifications" in line for line in _lines(lm, config)), "timed once, not every warm-up"
+        list(Run(lm, PROMPT, config).events())
+    assert asked, "the run verified something"
+    assert not untimed, f"the run met widths still to time: {untimed}"
+
+
+def _lines(lm: Any, config: DecodeConfig) -> list[str]:
+    from decode_tui.core.warmup import warming
+
+    steps = warming(lm, PROMPT, config)
+    lines: list[str] = []
+    while True:
+        try:
+            lines.append(next(steps))
+        except StopIteration:
+            return lines

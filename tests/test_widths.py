@@ -82,18 +82,12 @@ def test_the_width_chosen_fits_and_never_costs_more(seconds: list[float], width:
         assert seconds[chosen - 2] <= GAIN * seconds[width - 2]
 
 
-@pytest.mark.parametrize("cheapest", [4, MAX_WIDTH])
-@pytest.mark.parametrize("arch", ARCHS)
-def test_padded_verifications_give_plain_greedy_tokens(byte_bpe: Any, arch: str, cheapest: int) -> None:
-    """Every verification padded to ``cheapest`` positions (where it fits: the prompt and answer fill the model's
-    context to the last position, past which a pad would read a position gpt2 has no embedding for)."""
-    prompt = repetitive_prompt(3, 9)
-    max_new = 23
-    model = tiny_model(arch, vocab_size=V, seed=7, max_positions=len(prompt) + max_new)
+def cheapest_at(model: Any, cheapest: int) -> list[int]:
+    """``model``'s widths timed as if ``cheapest`` cost nothing and every other width a second; the widths its
+    verifications then run at, as they run."""
     widths = width_costs(model)
     for w in widths.seconds:
         widths.seconds[w].extend([1.0 if w != cheapest else 1e-9] * TRIES)
-    expected = greedy(model, byte_bpe, prompt, max_new).token_ids
     ran: list[int] = []
     observe = widths.observe
 
@@ -102,6 +96,19 @@ def test_padded_verifications_give_plain_greedy_tokens(byte_bpe: Any, arch: str,
         observe(width, seconds)
 
     widths.observe = recorded  # type: ignore[method-assign]
+    return ran
+
+
+@pytest.mark.parametrize("cheapest", [4, MAX_WIDTH])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_padded_verifications_give_plain_greedy_tokens(byte_bpe: Any, arch: str, cheapest: int) -> None:
+    """Every verification padded to ``cheapest`` positions (where it fits: the prompt and answer fill the model's
+    context to the last position, past which a pad would read a position gpt2 has no embedding for)."""
+    prompt = repetitive_prompt(3, 9)
+    max_new = 23
+    model = tiny_model(arch, vocab_size=V, seed=7, max_positions=len(prompt) + max_new)
+    ran = cheapest_at(model, cheapest)
+    expected = greedy(model, byte_bpe, prompt, max_new).token_ids
     for drafter in (PromptLookup(3, 4, frozenset({V - 1})), ModelDrafter(model, V, confidence_threshold=0.0)):
         ran.clear()
         result = run(model, byte_bpe, drafter, prompt, max_new, k=2)[-1]
@@ -110,3 +117,23 @@ def test_padded_verifications_give_plain_greedy_tokens(byte_bpe: Any, arch: str,
         assert all(w <= cheapest for w in ran), ran
     # The model drafting for itself drafts every round: padded but where the run neared the model's last position.
     assert ran.count(cheapest) >= 5, ran
+
+
+@pytest.mark.parametrize("cheapest", [5, MAX_WIDTH])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_padded_tree_verifications_give_plain_greedy_tokens(byte_bpe: Any, arch: str, cheapest: int) -> None:
+    """A tree's verification is padded as a chain's is (a suffix tree of 2 nodes ran at 3 positions, which cost a
+    2-core CPU what 5 do and more): rows of padding see the cache and themselves, and nothing reads them, so a
+    recycled tree of any size gives plain greedy's tokens, and every tree that fits runs at ``cheapest``."""
+    from decode_tui.core.drafting.recycling import RecycledMatrix, RecyclingDrafter
+
+    prompt = repetitive_prompt(5, 9)
+    max_new = 23
+    model = tiny_model(arch, vocab_size=V, seed=9, max_positions=len(prompt) + max_new + MAX_WIDTH)
+    ran = cheapest_at(model, cheapest)
+    expected = greedy(model, byte_bpe, prompt, max_new).token_ids
+    drafter = RecyclingDrafter(RecycledMatrix(V, 4), 3, cheapest - 1, frozenset({V - 1}))
+    for _ in range(2):  # cold, then warm: trees of every size up to the budget
+        result = run(model, byte_bpe, drafter, prompt, max_new, k=3)[-1]
+        assert isinstance(result, Finished) and result.token_ids == expected
+    assert ran and all(w == cheapest for w in ran), ran

@@ -3,8 +3,8 @@
 A strategy asks for a prefill, a chain's verification, a tree's verification, a timed plain step and a rollback;
 this object decides how each runs: on the plain path or a static cache (compiled passes, or CUDA graphs captured
 ahead), a chain padded to the width that pays (one width on a static cache, so that one graph serves every round;
-on a CPU the width measured cheapest, :mod:`.widths`), a tree through its attention mask, and the cache kept at the
-end for a branch of the run (:mod:`.prefix_cache`). The strategy never branches on any of it.
+on a CPU the width measured cheapest, :mod:`.widths`), a tree through its attention mask (padded likewise), and the
+cache kept at the end for a branch of the run (:mod:`.prefix_cache`). The strategy never branches on any of it.
 
 It knows forwards, caches, graphs and widths; nothing of drafts' origins, acceptance or events.
 """
@@ -52,8 +52,8 @@ def plain_step(model: PreTrainedModel, cache: Cache, context: list[int], repeat:
 
 
 class VerifyForward:
-    """The verification's forward, fed ``[pending, d_1 .. d_k]`` and padded with copies of the pending token
-    where a wider feed pays: its logits at the k + 1 real positions.
+    """The verification's forward, fed ``[pending, d_1 .. d_k]`` (or a tree's nodes) and padded with copies of the
+    pending token where a wider feed pays: its logits at the k + 1 real positions.
 
     The fast paths (``static``) pad to the longest draft, so that one compiled graph (or captured CUDA graph)
     serves every round whatever the drafter proposed; on a CPU the plain path pads to the width that costs the
@@ -82,6 +82,18 @@ class VerifyForward:
             self.widths.observe(feed.shape[1], time.perf_counter() - started)
         return logits
 
+    def tree(self, cache: Cache, pending: int, tree: TokenTree, confirmed: int, tree_width: int) -> torch.Tensor:
+        """A tree's verification: on the graph path padded to ``tree_width`` rows (one graph for every tree), on
+        a CPU's plain path to the width measured cheapest, as a chain's is, and timed for it."""
+        rows = 1 + len(tree)
+        if self.widths is None:  # a static cache's graph, or off the CPU a plain forward of the tree as it is
+            return tree_forward(self.model, cache, pending, tree, tree_width if self.static else None)
+        width = self.widths.width_for(rows, self.room - confirmed)
+        started = time.perf_counter()
+        logits = tree_forward(self.model, cache, pending, tree, width)
+        self.widths.observe(max(width, rows), time.perf_counter() - started)
+        return logits
+
 
 class Target:
     """The target model for one speculative run: its cache (a branch's parent's where they share a prefix), and
@@ -98,7 +110,7 @@ class Target:
         self.static, self.max_len, self.tree_width = fast or graphs, max_len, tree_width
         self.cache, self.held = take(model, context, reuse=reuse, rollback_ready=True, fast=fast, graphs=graphs,
                                      max_len=max_len)
-        self._chain = VerifyForward(model, self.static, max_len)
+        self._verify = VerifyForward(model, self.static, max_len)
 
     @property
     def steps_plainly(self) -> bool:
@@ -136,12 +148,12 @@ class Target:
         """[k+1, V]: the target's raw logits after the pending token (``context``'s last, not yet in the cache) and
         after each of the ``k`` drafted tokens; ``num_draft_tokens``: the longest draft, a static cache's width."""
         self.transcript.target_forwards += 1
-        return self._chain(self.cache, context[-1], drafted, len(context) - 1, num_draft_tokens)
+        return self._verify(self.cache, context[-1], drafted, len(context) - 1, num_draft_tokens)
 
     def verify_tree(self, context: list[int], tree: TokenTree) -> torch.Tensor:
         """[1+n, V]: the target's raw logits after the pending token and after each of the tree's n nodes."""
         self.transcript.target_forwards += 1
-        return tree_forward(self.model, self.cache, context[-1], tree, self.tree_width)
+        return self._verify.tree(self.cache, context[-1], tree, len(context) - 1, self.tree_width)
 
     def roll_back(self, confirmed: int, past: int, kept_nodes: Sequence[int] | None) -> None:
         """Keep the first ``confirmed`` positions: a tree's kept nodes (fed after ``past``) are moved first to where

@@ -65,16 +65,19 @@ def tree_forward(model: PreTrainedModel, cache: Cache, pending: int, tree: Token
     every node, appended to ``cache`` (which held everything before the pending token). Follow it with
     :func:`keep_path`.
 
-    ``width``: on the graph path, the rows every tree is padded to (the drafter's budget and the pending token),
-    so that the forward replays one captured graph whatever the round's tree (a GPU runs 64 rows for about the
-    cost of one, and an eager forward of a small model costs several captured steps there)."""
+    ``width``: the rows the tree is padded to, where it has fewer. On the graph path, the drafter's budget and the
+    pending token, so that the forward replays one captured graph whatever the round's tree (a GPU runs 64 rows
+    for about the cost of one, and an eager forward of a small model costs several captured steps there); on a
+    plain cache, the width measured cheapest (a CPU's kernels may take 3 rows for longer than 5,
+    :mod:`.widths`). The caller keeps a pad within the positions the model can read."""
     past = int(cache.get_seq_length())
     n = len(tree)
-    key_length = cache.max_len if isinstance(cache, StaticKV) else past + 1 + n
     rows = 1 + n
-    if width is not None and isinstance(cache, StaticKV) and cache.path == "graphs" and 1 + n <= width \
-            and past + width <= key_length:
+    # A plain cache takes any pad the caller chose; a static one only on the graph path, within its end.
+    if width is not None and 1 + n <= width and (
+            not isinstance(cache, StaticKV) or (cache.path == "graphs" and past + width <= cache.max_len)):
         rows = width
+    key_length = cache.max_len if isinstance(cache, StaticKV) else past + rows
     device = model.device
     ids = on_device([[pending, *tree.tokens, *[pending] * (rows - 1 - n)]], device)  # [1, rows]
     mask = tree_mask(tree, past, key_length, model.dtype, device, rows)  # [1, 1, rows, K]

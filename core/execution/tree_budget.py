@@ -9,6 +9,8 @@ one-position forwards: a tree round emits at least one token, and on input-groun
 tokens per forward (BENCHMARKS.md, "Each mode on the CPU"), so a round costing two steps still pays where the tree
 does.
 
+The verification widths' own costs (:mod:`.widths`) are timed here too, in the same warm-up (:func:`time_widths`).
+
 Written by hand, like the verification widths (:mod:`decode_tui.core.execution.widths`): no library measures this. It
 knows forwards and the clock; nothing of trees, drafters or events.
 """
@@ -24,6 +26,7 @@ import torch
 from ..model.loading import context_length
 from .forward import new_cache, rollback
 from .model_state import state_of
+from .widths import MAX_WIDTH, width_costs
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -47,7 +50,7 @@ def tree_budget(model: PreTrainedModel, timer: Callable[[int], float] | None = N
     offered = [b for b in CANDIDATES if b + 1 <= room]
     if not offered:  # too short a context to measure in: the narrowest
         return CANDIDATES[0]
-    time_width = timer or _forward_timer(model)
+    time_width = timer or forward_timer(model)
     step = min(time_width(1) for _ in range(TRIES))
     budget = offered[0]
     for wider in offered:  # narrowest first, up to the first that costs too much: a forward never gets cheaper
@@ -59,7 +62,18 @@ def tree_budget(model: PreTrainedModel, timer: Callable[[int], float] | None = N
     return budget
 
 
-def _forward_timer(model: PreTrainedModel) -> Callable[[int], float]:
+def time_widths(model: PreTrainedModel) -> int:
+    """Time the verification widths a CPU's verifier may pad to (:meth:`~.widths.WidthCosts.fill`) on ``model``
+    now, in the warm-up, so that the run never pays to time them; the forwards timed (0 where every width was timed
+    lately, or the model reads too few positions to time them after CONTEXT)."""
+    room = context_length(model)
+    costs = width_costs(model)
+    if costs.forget_stale() == 0 or (room is not None and room < CONTEXT + MAX_WIDTH + 1):
+        return 0
+    return costs.fill(forward_timer(model))
+
+
+def forward_timer(model: PreTrainedModel) -> Callable[[int], float]:
     """Times a forward of ``width`` positions after CONTEXT cached ones, each cropped back after it."""
     cache = new_cache(model, rollback=True)  # croppable, a sliding-window model's too
     ids = torch.zeros((1, CONTEXT), dtype=torch.long, device=model.device)  # [1, CONTEXT]

@@ -9,8 +9,9 @@ positions. The pads come after the real positions, which never attend to them, a
 round forgets them with the rejected drafts, so no output changes.
 
 Which widths are cheap is measured, not assumed: another library, CPU or thread count has other ones, and a proxy
-(one weight's product) missed what the whole forward pays. The verifier runs each width it may pad to a couple of
-times, keeps the times per model for the process's life, and from then on pads to the cheapest. Off the CPU every
+(one weight's product) missed what the whole forward pays. The warm-up times each width it may pad to a couple of
+times (:meth:`WidthCosts.fill`), the verifier adds every verification's time, keeps them per model for the
+process's life, and pads to the cheapest; a tree's verification is padded as a chain's is. Off the CPU every
 width runs as it is: a GPU's forward over a few positions costs about the same whatever their number, and timing
 its asynchronous kernels would need a synchronisation every round. No library offers this choice, hence this module.
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
+from collections.abc import Callable
 
 from .model_state import state_of
 
@@ -61,6 +63,28 @@ class WidthCosts:
         cost = {v: statistics.median(self.seconds[v]) for v in candidates}
         best = min(candidates, key=lambda v: (cost[v], v))
         return best if cost[best] <= GAIN * cost[width] else width
+
+    def forget_stale(self) -> int:
+        """Forget the times of every width last timed STALE forwards ago (a busy moment's, maybe); how many widths
+        are then short of TRIES times."""
+        for w in self.seconds:
+            if self.forwards - self.timed_at.get(w, self.forwards) > STALE:
+                self.seconds[w].clear()
+        return sum(len(seconds) < TRIES for seconds in self.seconds.values())
+
+    def fill(self, time_width: Callable[[int], float]) -> int:
+        """Time now every width short of TRIES times (or last timed STALE forwards ago) with ``time_width(w)``,
+        the widths in turn, so that a run's own verifications never run at a width only to time it (on a CPU a
+        verification of 3 positions may cost what one of 5 does and more: a short answer cannot afford to find
+        out). A warm-up's work; returns the forwards it timed."""
+        self.forget_stale()
+        timed = 0
+        for _ in range(TRIES):
+            for w, seconds in self.seconds.items():
+                if len(seconds) < TRIES:
+                    self.observe(w, time_width(w))
+                    timed += 1
+        return timed
 
     def observe(self, width: int, seconds: float) -> None:
         """A forward of ``width`` positions took ``seconds``."""
