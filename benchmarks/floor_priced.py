@@ -152,7 +152,11 @@ def rows(runs: dict[str, list[dict[str, Any]]], prices: dict[int, float]) -> lis
             "host_share": statistics.median((run["wall_s"] - run["forward_s"] - run["draft_s"]) / run["wall_s"]
                                             for run in recorded),
             "new_tokens": len(last["token_ids"]), "identical": last["token_ids"] == greedy_tokens,
-            "prices_ms": {w: round(1e3 * p, 2) for w, p in sorted(prices.items())}})
+            "prices_ms": {w: round(1e3 * p, 2) for w, p in sorted(prices.items())},
+            # Each run's own figure and forwards: the policy decides from measured times, so runs may differ.
+            "runs": [{"priced_speedup": p, "wall_speedup": w, "target_forwards": len(run["widths"]),
+                      "widths": dict(sorted(Counter(run["widths"][1:]).items()))}
+                     for p, w, run in zip(priced, walled, recorded, strict=True)]})
     return out
 
 

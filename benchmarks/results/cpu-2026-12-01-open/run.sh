@@ -25,5 +25,9 @@ step2() {  # warm: a first run of a similar prompt fills a matrix, then every re
         -p "$story" > "$out/warm-story.txt" 2>&1
 }
 
+step3() {  # the plain modes on the story, for the every-mode table's column of this machine
+    decode-tui bench --modes greedy,sample,beam --repeats 5 --max-new-tokens 96 -p "$story" > "$out/plain-story.txt" 2>&1
+}
+
 { echo "commit $(git rev-parse --short HEAD), $(date -u +%FT%TZ), steps ${*:-1 2}"; lscpu | grep -E 'Model name|^CPU family|^Model:'; } >> "$out/meta.txt"
 for step in ${*:-1 2}; do "step$step"; done
