@@ -98,11 +98,15 @@ def priced_widths(model: Any, context: int, widths: set[int], rounds: int) -> di
     return {w: statistics.median(s) for w, s in samples.items()}
 
 
+def host_s(run: dict[str, Any]) -> float:
+    """A run's host time: its wall time less every forward's, the target's and the draft model's."""
+    return float(run["wall_s"] - run["forward_s"] - run["draft_s"])
+
+
 def cost(run: dict[str, Any], prices: dict[int, float]) -> float:
     """A run's priced seconds: its target forwards at their widths' prices (the prefill left out, as every mode's
-    is the same), its draft forwards as measured, and its host time (wall time less every forward's)."""
-    host = run["wall_s"] - run["forward_s"] - run["draft_s"]
-    return float(sum(prices[w] for w in run["widths"][1:]) + run["draft_s"] + host)
+    is the same), its draft forwards as measured, and its host time."""
+    return float(sum(prices[w] for w in run["widths"][1:]) + run["draft_s"] + host_s(run))
 
 
 def timed_runs(lm: Any, draft: Any, prompt: str, configs: dict[str, Any], runs: int, target: Forwards,
@@ -149,8 +153,7 @@ def rows(runs: dict[str, list[dict[str, Any]]], prices: dict[int, float]) -> lis
             "priced_high": max(priced), "wall_speedup": statistics.median(walled),
             "target_forwards": len(last["widths"]), "widths": dict(sorted(Counter(last["widths"][1:]).items())),
             "draft_forwards": last["draft_forwards"],
-            "host_share": statistics.median((run["wall_s"] - run["forward_s"] - run["draft_s"]) / run["wall_s"]
-                                            for run in recorded),
+            "host_share": statistics.median(host_s(run) / run["wall_s"] for run in recorded),
             "new_tokens": len(last["token_ids"]), "identical": last["token_ids"] == greedy_tokens,
             "prices_ms": {w: round(1e3 * p, 2) for w, p in sorted(prices.items())},
             # Each run's own figure and forwards: the policy decides from measured times, so runs may differ.
@@ -168,11 +171,11 @@ def table(results: list[dict[str, Any]]) -> str:
     lines = ["| prompt (tokens) | " + " | ".join(modes) + " | greedy's text |",
              "|---|" + "---|" * (len(modes) + 1)]
     for prompt in prompts:
-        rows = {r["mode"]: r for r in results if r["prompt"] == prompt}
-        greedy = rows["greedy"]
+        by_mode = {r["mode"]: r for r in results if r["prompt"] == prompt}
+        greedy = by_mode["greedy"]
         cells = [f"{r['priced_speedup']:.3f}x [{r['priced_low']:.3f}-{r['priced_high']:.3f}], wall "
-                 f"{r['wall_speedup']:.2f}x, {r['target_forwards']} fwd" for r in (rows[m] for m in modes)]
-        same = "yes" if all(r["identical"] for r in rows.values()) else "no"
+                 f"{r['wall_speedup']:.2f}x, {r['target_forwards']} fwd" for r in (by_mode[m] for m in modes)]
+        same = "yes" if all(r["identical"] for r in by_mode.values()) else "no"
         lines.append(f"| {greedy['category']}: {prompt.split(chr(10))[-1][:28]}... ({greedy['new_tokens']}) | "
                      + " | ".join(cells) + f" | {same} |")
     return "\n".join(lines)

@@ -78,11 +78,11 @@ def warming(lm: LoadedModel, prompt: str, config: DecodeConfig,
         prompt = prompt[:WARM_PROMPT_CHARS]
     run = Run(lm, prompt, seeded, draft)
     drafting = config.mode in DRAFTING_MODES
-    from .execution.tree_budget import time_widths
-    from .execution.widths import MAX_WIDTH, width_costs
+    from .execution.tree_budget import time_widths, widths_to_time
+    from .execution.widths import MAX_WIDTH
 
     # The widths a CPU's verifications may pad to are timed here, not by the run's own verifications.
-    if drafting and lm.device.type == "cpu" and run.path == "plain" and width_costs(lm.model).forget_stale():
+    if drafting and lm.device.type == "cpu" and run.path == "plain" and widths_to_time(lm.model):
         yield f"warming up {config.mode}: timing verifications of 2 to {MAX_WIDTH} positions"
         time_widths(lm.model)
     # On CUDA the plain path (beam search, --no-cuda-graphs) grows its cache a step at a time, and each new

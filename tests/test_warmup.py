@@ -339,10 +339,4 @@ def test_a_drafting_warm_up_on_a_cpu_times_every_width_so_the_run_times_none(lm:
 def _lines(lm: Any, config: DecodeConfig) -> list[str]:
     from decode_tui.core.warmup import warming
 
-    steps = warming(lm, PROMPT, config)
-    lines: list[str] = []
-    while True:
-        try:
-            lines.append(next(steps))
-        except StopIteration:
-            return lines
+    return list(warming(lm, PROMPT, config))

@@ -85,13 +85,12 @@ class VerifyForward:
     def tree(self, cache: Cache, pending: int, tree: TokenTree, confirmed: int, tree_width: int) -> torch.Tensor:
         """A tree's verification: on the graph path padded to ``tree_width`` rows (one graph for every tree), on
         a CPU's plain path to the width measured cheapest, as a chain's is, and timed for it."""
-        rows = 1 + len(tree)
         if self.widths is None:  # a static cache's graph, or off the CPU a plain forward of the tree as it is
             return tree_forward(self.model, cache, pending, tree, tree_width if self.static else None)
-        width = self.widths.width_for(rows, self.room - confirmed)
+        width = self.widths.width_for(1 + len(tree), self.room - confirmed)
         started = time.perf_counter()
         logits = tree_forward(self.model, cache, pending, tree, width)
-        self.widths.observe(max(width, rows), time.perf_counter() - started)
+        self.widths.observe(width, time.perf_counter() - started)  # width_for never gives fewer rows than asked
         return logits
 
 

@@ -62,15 +62,18 @@ def tree_budget(model: PreTrainedModel, timer: Callable[[int], float] | None = N
     return budget
 
 
+def widths_to_time(model: PreTrainedModel) -> bool:
+    """Whether :func:`time_widths` has anything to time on ``model``: a width a CPU's verifier may pad to that is
+    short of its tries (or whose times went stale), and positions enough to time it after CONTEXT."""
+    room = context_length(model)
+    return (room is None or room >= CONTEXT + MAX_WIDTH + 1) and width_costs(model).forget_stale() > 0
+
+
 def time_widths(model: PreTrainedModel) -> int:
     """Time the verification widths a CPU's verifier may pad to (:meth:`~.widths.WidthCosts.fill`) on ``model``
-    now, in the warm-up, so that the run never pays to time them; the forwards timed (0 where every width was timed
-    lately, or the model reads too few positions to time them after CONTEXT)."""
-    room = context_length(model)
-    costs = width_costs(model)
-    if costs.forget_stale() == 0 or (room is not None and room < CONTEXT + MAX_WIDTH + 1):
-        return 0
-    return costs.fill(forward_timer(model))
+    now, in the warm-up, so that the run never pays to time them; the forwards timed. Asked where
+    :func:`widths_to_time` says so."""
+    return width_costs(model).fill(forward_timer(model))
 
 
 def forward_timer(model: PreTrainedModel) -> Callable[[int], float]:
