@@ -30,6 +30,7 @@ from .drafting.drafters import Drafter
 from .drafting.suffix_drafting import SuffixHistory, history_files_for
 from .errors import UsageError
 from .execution.forward import graphs_available
+from .execution.threads import use_threads
 from .execution.tree_budget import tree_budget
 from .live import LiveParams
 from .model.acquire import drive
@@ -172,6 +173,7 @@ class Run:
             events.close()  # a caller that stops consuming stops the strategy now: its finally blocks roll back
 
     def _events(self) -> Generator[Event, None, None]:
+        use_threads(self.lm.model)  # the count the warm-up chose, on the thread that decodes
         label = TokenLabels(self.lm.tokenizer)
         notes: list[str] = []
         drafter = self._drafter(notes.append) if self.config.mode in DRAFTING_MODES else None

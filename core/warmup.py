@@ -54,6 +54,8 @@ def warming(lm: LoadedModel, prompt: str, config: DecodeConfig,
     The generator is closed early, as any consumer may: the strategy's ``finally`` hands the cache and
     its graphs back for the real run.
     """
+    from .execution.model_state import state_of
+    from .execution.threads import choose_threads, offered_now, use_threads
     from .run import Run
 
     started = time.perf_counter()
@@ -61,6 +63,14 @@ def warming(lm: LoadedModel, prompt: str, config: DecodeConfig,
         from .drafting.suffix_drafting import history_files_for
 
         yield from history_files_for(lm, config)
+    if lm.device.type == "cpu" and state_of(lm.model).threads is None:
+        # First: every width timed after it is priced at the count it chooses.
+        counts = offered_now()
+        if len(counts) > 1:
+            yield (f"warming up {config.mode}: timing forwards on {' and '.join(map(str, counts))} threads, for "
+                   "the count to decode on")
+        choose_threads(lm.model)
+    use_threads(lm.model)
     drafter = drafter_of(config.mode)
     if drafter is not None and drafter.trees == "measured" and config.draft.tree_budget is None \
             and lm.device.type == "cpu":

@@ -29,6 +29,18 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 if workers := int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0")):
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
+
+
+@pytest.fixture(autouse=True)
+def _threads_kept() -> Any:
+    """Each test ends on the thread count it started on: a warm-up sets the count it times as fastest
+    (core/execution/threads.py), which for a tiny model is not the one the next test should run on."""
+    before = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != before:
+        torch.set_num_threads(before)
+
+
 # A corpus with the characters that break naive streaming: emoji (with skin
 # tones and ZWJ sequences), CJK, combining marks, and plain ASCII.
 CORPUS = [

@@ -2,10 +2,11 @@
 
 Every per-model memory of the execution machinery sits in one :class:`ModelState`: the pooled static caches and
 their graphs, why capture failed, whether float masks are exact, the measured widths and verification times, the
-CPU's tree budget, the cache kept for a branch, and a background compile's hooks. On the model itself, not in a
-weak-keyed table: a background compile's compiled forward holds the model's bound method, which would keep a
-table's weak key alive for ever (and a let-go model's device memory with it); on the model, the two form a cycle
-that dies with it. A copy of the model (an int4 or int8 draft made from it) starts with a state of its own.
+CPU's tree budget and thread count, the cache kept for a branch, and a background compile's hooks. On the model
+itself, not in a weak-keyed table: a background compile's compiled forward holds the model's bound method, which
+would keep a table's weak key alive for ever (and a let-go model's device memory with it); on the model, the two
+form a cycle that dies with it. A copy of the model (an int4 or int8 draft made from it) starts with a state of its
+own.
 
 It knows nothing of what the fields mean: each module that keeps a memory here reads and writes its own field.
 """
@@ -41,6 +42,7 @@ class ModelState:
     width_costs: Any = None  # widths: the measured seconds of its forwards by width
     verify_times: dict[tuple[bool, int], dict[int, Any]] = field(default_factory=dict)  # widths
     tree_budget: int | None = None  # tree_budget: the CPU's nodes per verification, once timed
+    threads: Any = None  # threads: the CPU's thread count for its forwards, once timed
     kept: Any = None  # prefix_cache: the last run's cache, kept for a branch
     background: Background | None = None  # background_compile: set by its start(), never on import
 
