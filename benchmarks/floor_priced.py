@@ -231,7 +231,7 @@ def measure(args: argparse.Namespace) -> None:
             prices = priced_widths(lm.model, context, widths, args.price_rounds)
             for row in rows(runs, prices):
                 out.write(json.dumps({"category": category, "prompt": prompt, "context": context, "hog": args.hog,
-                                      **row}) + "\n")
+                                      "threads": torch.get_num_threads(), **row}) + "\n")
                 said(f"{row['mode']:12} priced {row['priced_speedup']:.3f}x ({row['priced_low']:.3f}-"
                      f"{row['priced_high']:.3f}), wall {row['wall_speedup']:.2f}x, {row['target_forwards']} "
                      f"forwards {row['widths']}, host {row['host_share']:.1%}")

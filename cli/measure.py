@@ -125,7 +125,8 @@ def bench_prompts(options: DecodingOptions, modes: list[ModeChoice], prompts: li
     from rich.table import Table
 
     categories = list(dict.fromkeys(category for category, _, _ in results))
-    table = Table(title=f"{lm.name} · {lm.device.type} · {count(len(prompts), 'prompt')}, {count(runs, 'warm run')} "
+    table = Table(title=f"{lm.name} · {lm.device.type}{_threads(lm)} · {count(len(prompts), 'prompt')}, "
+                        f"{count(runs, 'warm run')} "
                         "a mode each: median speed-up over greedy (range over the prompts), tokens a forward",
                   title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     table.add_column("category")
@@ -164,6 +165,15 @@ def _chart(bars: list[tuple[str, str, float]], width: int = 40) -> str:
     return "\n".join(lines)
 
 
+def _threads(lm: LoadedModel) -> str:
+    """``, 1 thread``: the count a CPU's warm-up timed and the runs decoded on (core/execution/threads.py); ""
+    off the CPU."""
+    from ..core.execution.model_state import state_of
+
+    choice = state_of(lm.model).threads
+    return "" if choice is None else f", {count(choice.threads, 'thread')}"
+
+
 def bench(options: DecodingOptions, modes: list[ModeChoice], *, runs: int, output_format: TableFormatChoice,
           timeline: bool = False) -> None:
     """Time ``modes`` on one prompt by the core's protocol (warm, alternated; core/analysis/compare.py) and print a
@@ -193,7 +203,7 @@ def bench(options: DecodingOptions, modes: list[ModeChoice], *, runs: int, outpu
     # One run a mode has no spread: its figure alone, and the title says so, instead of a range of one value.
     spread = runs > 1
     how = ", alternated: median (range)" if spread else ": no spread to show"
-    table = Table(title=f"{lm.name} · {lm.device.type} {dtype} · {count(runs, 'warm run')} a mode{how}",
+    table = Table(title=f"{lm.name} · {lm.device.type} {dtype}{_threads(lm)} · {count(runs, 'warm run')} a mode{how}",
                   title_justify="left",
                   box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
     for column in ("mode", "tok/s", "speed-up", "forwards", "tok/fwd", "accept", "= greedy"):
@@ -323,8 +333,12 @@ def whatif(path: Path, *, model: str | None, device: str, dtype: str, draft: str
                 return calibrated(lm, trace, costs, progress=lambda line: progress(f"{said}: {line}"))
 
             from ..core.analysis.saved_costs import costs_for
+            from ..core.execution.threads import choose_threads
 
-            saved = costs_for(lm, trace, width, draft, measure, again=recalibrate)
+            progress("Timing forwards on each thread count, for the count to decode on")
+            choice = choose_threads(lm.model)  # as a run's warm-up does: the timings are the count's
+            saved = costs_for(lm, trace, width, draft, measure, again=recalibrate,
+                              threads=choice.threads if choice is not None else 0)
     except DecodeTuiError as err:
         fail(err)
     rows = w.table(trace, replays, saved.costs)

@@ -686,8 +686,9 @@ def test_bench_timeline_shows_every_forward(tiny_model_dir: Path, isolated_env: 
     rows = {r["mode"]: r for r in map(json.loads, done.stdout.splitlines())}
     words = table.split()
     assert "1.00x" in words and str(rows["pld"]["target_forwards"]) in words, table
-    # One run a mode: no range of one value ("0.76-0.76"), and the title says why.
+    # One run a mode: no range of one value ("0.76-0.76"), and the title says why, and on how many threads.
     assert "(1.00-1.00)" not in words and "no spread" in " ".join(words), table
+    assert re.search(r"cpu float32, [12] threads? ·", table), table
 
 
 def test_bench_over_a_file_of_prompts_sums_up_each_category(tiny_model_dir: Path, isolated_env: dict[str, str],
@@ -817,6 +818,11 @@ def test_saved_whatif_timings_that_cannot_be_read_are_measured_again(tmp_path: P
     reused = saved_costs.costs_for(lm, longer, 13, None, lambda: pytest.fail("measured again"))  # type: ignore[arg-type]
     assert reused.costs.prefill_s == pytest.approx(0.48) and "reused" in reused.said  # scaled to its prompt
     assert reused.costs.verify_s == measured.verify_s
+    # Timed on another thread count (a busy machine's warm-up chose one thread): its own timings, measured.
+    other = saved_costs.costs_for(lm, trace, 13, None, measure, threads=1)  # type: ignore[arg-type]
+    assert calls.pop() == "measured" and "measured now" in other.said
+    assert saved_costs.costs_for(lm, trace, 13, None, lambda: pytest.fail("measured again"),  # type: ignore[arg-type]
+                                 threads=1).costs == measured
 
 
 def test_whatif_refuses_what_it_cannot_replay(tiny_model_dir: Path, isolated_env: dict[str, str],

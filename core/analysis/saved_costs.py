@@ -42,11 +42,13 @@ def _bucket(n: int) -> int:
     return max(16, 1 << max(0, n - 1).bit_length())
 
 
-def key(lm: LoadedModel, trace: Trace, width: int, draft: str | None) -> str:
-    """The file name the timings for ``trace`` on ``lm`` are saved under."""
+def key(lm: LoadedModel, trace: Trace, width: int, draft: str | None, threads: int = 0) -> str:
+    """The file name the timings for ``trace`` on ``lm`` are saved under; ``threads``: the CPU's thread count the
+    forwards ran on (core/execution/threads.py; 0 off the CPU), a busy machine's being another than a quiet one's."""
     middle = len(trace.prompt_ids) + len(trace.token_ids) // 2
     parts = [lm.name, lm.device.type, str(lm.dtype).removeprefix("torch."), f"draft-{draft or 'none'}",
-             f"w{width}", f"prompt{_bucket(len(trace.prompt_ids))}", f"ctx{_bucket(middle)}"]
+             f"w{width}", f"prompt{_bucket(len(trace.prompt_ids))}", f"ctx{_bucket(middle)}",
+             *([f"threads{threads}"] if threads else [])]
     return file_name("-".join(parts) + ".json")
 
 
@@ -55,9 +57,9 @@ def folder() -> Path:
 
 
 def costs_for(lm: LoadedModel, trace: Trace, width: int, draft: str | None, measure: Callable[[], Costs], *,
-              again: bool = False) -> Saved:
+              again: bool = False, threads: int = 0) -> Saved:
     """The timings for ``trace``: the saved ones where there are (unless ``again``), else ``measure()``'s, saved."""
-    path = folder() / key(lm, trace, width, draft)
+    path = folder() / key(lm, trace, width, draft, threads)
     saved = None if again else _read(path)
     if saved is not None:
         costs, prompt_length, when = saved
