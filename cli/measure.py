@@ -11,6 +11,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from ..core.errors import DecodeTuiError
+from ..core.execution.model_state import state_of
 from ..core.modes import DRAFT_MODEL_MODES, DRAFTING_MODES
 from ..tui.numbers import count
 from .console import fail, status, stderr
@@ -168,8 +169,6 @@ def _chart(bars: list[tuple[str, str, float]], width: int = 40) -> str:
 def _threads(lm: LoadedModel) -> str:
     """``, 1 thread``: the count a CPU's warm-up timed and the runs decoded on (core/execution/threads.py); ""
     off the CPU."""
-    from ..core.execution.model_state import state_of
-
     choice = state_of(lm.model).threads
     return "" if choice is None else f", {count(choice.threads, 'thread')}"
 
@@ -229,6 +228,9 @@ def bench(options: DecodingOptions, modes: list[ModeChoice], *, runs: int, outpu
                           f"{r.unreliable}.", style="yellow", markup=False)
     for r in rows:
         _why(console, r, timeline)
+    choice = state_of(lm.model).threads
+    if choice is not None:
+        console.print(f"Threads: {choice.said()}.", markup=False)
 
 
 def _why(console: Console, row: BenchRow, timeline: bool) -> None:

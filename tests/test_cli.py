@@ -689,6 +689,8 @@ def test_bench_timeline_shows_every_forward(tiny_model_dir: Path, isolated_env: 
     # One run a mode: no range of one value ("0.76-0.76"), and the title says why, and on how many threads.
     assert "(1.00-1.00)" not in words and "no spread" in " ".join(words), table
     assert re.search(r"cpu float32, [12] threads? ·", table), table
+    assert re.search(r"Threads: \d+ threads? (of \d+: a step and a forward of 8 positions took \d+ ms on 1|, the "
+                     r"process's own count)", text.stdout), text.stdout
 
 
 def test_bench_over_a_file_of_prompts_sums_up_each_category(tiny_model_dir: Path, isolated_env: dict[str, str],

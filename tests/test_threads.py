@@ -95,6 +95,7 @@ def test_nothing_is_timed_off_the_cpu_or_on_one_thread(lm: Any) -> None:
         calls: list[tuple[int, int]] = []
         choice = choose_threads(lm.model, timer({1: 0.1}, calls))
         assert choice is not None and choice.threads == 1 and not calls
+        assert choice.said() == "1 thread, the process's own count (nothing to choose from)"
     finally:
         torch.set_num_threads(before)
 

@@ -43,10 +43,12 @@ class ThreadChoice:
     """The threads chosen, and each count's timed seconds (a step plus a verification's width)."""
 
     threads: int
-    seconds: dict[int, float]
+    seconds: dict[int, float]  # empty where there was one count to offer, and nothing was timed
 
     def said(self) -> str:
         """``1 thread of 2: a step and a forward of 8 positions took 183 ms on 1, 703 ms on 2``."""
+        if not self.seconds:
+            return f"{self.threads} thread{'s' * (self.threads > 1)}, the process's own count (nothing to choose from)"
         counts = ", ".join(f"{1e3 * s:.0f} ms on {n}" for n, s in sorted(self.seconds.items()))
         return (f"{self.threads} thread{'s' * (self.threads > 1)} of {max(self.seconds)}: a step and a forward of "
                 f"{WIDTHS[-1]} positions took {counts}")
@@ -75,7 +77,7 @@ def choose_threads(model: PreTrainedModel, timer: Callable[[int, int], float] | 
         return state.threads
     counts = offered_now()
     if len(counts) == 1:
-        choice = ThreadChoice(counts[0], {counts[0]: 0.0})
+        choice = ThreadChoice(counts[0], {})
     else:
         time_on = timer or _timer(model)
         samples: dict[int, list[float]] = {n: [] for n in counts}
