@@ -741,28 +741,6 @@ def test_adaptive_lookup_keeps_the_draft_length_an_exact_replay_finds_fastest() 
         assert policy.choose() == expected, c1
 
 
-def test_before_the_replay_is_trusted_a_copy_failed_at_once_halves_the_next() -> None:
-    """On prose a copy from the prompt is rejected at its first token, and each failed copy of the most was a
-    verification that wide (11 positions, over two plain steps on one CPU thread): until the run has MIN_HISTORY
-    tokens, a copy rejected at once halves the next one's length, and a copy that kept a token restores the most."""
-    from decode_tui.core.strategies.adaptive import MIN_HISTORY
-
-    tokens = [1]
-
-    def replay(k: int) -> tuple[int, ...]:
-        return (1,) * tokens[0]  # a short run: the replay is not trusted yet
-
-    policy = AdaptiveDraftLength(10, replay=replay)
-    asked = []
-    for copied, accepted in ((10, 0), (5, 0), (2, 0), (1, 1), (10, 0), (3, 0)):
-        asked.append(policy.choose())
-        assert policy.decision[0] == "history" and tokens[0] + 1 < MIN_HISTORY
-        policy.observe(copied, accepted, 0.1, 0.0)
-    asked.append(policy.choose())
-    assert asked == [10, 5, 2, 1, 10, 5, 1], asked
-    assert "failed at its first token" in policy.reason
-
-
 def test_adaptive_lookup_is_lossless(byte_bpe: Any) -> None:
     model = tiny_model("llama", vocab_size=V, seed=4)
     prompt = repetitive_prompt(4, 16)

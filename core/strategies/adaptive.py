@@ -118,8 +118,7 @@ class AdaptiveDraftLength:
     had, and keeps the fastest k (the longer on a tie: copies come in runs)
     where it beats plain steps by REPLAY_MARGIN.
     It drafts the most until two widths are timed and the run has MIN_HISTORY
-    tokens (half as much after a copy rejected at its first token, the most
-    again after one that kept a token), then re-evaluates every few rounds, within a hundredth of the
+    tokens, then re-evaluates every few rounds, within a hundredth of the
     run's time (REPLAY_SHARE; BENCHMARKS.md, the adaptive draft length's
     section).
     """
@@ -137,10 +136,6 @@ class AdaptiveDraftLength:
         self.stops_itself = stops_itself  # the drafter ends a draft where it is unsure: choose 0 or max_k
         self.replay = replay
         self.replayed: int | None = None  # the k the last replay chose
-        # Before the replay is trusted: the copy length, halved after a copy rejected at its first token, and the
-        # most again after one that kept something (on prose a copy from the prompt fails at once, and each failed
-        # copy of the most is a verification that wide: two or more plain steps on a CPU).
-        self.history_k = max_k
         self.replay_s = 0.0  # what the last replay cost
         self.next_replay = 3
         self.spent_s = 0.0  # the rounds' measured time so far
@@ -330,9 +325,8 @@ class AdaptiveDraftLength:
             return self._decide("replay", k, f"copying up to {k}: replayed, the run so far would have been fastest "
                                 f"at {k}" if k else "plain steps: replayed, the run so far would have been fastest "
                                 "with no copies")
-        k = min(self.history_k, self.max_k)
-        return self._decide("history", k, f"copying up to {k} until {MIN_HISTORY} tokens and two widths are timed"
-                            + (" (the last copy failed at its first token)" if k < self.max_k else ""))
+        return self._decide("history", self.max_k, f"copying up to {self.max_k} until {MIN_HISTORY} tokens and two "
+                            "widths are timed")
 
     def _choose_by_model(self) -> int:
         best = self._best()
@@ -439,8 +433,6 @@ class AdaptiveDraftLength:
         clean = self.rounds > 1 and (last_k > 0 if caught_up is None else not caught_up)
         self.spent_s += verify_s + draft_s
         self.times_by_k.setdefault(k if nodes is None else nodes, deque(maxlen=16)).append(verify_s)
-        if k > 0 and self.decision[0] == "history":
-            self.history_k = self.max_k if accepted else max(1, k // 2)
         if k > 0 and self.trees:
             self._tree_round(accepted + 1)
             self.tree_seconds.append(verify_s + draft_s)
