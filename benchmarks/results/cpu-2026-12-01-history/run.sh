@@ -7,10 +7,8 @@
 set -eu
 out=$(dirname "$0")
 before=$1
-tmp=$(mktemp -d)
-git worktree add --detach "$tmp/before" "$before" > /dev/null
-mkdir -p "$tmp/shim/decode_tui"; touch "$tmp/shim/decode_tui/__init__.py"
-for f in core tui cli lessons themes; do ln -s "$tmp/before/$f" "$tmp/shim/decode_tui/$f"; done
+. benchmarks/control.sh
+control "$before"
 echo "after $(git rev-parse --short HEAD), before $before, sides ${*:2}, $(date -u +%FT%TZ)" >> "$out/meta.txt"
 side() {  # side NAME [PYTHONPATH]
     case $1 in code*) prompts=code.jsonl tokens=64 ;; *) prompts=short.jsonl tokens=96 ;; esac
@@ -21,7 +19,7 @@ side() {  # side NAME [PYTHONPATH]
 }
 shift
 for name in ${*:-hog-after hog-before quiet-before quiet-after code-after code-before}; do
-    case $name in *before*) side "$name" "$tmp/shim" ;; *) side "$name" ;; esac
+    case $name in *before*) side "$name" "$CONTROL" ;; *) side "$name" ;; esac
 done
-git worktree remove --force "$tmp/before"
+control_done
 date -u +%FT%TZ >> "$out/meta.txt"

@@ -7,10 +7,8 @@
 set -eu
 out=$(dirname "$0")
 before=$1
-tmp=$(mktemp -d)
-git worktree add --detach "$tmp/before" "$before" > /dev/null
-mkdir -p "$tmp/shim/decode_tui"; touch "$tmp/shim/decode_tui/__init__.py"
-for f in core tui cli lessons themes; do ln -s "$tmp/before/$f" "$tmp/shim/decode_tui/$f"; done
+. benchmarks/control.sh
+control "$before"
 echo "after $(git rev-parse --short HEAD), before $before, sides ${*:2}, $(date -u +%FT%TZ)" >> "$out/meta.txt"
 side() {  # side NAME [PYTHONPATH]
     case $1 in hog*) hog=--hog ;; *) hog= ;; esac
@@ -19,8 +17,8 @@ side() {  # side NAME [PYTHONPATH]
 }
 shift
 for name in ${*:-hog-after-1 hog-before-1 hog-after-2 quiet-after-1}; do
-    case $name in *before*) side "$name" "$tmp/shim" ;; *) side "$name" ;; esac
+    case $name in *before*) side "$name" "$CONTROL" ;; *) side "$name" ;; esac
     echo "$name done $(date -u +%FT%TZ)" >> "$out/meta.txt"
 done
-git worktree remove --force "$tmp/before"
+control_done
 date -u +%FT%TZ >> "$out/meta.txt"

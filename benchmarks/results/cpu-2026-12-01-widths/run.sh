@@ -7,10 +7,8 @@
 set -eu
 out=$(dirname "$0")
 before=$1
-tmp=$(mktemp -d)
-git worktree add --detach "$tmp/before" "$before" > /dev/null
-mkdir -p "$tmp/shim/decode_tui"; touch "$tmp/shim/decode_tui/__init__.py"
-for f in core tui cli lessons themes; do ln -s "$tmp/before/$f" "$tmp/shim/decode_tui/$f"; done
+. benchmarks/control.sh
+control "$before"
 echo "after $(git rev-parse --short HEAD), before $before, sides ${*:2}, $(date -u +%FT%TZ)" >> "$out/meta.txt"
 side() {  # side NAME [PYTHONPATH]
     PYTHONPATH=${2:-} python benchmarks/floor_priced.py "$out/short.jsonl" "$out/$1.jsonl" --runs 3 \
@@ -18,9 +16,9 @@ side() {  # side NAME [PYTHONPATH]
 }
 shift
 for name in ${*:-before-1 after-1 after-2 before-2}; do
-    case $name in before*) side "$name" "$tmp/shim" ;; *) side "$name" ;; esac
+    case $name in before*) side "$name" "$CONTROL" ;; *) side "$name" ;; esac
 done
-git worktree remove --force "$tmp/before"
+control_done
 date -u +%FT%TZ >> "$out/meta.txt"
 # Then, at the change alone, beside a CPU hog on one of the two cores (hog.jsonl, hog.err):
 #   python benchmarks/floor_priced.py "$out/short.jsonl" "$out/hog.jsonl" --runs 3 --max-new-tokens 96 --hog \

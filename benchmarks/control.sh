@@ -1,0 +1,14 @@
+# Sourced by a results folder's run.sh, from the repository root: `control BEFORE` checks the commit BEFORE out in a
+# git worktree and sets CONTROL to a folder that makes it importable as decode_tui on PYTHONPATH, beside the
+# installed (editable) one (as worktree_bench.py's importable() does); `control_done` removes the worktree.
+control() {
+    control_tmp=$(mktemp -d)
+    git worktree add --detach "$control_tmp/before" "$1" > /dev/null
+    mkdir -p "$control_tmp/shim/decode_tui"
+    touch "$control_tmp/shim/decode_tui/__init__.py"
+    for f in core tui cli lessons themes; do ln -s "$control_tmp/before/$f" "$control_tmp/shim/decode_tui/$f"; done
+    CONTROL=$control_tmp/shim
+}
+control_done() {
+    git worktree remove --force "$control_tmp/before"
+}
