@@ -48,14 +48,19 @@ class FakeDecoder:
     """``FakeDecoder(words, delay).source`` is a ``make_source`` for :class:`DecodeApp`."""
 
     def __init__(self, words: list[str] | None = None, delay: float = 0.0, fail_with: Exception | None = None,
-                 loading: threading.Event | None = None, probs: list[float] | None = None) -> None:
-        """``probs``: the raw probability of each sampled word in turn (0.6 each by default)."""
+                 loading: threading.Event | None = None, probs: list[float] | None = None, held: bool = False,
+                 ) -> None:
+        """``probs``: the raw probability of each sampled word in turn (0.6 each by default). ``held``: each step,
+        after its ``delay``, lasts until the test releases it (:meth:`release`: a test that must see a step's busy label
+        sees it however loaded the machine, instead of racing the step's end)."""
         self.words = words or WORDS
         self.probs = probs
         self.delay = delay
         self.fail_with = fail_with
         self.loading = loading  # if given, every run "loads a model" (announces it, then waits) until it is set
         self.runs: list[Settings] = []  # the settings of every run started, in order
+        self.held = threading.Event() if held else None  # set: the step in flight may end
+        self.free = False  # released for good: no step is held any more
 
     def source(self, settings: Settings, live: LiveParams) -> EventSource:
         self.runs.append(settings)
@@ -127,6 +132,22 @@ class FakeDecoder:
     def _wait(self) -> None:
         if self.delay:
             time.sleep(self.delay)
+        if self.held is not None:
+            self.held.wait(30)
+            if not self.free:
+                self.held.clear()
+
+    def hold_next(self) -> None:
+        """Hold steps again, from the next wait on (after :meth:`release` for good)."""
+        assert self.held is not None, "FakeDecoder(held=True) holds its steps"
+        self.free = False
+        self.held.clear()
+
+    def release(self, for_good: bool = False) -> None:
+        """Let the held step in flight end (``for_good``: and every later one)."""
+        assert self.held is not None, "FakeDecoder(held=True) holds its steps"
+        self.free = self.free or for_good
+        self.held.set()
 
     def _sampling(self, greedy: bool, live: LiveParams, emitted: _Emitter, start: int = 0) -> Iterator[Event]:
         for i, word in enumerate(self.words[start:], start=start):

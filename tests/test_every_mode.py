@@ -85,35 +85,42 @@ def test_the_busy_label_names_what_every_mode_is_doing_and_the_prefill_before_th
     assert label == f"busy {0.1 + BUSY_AFTER_S:.1f} s: {MODE_SPECS[mode].working_on}", label
 
 
-async def _busy_shown(pilot: Any, app: Any) -> str:
-    """Wait until the panels say the run is busy; the label."""
+async def _busy_shown(pilot: Any, app: Any, fake: FakeDecoder | None = None) -> str:
+    """Wait until the panels say the run is busy; the label. ``fake`` (one that holds its steps): then let the
+    step end."""
     panels = app.query_one("#panels")
     await until(pilot, lambda: "busy" in str(panels.border_subtitle), timeout=10)
-    return str(panels.border_subtitle)
+    label = str(panels.border_subtitle)
+    if fake is not None:
+        fake.release()
+    return label
 
 
-async def _quit_unharmed(pilot: Any, app: Any) -> None:
+async def _quit_unharmed(pilot: Any, app: Any, fake: FakeDecoder | None = None) -> None:
     """The run went on with no error; q (the caller then sees status 0)."""
     assert app.error is None and app.is_running
+    if fake is not None:
+        fake.release(for_good=True)
     await pilot.press("q")
 
 
 # Every step of the fake decoder outlasts the busy threshold, by enough that a loaded machine (CI's two workers)
-# still draws the busy label, and the test sees it, before the step ends: 0.3 s past it was missed there.
+# still draws the busy label, and the test sees it, before the step ends: 0.3 s past it was missed there, and 1 s
+# past it once too (a paused pld step), so where a test must see a step's label the step is also held until it has.
 SLOW = BUSY_AFTER_S + 1.0
 
 
 @pytest.mark.parametrize("mode", MODES)
 @in_event_loop
 async def test_every_mode_runs_live_with_steps_slower_than_the_busy_threshold(mode: Mode) -> None:
-    app, _ = make(mode, fake=FakeDecoder(delay=SLOW))
+    app, fake = make(mode, fake=FakeDecoder(delay=SLOW, held=True))
     async with app.run_test(size=SIZE) as pilot:
-        label = await _busy_shown(pilot, app)
+        label = await _busy_shown(pilot, app, fake)
         assert label.endswith(MODE_SPECS[mode].working_on) or "prefill" in label, label
         before = len(app.view.trace)
         await until(pilot, lambda: len(app.view.trace) > before, timeout=10)  # the run goes on after it
-        await _busy_shown(pilot, app)  # and says so again at its next slow step
-        await _quit_unharmed(pilot, app)
+        await _busy_shown(pilot, app, fake)  # and says so again at its next slow step
+        await _quit_unharmed(pilot, app, fake)
     assert app.return_code == 0
 
 
@@ -136,7 +143,9 @@ async def test_m_onto_every_mode_runs_it_live_with_slow_steps(mode: Mode) -> Non
 @pytest.mark.parametrize("mode", MODES)
 @in_event_loop
 async def test_every_mode_paused_then_stepped_with_slow_steps_runs_to_its_end(mode: Mode) -> None:
-    app, _ = make(mode, fake=FakeDecoder(delay=SLOW), start_paused=True)
+    fake = FakeDecoder(delay=SLOW, held=True)
+    fake.release(for_good=True)  # the first step runs free
+    app, _ = make(mode, fake=fake, start_paused=True)
     async with app.run_test(size=SIZE) as pilot:
         def stepped() -> bool:
             return app.pump is not None and app.pump.paused and app.pump.events.empty()
@@ -144,9 +153,12 @@ async def test_every_mode_paused_then_stepped_with_slow_steps_runs_to_its_end(mo
         await pilot.press("n")  # the first step (a drafting mode's is the prefill's token alone)
         await until(pilot, lambda: stepped() and len(app.view.trace) > 1, timeout=10)
         shown = len(app.view.trace)
-        await pilot.press("n")  # a slow step, shown as busy while it runs
+        fake.hold_next()
+        await pilot.press("n")  # a slow step, shown as busy while it runs, and held until that is seen
         await _busy_shown(pilot, app)
-        await until(pilot, lambda: stepped() and len(app.view.trace) > shown, timeout=10)
+        fake.release(for_good=True)
+        # (a step may wait SLOW more than once: a draft round's proposal and its verification)
+        await until(pilot, lambda: stepped() and len(app.view.trace) > shown, timeout=30)
         await pilot.press("space")
         await settle(pilot, app, until=30)
         assert app.view.finished is not None and app.view.finished.mode == mode and app.error is None
