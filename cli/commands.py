@@ -55,8 +55,8 @@ if TYPE_CHECKING:
 
 app = typer.Typer(
     name="decode-tui",
-    help=f"A terminal microscope for LLM decoding: watch every mode ({', '.join(MODES)}) token by token: "
-    "greedy and sampling, beam search, speculative decoding, prompt lookup and suffix drafting.",
+    help=f"A terminal microscope for LLM decoding: watch every mode ({', '.join(MODES)}) token by token: the "
+    "candidates at every stage, every beam, each draft and what the target made of it.",
     no_args_is_help=True,
     rich_markup_mode="rich",
     pretty_exceptions_enable=False,
