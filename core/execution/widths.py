@@ -64,6 +64,18 @@ class WidthCosts:
         best = min(candidates, key=lambda v: (cost[v], v))
         return best if cost[best] <= GAIN * cost[width] else width
 
+    def price(self, width: int) -> float | None:
+        """The seconds a forward of ``width`` positions costs as :meth:`width_for` would run it once every width was
+        timed (padded where that is measured cheaper), or None where a width it would weigh is not timed yet, or
+        ``width`` is past MAX_WIDTH (run as it is, and not timed here)."""
+        if not 2 <= width <= MAX_WIDTH:
+            return None
+        cost = {v: statistics.median(self.seconds[v]) for v in range(width, MAX_WIDTH + 1) if self.seconds[v]}
+        if len(cost) < MAX_WIDTH + 1 - width:
+            return None
+        best = min(cost, key=lambda v: (cost[v], v))
+        return cost[best] if cost[best] <= GAIN * cost[width] else cost[width]
+
     def forget_stale(self) -> int:
         """Forget the times of every width last timed STALE forwards ago (a busy moment's, maybe); how many widths
         are then short of TRIES times."""
