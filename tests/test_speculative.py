@@ -745,7 +745,8 @@ def test_a_copy_before_the_replay_is_trusted_is_as_long_as_the_cheapest_verifica
     """Before MIN_HISTORY tokens nothing is known of a copy's acceptance: on a CPU a copy of the most (11 positions,
     unpriced past MAX_WIDTH) cost over two plain steps where the cheapest width cost one and a half, and on prose
     the first copies fail at once. The history phase copies up to the longest width priced within HISTORY_SLACK of
-    the cheapest (as the verifier pads), and the most where no width is priced (off the CPU)."""
+    the cheapest (as the verifier pads), and the most where no width is priced (off the CPU) or once a copy was kept
+    whole (a code edit's first copies are)."""
     from decode_tui.core.execution.widths import TRIES, WidthCosts
     from decode_tui.core.strategies.adaptive import HISTORY_SLACK
 
@@ -774,6 +775,14 @@ def test_a_copy_before_the_replay_is_trusted_is_as_long_as_the_cheapest_verifica
     assert AdaptiveDraftLength(10, replay=replay, widths=edge).choose() == 6, "past the slack: not drafted to"
     tree = AdaptiveDraftLength(10, replay=replay, widths=one_thread, tree_budget=4)
     assert tree.choose() == 10, "a tree's nodes, not its depth, set its width: not capped here"
+    policy = AdaptiveDraftLength(10, replay=replay, widths=one_thread)
+    asked = policy.choose()
+    assert asked == 3
+    for kept, expected in ((0, 3), (2, 3), (3, 10), (10, 10), (1, 3), (0, 3)):  # the last copy kept, the next asked
+        policy.observe(asked, kept, 0.1, 0.0)
+        asked = policy.choose()
+        assert asked == expected, (kept, policy.reason)
+    assert "kept whole" in policy.reason
 
 
 def test_a_width_is_priced_as_the_verifier_pads_it() -> None:

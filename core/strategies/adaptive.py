@@ -165,6 +165,7 @@ class AdaptiveDraftLength:
         self.most_rounds: deque[tuple[int, float]] = deque(maxlen=8)
         self.lost: tuple[float, float] | None = None
         self.last_k = 0  # the draft length of the last round observed
+        self.kept_whole = False  # the last round that drafted had every drafted token kept
         self.rounds = 0
         self.reason = ""  # why the last choice, in words (a front end shows it)
         # What kind of choice it was, with its k: a front end is told the reason when this changes, not every time
@@ -335,14 +336,15 @@ class AdaptiveDraftLength:
                                 "with no copies")
         k = self._history_length()
         return self._decide("history", k, f"copying up to {k} until {MIN_HISTORY} tokens and two widths are timed"
-                            + (" (the longest copy whose verification costs about the cheapest's)"
-                               if k < self.max_k else ""))
+                            + (" (the longest copy whose verification costs about the cheapest's, until one is "
+                               "kept whole)" if k < self.max_k else ""))
 
     def _history_length(self) -> int:
         """A chain's copy length before the replay is trusted: the longest whose verification width is priced within
         HISTORY_SLACK of the cheapest width's price, or the most where no width is priced (off the CPU; a tree's
-        nodes, not its depth, set its width)."""
-        if self.widths is None or self.tree_budget > 0:
+        nodes, not its depth, set its width), or once the target kept a copy whole (the text is copying: a code
+        edit's first copies are all kept, and the replay then prices the most from its own verifications)."""
+        if self.widths is None or self.tree_budget > 0 or self.kept_whole:
             return self.max_k
         prices = {k: self.widths.price(k + 1) for k in range(1, self.max_k + 1)}
         known = {k: p for k, p in prices.items() if p is not None}
@@ -450,6 +452,8 @@ class AdaptiveDraftLength:
         ``nodes``: a tree's node count, the width its verification was timed at (None: a chain's, k)."""
         smooth = 0.3
         last_k, self.last_k = self.last_k, k
+        if k > 0:
+            self.kept_whole = accepted >= k
         # A clean measure of a draft's cost: no prefill (the first round), no catch-up. A draft made from the target
         # takes the skipped tokens' keys and values instead of catching up, so its probes after plain steps are
         # clean too, and the ceiling below can rule drafting out after the first of them.
