@@ -134,10 +134,13 @@ def remembered_times(model: object, context_length: int, padded: bool = False) -
 TRUSTED = 3  # rounds of one draft length after which its own median alone prices it
 
 
-def verify_prices(times_by_k: Times, max_k: int, fit: tuple[float, float], push: bool) -> list[float]:
+def verify_prices(times_by_k: Times, max_k: int, fit: tuple[float, float], push: bool,
+                  widths: WidthCosts | None = None) -> list[float]:
     """Seconds to verify k = 0 .. max_k drafted tokens, for the adaptive draft length: a k's own median once timed
     TRUSTED times; until then a guess on the cheap side, so that an untried or unlucky width gets tried: the lower
-    of the line ``fit`` (c0 + c1 * k) and its own times.
+    of the line ``fit`` (c0 + c1 * k), its own times and, given ``widths``, the price of its width as the verifier
+    pads it (:meth:`WidthCosts.price`, timed in the warm-up: a run's first verification of a width may be slow, and
+    alone it would price the width out until it is timed again).
 
     ``push`` (a draft model): the guess is also at most the cheapest verification timed. A draft model that stops
     drafting when unsure may never produce the long draft asked for, so that width is never timed, and the line
@@ -153,6 +156,8 @@ def verify_prices(times_by_k: Times, max_k: int, fit: tuple[float, float], push:
             prices.append(timed[k])
             continue
         guesses = [c0 + c1 * k, *([timed[k]] if k in timed else [])]
+        if widths is not None and k > 0 and (price := widths.price(k + 1)) is not None:
+            guesses.append(price)
         if push and k > 0 and cheapest is not None:
             guesses.append(cheapest)
         prices.append(min(guesses))

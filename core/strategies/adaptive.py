@@ -191,7 +191,10 @@ class AdaptiveDraftLength:
     def _prices(self, fit: tuple[float, float], widest: int = 0) -> list[float]:
         """Seconds to verify k = 0 .. max(max_k, widest) drafted tokens (nodes, where a draft is a tree;
         :func:`~decode_tui.core.execution.widths.verify_prices`)."""
-        return verify_prices(self.times_by_k, max(self.max_k, widest), fit, push=self.replay is None)
+        # A lookup's replay also takes the widths as the verifier timed them: its history phase times one width,
+        # and its first replay prices the rest.
+        return verify_prices(self.times_by_k, max(self.max_k, widest), fit, push=self.replay is None,
+                             widths=self.widths if self.replay is not None else None)
 
     def _best(self) -> int | None:
         """The k with the most expected tokens per second, or None before two draft lengths were timed."""
