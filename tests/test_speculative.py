@@ -741,63 +741,6 @@ def test_adaptive_lookup_keeps_the_draft_length_an_exact_replay_finds_fastest() 
         assert policy.choose() == expected, c1
 
 
-def test_a_copy_before_the_replay_is_trusted_is_as_long_as_the_cheapest_verification_allows() -> None:
-    """Before MIN_HISTORY tokens nothing is known of a copy's acceptance: on a CPU a copy of the most (11 positions,
-    unpriced past MAX_WIDTH) cost over two plain steps where the cheapest width cost one and a half, and on prose
-    the first copies fail at once. The history phase copies up to the longest width priced within HISTORY_SLACK of
-    the cheapest (as the verifier pads), and the most where no width is priced (off the CPU) or once a copy was kept
-    whole (a code edit's first copies are)."""
-    from decode_tui.core.execution.widths import TRIES, WidthCosts
-    from decode_tui.core.strategies.adaptive import HISTORY_SLACK
-
-    def widths(costs: dict[int, float]) -> WidthCosts:
-        timed = WidthCosts()
-        for w, seconds in costs.items():
-            timed.seconds[w].extend([seconds] * TRIES)
-        return timed
-
-    def replay(k: int) -> tuple[int, ...]:
-        return (1,) * 3  # three tokens so far: short of MIN_HISTORY
-
-    one_thread = widths({2: 130, 3: 159, 4: 119, 5: 133, 6: 137, 7: 151, 8: 135})  # ms, measured beside a CPU hog
-    quiet = widths({2: 102, 3: 130, 4: 95, 5: 83, 6: 92, 7: 107, 8: 91})  # ms, two quiet threads
-    for timed, expected in ((one_thread, 3), (quiet, 7), (None, 10)):
-        policy = AdaptiveDraftLength(10, replay=replay, widths=timed)
-        assert policy.choose() == expected and policy.decision[0] == "history", policy.reason
-        assert ("cheapest" in policy.reason) == (expected < 10)
-    flat = widths({w: 10.0 for w in range(2, 9)})  # a GPU-like flat cost: the widest priced width, 8
-    assert AdaptiveDraftLength(10, replay=replay, widths=flat).choose() == 7
-    assert AdaptiveDraftLength(10, replay=replay, widths=WidthCosts()).choose() == 10, "no width timed: the most"
-    assert AdaptiveDraftLength(1, replay=replay, widths=quiet).choose() == 1, "never past the most"
-    # Verifying 3 runs at 4 positions (95 ms; 5 at 83 is not GAIN cheaper), 2 is padded to 5: 2 is the longest.
-    assert AdaptiveDraftLength(3, replay=replay, widths=quiet).choose() == 2
-    edge = widths({**{w: 100.0 for w in range(2, 9)}, 8: 100.0 * (1 + HISTORY_SLACK) + 1})
-    assert AdaptiveDraftLength(10, replay=replay, widths=edge).choose() == 6, "past the slack: not drafted to"
-    tree = AdaptiveDraftLength(10, replay=replay, widths=one_thread, tree_budget=4)
-    assert tree.choose() == 10, "a tree's nodes, not its depth, set its width: not capped here"
-    policy = AdaptiveDraftLength(10, replay=replay, widths=one_thread)
-    asked = policy.choose()
-    assert asked == 3
-    for kept, expected in ((0, 3), (2, 3), (3, 10), (10, 10), (1, 3), (0, 3)):  # the last copy kept, the next asked
-        policy.observe(asked, kept, 0.1, 0.0)
-        asked = policy.choose()
-        assert asked == expected, (kept, policy.reason)
-    assert "kept whole" in policy.reason
-
-
-def test_a_width_is_priced_as_the_verifier_pads_it() -> None:
-    from decode_tui.core.execution.widths import MAX_WIDTH, TRIES, WidthCosts
-
-    widths = WidthCosts()
-    assert widths.price(4) is None, "nothing timed"
-    for w, seconds in {2: 99, 3: 123, 4: 90, 5: 87, 6: 90, 7: 109, 8: 84}.items():
-        widths.seconds[w].extend([seconds] * TRIES)
-    assert [widths.price(w) for w in range(2, MAX_WIDTH + 1)] == [84, 84, 90, 87, 90, 84, 84]
-    assert widths.price(1) is None and widths.price(MAX_WIDTH + 3) is None, "not a padded width"
-    widths.seconds[8].clear()
-    assert widths.price(3) is None and widths.price(8) is None, "a width it would weigh is untimed"
-
-
 def test_adaptive_lookup_is_lossless(byte_bpe: Any) -> None:
     model = tiny_model("llama", vocab_size=V, seed=4)
     prompt = repetitive_prompt(4, 16)

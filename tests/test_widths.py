@@ -137,23 +137,3 @@ def test_padded_tree_verifications_give_plain_greedy_tokens(byte_bpe: Any, arch:
         result = run(model, byte_bpe, drafter, prompt, max_new, k=3)[-1]
         assert isinstance(result, Finished) and result.token_ids == expected
     assert ran and all(w == cheapest for w in ran), ran
-
-
-def test_a_replay_prices_an_untrusted_width_at_most_as_the_warm_up_timed_it() -> None:
-    """A run's first verification of a width may be slow (its first copy, in the history phase): alone, its time
-    and the line through it priced every copy over plain steps. The width's price as the verifier timed and pads it
-    is a guess too, until the run's own times are TRUSTED."""
-    from collections import deque
-
-    from decode_tui.core.execution.widths import TRUSTED, verify_prices
-
-    widths = timed({w: ms / 1e3 for w, ms in {2: 99, 3: 123, 4: 90, 5: 87, 6: 90, 7: 109, 8: 84}.items()})
-    times = {0: deque([0.06] * 3), 7: deque([1.5])}  # one slow first verification of 7 drafted tokens
-    fit = (0.06, (1.5 - 0.06) / 7)
-    alone = verify_prices(times, 10, fit, push=False)
-    priced = verify_prices(times, 10, fit, push=False, widths=widths)
-    assert alone[7] == pytest.approx(1.5) and priced[7] == pytest.approx(0.084), "its width as timed"
-    assert priced[1] == pytest.approx(0.084) and priced[3] == pytest.approx(0.090), "padded widths as timed"
-    assert priced[10] == alone[10] > 1.0, "past MAX_WIDTH: not timed, the line"
-    times[7].extend([1.4] * (TRUSTED - 1))
-    assert verify_prices(times, 10, fit, push=False, widths=widths)[7] == pytest.approx(1.4), "trusted: its median"

@@ -27,7 +27,7 @@ from .prefill import prefill
 from .prefix_cache import keep, take
 from .transfers import on_device, to_host
 from .tree_attention import keep_path, tree_forward
-from .widths import WidthCosts, remembered_times, width_costs
+from .widths import remembered_times, width_costs
 
 if TYPE_CHECKING:
     from transformers import Cache, PreTrainedModel
@@ -117,11 +117,6 @@ class Target:
         every verification is padded to one compiled width and a one-token pass would be a new shape to compile
         mid-run (there such a round stays a padded verification)."""
         return not self.fast
-
-    @property
-    def widths(self) -> WidthCosts | None:
-        """What each verification width costs as this target pads it (on a CPU's plain path), or None (unpriced)."""
-        return self._verify.widths
 
     def times_by_k(self, context_length: int) -> Times:
         """What verifying each draft length cost this model after about ``context_length`` tokens, so far."""

@@ -64,18 +64,6 @@ class WidthCosts:
         best = min(candidates, key=lambda v: (cost[v], v))
         return best if cost[best] <= GAIN * cost[width] else width
 
-    def price(self, width: int) -> float | None:
-        """The seconds a forward of ``width`` positions costs as :meth:`width_for` would run it once every width was
-        timed (padded where that is measured cheaper), or None where a width it would weigh is not timed yet, or
-        ``width`` is past MAX_WIDTH (run as it is, and not timed here)."""
-        if not 2 <= width <= MAX_WIDTH:
-            return None
-        cost = {v: statistics.median(self.seconds[v]) for v in range(width, MAX_WIDTH + 1) if self.seconds[v]}
-        if len(cost) < MAX_WIDTH + 1 - width:
-            return None
-        best = min(cost, key=lambda v: (cost[v], v))
-        return cost[best] if cost[best] <= GAIN * cost[width] else cost[width]
-
     def forget_stale(self) -> int:
         """Forget the times of every width last timed STALE forwards ago (a busy moment's, maybe); how many widths
         are then short of TRIES times."""
@@ -134,13 +122,10 @@ def remembered_times(model: object, context_length: int, padded: bool = False) -
 TRUSTED = 3  # rounds of one draft length after which its own median alone prices it
 
 
-def verify_prices(times_by_k: Times, max_k: int, fit: tuple[float, float], push: bool,
-                  widths: WidthCosts | None = None) -> list[float]:
+def verify_prices(times_by_k: Times, max_k: int, fit: tuple[float, float], push: bool) -> list[float]:
     """Seconds to verify k = 0 .. max_k drafted tokens, for the adaptive draft length: a k's own median once timed
     TRUSTED times; until then a guess on the cheap side, so that an untried or unlucky width gets tried: the lower
-    of the line ``fit`` (c0 + c1 * k), its own times and, given ``widths``, the price of its width as the verifier
-    pads it (:meth:`WidthCosts.price`, timed in the warm-up: a run's first verification of a width may be slow, and
-    alone it would price the width out until it is timed again).
+    of the line ``fit`` (c0 + c1 * k) and its own times.
 
     ``push`` (a draft model): the guess is also at most the cheapest verification timed. A draft model that stops
     drafting when unsure may never produce the long draft asked for, so that width is never timed, and the line
@@ -156,8 +141,6 @@ def verify_prices(times_by_k: Times, max_k: int, fit: tuple[float, float], push:
             prices.append(timed[k])
             continue
         guesses = [c0 + c1 * k, *([timed[k]] if k in timed else [])]
-        if widths is not None and k > 0 and (price := widths.price(k + 1)) is not None:
-            guesses.append(price)
         if push and k > 0 and cheapest is not None:
             guesses.append(cheapest)
         prices.append(min(guesses))

@@ -14,7 +14,7 @@ import time
 from collections import deque
 
 from ..drafting.drafters import Replay
-from ..execution.widths import Times, WidthCosts, verify_prices
+from ..execution.widths import Times, verify_prices
 from ..record.draft_stats import fit_verify_costs
 
 MIN_HISTORY = 8  # tokens of the run a replay needs before its choice is trusted
@@ -46,11 +46,6 @@ REPLAY_SHARE = 1 / 100
 # about a given text, copies of its words that the answer left at once cost prompt lookup a fifth of greedy's speed
 # when the slightly best replayed length was drafted (BENCHMARKS.md, "The floor where nothing can be copied").
 REPLAY_MARGIN = 0.1
-# Until the replay is trusted, a copy is drafted up to the longest whose verification is priced within this share of
-# the cheapest verification's price: nothing is known yet of how much of a copy the target keeps, on prose the first
-# copies from the prompt fail at their first token, and on a CPU a copy of the most costs well over the cheapest
-# width (BENCHMARKS.md, "The floor where nothing can be copied"). Off the CPU, where widths are not priced, the most.
-HISTORY_SLACK = 0.1
 # A tree drafter's rounds are priced by what they measured: a tree round's tokens (decayed by this a round, from a
 # prior of one round that kept one drafted token) over its seconds. On a CPU a tree's forward costs about two plain
 # steps whatever its depth, so a tree round keeping under two tokens loses (BENCHMARKS.md, "The floor where nothing
@@ -122,18 +117,15 @@ class AdaptiveDraftLength:
     far under every fixed k (0 .. max), prices each forward at the width it
     had, and keeps the fastest k (the longer on a tie: copies come in runs)
     where it beats plain steps by REPLAY_MARGIN.
-    Until two widths are timed and the run has MIN_HISTORY tokens it drafts
-    the longest copy whose verification is priced about the cheapest's (on a
-    CPU, where the verifier times widths; elsewhere the most:
-    HISTORY_SLACK), then re-evaluates every few rounds, within a hundredth of the
+    It drafts the most until two widths are timed and the run has MIN_HISTORY
+    tokens, then re-evaluates every few rounds, within a hundredth of the
     run's time (REPLAY_SHARE; BENCHMARKS.md, the adaptive draft length's
     section).
     """
 
     def __init__(self, max_k: int, probe_every: int = 8, replay: Replay | None = None, times_by_k: Times | None = None,
-                 stops_itself: bool = False, tree_budget: int = 0, widths: WidthCosts | None = None) -> None:
+                 stops_itself: bool = False, tree_budget: int = 0) -> None:
         self.max_k = max_k
-        self.widths = widths  # what each verification width costs as the verifier pads it (a CPU's; None: not priced)
         self.tree_budget = tree_budget  # the most nodes a draft tree has (0: the drafter drafts chains)
         # A tree round's tokens kept (the target's own included) and seconds: decayed sums, and the last 16.
         self.tree_tokens, self.tree_rounds = PRIOR_TREE_TOKENS, 1.0
@@ -165,7 +157,6 @@ class AdaptiveDraftLength:
         self.most_rounds: deque[tuple[int, float]] = deque(maxlen=8)
         self.lost: tuple[float, float] | None = None
         self.last_k = 0  # the draft length of the last round observed
-        self.kept_whole = False  # the last round that drafted had every drafted token kept
         self.rounds = 0
         self.reason = ""  # why the last choice, in words (a front end shows it)
         # What kind of choice it was, with its k: a front end is told the reason when this changes, not every time
@@ -191,10 +182,7 @@ class AdaptiveDraftLength:
     def _prices(self, fit: tuple[float, float], widest: int = 0) -> list[float]:
         """Seconds to verify k = 0 .. max(max_k, widest) drafted tokens (nodes, where a draft is a tree;
         :func:`~decode_tui.core.execution.widths.verify_prices`)."""
-        # A lookup's replay also takes the widths as the verifier timed them: its history phase times one width,
-        # and its first replay prices the rest.
-        return verify_prices(self.times_by_k, max(self.max_k, widest), fit, push=self.replay is None,
-                             widths=self.widths if self.replay is not None else None)
+        return verify_prices(self.times_by_k, max(self.max_k, widest), fit, push=self.replay is None)
 
     def _best(self) -> int | None:
         """The k with the most expected tokens per second, or None before two draft lengths were timed."""
@@ -337,24 +325,8 @@ class AdaptiveDraftLength:
             return self._decide("replay", k, f"copying up to {k}: replayed, the run so far would have been fastest "
                                 f"at {k}" if k else "plain steps: replayed, the run so far would have been fastest "
                                 "with no copies")
-        k = self._history_length()
-        return self._decide("history", k, f"copying up to {k} until {MIN_HISTORY} tokens and two widths are timed"
-                            + (" (the longest copy whose verification costs about the cheapest's, until one is "
-                               "kept whole)" if k < self.max_k else ""))
-
-    def _history_length(self) -> int:
-        """A chain's copy length before the replay is trusted: the longest whose verification width is priced within
-        HISTORY_SLACK of the cheapest width's price, or the most where no width is priced (off the CPU; a tree's
-        nodes, not its depth, set its width), or once the target kept a copy whole (the text is copying: a code
-        edit's first copies are all kept, and the replay then prices the most from its own verifications)."""
-        if self.widths is None or self.tree_budget > 0 or self.kept_whole:
-            return self.max_k
-        prices = {k: self.widths.price(k + 1) for k in range(1, self.max_k + 1)}
-        known = {k: p for k, p in prices.items() if p is not None}
-        if not known:
-            return self.max_k
-        cheapest = min(known.values())
-        return max(k for k, p in known.items() if p <= (1 + HISTORY_SLACK) * cheapest)
+        return self._decide("history", self.max_k, f"copying up to {self.max_k} until {MIN_HISTORY} tokens and two "
+                            "widths are timed")
 
     def _choose_by_model(self) -> int:
         best = self._best()
@@ -455,8 +427,6 @@ class AdaptiveDraftLength:
         ``nodes``: a tree's node count, the width its verification was timed at (None: a chain's, k)."""
         smooth = 0.3
         last_k, self.last_k = self.last_k, k
-        if k > 0:
-            self.kept_whole = accepted >= k
         # A clean measure of a draft's cost: no prefill (the first round), no catch-up. A draft made from the target
         # takes the skipped tokens' keys and values instead of catching up, so its probes after plain steps are
         # clean too, and the ceiling below can rule drafting out after the first of them.

@@ -82,7 +82,7 @@ def speculative(
                     tree_width=drafter.tree_budget + 1)
     policy = AdaptiveDraftLength(num_draft_tokens, replay=drafter.replay(transcript),
                                  times_by_k=target.times_by_k(len(context)), stops_itself=drafter.stops_itself,
-                                 tree_budget=drafter.tree_budget, widths=target.widths) if adaptive else None
+                                 tree_budget=drafter.tree_budget) if adaptive else None
     try:
         learn = drafter.observed if drafter.learns else None  # a drafter that learns reads every target forward
         raw, emitted = target.prefill(context, path, learn)  # [1, V]
