@@ -334,23 +334,25 @@ def whatif(path: Path, *, model: str | None, device: str, dtype: str, draft: str
 
                 return calibrated(lm, trace, costs, progress=lambda line: progress(f"{said}: {line}"))
 
-            from ..core.analysis.saved_costs import costs_for
-            from ..core.execution.threads import choose_threads
+            from ..core.analysis.saved_costs import costs_for, threads_for
+            from ..core.execution.threads import choose_threads, settle_on
 
             progress("Timing forwards on each thread count, for the count to decode on")
             choice = choose_threads(lm.model)  # as a run's warm-up does: the timings are the count's
-            saved = costs_for(lm, trace, width, draft, measure, again=recalibrate,
-                              threads=choice.threads if choice is not None else 0)
+            threads = threads_for(lm, trace, width, draft, choice, again=recalibrate)
+            if choice is not None and threads != choice.threads:
+                settle_on(lm.model, threads)  # a tied count whose timings are saved
+            saved_costs = costs_for(lm, trace, width, draft, measure, again=recalibrate, threads=threads)
     except DecodeTuiError as err:
         fail(err)
-    rows = w.table(trace, replays, saved.costs)
+    rows = w.table(trace, replays, saved_costs.costs)
     greedy, settings = rows[0], rows[1:]
     if console is None:
         for row in settings:
             _write(sys.stdout, json.dumps(row.to_dict()) + "\n")
         return
-    console.print(f"[dim]{saved.said}.[/dim]", highlight=False)
-    _whatif_tables(console, trace, lm, saved.costs, greedy, settings, r.draft_confidence(trace, draft_confidence))
+    console.print(f"[dim]{saved_costs.said}.[/dim]", highlight=False)
+    _whatif_tables(console, trace, lm, saved_costs.costs, greedy, settings, r.draft_confidence(trace, draft_confidence))
 
 
 def _counted_on_runs(lm: LoadedModel, trace: Trace, console: Console | None) -> list[Replayed]:

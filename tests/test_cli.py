@@ -743,6 +743,9 @@ def test_bench_refuses_bad_modes_and_repeats(args: list[str], says: str, isolate
 
 def test_whatif_predicts_the_forwards_a_real_pld_run_takes(tiny_model_dir: Path, isolated_env: dict[str, str],
                                                             tmp_path: Path) -> None:
+    # One thread, so that no thread count is timed: whatif keeps its timings per count, and on a loaded machine the
+    # count chosen may differ from run to run, which would time them again where this test checks their reuse.
+    isolated_env = {**isolated_env, "OMP_NUM_THREADS": "1"}
     prompt = ["--model", str(tiny_model_dir), "-p", "the quick brown fox jumps over the quick brown fox jumps over",
               "--max-new-tokens", "24", "--format", "jsonl"]
     greedy = cli("generate", *prompt, env=isolated_env)
@@ -825,6 +828,21 @@ def test_saved_whatif_timings_that_cannot_be_read_are_measured_again(tmp_path: P
     assert calls.pop() == "measured" and "measured now" in other.said
     assert saved_costs.costs_for(lm, trace, 13, None, lambda: pytest.fail("measured again"),  # type: ignore[arg-type]
                                  threads=1).costs == measured
+    # The count to key them by: on a near tie, the tied count whose timings are saved; else, or asked to measure
+    # again, the count chosen.
+    from decode_tui.core.execution.threads import TIE, ThreadChoice
+
+    tie = ThreadChoice(1, {1: 0.2 * (1 + TIE / 2), 2: 0.2})
+    two_saved = saved_costs.threads_for(lm, trace, 13, None, ThreadChoice(2, tie.seconds))  # type: ignore[arg-type]
+    assert two_saved == 1, "1 was saved just now, and is tied with 2"
+    (saved_costs.folder() / saved_costs.key(lm, trace, 13, None, 1)).unlink()  # type: ignore[arg-type]
+    assert saved_costs.threads_for(lm, trace, 13, None, tie) == 1, "none saved: the count chosen"  # type: ignore[arg-type]
+    saved_costs.costs_for(lm, trace, 13, None, measure, threads=2)  # type: ignore[arg-type]
+    assert saved_costs.threads_for(lm, trace, 13, None, tie) == 2  # type: ignore[arg-type]
+    assert saved_costs.threads_for(lm, trace, 13, None, tie, again=True) == 1  # type: ignore[arg-type]
+    clear = ThreadChoice(1, {1: 0.18, 2: 0.7})
+    assert saved_costs.threads_for(lm, trace, 13, None, clear) == 1, "not tied: its own"  # type: ignore[arg-type]
+    assert saved_costs.threads_for(lm, trace, 13, None, None) == 0, "off the CPU"  # type: ignore[arg-type]
 
 
 def test_whatif_refuses_what_it_cannot_replay(tiny_model_dir: Path, isolated_env: dict[str, str],

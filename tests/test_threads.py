@@ -126,3 +126,22 @@ def test_the_warm_up_chooses_first_and_a_run_on_another_thread_decodes_on_the_co
     worker.join()
     hook.remove()
     assert seen and set(seen) == {1}, seen
+
+
+def test_counts_within_the_tie_are_offered_and_one_may_be_settled_on(lm: Any, two_threads: Any,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """whatif keeps timings per thread count: on a near tie, the count whose timings are saved is settled on
+    instead of timing the other's again (a tie decided by noise flipped from run to run)."""
+    from decode_tui.core.execution.threads import settle_on
+
+    assert ThreadChoice(2, {}).tied() == [2]
+    assert ThreadChoice(1, {1: 0.20 * (1 + TIE / 2), 2: 0.20}).tied() == [1, 2]
+    assert ThreadChoice(1, {1: 0.18, 2: 0.70}).tied() == [1]
+    monkeypatch.setattr(threads_module, "_timer", lambda model: timer({1: 0.20 * (1 + TIE / 2), 2: 0.20}, []))
+    chosen = choose_threads(lm.model)
+    assert chosen is not None and chosen.threads == 1
+    settled = settle_on(lm.model, 2)
+    assert settled.threads == 2 and state_of(lm.model).threads == settled and torch.get_num_threads() == 2
+    assert settled.seconds == chosen.seconds
+    with pytest.raises(ValueError, match="not a count tied"):
+        settle_on(lm.model, 4)

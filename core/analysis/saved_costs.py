@@ -26,6 +26,7 @@ from .whatif import Costs
 
 if TYPE_CHECKING:
     from ..drafting.replay import Trace
+    from ..execution.threads import ThreadChoice
     from ..model.loading import LoadedModel
 
 
@@ -54,6 +55,19 @@ def key(lm: LoadedModel, trace: Trace, width: int, draft: str | None, threads: i
 
 def folder() -> Path:
     return cache_root() / "whatif"
+
+
+def threads_for(lm: LoadedModel, trace: Trace, width: int, draft: str | None, choice: ThreadChoice | None,
+                again: bool = False) -> int:
+    """The thread count to key the timings by (0 off the CPU): the count ``choice`` chose, or, on a near tie (a
+    quiet machine's one and two threads), a count tied with it whose timings are saved, which spares timing them
+    again where a tie decided by noise would ask for it every other time; the chosen count where ``again``."""
+    if choice is None:
+        return 0
+    if again:
+        return choice.threads
+    return next((n for n in choice.tied() if _read(folder() / key(lm, trace, width, draft, n)) is not None),
+                choice.threads)
 
 
 def costs_for(lm: LoadedModel, trace: Trace, width: int, draft: str | None, measure: Callable[[], Costs], *,

@@ -54,6 +54,28 @@ class ThreadChoice:
                 f"{WIDTHS[-1]} positions took {counts}")
 
 
+    def tied(self) -> list[int]:
+        """The counts timed within TIE of the fastest, fewest first (the one chosen first): any of them decodes as
+        fast as the others."""
+        if not self.seconds:
+            return [self.threads]
+        fastest = min(self.seconds.values())
+        return sorted(n for n, s in self.seconds.items() if s <= (1 + TIE) * fastest)
+
+
+def settle_on(model: PreTrainedModel, threads: int) -> ThreadChoice:
+    """Decode ``model`` on ``threads`` instead of the count chosen, where it is one of the counts the choice found
+    tied (a caller that kept timings for that count, which would otherwise be timed again); set, and kept."""
+    state = state_of(model)
+    choice = state.threads
+    if not isinstance(choice, ThreadChoice) or threads not in choice.tied():
+        raise ValueError(f"{threads} threads is not a count tied with the one chosen")
+    settled = ThreadChoice(threads, choice.seconds)
+    state.threads = settled
+    torch.set_num_threads(threads)
+    return settled
+
+
 def offered(threads: int) -> list[int]:
     """The counts timed for a process on ``threads`` threads: all of them, half, one; fewest first."""
     return sorted({threads, max(1, threads // 2), 1})
