@@ -53,14 +53,16 @@ class ThreadChoice:
         return (f"{self.threads} thread{'s' * (self.threads > 1)} of {max(self.seconds)}: a step and a forward of "
                 f"{WIDTHS[-1]} positions took {counts}")
 
-
     def tied(self) -> list[int]:
         """The counts timed within TIE of the fastest, fewest first (the one chosen first): any of them decodes as
         fast as the others."""
-        if not self.seconds:
-            return [self.threads]
-        fastest = min(self.seconds.values())
-        return sorted(n for n, s in self.seconds.items() if s <= (1 + TIE) * fastest)
+        return _tied(self.seconds) if self.seconds else [self.threads]
+
+
+def _tied(seconds: dict[int, float]) -> list[int]:
+    """The counts whose ``seconds`` are within TIE of the fastest's, fewest threads first."""
+    fastest = min(seconds.values())
+    return sorted(n for n, s in seconds.items() if s <= (1 + TIE) * fastest)
 
 
 def settle_on(model: PreTrainedModel, threads: int) -> ThreadChoice:
@@ -109,8 +111,7 @@ def choose_threads(model: PreTrainedModel, timer: Callable[[int, int], float] | 
                 if r:
                     samples[n].append(seconds)
         medians = {n: statistics.median(s) for n, s in samples.items()}
-        fastest = min(medians.values())
-        choice = ThreadChoice(min(n for n in counts if medians[n] <= (1 + TIE) * fastest), medians)
+        choice = ThreadChoice(_tied(medians)[0], medians)
     if timer is None:
         state.threads = choice
     torch.set_num_threads(choice.threads)
