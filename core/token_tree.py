@@ -93,6 +93,18 @@ class TokenTree:
             node = self.parents[node]
         return path[::-1]
 
+    def walk(self, tokens: Sequence[int]) -> list[int]:
+        """The nodes that ``tokens`` follow down from the root, one a token, up to the first that is no child of the
+        node reached: the path a round that emitted ``tokens`` kept of this tree."""
+        path: list[int] = []
+        node = ROOT
+        for token in tokens:
+            node = next((c for c in self.children(node) if self.tokens[c] == token), ROOT)
+            if node == ROOT:
+                break
+            path.append(node)
+        return path
+
     def kept(self, keep: Sequence[bool]) -> tuple[TokenTree, list[int]]:
         """The tree of the nodes ``keep`` marks whose ancestors are all kept (a node left out takes its subtree
         with it), and for each new node its index in this tree."""

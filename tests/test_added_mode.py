@@ -35,6 +35,7 @@ class Echo:
     tree_budget = 0
     free_to_ask = True
     stops_itself = False
+    ranked = False
     learns = False
 
     def __init__(self, prompt_length):

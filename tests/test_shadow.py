@@ -18,7 +18,7 @@ def walked(drafts: list[Draft], tokens: list[int]) -> list[int]:
     """The rounds' emitted counts a ShadowRounds reports, asked for ``drafts`` in turn, fed ``tokens``."""
     kept: list[int] = []
     left = iter(drafts)
-    shadow = ShadowRounds(lambda: next(left, Draft([])), kept.append)
+    shadow = ShadowRounds(lambda: next(left, Draft([])), lambda path: kept.append(len(path) + 1))
     for token in tokens:
         shadow.seen(token)
     return kept
@@ -57,7 +57,7 @@ def test_shadow_rounds_keep_what_the_verified_rounds_kept(byte_bpe: Any) -> None
     assert max(verified) >= 3, "some round kept several tokens"
     kept: list[int] = []
     seen = emitted[:1]  # the first token comes from the prefill, before any round
-    shadow = ShadowRounds(lambda: drafts.get(len(seen), Draft([])), kept.append)
+    shadow = ShadowRounds(lambda: drafts.get(len(seen), Draft([])), lambda path: kept.append(len(path) + 1))
     for token in emitted[1:]:
         seen.append(token)
         shadow.seen(token)

@@ -786,7 +786,7 @@ def speed(policy: AdaptiveDraftLength, tokens: int, alpha: float, c: float, step
                 emitted = round_tokens(policy.max_k)[1] + 1
                 if emitted > left:
                     break  # still open when the stretch ends: dropped
-                policy.observe_shadow(emitted)
+                policy.observe_shadow(range(emitted - 1))
                 left -= emitted
             policy.observe_plain(steps, steps * step)
             spent += steps * step

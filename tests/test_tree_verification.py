@@ -38,6 +38,7 @@ class Oracle:
     tree_budget = 12
     free_to_ask = True
     stops_itself = False
+    ranked = False
     learns = False
 
     def __init__(self, truth: list[int], prompt_length: int, seed: int) -> None:

@@ -130,6 +130,7 @@ class Scripted:
     tree_budget = 0
     free_to_ask = False
     stops_itself = False
+    ranked = False
     learns = False
 
     def __init__(self, tokens: list[int]) -> None:

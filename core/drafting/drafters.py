@@ -73,6 +73,23 @@ class Draft:
         """The draft as a token tree, when it is one."""
         return TokenTree(tuple(self.token_ids), self.parents) if self.parents is not None else None
 
+    def token_tree(self) -> TokenTree:
+        """The draft as a token tree, a chain's too (each node under the one before)."""
+        return self.tree or TokenTree(tuple(self.token_ids), tuple(range(-1, len(self.token_ids) - 1)))
+
+    def cut(self, nodes: int) -> Draft:
+        """The draft's first ``nodes`` nodes: a tree's nodes come parents first, so they are a tree, and a chain
+        where they are one; a chain's first tokens. What a drafter that ranks its nodes (``Drafter.ranked``) would
+        have drafted with that budget."""
+        if nodes >= len(self.token_ids):
+            return self
+        q, q_probs = self.q[:nodes] if self.q is not None else None, self.q_probs[:nodes] if self.q_probs else None
+        sources = self.sources[:nodes] if self.sources is not None else None
+        parents = self.parents[:nodes] if self.parents is not None else None
+        if parents is not None and all(parent == i - 1 for i, parent in enumerate(parents)):
+            parents = None
+        return replace(self, token_ids=self.token_ids[:nodes], q=q, q_probs=q_probs, sources=sources, parents=parents)
+
     def first_branch(self) -> Draft:
         """A tree draft's first branch (the first child at every node) as a chain: what a verifier that takes
         chains only (one under a grammar) verifies. A copying drafter's first branch is the chain it would
@@ -103,6 +120,13 @@ class Drafter(Protocol):
     def free_to_ask(self) -> bool:
         """Asking it for a draft runs no forward (it copies from the text): a stretch of plain steps may ask at every
         step, and it has no cost c to time against a target step."""
+        ...
+
+    @property
+    def ranked(self) -> bool:
+        """Its tree's nodes come best first (token recycling grows its template best-first): the first n of them are
+        the tree it would draft with a budget of n, so the adaptive policy may verify only as many as pay on this
+        device (:meth:`Draft.cut`)."""
         ...
 
     @property
@@ -165,6 +189,7 @@ class ModelDrafter:
     source: TokenSource = "draft"
     free_to_ask = False
     learns = False
+    ranked = False  # its runner-ups join where the draft is unsure, not best first
 
     def __init__(self, model: PreTrainedModel, vocab_size: int, confidence_threshold: float = 0.4,
                  eos_token_ids: frozenset[int] = frozenset(), target_kv: torch.dtype | None = None,

@@ -84,6 +84,7 @@ class LookaheadDrafter:
     source: TokenSource = "draft"
     free_to_ask = True  # the tree is read from the window and the pool: no forward
     stops_itself = False
+    ranked = False  # the window's nodes are all needed for its next level
     learns = True  # the next level is the target's argmax after the last one: read from the verification
 
     def __init__(self, shape: Shape, eos_token_ids: frozenset[int] = frozenset()) -> None:

@@ -35,6 +35,7 @@ class PromptLookup:
     source: TokenSource = "lookup"
     free_to_ask = True
     stops_itself = False
+    ranked = False  # its tree merges the matches in the text's order
     learns = False
 
     def __init__(self, max_ngram_size: int = 3, num_pred_tokens: int = 10,

@@ -129,6 +129,7 @@ class RecyclingDrafter:
     source: TokenSource = "draft"
     free_to_ask = True  # a draft is read from the matrix: no forward
     stops_itself = False
+    ranked = True  # the template is grown best-first: its first n nodes are the best n
     learns = True
 
     def __init__(self, matrix: RecycledMatrix, num_pred_tokens: int, tree_budget: int,

@@ -299,6 +299,7 @@ class SuffixDrafter:
     source: TokenSource = "lookup"
     free_to_ask = True
     stops_itself = False
+    ranked = False  # its replay prices each draft length exactly: the policy does not cut its trees
     learns = False
 
     def __init__(self, history: SuffixHistory, num_pred_tokens: int, tree_budget: int,

@@ -118,6 +118,13 @@ class Target:
         mid-run (there such a round stays a padded verification)."""
         return not self.fast
 
+    def forward_prices(self, nodes: int) -> dict[int, float]:
+        """Seconds of a verification's forward of 1 .. ``nodes`` drafted tokens (a tree's nodes), padded as it would
+        be, where the warm-up timed them (a CPU's plain path; elsewhere none)."""
+        widths = self._verify.widths
+        prices = {n: widths.price(n + 1) for n in range(1, nodes + 1)} if widths is not None else {}
+        return {n: price for n, price in prices.items() if price is not None}
+
     def times_by_k(self, context_length: int) -> Times:
         """What verifying each draft length cost this model after about ``context_length`` tokens, so far."""
         return remembered_times(self.model, context_length, padded=self.static)

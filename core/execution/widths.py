@@ -60,9 +60,21 @@ class WidthCosts:
                 self.seconds[v].clear()  # its old times go: they are what may have been a busy moment's
             if len(self.seconds[v]) < TRIES:
                 return v
+        return self._padded(width, candidates)[0]
+
+    def _padded(self, width: int, candidates: range) -> tuple[int, float]:
+        """The width to run ``width`` at among ``candidates`` (each timed), and its median seconds."""
         cost = {v: statistics.median(self.seconds[v]) for v in candidates}
         best = min(candidates, key=lambda v: (cost[v], v))
-        return best if cost[best] <= GAIN * cost[width] else width
+        return (best, cost[best]) if cost[best] <= GAIN * cost[width] else (width, cost[width])
+
+    def price(self, width: int) -> float | None:
+        """What a forward of ``width`` positions costs as :meth:`width_for` runs it (padded), by the times so far;
+        None past MAX_WIDTH, or where a width it may pad to is short of its tries."""
+        candidates = range(width, MAX_WIDTH + 1)
+        if not 2 <= width <= MAX_WIDTH or any(len(self.seconds[v]) < TRIES for v in candidates):
+            return None
+        return self._padded(width, candidates)[1]
 
     def forget_stale(self) -> int:
         """Forget the times of every width last timed STALE forwards ago (a busy moment's, maybe); how many widths
@@ -122,7 +134,8 @@ def remembered_times(model: object, context_length: int, padded: bool = False) -
 TRUSTED = 3  # rounds of one draft length after which its own median alone prices it
 
 
-def verify_prices(times_by_k: Times, max_k: int, fit: tuple[float, float], push: bool) -> list[float]:
+def verify_prices(times_by_k: Times, max_k: int, fit: tuple[float, float], push: bool,
+                  forwards: dict[int, float] | None = None) -> list[float]:
     """Seconds to verify k = 0 .. max_k drafted tokens, for the adaptive draft length: a k's own median once timed
     TRUSTED times; until then a guess on the cheap side, so that an untried or unlucky width gets tried: the lower
     of the line ``fit`` (c0 + c1 * k) and its own times.
@@ -131,7 +144,10 @@ def verify_prices(times_by_k: Times, max_k: int, fit: tuple[float, float], push:
     drafting when unsure may never produce the long draft asked for, so that width is never timed, and the line
     extrapolated from the short drafts that cost the most (on a CPU) priced it out for good; asked for, it is
     drafted as far as the draft is confident, as with a fixed k. A lookup's replay needs no such push (a width it
-    chooses gets timed), and on prose every wider verification it tried would be a loss."""
+    chooses gets timed), and on prose every wider verification it tried would be a loss.
+
+    ``forwards``: a forward's seconds for k drafted tokens where the warm-up timed them (:meth:`WidthCosts.price`),
+    the guess instead of the line: on a CPU the widths' costs are no line."""
     c0, c1 = fit
     timed = {k: statistics.median(ts) for k, ts in times_by_k.items() if ts}
     cheapest = min((t for k, t in timed.items() if k > 0), default=None)
@@ -140,7 +156,8 @@ def verify_prices(times_by_k: Times, max_k: int, fit: tuple[float, float], push:
         if len(times_by_k.get(k, ())) >= TRUSTED:
             prices.append(timed[k])
             continue
-        guesses = [c0 + c1 * k, *([timed[k]] if k in timed else [])]
+        guess = forwards[k] if forwards is not None and k in forwards else c0 + c1 * k
+        guesses = [guess, *([timed[k]] if k in timed else [])]
         if push and k > 0 and cheapest is not None:
             guesses.append(cheapest)
         prices.append(min(guesses))

@@ -12,6 +12,7 @@ import math
 import statistics
 import time
 from collections import deque
+from collections.abc import Sequence
 
 from ..drafting.drafters import Replay
 from ..execution.widths import Times, verify_prices
@@ -51,6 +52,8 @@ REPLAY_MARGIN = 0.1
 # steps whatever its depth, so a tree round keeping under two tokens loses (BENCHMARKS.md, "The floor where nothing
 # can be copied"); a tree is drafted where that measure beats plain steps by TREE_MARGIN, as a replay must.
 TREE_DECAY = 0.9
+# A ranked tree (token recycling's) is verified to the most nodes whose predicted speed-up is within this of the best.
+SIZE_TIE = 0.01
 PRIOR_TREE_TOKENS = 2.0
 TREE_MARGIN = 0.1
 
@@ -111,6 +114,21 @@ class AdaptiveDraftLength:
     in for tree rounds instead (:meth:`observe_shadow`): what its trees would
     have kept is known from the tokens the steps emit, and no probe is paid.
 
+    A drafter whose tree comes best first (``ranked``: token recycling) is
+    verified only as far as pays on this device (:meth:`_best_nodes`): each
+    node's chance of being on the kept path is measured (verified and shadow
+    rounds alike, decayed), so the first n nodes keep an expected 1 + the sum
+    of their chances a round, at the price their verification was measured
+    at; the n with the most tokens a second is drafted (the tree cut to its
+    first n nodes, :meth:`~decode_tui.core.drafting.drafters.Draft.cut`). This
+    is Sequoia's hardware-aware tree size (Chen et al., "Sequoia: Scalable,
+    Robust, and Hardware-aware Speculative Decoding", 2024; reference code:
+    github.com/Infini-AI-Lab/Sequoia), measured during the run rather than
+    planned from a profile: on a CPU whose forward over 2 positions costs
+    little more than 1, one or two nodes pay where the budget's whole tree
+    (about two plain steps) does not; on a GPU the whole tree is priced about
+    a step and kept.
+
     A drafter whose proposals are known without drafting (prompt lookup,
     replayed exactly as :mod:`~decode_tui.core.analysis.whatif` does) needs neither the
     geometric model nor probes: given ``replay``, the policy replays the run so
@@ -124,9 +142,20 @@ class AdaptiveDraftLength:
     """
 
     def __init__(self, max_k: int, probe_every: int = 8, replay: Replay | None = None, times_by_k: Times | None = None,
-                 stops_itself: bool = False, tree_budget: int = 0) -> None:
+                 stops_itself: bool = False, tree_budget: int = 0, ranked: bool = False,
+                 forwards: dict[int, float] | None = None) -> None:
         self.max_k = max_k
         self.tree_budget = tree_budget  # the most nodes a draft tree has (0: the drafter drafts chains)
+        # The drafter's tree nodes come best first: the policy verifies the first ``nodes`` of them (0: all).
+        self.ranked = ranked
+        self.nodes = 0
+        # A forward's seconds for n nodes as the warm-up timed them (a CPU's), a ranked tree's price until timed.
+        self.forwards = forwards
+        # A ranked tree's node i: how often it was on the kept path, over how many rounds (decayed sums), from a
+        # prior of one round that kept the first node; a round's drafting seconds (its host work), the last 16.
+        self.node_kept, self.node_rounds = [1.0], 1.0
+        self.tree_draft_s: deque[float] = deque(maxlen=16)
+        self.sized = (0, 0.0, 0.0)  # the last sizing: the nodes, the tokens they keep a round, their plain steps
         # A tree round's tokens kept (the target's own included) and seconds: decayed sums, and the last 16.
         self.tree_tokens, self.tree_rounds = PRIOR_TREE_TOKENS, 1.0
         self.tree_seconds: deque[float] = deque(maxlen=16)
@@ -182,7 +211,11 @@ class AdaptiveDraftLength:
     def _prices(self, fit: tuple[float, float], widest: int = 0) -> list[float]:
         """Seconds to verify k = 0 .. max(max_k, widest) drafted tokens (nodes, where a draft is a tree;
         :func:`~decode_tui.core.execution.widths.verify_prices`)."""
-        return verify_prices(self.times_by_k, max(self.max_k, widest), fit, push=self.replay is None)
+        # A ranked tree's sizes are priced by the warm-up's forwards, else the line, until timed, as a replay's are:
+        # pushed to the cheapest timed, every size would be tried.
+        return verify_prices(self.times_by_k, max(self.max_k, widest), fit,
+                             push=self.replay is None and not self.ranked,
+                             forwards=self.forwards if self.ranked else None)
 
     def _best(self) -> int | None:
         """The k with the most expected tokens per second, or None before two draft lengths were timed."""
@@ -217,6 +250,8 @@ class AdaptiveDraftLength:
         prices = self._prices(fit, self.tree_budget)
         self.step_s = prices[0]
         self.c = self.draft_cost / prices[0] if prices[0] > 0 else 0.0
+        if self.ranked:
+            return self._best_nodes(prices)
         # Before a tree round was timed in this run (earlier runs' times gave the fit): the widest tree's price.
         cost = statistics.median(self.tree_seconds) if self.tree_seconds else prices[self.tree_budget]
         steps = cost / prices[0] if prices[0] > 0 else 1.0  # a tree round's seconds in plain steps
@@ -228,8 +263,34 @@ class AdaptiveDraftLength:
         drafting = self.decision[0] == "draft"
         return self.max_k if gain >= (1.0 if drafting else 1 + TREE_MARGIN) else 0
 
+    def _best_nodes(self, prices: list[float]) -> int:
+        """A ranked tree's choice: its first n nodes keep 1 + the sum of their measured chances of being kept a
+        round, and cost their verification's measured price and the round's drafting; the n with the most tokens a
+        second, drafted (the tree max_k deep, cut to n nodes) where it beats plain steps by TREE_MARGIN (already
+        drafting: at all), else 0."""
+        overhead = statistics.median(self.tree_draft_s) if self.tree_draft_s else 0.0
+        sizes, tokens = [], 1.0  # (gain, n, tokens, steps) for each n
+        for n in range(1, self.tree_budget + 1):
+            tokens += self.node_kept[n - 1] / self.node_rounds if n <= len(self.node_kept) else 0.0
+            steps = (prices[n] + overhead) / prices[0] if prices[0] > 0 else 1.0  # [plain steps]
+            sizes.append((tokens / steps, n, tokens, steps))
+        # The largest within SIZE_TIE of the best: where width is nearly free (a GPU) a node not kept lately costs
+        # next to nothing, and a deep path it would keep is a run of tokens.
+        most = max(size[0] for size in sizes)
+        gain, n, tokens, steps = max((size for size in sizes if size[0] >= most - SIZE_TIE), key=lambda size: size[1])
+        self.sized = (n, tokens, steps)
+        self.best_drafting = (self.max_k, gain)
+        self.ceiling = (min(n, self.max_k) + 1) / steps  # every round keeping a path through all n nodes
+        drafting = self.decision[0] == "draft"
+        self.nodes = n if gain >= (1.0 if drafting else 1 + TREE_MARGIN) else 0
+        return self.max_k if self.nodes else 0
+
     def _tree_why(self) -> str:
         """The numbers a tree drafter's choice weighed, in words."""
+        if self.ranked:
+            n, tokens, steps = self.sized
+            return (f"its first {n} node{'s' if n != 1 else ''} keep an estimated {tokens:.2f} tokens a round and "
+                    f"cost {steps:.2f} plain steps: drafting goes {self.best_drafting[1]:.2f}x")
         tokens = self.tree_tokens / self.tree_rounds
         gain = self.best_drafting[1]
         return (f"a tree round keeps an estimated {tokens:.2f} tokens (from a prior of {PRIOR_TREE_TOKENS:.0f}) and "
@@ -251,6 +312,8 @@ class AdaptiveDraftLength:
 
     def _decide(self, kind: str, k: int, reason: str) -> int:
         self.decision, self.reason, self.asked = (kind, k), reason, k
+        if kind != "draft":
+            self.nodes = 0  # a first round or a probe drafts the whole tree
         return k
 
     def timed(self, step_s: float, draft_s: float) -> None:
@@ -360,6 +423,9 @@ class AdaptiveDraftLength:
     def _choose_tree(self, best: int) -> int:
         """A tree drafter's choice: the whole tree, plain steps, or a probe (a whole tree) now and then."""
         why = self._tree_why()
+        if best and self.nodes:
+            return self._decide("draft", best, f"drafting the first {self.nodes} node{'s' if self.nodes != 1 else ''} "
+                                f"of a tree {best} deep: {why}")
         if best:
             return self._decide("draft", best, f"drafting a tree {best} deep: {why}")
         if self.shadowed:  # the plain steps' shadow rounds say what a tree would keep: no probe needed
@@ -401,12 +467,24 @@ class AdaptiveDraftLength:
         until = self.next_replay if kind == "replay" else self.next_probe
         return until - self.rounds if until > self.rounds else self.probe_every
 
-    def observe_shadow(self, tokens: int) -> None:
+    def observe_shadow(self, path: Sequence[int]) -> None:
         """A tree round that plain steps stood in for (:mod:`~decode_tui.core.strategies.shadow`): it would have
-        emitted ``tokens``, its kept nodes and the target's token after them. Its cost is a tree round's as
+        kept the nodes ``path`` and emitted the target's token after them. Its cost is a tree round's as
         measured."""
-        self._tree_round(tokens)
+        self._tree_round(len(path) + 1)
+        self.observe_path(path)
         self.shadowed = True
+
+    def observe_path(self, path: Sequence[int]) -> None:
+        """A ranked tree's round (verified, or stood in for) kept the nodes ``path`` of the whole tree drafted: each
+        node's chance of being kept, decayed by TREE_DECAY a round."""
+        if not self.ranked:
+            return
+        self.node_rounds = TREE_DECAY * self.node_rounds + 1
+        self.node_kept += [0.0] * (max(path, default=-1) + 1 - len(self.node_kept))
+        self.node_kept = [TREE_DECAY * kept for kept in self.node_kept]
+        for node in path:
+            self.node_kept[node] += 1
 
     def _tree_round(self, tokens: int) -> None:
         """A tree round (verified, or stood in for by plain steps) that emitted ``tokens``, into the decayed sums."""
@@ -436,6 +514,7 @@ class AdaptiveDraftLength:
         if k > 0 and self.trees:
             self._tree_round(accepted + 1)
             self.tree_seconds.append(verify_s + draft_s)
+            self.tree_draft_s.append(draft_s)
         if k > 0:
             decay = 0.9
             self.accepted_sum = decay * self.accepted_sum + accepted

@@ -12,22 +12,23 @@ tokens follow it, under greedy verification and sampling alike (a draw from the 
 child of the node reached is accepted; tests/test_tree_verification.py). So a shadow round keeps what a verified
 round would have kept, in distribution, without the forward; only the forward's cost is not measured here.
 
-It knows drafts and token trees; nothing of models, events or the policy (its rounds are handed to ``kept``).
+It knows drafts and token trees; nothing of models, events or the policy (its rounds' kept paths are handed to
+``kept``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ..drafting.drafters import Draft
 from ..token_tree import ROOT, TokenTree
 
 
 class ShadowRounds:
-    """``propose()``: the drafter's draft for the context as it is now; ``kept(tokens)``: a shadow round is over,
-    and would have emitted ``tokens`` (its kept nodes and the target's token after them)."""
+    """``propose()``: the drafter's draft for the context as it is now; ``kept(path)``: a shadow round is over, and
+    would have kept the nodes ``path`` of its draft, then emitted the target's token after them."""
 
-    def __init__(self, propose: Callable[[], Draft], kept: Callable[[int], None]) -> None:
+    def __init__(self, propose: Callable[[], Draft], kept: Callable[[Sequence[int]], None]) -> None:
         """A stretch of plain steps starts: the round that stands in for its first steps is drafted from the context
         as it is now. (One a stretch: real rounds come between two.)"""
         self.propose = propose
@@ -58,10 +59,10 @@ class ShadowRounds:
     def _open(self, draft: Draft) -> None:
         if not draft.token_ids:
             return  # nothing to draft here: no round stands in for this step
-        self.tree = draft.tree or TokenTree(tuple(draft.token_ids), tuple(range(-1, len(draft.token_ids) - 1)))
+        self.tree = draft.token_tree()
         self.node = ROOT
 
     def _over(self) -> None:
         assert self.tree is not None
-        self.kept(len(self.tree.path_to(self.node)) + 1)
+        self.kept(self.tree.path_to(self.node))
         self.tree = None

@@ -82,7 +82,9 @@ def speculative(
                     tree_width=drafter.tree_budget + 1)
     policy = AdaptiveDraftLength(num_draft_tokens, replay=drafter.replay(transcript),
                                  times_by_k=target.times_by_k(len(context)), stops_itself=drafter.stops_itself,
-                                 tree_budget=drafter.tree_budget) if adaptive else None
+                                 tree_budget=drafter.tree_budget, ranked=drafter.ranked,
+                                 forwards=target.forward_prices(drafter.tree_budget) if drafter.ranked else None,
+                                 ) if adaptive else None
     try:
         learn = drafter.observed if drafter.learns else None  # a drafter that learns reads every target forward
         raw, emitted = target.prefill(context, path, learn)  # [1, V]
@@ -99,7 +101,7 @@ def speculative(
                 stats.plain_step_s = target.step_seconds(context)
                 if policy is not None and stats.plain_step_s is not None:
                     policy.timed(stats.plain_step_s, drafter.time_step(context, s.processors))
-        round_, said, found = 0, ("", -1), None  # found: a lookup's copy that ended a stretch of plain steps
+        round_, said, found = 0, (("", -1), 0), None  # found: a lookup's copy that ended a stretch of plain steps
         while not transcript.done:
             if transcript.cancel_requested:
                 yield transcript.finished("cancelled", **stats.extras())
@@ -107,12 +109,13 @@ def speculative(
             s.refresh(drafter, policy)  # 1. what a front end changed applies from this round on
             # 2. Draft: the drafter proposes up to k tokens (at most remaining - 1: the target always adds one).
             k = min(policy.choose() if policy else s.num_draft_tokens, transcript.remaining - 1)
-            if policy is not None and policy.decision != said:  # what the adaptive policy decided, when it changes
-                said = policy.decision
+            if policy is not None and (policy.decision, policy.nodes) != said:  # what the policy decided, if new
+                said = (policy.decision, policy.nodes)
                 yield DraftLengthDecided(round=round_, k=k, reason=policy.reason)
             started = time.perf_counter()
-            draft = (found or drafter.propose(context, k, s.processors, s.greedy, generator)) if k > 0 else Draft([])
-            found = None
+            whole = (found or drafter.propose(context, k, s.processors, s.greedy, generator)) if k > 0 else Draft([])
+            # A tree whose nodes come best first is verified as far as the policy priced it to pay on this device.
+            draft, found = whole.cut(policy.nodes) if policy is not None and policy.nodes else whole, None
             if not draft.token_ids and target.steps_plainly and grammar is None and (k == 0 or drafter.free_to_ask):
                 steps, found = yield from plain_stretch(target, transcript, context, drafter, s, k, policy, stats,
                                                         generator, vocab)
@@ -135,6 +138,9 @@ def speculative(
                            s.num_draft_tokens, grammar)
                 if learn is not None:  # every node the target read, kept or not
                     learn([context[-1], *v.fed], v.raw)
+                if policy is not None and policy.ranked:  # what the whole tree would have kept, node by node
+                    out = [*v.kept[: v.n], *([v.extra] if v.extra is not None else [])]
+                    policy.observe_path(whole.token_tree().walk(out))
                 event = verified_event(round_, v, cut, draft, draft_s, time.perf_counter() - started, stats, policy,
                                        transcript.target_forwards)
                 confirmed = len(context) + v.n
