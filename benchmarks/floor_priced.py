@@ -19,12 +19,13 @@ its priced speed-up is greedy's priced cost over it (the same tokens: each row s
 The wall-clock ratio of the same single runs is printed beside it, for reference only.
 
     python benchmarks/floor_priced.py PROMPTS.jsonl OUT.jsonl [--max-new-tokens 96] [--runs 2] [--price-rounds 12]
-        [--hog]
+        [--hog] [--recycle-state FILE]
     python benchmarks/floor_priced.py --table OUT.jsonl      # its rows as BENCHMARKS.md's table
 
 ``--runs``: runs of each mode a prompt, alternated; each priced on its own, the median kept, the range beside it;
 greedy's own range is what the accounting can resolve. ``--hog`` runs a busy-looping Python process beside it (a
 CPU hog on one of this machine's two cores), ended with the run: the widths are then priced under it too.
+``--recycle-state``: token recycling's runs each start from that matrix (a warm one, from earlier runs), not empty.
 
 What the accounting cannot see: a mode's effect on its forwards' own speed (its host work evicting the weights from
 a cache, say) is priced as greedy's; the wall-clock ratios beside it are where such an effect would show.
@@ -191,6 +192,8 @@ def main() -> None:
     parser.add_argument("--price-rounds", type=int, default=12)
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--hog", action="store_true")
+    parser.add_argument("--recycle-state", type=Path, help="recycle: every run starts from this matrix file (never "
+                        "written back) instead of an empty matrix")
     args = parser.parse_args()
     if args.table is not None:
         print(table([json.loads(line) for line in args.table.read_text(encoding="utf-8").splitlines() if line]))
@@ -209,9 +212,9 @@ def main() -> None:
 def measure(args: argparse.Namespace) -> None:
     """Every prompt of ``args.prompts``: every mode's runs, their widths priced, a row each into ``args.out``."""
     prompts = read_prompts(args.prompts)
-    options = DecodingOptions(max_new_tokens=args.max_new_tokens)
+    options = DecodingOptions(max_new_tokens=args.max_new_tokens, recycle_state=args.recycle_state)
     configs = {m: options.for_mode(ModeChoice(m)).config() for m in args.modes.split(",")}
-    # Each run starts from the same drafting state, as bench's do (a cold matrix, no history).
+    # Each run starts from the same drafting state, as bench's do (a cold matrix unless --recycle-state, no history).
     configs = {m: dataclasses.replace(c, draft=c.draft.repeatable()) for m, c in configs.items()}
     lm, draft = load_models(options, max((p for _, p in prompts), key=len), configs["greedy"],
                             with_draft_model(*configs.values()))

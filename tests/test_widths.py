@@ -71,6 +71,16 @@ def test_a_width_is_padded_only_where_it_saves_enough() -> None:
     assert [flat.width_for(w, room=100) for w in range(2, MAX_WIDTH + 1)] == list(range(2, MAX_WIDTH + 1))
 
 
+def test_a_width_is_priced_as_it_would_run_padded() -> None:
+    """What a ranked tree's sizes cost before the run times them (the adaptive policy's guess): each width at the
+    median of the width it would run at; nothing where a width it may pad to is untimed, or past MAX_WIDTH."""
+    cpu = timed({2: 99, 3: 123, 4: 90, 5: 87, 6: 90, 7: 109, 8: 84})
+    assert [cpu.price(w) for w in range(2, MAX_WIDTH + 1)] == [84, 84, 90, 87, 90, 84, 84]
+    assert cpu.price(1) is None and cpu.price(MAX_WIDTH + 1) is None
+    partly = timed({2: 99, 3: 123})
+    assert partly.price(2) is None, "4 .. 8 untimed: where it would run is not known"
+
+
 @given(st.lists(st.floats(0.01, 1.0), min_size=MAX_WIDTH - 1, max_size=MAX_WIDTH - 1),
        st.integers(1, MAX_WIDTH + 2), st.integers(0, 2 * MAX_WIDTH))
 def test_the_width_chosen_fits_and_never_costs_more(seconds: list[float], width: int, room_past: int) -> None:
