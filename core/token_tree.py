@@ -105,6 +105,14 @@ class TokenTree:
             path.append(node)
         return path
 
+    def below(self, node: int) -> list[int]:
+        """Every node under ``node`` (its children, theirs, ...), in order."""
+        under = {node}
+        for i in range(node + 1, len(self.tokens)):  # parents come first
+            if self.parents[i] in under:
+                under.add(i)
+        return sorted(under - {node})
+
     def kept(self, keep: Sequence[bool]) -> tuple[TokenTree, list[int]]:
         """The tree of the nodes ``keep`` marks whose ancestors are all kept (a node left out takes its subtree
         with it), and for each new node its index in this tree."""

@@ -14,6 +14,8 @@ import torch
 
 from decode_tui.core.drafting.drafters import Draft
 from decode_tui.core.drafting.recycling import template
+from decode_tui.core.execution.target import Target
+from decode_tui.core.execution.widths import width_costs
 from decode_tui.core.params import SamplingParams
 from decode_tui.core.record.events import DraftLengthDecided, DraftProposed, Finished
 from decode_tui.core.strategies.adaptive import AdaptiveDraftLength
@@ -21,7 +23,7 @@ from decode_tui.core.token_tree import ROOT, TokenTree
 
 from .conftest import tiny_model
 from .test_recycling import drafter
-from .test_speculative import V, greedy, run, simulated_costs
+from .test_speculative import V, greedy, run, simulated_costs, transcript
 
 BUDGET = 8
 SHAPE = template(BUDGET, 5, 8)  # recycling's tree: (parent, rank) a node, best first
@@ -72,7 +74,7 @@ def speed(policy: AdaptiveDraftLength, tokens: int, chances: tuple[float, ...], 
         if policy.choose() == 0:
             steps = min(policy.plain_stretch(), int(tokens - done))
             left = steps
-            while left > 0 and (shadow := path()) and len(shadow) + 1 <= left:
+            while left > 0 and len(shadow := path()) + 1 <= left:  # a round still open at the stretch's end: dropped
                 policy.observe_shadow(shadow)
                 left -= len(shadow) + 1
             policy.observe_plain(steps, float(steps))
@@ -82,7 +84,10 @@ def speed(policy: AdaptiveDraftLength, tokens: int, chances: tuple[float, ...], 
         whole = path()
         kept = next((i for i, node in enumerate(whole) if node >= nodes), len(whole))  # parents come first
         policy.observe(TREE.depth, kept, widths(nodes), 0.0, None, nodes)
-        policy.observe_path(whole[: kept + 1])  # the loop's walk: the kept nodes and the target's token after them
+        # The loop's walk: the kept nodes and the target's token after them, which may follow a node past the cut
+        # (the nodes under it unknown).
+        walked = whole[: kept + 1]
+        policy.observe_path(walked, TREE.below(walked[-1]) if walked and walked[-1] >= nodes else ())
         spent, done = spent + widths(nodes), done + kept + 1
     return done / spent
 
@@ -130,18 +135,26 @@ def test_where_width_is_nearly_free_the_whole_tree_is_drafted() -> None:
     assert policy.decision[0] == "draft" and policy.nodes == BUDGET
 
 
-def test_each_node_is_measured_as_kept_or_not() -> None:
-    """A node's chance is its decayed share of the rounds it was on the kept path; nodes no round reached count 0,
-    and a policy for an unranked drafter keeps no such counts."""
+def test_each_node_is_measured_over_the_rounds_that_showed_it() -> None:
+    """A node's chance is its decayed share of the rounds that showed whether it was kept: every node of a round
+    but those under a node past the cut that the target's own token matched (never read), which keep their count;
+    a node no round kept counts 0; a policy for an unranked drafter keeps no such counts."""
     policy = AdaptiveDraftLength(10, tree_budget=4, ranked=True)
-    for _ in range(40):
+    for _ in range(60):
         policy.observe_path([0, 1])
         policy.observe_path([])
-    chances = [kept / policy.node_rounds for kept in policy.node_kept]
-    assert chances == pytest.approx([0.5, 0.5], abs=0.03)
+        policy.observe_path([0], unknown=[1, 2])  # node 0 kept past the cut: what came of 1 and 2 was not seen
+    chances = [kept / seen for kept, seen in zip(policy.node_kept, policy.node_seen, strict=True)]
+    assert chances == pytest.approx([2 / 3, 0.5, 0.0, 0.0], abs=0.03)
     unranked = AdaptiveDraftLength(10, tree_budget=4)
+    before = (list(unranked.node_kept), list(unranked.node_seen))
     unranked.observe_path([0, 1, 2])
-    assert unranked.node_kept == [1.0]
+    assert (unranked.node_kept, unranked.node_seen) == before
+
+
+def test_the_nodes_under_a_node_are_its_subtree() -> None:
+    tree = TokenTree((10, 20, 11, 12, 21), (-1, -1, 0, 2, 1))
+    assert tree.below(0) == [2, 3] and tree.below(1) == [4] and tree.below(3) == []
 
 
 def test_a_draft_cut_to_its_first_nodes_is_the_tree_they_make() -> None:
@@ -183,3 +196,14 @@ def test_cut_trees_give_plain_greedys_tokens(byte_bpe: Any, monkeypatch: Any, se
     assert any(r.startswith("drafting the first ") for r in reasons), reasons
     nodes = [len(e.token_ids) for e in events if isinstance(e, DraftProposed)]
     assert nodes and min(nodes) < BUDGET, nodes
+
+
+def test_the_loop_prices_a_ranked_trees_sizes_from_the_warm_ups_widths(byte_bpe: Any) -> None:
+    """On a CPU the policy is told what the warm-up timed: n nodes at the price of the forward of n + 1 positions
+    padded as the verifier would pad it (here 2 .. 5 positions to 5, the cheapest); nothing past MAX_WIDTH."""
+    model = tiny_model("llama", vocab_size=V, seed=0)
+    width_costs(model).fill(lambda w: {2: 1.0, 3: 1.2, 5: 0.5}.get(w, 2.0))
+    prompt = [5, 6, 7]
+    target = Target(model, transcript(byte_bpe, prompt, 8, V - 1), prompt, fast=False, graphs=False, max_len=32,
+                    reuse=False, tree_width=BUDGET + 1)
+    assert target.forward_prices(BUDGET) == {1: 0.5, 2: 0.5, 3: 0.5, 4: 0.5, 5: 2.0, 6: 2.0, 7: 2.0}

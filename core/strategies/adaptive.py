@@ -52,8 +52,17 @@ REPLAY_MARGIN = 0.1
 # steps whatever its depth, so a tree round keeping under two tokens loses (BENCHMARKS.md, "The floor where nothing
 # can be copied"); a tree is drafted where that measure beats plain steps by TREE_MARGIN, as a replay must.
 TREE_DECAY = 0.9
-# A ranked tree (token recycling's) is verified to the most nodes whose predicted speed-up is within this of the best.
-SIZE_TIE = 0.01
+# A ranked tree (token recycling's) is verified to the most nodes whose predicted speed-up is within this share of the
+# best: where width is nearly free (a GPU) a node not kept lately costs next to nothing, and a deep path it keeps now
+# and then is a run of tokens; where it is not (a CPU), a node's column costs far more than this.
+SIZE_TIE = 0.03
+# Each node's chance of being kept is decayed by this a round: shadow rounds measure it for free at every few plain
+# steps, so it can afford a longer memory than a tree round's tokens, and a node kept about a fifth of the time needs
+# one: over ten rounds its estimate spreads from a tenth to a third, and a first lucky round kept a loss drafting.
+NODE_DECAY = 0.97
+# Before any round the first node is taken to be kept half the time, as if from one round: where width is nearly free a
+# first round that kept nothing then still drafts, and shadow rounds soon outweigh it where width is dear.
+PRIOR_NODE = 0.5
 PRIOR_TREE_TOKENS = 2.0
 TREE_MARGIN = 0.1
 
@@ -151,9 +160,11 @@ class AdaptiveDraftLength:
         self.nodes = 0
         # A forward's seconds for n nodes as the warm-up timed them (a CPU's), a ranked tree's price until timed.
         self.forwards = forwards
-        # A ranked tree's node i: how often it was on the kept path, over how many rounds (decayed sums), from a
-        # prior of one round that kept the first node; a round's drafting seconds (its host work), the last 16.
-        self.node_kept, self.node_rounds = [1.0], 1.0
+        # A ranked tree's node i: how often it was on the kept path, over the rounds that showed whether it was
+        # (decayed sums), from a prior of one round that may have kept the first node (PRIOR_NODE); a round's drafting
+        # seconds (its host work), the last 16.
+        self.node_kept: list[float] = [PRIOR_NODE]
+        self.node_seen: list[float] = [1.0]
         self.tree_draft_s: deque[float] = deque(maxlen=16)
         self.sized = (0, 0.0, 0.0)  # the last sizing: the nodes, the tokens they keep a round, their plain steps
         # A tree round's tokens kept (the target's own included) and seconds: decayed sums, and the last 16.
@@ -271,13 +282,13 @@ class AdaptiveDraftLength:
         overhead = statistics.median(self.tree_draft_s) if self.tree_draft_s else 0.0
         sizes, tokens = [], 1.0  # (gain, n, tokens, steps) for each n
         for n in range(1, self.tree_budget + 1):
-            tokens += self.node_kept[n - 1] / self.node_rounds if n <= len(self.node_kept) else 0.0
+            seen = self.node_seen[n - 1] if n <= len(self.node_seen) else 0.0
+            tokens += self.node_kept[n - 1] / seen if seen > 0 else 0.0  # node n - 1's chance of being kept
             steps = (prices[n] + overhead) / prices[0] if prices[0] > 0 else 1.0  # [plain steps]
             sizes.append((tokens / steps, n, tokens, steps))
-        # The largest within SIZE_TIE of the best: where width is nearly free (a GPU) a node not kept lately costs
-        # next to nothing, and a deep path it would keep is a run of tokens.
-        most = max(size[0] for size in sizes)
-        gain, n, tokens, steps = max((size for size in sizes if size[0] >= most - SIZE_TIE), key=lambda size: size[1])
+        most = max(size[0] for size in sizes)  # the most nodes within SIZE_TIE of the best
+        gain, n, tokens, steps = max((size for size in sizes if size[0] >= (1 - SIZE_TIE) * most),
+                                     key=lambda size: size[1])
         self.sized = (n, tokens, steps)
         self.best_drafting = (self.max_k, gain)
         self.ceiling = (min(n, self.max_k) + 1) / steps  # every round keeping a path through all n nodes
@@ -475,16 +486,21 @@ class AdaptiveDraftLength:
         self.observe_path(path)
         self.shadowed = True
 
-    def observe_path(self, path: Sequence[int]) -> None:
-        """A ranked tree's round (verified, or stood in for) kept the nodes ``path`` of the whole tree drafted: each
-        node's chance of being kept, decayed by TREE_DECAY a round."""
+    def observe_path(self, path: Sequence[int], unknown: Sequence[int] = ()) -> None:
+        """A ranked tree's round (verified, or stood in for) kept the nodes ``path`` of the whole tree drafted, and
+        showed every other node not kept but the ``unknown`` (under a node past the cut that the target's own token
+        matched: the target never read them): each node's chance of being kept, over the rounds that showed it,
+        decayed by NODE_DECAY a round. A node the tree did not have is one not kept."""
         if not self.ranked:
             return
-        self.node_rounds = TREE_DECAY * self.node_rounds + 1
-        self.node_kept += [0.0] * (max(path, default=-1) + 1 - len(self.node_kept))
-        self.node_kept = [TREE_DECAY * kept for kept in self.node_kept]
-        for node in path:
-            self.node_kept[node] += 1
+        size = max(self.tree_budget, max(path, default=-1) + 1)
+        self.node_kept += [0.0] * (size - len(self.node_kept))
+        self.node_seen += [0.0] * (size - len(self.node_seen))
+        hidden, kept = set(unknown), set(path)
+        for node in range(size):
+            if node not in hidden:
+                self.node_kept[node] = NODE_DECAY * self.node_kept[node] + (node in kept)
+                self.node_seen[node] = NODE_DECAY * self.node_seen[node] + 1
 
     def _tree_round(self, tokens: int) -> None:
         """A tree round (verified, or stood in for by plain steps) that emitted ``tokens``, into the decayed sums."""

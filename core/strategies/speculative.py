@@ -124,11 +124,14 @@ def speculative(
             draft = draft.first_branch() if grammar is not None else draft
             drafted = draft.token_ids[:k] if draft.tree is None else list(draft.token_ids)
             cut = grammar_cut(grammar, context, drafted)
+            # The event is drafting's host work too (its tokens' texts): a round's price must hold what plain steps
+            # do not pay.
+            shown = proposed(round_, drafter.kind, draft, drafted, label, k) if drafted else None
             draft_s = time.perf_counter() - started
             stats.draft_time_s += draft_s
             stats.draft_forwards += draft.forwards
-            if drafted:
-                yield proposed(round_, drafter.kind, draft, drafted, label, k)
+            if shown is not None:
+                yield shown
             drafted = drafted[: cut[0].position] if cut else drafted  # verification never sees what it refused
             started, confirmed = time.perf_counter(), len(context) - 1  # the caches hold all but the pending token
             past, v = confirmed, None
@@ -138,9 +141,10 @@ def speculative(
                            s.num_draft_tokens, grammar)
                 if learn is not None:  # every node the target read, kept or not
                     learn([context[-1], *v.fed], v.raw)
-                if policy is not None and policy.ranked:  # what the whole tree would have kept, node by node
-                    out = [*v.kept[: v.n], *([v.extra] if v.extra is not None else [])]
-                    policy.observe_path(whole.token_tree().walk(out))
+                if policy is not None and policy.ranked and grammar is None:  # what the whole tree would have kept
+                    tree, out = whole.token_tree(), [*v.kept[: v.n], *([v.extra] if v.extra is not None else [])]
+                    walked = tree.walk(out)  # past the cut, the target's own token may follow a node it never read
+                    policy.observe_path(walked, tree.below(walked[-1]) if walked and walked[-1] >= len(drafted) else ())
                 event = verified_event(round_, v, cut, draft, draft_s, time.perf_counter() - started, stats, policy,
                                        transcript.target_forwards)
                 confirmed = len(context) + v.n
