@@ -58,7 +58,7 @@ TREE_DECAY = 0.9
 SIZE_TIE = 0.03
 # Each node's chance of being kept is decayed by this a round: shadow rounds measure it for free at every few plain
 # steps, so it can afford a longer memory than a tree round's tokens, and a node kept about a fifth of the time needs
-# one: over ten rounds its estimate spreads from a tenth to a third, and a first lucky round kept a loss drafting.
+# one (over ten rounds its estimate spreads from a tenth to a third, and a lucky start keeps losing trees drafted).
 NODE_DECAY = 0.97
 # Before any round the first node is taken to be kept half the time, as if from one round: where width is nearly free a
 # first round that kept nothing then still drafts, and shadow rounds soon outweigh it where width is dear.
