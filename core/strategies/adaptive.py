@@ -63,6 +63,9 @@ NODE_DECAY = 0.97
 # Before any round the first node is taken to be kept half the time, as if from one round: where width is nearly free a
 # first round that kept nothing then still drafts, and shadow rounds soon outweigh it where width is dear.
 PRIOR_NODE = 0.5
+# A ranked tree already drafted goes on while its predicted speed-up is at least this: its rounds pay work outside
+# their timed parts (their events), and near break-even a few rounds' noisy prices would keep a losing size drafted.
+RANKED_STAY = 1.03
 PRIOR_TREE_TOKENS = 2.0
 TREE_MARGIN = 0.1
 
@@ -152,7 +155,7 @@ class AdaptiveDraftLength:
 
     def __init__(self, max_k: int, probe_every: int = 8, replay: Replay | None = None, times_by_k: Times | None = None,
                  stops_itself: bool = False, tree_budget: int = 0, ranked: bool = False,
-                 forwards: dict[int, float] | None = None) -> None:
+                 forwards: dict[int, float] | None = None, shadows: bool = False) -> None:
         self.max_k = max_k
         self.tree_budget = tree_budget  # the most nodes a draft tree has (0: the drafter drafts chains)
         # The drafter's tree nodes come best first: the policy verifies the first ``nodes`` of them (0: all).
@@ -171,8 +174,10 @@ class AdaptiveDraftLength:
         self.tree_tokens, self.tree_rounds = PRIOR_TREE_TOKENS, 1.0
         self.tree_seconds: deque[float] = deque(maxlen=16)
         # Shadow rounds (core/strategies/shadow.py) stand in for probes: while plain steps run, what the drafter's
-        # trees would have kept is known without their forwards, so a tree is drafted again once that pays.
-        self.shadowed = False
+        # trees would have kept is known without their forwards, so a tree is drafted again once that pays. Known
+        # from the start where the loop says its plain steps will stand in (``shadows``: a drafter free to ask), so
+        # that no whole tree is probed when drafting first stops paying.
+        self.shadowed = shadows
         self.stops_itself = stops_itself  # the drafter ends a draft where it is unsure: choose 0 or max_k
         self.replay = replay
         self.replayed: int | None = None  # the k the last replay chose
@@ -278,7 +283,7 @@ class AdaptiveDraftLength:
         """A ranked tree's choice: its first n nodes keep 1 + the sum of their measured chances of being kept a
         round, and cost their verification's measured price and the round's drafting; the n with the most tokens a
         second, drafted (the tree max_k deep, cut to n nodes) where it beats plain steps by TREE_MARGIN (already
-        drafting: at all), else 0."""
+        drafting: RANKED_STAY), else 0."""
         overhead = statistics.median(self.tree_draft_s) if self.tree_draft_s else 0.0
         sizes, tokens = [], 1.0  # (gain, n, tokens, steps) for each n
         for n in range(1, self.tree_budget + 1):
@@ -293,7 +298,7 @@ class AdaptiveDraftLength:
         self.best_drafting = (self.max_k, gain)
         self.ceiling = (min(n, self.max_k) + 1) / steps  # every round keeping a path through all n nodes
         drafting = self.decision[0] == "draft"
-        self.nodes = n if gain >= (1.0 if drafting else 1 + TREE_MARGIN) else 0
+        self.nodes = n if gain >= (RANKED_STAY if drafting else 1 + TREE_MARGIN) else 0
         return self.max_k if self.nodes else 0
 
     def _tree_why(self) -> str:
