@@ -93,14 +93,17 @@ class TokenTree:
             node = self.parents[node]
         return path[::-1]
 
+    def child(self, node: int, token: int) -> int | None:
+        """The child of ``node`` (ROOT: the pending token) that holds ``token``, if one does."""
+        return next((c for c in self.children(node) if self.tokens[c] == token), None)
+
     def walk(self, tokens: Sequence[int]) -> list[int]:
         """The nodes that ``tokens`` follow down from the root, one a token, up to the first that is no child of the
         node reached: the path a round that emitted ``tokens`` kept of this tree."""
         path: list[int] = []
-        node = ROOT
         for token in tokens:
-            node = next((c for c in self.children(node) if self.tokens[c] == token), ROOT)
-            if node == ROOT:
+            node = self.child(path[-1] if path else ROOT, token)
+            if node is None:
                 break
             path.append(node)
         return path
@@ -140,7 +143,7 @@ def greedy_path(tree: TokenTree, choice: Sequence[int]) -> tuple[list[int], int]
     node = ROOT
     while True:
         wanted = choice[node + 1]
-        follow = next((c for c in tree.children(node) if tree.tokens[c] == wanted), None)
+        follow = tree.child(node, wanted)
         if follow is None:
             return path, wanted
         path.append(follow)

@@ -64,7 +64,7 @@ def speed(policy: AdaptiveDraftLength, tokens: int, chances: tuple[float, ...], 
                     rank = r
                     break
             node = walked[-1] if walked else ROOT
-            child = next((c for c in TREE.children(node) if rank is not None and TREE.tokens[c] == rank), None)
+            child = TREE.child(node, rank) if rank is not None else None
             if child is None:
                 return walked
             walked.append(child)

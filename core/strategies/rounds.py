@@ -1,5 +1,6 @@
 """The bookkeeping of speculative decoding's rounds, kept out of its loop: the settings re-read each round, a
-stretch of plain steps where nothing was drafted, the grammar's cut of a draft, and each round's events and counts.
+stretch of plain steps where nothing was drafted, the grammar's cut of a draft, each round's events and counts, and
+what a ranked tree's round kept of the whole tree drafted.
 
 It knows events, statistics and the adaptive policy's observations; the algorithm itself is :mod:`.speculative`.
 """
@@ -120,6 +121,15 @@ def proposed(round_: int, kind: str, draft: Draft, drafted: list[int], label: Ca
         rows=tuple(DraftRow(name, ids, tuple(label(t) for t in ids)) for name, ids in draft.rows) if draft.rows
         else None, state=draft.state,
     )
+
+
+def kept_of_whole(policy: AdaptiveDraftLength, whole: Draft, v: Verified, verified: int) -> None:
+    """Tell the policy what a ranked tree's round kept of the whole tree drafted, of which the first ``verified``
+    nodes were verified: the nodes the emitted tokens walk down it. Past the cut, the target's own token may follow a
+    node it never read; the nodes under that one are unknown."""
+    tree = whole.token_tree()
+    walked = tree.walk([*v.kept[: v.n], *([v.extra] if v.extra is not None else [])])
+    policy.observe_path(walked, tree.below(walked[-1]) if walked and walked[-1] >= verified else ())
 
 
 def verified_event(round_: int, v: Verified, cut: tuple[PositionVerdict, ...], draft: Draft, draft_s: float,

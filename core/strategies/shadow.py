@@ -44,7 +44,7 @@ class ShadowRounds:
         if self.bonus:  # the token after a leaf, the round's own (counted when the leaf was reached)
             self.bonus = False
         elif (tree := self.tree) is not None:
-            child = next((c for c in tree.children(self.node) if tree.tokens[c] == token), None)
+            child = tree.child(self.node, token)
             if child is None:  # the target's own token ends the round
                 self._over()
             else:

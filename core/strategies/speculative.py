@@ -50,7 +50,7 @@ from ..record.path import Path
 from ..record.transcript import Transcript
 from .acceptance import distributions, first_token
 from .adaptive import AdaptiveDraftLength
-from .rounds import Settings, grammar_cut, plain_stretch, proposed, verified_event
+from .rounds import Settings, grammar_cut, kept_of_whole, plain_stretch, proposed, verified_event
 from .verify import verify
 
 if TYPE_CHECKING:
@@ -142,9 +142,7 @@ def speculative(
                 if learn is not None:  # every node the target read, kept or not
                     learn([context[-1], *v.fed], v.raw)
                 if policy is not None and policy.ranked and grammar is None:  # what the whole tree would have kept
-                    tree, out = whole.token_tree(), [*v.kept[: v.n], *([v.extra] if v.extra is not None else [])]
-                    walked = tree.walk(out)  # past the cut, the target's own token may follow a node it never read
-                    policy.observe_path(walked, tree.below(walked[-1]) if walked and walked[-1] >= len(drafted) else ())
+                    kept_of_whole(policy, whole, v, len(drafted))
                 event = verified_event(round_, v, cut, draft, draft_s, time.perf_counter() - started, stats, policy,
                                        transcript.target_forwards)
                 confirmed = len(context) + v.n
