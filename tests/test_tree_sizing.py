@@ -151,12 +151,12 @@ def test_each_node_is_measured_over_the_rounds_that_showed_it() -> None:
         policy.observe_path([0, 1])
         policy.observe_path([])
         policy.observe_path([0], unknown=[1, 2])  # node 0 kept past the cut: what came of 1 and 2 was not seen
-    chances = [kept / seen for kept, seen in zip(policy.node_kept, policy.node_seen, strict=True)]
+    chances = [policy.chances.chance(node) for node in range(4)]
     assert chances == pytest.approx([2 / 3, 0.5, 0.0, 0.0], abs=0.03)
     unranked = AdaptiveDraftLength(10, tree_budget=4)
-    before = (list(unranked.node_kept), list(unranked.node_seen))
+    before = (list(unranked.chances.kept), list(unranked.chances.seen))
     unranked.observe_path([0, 1, 2])
-    assert (unranked.node_kept, unranked.node_seen) == before
+    assert (unranked.chances.kept, unranked.chances.seen) == before
 
 
 def test_the_nodes_under_a_node_are_its_subtree() -> None:

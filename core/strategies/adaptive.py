@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from ..drafting.drafters import Replay
 from ..execution.widths import Times, verify_prices
 from ..record.draft_stats import fit_verify_costs
+from .tree_sizes import NodeChances, Size, best_size
 
 MIN_HISTORY = 8  # tokens of the run a replay needs before its choice is trusted
 # The first round's draft length with a draft model: enough to measure the acceptance, and a draft that cannot pay
@@ -52,17 +53,6 @@ REPLAY_MARGIN = 0.1
 # steps whatever its depth, so a tree round keeping under two tokens loses (BENCHMARKS.md, "The floor where nothing
 # can be copied"); a tree is drafted where that measure beats plain steps by TREE_MARGIN, as a replay must.
 TREE_DECAY = 0.9
-# A ranked tree (token recycling's) is verified to the most nodes whose predicted speed-up is within this share of the
-# best: where width is nearly free (a GPU) a node not kept lately costs next to nothing, and a deep path it keeps now
-# and then is a run of tokens; where it is not (a CPU), a node's column costs far more than this.
-SIZE_TIE = 0.03
-# Each node's chance of being kept is decayed by this a round: shadow rounds measure it for free at every few plain
-# steps, so it can afford a longer memory than a tree round's tokens, and a node kept about a fifth of the time needs
-# one (over ten rounds its estimate spreads from a tenth to a third, and a lucky start keeps losing trees drafted).
-NODE_DECAY = 0.97
-# Before any round the first node is taken to be kept half the time, as if from one round: where width is nearly free a
-# first round that kept nothing then still drafts, and shadow rounds soon outweigh it where width is dear.
-PRIOR_NODE = 0.5
 # A ranked tree already drafted goes on while its predicted speed-up is at least this: its rounds pay work outside
 # their timed parts (their events), and near break-even a few rounds' noisy prices would keep a losing size drafted.
 RANKED_STAY = 1.03
@@ -127,19 +117,12 @@ class AdaptiveDraftLength:
     have kept is known from the tokens the steps emit, and no probe is paid.
 
     A drafter whose tree comes best first (``ranked``: token recycling) is
-    verified only as far as pays on this device (:meth:`_best_nodes`): each
-    node's chance of being on the kept path is measured (verified and shadow
-    rounds alike, decayed), so the first n nodes keep an expected 1 + the sum
-    of their chances a round, at the price their verification was measured
-    at; the n with the most tokens a second is drafted (the tree cut to its
-    first n nodes, :meth:`~decode_tui.core.drafting.drafters.Draft.cut`). This
-    is Sequoia's hardware-aware tree size (Chen et al., "Sequoia: Scalable,
-    Robust, and Hardware-aware Speculative Decoding", 2024; reference code:
-    github.com/Infini-AI-Lab/Sequoia), measured during the run rather than
-    planned from a profile: on a CPU whose forward over 2 positions costs
-    little more than 1, one or two nodes pay where the budget's whole tree
-    (about two plain steps) does not; on a GPU the whole tree is priced about
-    a step and kept.
+    verified only as far as pays on this device (:meth:`_best_nodes`,
+    :mod:`.tree_sizes`: Sequoia's hardware-aware tree size, measured in the
+    run): each node's chance of being on the kept path is measured (verified
+    and shadow rounds alike), and the first n nodes with the most tokens a
+    second are drafted (the tree cut to them,
+    :meth:`~decode_tui.core.drafting.drafters.Draft.cut`).
 
     A drafter whose proposals are known without drafting (prompt lookup,
     replayed exactly as :mod:`~decode_tui.core.analysis.whatif` does) needs neither the
@@ -163,13 +146,10 @@ class AdaptiveDraftLength:
         self.nodes = 0
         # A forward's seconds for n nodes as the warm-up timed them (a CPU's), a ranked tree's price until timed.
         self.forwards = forwards
-        # A ranked tree's node i: how often it was on the kept path, over the rounds that showed whether it was
-        # (decayed sums), from a prior of one round that may have kept the first node (PRIOR_NODE); a round's drafting
-        # seconds (its host work), the last 16.
-        self.node_kept: list[float] = [PRIOR_NODE]
-        self.node_seen: list[float] = [1.0]
+        # A ranked tree's nodes' chances of being kept; a tree round's drafting seconds (its host work), the last 16.
+        self.chances = NodeChances()
         self.tree_draft_s: deque[float] = deque(maxlen=16)
-        self.sized = (0, 0.0, 0.0)  # the last sizing: the nodes, the tokens they keep a round, their plain steps
+        self.sized = Size(0.0, 0, 0.0, 0.0)  # the last sizing
         # A tree round's tokens kept (the target's own included) and seconds: decayed sums, and the last 16.
         self.tree_tokens, self.tree_rounds = PRIOR_TREE_TOKENS, 1.0
         self.tree_seconds: deque[float] = deque(maxlen=16)
@@ -280,31 +260,21 @@ class AdaptiveDraftLength:
         return self.max_k if gain >= (1.0 if drafting else 1 + TREE_MARGIN) else 0
 
     def _best_nodes(self, prices: list[float]) -> int:
-        """A ranked tree's choice: its first n nodes keep 1 + the sum of their measured chances of being kept a
-        round, and cost their verification's measured price and the round's drafting; the n with the most tokens a
-        second, drafted (the tree max_k deep, cut to n nodes) where it beats plain steps by TREE_MARGIN (already
-        drafting: RANKED_STAY), else 0."""
+        """A ranked tree's choice: the first n nodes :func:`~.tree_sizes.best_size` finds best, at the verification
+        prices measured and the rounds' drafting time, drafted (the tree max_k deep, cut to n nodes) where they beat
+        plain steps by TREE_MARGIN (already drafting: RANKED_STAY), else 0."""
         overhead = statistics.median(self.tree_draft_s) if self.tree_draft_s else 0.0
-        sizes, tokens = [], 1.0  # (gain, n, tokens, steps) for each n
-        for n in range(1, self.tree_budget + 1):
-            seen = self.node_seen[n - 1] if n <= len(self.node_seen) else 0.0
-            tokens += self.node_kept[n - 1] / seen if seen > 0 else 0.0  # node n - 1's chance of being kept
-            steps = (prices[n] + overhead) / prices[0] if prices[0] > 0 else 1.0  # [plain steps]
-            sizes.append((tokens / steps, n, tokens, steps))
-        most = max(size[0] for size in sizes)  # the most nodes within SIZE_TIE of the best
-        gain, n, tokens, steps = max((size for size in sizes if size[0] >= (1 - SIZE_TIE) * most),
-                                     key=lambda size: size[1])
-        self.sized = (n, tokens, steps)
-        self.best_drafting = (self.max_k, gain)
-        self.ceiling = (min(n, self.max_k) + 1) / steps  # every round keeping a path through all n nodes
+        size = self.sized = best_size(self.chances, prices[: self.tree_budget + 1], overhead)
+        self.best_drafting = (self.max_k, size.gain)
+        self.ceiling = (min(size.nodes, self.max_k) + 1) / size.steps  # every round keeping a path through them all
         drafting = self.decision[0] == "draft"
-        self.nodes = n if gain >= (RANKED_STAY if drafting else 1 + TREE_MARGIN) else 0
+        self.nodes = size.nodes if size.gain >= (RANKED_STAY if drafting else 1 + TREE_MARGIN) else 0
         return self.max_k if self.nodes else 0
 
     def _tree_why(self) -> str:
         """The numbers a tree drafter's choice weighed, in words."""
         if self.ranked:
-            n, tokens, steps = self.sized
+            n, tokens, steps = self.sized.nodes, self.sized.tokens, self.sized.steps
             return (f"its first {n} node{'s' if n != 1 else ''} keep an estimated {tokens:.2f} tokens a round and "
                     f"cost {steps:.2f} plain steps: drafting goes {self.best_drafting[1]:.2f}x")
         tokens = self.tree_tokens / self.tree_rounds
@@ -492,20 +462,10 @@ class AdaptiveDraftLength:
         self.shadowed = True
 
     def observe_path(self, path: Sequence[int], unknown: Sequence[int] = ()) -> None:
-        """A ranked tree's round (verified, or stood in for) kept the nodes ``path`` of the whole tree drafted, and
-        showed every other node not kept but the ``unknown`` (under a node past the cut that the target's own token
-        matched: the target never read them): each node's chance of being kept, over the rounds that showed it,
-        decayed by NODE_DECAY a round. A node the tree did not have is one not kept."""
-        if not self.ranked:
-            return
-        size = max(self.tree_budget, max(path, default=-1) + 1)
-        self.node_kept += [0.0] * (size - len(self.node_kept))
-        self.node_seen += [0.0] * (size - len(self.node_seen))
-        hidden, kept = set(unknown), set(path)
-        for node in range(size):
-            if node not in hidden:
-                self.node_kept[node] = NODE_DECAY * self.node_kept[node] + (node in kept)
-                self.node_seen[node] = NODE_DECAY * self.node_seen[node] + 1
+        """A ranked tree's round (verified, or stood in for) kept the nodes ``path`` of the whole tree drafted and
+        showed every other node not kept but the ``unknown`` (:meth:`~.tree_sizes.NodeChances.observe`)."""
+        if self.ranked:
+            self.chances.observe(path, unknown, self.tree_budget)
 
     def _tree_round(self, tokens: int) -> None:
         """A tree round (verified, or stood in for by plain steps) that emitted ``tokens``, into the decayed sums."""

@@ -1,0 +1,82 @@
+"""How many of a ranked tree's nodes to verify: each node's measured chance of being kept, against what verifying
+the first n nodes costs on this device.
+
+A ranked drafter's tree comes best first (token recycling's template), so its first n nodes are the best tree of n.
+The first n keep an expected 1 + the sum of their chances a round (the target's own token, and each node on the kept
+path); they cost their verification's price. This is Sequoia's hardware-aware tree size (Chen et al., "Sequoia:
+Scalable, Robust, and Hardware-aware Speculative Decoding", 2024; reference code: github.com/Infini-AI-Lab/Sequoia),
+measured during the run rather than planned from a profile: on a CPU whose forward over 2 positions costs little
+more than 1, one or two nodes pay where a whole tree does not; on a GPU the whole tree costs about a step. No library
+offers it for a tree that changes every round, hence this module.
+
+It knows node indices, prices and decayed counts; nothing of drafters, models or the policy's other choices
+(:mod:`.adaptive` decides whether to draft at all).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+# The most nodes whose predicted speed-up is within this share of the best are verified: where width is nearly free
+# (a GPU) a node not kept lately costs next to nothing, and a deep path it keeps now and then is a run of tokens;
+# where it is not (a CPU), a node's column costs far more than this.
+SIZE_TIE = 0.03
+# Each node's chance of being kept is decayed by this a round: shadow rounds measure it for free at every few plain
+# steps, so it can afford a long memory, and a node kept about a fifth of the time needs one (over ten rounds its
+# estimate spreads from a tenth to a third, and a lucky start keeps losing trees drafted).
+NODE_DECAY = 0.97
+# Before any round the first node is taken to be kept half the time, as if from one round: where width is nearly free a
+# first round that kept nothing then still drafts, and shadow rounds soon outweigh it where width is dear.
+PRIOR_NODE = 0.5
+
+
+class Size(NamedTuple):
+    """The first ``nodes`` nodes of a tree: their predicted speed-up over plain steps, the tokens they keep a round,
+    and their round's price in plain steps."""
+
+    gain: float
+    nodes: int
+    tokens: float
+    steps: float
+
+
+class NodeChances:
+    """Node i of a ranked tree: how often it was on the kept path (``kept[i]``), over the rounds that showed whether
+    it was (``seen[i]``), both decayed by NODE_DECAY a round, from a prior of one round that may have kept the first
+    node (PRIOR_NODE)."""
+
+    def __init__(self) -> None:
+        self.kept: list[float] = [PRIOR_NODE]
+        self.seen: list[float] = [1.0]
+
+    def chance(self, node: int) -> float:
+        """Node ``node``'s chance of being kept (0 where no round showed it)."""
+        seen = self.seen[node] if node < len(self.seen) else 0.0
+        return self.kept[node] / seen if seen > 0 else 0.0
+
+    def observe(self, path: Sequence[int], unknown: Sequence[int], size: int) -> None:
+        """A round (verified, or stood in for) kept the nodes ``path`` of the whole tree drafted, and showed every
+        other node of the first ``size`` not kept but the ``unknown`` (under a node past the cut that the target's
+        own token matched: the target never read them). A node the tree did not have is one not kept."""
+        size = max(size, max(path, default=-1) + 1)
+        self.kept += [0.0] * (size - len(self.kept))
+        self.seen += [0.0] * (size - len(self.seen))
+        hidden, kept = set(unknown), set(path)
+        for node in range(size):
+            if node not in hidden:
+                self.kept[node] = NODE_DECAY * self.kept[node] + (node in kept)
+                self.seen[node] = NODE_DECAY * self.seen[node] + 1
+
+
+def best_size(chances: NodeChances, prices: Sequence[float], overhead: float) -> Size:
+    """The first n nodes (n = 1 .. len(prices) - 1) with the most tokens a second, or the most nodes within SIZE_TIE
+    of it. ``prices[n]``: seconds to verify n nodes (``prices[0]``: a plain step); ``overhead``: a round's drafting
+    seconds."""
+    sizes, tokens = [], 1.0
+    for n in range(1, len(prices)):
+        tokens += chances.chance(n - 1)
+        steps = (prices[n] + overhead) / prices[0] if prices[0] > 0 else 1.0  # [plain steps]
+        sizes.append(Size(tokens / steps, n, tokens, steps))
+    most = max(size.gain for size in sizes)
+    return max((size for size in sizes if size.gain >= (1 - SIZE_TIE) * most), key=lambda size: size.nodes)
