@@ -210,6 +210,43 @@ def test_a_failed_compile_leaves_the_eager_graphs_serving_and_says_why(
     assert background_compile.settled(model)
 
 
+def test_the_foregrounds_forwards_wait_while_the_worker_traces_and_run_while_its_backend_compiles(
+        byte_bpe: Any, fresh_dynamo: None) -> None:
+    """Dynamo sets torch's process-wide ``is_compiling()`` while it compiles, and code in the model asks it (the
+    ``kernels`` context variable transformers wraps attention in): a foreground forward while the worker traces would
+    be traced into its graph or fail its guards (a flaky failure of this file's tests before). So they take turns,
+    and the backend's compile, the long part, lets the foreground in. Without the turns, the forwards of the loop
+    below run while the worker traces and see the flag set."""
+    gate, inside = threading.Event(), threading.Event()
+
+    class Recording(CountingBackend):
+        def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
+            inside.set()
+            try:
+                return super().__call__(gm, example_inputs)
+            finally:
+                inside.clear()
+
+    model = tiny_model("llama", vocab_size=V, seed=3)
+    prompt = repetitive_prompt(3, 12)
+    list(go(model, byte_bpe, prompt, "sample", graphs=True))  # captures a step's graph: the shape to compile
+    background_compile.start(model, backend=Recording(gate=gate))
+    seen: list[tuple[bool, bool]] = []  # at each foreground forward: (the flag set, the worker in its backend)
+    model.register_forward_pre_hook(lambda *_: seen.append((torch.compiler.is_compiling(), inside.is_set())))
+    ids = torch.tensor([prompt])
+    with torch.inference_mode():
+        while not inside.is_set():  # the worker traces: each of these waits for its turn
+            model(ids)
+        for _ in range(3):  # the worker's backend is held at the gate: these run
+            model(ids)
+    gate.set()
+    assert background_compile.wait(model, timeout=120)
+    now = background_compile.progress(model)
+    assert now is not None and now.failure is None and now.compiled == now.shapes == 1, now
+    assert sum(backend_ran for _, backend_ran in seen) >= 3
+    assert not [s for s in seen if s[0] and not s[1]], "a foreground forward ran while the worker traced"
+
+
 def test_a_model_without_a_background_compile_is_settled_and_has_no_progress() -> None:
     model = tiny_model("llama", vocab_size=V, seed=9)
     assert background_compile.progress(model) is None

@@ -19,6 +19,13 @@ Guarantees, each tested on the CPU with an eager stand-in for the graphs (tests/
   shape the worker did not compile keeps its eager graph.
 - The foreground switches only while the worker is idle (one lock). So a capture never overlaps
   compilation's device work, and the compiler's global stance is changed by one thread at a time.
+- The foreground's Python forwards of the model (its prefills and captures; a graph's replay runs no Python) and
+  the worker's tracing take turns (:class:`_Turns`). Dynamo reads the model's Python state as it traces and builds
+  its guards, and while it compiles it sets torch's *process-wide* ``torch.compiler.is_compiling()``; code the model
+  runs asks that flag and changes state on it (the ``kernels`` package's context variable, which transformers wraps
+  each attention layer's forward in, becomes a process global), so a foreground forward meanwhile could be traced
+  into the worker's graph or fail its guards. Inductor's compile, the long part, reads only the traced graph and
+  runs beside the foreground.
 - A failure (compiling, or capturing the compiled pass) keeps the eager graph, and :func:`progress`
   says what failed. So does a compiled pass whose top token differs from the eager graph's on the pass it
   would first replace: the switch is checked on that pass, both graphs run from the same position. The
@@ -42,7 +49,7 @@ import queue
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -124,7 +131,60 @@ def _state(model: Any) -> _Model | None:
     return state if isinstance(state, _Model) else None
 
 
-_JOBS: queue.SimpleQueue[tuple[weakref.ref[Any], Shape]] = queue.SimpleQueue()
+class _Turns:
+    """The foreground's Python forwards of models compiled in the background (any number at once) and the worker's
+    tracing (alone). A tracer that waits goes before forwards that start after it: decoding steps follow each other
+    with no gap long enough for it otherwise. Hand-written: the standard library has no readers-writer lock."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._forwards = 0  # foreground forwards running now
+        self._tracer = False  # the worker traces, or waits to
+
+    def forward_starts(self, *_: Any) -> None:  # a forward pre-hook
+        with self._changed:
+            self._changed.wait_for(lambda: not self._tracer)
+            self._forwards += 1
+
+    def forward_ends(self, *_: Any) -> None:  # a forward hook, called on an exception too
+        with self._changed:
+            self._forwards -= 1
+            self._changed.notify_all()
+
+    @contextlib.contextmanager
+    def tracing(self) -> Iterator[None]:
+        with self._changed:
+            self._tracer = True
+            self._changed.wait_for(lambda: self._forwards == 0)
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._tracer = False
+                self._changed.notify_all()
+
+    def unlocked(self, backend: Callable[..., Any]) -> Callable[..., Any]:
+        """``backend`` (a ``torch.compile`` backend, called once tracing is done) with the foreground let in while it
+        compiles, and kept out again for the guards Dynamo builds after it."""
+
+        def compile_traced(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
+            with self._changed:
+                self._tracer = False
+                self._changed.notify_all()
+            try:
+                return backend(gm, example_inputs)
+            finally:
+                with self._changed:
+                    self._tracer = True
+                    self._changed.wait_for(lambda: self._forwards == 0)
+
+        return compile_traced
+
+
+_TURNS = _Turns()
+# A job: the model, the shape, and the foreground's intra-op threads when it captured the shape. Torch keeps that
+# count per thread and Dynamo guards on it: a pass compiled on the worker's own count would be a recompile there.
+_JOBS: queue.SimpleQueue[tuple[weakref.ref[Any], Shape, int]] = queue.SimpleQueue()
 _BUSY = threading.Lock()  # held by the worker while it compiles, and by the foreground while it switches
 _STATE = threading.Lock()  # guards the bookkeeping above, briefly
 
@@ -146,7 +206,15 @@ def start(model: PreTrainedModel, backend: str | Callable[..., Any] = "inductor"
         # One graph per shape and cache size. No mode: plain Inductor kernels, no CUDA graphs of their own;
         # forward.py captures them as it captures the eager model, so the graph pool, the rollback and the
         # pooled caches stay the same.
-        state_of(model).background = _Model(compile_forward(model, graphs=4 * COMPILED_UP_TO, backend=backend))
+        import torch._dynamo
+
+        compiler = torch._dynamo.lookup_backend(backend) if isinstance(backend, str) else backend
+        state_of(model).background = _Model(compile_forward(model, graphs=4 * COMPILED_UP_TO,
+                                                            backend=_TURNS.unlocked(compiler)))
+        # The model's own Python forwards (never the compiled one, which Dynamo traces through model.forward) wait
+        # for the worker's tracing; always_call: a forward that raises still ends its turn.
+        model.register_forward_pre_hook(_TURNS.forward_starts)
+        model.register_forward_hook(_TURNS.forward_ends, always_call=True)
         if _Worker.thread is None or not _Worker.thread.is_alive():
             # A daemon: a process that ends mid-compile must not wait for it.
             _Worker.thread = threading.Thread(target=_work, name="decode-tui background compile", daemon=True)
@@ -168,7 +236,7 @@ def ask(model: PreTrainedModel, shape: Shape) -> None:
         if state is None or shape in state.asked or state.failure is not None:
             return
         state.asked.append(shape)
-    _JOBS.put((weakref.ref(model), shape))
+    _JOBS.put((weakref.ref(model), shape, torch.get_num_threads()))
 
 
 def progress(model: PreTrainedModel) -> Progress | None:
@@ -266,7 +334,8 @@ def _work() -> None:
     """The worker: compile each asked shape on a cache of its own, one at a time, until the process ends."""
     caches: weakref.WeakKeyDictionary[Any, dict[tuple[int, int], StaticKV]] = weakref.WeakKeyDictionary()
     while True:
-        ref, shape = _JOBS.get()
+        ref, shape, threads = _JOBS.get()
+        torch.set_num_threads(threads)
         _job(ref, shape, caches)  # in a function of its own: no reference to the model outlives the job
         if _JOBS.empty():
             caches.clear()  # the worker's caches hold as much memory as the foreground's: not kept idle
@@ -311,8 +380,9 @@ def _compile(model: PreTrainedModel, compiled: Callable[..., Any], shape: Shape,
             model(input_ids=torch.zeros((rows, PREFILL), dtype=torch.long, device=device), cache=cache,
                   use_cache=True, logits_to_keep=1)
         # A fresh contiguous buffer, as forward.py's captured ids are: the graph is guarded on strides too.
-        compiled(input_ids=torch.zeros((rows, width), dtype=torch.long, device=device), cache=cache,
-                 use_cache=True, logits_to_keep=keep)
+        with _TURNS.tracing():
+            compiled(input_ids=torch.zeros((rows, width), dtype=torch.long, device=device), cache=cache,
+                     use_cache=True, logits_to_keep=keep)
         cache.move_end(PREFILL)
     if side is not None:
         side.synchronize()
