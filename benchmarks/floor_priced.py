@@ -19,7 +19,7 @@ its priced speed-up is greedy's priced cost over it (the same tokens: each row s
 The wall-clock ratio of the same single runs is printed beside it, for reference only.
 
     python benchmarks/floor_priced.py PROMPTS.jsonl OUT.jsonl [--max-new-tokens 96] [--runs 2] [--price-rounds 12]
-        [--hog] [--recycle-state FILE]
+        [--hog] [--recycle-state FILE] [--dtype auto|float32|bfloat16|float16]
     python benchmarks/floor_priced.py --table OUT.jsonl      # its rows as BENCHMARKS.md's table
 
 ``--runs``: runs of each mode a prompt, alternated; each priced on its own, the median kept, the range beside it;
@@ -46,7 +46,7 @@ from typing import Any
 
 import torch
 
-from decode_tui.cli.flags import ModeChoice
+from decode_tui.cli.flags import DtypeChoice, ModeChoice
 from decode_tui.cli.loads import load_models, with_draft_model
 from decode_tui.cli.measure import read_prompts
 from decode_tui.cli.options import DecodingOptions
@@ -192,6 +192,7 @@ def main() -> None:
     parser.add_argument("--price-rounds", type=int, default=12)
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--hog", action="store_true")
+    parser.add_argument("--dtype", choices=[c.value for c in DtypeChoice], default="auto")
     parser.add_argument("--recycle-state", type=Path, help="recycle: every run starts from this matrix file (never "
                         "written back) instead of an empty matrix")
     args = parser.parse_args()
@@ -212,7 +213,8 @@ def main() -> None:
 def measure(args: argparse.Namespace) -> None:
     """Every prompt of ``args.prompts``: every mode's runs, their widths priced, a row each into ``args.out``."""
     prompts = read_prompts(args.prompts)
-    options = DecodingOptions(max_new_tokens=args.max_new_tokens, recycle_state=args.recycle_state)
+    options = DecodingOptions(max_new_tokens=args.max_new_tokens, recycle_state=args.recycle_state,
+                              dtype=DtypeChoice(args.dtype))
     configs = {m: options.for_mode(ModeChoice(m)).config() for m in args.modes.split(",")}
     # Each run starts from the same drafting state, as bench's do (a cold matrix unless --recycle-state, no history).
     configs = {m: dataclasses.replace(c, draft=c.draft.repeatable()) for m, c in configs.items()}
@@ -234,6 +236,7 @@ def measure(args: argparse.Namespace) -> None:
             prices = priced_widths(lm.model, context, widths, args.price_rounds)
             for row in rows(runs, prices):
                 out.write(json.dumps({"category": category, "prompt": prompt, "context": context, "hog": args.hog,
+                                      "dtype": str(lm.dtype).removeprefix("torch."),
                                       "threads": torch.get_num_threads(), **row}) + "\n")
                 said(f"{row['mode']:12} priced {row['priced_speedup']:.3f}x ({row['priced_low']:.3f}-"
                      f"{row['priced_high']:.3f}), wall {row['wall_speedup']:.2f}x, {row['target_forwards']} "
