@@ -126,7 +126,7 @@ def bench_prompts(options: DecodingOptions, modes: list[ModeChoice], prompts: li
     from rich.table import Table
 
     categories = list(dict.fromkeys(category for category, _, _ in results))
-    table = Table(title=f"{lm.name} · {lm.device.type}{_threads(lm)} · {count(len(prompts), 'prompt')}, "
+    table = Table(title=f"{lm.name} · {_machine(lm)} · {count(len(prompts), 'prompt')}, "
                         f"{count(runs, 'warm run')} "
                         "a mode each: median speed-up over greedy (range over the prompts), tokens a forward",
                   title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
@@ -166,6 +166,11 @@ def _chart(bars: list[tuple[str, str, float]], width: int = 40) -> str:
     return "\n".join(lines)
 
 
+def _machine(lm: LoadedModel) -> str:
+    """``cpu float32, 2 threads``: what a table's figures ran on, for its title."""
+    return f"{lm.device.type} {str(lm.dtype).removeprefix('torch.')}{_threads(lm)}"
+
+
 def _threads(lm: LoadedModel) -> str:
     """``, 1 thread``: the count a CPU's warm-up timed and the runs decoded on (core/execution/threads.py); ""
     off the CPU."""
@@ -198,11 +203,10 @@ def bench(options: DecodingOptions, modes: list[ModeChoice], *, runs: int, outpu
 
     # No vertical rules, and a median's range may go under it: every figure fits 80 columns (a pipe, a CI
     # log) whole rather than cut to "16.4 (16.0-16…".
-    dtype = str(lm.dtype).removeprefix("torch.")
     # One run a mode has no spread: its figure alone, and the title says so, instead of a range of one value.
     spread = runs > 1
     how = ", alternated: median (range)" if spread else ": no spread to show"
-    table = Table(title=f"{lm.name} · {lm.device.type} {dtype}{_threads(lm)} · {count(runs, 'warm run')} a mode{how}",
+    table = Table(title=f"{lm.name} · {_machine(lm)} · {count(runs, 'warm run')} a mode{how}",
                   title_justify="left",
                   box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
     for column in ("mode", "tok/s", "speed-up", "forwards", "tok/fwd", "accept", "= greedy"):

@@ -712,6 +712,7 @@ def test_bench_over_a_file_of_prompts_sums_up_each_category(tiny_model_dir: Path
     text = cli(*args, env=isolated_env)
     assert text.returncode == 0, text.stderr
     assert "copy (2)" in text.stdout and "- (1)" in text.stdout and "copy · recycle" in text.stdout, text.stdout
+    assert re.search(r"cpu float32, [12] threads? · 3 prompts", text.stdout), "the title names the dtype"
     assert "not greedy's text" not in text.stdout
     # A file that cannot be one is refused before any model loads, naming the line.
     prompts.write_text('{"prompt": "fine"}\n{"prompt": \n', encoding="utf-8")
