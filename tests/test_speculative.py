@@ -741,23 +741,6 @@ def test_adaptive_lookup_keeps_the_draft_length_an_exact_replay_finds_fastest() 
         assert policy.choose() == expected, c1
 
 
-def test_a_lookups_copies_before_the_replay_is_trusted_halve_after_each_miss_at_the_first_token() -> None:
-    """Before MIN_HISTORY tokens a lookup copies the most, and on prose its copies from the prompt fail at their
-    first token, each a forward of max_k + 1 positions: each such miss halves the next copy, and a copy that keeps a
-    token (a code edit's first copies are kept whole) restores the most."""
-    policy = AdaptiveDraftLength(10, replay=lambda k: (1, 1))  # two tokens so far: the replay is not trusted yet
-    asked = []
-    for kept in (0, 0, 0, 0, 1, 0, 10):
-        asked.append(policy.choose())
-        policy.observe(asked[-1], kept, 0.03, 0.0)
-    assert asked == [10, 5, 2, 1, 1, 10, 5], asked
-    assert "halved" in policy.reason
-    short = AdaptiveDraftLength(10, replay=lambda k: (1, 1))
-    short.choose()
-    short.observe(4, 0, 0.03, 0.0)  # the copy found was shorter than asked: half of it next
-    assert short.choose() == 2
-
-
 def test_adaptive_lookup_is_lossless(byte_bpe: Any) -> None:
     model = tiny_model("llama", vocab_size=V, seed=4)
     prompt = repetitive_prompt(4, 16)

@@ -130,10 +130,10 @@ class AdaptiveDraftLength:
     far under every fixed k (0 .. max), prices each forward at the width it
     had, and keeps the fastest k (the longer on a tie: copies come in runs)
     where it beats plain steps by REPLAY_MARGIN.
-    It copies the most (halved after a copy rejected at its first token) until
-    two widths are timed and the run has MIN_HISTORY tokens, then re-evaluates
-    every few rounds, within a hundredth of the run's time (REPLAY_SHARE;
-    BENCHMARKS.md, the adaptive draft length's section).
+    It drafts the most until two widths are timed and the run has MIN_HISTORY
+    tokens, then re-evaluates every few rounds, within a hundredth of the
+    run's time (REPLAY_SHARE; BENCHMARKS.md, the adaptive draft length's
+    section).
     """
 
     def __init__(self, max_k: int, probe_every: int = 8, replay: Replay | None = None, times_by_k: Times | None = None,
@@ -161,10 +161,6 @@ class AdaptiveDraftLength:
         self.stops_itself = stops_itself  # the drafter ends a draft where it is unsure: choose 0 or max_k
         self.replay = replay
         self.replayed: int | None = None  # the k the last replay chose
-        # The most a copy may be before the replay is trusted: halved after a copy rejected at its first token, the
-        # most again once one keeps a token. On prose a copy from the prompt fails at its first token and each was
-        # a forward of max_k + 1 positions; a copy that pays is kept from its first token and goes on at the most.
-        self.history_k = max_k
         self.replay_s = 0.0  # what the last replay cost
         self.next_replay = 3
         self.spent_s = 0.0  # the rounds' measured time so far
@@ -378,9 +374,8 @@ class AdaptiveDraftLength:
             return self._decide("replay", k, f"copying up to {k}: replayed, the run so far would have been fastest "
                                 f"at {k}" if k else "plain steps: replayed, the run so far would have been fastest "
                                 "with no copies")
-        k = self.history_k
-        return self._decide("history", k, f"copying up to {k} until {MIN_HISTORY} tokens and two widths are timed"
-                            + ("" if k == self.max_k else " (halved after a copy rejected at its first token)"))
+        return self._decide("history", self.max_k, f"copying up to {self.max_k} until {MIN_HISTORY} tokens and two "
+                            "widths are timed")
 
     def _choose_by_model(self) -> int:
         best = self._best()
@@ -497,8 +492,6 @@ class AdaptiveDraftLength:
         clean = self.rounds > 1 and (last_k > 0 if caught_up is None else not caught_up)
         self.spent_s += verify_s + draft_s
         self.times_by_k.setdefault(k if nodes is None else nodes, deque(maxlen=16)).append(verify_s)
-        if k > 0 and self.decision[0] == "history":
-            self.history_k = self.max_k if accepted else max(1, min(k, self.history_k) // 2)
         if k > 0 and self.trees:
             self._tree_round(accepted + 1)
             self.tree_seconds.append(verify_s + draft_s)
