@@ -151,32 +151,35 @@ class _Turns:
             self._forwards -= 1
             self._changed.notify_all()
 
-    @contextlib.contextmanager
-    def tracing(self) -> Iterator[None]:
+    def _trace(self) -> None:
+        """The worker's turn: no forward starts after this, and it begins once those running have ended."""
         with self._changed:
             self._tracer = True
             self._changed.wait_for(lambda: self._forwards == 0)
+
+    def _let_in(self) -> None:
+        with self._changed:
+            self._tracer = False
+            self._changed.notify_all()
+
+    @contextlib.contextmanager
+    def tracing(self) -> Iterator[None]:
+        self._trace()
         try:
             yield
         finally:
-            with self._changed:
-                self._tracer = False
-                self._changed.notify_all()
+            self._let_in()
 
     def unlocked(self, backend: Callable[..., Any]) -> Callable[..., Any]:
         """``backend`` (a ``torch.compile`` backend, called once tracing is done) with the foreground let in while it
         compiles, and kept out again for the guards Dynamo builds after it."""
 
         def compile_traced(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
-            with self._changed:
-                self._tracer = False
-                self._changed.notify_all()
+            self._let_in()
             try:
                 return backend(gm, example_inputs)
             finally:
-                with self._changed:
-                    self._tracer = True
-                    self._changed.wait_for(lambda: self._forwards == 0)
+                self._trace()
 
         return compile_traced
 
