@@ -4,9 +4,10 @@
 # and pld): the four short no-copy answers beside a CPU hog (one thread chosen) and quiet, and pld's demo code edit
 # (64 tokens) beside the hog and quiet; on the 2-core CPU machine of 2026-12-02. From the repository root with the
 # venv active: `run.sh BEFORE [SIDE...]`, SIDE one of {hog,quiet,codehog,code}-{before,after}[-N] (default: the
-# list below, after and before alternated).
+# list below, after and before alternated). OUT=FOLDER writes the sides there instead of beside this script (another
+# session's trial of another pld change, compared the same way).
 set -eu
-out=$(dirname "$0")
+out=${OUT:-$(dirname "$0")}
 before=$1
 . benchmarks/control.sh
 control "$before"
