@@ -66,6 +66,8 @@ def main() -> None:
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     parser.add_argument("--widest", type=int, default=8)
     args = parser.parse_args()
+    if args.rounds < 1 or args.widest < 1:
+        parser.error("--rounds and --widest must be at least 1")
     widths = [*range(1, min(args.widest, 8) + 1), *(w for w in (12, 16, 24, 32) if 8 < w <= args.widest)]
     pull("smollm2")
     lm = load_model(resolve("smollm2"), device="cpu", dtype=args.dtype)
