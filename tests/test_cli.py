@@ -24,6 +24,13 @@ from .serving import SCRIPT
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def auto_cpu_dtype() -> str:
+    """What ``--dtype auto`` loads on this machine's CPU: bfloat16 where its cores have AMX, else float32."""
+    from decode_tui.core.model.loading import resolve_dtype
+
+    return str(resolve_dtype("auto", torch.device("cpu"))).removeprefix("torch.")
+
+
 def cli(*args: str, env: dict[str, str] | None = None, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([SCRIPT, *args], capture_output=True, text=True, env=env, input=stdin, timeout=120)
 
@@ -688,7 +695,7 @@ def test_bench_timeline_shows_every_forward(tiny_model_dir: Path, isolated_env: 
     assert "1.00x" in words and str(rows["pld"]["target_forwards"]) in words, table
     # One run a mode: no range of one value ("0.76-0.76"), and the title says why, and on how many threads.
     assert "(1.00-1.00)" not in words and "no spread" in " ".join(words), table
-    assert re.search(r"cpu float32, [12] threads? ·", table), table
+    assert re.search(rf"cpu {auto_cpu_dtype()}, [12] threads? ·", table), table
     assert re.search(r"Threads: \d+ threads? (of \d+: a step and a forward of 8 positions took \d+ ms on 1|, the "
                      r"process's own count)", text.stdout), text.stdout
 
@@ -712,7 +719,7 @@ def test_bench_over_a_file_of_prompts_sums_up_each_category(tiny_model_dir: Path
     text = cli(*args, env=isolated_env)
     assert text.returncode == 0, text.stderr
     assert "copy (2)" in text.stdout and "- (1)" in text.stdout and "copy · recycle" in text.stdout, text.stdout
-    assert re.search(r"cpu float32, [12] threads? · 3 prompts", text.stdout), "the title names the dtype"
+    assert re.search(rf"cpu {auto_cpu_dtype()}, [12] threads? · 3 prompts", text.stdout), "the title names the dtype"
     assert "not greedy's text" not in text.stdout
     # A file that cannot be one is refused before any model loads, naming the line.
     prompts.write_text('{"prompt": "fine"}\n{"prompt": \n', encoding="utf-8")

@@ -49,6 +49,8 @@ def test_every_loading_phase_is_named_as_it_starts_and_timed(tiny_model_dir: Pat
     imports for the model, the tokenizer, the weights."""
     from decode_tui.core.model.loading import loading
 
+    from .test_cli import auto_cpu_dtype
+
     steps = loading(resolve(str(tiny_model_dir)), device="cpu")
     lines = []
     while True:
@@ -59,7 +61,7 @@ def test_every_loading_phase_is_named_as_it_starts_and_timed(tiny_model_dir: Pat
             break
     name = lm.name
     assert lines[-3:] == [f"Loading {name}: importing transformers' model code for it", f"Loading {name}: tokenizer",
-                          f"Loading {name}: weights onto cpu in float32"]
+                          f"Loading {name}: weights onto cpu in {auto_cpu_dtype()}"]
     assert {"transformers", "model code", "tokenizer", "weights"} <= set(lm.timings)
 
 
@@ -67,7 +69,7 @@ def test_a_fresh_generate_names_torch_and_transformers_start_up_apart_from_the_m
         tiny_model_dir: Path, isolated_env: dict[str, str]) -> None:
     """In a fresh process the first seconds are torch's and transformers' own imports: the progress lines say so,
     before the model's phases, so nobody takes them for the model's."""
-    from .test_cli import cli
+    from .test_cli import auto_cpu_dtype, cli
 
     done = cli("generate", "--model", str(tiny_model_dir), "-p", "hello", "--max-new-tokens", "2", env=isolated_env)
     assert done.returncode == 0, done.stderr
@@ -75,7 +77,7 @@ def test_a_fresh_generate_names_torch_and_transformers_start_up_apart_from_the_m
     phases = [line.split(": ", 1)[1] for line in lines if ": " in line]
     assert phases[:2] == ["importing torch (its own start-up, once a process)",
                           "importing transformers (its own start-up, once a process)"], lines
-    assert phases.index("tokenizer") < phases.index("weights onto cpu in float32")
+    assert phases.index("tokenizer") < phases.index(f"weights onto cpu in {auto_cpu_dtype()}")
 
 
 def test_the_context_read_from_config_json_is_the_one_transformers_reads(tiny_model_dir: Path) -> None:

@@ -233,8 +233,9 @@ def test_a_model_spread_by_max_memory_gives_the_tokens_of_one_on_a_device(
     layers there are brought in by hooks at each forward. The same code path spreads layers over GPUs."""
     monkeypatch.setenv("DECODE_TUI_CACHE", str(tmp_path))
     resolved = resolve(str(tiny_model_dir))
-    whole = load_model(resolved, device="cpu")
+    whole = load_model(resolved, device="cpu", dtype="float32")  # what a spread model loads in on a CPU by default
     spread = load_model(resolved, device_map="sequential", max_memory={"cpu": 450_000})
+    assert spread.dtype == torch.float32
     device_map: dict[str, str] = spread.model.hf_device_map  # type: ignore[assignment]
     assert {"cpu", "disk"} <= set(device_map.values()), f"the model was not split: {device_map}"
     assert spread.device == torch.device("cpu")

@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..errors import UsageError, first_line
+from ..model import cpu_bf16
 from ..params import TargetDraft
 from . import draft_layers
 
@@ -150,6 +151,7 @@ def tree_over(model: PreTrainedModel, draft: TargetDraft) -> PreTrainedModel:
     target's weights is copied), cut to the draft's layers: what :func:`build` fuses and quantises."""
     shared: dict[int, Any] = {id(t): t for t in [*model.parameters(), *model.buffers()]}
     clone: PreTrainedModel = copy.deepcopy(model, memo=shared)
+    cpu_bf16.unprepare(clone)  # a draft need not give a step's bits: transformers' faster attention
     if draft.layers is not None:
         _keep_layers(clone, draft.layers)
     return clone

@@ -1,7 +1,8 @@
 """Load a resolved model and its tokenizer onto a device, and prepare prompts.
 
 Device ``auto`` picks cuda, then mps, then cpu; dtype ``auto`` picks bf16 on
-CUDA where the card supports it, fp16 on MPS, fp32 on the CPU. Remote code
+CUDA where the card supports it, fp16 on MPS, and on the CPU bf16 where its cores
+have AMX (the model then made ready for them: :mod:`.cpu_bf16`), else fp32. Remote code
 runs only when the caller asks for it. The tokenizer is loaded before the
 model so a bad prompt is reported before the slow part.
 
@@ -23,6 +24,7 @@ import torch
 
 from ..errors import ModelLoadError, UsageError
 from ..params import check_device_map
+from . import cpu_bf16
 from .acquire import drive
 from .registry import CONTEXT_KEYS, ResolvedModel
 
@@ -65,13 +67,15 @@ def resolve_device(name: str = "auto") -> torch.device:
     return torch.device(name)
 
 
-def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+def resolve_dtype(name: str, device: torch.device, spread: bool = False) -> torch.dtype:
+    """The dtype ``name`` means on ``device``; ``spread``: the model is spread by a device map (whose layers on the
+    CPU or the disk :mod:`.cpu_bf16` does not prepare, so ``auto`` keeps float32 there)."""
     if name == "auto":
         if device.type == "cuda":
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
         if device.type == "mps":
             return torch.float16
-        return torch.float32
+        return torch.bfloat16 if cpu_bf16.amx() and not spread else torch.float32
     if name not in DTYPES:
         raise UsageError(f"Unknown dtype {name!r}. Use auto, {', '.join(DTYPES)}.")
     return DTYPES[name]
@@ -237,7 +241,7 @@ def loading(
     hf_logging.set_verbosity_error()
     check_device_map(device, device_map)
     dev = resolve_device(device)
-    dt = resolve_dtype(dtype, dev)
+    dt = resolve_dtype(dtype, dev, spread=device_map is not None)
     if dev.type == "cuda":
         yield f"Loading {resolved.display_name}: starting CUDA on {dev}"
         torch.empty(0, device=dev)  # the context, made now so that the weights' phase is only the weights
@@ -252,6 +256,8 @@ def loading(
     yield f"Loading {resolved.display_name}: weights onto {device_map or dev} in {str(dt).removeprefix('torch.')}"
     model, dev = _weights(resolved, dev, dt, trust_remote_code, device_map, max_memory)
     model.eval()
+    if dev.type == "cpu" and dt == torch.bfloat16 and device_map is None and cpu_bf16.amx():
+        cpu_bf16.prepare(model)
     _settle_heap()
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)  # copies still queued belong to the weights' phase

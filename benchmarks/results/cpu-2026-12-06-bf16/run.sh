@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# bfloat16 by default on a CPU with AMX (the change: weights packed for AMX, an attention whose sums run in key order)
+# against its control BEFORE (float32 by default, from a git worktree), on the 2-core Intel CPU of 2026-12-06. From
+# the repository root with the venv active: `run.sh BEFORE [PHASE...]`, PHASE one of
+#   control-N  greedy and recycle (cold), `bench --prompts open.jsonl`, 64 tokens, 3 repeats: BEFORE, then the change;
+#   open       `floor_priced.py open.jsonl`: greedy and every drafting mode by accounting, cold, 96 tokens, 3 runs;
+#   warm       the same, greedy and recycle, every run from warm.pt (made first at the change from warm-first.jsonl);
+#   quiet      `floor_priced.py short.jsonl`: the four short no-copy answers, every drafting mode, 3 runs;
+#   hog        the same beside a CPU hog;  hog-garden-N: the garden question alone beside the hog;
+#   bench      BENCHMARKS.md's table by device: a story (96 tokens, all eight modes) and the PLD demo's code edit
+#              (64 tokens, greedy and the drafting modes), 5 repeats alternated;
+#   prompts    `bench --prompts benchmarks/prompts.jsonl`, greedy and every drafting mode, 64 tokens, 3 repeats.
+set -eu
+out=$(dirname "$0")
+before=$1
+shift
+. benchmarks/control.sh
+control "$before"
+echo "after $(git rev-parse --short HEAD), before $before, phases $*, $(date -u +%FT%TZ)" >> "$out/meta.txt"
+lscpu | grep -E "Model name|Model:|^CPU\(s\)" >> "$out/meta.txt"
+warm() {  # the warm matrix, made once, at the change: every warm run starts from the same file
+    [ -f "$out/warm.pt" ] && return
+    python -c 'import json, sys; [print(json.loads(line)["prompt"]) for line in sys.stdin]' < "$out/warm-first.jsonl" |
+        while read -r prompt; do
+            decode-tui generate --mode recycle --max-new-tokens 128 --recycle-state "$out/warm.pt" -p "$prompt" \
+                >> "$out/warm-first.txt" 2>&1
+        done
+}
+priced() {  # priced NAME PROMPTS [floor_priced options...]
+    python benchmarks/floor_priced.py "$out/$2" "$out/$1.jsonl" --runs 3 --max-new-tokens 96 "${@:3}" 2> "$out/$1.err"
+}
+drafting=greedy,pld,suffix,recycle,lookahead
+for phase in "$@"; do
+    case $phase in
+        control-*)
+            for side in before after; do
+                path=; [ $side = before ] && path=$CONTROL
+                PYTHONPATH=$path decode-tui bench --modes greedy,recycle --max-new-tokens 64 --repeats 3 --format json \
+                    --prompts "$out/open.jsonl" > "$out/$phase-$side.jsonl" 2> "$out/$phase-$side.err"
+            done ;;
+        open) priced open open.jsonl --modes $drafting ;;
+        warm) warm; priced warm open.jsonl --modes greedy,recycle --recycle-state "$out/warm.pt" ;;
+        quiet) priced quiet short.jsonl ;;
+        hog) priced hog short.jsonl --hog ;;
+        hog-garden-*) priced "$phase" garden.jsonl --hog ;;
+        bench)
+            decode-tui bench --modes greedy,sample,beam,speculative,pld,suffix,recycle,lookahead --repeats 5 \
+                --max-new-tokens 96 -p "Write a short story about a lighthouse keeper who finds a message in a bottle." \
+                > "$out/all-modes-story.txt" 2>&1
+            decode-tui bench --modes greedy,pld,suffix,speculative,recycle,lookahead --repeats 5 --max-new-tokens 64 \
+                --seed 1 > "$out/drafting-code-edit.txt" 2>&1 ;;
+        prompts)
+            decode-tui bench --modes $drafting,speculative --max-new-tokens 64 --repeats 3 --format json \
+                --prompts benchmarks/prompts.jsonl > "$out/prompts.jsonl" 2> "$out/prompts.err" ;;
+        *) echo "unknown phase $phase" >&2; exit 2 ;;
+    esac
+    echo "$phase done $(date -u +%FT%TZ)" >> "$out/meta.txt"
+done
+control_done
