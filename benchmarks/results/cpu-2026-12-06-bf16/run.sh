@@ -3,13 +3,15 @@
 # against its control BEFORE (float32 by default, from a git worktree), on the 2-core Intel CPU of 2026-12-06. From
 # the repository root with the venv active: `run.sh BEFORE [PHASE...]`, PHASE one of
 #   control-N  greedy and recycle (cold), `bench --prompts open.jsonl`, 64 tokens, 3 repeats: BEFORE, then the change;
-#   open       `floor_priced.py open.jsonl`: greedy and every drafting mode by accounting, cold, 96 tokens, 3 runs;
-#   warm       the same, greedy and recycle, every run from warm.pt (made first at the change from warm-first.jsonl);
+#   open-N     `floor_priced.py open.jsonl`: greedy and every drafting mode by accounting, cold, 96 tokens, 3 runs;
+#   warm       the same, greedy and recycle, every run from warm.pt (made first at the change from warm-first.jsonl;
+#              the one warm run read its prompts from open-1.jsonl, five rows a prompt: 15 prompts, each prompt 5 times);
 #   quiet      `floor_priced.py short.jsonl`: the four short no-copy answers, every drafting mode, 3 runs;
 #   hog        the same beside a CPU hog;  hog-garden-N: the garden question alone beside the hog;
 #   bench      BENCHMARKS.md's table by device: a story (96 tokens, all eight modes) and the PLD demo's code edit
 #              (64 tokens, greedy and the drafting modes), 5 repeats alternated;
-#   prompts    `bench --prompts benchmarks/prompts.jsonl`, greedy and every drafting mode, 64 tokens, 3 repeats.
+#   prompts    `bench --prompts benchmarks/prompts.jsonl`, greedy and every drafting mode, 64 tokens, 3 repeats;
+#   dtypes     greedy in float32 against greedy in bfloat16 (greedy_by_dtype.py), in one process, alternated.
 set -eu
 out=$(dirname "$0")
 before=$1
@@ -38,7 +40,7 @@ for phase in "$@"; do
                 PYTHONPATH=$path decode-tui bench --modes greedy,recycle --max-new-tokens 64 --repeats 3 --format json \
                     --prompts "$out/open.jsonl" > "$out/$phase-$side.jsonl" 2> "$out/$phase-$side.err"
             done ;;
-        open) priced open open.jsonl --modes $drafting ;;
+        open-*) priced "$phase" open.jsonl --modes $drafting ;;
         warm) warm; priced warm open.jsonl --modes greedy,recycle --recycle-state "$out/warm.pt" ;;
         quiet) priced quiet short.jsonl ;;
         hog) priced hog short.jsonl --hog ;;
@@ -52,6 +54,7 @@ for phase in "$@"; do
         prompts)
             decode-tui bench --modes $drafting,speculative --max-new-tokens 64 --repeats 3 --format json \
                 --prompts benchmarks/prompts.jsonl > "$out/prompts.jsonl" 2> "$out/prompts.err" ;;
+        dtypes) python "$out/greedy_by_dtype.py" > "$out/dtypes.txt" 2> "$out/dtypes.err" ;;
         *) echo "unknown phase $phase" >&2; exit 2 ;;
     esac
     echo "$phase done $(date -u +%FT%TZ)" >> "$out/meta.txt"
