@@ -18,7 +18,7 @@ from decode_tui.core.model import cpu_bf16, loading
 from decode_tui.core.record.events import Finished
 
 from .conftest import tiny_model
-from .test_speculative import V, repetitive_prompt, run
+from .test_speculative import ARCHS, V, repetitive_prompt, run
 
 needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(),  # type: ignore[no-untyped-call]
                                   reason="oneDNN is not in this torch")
@@ -98,10 +98,17 @@ def test_a_tree_node_gets_its_steps_bits_from_the_attention(prefix: int) -> None
 
 
 def prepared(seed: int) -> Any:
-    model = tiny_model("llama", vocab_size=V, seed=seed).to(torch.bfloat16)
+    model = tiny_model(ARCHS[seed % len(ARCHS)], vocab_size=V, seed=seed).to(torch.bfloat16)
     cpu_bf16.prepare(model)
     assert model.config._attn_implementation == cpu_bf16.EXACT_ATTENTION
     return model
+
+
+def test_an_attention_that_is_not_a_plain_softmax_keeps_transformers() -> None:
+    model = tiny_model("llama", vocab_size=V).to(torch.bfloat16)
+    model.config.attn_logit_softcapping = 50.0  # as Gemma 2's config says
+    cpu_bf16.prepare(model)
+    assert model.config._attn_implementation == "sdpa"
 
 
 @needs_onednn
@@ -109,7 +116,7 @@ def prepared(seed: int) -> Any:
 def test_greedy_drafting_on_a_prepared_model_is_its_greedy(byte_bpe: Any, seed: int) -> None:
     """A chain (prompt lookup on a repetitive prompt) and token trees (recycling, warm the second time) verified on
     the prepared model give ``generate``'s greedy text on the same model, token for token."""
-    model = prepared(seed)
+    model = prepared(seed)  # a Llama, a Qwen2, a Phi-3 and a GPT-2
     prompt, max_new = repetitive_prompt(seed, 12), 32
     with torch.inference_mode():
         out = model.generate(torch.tensor([prompt]), max_new_tokens=max_new, do_sample=False, eos_token_id=V - 1,

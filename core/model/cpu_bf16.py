@@ -13,12 +13,12 @@ way, and this module removes both:
 - **Exactness.** Drafting gives greedy's text only where a forward over k positions computes what k one-token
   steps would. The packed product does, row for row, up to :data:`ROWS` rows (wider products take another
   kernel), so a wider pass is split into blocks of that many rows. PyTorch's SDPA kernel does not: over a cache
-  that grows, a step's keys and a wide pass's differ in number, and its bfloat16 result with them, by up to
-  half a logit on the embedded model. :func:`attention` (registered as :data:`EXACT_ATTENTION`) is grouped-query
-  attention in float32 whose sums run in key order, so masked keys add exact zeros; its output is rounded to
-  bfloat16 once. A token tree's node then gets its step's bits too, except where its ancestors straddle a
-  block of :data:`KEYS` keys differently in the two (a rounding of the last float32 bit, which bfloat16's
-  rounding of the output nearly always absorbs).
+  that grows, a step's keys and a wide pass's differ in number, and its bfloat16 result with them, enough to tip a
+  near-tie (BENCHMARKS.md, "Width in float32 and in bfloat16 on the Intel CPU"). :func:`attention` (registered
+  as :data:`EXACT_ATTENTION`) is grouped-query attention in float32 whose sums run in key order, so masked keys
+  add exact zeros; its output is rounded to bfloat16 once. A token tree's node then gets its step's bits too,
+  except where its ancestors straddle a block of :data:`KEYS` keys differently in the two (a rounding of the last
+  float32 bit, which bfloat16's rounding of the output nearly always absorbs).
 
 A model copied (``copy.deepcopy``, as a draft made from the target is) gets plain ``nn.Linear`` layers back: a
 copy is made to change its weights, and the packed ones would no longer match; :func:`unprepare` gives it
@@ -38,6 +38,9 @@ from torch import nn
 EXACT_ATTENTION = "decode_tui_cpu_bf16"  # grouped-query attention in float32 (registered by :func:`prepare`)
 ROWS = 32  # the widest product whose every row is the one-row product's bits (tests/test_cpu_bf16.py)
 PACKED_FOR = 16  # the rows oneDNN lays a packed weight out for; the widths drafting verifies on a CPU
+# Config fields of attentions that are not a plain softmax (Gemma 2's capped logits, gpt-oss's sinks): such a model
+# keeps transformers' attention, packed products only.
+PLAIN_SOFTMAX_ONLY = ("attn_logit_softcapping", "sinks")
 KEYS = 256  # the longest sum over keys that the CPU's float32 product runs in key order (tests/test_cpu_bf16.py)
 
 
@@ -69,7 +72,7 @@ class PackedLinear(nn.Linear):
 
 
 def attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-              attention_mask: torch.Tensor | None, scaling: float, dropout: float = 0.0,
+              attention_mask: torch.Tensor | None, scaling: float | None = None, dropout: float = 0.0,
               **kwargs: Any) -> tuple[torch.Tensor, None]:
     """Softmax attention for transformers' attention interface, in float32, whose every sum over keys runs in key
     order, so that keys masked out add exact zeros wherever they sit: a token's result is then the same bits
@@ -82,6 +85,7 @@ def attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: 
     where its length falls."""
     B, H, T, D = query.shape
     Hkv, S = key.shape[1], key.shape[2]
+    scaling = D**-0.5 if scaling is None else scaling  # GPT-2 may leave it to the attention
     g = H // Hkv  # query heads per key head
     q = query.reshape(B, Hkv, g * T, D).float()  # [B, Hkv, g*T, D]: a group's heads as rows
     scores = torch.matmul(q, key.float().transpose(2, 3)) * scaling  # [B, Hkv, g*T, S]
@@ -112,8 +116,9 @@ def prepare(model: nn.Module) -> None:
     for linear in [m for m in model.modules() if type(m) is nn.Linear and m.weight.dtype == torch.bfloat16]:
         linear.__class__ = PackedLinear
         linear.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), PACKED_FOR)
+    config = getattr(model, "config", None)
     set_attention = getattr(model, "set_attn_implementation", None)
-    if set_attention is not None:
+    if set_attention is not None and not any(getattr(config, name, None) for name in PLAIN_SOFTMAX_ONLY):
         set_attention(EXACT_ATTENTION)
 
 
