@@ -104,11 +104,13 @@ def prepared(seed: int) -> Any:
     return model
 
 
-def test_an_attention_that_is_not_a_plain_softmax_keeps_transformers() -> None:
+def test_a_model_off_sdpa_keeps_its_own_attention() -> None:
+    """Gemma 2 (capped logits) and gpt-oss (sinks) cannot run SDPA: they load on their own eager attention, which is
+    more than a plain softmax, and keep it."""
     model = tiny_model("llama", vocab_size=V).to(torch.bfloat16)
-    model.config.attn_logit_softcapping = 50.0  # as Gemma 2's config says
+    model.set_attn_implementation("eager")
     cpu_bf16.prepare(model)
-    assert model.config._attn_implementation == "sdpa"
+    assert model.config._attn_implementation == "eager"
 
 
 @needs_onednn
@@ -128,7 +130,6 @@ def test_greedy_drafting_on_a_prepared_model_is_its_greedy(byte_bpe: Any, seed: 
         result = run(model, byte_bpe, drafter, prompt, max_new, k=5)[-1]
         assert isinstance(result, Finished) and list(result.token_ids) == expected, type(drafter).__name__
         forwards.append(result.target_forwards)
-    print(forwards)
     assert forwards[2] < len(expected), "the warm trees kept drafted tokens"
 
 

@@ -38,9 +38,6 @@ from torch import nn
 EXACT_ATTENTION = "decode_tui_cpu_bf16"  # grouped-query attention in float32 (registered by :func:`prepare`)
 ROWS = 32  # the widest product whose every row is the one-row product's bits (tests/test_cpu_bf16.py)
 PACKED_FOR = 16  # the rows oneDNN lays a packed weight out for; the widths drafting verifies on a CPU
-# Config fields of attentions that are not a plain softmax (Gemma 2's capped logits, gpt-oss's sinks): such a model
-# keeps transformers' attention, packed products only.
-PLAIN_SOFTMAX_ONLY = ("attn_logit_softcapping", "sinks")
 KEYS = 256  # the longest sum over keys that the CPU's float32 product runs in key order (tests/test_cpu_bf16.py)
 
 
@@ -111,15 +108,15 @@ def register() -> None:
 
 
 def prepare(model: nn.Module) -> None:
-    """Pack every linear layer of a bfloat16 ``model`` on the CPU and switch it to :data:`EXACT_ATTENTION`."""
+    """Pack every linear layer of a bfloat16 ``model`` on the CPU and switch it from SDPA to :data:`EXACT_ATTENTION`."""
     register()
     for linear in [m for m in model.modules() if type(m) is nn.Linear and m.weight.dtype == torch.bfloat16]:
         linear.__class__ = PackedLinear
         linear.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), PACKED_FOR)
-    config = getattr(model, "config", None)
-    set_attention = getattr(model, "set_attn_implementation", None)
-    if set_attention is not None and not any(getattr(config, name, None) for name in PLAIN_SOFTMAX_ONLY):
-        set_attention(EXACT_ATTENTION)
+    # Only a model on transformers' SDPA, a plain softmax by construction: one whose attention is more (Gemma 2's
+    # capped logits, gpt-oss's sinks) cannot run SDPA, so it loads on its own eager attention and keeps it.
+    if getattr(getattr(model, "config", None), "_attn_implementation", None) == "sdpa":
+        model.set_attn_implementation(EXACT_ATTENTION)  # type: ignore[operator]
 
 
 def unprepare(model: nn.Module) -> None:
