@@ -1,6 +1,8 @@
 # Sourced by a results folder's run.sh, from the repository root: `control BEFORE` checks the commit BEFORE out in a
 # git worktree and sets CONTROL to a folder that makes it importable as decode_tui on PYTHONPATH, beside the
 # installed (editable) one (as worktree_bench.py's importable() does); `control_done` removes the worktree.
+# `warm_matrix OUT` writes token recycling's warm matrix OUT/warm.pt once (kept if there): `decode-tui generate --mode
+# recycle` on each prompt of OUT/warm-first.jsonl, its output into OUT/warm-first.txt.
 control() {
     control_tmp=$(mktemp -d)
     git worktree add --detach "$control_tmp/before" "$1" > /dev/null
@@ -11,4 +13,12 @@ control() {
 }
 control_done() {
     git worktree remove --force "$control_tmp/before"
+}
+warm_matrix() {
+    [ -f "$1/warm.pt" ] && return
+    python -c 'import json, sys; [print(json.loads(line)["prompt"]) for line in sys.stdin]' < "$1/warm-first.jsonl" |
+        while read -r prompt; do
+            decode-tui generate --mode recycle --max-new-tokens 128 --recycle-state "$1/warm.pt" -p "$prompt" \
+                >> "$1/warm-first.txt" 2>&1
+        done
 }

@@ -12,17 +12,9 @@ before=$1
 . benchmarks/control.sh
 control "$before"
 echo "after $(git rev-parse --short HEAD), before $before, sides ${*:2}, $(date -u +%FT%TZ)" >> "$out/meta.txt"
-warm() {  # the warm matrix, made once, at the change: every warm side starts from the same file
-    [ -f "$out/warm.pt" ] && return
-    python -c 'import json, sys; [print(json.loads(line)["prompt"]) for line in sys.stdin]' < "$out/warm-first.jsonl" |
-        while read -r prompt; do
-            decode-tui generate --mode recycle --max-new-tokens 128 --recycle-state "$out/warm.pt" -p "$prompt" \
-                >> "$out/warm-first.txt" 2>&1
-        done
-}
 side() {  # side NAME [PYTHONPATH]
     case $1 in open*|warm*) prompts=open.jsonl ;; *) prompts=short.jsonl ;; esac
-    case $1 in warm*) warm; state=(--recycle-state "$out/warm.pt") ;; *) state=() ;; esac
+    case $1 in warm*) warm_matrix "$out"; state=(--recycle-state "$out/warm.pt") ;; *) state=() ;; esac
     PYTHONPATH=${2:-} python benchmarks/floor_priced.py "$out/$prompts" "$out/$1.jsonl" --runs 3 \
         --max-new-tokens 96 --modes greedy,recycle "${state[@]}" 2> "$out/$1.err"
     echo "$1 done $(date -u +%FT%TZ)" >> "$out/meta.txt"

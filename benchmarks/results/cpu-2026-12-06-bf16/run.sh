@@ -20,14 +20,6 @@ shift
 control "$before"
 echo "after $(git rev-parse --short HEAD), before $before, phases $*, $(date -u +%FT%TZ)" >> "$out/meta.txt"
 lscpu | grep -E "Model name|Model:|^CPU\(s\)" >> "$out/meta.txt"
-warm() {  # the warm matrix, made once, at the change: every warm run starts from the same file
-    [ -f "$out/warm.pt" ] && return
-    python -c 'import json, sys; [print(json.loads(line)["prompt"]) for line in sys.stdin]' < "$out/warm-first.jsonl" |
-        while read -r prompt; do
-            decode-tui generate --mode recycle --max-new-tokens 128 --recycle-state "$out/warm.pt" -p "$prompt" \
-                >> "$out/warm-first.txt" 2>&1
-        done
-}
 priced() {  # priced NAME PROMPTS [floor_priced options...]
     python benchmarks/floor_priced.py "$out/$2" "$out/$1.jsonl" --runs 3 --max-new-tokens 96 "${@:3}" 2> "$out/$1.err"
 }
@@ -41,7 +33,7 @@ for phase in "$@"; do
                     --prompts "$out/open.jsonl" > "$out/$phase-$side.jsonl" 2> "$out/$phase-$side.err"
             done ;;
         open-*) priced "$phase" open.jsonl --modes $drafting ;;
-        warm) warm; priced warm open.jsonl --modes greedy,recycle --recycle-state "$out/warm.pt" ;;
+        warm) warm_matrix "$out"; priced warm open.jsonl --modes greedy,recycle --recycle-state "$out/warm.pt" ;;
         quiet) priced quiet short.jsonl ;;
         hog) priced hog short.jsonl --hog ;;
         hog-garden-*) priced "$phase" garden.jsonl --hog ;;
