@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import torch
 
-from decode_tui.core.params import DecodeConfig, SamplingParams
-from decode_tui.core.record.events import Finished, Mode, TokenEmitted
+from decode_tui.core.params import DecodeConfig, DraftParams, SamplingParams
+from decode_tui.core.record.events import DraftProposed, Finished, Mode, TokenEmitted
 from decode_tui.core.run import Run
 
 pytestmark = pytest.mark.real_model
@@ -82,6 +82,21 @@ def test_drafting_modes_equal_plain_greedy_on_the_real_model(smollm2: Any, mode:
     assert drafted.token_ids == greedy.token_ids
     assert drafted.drafted and drafted.accepted  # the drafts were used, not just made
     assert drafted.target_forwards < greedy.target_forwards
+
+
+def test_recycling_copies_a_code_edit_as_prompt_lookup_does_on_the_real_model(smollm2: Any) -> None:
+    """Cold, recycling's matrix holds no long copy; its retrieval rounds copy the code from the prompt (several
+    tokens a round, as prompt lookup's do), and the text is greedy's."""
+    prompt = PROMPTS[2]
+    greedy = list(Run(smollm2, prompt, DecodeConfig(max_new_tokens=48)).events())[-1]
+    draft = DraftParams(cold=True, recycle_keep=False)
+    events = list(Run(smollm2, prompt, DecodeConfig(mode="recycle", max_new_tokens=48, draft=draft)).events())
+    drafted = events[-1]
+    assert isinstance(greedy, Finished) and isinstance(drafted, Finished)
+    assert drafted.token_ids == greedy.token_ids
+    copied = [e for e in events if isinstance(e, DraftProposed) and e.match_start is not None]
+    assert copied and max(len(e.token_ids) for e in copied) >= 8
+    assert drafted.target_forwards < greedy.target_forwards / 2
 
 
 @pytest.mark.parametrize("mode", ["greedy", "pld", "beam"])

@@ -12,12 +12,26 @@ from typing import Any
 import pytest
 import torch
 
-from decode_tui.core.drafting.recycling import EMPTY, RecycledMatrix, RecyclingDrafter, template
+from decode_tui.core.drafting.recycling import (
+    EMPTY,
+    RETRIEVED_MATCH,
+    RecycledMatrix,
+    RecyclingDrafter,
+    retrieved,
+    template,
+)
 from decode_tui.core.record.events import DraftProposed, DraftVerified, Finished, Started
 from decode_tui.core.token_tree import ROOT, TokenTree
 
 from .conftest import tiny_model
-from .test_speculative import SAMPLING, V, chi_square_p_value, exact_distribution, run, transformers_greedy_case
+from .test_speculative import (
+    SAMPLING,
+    V,
+    chi_square_p_value,
+    exact_distribution,
+    run,
+    transformers_greedy_case,
+)
 
 EOS = V - 1
 
@@ -68,6 +82,75 @@ def test_a_draft_follows_the_rows_and_an_empty_row_drafts_nothing() -> None:
     assert all(tree.tokens[p] != EOS for p in tree.parents if p != ROOT), "nothing is drafted after an end of text"
     chain = RecyclingDrafter(d.matrix, 3, 0).propose([1, 2, 3], 3, [], True, None)
     assert chain.tree is None and chain.token_ids == [40, 50, 60], "with no tree budget, a chain of first guesses"
+
+
+def test_a_long_match_of_the_texts_end_is_copied_instead_of_the_tree() -> None:
+    """SAM-Decoding's rule: where the text's end occurred before, at least RETRIEVED_MATCH tokens of it, the round
+    drafts what followed its longest earlier occurrence, as a chain verified whole; a shorter match drafts the tree."""
+    assert RETRIEVED_MATCH == 4
+    text = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 30, 2, 3, 4, 5, 20, 21, 9, 2, 3, 4, 5]
+    copy = retrieved(text, 3)
+    # [2, 3, 4, 5] ends the text twice before; [1, 2, 3, 4, 5] is no longer match: the first occurrence, on a tie
+    assert copy is not None and copy.retrieved and copy.token_ids == [6, 7, 8] and copy.tree is None
+    assert copy.match == (1, 5) and copy.copied == (5, 8)
+    longer = [*text[:-5], 30, 2, 3, 4, 5]  # now [30, 2, 3, 4, 5] matches the second occurrence: the longer match wins
+    found = retrieved(longer, 3)
+    assert found is not None and found.token_ids == [20, 21, 30] and found.match == (10, 15)
+    assert retrieved([1, 2, 3, 9, 1, 2, 3], 3) is None, "a match of 3 tokens is the tree's to guess"
+    assert retrieved([1, 2, 3, 4, EOS, 7, 1, 2, 3, 4], 3, frozenset({EOS})) is None, "nothing before an end of text"
+    cut = retrieved([1, 2, 3, 4, 5, 1, 2, 3, 4], 5)
+    assert cut is not None and cut.token_ids == [5, 1, 2, 3, 4] and cut.stopped is None  # a copy may overlap the end
+    short = retrieved([1, 2, 3, 4, 5, 6, 1, 2, 3, 4], 8)
+    assert short is not None and short.token_ids == [5, 6, 1, 2, 3, 4] and short.stopped is not None
+
+    d = drafter(k=2, budget=4, depth=3)
+    d.matrix.rows[5] = torch.tensor([40, 41], dtype=torch.int32)
+    draft = d.propose(text, 3, [], True, None)
+    assert draft.retrieved and draft.token_ids == [6, 7, 8] and draft.state is not None
+    assert not d.propose([1, 2, 3, 9, 5], 3, [], True, None).retrieved, "no long match: the recycled tree"
+    assert draft.cut(1).token_ids == [6], "a cut is the strategy's to skip (core/strategies/speculative.py)"
+
+
+def greedy_continuation(model: Any, prompt: list[int], max_new: int) -> list[int]:
+    with torch.inference_mode():
+        hf: list[int] = model.generate(torch.tensor([prompt]), max_new_tokens=max_new, do_sample=False,
+                                       eos_token_id=EOS, pad_token_id=0)[0, len(prompt) :].tolist()
+    return hf[: hf.index(EOS) + 1] if EOS in hf else hf
+
+
+def copying_prompt(model: Any, seed: int) -> list[int]:
+    """A prompt whose last three tokens and the target's first token after it occurred earlier in it: the first
+    round retrieves what followed them. Found by trying every token w as the 4-gram's last (one batched forward) for
+    one that the target then says first, on a few random fillers."""
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(10):
+        a, b, c = (torch.randint(1, V - 2, (n,), generator=g).tolist() for n in (5, 3, 12))
+        candidates = torch.tensor([[*a, *b, w, *c, *b] for w in range(1, V - 1)])  # [V - 2, 23]
+        with torch.inference_mode():
+            first = model(candidates).logits[:, -1].argmax(-1)  # [V - 2]
+        fixed = (first == torch.arange(1, V - 1)).nonzero()
+        if len(fixed):
+            return candidates[int(fixed[0])].tolist()
+    raise AssertionError("no prompt found for this model")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_recycling_with_retrieved_copies_is_transformers_greedy_under_the_adaptive_policy(byte_bpe: Any,
+                                                                                         seed: int) -> None:
+    """Where the first round retrieves a copy longer than the tree budget, it is verified whole, and the text is
+    still greedy's, adaptive or not."""
+    model = tiny_model(["llama", "qwen2", "phi3", "gpt2"][seed], vocab_size=V, seed=seed)
+    prompt = copying_prompt(model, seed)
+    expected = greedy_continuation(model, prompt, 24)
+    for adaptive in (False, True):
+        events = run(model, byte_bpe, drafter(budget=4, depth=8), prompt, 24, k=8, adaptive=adaptive)
+        result = events[-1]
+        assert isinstance(result, Finished) and list(result.token_ids) == expected
+        copies = [e for e in events if isinstance(e, DraftProposed) and e.match_start is not None]
+        assert copies and all(e.parents is None for e in copies)
+        assert len(copies[0].token_ids) > 4, "a copy longer than the tree budget is verified whole"
+        verified = next(e for e in events if isinstance(e, DraftVerified))
+        assert len(verified.verdicts) >= min(len(copies[0].token_ids), verified.accepted + 1)
 
 
 @pytest.mark.parametrize("seed", range(8))

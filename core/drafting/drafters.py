@@ -67,6 +67,9 @@ class Draft:
     rows: tuple[tuple[str, tuple[int, ...]], ...] | None = None
     # Its own state after drafting, in words a viewer shows beside the run's figures (recycling's matrix fill).
     state: str | None = None
+    # A ranked drafter's copy of earlier text instead of its tree (recycling's retrieval round): verified whole, never
+    # cut to the policy's nodes, and no round of the tree the policy sizes.
+    retrieved: bool = False
 
     @property
     def tree(self) -> TokenTree | None:

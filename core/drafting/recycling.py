@@ -7,6 +7,14 @@ draft tree is grown breadth-first from the pending token along a fixed template:
 ``M[token of parent][r]``. The target verifies the tree in one forward (the verifier's tree attention), and every
 row it read, kept or not, writes its top-k back into ``M``: the rejected branches are the recycled "trash".
 
+Where the text's end occurred before, at least ``RETRIEVED_MATCH`` tokens of it, a round drafts what followed that
+occurrence instead, as a chain, whole: SAM-Decoding's rule (Hu et al., "SAM Decoding: Speculative Decoding via
+Suffix Automaton", ACL 2025; reference code: github.com/hyx1999/SAM-Decoding, which pairs its retrieval with this
+very drafter). The matrix keys a guess by one token, so it cannot follow a long copy (a code edit's) where prompt
+lookup can; a match that long is a better guess than the template's. The longest match is found by a scan of the
+text (:func:`retrieved`), where SAM-Decoding keeps a suffix automaton: the text is a prompt and an answer, a scan of
+it costs less than growing the tree.
+
 The paper's template is a static tree of about 80 nodes, tuned on data; here it is grown best-first to the run's
 tree budget (a few nodes on a small CPU, where each node costs a column of the forward), scoring a path by a prior
 on how often the target picks its r-th guess (``RANK_PRIOR``). A row not yet filled grows nothing, so a cold
@@ -21,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -43,6 +52,9 @@ if TYPE_CHECKING:
     from .drafters import Replay
 
 EMPTY = -1  # a cell of a row not filled yet
+# The shortest match of the text's end that drafts a copy instead of the tree: SAM-Decoding's ``len_threshold``.
+RETRIEVED_MATCH = 4
+MATCH_SCAN = 64  # a match is measured back this far at most: longer ones are as good a guess
 # A prior on how often the target's next token is its r-th most likely guess of the last time it read the same
 # token: what orders the template's nodes. Its shape matters more than its values (the paper's template is built
 # from measured acceptance by rank in the same way).
@@ -121,9 +133,41 @@ def template(budget: int, depth: int, k: int) -> list[tuple[int, int]]:
     return nodes
 
 
+def retrieved(context: Sequence[int], n_predicts: int, eos_token_ids: frozenset[int] = frozenset(),
+              ) -> Draft | None:
+    """SAM-Decoding's retrieval: the earlier occurrence of the longest suffix of ``context`` (the first, on a tie)
+    and the ``n_predicts`` tokens that followed it, cut before an end of text, as a copy (its match and source spans
+    for the view); None where that suffix is shorter than RETRIEVED_MATCH or nothing followed it."""
+    n = len(context)
+    if n <= RETRIEVED_MATCH:
+        return None
+    last, end, longest = context[-1], -1, 0
+    for i in range(n - 1):  # i: where an occurrence ends; the suffix itself (i = n - 1) never matches itself
+        if context[i] != last:
+            continue
+        size = 1
+        while size < min(MATCH_SCAN, i + 1) and context[i - size] == context[n - 1 - size]:
+            size += 1
+        if size > longest:
+            end, longest = i, size
+    if longest < RETRIEVED_MATCH:
+        return None
+    begin = end + 1
+    tokens = list(context[begin : begin + n_predicts])
+    stopped = "the copy reached the end of the text" if len(tokens) < n_predicts else None
+    for i, token in enumerate(tokens):
+        if token in eos_token_ids:  # the target decides itself whether to end
+            tokens, stopped = tokens[:i], "an end-of-text token in the copy"
+            break
+    if not tokens:
+        return None
+    return Draft(tokens, match=(begin - longest, begin), copied=(begin, begin + len(tokens)), stopped=stopped,
+                 sources=None, retrieved=True)
+
+
 class RecyclingDrafter:
-    """Drafts a tree (a chain where the budget is 0) from the recycled matrix, and recycles every row the target
-    reads."""
+    """Drafts a tree (a chain where the budget is 0) from the recycled matrix, or a copy where the text's end
+    occurred before (:func:`retrieved`), and recycles every row the target reads."""
 
     kind = "recycle"
     source: TokenSource = "draft"
@@ -154,6 +198,9 @@ class RecyclingDrafter:
         depth = min(k, self.num_pred_tokens)
         if depth < 1 or not context:
             return Draft([])
+        copy = retrieved(context, depth, self.eos_token_ids)
+        if copy is not None:
+            return replace(copy, state=self.state())
         self.matrix.flush()
         tokens: list[int] = []
         parents: list[int] = []

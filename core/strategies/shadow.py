@@ -57,8 +57,8 @@ class ShadowRounds:
             self._open(self.propose())
 
     def _open(self, draft: Draft) -> None:
-        if not draft.token_ids:
-            return  # nothing to draft here: no round stands in for this step
+        if not draft.token_ids or draft.retrieved:
+            return  # nothing to draft here, or a copy instead of the tree: no round of the tree stands in
         self.tree = draft.token_tree()
         self.node = ROOT
 

@@ -114,8 +114,10 @@ def speculative(
                 yield DraftLengthDecided(round=round_, k=k, reason=policy.reason)
             started = time.perf_counter()
             whole = (found or drafter.propose(context, k, s.processors, s.greedy, generator)) if k > 0 else Draft([])
-            # A tree whose nodes come best first is verified as far as the policy priced it to pay on this device.
-            draft, found = whole.cut(policy.nodes) if policy is not None and policy.nodes else whole, None
+            # A tree whose nodes come best first is verified as far as the policy priced it to pay on this device (a
+            # copy retrieved instead of it, whole).
+            draft, found = whole.cut(policy.nodes) if policy is not None and policy.nodes and not whole.retrieved \
+                else whole, None
             if not draft.token_ids and target.steps_plainly and grammar is None and (k == 0 or drafter.free_to_ask):
                 steps, found = yield from plain_stretch(target, transcript, context, drafter, s, k, policy, stats,
                                                         generator, vocab)
@@ -141,7 +143,8 @@ def speculative(
                            s.num_draft_tokens, grammar)
                 if learn is not None:  # every node the target read, kept or not
                     learn([context[-1], *v.fed], v.raw)
-                if policy is not None and policy.ranked and grammar is None:  # what the whole tree would have kept
+                if policy is not None and policy.ranked and grammar is None and not whole.retrieved:
+                    # what the whole tree would have kept
                     kept_of_whole(policy, whole, v, len(drafted))
                 event = verified_event(round_, v, cut, draft, draft_s, time.perf_counter() - started, stats, policy,
                                        transcript.target_forwards)
