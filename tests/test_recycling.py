@@ -15,6 +15,8 @@ import torch
 from decode_tui.core.drafting.recycling import (
     EMPTY,
     RETRIEVED_MATCH,
+    TREE,
+    CopyOrTree,
     RecycledMatrix,
     RecyclingDrafter,
     retrieved,
@@ -84,10 +86,7 @@ def test_a_draft_follows_the_rows_and_an_empty_row_drafts_nothing() -> None:
     assert chain.tree is None and chain.token_ids == [40, 50, 60], "with no tree budget, a chain of first guesses"
 
 
-def test_a_long_match_of_the_texts_end_is_copied_instead_of_the_tree() -> None:
-    """SAM-Decoding's rule: where the text's end occurred before, at least RETRIEVED_MATCH tokens of it, the round
-    drafts what followed its longest earlier occurrence, as a chain verified whole; a shorter match drafts the tree."""
-    assert RETRIEVED_MATCH == 4
+def test_the_longest_earlier_occurrence_of_the_texts_end_is_retrieved() -> None:
     text = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 30, 2, 3, 4, 5, 20, 21, 9, 2, 3, 4, 5]
     copy = retrieved(text, 3)
     # [2, 3, 4, 5] ends the text twice before; [1, 2, 3, 4, 5] is no longer match: the first occurrence, on a tie
@@ -96,18 +95,47 @@ def test_a_long_match_of_the_texts_end_is_copied_instead_of_the_tree() -> None:
     longer = [*text[:-5], 30, 2, 3, 4, 5]  # now [30, 2, 3, 4, 5] matches the second occurrence: the longer match wins
     found = retrieved(longer, 3)
     assert found is not None and found.token_ids == [20, 21, 30] and found.match == (10, 15)
-    assert retrieved([1, 2, 3, 9, 1, 2, 3], 3) is None, "a match of 3 tokens is the tree's to guess"
+    assert retrieved([1, 2, 3, 9, 1, 2, 3], 3, shortest=4) is None, "a match shorter than asked for"
+    short = retrieved([1, 2, 3, 9, 1, 2, 3], 3)
+    assert short is not None and short.match == (0, 3) and short.token_ids == [9, 1, 2]
     assert retrieved([1, 2, 3, 4, EOS, 7, 1, 2, 3, 4], 3, frozenset({EOS})) is None, "nothing before an end of text"
     cut = retrieved([1, 2, 3, 4, 5, 1, 2, 3, 4], 5)
     assert cut is not None and cut.token_ids == [5, 1, 2, 3, 4] and cut.stopped is None  # a copy may overlap the end
-    short = retrieved([1, 2, 3, 4, 5, 6, 1, 2, 3, 4], 8)
-    assert short is not None and short.token_ids == [5, 6, 1, 2, 3, 4] and short.stopped is not None
+    ends = retrieved([1, 2, 3, 4, 5, 6, 1, 2, 3, 4], 8)
+    assert ends is not None and ends.token_ids == [5, 6, 1, 2, 3, 4] and ends.stopped is not None
+    assert retrieved([1, 2, 3], 3) is None, "no token of the text's end occurred before"
+
+
+def test_a_long_match_is_always_copied_and_a_short_one_while_its_copies_keep_as_much_as_the_trees() -> None:
+    """SAM-Decoding's rule at RETRIEVED_MATCH tokens or more; under it, what the run's copies and trees kept."""
+    assert RETRIEVED_MATCH == 4
+    choice = CopyOrTree()
+    assert choice.copies(4) and choice.copies(2), "a long match always; a short one first tried"
+    for _ in range(3):  # copies after 2-token matches that keep nothing
+        choice.drafted(2, 100)
+        choice.confirmed(100)
+    assert not choice.copies(2) and choice.copies(3) and choice.copies(9)
+    for _ in range(6):  # trees that keep as little
+        choice.drafted(TREE, 100)
+        choice.confirmed(100)
+    assert choice.copies(2), "tried again once the trees keep as little"
+    choice.drafted(4, 100)
+    choice.confirmed(100)
+    assert choice.copies(4), "a long match's copy is never overruled"
 
     d = drafter(k=2, budget=4, depth=3)
     d.matrix.rows[5] = torch.tensor([40, 41], dtype=torch.int32)
+    text = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 30, 2, 3, 4, 5]
     draft = d.propose(text, 3, [], True, None)
     assert draft.retrieved and draft.token_ids == [6, 7, 8] and draft.state is not None
-    assert not d.propose([1, 2, 3, 9, 5], 3, [], True, None).retrieved, "no long match: the recycled tree"
+    d.rollback(len(text))  # the copy kept nothing, a tree's drafted next after a short match
+    assert d.propose([1, 5, 2, 5], 3, [], True, None).retrieved, "a short match: tried first"
+    d.rollback(4)
+    for _ in range(2):
+        d.propose([1, 5, 2, 5], 3, [], True, None)
+        d.rollback(4)
+    tree = d.propose([1, 5, 2, 5], 3, [], True, None)
+    assert not tree.retrieved and tree.token_ids[:1] == [40], "short copies that kept nothing: the recycled tree"
     assert draft.cut(1).token_ids == [6], "a cut is the strategy's to skip (core/strategies/speculative.py)"
 
 

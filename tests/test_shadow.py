@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from decode_tui.core.drafting.drafters import Draft
-from decode_tui.core.record.events import DraftProposed, DraftVerified, TokenEmitted
+from decode_tui.core.record.events import DraftProposed, DraftVerified, Finished, TokenEmitted
+from decode_tui.core.strategies.adaptive import AdaptiveDraftLength
 from decode_tui.core.strategies.shadow import ShadowRounds
 
 from .conftest import tiny_model
-from .test_recycling import drafter
+from .test_recycling import drafter, greedy_continuation
 from .test_speculative import V, run
 
 
@@ -62,3 +65,42 @@ def test_shadow_rounds_keep_what_the_verified_rounds_kept(byte_bpe: Any) -> None
         seen.append(token)
         shadow.seen(token)
     assert kept == verified[: len(kept)] and len(kept) >= len(verified) - 1, (kept, verified)
+
+
+def test_a_copy_retrieved_instead_of_a_tree_is_no_round_and_is_handed_to_the_loop_once() -> None:
+    copy = Draft([7, 8], match=(0, 4), copied=(4, 6), retrieved=True)
+    kept: list[int] = []
+    shadow = ShadowRounds(lambda: copy, lambda path: kept.append(len(path) + 1))
+    assert shadow.retrieved() is copy and shadow.retrieved().token_ids == [], "handed once"
+    drafts = iter([copy, Draft([]), copy])
+    shadow = ShadowRounds(lambda: next(drafts), lambda path: kept.append(len(path) + 1))
+    shadow.seen(7)
+    assert shadow.retrieved().token_ids == [], "a copy drafted before the last token is stale"
+    shadow.seen(9)
+    assert shadow.retrieved() is copy and kept == [], "a copy after it is handed over, and no round stood in"
+
+
+def test_copies_found_during_plain_steps_are_verified_whatever_the_policy_chose(byte_bpe: Any,
+                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the policy taking plain steps throughout, a recycling drafter's copies (here: of the target's own greedy
+    text, at two points) end the stretch, are verified whole and kept; the text is greedy's."""
+    model = tiny_model("qwen2", vocab_size=V, seed=4)
+    prompt = [5, 6, 7, 8, 9]
+    expected = greedy_continuation(model, prompt, 24)
+    assert len(expected) == 24
+    d = drafter(budget=4, depth=8)
+
+    def propose(context: list[int], k: int, *_: Any) -> Draft:
+        at = len(context) - len(prompt)
+        if at in (5, 14):  # a copy of what greedy will say next, as a retrieval round drafts one
+            return Draft(expected[at : at + 6], match=(0, 4), copied=(0, 6), retrieved=True)
+        return Draft([])
+
+    monkeypatch.setattr(d, "propose", propose)
+    monkeypatch.setattr(AdaptiveDraftLength, "choose", lambda self: self._decide("plain", 0, "plain, for the test"))
+    events = run(model, byte_bpe, d, prompt, 24, k=8, adaptive=True)
+    result = events[-1]
+    assert isinstance(result, Finished) and list(result.token_ids) == expected
+    rounds = [e for e in events if isinstance(e, DraftVerified)]
+    assert [e.accepted for e in rounds] == [6, 6]
+    assert result.target_forwards == 24 - 2 * 6

@@ -7,13 +7,15 @@ draft tree is grown breadth-first from the pending token along a fixed template:
 ``M[token of parent][r]``. The target verifies the tree in one forward (the verifier's tree attention), and every
 row it read, kept or not, writes its top-k back into ``M``: the rejected branches are the recycled "trash".
 
-Where the text's end occurred before, at least ``RETRIEVED_MATCH`` tokens of it, a round drafts what followed that
-occurrence instead, as a chain, whole: SAM-Decoding's rule (Hu et al., "SAM Decoding: Speculative Decoding via
-Suffix Automaton", ACL 2025; reference code: github.com/hyx1999/SAM-Decoding, which pairs its retrieval with this
-very drafter). The matrix keys a guess by one token, so it cannot follow a long copy (a code edit's) where prompt
-lookup can; a match that long is a better guess than the template's. The longest match is found by a scan of the
-text (:func:`retrieved`), where SAM-Decoding keeps a suffix automaton: the text is a prompt and an answer, a scan of
-it costs less than growing the tree.
+Where the text's end occurred before, a round may draft what followed its longest earlier occurrence instead, as a
+chain verified whole. SAM-Decoding (Hu et al., "SAM Decoding: Speculative Decoding via Suffix Automaton", ACL 2025;
+reference code: github.com/hyx1999/SAM-Decoding, which pairs its retrieval with this very drafter) copies where the
+match is ``RETRIEVED_MATCH`` tokens or more. The matrix keys a guess by one token, so it cannot follow a long copy (a
+code edit's) where prompt lookup can. A shorter match is a good guess in code and a poor one in prose, so here it is
+learned in the run (:class:`CopyOrTree`): a copy after a match of that length is drafted while such copies have kept
+as many tokens as the trees. The longest match is found by a scan of the text (:func:`retrieved`), where
+SAM-Decoding keeps a suffix automaton: the text is a prompt and an answer, and a scan of it costs less than growing
+the tree.
 
 The paper's template is a static tree of about 80 nodes, tuned on data; here it is grown best-first to the run's
 tree budget (a few nodes on a small CPU, where each node costs a column of the forward), scoring a path by a prior
@@ -52,9 +54,12 @@ if TYPE_CHECKING:
     from .drafters import Replay
 
 EMPTY = -1  # a cell of a row not filled yet
-# The shortest match of the text's end that drafts a copy instead of the tree: SAM-Decoding's ``len_threshold``.
+# A match of the text's end this long or longer always drafts a copy instead of the tree: SAM-Decoding's
+# ``len_threshold``. Shorter ones draft a copy where such copies paid in the run (CopyOrTree).
 RETRIEVED_MATCH = 4
 MATCH_SCAN = 64  # a match is measured back this far at most: longer ones are as good a guess
+TREE = 0  # CopyOrTree's key for the tree's rounds (a copy's is its match's length, up to RETRIEVED_MATCH)
+KEPT_DECAY = 0.8  # a kind of round's kept tokens are decayed by this at each of its rounds: the text changes
 # A prior on how often the target's next token is its r-th most likely guess of the last time it read the same
 # token: what orders the template's nodes. Its shape matters more than its values (the paper's template is built
 # from measured acceptance by rank in the same way).
@@ -134,12 +139,12 @@ def template(budget: int, depth: int, k: int) -> list[tuple[int, int]]:
 
 
 def retrieved(context: Sequence[int], n_predicts: int, eos_token_ids: frozenset[int] = frozenset(),
-              ) -> Draft | None:
+              shortest: int = 1) -> Draft | None:
     """SAM-Decoding's retrieval: the earlier occurrence of the longest suffix of ``context`` (the first, on a tie)
     and the ``n_predicts`` tokens that followed it, cut before an end of text, as a copy (its match and source spans
-    for the view); None where that suffix is shorter than RETRIEVED_MATCH or nothing followed it."""
+    for the view); None where that suffix is shorter than ``shortest`` or nothing followed it."""
     n = len(context)
-    if n <= RETRIEVED_MATCH:
+    if n <= shortest:
         return None
     last, end, longest = context[-1], -1, 0
     for i in range(n - 1):  # i: where an occurrence ends; the suffix itself (i = n - 1) never matches itself
@@ -150,7 +155,7 @@ def retrieved(context: Sequence[int], n_predicts: int, eos_token_ids: frozenset[
             size += 1
         if size > longest:
             end, longest = i, size
-    if longest < RETRIEVED_MATCH:
+    if longest < shortest:
         return None
     begin = end + 1
     tokens = list(context[begin : begin + n_predicts])
@@ -163,6 +168,37 @@ def retrieved(context: Sequence[int], n_predicts: int, eos_token_ids: frozenset[
         return None
     return Draft(tokens, match=(begin - longest, begin), copied=(begin, begin + len(tokens)), stopped=stopped,
                  sources=None, retrieved=True)
+
+
+class CopyOrTree:
+    """Whether a copy after a match of m tokens beats the tree: at RETRIEVED_MATCH or more, always (SAM-Decoding's
+    rule); under it, while the copies after matches of m tokens have kept as many drafted tokens a round as the trees,
+    each kind's kept tokens and rounds decayed by KEPT_DECAY at each of its rounds, from a prior of one round that
+    kept one token. So the first copy after a short match is tried, one that keeps nothing is soon dropped, and it is
+    tried again once the trees keep as little."""
+
+    def __init__(self) -> None:
+        self.kept = {m: (1.0, 1.0) for m in range(RETRIEVED_MATCH)}  # kind (TREE, or a match's length) -> kept, rounds
+        self.asked: tuple[int, int] | None = None  # the last draft's kind and the context's length then
+
+    def copies(self, match: int) -> bool:
+        return match >= RETRIEVED_MATCH or self._mean(match) >= self._mean(TREE)
+
+    def _mean(self, kind: int) -> float:
+        kept, rounds = self.kept[kind]
+        return kept / rounds
+
+    def drafted(self, kind: int, at: int) -> None:
+        """The draft just handed out was of this kind, for a context of ``at`` tokens."""
+        self.asked = (kind, at) if kind < RETRIEVED_MATCH else None
+
+    def confirmed(self, length: int) -> None:
+        """The verifier kept the text up to ``length``: the last draft kept what lies past where it was drafted."""
+        if self.asked is not None and length >= self.asked[1]:
+            kind, at = self.asked
+            kept, rounds = self.kept[kind]
+            self.kept[kind] = (KEPT_DECAY * kept + length - at, KEPT_DECAY * rounds + 1)
+        self.asked = None
 
 
 class RecyclingDrafter:
@@ -185,6 +221,7 @@ class RecyclingDrafter:
         self.tree_budget = tree_budget
         self.eos_token_ids = eos_token_ids
         self._shape: tuple[tuple[int, int, int], list[tuple[int, int]]] | None = None
+        self.choice = CopyOrTree()  # whether a short match's copy beats the tree, in this run
 
     def _template(self, depth: int) -> list[tuple[int, int]]:
         width = self.tree_budget if self.tree_budget > 0 else depth  # a chain: rank 0 all the way down
@@ -199,8 +236,10 @@ class RecyclingDrafter:
         if depth < 1 or not context:
             return Draft([])
         copy = retrieved(context, depth, self.eos_token_ids)
-        if copy is not None:
+        if copy is not None and copy.match is not None and self.choice.copies(copy.match[1] - copy.match[0]):
+            self.choice.drafted(copy.match[1] - copy.match[0], len(context))
             return replace(copy, state=self.state())
+        self.choice.drafted(TREE, len(context))
         self.matrix.flush()
         tokens: list[int] = []
         parents: list[int] = []
@@ -245,7 +284,7 @@ class RecyclingDrafter:
         self.matrix.observe(tokens, logits)
 
     def rollback(self, confirmed: int) -> None:
-        pass  # the matrix keeps every row it read, kept or not: that is the recycling
+        self.choice.confirmed(confirmed)  # the matrix keeps every row it read, kept or not: that is the recycling
 
     def prefilled(self, context: list[int], cache: object) -> None:
         pass

@@ -69,13 +69,16 @@ def plain_stretch(target: Target, transcript: Transcript, context: list[int], dr
                   vocab: slice) -> Generator[Event, None, tuple[int, Draft | None]]:
     """Nothing drafted (drafting does not pay; a lookup found nothing): plain steps as greedy runs them, each
     forward queued before the last token is read back (a round would pad and wait), until the policy's next look,
-    or a drafter that is free to ask finds a copy. Returns the steps run and that copy, if one ended the stretch."""
-    look = partial(drafter.propose, context, k, s.processors, s.greedy, generator) if k > 0 else None
+    or a drafter that is free to ask finds a copy (a ranked drafter's, retrieved). Returns the steps run and that copy,
+    if one ended the stretch."""
     stretch = transcript.remaining if policy is None or k > 0 else policy.plain_stretch()
-    # Where the policy stopped drafting trees that are free to ask, the steps stand in for tree rounds (shadow.py).
+    # Where the policy stopped drafting trees that are free to ask, the steps stand in for tree rounds (shadow.py),
+    # and a copy one of their drafts retrieved instead ends the stretch.
     shadow = ShadowRounds(partial(drafter.propose, context, policy.max_k, s.processors, s.greedy, generator),
                           policy.observe_shadow) if policy is not None and policy.trees and drafter.free_to_ask \
         and k == 0 else None
+    look = partial(drafter.propose, context, k, s.processors, s.greedy, generator) if k > 0 \
+        else shadow.retrieved if shadow is not None else None
     steps, seconds, found = yield from plain_steps(target.model, target.cache, transcript, context,
                                                    min(stretch, transcript.remaining), s.processors, s.greedy,
                                                    generator, vocab, s.live, s.version, look=look,

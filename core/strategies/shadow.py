@@ -34,6 +34,7 @@ class ShadowRounds:
         self.propose = propose
         self.kept = kept
         self.tree: TokenTree | None = None  # the open round's draft
+        self.copy: Draft | None = None  # a copy retrieved instead of a tree, for the context as it is now
         self.node = ROOT  # how far down it the tokens since have walked
         self.bonus = False  # the open round reached a leaf: the next token is its bonus token
         self._open(propose())
@@ -41,6 +42,7 @@ class ShadowRounds:
     def seen(self, token: int) -> None:
         """A token the plain steps emitted: the open round walks down to it or is over; then, with none open, the
         next round's draft is asked for from the context that now ends with it."""
+        self.copy = None  # drafted for a shorter context
         if self.bonus:  # the token after a leaf, the round's own (counted when the leaf was reached)
             self.bonus = False
         elif (tree := self.tree) is not None:
@@ -56,9 +58,18 @@ class ShadowRounds:
         if self.tree is None:
             self._open(self.propose())
 
+    def retrieved(self) -> Draft:
+        """The copy the drafter retrieved instead of a tree after the last token, if it did (the loop verifies it:
+        :func:`~.rounds.plain_stretch`'s look), else an empty draft."""
+        copy, self.copy = self.copy, None
+        return copy or Draft([])
+
     def _open(self, draft: Draft) -> None:
-        if not draft.token_ids or draft.retrieved:
-            return  # nothing to draft here, or a copy instead of the tree: no round of the tree stands in
+        if draft.retrieved:
+            self.copy = draft  # no round of the tree stands in for a copy
+            return
+        if not draft.token_ids:
+            return  # nothing to draft here: no round stands in for this step
         self.tree = draft.token_tree()
         self.node = ROOT
 

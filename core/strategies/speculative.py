@@ -101,7 +101,7 @@ def speculative(
                 stats.plain_step_s = target.step_seconds(context)
                 if policy is not None and stats.plain_step_s is not None:
                     policy.timed(stats.plain_step_s, drafter.time_step(context, s.processors))
-        round_, said, found = 0, (("", -1), 0), None  # found: a lookup's copy that ended a stretch of plain steps
+        round_, said, found = 0, (("", -1), 0), None  # found: a copy that ended a stretch of plain steps
         while not transcript.done:
             if transcript.cancel_requested:
                 yield transcript.finished("cancelled", **stats.extras())
@@ -113,7 +113,12 @@ def speculative(
                 said = (policy.decision, policy.nodes)
                 yield DraftLengthDecided(round=round_, k=k, reason=policy.reason)
             started = time.perf_counter()
-            whole = (found or drafter.propose(context, k, s.processors, s.greedy, generator)) if k > 0 else Draft([])
+            if found is not None and found.retrieved and transcript.remaining > 1:
+                # A copy that plain steps came upon (their shadow rounds', rounds.py): verified whatever k was chosen.
+                whole, k = found, min(len(found.token_ids), transcript.remaining - 1)
+            else:
+                whole = (found or drafter.propose(context, k, s.processors, s.greedy, generator)) if k > 0 \
+                    else Draft([])
             # A tree whose nodes come best first is verified as far as the policy priced it to pay on this device (a
             # copy retrieved instead of it, whole).
             draft, found = whole.cut(policy.nodes) if policy is not None and policy.nodes and not whole.retrieved \
