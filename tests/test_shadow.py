@@ -80,8 +80,8 @@ def test_a_copy_retrieved_instead_of_a_tree_is_no_round_and_is_handed_to_the_loo
     assert shadow.retrieved() is copy and kept == [], "a copy after it is handed over, and no round stood in"
 
 
-def test_copies_found_during_plain_steps_are_verified_whatever_the_policy_chose(byte_bpe: Any,
-                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_copies_found_during_plain_steps_are_verified_whatever_the_policy_chose(
+        byte_bpe: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """With the policy taking plain steps throughout, a recycling drafter's copies (here: of the target's own greedy
     text, at two points) end the stretch, are verified whole and kept; the text is greedy's."""
     model = tiny_model("qwen2", vocab_size=V, seed=4)
