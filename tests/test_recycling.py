@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 import torch
 
+from decode_tui.core.drafting.drafters import Draft
 from decode_tui.core.drafting.recycling import (
     EMPTY,
     RETRIEVED_MATCH,
-    TREE,
-    CopyOrTree,
     RecycledMatrix,
     RecyclingDrafter,
+    graft,
     retrieved,
     template,
 )
@@ -106,37 +106,31 @@ def test_the_longest_earlier_occurrence_of_the_texts_end_is_retrieved() -> None:
     assert retrieved([1, 2, 3], 3) is None, "no token of the text's end occurred before"
 
 
-def test_a_long_match_is_always_copied_and_a_short_one_while_its_copies_keep_as_much_as_the_trees() -> None:
-    """SAM-Decoding's rule at RETRIEVED_MATCH tokens or more; under it, what the run's copies and trees kept."""
+def test_a_long_match_is_copied_instead_of_the_tree_and_a_short_ones_copy_joins_the_tree() -> None:
+    """SAM-Decoding's rule at RETRIEVED_MATCH tokens or more: the copy alone, a chain; under it, the copy grafted onto
+    the recycled tree through the nodes it shares, its own nodes last and kept by the policy's cut."""
     assert RETRIEVED_MATCH == 4
-    choice = CopyOrTree()
-    assert choice.copies(4) and choice.copies(2), "a long match always; a short one first tried"
-    for _ in range(3):  # copies after 2-token matches that keep nothing
-        choice.drafted(2, 100)
-        choice.confirmed(100)
-    assert not choice.copies(2) and choice.copies(3) and choice.copies(9)
-    for _ in range(6):  # trees that keep as little
-        choice.drafted(TREE, 100)
-        choice.confirmed(100)
-    assert choice.copies(2), "tried again once the trees keep as little"
-    choice.drafted(4, 100)
-    choice.confirmed(100)
-    assert choice.copies(4), "a long match's copy is never overruled"
-
     d = drafter(k=2, budget=4, depth=3)
     d.matrix.rows[5] = torch.tensor([40, 41], dtype=torch.int32)
-    text = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 30, 2, 3, 4, 5]
-    draft = d.propose(text, 3, [], True, None)
-    assert draft.retrieved and draft.token_ids == [6, 7, 8] and draft.state is not None
-    d.rollback(len(text))  # the copy kept nothing, a tree's drafted next after a short match
-    assert d.propose([1, 5, 2, 5], 3, [], True, None).retrieved, "a short match: tried first"
-    d.rollback(4)
-    for _ in range(2):
-        d.propose([1, 5, 2, 5], 3, [], True, None)
-        d.rollback(4)
-    tree = d.propose([1, 5, 2, 5], 3, [], True, None)
-    assert not tree.retrieved and tree.token_ids[:1] == [40], "short copies that kept nothing: the recycled tree"
+    d.matrix.rows[40] = torch.tensor([50, 51], dtype=torch.int32)
+    long = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 30, 2, 3, 4, 5]
+    draft = d.propose(long, 3, [], True, None)
+    assert draft.retrieved and draft.token_ids == [6, 7, 8] and draft.tree is None and draft.state is not None
     assert draft.cut(1).token_ids == [6], "a cut is the strategy's to skip (core/strategies/speculative.py)"
+
+    short = [9, 5, 40, 77, 3, 5]  # "5" occurred before, followed by 40, 77, 3: the copy shares the tree's node 40
+    tree = d.propose(short, 3, [], True, None)
+    assert not tree.retrieved and tree.tree is not None and tree.sources is not None and tree.pinned == 2
+    grown = tree.tree
+    assert grown.tokens == (40, 50, 41, 77, 3)  # the template's three nodes (50's row is empty), then the copy's
+    assert [grown.tokens[n] for n in grown.path_to(4)] == [40, 77, 3], "through the tree's own 40"
+    assert tree.sources[3:] == ("copied after the match at 1",) * 2
+    cut = tree.cut(1)
+    assert cut.token_ids == [40, 77, 3] and cut.tree is None and cut.pinned == 2, "the copy and the node it hangs from"
+    cut = tree.cut(2)
+    assert cut.token_ids == [40, 50, 77, 3] and cut.parents == (-1, 0, 0, 2) and cut.pinned == 2
+    assert tree.cut(3) is tree
+    assert graft([], [], [], Draft([7, 8], match=(3, 4))) == 2
 
 
 def greedy_continuation(model: Any, prompt: list[int], max_new: int) -> list[int]:

@@ -70,6 +70,9 @@ class Draft:
     # A ranked drafter's copy of earlier text instead of its tree (recycling's retrieval round): verified whole, never
     # cut to the policy's nodes, and no round of the tree the policy sizes.
     retrieved: bool = False
+    # A ranked tree's last nodes that are no part of its ranking (a copy grafted onto recycling's tree): a cut keeps
+    # them, and the nodes they hang from.
+    pinned: int = 0
 
     @property
     def tree(self) -> TokenTree | None:
@@ -83,9 +86,18 @@ class Draft:
     def cut(self, nodes: int) -> Draft:
         """The draft's first ``nodes`` nodes: a tree's nodes come parents first, so they are a tree, and a chain
         where they are one; a chain's first tokens. What a drafter that ranks its nodes (``Drafter.ranked``) would
-        have drafted with that budget."""
-        if nodes >= len(self.token_ids):
+        have drafted with that budget; its ``pinned`` nodes, and the nodes they hang from, besides."""
+        if nodes >= len(self.token_ids) - self.pinned:
             return self
+        if self.pinned:
+            tree = self.token_tree()
+            keep = set(range(nodes))
+            for node in range(len(self.token_ids) - self.pinned, len(self.token_ids)):
+                keep.update(tree.path_to(node))
+            cut, old = tree.kept([i in keep for i in range(len(self.token_ids))])
+            sources = tuple(self.sources[i] for i in old) if self.sources is not None else None
+            return replace(self, token_ids=list(cut.tokens), parents=None if cut.is_chain() else cut.parents,
+                           sources=sources, pinned=sum(i >= len(self.token_ids) - self.pinned for i in old))
         q, q_probs = self.q[:nodes] if self.q is not None else None, self.q_probs[:nodes] if self.q_probs else None
         sources = self.sources[:nodes] if self.sources is not None else None
         parents = self.parents[:nodes] if self.parents is not None else None

@@ -7,15 +7,15 @@ draft tree is grown breadth-first from the pending token along a fixed template:
 ``M[token of parent][r]``. The target verifies the tree in one forward (the verifier's tree attention), and every
 row it read, kept or not, writes its top-k back into ``M``: the rejected branches are the recycled "trash".
 
-Where the text's end occurred before, a round may draft what followed its longest earlier occurrence instead, as a
-chain verified whole. SAM-Decoding (Hu et al., "SAM Decoding: Speculative Decoding via Suffix Automaton", ACL 2025;
-reference code: github.com/hyx1999/SAM-Decoding, which pairs its retrieval with this very drafter) copies where the
-match is ``RETRIEVED_MATCH`` tokens or more. The matrix keys a guess by one token, so it cannot follow a long copy (a
-code edit's) where prompt lookup can. A shorter match is a good guess in code and a poor one in prose, so here it is
-learned in the run (:class:`CopyOrTree`): a copy after a match of that length is drafted while such copies have kept
-as many tokens as the trees. The longest match is found by a scan of the text (:func:`retrieved`), where
-SAM-Decoding keeps a suffix automaton: the text is a prompt and an answer, and a scan of it costs less than growing
-the tree.
+Where the text's end occurred before, a round drafts what followed its longest earlier occurrence too. SAM-Decoding
+(Hu et al., "SAM Decoding: Speculative Decoding via Suffix Automaton", ACL 2025; reference code:
+github.com/hyx1999/SAM-Decoding, which pairs its retrieval with this very drafter) drafts that copy instead of the
+tree where the match is ``RETRIEVED_MATCH`` tokens or more, as a chain verified whole. The matrix keys a guess by one
+token, so it cannot follow a long copy (a code edit's) where prompt lookup can. A shorter match is a good guess in
+code and a poor one in prose, so its copy is grafted onto the tree as one more branch (:func:`graft`), which the
+policy's cut keeps: the tree keeps what it would have kept, and the copy adds what it can. The longest match is
+found by a scan of the text (:func:`retrieved`), where SAM-Decoding keeps a suffix automaton: the text is a prompt
+and an answer, and a scan of it costs less than growing the tree.
 
 The paper's template is a static tree of about 80 nodes, tuned on data; here it is grown best-first to the run's
 tree budget (a few nodes on a small CPU, where each node costs a column of the forward), scoring a path by a prior
@@ -54,12 +54,10 @@ if TYPE_CHECKING:
     from .drafters import Replay
 
 EMPTY = -1  # a cell of a row not filled yet
-# A match of the text's end this long or longer always drafts a copy instead of the tree: SAM-Decoding's
-# ``len_threshold``. Shorter ones draft a copy where such copies paid in the run (CopyOrTree).
+# A match of the text's end this long or longer drafts its copy instead of the tree: SAM-Decoding's
+# ``len_threshold``. A shorter one's copy is grafted onto the tree.
 RETRIEVED_MATCH = 4
 MATCH_SCAN = 64  # a match is measured back this far at most: longer ones are as good a guess
-TREE = 0  # CopyOrTree's key for the tree's rounds (a copy's is its match's length, up to RETRIEVED_MATCH)
-KEPT_DECAY = 0.8  # a kind of round's kept tokens are decayed by this at each of its rounds: the text changes
 # A prior on how often the target's next token is its r-th most likely guess of the last time it read the same
 # token: what orders the template's nodes. Its shape matters more than its values (the paper's template is built
 # from measured acceptance by rank in the same way).
@@ -170,40 +168,26 @@ def retrieved(context: Sequence[int], n_predicts: int, eos_token_ids: frozenset[
                  sources=None, retrieved=True)
 
 
-class CopyOrTree:
-    """Whether a copy after a match of m tokens beats the tree: at RETRIEVED_MATCH or more, always (SAM-Decoding's
-    rule); under it, while the copies after matches of m tokens have kept as many drafted tokens a round as the trees,
-    each kind's kept tokens and rounds decayed by KEPT_DECAY at each of its rounds, from a prior of one round that
-    kept one token. So the first copy after a short match is tried, one that keeps nothing is soon dropped, and it is
-    tried again once the trees keep as little."""
-
-    def __init__(self) -> None:
-        self.kept = {m: (1.0, 1.0) for m in range(RETRIEVED_MATCH)}  # kind (TREE, or a match's length) -> kept, rounds
-        self.asked: tuple[int, int] | None = None  # the last draft's kind and the context's length then
-
-    def copies(self, match: int) -> bool:
-        return match >= RETRIEVED_MATCH or self._mean(match) >= self._mean(TREE)
-
-    def _mean(self, kind: int) -> float:
-        kept, rounds = self.kept[kind]
-        return kept / rounds
-
-    def drafted(self, kind: int, at: int) -> None:
-        """The draft just handed out was of this kind, for a context of ``at`` tokens."""
-        self.asked = (kind, at) if kind < RETRIEVED_MATCH else None
-
-    def confirmed(self, length: int) -> None:
-        """The verifier kept the text up to ``length``: the last draft kept what lies past where it was drafted."""
-        if self.asked is not None and length >= self.asked[1]:
-            kind, at = self.asked
-            kept, rounds = self.kept[kind]
-            self.kept[kind] = (KEPT_DECAY * kept + length - at, KEPT_DECAY * rounds + 1)
-        self.asked = None
+def graft(tokens: list[int], parents: list[int], sources: list[str], copy: Draft) -> int:
+    """Add ``copy`` to the tree (``tokens``, ``parents``, ``sources``, grown in place) as a branch from the root,
+    through the nodes the tree already has; returns how many nodes it added (the tree's last)."""
+    added, node = 0, ROOT
+    source = f"copied after the match at {copy.match[0]}" if copy.match else "copied"
+    for token in copy.token_ids:
+        child = next((i for i in range(len(tokens)) if parents[i] == node and tokens[i] == token), None)
+        if child is None:
+            child = len(tokens)
+            tokens.append(token)
+            parents.append(node)
+            sources.append(source)
+            added += 1
+        node = child
+    return added
 
 
 class RecyclingDrafter:
-    """Drafts a tree (a chain where the budget is 0) from the recycled matrix, or a copy where the text's end
-    occurred before (:func:`retrieved`), and recycles every row the target reads."""
+    """Drafts a tree (a chain where the budget is 0) from the recycled matrix, with or instead of a copy where the
+    text's end occurred before (:func:`retrieved`), and recycles every row the target reads."""
 
     kind = "recycle"
     source: TokenSource = "draft"
@@ -221,7 +205,6 @@ class RecyclingDrafter:
         self.tree_budget = tree_budget
         self.eos_token_ids = eos_token_ids
         self._shape: tuple[tuple[int, int, int], list[tuple[int, int]]] | None = None
-        self.choice = CopyOrTree()  # whether a short match's copy beats the tree, in this run
 
     def _template(self, depth: int) -> list[tuple[int, int]]:
         width = self.tree_budget if self.tree_budget > 0 else depth  # a chain: rank 0 all the way down
@@ -236,10 +219,8 @@ class RecyclingDrafter:
         if depth < 1 or not context:
             return Draft([])
         copy = retrieved(context, depth, self.eos_token_ids)
-        if copy is not None and copy.match is not None and self.choice.copies(copy.match[1] - copy.match[0]):
-            self.choice.drafted(copy.match[1] - copy.match[0], len(context))
+        if copy is not None and copy.match is not None and copy.match[1] - copy.match[0] >= RETRIEVED_MATCH:
             return replace(copy, state=self.state())
-        self.choice.drafted(TREE, len(context))
         self.matrix.flush()
         tokens: list[int] = []
         parents: list[int] = []
@@ -262,6 +243,7 @@ class RecyclingDrafter:
             tokens.append(token)
             parents.append(ROOT if parent == ROOT else at[parent])
             sources.append(f"guess {rank + 1} after the token above")
+        pinned = graft(tokens, parents, sources, copy) if copy is not None else 0  # a shorter match's copy
         if not tokens:
             return Draft([], stopped="the matrix has no row for the last token yet", state=self.state())
         # For the view: the rows read, each as its token and then its guesses; the rows the forwards since the last
@@ -273,8 +255,8 @@ class RecyclingDrafter:
                      ("was", (token, *(t for t in before if t != EMPTY))))
         state = self.state()
         if all(p == i - 1 for i, p in enumerate(parents)):  # a chain: verified the chain's way
-            return Draft(tokens, sources=tuple(sources), rows=read, state=state)
-        return Draft(tokens, parents=tuple(parents), sources=tuple(sources), rows=read, state=state)
+            return Draft(tokens, sources=tuple(sources), rows=read, state=state, pinned=pinned)
+        return Draft(tokens, parents=tuple(parents), sources=tuple(sources), rows=read, state=state, pinned=pinned)
 
     def state(self) -> str:
         """The matrix's fill, for the stats: rows that hold guesses, of one a token of the vocabulary."""
@@ -284,7 +266,7 @@ class RecyclingDrafter:
         self.matrix.observe(tokens, logits)
 
     def rollback(self, confirmed: int) -> None:
-        self.choice.confirmed(confirmed)  # the matrix keeps every row it read, kept or not: that is the recycling
+        pass  # the matrix keeps every row it read, kept or not: that is the recycling
 
     def prefilled(self, context: list[int], cache: object) -> None:
         pass

@@ -120,7 +120,7 @@ def proposed(round_: int, kind: str, draft: Draft, drafted: list[int], label: Ca
         copy_start=copied[0] if copied else None,
         copy_end=copied[0] + len(drafted) if copied and draft.parents is None else copied[1] if copied else None,
         max_tokens=k, stopped=draft.stopped if len(drafted) < k else None,
-        parents=draft.parents, sources=draft.sources,
+        parents=draft.parents, sources=draft.sources[: len(drafted)] if draft.sources else None,
         rows=tuple(DraftRow(name, ids, tuple(label(t) for t in ids)) for name, ids in draft.rows) if draft.rows
         else None, state=draft.state,
     )
@@ -130,9 +130,10 @@ def kept_of_whole(policy: AdaptiveDraftLength, whole: Draft, v: Verified, verifi
     """Tell the policy what a ranked tree's round kept of the whole tree drafted, of which the first ``verified``
     nodes were verified: the nodes the emitted tokens walk down it. Past the cut, the target's own token may follow a
     node it never read; the nodes under that one are unknown."""
-    tree = whole.token_tree()
-    walked = tree.walk([*v.kept[: v.n], *([v.extra] if v.extra is not None else [])])
-    policy.observe_path(walked, tree.below(walked[-1]) if walked and walked[-1] >= verified else ())
+    tree, ranked = whole.token_tree(), len(whole.token_ids) - whole.pinned  # the nodes after the ranked are no rank's
+    walked = [n for n in tree.walk([*v.kept[: v.n], *([v.extra] if v.extra is not None else [])]) if n < ranked]
+    policy.observe_path(walked, [n for n in tree.below(walked[-1]) if n < ranked]
+                        if walked and walked[-1] >= verified else ())
 
 
 def verified_event(round_: int, v: Verified, cut: tuple[PositionVerdict, ...], draft: Draft, draft_s: float,

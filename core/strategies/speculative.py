@@ -150,7 +150,7 @@ def speculative(
                     learn([context[-1], *v.fed], v.raw)
                 if policy is not None and policy.ranked and grammar is None and not whole.retrieved:
                     # what the whole tree would have kept
-                    kept_of_whole(policy, whole, v, len(drafted))
+                    kept_of_whole(policy, whole, v, len(drafted) - draft.pinned)
                 event = verified_event(round_, v, cut, draft, draft_s, time.perf_counter() - started, stats, policy,
                                        transcript.target_forwards)
                 confirmed = len(context) + v.n
