@@ -70,8 +70,8 @@ class Draft:
     # A ranked drafter's copy of earlier text instead of its tree (recycling's retrieval round): verified whole, never
     # cut to the policy's nodes, and no round of the tree the policy sizes.
     retrieved: bool = False
-    # A ranked tree's last nodes that are no part of its ranking (a copy grafted onto recycling's tree): a cut keeps
-    # them, and the nodes they hang from.
+    # A ranked tree's last nodes that are no part of its ranking (a copy grafted onto recycling's tree): verified where
+    # the policy verifies every ranked node, dropped by any cut.
     pinned: int = 0
 
     @property
@@ -86,24 +86,17 @@ class Draft:
     def cut(self, nodes: int) -> Draft:
         """The draft's first ``nodes`` nodes: a tree's nodes come parents first, so they are a tree, and a chain
         where they are one; a chain's first tokens. What a drafter that ranks its nodes (``Drafter.ranked``) would
-        have drafted with that budget; its ``pinned`` nodes, and the nodes they hang from, besides."""
+        have drafted with that budget. Its ``pinned`` nodes ride along where none of the others is cut: where a cut
+        is needed, width is too dear for them."""
         if nodes >= len(self.token_ids) - self.pinned:
             return self
-        if self.pinned:
-            tree = self.token_tree()
-            keep = set(range(nodes))
-            for node in range(len(self.token_ids) - self.pinned, len(self.token_ids)):
-                keep.update(tree.path_to(node))
-            cut, old = tree.kept([i in keep for i in range(len(self.token_ids))])
-            sources = tuple(self.sources[i] for i in old) if self.sources is not None else None
-            return replace(self, token_ids=list(cut.tokens), parents=None if cut.is_chain() else cut.parents,
-                           sources=sources, pinned=sum(i >= len(self.token_ids) - self.pinned for i in old))
         q, q_probs = self.q[:nodes] if self.q is not None else None, self.q_probs[:nodes] if self.q_probs else None
         sources = self.sources[:nodes] if self.sources is not None else None
         parents = self.parents[:nodes] if self.parents is not None else None
         if parents is not None and all(parent == i - 1 for i, parent in enumerate(parents)):
             parents = None
-        return replace(self, token_ids=self.token_ids[:nodes], q=q, q_probs=q_probs, sources=sources, parents=parents)
+        return replace(self, token_ids=self.token_ids[:nodes], q=q, q_probs=q_probs, sources=sources, parents=parents,
+                       pinned=0)
 
     def first_branch(self) -> Draft:
         """A tree draft's first branch (the first child at every node) as a chain: what a verifier that takes

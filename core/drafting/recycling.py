@@ -12,8 +12,9 @@ Where the text's end occurred before, a round drafts what followed its longest e
 github.com/hyx1999/SAM-Decoding, which pairs its retrieval with this very drafter) drafts that copy instead of the
 tree where the match is ``RETRIEVED_MATCH`` tokens or more, as a chain verified whole. The matrix keys a guess by one
 token, so it cannot follow a long copy (a code edit's) where prompt lookup can. A shorter match is a good guess in
-code and a poor one in prose, so its copy is grafted onto the tree as one more branch (:func:`graft`), which the
-policy's cut keeps: the tree keeps what it would have kept, and the copy adds what it can. The longest match is
+code and a poor one in prose, so its copy is grafted onto the tree as one more branch (:func:`graft`), verified
+where the policy verifies the whole tree (width is cheap there) and dropped where it cuts the tree: the tree keeps
+what it would have kept, and the copy adds what it can. The longest match is
 found by a scan of the text (:func:`retrieved`), where SAM-Decoding keeps a suffix automaton: the text is a prompt
 and an answer, and a scan of it costs less than growing the tree.
 

@@ -20,8 +20,9 @@ from ..record.draft_stats import fit_verify_costs
 from .tree_sizes import NodeChances, Size, best_size
 
 MIN_HISTORY = 8  # tokens of the run a replay needs before its choice is trusted
-# The first round's draft length with a draft model: enough to measure the acceptance, and a draft that cannot pay
-# (a GPU, where a draft step costs about a target step) costs at most this many of its steps before the policy knows.
+# The first round's draft length with a draft model (a drafter free to ask drafts the most): enough to measure the
+# acceptance, and a draft that cannot pay (a GPU, where a draft step costs about a target step) costs at most this
+# many of its steps before the policy knows.
 FIRST_DRAFT = 8
 # Where a draft step was timed before the first round (``timed``), the first draft is also kept short enough that, if
 # the target rejects it whole, its steps cost about this many plain steps: a dear draft that nobody accepts must not
@@ -158,6 +159,7 @@ class AdaptiveDraftLength:
         # from the start where the loop says its plain steps will stand in (``shadows``: a drafter free to ask), so
         # that no whole tree is probed when drafting first stops paying.
         self.shadowed = shadows
+        self.free = shadows  # asking the drafter for a draft runs no forward
         self.stops_itself = stops_itself  # the drafter ends a draft where it is unsure: choose 0 or max_k
         self.replay = replay
         self.replayed: int | None = None  # the k the last replay chose
@@ -326,12 +328,17 @@ class AdaptiveDraftLength:
         return self._decide("plain", 0, f"plain steps: a drafted token costs c = {self.c:.2f} steps, so even if "
                             f"the target accepted every one, drafting would go at most {self.ceiling:.2f}x")
 
+    def _first(self) -> int:
+        """The first draft's length: FIRST_DRAFT, or the most where drafting costs nothing but its verification (a
+        drafter free to ask: its tree is priced by its nodes, and a copy is as likely to run past FIRST_DRAFT)."""
+        return self.max_k if self.free else min(self.max_k, FIRST_DRAFT)
+
     def choose(self) -> int:
         self.rounds += 1
         if self.replay is not None:
             return self._choose_by_replay()
         if self.rounds == 1:  # the acceptance, and what a drafted token costs unless it was timed
-            first = min(self.max_k, FIRST_DRAFT)
+            first = self._first()
             if self.timed_step_s > 0 and self._ceiling_before_drafting() < CEILING:
                 return self._no_ceiling()
             # The first draft is a probe, backed off like one where it was fruitless: on open-ended text a second
@@ -351,7 +358,7 @@ class AdaptiveDraftLength:
             if not any(k > 0 and times for k, times in self.times_by_k.items()):
                 # Only plain steps timed (the first round's drafter had nothing to propose): the missing width is a
                 # draft's, which a plain step would never time.
-                first = min(self.max_k, FIRST_DRAFT)
+                first = self._first()
                 return self._decide("first", first, f"drafting {first}: nothing was drafted yet, and a draft's "
                                     "verification is the width still to time")
             return self._decide("timing", 0, "a plain step: timing a second width, to price every draft length")
