@@ -19,6 +19,7 @@ from decode_tui.core.execution.widths import width_costs
 from decode_tui.core.params import SamplingParams
 from decode_tui.core.record.events import DraftLengthDecided, DraftProposed, Finished
 from decode_tui.core.strategies.adaptive import AdaptiveDraftLength
+from decode_tui.core.strategies.tree_sizes import PRIOR_GRAFT, GraftTokens, Size, graft_pays
 from decode_tui.core.token_tree import ROOT, TokenTree
 
 from .conftest import tiny_model
@@ -214,3 +215,30 @@ def test_the_loop_prices_a_ranked_trees_sizes_from_the_warm_ups_widths(byte_bpe:
     target = Target(model, transcript(byte_bpe, prompt, 8, V - 1), prompt, fast=False, graphs=False, max_len=32,
                     reuse=False, tree_width=BUDGET + 1)
     assert target.forward_prices(BUDGET) == {1: 0.5, 2: 0.5, 3: 0.5, 4: 0.5, 5: 2.0, 6: 2.0, 7: 2.0}
+
+
+def test_a_graft_rides_past_a_cut_only_where_its_tokens_pay_for_its_width() -> None:
+    """A copy grafted onto a ranked tree (recycling's, after a short match) is kept past the policy's cut where the
+    tokens it kept lately, added to the first n nodes', give as many tokens a second with its width as without."""
+    size = Size(gain=1.5, nodes=4, tokens=2.0, steps=1.3)
+    cheap = [1.0, 1.1, 1.15, 1.2, 1.25, 1.3, 1.32, 1.34, 1.36, 1.4]  # [plain steps] to verify 0 .. 9 nodes
+    dear = [1.0 + 0.5 * n for n in range(10)]
+    assert graft_pays(size, cheap, 0.0, 3, 0.5), "(2.0 + 0.5) / 1.34 beats 2.0 / 1.25"
+    assert not graft_pays(size, dear, 0.0, 3, 0.5), "(2.0 + 0.5) / 4.5 loses to 2.0 / 3.0"
+    assert graft_pays(size, dear, 0.0, 3, 1.5), "a graft that keeps enough pays even so"
+    assert not graft_pays(size, cheap, 0.0, 6, 9.0), "a width past the prices is not priced"
+    kept = GraftTokens()
+    assert kept.mean() == PRIOR_GRAFT
+    for _ in range(30):
+        kept.observe(0)
+    assert kept.mean() < 0.1
+
+    tree = Draft([40, 50, 41, 77, 3], parents=(-1, 0, -1, 0, 3), sources=tuple("abcde"), pinned=2)
+    assert tree.cut(2) == Draft([40, 50], sources=("a", "b")), "a cut without the graft"
+    kept_too = tree.cut(1, pinned=True)
+    assert kept_too.token_ids == [40, 77, 3] and kept_too.tree is None and kept_too.pinned == 2
+    kept_too = tree.cut(2, pinned=True)
+    assert kept_too.token_ids == [40, 50, 77, 3] and kept_too.parents == (-1, 0, 0, 2) and kept_too.pinned == 2
+    assert tree.cut(3) is tree and tree.cut(3, pinned=True) is tree, "every ranked node: the graft rides along"
+    policy = ranked_policy("intel")
+    assert policy.nodes == 0 and policy.keeps_graft(5), "no cut chosen: the whole draft is verified"

@@ -71,7 +71,7 @@ class Draft:
     # cut to the policy's nodes, and no round of the tree the policy sizes.
     retrieved: bool = False
     # A ranked tree's last nodes that are no part of its ranking (a copy grafted onto recycling's tree): verified where
-    # the policy verifies every ranked node, dropped by any cut.
+    # the policy verifies every ranked node, and past a cut where they pay for their width (Draft.cut's ``pinned``).
     pinned: int = 0
 
     @property
@@ -83,13 +83,22 @@ class Draft:
         """The draft as a token tree, a chain's too (each node under the one before)."""
         return self.tree or TokenTree(tuple(self.token_ids), tuple(range(-1, len(self.token_ids) - 1)))
 
-    def cut(self, nodes: int) -> Draft:
+    def cut(self, nodes: int, pinned: bool = False) -> Draft:
         """The draft's first ``nodes`` nodes: a tree's nodes come parents first, so they are a tree, and a chain
         where they are one; a chain's first tokens. What a drafter that ranks its nodes (``Drafter.ranked``) would
-        have drafted with that budget. Its ``pinned`` nodes ride along where none of the others is cut: where a cut
-        is needed, width is too dear for them."""
+        have drafted with that budget. Its ``pinned`` nodes ride along where none of the others is cut, or where
+        ``pinned`` says to keep them, with the nodes they hang from."""
         if nodes >= len(self.token_ids) - self.pinned:
             return self
+        if pinned and self.pinned:
+            tree, first = self.token_tree(), len(self.token_ids) - self.pinned
+            keep = set(range(nodes))
+            for node in range(first, len(self.token_ids)):
+                keep.update(tree.path_to(node))
+            cut, old = tree.kept([i in keep for i in range(len(self.token_ids))])
+            return replace(self, token_ids=list(cut.tokens), parents=None if cut.is_chain() else cut.parents,
+                           sources=tuple(self.sources[i] for i in old) if self.sources is not None else None,
+                           pinned=sum(i >= first for i in old))
         q, q_probs = self.q[:nodes] if self.q is not None else None, self.q_probs[:nodes] if self.q_probs else None
         sources = self.sources[:nodes] if self.sources is not None else None
         parents = self.parents[:nodes] if self.parents is not None else None

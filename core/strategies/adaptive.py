@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from ..drafting.drafters import Replay
 from ..execution.widths import Times, verify_prices
 from ..record.draft_stats import fit_verify_costs
-from .tree_sizes import NodeChances, Size, best_size
+from .tree_sizes import GraftTokens, NodeChances, Size, best_size, graft_pays
 
 MIN_HISTORY = 8  # tokens of the run a replay needs before its choice is trusted
 # The first round's draft length with a draft model (a drafter free to ask drafts the most): enough to measure the
@@ -151,6 +151,9 @@ class AdaptiveDraftLength:
         self.chances = NodeChances()
         self.tree_draft_s: deque[float] = deque(maxlen=16)
         self.sized = Size(0.0, 0, 0.0, 0.0)  # the last sizing
+        self.tree_prices: list[float] = []  # its verification prices, and a round's drafting seconds
+        self.tree_overhead = 0.0
+        self.graft = GraftTokens()  # what a copy grafted onto the tree kept past the tree's path
         # A tree round's tokens kept (the target's own included) and seconds: decayed sums, and the last 16.
         self.tree_tokens, self.tree_rounds = PRIOR_TREE_TOKENS, 1.0
         self.tree_seconds: deque[float] = deque(maxlen=16)
@@ -245,7 +248,8 @@ class AdaptiveDraftLength:
 
     def _best_tree(self, fit: tuple[float, float]) -> int:
         """The whole tree (max_k deep) where its rounds were measured to beat a plain step by TREE_MARGIN, else 0."""
-        prices = self._prices(fit, self.tree_budget)
+        # A ranked tree's prices run on past its budget, for a copy grafted onto it (max_k nodes at most).
+        prices = self._prices(fit, self.tree_budget + (self.max_k if self.ranked else 0))
         self.step_s = prices[0]
         self.c = self.draft_cost / prices[0] if prices[0] > 0 else 0.0
         if self.ranked:
@@ -265,7 +269,8 @@ class AdaptiveDraftLength:
         """A ranked tree's choice: the first n nodes :func:`~.tree_sizes.best_size` finds best, at the verification
         prices measured and the rounds' drafting time, drafted (the tree max_k deep, cut to n nodes) where they beat
         plain steps by TREE_MARGIN (already drafting: RANKED_STAY), else 0."""
-        overhead = statistics.median(self.tree_draft_s) if self.tree_draft_s else 0.0
+        overhead = self.tree_overhead = statistics.median(self.tree_draft_s) if self.tree_draft_s else 0.0
+        self.tree_prices = prices
         size = self.sized = best_size(self.chances, prices[: self.tree_budget + 1], overhead)
         self.best_drafting = (self.max_k, size.gain)
         self.ceiling = (min(size.nodes, self.max_k) + 1) / size.steps  # every round keeping a path through them all
@@ -467,6 +472,18 @@ class AdaptiveDraftLength:
         self._tree_round(len(path) + 1)
         self.observe_path(path)
         self.shadowed = True
+
+    def keeps_graft(self, extra: int) -> bool:
+        """Whether a copy of ``extra`` nodes grafted onto the ranked tree is verified with the first nodes the policy
+        chose: always where it verifies them all (no cut), else where the graft pays for its width
+        (:func:`~.tree_sizes.graft_pays`)."""
+        return not self.nodes or graft_pays(self.sized, self.tree_prices, self.tree_overhead, extra,
+                                            self.graft.mean())
+
+    def observe_graft(self, tokens: int) -> None:
+        """A round with a grafted copy kept ``tokens`` of its nodes (or would have, where it was not verified: the
+        emitted tokens walked down it)."""
+        self.graft.observe(tokens)
 
     def observe_path(self, path: Sequence[int], unknown: Sequence[int] = ()) -> None:
         """A ranked tree's round (verified, or stood in for) kept the nodes ``path`` of the whole tree drafted and

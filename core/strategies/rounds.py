@@ -131,7 +131,10 @@ def kept_of_whole(policy: AdaptiveDraftLength, whole: Draft, v: Verified, verifi
     nodes were verified: the nodes the emitted tokens walk down it. Past the cut, the target's own token may follow a
     node it never read; the nodes under that one are unknown."""
     tree, ranked = whole.token_tree(), len(whole.token_ids) - whole.pinned  # the nodes after the ranked are no rank's
-    walked = [n for n in tree.walk([*v.kept[: v.n], *([v.extra] if v.extra is not None else [])]) if n < ranked]
+    path = tree.walk([*v.kept[: v.n], *([v.extra] if v.extra is not None else [])])
+    walked = [n for n in path if n < ranked]
+    if whole.pinned:  # a grafted copy: its nodes on the path are what it kept past the tree's own
+        policy.observe_graft(len(path) - len(walked))
     policy.observe_path(walked, [n for n in tree.below(walked[-1]) if n < ranked]
                         if walked and walked[-1] >= verified else ())
 

@@ -9,6 +9,9 @@ measured during the run rather than planned from a profile: on a CPU whose forwa
 more than 1, one or two nodes pay where a whole tree does not; on a GPU the whole tree costs about a step. No library
 offers it for a tree that changes every round, hence this module.
 
+A copy grafted onto the tree (token recycling's, after a short match) is no part of the ranking: it rides along
+the first n nodes where the tokens it added lately pay for its width (:func:`graft_pays`), as one more node would.
+
 It knows node indices, prices and decayed counts; nothing of drafters, models or the policy's other choices
 (:mod:`.adaptive` decides whether to draft at all).
 """
@@ -29,6 +32,8 @@ NODE_DECAY = 0.97
 # Before any round the first node is taken to be kept half the time, as if from one round: where width is nearly free a
 # first round that kept nothing then still drafts, and shadow rounds soon outweigh it where width is dear.
 PRIOR_NODE = 0.5
+# Before any round a grafted copy is taken to keep this many tokens past the tree's path, as if from one round.
+PRIOR_GRAFT = 1.0
 
 
 class Size(NamedTuple):
@@ -80,3 +85,29 @@ def best_size(chances: NodeChances, prices: Sequence[float], overhead: float) ->
         sizes.append(Size(tokens / steps, n, tokens, steps))
     most = max(size.gain for size in sizes)
     return max((size for size in sizes if size.gain >= (1 - SIZE_TIE) * most), key=lambda size: size.nodes)
+
+
+class GraftTokens:
+    """The tokens a copy grafted onto a ranked tree kept a round past the tree's own path (the graft's nodes on the
+    kept path), decayed by NODE_DECAY a round, from a prior of one round that kept PRIOR_GRAFT: optimistic, so that
+    a graft is tried, and dropped once it is seen to keep less than its width costs."""
+
+    def __init__(self) -> None:
+        self.kept, self.rounds = PRIOR_GRAFT, 1.0
+
+    def observe(self, tokens: int) -> None:
+        self.kept = NODE_DECAY * self.kept + tokens
+        self.rounds = NODE_DECAY * self.rounds + 1
+
+    def mean(self) -> float:
+        return self.kept / self.rounds
+
+
+def graft_pays(size: Size, prices: Sequence[float], overhead: float, extra: int, tokens: float) -> bool:
+    """Whether ``extra`` grafted nodes that keep ``tokens`` a round, verified with the first ``size.nodes``, keep at
+    least as many tokens a second as those nodes alone. ``prices`` as :func:`best_size`'s; a width past them is not
+    priced, and does not pay."""
+    n = size.nodes
+    if n + extra >= len(prices):
+        return False
+    return (size.tokens + tokens) / (prices[n + extra] + overhead) >= size.tokens / (prices[n] + overhead)
