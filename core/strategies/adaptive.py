@@ -20,7 +20,7 @@ from ..record.draft_stats import fit_verify_costs
 from .tree_sizes import GraftTokens, NodeChances, Size, best_size, graft_pays
 
 MIN_HISTORY = 8  # tokens of the run a replay needs before its choice is trusted
-# The first round's draft length with a draft model (a drafter free to ask drafts the most): enough to measure the
+# The first round's draft length with a draft model (a ranked tree is drafted to the most): enough to measure the
 # acceptance, and a draft that cannot pay (a GPU, where a draft step costs about a target step) costs at most this
 # many of its steps before the policy knows.
 FIRST_DRAFT = 8
@@ -162,7 +162,6 @@ class AdaptiveDraftLength:
         # from the start where the loop says its plain steps will stand in (``shadows``: a drafter free to ask), so
         # that no whole tree is probed when drafting first stops paying.
         self.shadowed = shadows
-        self.free = shadows  # asking the drafter for a draft runs no forward
         self.stops_itself = stops_itself  # the drafter ends a draft where it is unsure: choose 0 or max_k
         self.replay = replay
         self.replayed: int | None = None  # the k the last replay chose
@@ -334,9 +333,9 @@ class AdaptiveDraftLength:
                             f"the target accepted every one, drafting would go at most {self.ceiling:.2f}x")
 
     def _first(self) -> int:
-        """The first draft's length: FIRST_DRAFT, or the most where drafting costs nothing but its verification (a
-        drafter free to ask: its tree is priced by its nodes, and a copy is as likely to run past FIRST_DRAFT)."""
-        return self.max_k if self.free else min(self.max_k, FIRST_DRAFT)
+        """The first draft's length: FIRST_DRAFT, or the most for a ranked tree (token recycling's), whose depth costs
+        nothing (its nodes are priced, and its copies cost nothing to draft)."""
+        return self.max_k if self.ranked else min(self.max_k, FIRST_DRAFT)
 
     def choose(self) -> int:
         self.rounds += 1
