@@ -21,6 +21,7 @@ from decode_tui.core.drafting.recycling import (
     graft,
     retrieved,
     template,
+    within,
 )
 from decode_tui.core.record.events import DraftProposed, DraftVerified, Finished, Started
 from decode_tui.core.token_tree import ROOT, TokenTree
@@ -123,12 +124,16 @@ def test_a_long_match_is_copied_instead_of_the_tree_and_a_short_ones_copy_joins_
     tree = d.propose(short, 3, [], True, None)
     assert not tree.retrieved and tree.tree is not None and tree.sources is not None and tree.pinned == 2
     grown = tree.tree
-    assert grown.tokens == (40, 50, 41, 77, 3)  # the template's three nodes (50's row is empty), then the copy's
-    assert [grown.tokens[n] for n in grown.path_to(4)] == [40, 77, 3], "through the tree's own 40"
-    assert tree.sources[3:] == ("copied after the match at 1",) * 2
-    assert tree.cut(3) is tree, "every ranked node verified: the copy rides along"
-    cut = tree.cut(2)
-    assert cut.token_ids == [40, 50] and cut.tree is None and cut.pinned == 0, "width too dear to verify it all"
+    # The template's three nodes (40, 50, 41: 50's row is empty), the copy's two; over the budget of 4, the
+    # last-ranked node (41) gives way.
+    assert grown.tokens == (40, 50, 77, 3)
+    assert [grown.tokens[n] for n in grown.path_to(3)] == [40, 77, 3], "through the tree's own 40"
+    assert tree.sources[2:] == ("copied after the match at 1",) * 2
+    assert tree.cut(2) is tree, "every ranked node verified: the copy rides along"
+    cut = tree.cut(1)
+    assert cut.token_ids == [40] and cut.pinned == 0, "a cut drops it unless told to keep it"
+    assert tree.cut(1, pinned=True).token_ids == [40, 77, 3]
+    assert within([1, 2, 3], [-1, 0, 0], ["a", "b", "c"], 0, 2) == ([1, 2], [-1, 0], ["a", "b"])
     assert graft([], [], [], Draft([7, 8], match=(3, 4))) == 2
 
 

@@ -10,13 +10,13 @@ row it read, kept or not, writes its top-k back into ``M``: the rejected branche
 Where the text's end occurred before, a round drafts what followed its longest earlier occurrence too. SAM-Decoding
 (Hu et al., "SAM Decoding: Speculative Decoding via Suffix Automaton", ACL 2025; reference code:
 github.com/hyx1999/SAM-Decoding, which pairs its retrieval with this very drafter) drafts that copy instead of the
-tree where the match is ``RETRIEVED_MATCH`` tokens or more, as a chain verified whole. The matrix keys a guess by one
-token, so it cannot follow a long copy (a code edit's) where prompt lookup can. A shorter match is a good guess in
-code and a poor one in prose, so its copy is grafted onto the tree as one more branch (:func:`graft`), verified
-where the policy verifies the whole tree (width is cheap there) and dropped where it cuts the tree: the tree keeps
-what it would have kept, and the copy adds what it can. The longest match is
-found by a scan of the text (:func:`retrieved`), where SAM-Decoding keeps a suffix automaton: the text is a prompt
-and an answer, and a scan of it costs less than growing the tree.
+tree where the match is ``RETRIEVED_MATCH`` tokens or more, as a chain verified whole. The matrix keys a guess by
+one token, so it cannot follow a long copy (a code edit's) where prompt lookup can. A shorter match is a good guess
+in code and a poor one in prose, so its copy is grafted onto the tree as one more branch (:func:`graft`), in place
+of the tree's last-ranked nodes where the two would pass the budget (:func:`within`), and verified past the policy's
+cut where what grafts kept lately pays for their width. The longest match is found by a scan of the text
+(:func:`retrieved`), where SAM-Decoding keeps a suffix automaton: the text is a prompt and an answer, and a scan of
+it costs less than growing the tree.
 
 The paper's template is a static tree of about 80 nodes, tuned on data; here it is grown best-first to the run's
 tree budget (a few nodes on a small CPU, where each node costs a column of the forward), scoring a path by a prior
@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..token_tree import ROOT
+from ..token_tree import ROOT, TokenTree
 from . import recycled_state
 from .drafters import Draft, Drafter
 from .recycled_state import Loaded, load, save
@@ -186,6 +186,24 @@ def graft(tokens: list[int], parents: list[int], sources: list[str], copy: Draft
     return added
 
 
+def within(tokens: list[int], parents: list[int], sources: list[str], pinned: int, budget: int,
+           ) -> tuple[list[int], list[int], list[str]]:
+    """The tree cut to ``budget`` nodes (one verification's width): the path of the copy grafted last (its ``pinned``
+    nodes and those it runs through) whole, then the ranked nodes in their order; the graft's nodes stay last."""
+    if len(tokens) <= budget:
+        return tokens, parents, sources
+    tree = TokenTree(tuple(tokens), tuple(parents))
+    path = set(tree.path_to(len(tokens) - 1)) if pinned else set()
+    room = budget - len(path)
+    keep = []
+    for i in range(len(tokens)):
+        ranked = i < len(tokens) - pinned and i not in path and room > 0
+        room -= ranked
+        keep.append(i in path or ranked)
+    cut, old = tree.kept(keep)
+    return list(cut.tokens), list(cut.parents), [sources[i] for i in old]
+
+
 class RecyclingDrafter:
     """Drafts a tree (a chain where the budget is 0) from the recycled matrix, with or instead of a copy where the
     text's end occurred before (:func:`retrieved`), and recycles every row the target reads."""
@@ -244,7 +262,10 @@ class RecyclingDrafter:
             tokens.append(token)
             parents.append(ROOT if parent == ROOT else at[parent])
             sources.append(f"guess {rank + 1} after the token above")
-        pinned = graft(tokens, parents, sources, copy) if copy is not None else 0  # a shorter match's copy
+        pinned = 0
+        if copy is not None and self.tree_budget > 0:  # a shorter match's copy, within the tree's budget
+            pinned = graft(tokens, parents, sources, replace(copy, token_ids=copy.token_ids[: self.tree_budget]))
+            tokens, parents, sources = within(tokens, parents, sources, pinned, self.tree_budget)
         if not tokens:
             return Draft([], stopped="the matrix has no row for the last token yet", state=self.state())
         # For the view: the rows read, each as its token and then its guesses; the rows the forwards since the last
