@@ -15,12 +15,7 @@ out=$(dirname "$0")
 before=$1
 shift
 . benchmarks/control.sh
-control "$before"
-echo "after $(git rev-parse --short HEAD), before $before, phases $*, $(date -u +%FT%TZ)" >> "$out/meta.txt"
-lscpu | grep -E "Model name|Model:|^CPU\(s\)" >> "$out/meta.txt"
-priced() {  # priced NAME PROMPTS [floor_priced options...]
-    python benchmarks/floor_priced.py "$out/$2" "$out/$1.jsonl" --runs 3 --max-new-tokens 96 "${@:3}" 2> "$out/$1.err"
-}
+results_begin "$out" "$before" "$@"
 for phase in "$@"; do
     case $phase in
         code-control) PYTHONPATH=$CONTROL priced "$phase" code.jsonl --modes greedy,pld,recycle ;;
