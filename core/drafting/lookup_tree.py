@@ -39,6 +39,18 @@ class Copy:
     stopped: str | None  # why it is shorter than the draft length, in words (None: it is not)
 
 
+def continuation(context: Sequence[int], begin: int, num_pred_tokens: int,
+                 eos_token_ids: frozenset[int] = frozenset()) -> tuple[list[int], str | None]:
+    """A copy's tokens: up to ``num_pred_tokens`` of ``context`` from ``begin``, cut before an end-of-text token (the
+    target decides itself whether to end), and why it is shorter than that, in words (None: it is not)."""
+    chain = list(context[begin : begin + num_pred_tokens])
+    stopped = "the copy reached the end of the text" if len(chain) < num_pred_tokens else None
+    for i, token in enumerate(chain):
+        if token in eos_token_ids:
+            return chain[:i], "an end-of-text token in the copy"
+    return chain, stopped
+
+
 def copies(context: Sequence[int], max_ngram_size: int, num_pred_tokens: int,
            eos_token_ids: frozenset[int] = frozenset()) -> Iterator[Copy]:
     """Prompt lookup's scan: the earlier occurrences of the longest n-gram (up to ``max_ngram_size``) ending
@@ -51,13 +63,7 @@ def copies(context: Sequence[int], max_ngram_size: int, num_pred_tokens: int,
         for start in range(n - size):  # the tail's own window has nothing after it: it never matches itself
             if list(context[start : start + size]) != tail:
                 continue
-            begin, end = start + size, min(start + size + num_pred_tokens, n)
-            chain = list(context[begin:end])
-            stopped = "the copy reached the end of the text" if end - begin < num_pred_tokens else None
-            for i, token in enumerate(chain):
-                if token in eos_token_ids:  # the target decides itself whether to end
-                    chain, stopped = chain[:i], "an end-of-text token in the copy"
-                    break
+            chain, stopped = continuation(context, start + size, num_pred_tokens, eos_token_ids)
             if chain:
                 found = True
                 yield Copy(start, size, chain, stopped)

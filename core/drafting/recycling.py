@@ -41,6 +41,7 @@ import torch
 from ..token_tree import ROOT, TokenTree
 from . import recycled_state
 from .drafters import Draft, Drafter
+from .lookup_tree import continuation
 from .recycled_state import Loaded, load, save
 
 if TYPE_CHECKING:
@@ -157,12 +158,7 @@ def retrieved(context: Sequence[int], n_predicts: int, eos_token_ids: frozenset[
     if longest < shortest:
         return None
     begin = end + 1
-    tokens = list(context[begin : begin + n_predicts])
-    stopped = "the copy reached the end of the text" if len(tokens) < n_predicts else None
-    for i, token in enumerate(tokens):
-        if token in eos_token_ids:  # the target decides itself whether to end
-            tokens, stopped = tokens[:i], "an end-of-text token in the copy"
-            break
+    tokens, stopped = continuation(context, begin, n_predicts, eos_token_ids)
     if not tokens:
         return None
     return Draft(tokens, match=(begin - longest, begin), copied=(begin, begin + len(tokens)), stopped=stopped,
