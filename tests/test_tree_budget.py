@@ -11,6 +11,7 @@ import torch
 
 from decode_tui.core.execution import tree_budget as budget_module
 from decode_tui.core.execution.tree_budget import CANDIDATES, TREE_COST, tree_budget
+from decode_tui.core.execution.widths import width_costs
 
 from .conftest import tiny_model
 
@@ -53,6 +54,9 @@ def test_a_cpu_budget_is_timed_on_the_model_once_a_process(monkeypatch: pytest.M
     first = tree_budget(model)
     assert first in CANDIDATES and len(timers) == 1
     assert tree_budget(model) == first and len(timers) == 1, "kept for the model's life in the process"
+    wide = width_costs(model).wide
+    assert wide[1] == 1.0 and {b + 1 for b in CANDIDATES if b <= first} <= set(wide), \
+        "its forwards are kept, in one-position forwards, to price wide trees"
     other = tiny_model("llama", vocab_size=64, seed=2)
     tree_budget(other)
     assert len(timers) == 2, "each model is measured on its own"

@@ -81,6 +81,23 @@ def test_a_width_is_priced_as_it_would_run_padded() -> None:
     assert partly.price(2) is None, "4 .. 8 untimed: where it would run is not known"
 
 
+def test_a_width_past_the_padded_ones_is_priced_as_the_tree_budgets_forwards_grow() -> None:
+    """Past MAX_WIDTH a width is MAX_WIDTH's price grown as the forwards the tree budget timed grow from MAX_WIDTH
+    to it, on the line between the two timed around it: no step where the padded widths end (a line fitted to the
+    run's own verifications had priced 9 positions a quarter dearer than 8 where they cost about the same)."""
+    cpu = timed({w: 84.0 for w in range(2, MAX_WIDTH + 1)})
+    cpu.time_wide({1: 10.0, 5: 11.0, 9: 12.0, 17: 14.0, 33: 20.0})  # in one-position forwards: 1, 1.1, 1.2, 1.4, 2
+    at_8 = 1.0 + 0.1 + 0.1 * 3 / 4  # between 5 and 9
+    assert cpu.price(9) == pytest.approx(84 * 1.2 / at_8)
+    assert cpu.price(13) == pytest.approx(84 * 1.3 / at_8), "halfway between 9 and 17"
+    assert cpu.price(33) == pytest.approx(84 * 2.0 / at_8)
+    assert cpu.price(34) is None, "past the widest timed"
+    assert [cpu.price(w) for w in range(MAX_WIDTH, 34)] == sorted(cpu.price(w) for w in range(MAX_WIDTH, 34))
+    noisy = timed({w: 84.0 for w in range(2, MAX_WIDTH + 1)})
+    noisy.time_wide({1: 10.0, 5: 13.0, 9: 12.0})
+    assert noisy.price(9) == 84.0, "a wider forward is never priced under a narrower one"
+
+
 @given(st.lists(st.floats(0.01, 1.0), min_size=MAX_WIDTH - 1, max_size=MAX_WIDTH - 1),
        st.integers(1, MAX_WIDTH + 2), st.integers(0, 2 * MAX_WIDTH))
 def test_the_width_chosen_fits_and_never_costs_more(seconds: list[float], width: int, room_past: int) -> None:

@@ -9,7 +9,8 @@ one-position forwards: a tree round emits at least one token, and on input-groun
 tokens per forward (BENCHMARKS.md, "Each mode on the CPU"), so a round costing two steps still pays where the tree
 does.
 
-The verification widths' own costs (:mod:`.widths`) are timed here too, in the same warm-up (:func:`time_widths`).
+The verification widths' own costs (:mod:`.widths`) are timed here too, in the same warm-up (:func:`time_widths`),
+and the budget's own forwards are kept there: they price the trees wider than the widths the verifier pads.
 
 Written by hand, like the verification widths (:mod:`decode_tui.core.execution.widths`): no library measures this. It
 knows forwards and the clock; nothing of trees, drafters or events.
@@ -51,14 +52,17 @@ def tree_budget(model: PreTrainedModel, timer: Callable[[int], float] | None = N
     if not offered:  # too short a context to measure in: the narrowest
         return CANDIDATES[0]
     time_width = timer or forward_timer(model)
-    step = min(time_width(1) for _ in range(TRIES))
+    seconds = {1: min(time_width(1) for _ in range(TRIES))}
     budget = offered[0]
     for wider in offered:  # narrowest first, up to the first that costs too much: a forward never gets cheaper
-        if min(time_width(wider + 1) for _ in range(TRIES)) > TREE_COST * step:
+        seconds[wider + 1] = min(time_width(wider + 1) for _ in range(TRIES))
+        if seconds[wider + 1] > TREE_COST * seconds[1]:
             break
         budget = wider
     if timer is None:
         state_of(model).tree_budget = budget
+        # They price a ranked tree's verifications wider than the verifier pads (:meth:`~.widths.WidthCosts.price`).
+        width_costs(model).time_wide(seconds)
     return budget
 
 

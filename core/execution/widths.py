@@ -43,6 +43,9 @@ class WidthCosts:
         self.seconds: dict[int, deque[float]] = {w: deque(maxlen=8) for w in range(2, MAX_WIDTH + 1)}
         self.forwards = 0  # forwards observed so far
         self.timed_at: dict[int, int] = {}  # each width's last forward, by that count
+        # Forwards past MAX_WIDTH, in one-position forwards timed with them (the tree budget's, :mod:`.tree_budget`):
+        # how a wide tree's verification costs more than one of MAX_WIDTH positions, by width.
+        self.wide: dict[int, float] = {}
 
     def width_for(self, width: int, room: int) -> int:
         """The width to run a forward of ``width`` positions at, at most ``room`` (the positions the model has left
@@ -70,11 +73,34 @@ class WidthCosts:
 
     def price(self, width: int) -> float | None:
         """What a forward of ``width`` positions costs as :meth:`width_for` runs it (padded), by the times so far;
-        None past MAX_WIDTH, or where a width it may pad to is short of its tries."""
+        None where a width it may pad to is short of its tries. Past MAX_WIDTH, MAX_WIDTH's price grown as
+        :meth:`time_wide`'s forwards grow from MAX_WIDTH to ``width`` (None past the widest of them)."""
+        if width > MAX_WIDTH:
+            base, grows, at = self.price(MAX_WIDTH), self._wide(width), self._wide(MAX_WIDTH)
+            return None if base is None or grows is None or not at else base * max(1.0, grows / at)
         candidates = range(width, MAX_WIDTH + 1)
         if not 2 <= width <= MAX_WIDTH or any(len(self.seconds[v]) < TRIES for v in candidates):
             return None
         return self._padded(width, candidates)[1]
+
+    def time_wide(self, seconds: dict[int, float]) -> None:
+        """Forwards of the widths ``seconds`` holds (one position's among them) took those seconds, timed together:
+        what prices the widths past MAX_WIDTH. Kept for the process's life, as the tree budget they were timed for."""
+        one = seconds.get(1)
+        if one:
+            self.wide = {w: s / one for w, s in sorted(seconds.items())}
+
+    def _wide(self, width: int) -> float | None:
+        """A forward of ``width`` positions in one-position forwards, on the line between the two :meth:`time_wide`
+        timed around it (a forward's cost is about linear in its width between them); None outside them."""
+        below = max((w for w in self.wide if w <= width), default=None)
+        above = min((w for w in self.wide if w >= width), default=None)
+        if below is None or above is None:
+            return None
+        if above == below:
+            return self.wide[width]
+        share = (width - below) / (above - below)
+        return self.wide[below] + share * (self.wide[above] - self.wide[below])
 
     def forget_stale(self) -> int:
         """Forget the times of every width last timed STALE forwards ago (a busy moment's, maybe); how many widths
