@@ -11,9 +11,12 @@ from typing import Any
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from decode_tui.core.drafting.drafters import Draft
 from decode_tui.core.drafting.recycling import (
+    BLOCK,
     EMPTY,
     RETRIEVED_MATCH,
     RecycledMatrix,
@@ -21,6 +24,7 @@ from decode_tui.core.drafting.recycling import (
     graft,
     retrieved,
     template,
+    top_ids,
     within,
 )
 from decode_tui.core.record.events import DraftProposed, DraftVerified, Finished, Started
@@ -333,3 +337,27 @@ def test_each_draft_says_the_matrixs_fill_and_the_stats_bar_shows_the_latest(byt
     bar = StatsBar()
     bar.show(view.counters)
     assert said[-1] in [full for full, _, _ in bar._parts]
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 9), st.sampled_from([torch.float32, torch.bfloat16]), st.integers(0, 2**31))
+def test_the_blocked_top_k_finds_what_topk_finds(rows: int, k: int, dtype: torch.dtype, seed: int) -> None:
+    """recycling.top_ids's k ids hold the k largest logits of each row, largest first (ties in bfloat16 too), on a
+    vocabulary of whole blocks and one with a remainder past them."""
+    g = torch.Generator().manual_seed(seed)
+    for vocab in (64 * BLOCK, 40 * BLOCK + 37, 3 * BLOCK):
+        logits = torch.randn(rows, vocab, generator=g).to(dtype)
+        ids = top_ids(logits, k)
+        assert ids.shape == (rows, k)
+        assert torch.equal(logits.gather(1, ids), logits.topk(k, dim=-1).values)
+        assert all(len(set(row)) == k for row in ids.tolist())
+
+
+def test_the_fill_is_counted_as_rows_are_written() -> None:
+    matrix = RecycledMatrix(V, 3)
+    assert matrix.filled() == 0
+    matrix.observe([5, 6, 5], torch.randn(3, V))
+    assert matrix.filled() == 2
+    matrix.observe([6, 7], torch.randn(2, V))
+    assert matrix.filled() == 3 == int((matrix.rows[:, 0] != EMPTY).sum())
+    assert RecycledMatrix(V, 3, matrix.rows.clone()).filled() == 3, "a matrix loaded counts its rows"

@@ -64,6 +64,7 @@ MATCH_SCAN = 64  # a match is measured back this far at most: longer ones are as
 # token: what orders the template's nodes. Its shape matters more than its values (the paper's template is built
 # from measured acceptance by rank in the same way).
 RANK_PRIOR = (0.55, 0.15, 0.07, 0.04, 0.03, 0.02, 0.015, 0.01)
+BLOCK = 256  # logits a block, for top_ids: a block's maximum is one vectorised pass, and k blocks a small topk
 WRITTEN_SHOWN = 4  # rows written back since the last round that a draft's view shows (the newest)
 
 
@@ -73,6 +74,7 @@ class RecycledMatrix:
     def __init__(self, vocab_size: int, k: int, rows: torch.Tensor | None = None) -> None:
         self.k = k
         self.rows = rows if rows is not None else torch.full((vocab_size, k), EMPTY, dtype=torch.int32)  # [V, k]
+        self._filled = int((self.rows[:, 0] != EMPTY).sum())  # rows that hold guesses: counted once, then kept
         # (tokens, top-k) pairs whose writes wait for the next read: a topk on the device is queued now and read
         # back once, when the next draft needs the rows.
         self.pending: list[tuple[Sequence[int], torch.Tensor]] = []
@@ -86,14 +88,13 @@ class RecycledMatrix:
     def filled(self) -> int:
         """How many rows hold guesses."""
         self.flush()
-        return int((self.rows[:, 0] != EMPTY).sum())
+        return self._filled
 
     def observe(self, tokens: Sequence[int], logits: torch.Tensor) -> None:
         """The target read ``tokens`` and gave ``logits`` [n, V] after each: their rows become its top-k."""
         n = min(len(tokens), int(logits.shape[0]))
         if n:
-            k = min(self.k, int(logits.shape[-1]))
-            self.pending.append((tokens[:n], logits[:n].topk(k, dim=-1).indices))  # [n, k]
+            self.pending.append((tokens[:n], top_ids(logits[:n], self.k)))  # [n, k]
 
     def flush(self) -> None:
         if not self.pending:
@@ -108,6 +109,7 @@ class RecycledMatrix:
                 before = self.rows[index].clone()  # [n, k]
                 self.rows[index, : top.shape[1]] = top[at]
                 after = self.rows[index]  # [n, k]
+                self._filled += int((before[:, 0] == EMPTY).sum())  # a row written is filled
                 changed = (before != after).any(-1).tolist()
                 self.written += [(token, before[i].tolist(), after[i].tolist())
                                  for i, token in enumerate(last) if changed[i]]
@@ -116,6 +118,29 @@ class RecycledMatrix:
     def row(self, token: int) -> list[int]:
         self.flush()
         return self.rows[token].tolist() if 0 <= token < self.vocab_size else [EMPTY] * self.k
+
+
+def top_ids(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """The ids of each row's k largest logits (``logits`` [n, V] -> [n, k]), largest first; among equal logits any.
+
+    Written by hand around ``torch.topk``: on a CPU topk walks each row of the vocabulary as one, and every forward's
+    rows pass through here (one a plain step, a tree's every node). The k largest lie in the k blocks of BLOCK
+    logits whose maxima are largest (a block holding one of them, left out, would mean k blocks each holding a larger
+    one), so topk runs over the block maxima and then over those k blocks: a vectorised pass over the row and two
+    small topks, about half the time (BENCHMARKS.md, "Token recycling copies where the text repeats")."""
+    n, v = logits.shape
+    k = min(k, v)
+    blocks = v // BLOCK
+    if blocks <= k:
+        return logits.topk(k, dim=-1).indices
+    body = logits[:, : blocks * BLOCK].view(n, blocks, BLOCK)  # [n, B, BLOCK]
+    best = body.amax(-1).topk(k, dim=-1).indices  # [n, k] the blocks that hold the k largest
+    candidates = body.gather(1, best[..., None].expand(n, k, BLOCK)).reshape(n, k * BLOCK)  # [n, k * BLOCK]
+    ids = (best[..., None] * BLOCK + torch.arange(BLOCK, device=logits.device)).reshape(n, k * BLOCK)
+    if v > blocks * BLOCK:  # the last few, in no block: candidates too
+        candidates = torch.cat([candidates, logits[:, blocks * BLOCK :]], dim=1)
+        ids = torch.cat([ids, torch.arange(blocks * BLOCK, v, device=logits.device).expand(n, -1)], dim=1)
+    return ids.gather(1, candidates.topk(k, dim=-1).indices)  # [n, k]
 
 
 def template(budget: int, depth: int, k: int) -> list[tuple[int, int]]:
