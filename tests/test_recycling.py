@@ -133,7 +133,8 @@ def test_a_long_match_is_copied_instead_of_the_tree_and_a_short_ones_copy_joins_
     assert grown.tokens == (40, 50, 77, 3)
     assert [grown.tokens[n] for n in grown.path_to(3)] == [40, 77, 3], "through the tree's own 40"
     assert tree.sources[2:] == ("copied after the match at 1",) * 2
-    assert tree.cut(2) is tree, "every ranked node verified: the copy rides along"
+    assert tree.cut(2, pinned=True) is tree, "every ranked node verified, and the copy where it pays"
+    assert tree.cut(2).token_ids == [40, 50], "where it does not pay it is dropped, every ranked node kept or not"
     cut = tree.cut(1)
     assert cut.token_ids == [40] and cut.pinned == 0, "a cut drops it unless told to keep it"
     assert tree.cut(1, pinned=True).token_ids == [40, 77, 3]

@@ -235,10 +235,12 @@ def test_a_graft_rides_past_a_cut_only_where_its_tokens_pay_for_its_width() -> N
 
     tree = Draft([40, 50, 41, 77, 3], parents=(-1, 0, -1, 0, 3), sources=tuple("abcde"), pinned=2)
     assert tree.cut(2) == Draft([40, 50], sources=("a", "b")), "a cut without the graft"
+    assert tree.cut(3) == Draft([40, 50, 41], parents=(-1, 0, -1), sources=("a", "b", "c")), \
+        "every ranked node kept, the graft still dropped where it does not pay"
+    assert tree.cut(3, pinned=True) is tree and tree.cut(9, pinned=True) is tree
     kept_too = tree.cut(1, pinned=True)
     assert kept_too.token_ids == [40, 77, 3] and kept_too.tree is None and kept_too.pinned == 2
     kept_too = tree.cut(2, pinned=True)
     assert kept_too.token_ids == [40, 50, 77, 3] and kept_too.parents == (-1, 0, 0, 2) and kept_too.pinned == 2
-    assert tree.cut(3) is tree and tree.cut(3, pinned=True) is tree, "every ranked node: the graft rides along"
     policy = ranked_policy("intel")
     assert policy.nodes == 0 and policy.keeps_graft(5), "no cut chosen: the whole draft is verified"

@@ -71,7 +71,7 @@ class Draft:
     # cut to the policy's nodes, and no round of the tree the policy sizes.
     retrieved: bool = False
     # A ranked tree's last nodes that are no part of its ranking (a copy grafted onto recycling's tree): verified where
-    # the policy verifies every ranked node, and past a cut where they pay for their width (Draft.cut's ``pinned``).
+    # they pay for their width (Draft.cut's ``pinned``), whether or not the policy's cut drops ranked nodes.
     pinned: int = 0
 
     @property
@@ -86,10 +86,13 @@ class Draft:
     def cut(self, nodes: int, pinned: bool = False) -> Draft:
         """The draft's first ``nodes`` nodes: a tree's nodes come parents first, so they are a tree, and a chain
         where they are one; a chain's first tokens. What a drafter that ranks its nodes (``Drafter.ranked``) would
-        have drafted with that budget. Its ``pinned`` nodes ride along where none of the others is cut, or where
-        ``pinned`` says to keep them, with the nodes they hang from."""
-        if nodes >= len(self.token_ids) - self.pinned:
+        have drafted with that budget. Its ``pinned`` nodes ride along where ``pinned`` says to keep them, with the
+        nodes they hang from, and are dropped where it does not, even where every ranked node is kept: their width
+        costs as much beside a whole tree as beside a cut one."""
+        ranked = len(self.token_ids) - self.pinned
+        if nodes >= ranked and (pinned or not self.pinned):
             return self
+        nodes = min(nodes, ranked)
         if pinned and self.pinned:
             tree, first = self.token_tree(), len(self.token_ids) - self.pinned
             keep = set(range(nodes))
