@@ -6,6 +6,17 @@
 # `results_begin OUT BEFORE PHASE...` is `control BEFORE`, and notes in OUT/meta.txt which commits run which phases
 # on which CPU; then `priced NAME PROMPTS [floor_priced options...]` runs floor_priced.py on OUT/PROMPTS into
 # OUT/NAME.jsonl (96 tokens, 3 runs a mode), its progress into OUT/NAME.err.
+# A results folder's run.sh (`set -eu; . benchmarks/control.sh; phase() { ...; }; results_run "$0" "$@"`) defines
+# `phase NAME` (its folder in $out, the control on $CONTROL) and calls `results_run SCRIPT BEFORE PHASE...`: each
+# phase in turn, noted in meta.txt when done, then the worktree removed. `recycle_phase NAME` is token recycling's
+# phases, on the folder's code.jsonl, open.jsonl and short.jsonl (-control: at BEFORE):
+#   code-N, code-control  greedy, pld and recycle (cold) by accounting on the code edits;
+#   open-N, open-control  greedy and recycle, cold, on the open prompts;
+#   warm, warm-N, warm-control  the same from warm.pt (made first, at the change, from warm-first.jsonl);
+#   quiet                 the short answers, greedy and every drafting mode;
+#   hog, hog-float32[-N], hog-float32-control  the same beside a CPU hog (-float32: the weights in float32, as a CPU
+#                         without AMX runs them);
+#   bench                 `bench` on the PLD demo's code edit: greedy, pld and recycle, 64 tokens, 5 repeats.
 control() {
     control_tmp=$(mktemp -d)
     git worktree add --detach "$control_tmp/before" "$1" > /dev/null
@@ -34,4 +45,32 @@ results_begin() {
 priced() {
     python benchmarks/floor_priced.py "$results_out/$2" "$results_out/$1.jsonl" --runs 3 --max-new-tokens 96 "${@:3}" \
         2> "$results_out/$1.err"
+}
+results_run() {
+    out=$(dirname "$1")
+    results_begin "$out" "$2" "${@:3}"
+    for name in "${@:3}"; do
+        phase "$name"
+        echo "$name done $(date -u +%FT%TZ)" >> "$out/meta.txt"
+    done
+    control_done
+}
+recycle_phase() {
+    case $1 in
+        code-control) PYTHONPATH=$CONTROL priced "$1" code.jsonl --modes greedy,pld,recycle ;;
+        code-*) priced "$1" code.jsonl --modes greedy,pld,recycle ;;
+        open-control) PYTHONPATH=$CONTROL priced "$1" open.jsonl --modes greedy,recycle ;;
+        open-*) priced "$1" open.jsonl --modes greedy,recycle ;;
+        warm-control) warm_matrix "$out"
+            PYTHONPATH=$CONTROL priced "$1" open.jsonl --modes greedy,recycle --recycle-state "$out/warm.pt" ;;
+        warm|warm-*) warm_matrix "$out"; priced "$1" open.jsonl --modes greedy,recycle --recycle-state "$out/warm.pt" ;;
+        quiet) priced quiet short.jsonl ;;
+        hog) priced hog short.jsonl --hog ;;
+        hog-float32-control) PYTHONPATH=$CONTROL priced "$1" short.jsonl --hog --dtype float32 ;;
+        hog-float32|hog-float32-*) priced "$1" short.jsonl --hog --dtype float32 ;;
+        bench)
+            decode-tui bench --modes greedy,pld,recycle --repeats 5 --max-new-tokens 64 --seed 1 \
+                > "$out/bench-code-edit.txt" 2>&1 ;;
+        *) echo "unknown phase $1" >&2; exit 2 ;;
+    esac
 }

@@ -15,6 +15,9 @@ process's life, and pads to the cheapest; a tree's verification is padded as a c
 width runs as it is: a GPU's forward over a few positions costs about the same whatever their number, and timing
 its asynchronous kernels would need a synchronisation every round. No library offers this choice, hence this module.
 
+Past the padded widths a width is priced from the forwards the tree budget timed in the same warm-up
+(:meth:`WidthCosts.time_wide`), for a ranked tree's sizes before the run times them.
+
 It also keeps, per model, what each draft length's verification cost in earlier runs (:func:`remembered_times`),
 and prices each length from those times (:func:`verify_prices`), for the adaptive draft length. It knows widths
 and the clock, and nothing of models beyond using one as the key its times are kept under, nor of drafts,

@@ -13,37 +13,32 @@
 #   prompts    `bench --prompts benchmarks/prompts.jsonl`, greedy and every drafting mode, 64 tokens, 3 repeats;
 #   dtypes     greedy in float32 against greedy in bfloat16 (greedy_by_dtype.py), in one process, alternated.
 set -eu
-out=$(dirname "$0")
-before=$1
-shift
 . benchmarks/control.sh
-results_begin "$out" "$before" "$@"
 drafting=greedy,pld,suffix,recycle,lookahead
-for phase in "$@"; do
-    case $phase in
-        control-*)
-            for side in before after; do
-                path=; [ $side = before ] && path=$CONTROL
-                PYTHONPATH=$path decode-tui bench --modes greedy,recycle --max-new-tokens 64 --repeats 3 --format json \
-                    --prompts "$out/open.jsonl" > "$out/$phase-$side.jsonl" 2> "$out/$phase-$side.err"
-            done ;;
-        open-*) priced "$phase" open.jsonl --modes $drafting ;;
-        warm) warm_matrix "$out"; priced warm open.jsonl --modes greedy,recycle --recycle-state "$out/warm.pt" ;;
-        quiet) priced quiet short.jsonl ;;
-        hog) priced hog short.jsonl --hog ;;
-        hog-garden-*) priced "$phase" garden.jsonl --hog ;;
-        bench)
-            decode-tui bench --modes greedy,sample,beam,speculative,pld,suffix,recycle,lookahead --repeats 5 \
-                --max-new-tokens 96 -p "Write a short story about a lighthouse keeper who finds a message in a bottle." \
-                > "$out/all-modes-story.txt" 2>&1
-            decode-tui bench --modes greedy,pld,suffix,speculative,recycle,lookahead --repeats 5 --max-new-tokens 64 \
-                --seed 1 > "$out/drafting-code-edit.txt" 2>&1 ;;
-        prompts)
-            decode-tui bench --modes $drafting,speculative --max-new-tokens 64 --repeats 3 --format json \
-                --prompts benchmarks/prompts.jsonl > "$out/prompts.jsonl" 2> "$out/prompts.err" ;;
-        dtypes) python "$out/greedy_by_dtype.py" > "$out/dtypes.txt" 2> "$out/dtypes.err" ;;
-        *) echo "unknown phase $phase" >&2; exit 2 ;;
+phase() {
+    case $1 in
+    control-*)
+        for side in before after; do
+            path=; [ $side = before ] && path=$CONTROL
+            PYTHONPATH=$path decode-tui bench --modes greedy,recycle --max-new-tokens 64 --repeats 3 --format json \
+                --prompts "$out/open.jsonl" > "$out/$1-$side.jsonl" 2> "$out/$1-$side.err"
+        done ;;
+    open-*) priced "$1" open.jsonl --modes $drafting ;;
+    warm) warm_matrix "$out"; priced warm open.jsonl --modes greedy,recycle --recycle-state "$out/warm.pt" ;;
+    quiet) priced quiet short.jsonl ;;
+    hog) priced hog short.jsonl --hog ;;
+    hog-garden-*) priced "$1" garden.jsonl --hog ;;
+    bench)
+        decode-tui bench --modes greedy,sample,beam,speculative,pld,suffix,recycle,lookahead --repeats 5 \
+            --max-new-tokens 96 -p "Write a short story about a lighthouse keeper who finds a message in a bottle." \
+            > "$out/all-modes-story.txt" 2>&1
+        decode-tui bench --modes greedy,pld,suffix,speculative,recycle,lookahead --repeats 5 --max-new-tokens 64 \
+            --seed 1 > "$out/drafting-code-edit.txt" 2>&1 ;;
+    prompts)
+        decode-tui bench --modes $drafting,speculative --max-new-tokens 64 --repeats 3 --format json \
+            --prompts benchmarks/prompts.jsonl > "$out/prompts.jsonl" 2> "$out/prompts.err" ;;
+    dtypes) python "$out/greedy_by_dtype.py" > "$out/dtypes.txt" 2> "$out/dtypes.err" ;;
+    *) echo "unknown phase $1" >&2; exit 2 ;;
     esac
-    echo "$phase done $(date -u +%FT%TZ)" >> "$out/meta.txt"
-done
-control_done
+}
+results_run "$0" "$@"

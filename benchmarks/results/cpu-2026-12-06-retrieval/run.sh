@@ -11,24 +11,6 @@
 #   quiet           `floor_priced.py short.jsonl`: the four short answers, greedy and every drafting mode;
 #   bench           `bench` on the PLD demo's code edit: greedy, pld and recycle, 64 tokens, 5 repeats alternated.
 set -eu
-out=$(dirname "$0")
-before=$1
-shift
 . benchmarks/control.sh
-results_begin "$out" "$before" "$@"
-for phase in "$@"; do
-    case $phase in
-        code-control) PYTHONPATH=$CONTROL priced "$phase" code.jsonl --modes greedy,pld,recycle ;;
-        code-*) priced "$phase" code.jsonl --modes greedy,pld,recycle ;;
-        open-control) PYTHONPATH=$CONTROL priced "$phase" open.jsonl --modes greedy,recycle ;;
-        open-*) priced "$phase" open.jsonl --modes greedy,recycle ;;
-        quiet) priced quiet short.jsonl ;;
-        warm) warm_matrix "$out"; priced warm open.jsonl --modes greedy,recycle --recycle-state "$out/warm.pt" ;;
-        bench)
-            decode-tui bench --modes greedy,pld,recycle --repeats 5 --max-new-tokens 64 --seed 1 \
-                > "$out/bench-code-edit.txt" 2>&1 ;;
-        *) echo "unknown phase $phase" >&2; exit 2 ;;
-    esac
-    echo "$phase done $(date -u +%FT%TZ)" >> "$out/meta.txt"
-done
-control_done
+phase() { recycle_phase "$1"; }
+results_run "$0" "$@"
