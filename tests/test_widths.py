@@ -92,7 +92,8 @@ def test_a_width_past_the_padded_ones_is_priced_as_the_tree_budgets_forwards_gro
     assert cpu.price(13) == pytest.approx(84 * 1.3 / at_8), "halfway between 9 and 17"
     assert cpu.price(33) == pytest.approx(84 * 2.0 / at_8)
     assert cpu.price(34) is None, "past the widest timed"
-    assert [cpu.price(w) for w in range(MAX_WIDTH, 34)] == sorted(cpu.price(w) for w in range(MAX_WIDTH, 34))
+    prices = [cpu.price(w) or 0.0 for w in range(MAX_WIDTH, 34)]
+    assert prices == sorted(prices) and all(prices), "priced up to the widest timed, never cheaper as it widens"
     noisy = timed({w: 84.0 for w in range(2, MAX_WIDTH + 1)})
     noisy.time_wide({1: 10.0, 5: 13.0, 9: 12.0})
     assert noisy.price(9) == 84.0, "a wider forward is never priced under a narrower one"
