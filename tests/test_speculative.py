@@ -14,7 +14,7 @@ import torch
 
 from decode_tui.core.drafting import target_drafts
 from decode_tui.core.drafting.draft_models import shared_vocab_size
-from decode_tui.core.drafting.drafters import ModelDrafter
+from decode_tui.core.drafting.drafters import Draft, ModelDrafter
 from decode_tui.core.drafting.prompt_lookup import PromptLookup
 from decode_tui.core.errors import UsageError
 from decode_tui.core.execution.widths import remembered_times
@@ -26,7 +26,7 @@ from decode_tui.core.strategies import acceptance
 from decode_tui.core.strategies import rounds as rounds_module
 from decode_tui.core.strategies import speculative as spec_module
 from decode_tui.core.strategies import verify as verify_module
-from decode_tui.core.strategies.adaptive import AdaptiveDraftLength
+from decode_tui.core.strategies.adaptive import SHORT_MATCH_COPY, AdaptiveDraftLength
 from decode_tui.core.strategies.autoregressive import autoregressive
 from decode_tui.core.strategies.speculative import speculative
 
@@ -739,6 +739,30 @@ def test_adaptive_lookup_keeps_the_draft_length_an_exact_replay_finds_fastest() 
         assert policy.choose() == 6
         policy.observe(0, 0, c0, 0.0)  # a round the lookup had nothing for: a plain step, the second width
         assert policy.choose() == expected, c1
+
+
+def test_a_copy_after_a_one_token_match_is_verified_short_until_a_replay_prices_copies() -> None:
+    """Before a replay can price copies, a chain copied after a match of one token is verified to its first
+    SHORT_MATCH_COPY tokens (on prose such copies are almost never kept, and where width is dear each costs two steps
+    and more); a longer match's copy, a tree and any copy once the replay decides are verified whole."""
+    def replay(k: int) -> tuple[int, ...]:
+        return (k + 1,) * 40
+
+    policy = AdaptiveDraftLength(10, replay=replay)
+    assert policy.choose() == 10 and policy.decision[0] == "history"
+    one = Draft(list(range(10)), match=(4, 5), copied=(5, 15))
+    assert policy.unproven(one).token_ids == list(range(SHORT_MATCH_COPY))
+    assert policy.unproven(one).match == (4, 5), "still a copy, shown as one"
+    two = Draft(list(range(10)), match=(3, 5), copied=(5, 15))
+    assert policy.unproven(two) is two
+    tree = Draft([1, 2, 3], parents=(-1, 0, -1), match=(4, 5))
+    assert policy.unproven(tree) is tree
+    plain = Draft([1, 2, 3])
+    assert policy.unproven(plain) is plain, "a draft that is no copy: as it is"
+    for k, seconds in ((10, 0.2), (10, 0.2), (10, 0.2), (0, 0.1)):
+        policy.observe(k, 0, seconds, 0.0)
+    policy.choose()
+    assert policy.decision[0] == "replay" and policy.unproven(one) is one
 
 
 def test_adaptive_lookup_is_lossless(byte_bpe: Any) -> None:

@@ -14,12 +14,17 @@ import time
 from collections import deque
 from collections.abc import Sequence
 
-from ..drafting.drafters import Replay
+from ..drafting.drafters import Draft, Replay
 from ..execution.widths import Times, verify_prices
 from ..record.draft_stats import fit_verify_costs
 from .tree_sizes import GraftTokens, NodeChances, Size, best_size, graft_pays
 
 MIN_HISTORY = 8  # tokens of the run a replay needs before its choice is trusted
+# Until then a copy after a match of one token is verified this far only: on prose such copies are the common
+# word's last continuation and almost never kept, and where a forward's width is dear (a CPU without AMX) each
+# verified whole costs two steps and more; a code edit's first copies follow matches of two tokens or more
+# (BENCHMARKS.md, "Token recycling copies where the text repeats", float32 beside a CPU hog).
+SHORT_MATCH_COPY = 2
 # The first round's draft length with a draft model (a ranked tree is drafted to the most): enough to measure the
 # acceptance, and a draft that cannot pay (a GPU, where a draft step costs about a target step) costs at most this
 # many of its steps before the policy knows.
@@ -385,8 +390,16 @@ class AdaptiveDraftLength:
             return self._decide("replay", k, f"copying up to {k}: replayed, the run so far would have been fastest "
                                 f"at {k}" if k else "plain steps: replayed, the run so far would have been fastest "
                                 "with no copies")
-        return self._decide("history", self.max_k, f"copying up to {self.max_k} until {MIN_HISTORY} tokens and two "
-                            "widths are timed")
+        return self._decide("history", self.max_k, f"copying up to {self.max_k} ({SHORT_MATCH_COPY} after a match of "
+                            f"one token) until {MIN_HISTORY} tokens and two widths are timed")
+
+    def unproven(self, draft: Draft) -> Draft:
+        """``draft`` as far as it is verified: a chain copied after a match of one token, while no replay prices
+        copies yet (the history above), to its first SHORT_MATCH_COPY tokens; any other whole."""
+        if self.decision[0] != "history" or draft.match is None or draft.tree is not None \
+                or draft.match[1] - draft.match[0] > 1:
+            return draft
+        return draft.cut(SHORT_MATCH_COPY)
 
     def _choose_by_model(self) -> int:
         best = self._best()
