@@ -207,18 +207,14 @@ def test_cut_trees_give_plain_greedys_tokens(byte_bpe: Any, monkeypatch: Any, se
 
 
 def test_the_loop_prices_a_ranked_trees_sizes_from_the_warm_ups_widths(byte_bpe: Any) -> None:
-    """On a CPU the policy is told what the warm-up timed: n nodes at the forward of n + 1 positions padded as the
-    verifier would pad it (here 2 .. 5 positions to 5, the cheapest), in one-position forwards timed with them (the
-    run multiplies its own plain step: its context is not the warm-up's), never under one; nothing past MAX_WIDTH
-    where the tree budget timed nothing wider."""
+    """On a CPU the policy is told what the warm-up timed: n nodes at the price of the forward of n + 1 positions
+    padded as the verifier would pad it (here 2 .. 5 positions to 5, the cheapest); nothing past MAX_WIDTH."""
     model = tiny_model("llama", vocab_size=V, seed=0)
-    width_costs(model).fill(lambda w: {1: 0.4, 2: 1.0, 3: 1.2, 5: 0.5}.get(w, 2.0))
+    width_costs(model).fill(lambda w: {2: 1.0, 3: 1.2, 5: 0.5}.get(w, 2.0))
     prompt = [5, 6, 7]
     target = Target(model, transcript(byte_bpe, prompt, 8, V - 1), prompt, fast=False, graphs=False, max_len=32,
                     reuse=False, tree_width=BUDGET + 1)
-    assert target.forward_steps(BUDGET) == {1: 1.25, 2: 1.25, 3: 1.25, 4: 1.25, 5: 5.0, 6: 5.0, 7: 5.0}
-    policy = AdaptiveDraftLength(10, tree_budget=BUDGET, ranked=True, forwards=target.forward_steps(BUDGET))
-    assert policy._prices((0.03, 0.0))[:3] == pytest.approx([0.03, 0.0375, 0.0375]), "times the run's own step"
+    assert target.forward_prices(BUDGET) == {1: 0.5, 2: 0.5, 3: 0.5, 4: 0.5, 5: 2.0, 6: 2.0, 7: 2.0}
 
 
 def test_a_graft_rides_past_a_cut_only_where_its_tokens_pay_for_its_width() -> None:

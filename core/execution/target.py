@@ -118,12 +118,12 @@ class Target:
         mid-run (there such a round stays a padded verification)."""
         return not self.fast
 
-    def forward_steps(self, nodes: int) -> dict[int, float]:
-        """A verification's forward of 1 .. ``nodes`` drafted tokens (a tree's nodes), padded as it would be, in
-        one-position forwards, where the warm-up timed them (a CPU's plain path; elsewhere none)."""
+    def forward_prices(self, nodes: int) -> dict[int, float]:
+        """Seconds of a verification's forward of 1 .. ``nodes`` drafted tokens (a tree's nodes), padded as it would
+        be, where the warm-up timed them (a CPU's plain path; elsewhere none)."""
         widths = self._verify.widths
-        steps = {n: widths.steps(n + 1) for n in range(1, nodes + 1)} if widths is not None else {}
-        return {n: step for n, step in steps.items() if step is not None}
+        prices = {n: widths.price(n + 1) for n in range(1, nodes + 1)} if widths is not None else {}
+        return {n: price for n, price in prices.items() if price is not None}
 
     def times_by_k(self, context_length: int) -> Times:
         """What verifying each draft length cost this model after about ``context_length`` tokens, so far."""

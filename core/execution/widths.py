@@ -43,8 +43,7 @@ class WidthCosts:
     """The measured seconds of a model's forwards of 2 .. MAX_WIDTH positions, and the width to run each at."""
 
     def __init__(self) -> None:
-        # Width 1 too: the one-position forward the widths are priced against (:meth:`steps`), never padded.
-        self.seconds: dict[int, deque[float]] = {w: deque(maxlen=8) for w in range(1, MAX_WIDTH + 1)}
+        self.seconds: dict[int, deque[float]] = {w: deque(maxlen=8) for w in range(2, MAX_WIDTH + 1)}
         self.forwards = 0  # forwards observed so far
         self.timed_at: dict[int, int] = {}  # each width's last forward, by that count
         # Forwards past MAX_WIDTH, in one-position forwards timed with them (the tree budget's, :mod:`.tree_budget`):
@@ -86,12 +85,6 @@ class WidthCosts:
         if not 2 <= width <= MAX_WIDTH or any(len(self.seconds[v]) < TRIES for v in candidates):
             return None
         return self._padded(width, candidates)[1]
-
-    def steps(self, width: int) -> float | None:
-        """:meth:`price` in one-position forwards timed with it (the warm-up's, at its context): what a run's own
-        plain step multiplies, so that a width is priced at the run's context, not the warm-up's shorter one."""
-        price, one = self.price(width), self.seconds[1]
-        return None if price is None or len(one) < TRIES else max(1.0, price / statistics.median(one))
 
     def time_wide(self, seconds: dict[int, float]) -> None:
         """Forwards of the widths ``seconds`` holds (one position's among them) took those seconds, timed together:
@@ -182,9 +175,8 @@ def verify_prices(times_by_k: Times, max_k: int, fit: tuple[float, float], push:
     drafted as far as the draft is confident, as with a fixed k. A lookup's replay needs no such push (a width it
     chooses gets timed), and on prose every wider verification it tried would be a loss.
 
-    ``forwards``: a forward for k drafted tokens in one-position forwards where the warm-up timed them
-    (:meth:`WidthCosts.steps`), times the plain step's price: the guess instead of the line, as on a CPU the widths'
-    costs are no line, and at the run's context, where the warm-up's is shorter."""
+    ``forwards``: a forward's seconds for k drafted tokens where the warm-up timed them (:meth:`WidthCosts.price`),
+    the guess instead of the line: on a CPU the widths' costs are no line."""
     c0, c1 = fit
     timed = {k: statistics.median(ts) for k, ts in times_by_k.items() if ts}
     cheapest = min((t for k, t in timed.items() if k > 0), default=None)
@@ -193,7 +185,7 @@ def verify_prices(times_by_k: Times, max_k: int, fit: tuple[float, float], push:
         if len(times_by_k.get(k, ())) >= TRUSTED:
             prices.append(timed[k])
             continue
-        guess = prices[0] * forwards[k] if forwards is not None and k in forwards and prices else c0 + c1 * k
+        guess = forwards[k] if forwards is not None and k in forwards else c0 + c1 * k
         guesses = [guess, *([timed[k]] if k in timed else [])]
         if push and k > 0 and cheapest is not None:
             guesses.append(cheapest)

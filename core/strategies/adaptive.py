@@ -150,8 +150,7 @@ class AdaptiveDraftLength:
         # The drafter's tree nodes come best first: the policy verifies the first ``nodes`` of them (0: all).
         self.ranked = ranked
         self.nodes = 0
-        # A forward for n nodes in one-position forwards as the warm-up timed them (a CPU's): times the run's plain
-        # step, a ranked tree's price until timed.
+        # A forward's seconds for n nodes as the warm-up timed them (a CPU's), a ranked tree's price until timed.
         self.forwards = forwards
         # A ranked tree's nodes' chances of being kept; a tree round's drafting seconds (its host work), the last 16.
         self.chances = NodeChances()

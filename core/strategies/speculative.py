@@ -83,7 +83,7 @@ def speculative(
     policy = AdaptiveDraftLength(num_draft_tokens, replay=drafter.replay(transcript),
                                  times_by_k=target.times_by_k(len(context)), stops_itself=drafter.stops_itself,
                                  tree_budget=drafter.tree_budget, ranked=drafter.ranked,
-                                 forwards=target.forward_steps(drafter.tree_budget) if drafter.ranked else None,
+                                 forwards=target.forward_prices(drafter.tree_budget) if drafter.ranked else None,
                                  shadows=drafter.free_to_ask) if adaptive else None
     try:
         learn = drafter.observed if drafter.learns else None  # a drafter that learns reads every target forward
