@@ -17,7 +17,8 @@
 #   quiet[-N]             the short answers, greedy and every drafting mode;
 #   hog, hog-float32[-N], hog-float32-control  the same beside a CPU hog (-float32: the weights in float32, as a CPU
 #                         without AMX runs them);
-#   bench                 `bench` on the PLD demo's code edit: greedy, pld and recycle, 64 tokens, 5 repeats.
+#   bench                 `bench` on the PLD demo's code edit: greedy, pld and recycle, 64 tokens, 5 repeats;
+#   prompts               `bench --prompts benchmarks/prompts.jsonl`, greedy and every drafting mode, 64 tokens, 3 repeats.
 control() {
     control_tmp=$(mktemp -d)
     git worktree add --detach "$control_tmp/before" "$1" > /dev/null
@@ -74,6 +75,9 @@ recycle_phase() {
         bench)
             decode-tui bench --modes greedy,pld,recycle --repeats 5 --max-new-tokens 64 --seed 1 \
                 > "$out/bench-code-edit.txt" 2>&1 ;;
+        prompts)
+            decode-tui bench --modes greedy,pld,suffix,recycle,lookahead,speculative --max-new-tokens 64 --repeats 3 \
+                --format json --prompts benchmarks/prompts.jsonl > "$out/prompts.jsonl" 2> "$out/prompts.err" ;;
         *) echo "unknown phase $1" >&2; exit 2 ;;
     esac
 }
