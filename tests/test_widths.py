@@ -83,8 +83,7 @@ def test_a_width_is_priced_as_it_would_run_padded() -> None:
 
 def test_a_width_past_the_padded_ones_is_priced_as_the_tree_budgets_forwards_grow() -> None:
     """Past MAX_WIDTH a width is MAX_WIDTH's price grown as the forwards the tree budget timed grow from MAX_WIDTH
-    to it, on the line between the two timed around it: no step where the padded widths end (a line fitted to the
-    run's own verifications had priced 9 positions a quarter dearer than 8 where they cost about the same)."""
+    to it, on the line between the two timed around it: no step where the padded widths end."""
     cpu = timed({w: 84.0 for w in range(2, MAX_WIDTH + 1)})
     cpu.time_wide({1: 10.0, 5: 11.0, 9: 12.0, 17: 14.0, 33: 20.0})  # in one-position forwards: 1, 1.1, 1.2, 1.4, 2
     at_8 = 1.0 + 0.1 + 0.1 * 3 / 4  # between 5 and 9

@@ -127,7 +127,7 @@ def top_ids(logits: torch.Tensor, k: int) -> torch.Tensor:
     rows pass through here (one a plain step, a tree's every node). The k largest lie in the k blocks of BLOCK
     logits whose maxima are largest (a block holding one of them, left out, would mean k blocks each holding a larger
     one), so topk runs over the block maxima and then over those k blocks: a vectorised pass over the row and two
-    small topks, about half the time (BENCHMARKS.md, "Token recycling copies where the text repeats")."""
+    small topks, which take less time (BENCHMARKS.md, "Token recycling copies where the text repeats")."""
     n, v = logits.shape
     k = min(k, v)
     blocks = v // BLOCK

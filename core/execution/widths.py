@@ -30,6 +30,8 @@ import statistics
 from collections import deque
 from collections.abc import Callable
 
+import numpy
+
 from .model_state import state_of
 
 MAX_WIDTH = 8  # wider verifications run as they are: past 8 rows the kernels' costs grow with the width again
@@ -96,14 +98,9 @@ class WidthCosts:
     def _wide(self, width: int) -> float | None:
         """A forward of ``width`` positions in one-position forwards, on the line between the two :meth:`time_wide`
         timed around it (a forward's cost is about linear in its width between them); None outside them."""
-        below = max((w for w in self.wide if w <= width), default=None)
-        above = min((w for w in self.wide if w >= width), default=None)
-        if below is None or above is None:
+        if not self.wide or not min(self.wide) <= width <= max(self.wide):
             return None
-        if above == below:
-            return self.wide[width]
-        share = (width - below) / (above - below)
-        return self.wide[below] + share * (self.wide[above] - self.wide[below])
+        return float(numpy.interp(width, list(self.wide), list(self.wide.values())))  # its widths in order
 
     def forget_stale(self) -> int:
         """Forget the times of every width last timed STALE forwards ago (a busy moment's, maybe); how many widths

@@ -21,9 +21,9 @@ from .tree_sizes import GraftTokens, NodeChances, Size, best_size, graft_pays
 
 MIN_HISTORY = 8  # tokens of the run a replay needs before its choice is trusted
 # Until then a copy after a match of one token is verified this far only: on prose such copies are the common
-# word's last continuation and almost never kept, and where a forward's width is dear (a CPU without AMX) each
-# verified whole costs two steps and more; a code edit's first copies follow matches of two tokens or more
-# (BENCHMARKS.md, "Token recycling copies where the text repeats", float32 beside a CPU hog).
+# word's last continuation and almost never kept, and where a forward's width is dear (a CPU without AMX) each one
+# verified whole costs several steps; a code edit's first copies that pay follow matches of two tokens or more
+# (BENCHMARKS.md, "The floor in float32 beside a CPU hog").
 SHORT_MATCH_COPY = 2
 # The first round's draft length with a draft model (a ranked tree is drafted to the most): enough to measure the
 # acceptance, and a draft that cannot pay (a GPU, where a draft step costs about a target step) costs at most this

@@ -24,9 +24,6 @@ phase() {
                 --prompts "$out/open.jsonl" > "$out/$1-$side.jsonl" 2> "$out/$1-$side.err"
         done ;;
     open-*) priced "$1" open.jsonl --modes $drafting ;;
-    warm) warm_matrix "$out"; priced warm open.jsonl --modes greedy,recycle --recycle-state "$out/warm.pt" ;;
-    quiet) priced quiet short.jsonl ;;
-    hog) priced hog short.jsonl --hog ;;
     hog-garden-*) priced "$1" garden.jsonl --hog ;;
     bench)
         decode-tui bench --modes greedy,sample,beam,speculative,pld,suffix,recycle,lookahead --repeats 5 \
@@ -34,11 +31,8 @@ phase() {
             > "$out/all-modes-story.txt" 2>&1
         decode-tui bench --modes greedy,pld,suffix,speculative,recycle,lookahead --repeats 5 --max-new-tokens 64 \
             --seed 1 > "$out/drafting-code-edit.txt" 2>&1 ;;
-    prompts)
-        decode-tui bench --modes $drafting,speculative --max-new-tokens 64 --repeats 3 --format json \
-            --prompts benchmarks/prompts.jsonl > "$out/prompts.jsonl" 2> "$out/prompts.err" ;;
     dtypes) python "$out/greedy_by_dtype.py" > "$out/dtypes.txt" 2> "$out/dtypes.err" ;;
-    *) echo "unknown phase $1" >&2; exit 2 ;;
+    *) recycle_phase "$1" ;;  # warm, quiet, hog and prompts as the other folders run them
     esac
 }
 results_run "$0" "$@"
