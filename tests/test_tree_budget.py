@@ -21,11 +21,11 @@ def costs(by_width: dict[int, float]) -> Any:
 
 
 @pytest.mark.parametrize(("by_width", "expected"), [
-    # 2 cores with SmolLM2: a 17-position forward about two 1-position ones, a 33-position one about three.
-    ({1: 1.0, 5: 1.2, 9: 1.5, 17: 1.9, 33: 3.0, 65: 5.5}, 16),
-    ({1: 1.0, 5: 1.1, 9: 1.1, 17: 1.2, 33: 1.4, 65: 1.9}, 64),  # many cores: wide forwards nearly free
-    ({1: 1.0, 5: 2.5, 9: 3.0, 17: 4.0, 33: 6.0, 65: 9.0}, 4),  # none fits: the narrowest
-    ({1: 1.0, 5: 1.2, 9: TREE_COST, 17: 2.1, 33: 3.0, 65: 5.5}, 8),  # at the limit it still fits
+    # 2 cores in float32: a 16-position forward about two 1-position ones, a 32-position one about three.
+    ({1: 1.0, 4: 1.2, 8: 1.5, 16: 1.9, 32: 3.0, 64: 5.5}, 15),
+    ({1: 1.0, 4: 1.1, 8: 1.1, 16: 1.2, 32: 1.4, 64: 1.9}, 63),  # many cores: wide forwards nearly free
+    ({1: 1.0, 4: 2.5, 8: 3.0, 16: 4.0, 32: 6.0, 64: 9.0}, 3),  # none fits: the narrowest
+    ({1: 1.0, 4: 1.2, 8: TREE_COST, 16: 2.1, 32: 3.0, 64: 5.5}, 7),  # at the limit it still fits
 ])
 def test_the_widest_budget_whose_forward_costs_at_most_two_plain_ones(by_width: dict[int, float],
                                                                       expected: int) -> None:

@@ -401,7 +401,7 @@ def test_a_tree_budget_the_context_cannot_hold_is_refused_and_suffix_mode_has_a_
     with pytest.raises(UsageError, match="--tree-budget 60 does not fit"):
         Run(lm, "Hello world", DecodeConfig(mode="suffix", draft=DraftParams(tree_budget=60)))
     # The device's own budget: measured on the CPU, the narrowest where the model reads too few positions for it.
-    assert Run(lm, "Hello world", DecodeConfig(mode="suffix")).tree_budget == 4
+    assert Run(lm, "Hello world", DecodeConfig(mode="suffix")).tree_budget == 3
     assert Run(lm, "Hello world", DecodeConfig(mode="pld")).tree_budget == 0, "prompt lookup drafts chains unasked"
     assert Run(lm, "Hello world", DecodeConfig(mode="pld", draft=DraftParams(tree_budget=5))).tree_budget == 5
 

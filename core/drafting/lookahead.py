@@ -64,9 +64,9 @@ class Shape:
 
 def shape_for(budget: int) -> Shape:
     """The widest window that fits ``budget`` nodes, with as many guesses as columns (the paper's G = W) where they
-    fit: n-grams of 4 from 32 nodes, of 3 from 8, else of 2 (then at least 2 columns: one column of one level
+    fit: n-grams of 4 from 31 nodes, of 3 from 7, else of 2 (then at least 2 columns: one column of one level
     would be the pending token alone, with no lookahead branch)."""
-    ngram = 4 if budget >= 32 else 3 if budget >= 8 else 2
+    ngram = 4 if budget >= 31 else 3 if budget >= 7 else 2
     window = 2 if ngram == 2 else 1
     while Shape(window + 1, ngram, window + 1).nodes <= budget:
         window += 1

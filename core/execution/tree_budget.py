@@ -32,7 +32,11 @@ from .widths import MAX_WIDTH, width_costs
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-CANDIDATES = (4, 8, 16, 32, 64)  # budgets offered, narrowest first
+# Budgets offered, narrowest first: a tree of b nodes is fed with the pending token, b + 1 positions, a power of two.
+# Matrix units take a forward's rows in tiles (AMX 16 rows, a GPU's tensor cores 8 or 16), so one position past a
+# tile costs a tile of its own: a 33-position forward costs far more than a 32-position one (BENCHMARKS.md, "Token
+# recycling copies where the text repeats").
+CANDIDATES = (3, 7, 15, 31, 63)
 TREE_COST = 2.0  # a tree's forward may cost at most this many one-position forwards
 CONTEXT = 64  # tokens before the timed forwards: attention reads them, as it reads a prompt
 TRIES = 2  # forwards of each width; the lower counts (a first one may pay a kernel's warm-up)
