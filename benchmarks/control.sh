@@ -10,10 +10,10 @@
 # `phase NAME` (its folder in $out, the control on $CONTROL) and calls `results_run SCRIPT BEFORE PHASE...`: each
 # phase in turn, noted in meta.txt when done, then the worktree removed. `recycle_phase NAME` is token recycling's
 # phases, on the folder's code.jsonl, open.jsonl and short.jsonl (-control: at BEFORE):
-#   code-N, code-control  greedy, pld and recycle (cold) by accounting on the code edits;
+#   code-N, code-control[-N]  greedy, pld and recycle (cold) by accounting on the code edits;
 #   code-float32-N, code-float32-control  greedy, pld and suffix on them, the weights in float32;
-#   open-N, open-control  greedy and recycle, cold, on the open prompts;
-#   warm, warm-N, warm-control  the same from warm.pt (made first, at the change, from warm-first.jsonl);
+#   open-N, open-control[-N]  greedy and recycle, cold, on the open prompts;
+#   warm, warm-N, warm-control[-N]  the same from warm.pt (made first, at the change, from warm-first.jsonl);
 #   quiet[-N]             the short answers, greedy and every drafting mode;
 #   hog, hog-float32[-N], hog-float32-control  the same beside a CPU hog (-float32: the weights in float32, as a CPU
 #                         without AMX runs them);
@@ -61,11 +61,11 @@ recycle_phase() {
     case $1 in
         code-float32-control) PYTHONPATH=$CONTROL priced "$1" code.jsonl --modes greedy,pld,suffix --dtype float32 ;;
         code-float32-*) priced "$1" code.jsonl --modes greedy,pld,suffix --dtype float32 ;;
-        code-control) PYTHONPATH=$CONTROL priced "$1" code.jsonl --modes greedy,pld,recycle ;;
+        code-control|code-control-*) PYTHONPATH=$CONTROL priced "$1" code.jsonl --modes greedy,pld,recycle ;;
         code-*) priced "$1" code.jsonl --modes greedy,pld,recycle ;;
-        open-control) PYTHONPATH=$CONTROL priced "$1" open.jsonl --modes greedy,recycle ;;
+        open-control|open-control-*) PYTHONPATH=$CONTROL priced "$1" open.jsonl --modes greedy,recycle ;;
         open-*) priced "$1" open.jsonl --modes greedy,recycle ;;
-        warm-control) warm_matrix "$out"
+        warm-control|warm-control-*) warm_matrix "$out"
             PYTHONPATH=$CONTROL priced "$1" open.jsonl --modes greedy,recycle --recycle-state "$out/warm.pt" ;;
         warm|warm-*) warm_matrix "$out"; priced "$1" open.jsonl --modes greedy,recycle --recycle-state "$out/warm.pt" ;;
         quiet|quiet-*) priced "$1" short.jsonl ;;

@@ -152,12 +152,12 @@ def test_each_node_is_measured_over_the_rounds_that_showed_it() -> None:
         policy.observe_path([0, 1])
         policy.observe_path([])
         policy.observe_path([0], unknown=[1, 2])  # node 0 kept past the cut: what came of 1 and 2 was not seen
-    chances = [policy.chances.chance(node) for node in range(4)]
+    chances = [policy.sizes.chances.chance(node) for node in range(4)]
     assert chances == pytest.approx([2 / 3, 0.5, 0.0, 0.0], abs=0.03)
     unranked = AdaptiveDraftLength(10, tree_budget=4)
-    before = (list(unranked.chances.kept), list(unranked.chances.seen))
+    before = (list(unranked.sizes.chances.kept), list(unranked.sizes.chances.seen))
     unranked.observe_path([0, 1, 2])
-    assert (unranked.chances.kept, unranked.chances.seen) == before
+    assert (unranked.sizes.chances.kept, unranked.sizes.chances.seen) == before
 
 
 def test_the_nodes_under_a_node_are_its_subtree() -> None:

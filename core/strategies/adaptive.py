@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from ..drafting.drafters import Draft, Replay
 from ..execution.widths import Times, verify_prices
 from ..record.draft_stats import fit_verify_costs
-from .tree_sizes import GraftTokens, NodeChances, Size, best_size, graft_pays
+from .tree_sizes import RankedSizes
 
 MIN_HISTORY = 8  # tokens of the run a replay needs before its choice is trusted
 # Until then a copy after a match of one token is verified this far only: on prose such copies are the common
@@ -152,13 +152,7 @@ class AdaptiveDraftLength:
         self.nodes = 0
         # A forward's seconds for n nodes as the warm-up timed them (a CPU's), a ranked tree's price until timed.
         self.forwards = forwards
-        # A ranked tree's nodes' chances of being kept; a tree round's drafting seconds (its host work), the last 16.
-        self.chances = NodeChances()
-        self.tree_draft_s: deque[float] = deque(maxlen=16)
-        self.sized = Size(0.0, 0, 0.0, 0.0)  # the last sizing
-        self.tree_prices: list[float] = []  # its verification prices, and a round's drafting seconds
-        self.tree_overhead = 0.0
-        self.graft = GraftTokens()  # what a copy grafted onto the tree kept past the tree's path
+        self.sizes = RankedSizes()  # a ranked tree's nodes' chances, its grafts' tokens and its last sizing
         # A tree round's tokens kept (the target's own included) and seconds: decayed sums, and the last 16.
         self.tree_tokens, self.tree_rounds = PRIOR_TREE_TOKENS, 1.0
         self.tree_seconds: deque[float] = deque(maxlen=16)
@@ -273,9 +267,7 @@ class AdaptiveDraftLength:
         """A ranked tree's choice: the first n nodes :func:`~.tree_sizes.best_size` finds best, at the verification
         prices measured and the rounds' drafting time, drafted (the tree max_k deep, cut to n nodes) where they beat
         plain steps by TREE_MARGIN (already drafting: RANKED_STAY), else 0."""
-        overhead = self.tree_overhead = statistics.median(self.tree_draft_s) if self.tree_draft_s else 0.0
-        self.tree_prices = prices
-        size = self.sized = best_size(self.chances, prices[: self.tree_budget + 1], overhead)
+        size = self.sizes.size(prices, self.tree_budget)
         self.best_drafting = (self.max_k, size.gain)
         self.ceiling = (min(size.nodes, self.max_k) + 1) / size.steps  # every round keeping a path through them all
         drafting = self.decision[0] == "draft"
@@ -285,9 +277,7 @@ class AdaptiveDraftLength:
     def _tree_why(self) -> str:
         """The numbers a tree drafter's choice weighed, in words."""
         if self.ranked:
-            n, tokens, steps = self.sized.nodes, self.sized.tokens, self.sized.steps
-            return (f"its first {n} node{'s' if n != 1 else ''} keep an estimated {tokens:.2f} tokens a round and "
-                    f"cost {steps:.2f} plain steps: drafting goes {self.best_drafting[1]:.2f}x")
+            return self.sizes.why(self.best_drafting[1])
         tokens = self.tree_tokens / self.tree_rounds
         gain = self.best_drafting[1]
         return (f"a tree round keeps an estimated {tokens:.2f} tokens (from a prior of {PRIOR_TREE_TOKENS:.0f}) and "
@@ -488,20 +478,19 @@ class AdaptiveDraftLength:
     def keeps_graft(self, extra: int) -> bool:
         """Whether a copy of ``extra`` nodes grafted onto the ranked tree is verified with the first nodes the policy
         chose: always where it verifies them all (no cut), else where the graft pays for its width
-        (:func:`~.tree_sizes.graft_pays`)."""
-        return not self.nodes or graft_pays(self.sized, self.tree_prices, self.tree_overhead, extra,
-                                            self.graft.mean())
+        (:meth:`~.tree_sizes.RankedSizes.keeps_graft`)."""
+        return not self.nodes or self.sizes.keeps_graft(extra)
 
     def observe_graft(self, tokens: int) -> None:
         """A round with a grafted copy kept ``tokens`` of its nodes (or would have, where it was not verified: the
         emitted tokens walked down it)."""
-        self.graft.observe(tokens)
+        self.sizes.graft.observe(tokens)
 
     def observe_path(self, path: Sequence[int], unknown: Sequence[int] = ()) -> None:
         """A ranked tree's round (verified, or stood in for) kept the nodes ``path`` of the whole tree drafted and
         showed every other node not kept but the ``unknown`` (:meth:`~.tree_sizes.NodeChances.observe`)."""
         if self.ranked:
-            self.chances.observe(path, unknown, self.tree_budget)
+            self.sizes.chances.observe(path, unknown, self.tree_budget)
 
     def _tree_round(self, tokens: int) -> None:
         """A tree round (verified, or stood in for by plain steps) that emitted ``tokens``, into the decayed sums."""
@@ -531,7 +520,7 @@ class AdaptiveDraftLength:
         if k > 0 and self.trees:
             self._tree_round(accepted + 1)
             self.tree_seconds.append(verify_s + draft_s)
-            self.tree_draft_s.append(draft_s)
+            self.sizes.draft_s.append(draft_s)
         if k > 0:
             decay = 0.9
             self.accepted_sum = decay * self.accepted_sum + accepted

@@ -13,11 +13,13 @@ A copy grafted onto the tree (token recycling's, after a short match) is no part
 the first n nodes where the tokens it added lately pay for its width (:func:`graft_pays`), as one more node would.
 
 It knows node indices, prices and decayed counts; nothing of drafters, models or the policy's other choices
-(:mod:`.adaptive` decides whether to draft at all).
+(:mod:`.adaptive` decides whether to draft at all, and asks :class:`RankedSizes` how far).
 """
 
 from __future__ import annotations
 
+import statistics
+from collections import deque
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -111,3 +113,34 @@ def graft_pays(size: Size, prices: Sequence[float], overhead: float, extra: int,
     if n + extra >= len(prices):
         return False
     return (size.tokens + tokens) / (prices[n + extra] + overhead) >= size.tokens / (prices[n] + overhead)
+
+
+class RankedSizes:
+    """A run's ranked trees: each node's chances, what grafts kept, the rounds' drafting seconds, and the last sizing
+    (:meth:`size`), which the graft's test is against."""
+
+    def __init__(self) -> None:
+        self.chances = NodeChances()
+        self.graft = GraftTokens()  # what a copy grafted onto the tree kept past the tree's path
+        self.draft_s: deque[float] = deque(maxlen=16)  # a tree round's drafting seconds (its host work), the last 16
+        self.sized = Size(0.0, 0, 0.0, 0.0)  # the last sizing
+        self.prices: list[float] = []  # its verification prices
+        self.overhead = 0.0  # and a round's drafting seconds
+
+    def size(self, prices: list[float], budget: int) -> Size:
+        """The best first n nodes of a tree of ``budget`` (:func:`best_size`) at ``prices`` (``prices[n]``: seconds to
+        verify n nodes, on past the budget for a graft) and the rounds' drafting seconds."""
+        self.overhead = statistics.median(self.draft_s) if self.draft_s else 0.0
+        self.prices = prices
+        self.sized = best_size(self.chances, prices[: budget + 1], self.overhead)
+        return self.sized
+
+    def keeps_graft(self, extra: int) -> bool:
+        """Whether a graft of ``extra`` nodes pays beside the last sizing's nodes (:func:`graft_pays`)."""
+        return graft_pays(self.sized, self.prices, self.overhead, extra, self.graft.mean())
+
+    def why(self, gain: float) -> str:
+        """The last sizing in words, with the speed-up the policy predicts of it."""
+        n, tokens, steps = self.sized.nodes, self.sized.tokens, self.sized.steps
+        return (f"its first {n} node{'s' if n != 1 else ''} keep an estimated {tokens:.2f} tokens a round and cost "
+                f"{steps:.2f} plain steps: drafting goes {gain:.2f}x")
