@@ -34,8 +34,8 @@ if TYPE_CHECKING:
 
 # Budgets offered, narrowest first: a tree of b nodes is fed with the pending token, b + 1 positions, a power of two.
 # Matrix units take a forward's rows in tiles (AMX 16 rows, a GPU's tensor cores 8 or 16), so one position past a
-# tile costs a tile of its own: a 33-position forward costs far more than a 32-position one (BENCHMARKS.md, "Token
-# recycling copies where the text repeats").
+# tile costs a tile of its own: a 33-position forward costs far more than a 32-position one (BENCHMARKS.md, "Tree
+# budgets of a power of two positions").
 CANDIDATES = (3, 7, 15, 31, 63)
 TREE_COST = 2.0  # a tree's forward may cost at most this many one-position forwards
 CONTEXT = 64  # tokens before the timed forwards: attention reads them, as it reads a prompt
