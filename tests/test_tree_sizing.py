@@ -19,7 +19,7 @@ from decode_tui.core.execution.widths import width_costs
 from decode_tui.core.params import SamplingParams
 from decode_tui.core.record.events import DraftLengthDecided, DraftProposed, Finished
 from decode_tui.core.strategies.adaptive import AdaptiveDraftLength
-from decode_tui.core.strategies.tree_sizes import PRIOR_GRAFT, GraftTokens, Size, graft_pays
+from decode_tui.core.strategies.tree_sizes import PRIOR_GRAFT, GraftTokens, RankedSizes, Size, graft_pays
 from decode_tui.core.token_tree import ROOT, TokenTree
 
 from .conftest import tiny_model
@@ -242,5 +242,22 @@ def test_a_graft_rides_past_a_cut_only_where_its_tokens_pay_for_its_width() -> N
     assert kept_too.token_ids == [40, 77, 3] and kept_too.tree is None and kept_too.pinned == 2
     kept_too = tree.cut(2, pinned=True)
     assert kept_too.token_ids == [40, 50, 77, 3] and kept_too.parents == (-1, 0, 0, 2) and kept_too.pinned == 2
+    assert Draft([40, 50, 41, 77, 3], parents=(-1, 0, -1, 0, 3), pinned=2, graft_match=3).cut(2).graft_match == 0, \
+        "a cut without the graft has no graft's match"
     policy = ranked_policy("intel")
     assert policy.nodes == 0 and policy.keeps_graft(5), "no cut chosen: the whole draft is verified"
+
+
+def test_grafts_after_short_matches_do_not_talk_a_long_matchs_graft_out_of_paying() -> None:
+    """What grafted copies kept is kept by the length of the match they were copied after: prose's one-token matches
+    that keep nothing leave a three-token match's copy (a code edit's unchanged line) at its prior."""
+    sizes = RankedSizes()
+    sizes.size([1.0, 1.1, 1.15, 1.2, 1.25, 1.3, 1.32, 1.34, 1.36, 1.4, 1.45, 1.5], 2)
+    for _ in range(30):
+        sizes.graft(1).observe(0)
+    assert sizes.graft(1).mean() < 0.1 and sizes.graft(3).mean() == PRIOR_GRAFT
+    assert not sizes.keeps_graft(8, 1), "after one-token matches that kept nothing, a graft does not pay its width"
+    assert sizes.keeps_graft(8, 3), "a longer match's copy is judged by its own kind"
+    policy = AdaptiveDraftLength(10, tree_budget=BUDGET, ranked=True)
+    policy.observe_graft(0, 1)
+    assert policy.sizes.graft(1).mean() < PRIOR_GRAFT and policy.sizes.graft(2).mean() == PRIOR_GRAFT

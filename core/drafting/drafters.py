@@ -73,6 +73,8 @@ class Draft:
     # A ranked tree's last nodes that are no part of its ranking (a copy grafted onto recycling's tree): verified where
     # they pay for their width (Draft.cut's ``pinned``), whether or not the policy's cut drops ranked nodes.
     pinned: int = 0
+    # How many tokens of the text's end the grafted copy matched (0: no graft): what its chance of paying is kept by.
+    graft_match: int = 0
 
     @property
     def tree(self) -> TokenTree | None:
@@ -108,7 +110,7 @@ class Draft:
         if parents is not None and all(parent == i - 1 for i, parent in enumerate(parents)):
             parents = None
         return replace(self, token_ids=self.token_ids[:nodes], q=q, q_probs=q_probs, sources=sources, parents=parents,
-                       pinned=0)
+                       pinned=0, graft_match=0)
 
     def first_branch(self) -> Draft:
         """A tree draft's first branch (the first child at every node) as a chain: what a verifier that takes

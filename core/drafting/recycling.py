@@ -283,10 +283,11 @@ class RecyclingDrafter:
             tokens.append(token)
             parents.append(ROOT if parent == ROOT else at[parent])
             sources.append(f"guess {rank + 1} after the token above")
-        pinned = 0
+        pinned = match = 0
         if copy is not None and self.tree_budget > 0:  # a shorter match's copy, within the tree's budget
             pinned = graft(tokens, parents, sources, replace(copy, token_ids=copy.token_ids[: self.tree_budget]))
             tokens, parents, sources = within(tokens, parents, sources, pinned, self.tree_budget)
+            match = copy.match[1] - copy.match[0] if pinned and copy.match is not None else 0
         if not tokens:
             return Draft([], stopped="the matrix has no row for the last token yet", state=self.state())
         # For the view: the rows read, each as its token and then its guesses; the rows the forwards since the last
@@ -298,8 +299,9 @@ class RecyclingDrafter:
                      ("was", (token, *(t for t in before if t != EMPTY))))
         state = self.state()
         if all(p == i - 1 for i, p in enumerate(parents)):  # a chain: verified the chain's way
-            return Draft(tokens, sources=tuple(sources), rows=read, state=state, pinned=pinned)
-        return Draft(tokens, parents=tuple(parents), sources=tuple(sources), rows=read, state=state, pinned=pinned)
+            return Draft(tokens, sources=tuple(sources), rows=read, state=state, pinned=pinned, graft_match=match)
+        return Draft(tokens, parents=tuple(parents), sources=tuple(sources), rows=read, state=state, pinned=pinned,
+                     graft_match=match)
 
     def state(self) -> str:
         """The matrix's fill, for the stats: rows that hold guesses, of one a token of the vocabulary."""

@@ -475,16 +475,16 @@ class AdaptiveDraftLength:
         self.observe_path(path)
         self.shadowed = True
 
-    def keeps_graft(self, extra: int) -> bool:
-        """Whether a copy of ``extra`` nodes grafted onto the ranked tree is verified with the first nodes the policy
-        chose: always where it verifies them all (no cut), else where the graft pays for its width
-        (:meth:`~.tree_sizes.RankedSizes.keeps_graft`)."""
-        return not self.nodes or self.sizes.keeps_graft(extra)
+    def keeps_graft(self, extra: int, match: int = 0) -> bool:
+        """Whether a copy of ``extra`` nodes grafted onto the ranked tree after a match of ``match`` tokens is verified
+        with the first nodes the policy chose: always where it verifies them all (no cut), else where the graft pays
+        for its width (:meth:`~.tree_sizes.RankedSizes.keeps_graft`)."""
+        return not self.nodes or self.sizes.keeps_graft(extra, match)
 
-    def observe_graft(self, tokens: int) -> None:
-        """A round with a grafted copy kept ``tokens`` of its nodes (or would have, where it was not verified: the
-        emitted tokens walked down it)."""
-        self.sizes.graft.observe(tokens)
+    def observe_graft(self, tokens: int, match: int = 0) -> None:
+        """A round with a copy grafted after a match of ``match`` tokens kept ``tokens`` of its nodes (or would have,
+        where it was not verified: the emitted tokens walked down it)."""
+        self.sizes.graft(match).observe(tokens)
 
     def observe_path(self, path: Sequence[int], unknown: Sequence[int] = ()) -> None:
         """A ranked tree's round (verified, or stood in for) kept the nodes ``path`` of the whole tree drafted and

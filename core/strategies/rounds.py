@@ -134,7 +134,7 @@ def kept_of_whole(policy: AdaptiveDraftLength, whole: Draft, v: Verified, verifi
     path = tree.walk([*v.kept[: v.n], *([v.extra] if v.extra is not None else [])])
     walked = [n for n in path if n < ranked]
     if whole.pinned:  # a grafted copy: its nodes on the path are what it kept past the tree's own
-        policy.observe_graft(len(path) - len(walked))
+        policy.observe_graft(len(path) - len(walked), whole.graft_match)
     policy.observe_path(walked, [n for n in tree.below(walked[-1]) if n < ranked]
                         if walked and walked[-1] >= verified else ())
 

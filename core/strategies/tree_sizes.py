@@ -10,7 +10,10 @@ more than 1, one or two nodes pay where a whole tree does not; on a GPU the whol
 offers it for a tree that changes every round, hence this module.
 
 A copy grafted onto the tree (token recycling's, after a short match) is no part of the ranking: it rides along
-the first n nodes where the tokens it added lately pay for its width (:func:`graft_pays`), as one more node would.
+the first n nodes where the tokens that grafts after matches as long as its own added lately pay for its width
+(:func:`graft_pays`), as one more node would. A copy after a match of one token is prose's common word's last
+continuation; after three, a code edit's unchanged line: one kept apart from the other, a run of failed short
+matches does not drop the long match's copy that would have paid.
 
 It knows node indices, prices and decayed counts; nothing of drafters, models or the policy's other choices
 (:mod:`.adaptive` decides whether to draft at all, and asks :class:`RankedSizes` how far).
@@ -121,7 +124,7 @@ class RankedSizes:
 
     def __init__(self) -> None:
         self.chances = NodeChances()
-        self.graft = GraftTokens()  # what a copy grafted onto the tree kept past the tree's path
+        self.grafts: dict[int, GraftTokens] = {}  # what copies grafted onto the tree kept past its path, by match
         self.draft_s: deque[float] = deque(maxlen=16)  # a tree round's drafting seconds (its host work), the last 16
         self.sized = Size(0.0, 0, 0.0, 0.0)  # the last sizing
         self.prices: list[float] = []  # its verification prices
@@ -135,9 +138,14 @@ class RankedSizes:
         self.sized = best_size(self.chances, prices[: budget + 1], self.overhead)
         return self.sized
 
-    def keeps_graft(self, extra: int) -> bool:
-        """Whether a graft of ``extra`` nodes pays beside the last sizing's nodes (:func:`graft_pays`)."""
-        return graft_pays(self.sized, self.prices, self.overhead, extra, self.graft.mean())
+    def graft(self, match: int) -> GraftTokens:
+        """What grafts after a match of ``match`` tokens kept."""
+        return self.grafts.setdefault(match, GraftTokens())
+
+    def keeps_graft(self, extra: int, match: int) -> bool:
+        """Whether a graft of ``extra`` nodes, copied after a match of ``match`` tokens, pays beside the last sizing's
+        nodes (:func:`graft_pays`)."""
+        return graft_pays(self.sized, self.prices, self.overhead, extra, self.graft(match).mean())
 
     def why(self, gain: float) -> str:
         """The last sizing in words, with the speed-up the policy predicts of it."""
