@@ -245,7 +245,7 @@ def test_a_graft_rides_past_a_cut_only_where_its_tokens_pay_for_its_width() -> N
     assert Draft([40, 50, 41, 77, 3], parents=(-1, 0, -1, 0, 3), pinned=2, graft_match=3).cut(2).graft_match == 0, \
         "a cut without the graft has no graft's match"
     policy = ranked_policy("intel")
-    assert policy.nodes == 0 and policy.keeps_graft(5), "no cut chosen: the whole draft is verified"
+    assert policy.nodes == 0 and policy.keeps_graft(5, 1), "no cut chosen: the whole draft is verified"
 
 
 def test_grafts_after_short_matches_do_not_talk_a_long_matchs_graft_out_of_paying() -> None:
