@@ -1,7 +1,7 @@
 """Benchmark: what adaptive prompt lookup's replays cost a run, at a GPU's pace.
 
 The adaptive policy of a copying drafter replays the run so far under every draft length, on the host between
-rounds, while the device idles (``AdaptiveDraftLength._replayed_best``). Their time is kept to ``REPLAY_SHARE`` of
+rounds, while the device idles (``ReplayedLength.fastest``). Their time is kept to ``REPLAY_SHARE`` of
 the run; here it is counted directly, at a twentieth (the old share, the control) and at the current share, on
 ``app_vs_headless.py``'s CPU stand-in for a GPU's captured graphs (``--proxy device-wait``: the real model's text,
 3.3 ms a step), with the target forwards each run took (the same decisions take the same forwards). Each setting
@@ -16,12 +16,11 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from decode_tui.core.params import DecodeConfig, DraftParams
 from decode_tui.core.run import Run
-from decode_tui.core.strategies import adaptive
-from decode_tui.core.strategies.adaptive import AdaptiveDraftLength
+from decode_tui.core.strategies import replayed_length
+from decode_tui.core.strategies.replayed_length import Prices, ReplayedLength
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from app_vs_headless import embedded
@@ -35,22 +34,22 @@ def main() -> None:
     args = parser.parse_args()
     lm = embedded("device-wait")
     spent = {"s": 0.0, "n": 0}
-    replayed_best = AdaptiveDraftLength._replayed_best
+    fastest = ReplayedLength.fastest
 
-    def counted(self: AdaptiveDraftLength, fit: Any) -> int:
+    def counted(self: ReplayedLength, prices: Prices) -> int:
         started = time.perf_counter()
         try:
-            return replayed_best(self, fit)
+            return fastest(self, prices)
         finally:
             spent["s"] += time.perf_counter() - started
             spent["n"] += 1
 
-    AdaptiveDraftLength._replayed_best = counted  # type: ignore[method-assign]
+    ReplayedLength.fastest = counted  # type: ignore[method-assign]
     config = DecodeConfig(mode="pld", max_new_tokens=args.new_tokens, draft=DraftParams(adaptive=True))
-    current = adaptive.REPLAY_SHARE
+    current = replayed_length.REPLAY_SHARE
     for name in args.prompts.split(","):
         for share in (1 / 20, current):
-            adaptive.REPLAY_SHARE = share
+            replayed_length.REPLAY_SHARE = share
             for _ in range(2):
                 spent["s"], spent["n"] = 0.0, 0
                 started = time.perf_counter()

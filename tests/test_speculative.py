@@ -26,8 +26,9 @@ from decode_tui.core.strategies import acceptance
 from decode_tui.core.strategies import rounds as rounds_module
 from decode_tui.core.strategies import speculative as spec_module
 from decode_tui.core.strategies import verify as verify_module
-from decode_tui.core.strategies.adaptive import SHORT_MATCH_COPY, AdaptiveDraftLength
+from decode_tui.core.strategies.adaptive import AdaptiveDraftLength
 from decode_tui.core.strategies.autoregressive import autoregressive
+from decode_tui.core.strategies.replayed_length import SHORT_MATCH_COPY
 from decode_tui.core.strategies.speculative import speculative
 
 from .conftest import tiny_model
@@ -88,11 +89,11 @@ def simulated_costs(monkeypatch: Any, costs: dict[Any, tuple[float, float]]) -> 
     measured costs, are then the same whatever else this machine is running."""
     from decode_tui.core.drafting import drafters
     from decode_tui.core.execution import target
-    from decode_tui.core.strategies import adaptive, plain_steps
+    from decode_tui.core.strategies import plain_steps, replayed_length
 
     now = [0.0]
     clock = type("Clock", (), {"perf_counter": staticmethod(lambda: now[0])})
-    for module in (adaptive, plain_steps, spec_module, target, drafters):
+    for module in (replayed_length, plain_steps, spec_module, target, drafters):
         monkeypatch.setattr(module, "time", clock)
 
     def tick(cost: tuple[float, float], kwargs: dict[str, Any]) -> None:
@@ -998,11 +999,11 @@ def test_a_copying_drafters_replays_are_kept_to_their_share_of_the_run(monkeypat
     """Prompt lookup's policy replays the run so far under every draft length, on the host between rounds. On prose
     (nothing copied) at a GPU's step (3.4 ms), with a replay of 0.7 ms, the replays take at most REPLAY_SHARE of
     the run (and a replay's worth more): at a hundredth about 1 %; the control, a twentieth, about 5 %."""
-    from decode_tui.core.strategies import adaptive
+    from decode_tui.core.strategies import replayed_length
 
-    monkeypatch.setattr(adaptive, "REPLAY_SHARE", share)
+    monkeypatch.setattr(replayed_length, "REPLAY_SHARE", share)
     now = [0.0]  # the policy's clock: what replays and steps took
-    monkeypatch.setattr(adaptive, "time", type("Clock", (), {"perf_counter": staticmethod(lambda: now[0])}))
+    monkeypatch.setattr(replayed_length, "time", type("Clock", (), {"perf_counter": staticmethod(lambda: now[0])}))
     done = [0]  # tokens so far
     replays = [0]
 
@@ -1027,7 +1028,7 @@ def test_a_copying_drafters_replays_are_kept_to_their_share_of_the_run(monkeypat
             now[0] += step * 1.02
             done[0] += 1
     replay_share = replays[0] * 0.0007 / now[0]
-    assert replays[0] >= 2 and policy.replayed == 0, (replays, policy.reason)
+    assert policy.replay is not None and replays[0] >= 2 and policy.replay.replayed == 0, (replays, policy.reason)
     assert replay_share <= share * 1.2 + 0.0007 / now[0], replay_share
     if share == 1 / 20:
         assert replay_share > 0.03, "the control's replays cost what the H200 lost"

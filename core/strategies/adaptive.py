@@ -10,21 +10,15 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
 from collections import deque
 from collections.abc import Sequence
 
 from ..drafting.drafters import Draft, Replay
 from ..execution.widths import Times, verify_prices
 from ..record.draft_stats import fit_verify_costs
+from .replayed_length import MIN_HISTORY, SHORT_MATCH_COPY, ReplayedLength, unproven
 from .tree_sizes import RankedSizes
 
-MIN_HISTORY = 8  # tokens of the run a replay needs before its choice is trusted
-# Until then a copy after a match of one token is verified this far only: on prose such copies are the common
-# word's last continuation and almost never kept, and where a forward's width is dear (a CPU without AMX) each one
-# verified whole costs several steps; a code edit's first copies that pay follow matches of two tokens or more
-# (BENCHMARKS.md, "The floor in float32 beside a CPU hog").
-SHORT_MATCH_COPY = 2
 # The first round's draft length with a draft model (a ranked tree is drafted to the most): enough to measure the
 # acceptance, and a draft that cannot pay (a GPU, where a draft step costs about a target step) costs at most this
 # many of its steps before the policy knows.
@@ -46,14 +40,6 @@ PROBES = 0.03
 # Before any draft is verified the acceptance is taken to be 60 %, as if from one trial: the first rounds then move
 # it at once (one rejection at the first position takes it to 28 %), and later ones outweigh it as it fades.
 PRIOR_ACCEPTANCE = 0.6
-# A replay of the run so far (a copying drafter's) is kept to this fraction of the run's time at most: it runs on the
-# host between rounds, with the device idle, and on prose where nothing is copied a larger share cost adaptive PLD
-# its place beside greedy on a GPU (BENCHMARKS.md, "Each mode on a GPU").
-REPLAY_SHARE = 1 / 100
-# A replayed draft length is drafted only where it beat plain steps on the run so far by this share: on a question
-# about a given text, copies of its words that the answer left at once cost prompt lookup a fifth of greedy's speed
-# when the slightly best replayed length was drafted (BENCHMARKS.md, "The floor where nothing can be copied").
-REPLAY_MARGIN = 0.1
 # A tree drafter's rounds are priced by what they measured: a tree round's tokens (decayed by this a round, from a
 # prior of one round that kept one drafted token) over its seconds. On a CPU a tree's forward costs about two plain
 # steps whatever its depth, so a tree round keeping under two tokens loses (BENCHMARKS.md, "The floor where nothing
@@ -131,15 +117,9 @@ class AdaptiveDraftLength:
     :meth:`~decode_tui.core.drafting.drafters.Draft.cut`).
 
     A drafter whose proposals are known without drafting (prompt lookup,
-    replayed exactly as :mod:`~decode_tui.core.analysis.whatif` does) needs neither the
-    geometric model nor probes: given ``replay``, the policy replays the run so
-    far under every fixed k (0 .. max), prices each forward at the width it
-    had, and keeps the fastest k (the longer on a tie: copies come in runs)
-    where it beats plain steps by REPLAY_MARGIN.
-    It drafts the most until two widths are timed and the run has MIN_HISTORY
-    tokens, then re-evaluates every few rounds, within a hundredth of the
-    run's time (REPLAY_SHARE; BENCHMARKS.md, the adaptive draft length's
-    section).
+    suffix drafting) needs neither the geometric model nor probes: given
+    ``replay``, the policy drafts what an exact replay of the run so far finds
+    fastest (:mod:`.replayed_length`).
     """
 
     def __init__(self, max_k: int, probe_every: int = 8, replay: Replay | None = None, times_by_k: Times | None = None,
@@ -162,10 +142,7 @@ class AdaptiveDraftLength:
         # that no whole tree is probed when drafting first stops paying.
         self.shadowed = shadows
         self.stops_itself = stops_itself  # the drafter ends a draft where it is unsure: choose 0 or max_k
-        self.replay = replay
-        self.replayed: int | None = None  # the k the last replay chose
-        self.replay_s = 0.0  # what the last replay cost
-        self.next_replay = 3
+        self.replay = ReplayedLength(replay, max_k) if replay is not None else None
         self.spent_s = 0.0  # the rounds' measured time so far
         self.probe_every = probe_every
         self.probe_wait = probe_every  # rounds until the next probe; doubles after a fruitless one
@@ -283,20 +260,6 @@ class AdaptiveDraftLength:
         return (f"a tree round keeps an estimated {tokens:.2f} tokens (from a prior of {PRIOR_TREE_TOKENS:.0f}) and "
                 f"costs {tokens / gain if gain > 0 else 0.0:.2f} plain steps: drafting goes {gain:.2f}x")
 
-    def _replayed_best(self, fit: tuple[float, float]) -> int:
-        """The fixed k that would have been fastest on the run so far, by an exact replay of the drafter."""
-        assert self.replay is not None
-        started = time.perf_counter()
-        # A forward of width w verifies w - 1 drafted tokens (a tree's nodes, which may be more than its depth k).
-        widths = {k: self.replay(k) for k in range(self.max_k + 1)}
-        prices = self._prices(fit, max((w for ws in widths.values() for w in ws), default=1) - 1)
-        seconds = {k: sum(prices[w - 1] for w in ws) for k, ws in widths.items()}
-        self.replay_s = time.perf_counter() - started
-        best = min(seconds, key=lambda k: (seconds[k], -k))  # on a tie the longer draft: copies come in runs
-        # The best of max_k fixed lengths on the run so far overstates its gain (the past's lucky copies pick it):
-        # it must beat plain steps by REPLAY_MARGIN to be drafted.
-        return best if seconds[best] < (1 - REPLAY_MARGIN) * seconds[0] else 0
-
     def _decide(self, kind: str, k: int, reason: str) -> int:
         self.decision, self.reason, self.asked = (kind, k), reason, k
         if kind != "draft":
@@ -365,18 +328,13 @@ class AdaptiveDraftLength:
 
     def _choose_by_replay(self) -> int:
         """Draft the most until the costs of two widths are known (a lookup's copies vary in length by themselves:
-        no plain step is forced), then what the replay finds fastest."""
+        no plain step is forced), then what the replay finds fastest (:mod:`.replayed_length`)."""
         assert self.replay is not None
         fit = self._fit()
         # A replay of a few tokens says little about the rest of the text: until there are MIN_HISTORY, draft the
         # most (a copy that fails costs one wider verify; a copy missed costs a forward a token).
-        if fit is not None and len(self.replay(0)) + 1 >= MIN_HISTORY:
-            if self.replayed is None or self.rounds >= self.next_replay:
-                self.replayed = min(self._replayed_best(fit), self.max_k)
-                # Keep the replays under REPLAY_SHARE of the run: wait as many rounds as that takes, at least 4.
-                per_round = self.spent_s / max(self.rounds - 1, 1)
-                self.next_replay = self.rounds + max(4, round(self.replay_s / REPLAY_SHARE / max(per_round, 1e-9)))
-            k = min(self.replayed, self.max_k)
+        if fit is not None and self.replay.trusted():
+            k = self.replay.choose(lambda widest: self._prices(fit, widest), self.rounds, self.spent_s)
             return self._decide("replay", k, f"copying up to {k}: replayed, the run so far would have been fastest "
                                 f"at {k}" if k else "plain steps: replayed, the run so far would have been fastest "
                                 "with no copies")
@@ -384,12 +342,9 @@ class AdaptiveDraftLength:
                             f"one token) until {MIN_HISTORY} tokens and two widths are timed")
 
     def unproven(self, draft: Draft) -> Draft:
-        """``draft`` as far as it is verified: a chain copied after a match of one token, while no replay prices
-        copies yet (the history above), to its first SHORT_MATCH_COPY tokens; any other whole."""
-        if self.decision[0] != "history" or draft.match is None or draft.tree is not None \
-                or draft.match[1] - draft.match[0] > 1:
-            return draft
-        return draft.cut(SHORT_MATCH_COPY)
+        """``draft`` as far as it is verified: while no replay prices copies yet (the history above), a copy after a
+        match of one token cut short (:func:`~.replayed_length.unproven`); any other, and any later, whole."""
+        return unproven(draft) if self.decision[0] == "history" else draft
 
     def _choose_by_model(self) -> int:
         best = self._best()
@@ -464,7 +419,7 @@ class AdaptiveDraftLength:
             return 1
         if kind == "plain" and self.shadowed:  # no probe to wait for: the shadow rounds are looked at again
             return self.probe_every
-        until = self.next_replay if kind == "replay" else self.next_probe
+        until = self.replay.next_replay if kind == "replay" and self.replay is not None else self.next_probe
         return until - self.rounds if until > self.rounds else self.probe_every
 
     def observe_shadow(self, path: Sequence[int]) -> None:
