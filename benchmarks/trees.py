@@ -6,8 +6,8 @@ greedy, printed with its lowest and highest):
 
 1. ``prompts``: on pld_vs_hf.py's input-grounded prompts (and its open-ended control), greedy, chain PLD
    (``--num-pred-tokens 10``: verifications of at most 10 drafted tokens), tree PLD at the same budget (at most
-   10 drafted nodes a verification, ``--tree-budget 10``) and at ``--tree-budgets`` (by default 10 and suffix
-   drafting's CPU budget, 16; 64 is its GPU budget), and suffix
+   10 drafted nodes a verification, ``--tree-budget 10``) and at ``--tree-budgets`` (by default 10 and 15, a
+   CPU's budget; 63 is a GPU's: core/execution/tree_budget.py's CANDIDATES), and suffix
    drafting with no history (fixed, and with ``--adaptive``). Tokens per target forward are deterministic
    (greedy): they are reported once.
 2. ``repeat``: a first greedy run of a task, then its second run (the same prompt) and a similar task's run, each
@@ -18,7 +18,7 @@ Every drafted run is checked to emit greedy's tokens; where one parts (in bfloat
 can flip a near-tie), the token it parts at is printed and kept with its row.
 
     python benchmarks/trees.py [--repeats 3] [--new-tokens 96] [--part prompts,repeat] [--only open-ended]
-                               [--device cuda --dtype bfloat16] [--tree-budgets 10,64]
+                               [--device cuda --dtype bfloat16] [--tree-budgets 10,63]
                                [--json out.json]
 """
 
@@ -113,8 +113,8 @@ def main() -> None:
     parser.add_argument("--only", help="comma-separated prompt names (the prompts part)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--tree-budgets", default="10,16",
-                        help="tree PLD's budgets beside the chain's 10 (16 is the CPU's, 64 a GPU's)")
+    parser.add_argument("--tree-budgets", default="10,15",
+                        help="tree PLD's budgets beside the chain's 10 (15 is a CPU's, 63 a GPU's)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     pull("smollm2")

@@ -18,9 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from ..drafting.prompt_lookup import replay_lookup
 from ..drafting.replay import DRAFT_LENGTHS, NGRAM_SIZES, Replayed, Trace, replay_greedy, replay_tree
+from ..execution.tree_budget import CANDIDATES
 from ..modes import MODE_SPECS
 
-TREE_BUDGETS = (4, 8, 16)  # --tree-budget settings: prompt lookup's every match, and suffix drafting
+# The --tree-budget settings tried for prompt lookup's every match and for suffix drafting: the smallest budgets a
+# device may be given, each a tree that fills a power of two positions with its pending token.
+TREE_BUDGETS = CANDIDATES[:3]
 
 if TYPE_CHECKING:
 

@@ -9,7 +9,6 @@ events.
 from __future__ import annotations
 
 import math
-import statistics
 from collections import deque
 from collections.abc import Sequence
 
@@ -17,7 +16,7 @@ from ..drafting.drafters import Draft, Replay
 from ..execution.widths import Times, verify_prices
 from ..record.draft_stats import fit_verify_costs
 from .replayed_length import MIN_HISTORY, SHORT_MATCH_COPY, ReplayedLength, unproven
-from .tree_sizes import RankedSizes
+from .tree_sizes import PRIOR_TREE_TOKENS, RankedSizes, TreeRounds
 
 # The first round's draft length with a draft model (a ranked tree is drafted to the most): enough to measure the
 # acceptance, and a draft that cannot pay (a GPU, where a draft step costs about a target step) costs at most this
@@ -40,85 +39,53 @@ PROBES = 0.03
 # Before any draft is verified the acceptance is taken to be 60 %, as if from one trial: the first rounds then move
 # it at once (one rejection at the first position takes it to 28 %), and later ones outweigh it as it fades.
 PRIOR_ACCEPTANCE = 0.6
-# A tree drafter's rounds are priced by what they measured: a tree round's tokens (decayed by this a round, from a
-# prior of one round that kept one drafted token) over its seconds. On a CPU a tree's forward costs about two plain
-# steps whatever its depth, so a tree round keeping under two tokens loses (BENCHMARKS.md, "The floor where nothing
-# can be copied"); a tree is drafted where that measure beats plain steps by TREE_MARGIN, as a replay must.
-TREE_DECAY = 0.9
+# A tree drafter's rounds are drafted where what they measured (:class:`~.tree_sizes.TreeRounds`) beats plain steps
+# by TREE_MARGIN, as a replay must.
 # A ranked tree already drafted goes on while its predicted speed-up is at least this: its rounds pay work outside
 # their timed parts (their events), and near break-even a few rounds' noisy prices would keep a losing size drafted.
 RANKED_STAY = 1.03
-PRIOR_TREE_TOKENS = 2.0
 TREE_MARGIN = 0.1
 
 
 class AdaptiveDraftLength:
     """Chooses how many tokens to draft from the measured acceptance and the measured cost of verifying.
 
-    With acceptance rate a, a round that drafts k tokens emits on average
-    (1 - a^(k+1)) / (1 - a) tokens and costs k draft steps plus one target
-    forward over k + 1 tokens. We pick the k with the most tokens per second;
-    k = 0 is a plain decoding step. No library offers this policy, hence the
-    hand-written estimate.
+    With acceptance rate a, a round that drafts k tokens emits on average (1 - a^(k+1)) / (1 - a) tokens and costs k
+    draft steps plus one target forward over k + 1 tokens. We pick the k with the most tokens per second; k = 0 is a
+    plain decoding step. No library offers this policy, hence the hand-written estimate. (The geometric model assumes
+    independent acceptance, but acceptance comes in runs: its best k cut off long accepted drafts of the code edit.)
 
-    A verification of k drafts costs what it was measured to cost, the median
-    of its last 16 rounds: a CPU's matrix kernels are not linear in the width
-    (on 2 cores verifying 1 or 2 drafts costs 1.7-2.0 plain steps, 4 drafts
-    1.5), so no line through the widths says which k is cheap. A k timed
-    fewer than three times is priced on the cheap side (``verify_prices``:
-    the line ``c0 + c1 * k`` fitted by least squares to the widths timed, the
-    cheapest verification timed, its own times), so that a width is tried
-    before it is ruled out and one slow round does not rule it out for good.
-    On a GPU c1 is nearly 0. The times are the target model's, kept from run
-    to run (:func:`~decode_tui.core.execution.widths.remembered_times`); a plain step's
-    are those of the stretches of plain steps the loop runs in its own way.
+    A verification of k drafts costs what it was measured to cost, the median of its last 16 rounds: a CPU's matrix
+    kernels are not linear in the width, so no line through the widths says which k is cheap. A k timed fewer than
+    three times is priced on the cheap side (:func:`~decode_tui.core.execution.widths.verify_prices`), so that a width
+    is tried before it is ruled out and one slow round does not rule it out for good. The times are the target
+    model's, kept from run to run (:func:`~decode_tui.core.execution.widths.remembered_times`); a plain step's are
+    those of the stretches of plain steps the loop runs in its own way.
 
-    With a draft model the policy first drafts FIRST_DRAFT tokens (for the
-    acceptance and a drafted token's cost; on a GPU, where a draft step of a
-    launch-bound model costs about a target step, a longer first draft alone
-    lost several percent of a short answer), then, unless earlier runs timed
-    two widths already, takes a plain step. Where the loop timed a draft step
-    before the first round (:meth:`timed`), a draft whose c rules out any
-    gain is never drafted from, and the first draft is shorter where a
-    drafted token is dear (FIRST_DRAFT_STEPS). A drafted token's cost is taken
-    from a draft with no prefill and no catch-up in it once there is one;
-    until then from the lowest of the rounds so far, on the high side (never
-    0: a draft priced free would be drafted on a GPU where it cannot pay).
-    A draft model that stops drafting where it is unsure (``stops_itself``)
-    already chooses each draft's length, round by round, from its own
-    confidence; the policy then only chooses whether to draft: the most, or
-    nothing. Where the geometric model says the most pays but the rounds that
-    drafted it were measured slower than plain steps, it keeps to plain steps
-    until the acceptance rises (``_measured_loss``).
-    (The geometric model assumes independent acceptance, but acceptance comes
-    in runs: its best k cut off long accepted drafts of the code edit.)
-    With a poor drafter the best k is 0 and the run is plain decoding; a short
-    probe now and then notices a changing acceptance, and a fruitless one
-    doubles the wait to the next (up to 64 rounds), or more: enough for its
-    cost over a plain step to be a share PROBES of the rounds between.
+    With a draft model the policy first drafts FIRST_DRAFT tokens (for the acceptance and a drafted token's cost),
+    then, unless earlier runs timed two widths already, takes a plain step. Where the loop timed a draft step before
+    the first round (:meth:`timed`), a draft whose c rules out any gain is never drafted from, and the first draft is
+    shorter where a drafted token is dear (FIRST_DRAFT_STEPS). A drafted token's cost is taken from a draft with no
+    prefill and no catch-up in it once there is one; until then from the lowest of the rounds so far, on the high
+    side (never 0: a draft priced free would be drafted on a GPU where it cannot pay). A draft model that stops
+    drafting where it is unsure (``stops_itself``) chooses each draft's length itself; the policy then only chooses
+    the most or nothing, and keeps to plain steps where the most was measured slower than them
+    (:meth:`_measured_loss`). With a poor drafter the best k is 0 and the run is plain decoding; a short probe now and
+    then notices a changing acceptance, and a fruitless one doubles the wait to the next (up to 64 rounds), or more:
+    enough for its cost over a plain step to be a share PROBES of the rounds between.
 
-    A drafter that drafts trees (``tree_budget`` nodes at most) and cannot be
-    replayed (token recycling, lookahead) is priced by its rounds, not by the
-    geometric model: a tree's forward costs what its nodes cost whatever its
-    depth, and its depth is no chain's, so the policy keeps what tree rounds
-    measured (the tokens each kept, decayed, over the median of their last
-    16 rounds' seconds) and drafts the whole tree where that beats a plain
-    step by TREE_MARGIN, else takes plain steps with probes as above, each a
-    whole tree. Where the drafter's tree is free to ask, the plain steps stand
-    in for tree rounds instead (:meth:`observe_shadow`): what its trees would
-    have kept is known from the tokens the steps emit, and no probe is paid.
+    A drafter that drafts trees (``tree_budget`` nodes at most) and cannot be replayed (token recycling, lookahead)
+    is priced by its rounds, not by the geometric model (:mod:`.tree_sizes`): a tree's forward costs what its nodes
+    cost whatever its depth. A whole tree (lookahead's) is drafted where what its rounds kept a second beats a plain
+    step by TREE_MARGIN (:class:`~.tree_sizes.TreeRounds`); a tree that comes best first (``ranked``: token
+    recycling's) is verified only as far as pays on this device (:class:`~.tree_sizes.RankedSizes`: Sequoia's
+    hardware-aware size, measured in the run; the tree cut with
+    :meth:`~decode_tui.core.drafting.drafters.Draft.cut`). Else plain steps, with probes of a whole tree as above;
+    where the drafter's tree is free to ask, the plain steps stand in for tree rounds instead
+    (:meth:`observe_shadow`): what its trees would have kept is known from the tokens the steps emit.
 
-    A drafter whose tree comes best first (``ranked``: token recycling) is
-    verified only as far as pays on this device (:meth:`_best_nodes`,
-    :mod:`.tree_sizes`: Sequoia's hardware-aware tree size, measured in the
-    run): each node's chance of being on the kept path is measured (verified
-    and shadow rounds alike), and the first n nodes with the most tokens a
-    second are drafted (the tree cut to them,
-    :meth:`~decode_tui.core.drafting.drafters.Draft.cut`).
-
-    A drafter whose proposals are known without drafting (prompt lookup,
-    suffix drafting) needs neither the geometric model nor probes: given
-    ``replay``, the policy drafts what an exact replay of the run so far finds
+    A drafter whose proposals are known without drafting (prompt lookup, suffix drafting) needs neither the
+    geometric model nor probes: given ``replay``, the policy drafts what an exact replay of the run so far finds
     fastest (:mod:`.replayed_length`).
     """
 
@@ -134,8 +101,7 @@ class AdaptiveDraftLength:
         self.forwards = forwards
         self.sizes = RankedSizes()  # a ranked tree's nodes' chances, its grafts' tokens and its last sizing
         # A tree round's tokens kept (the target's own included) and seconds: decayed sums, and the last 16.
-        self.tree_tokens, self.tree_rounds = PRIOR_TREE_TOKENS, 1.0
-        self.tree_seconds: deque[float] = deque(maxlen=16)
+        self.tree = TreeRounds()
         # Shadow rounds (core/strategies/shadow.py) stand in for probes: while plain steps run, what the drafter's
         # trees would have kept is known without their forwards, so a tree is drafted again once that pays. Known
         # from the start where the loop says its plain steps will stand in (``shadows``: a drafter free to ask), so
@@ -230,9 +196,8 @@ class AdaptiveDraftLength:
         if self.ranked:
             return self._best_nodes(prices)
         # Before a tree round was timed in this run (earlier runs' times gave the fit): the widest tree's price.
-        cost = statistics.median(self.tree_seconds) if self.tree_seconds else prices[self.tree_budget]
-        steps = cost / prices[0] if prices[0] > 0 else 1.0  # a tree round's seconds in plain steps
-        gain = self.tree_tokens / self.tree_rounds / steps
+        steps = self.tree.steps(prices[self.tree_budget], prices[0])
+        gain = self.tree.mean() / steps
         self.best_drafting = (self.max_k, gain)
         self.ceiling = (self.max_k + 1) / steps  # every round keeping a path max_k deep
         # Trees already drafted go on while they beat plain steps at all: the measure is noisy, and each return
@@ -255,7 +220,7 @@ class AdaptiveDraftLength:
         """The numbers a tree drafter's choice weighed, in words."""
         if self.ranked:
             return self.sizes.why(self.best_drafting[1])
-        tokens = self.tree_tokens / self.tree_rounds
+        tokens = self.tree.mean()
         gain = self.best_drafting[1]
         return (f"a tree round keeps an estimated {tokens:.2f} tokens (from a prior of {PRIOR_TREE_TOKENS:.0f}) and "
                 f"costs {tokens / gain if gain > 0 else 0.0:.2f} plain steps: drafting goes {gain:.2f}x")
@@ -426,7 +391,7 @@ class AdaptiveDraftLength:
         """A tree round that plain steps stood in for (:mod:`~decode_tui.core.strategies.shadow`): it would have
         kept the nodes ``path`` and emitted the target's token after them. Its cost is a tree round's as
         measured."""
-        self._tree_round(len(path) + 1)
+        self.tree.observe(len(path) + 1)
         self.observe_path(path)
         self.shadowed = True
 
@@ -446,11 +411,6 @@ class AdaptiveDraftLength:
         showed every other node not kept but the ``unknown`` (:meth:`~.tree_sizes.NodeChances.observe`)."""
         if self.ranked:
             self.sizes.chances.observe(path, unknown, self.tree_budget)
-
-    def _tree_round(self, tokens: int) -> None:
-        """A tree round (verified, or stood in for by plain steps) that emitted ``tokens``, into the decayed sums."""
-        self.tree_tokens = TREE_DECAY * self.tree_tokens + tokens
-        self.tree_rounds = TREE_DECAY * self.tree_rounds + 1
 
     def observe_plain(self, steps: int, seconds: float) -> None:
         """A stretch of plain steps, each a round that drafted nothing (:meth:`choose` counted the first)."""
@@ -473,8 +433,7 @@ class AdaptiveDraftLength:
         self.spent_s += verify_s + draft_s
         self.times_by_k.setdefault(k if nodes is None else nodes, deque(maxlen=16)).append(verify_s)
         if k > 0 and self.trees:
-            self._tree_round(accepted + 1)
-            self.tree_seconds.append(verify_s + draft_s)
+            self.tree.observe(accepted + 1, verify_s + draft_s)
             self.sizes.draft_s.append(draft_s)
         if k > 0:
             decay = 0.9

@@ -15,8 +15,12 @@ the first n nodes where the tokens that grafts after matches as long as its own 
 continuation; after three, a code edit's unchanged line: one kept apart from the other, a run of failed short
 matches does not drop the long match's copy that would have paid.
 
+A tree that is not ranked (lookahead's) is drafted whole or not at all: :class:`TreeRounds` keeps what its rounds
+emitted and cost, which the policy weighs against a plain step.
+
 It knows node indices, prices and decayed counts; nothing of drafters, models or the policy's other choices
-(:mod:`.adaptive` decides whether to draft at all, and asks :class:`RankedSizes` how far).
+(:mod:`.adaptive` decides whether to draft at all, and asks :class:`RankedSizes` how far, or
+:class:`TreeRounds` what a whole tree gave).
 """
 
 from __future__ import annotations
@@ -39,6 +43,12 @@ NODE_DECAY = 0.97
 PRIOR_NODE = 0.5
 # Before any round a grafted copy is taken to keep this many tokens past the tree's path, as if from one round.
 PRIOR_GRAFT = 1.0
+# A tree drafter whose tree is not ranked (lookahead's) is priced by its rounds: a round's tokens kept (decayed by
+# TREE_DECAY a round, from a prior of one round that kept PRIOR_TREE_TOKENS: one drafted token and the target's) over
+# its seconds. On a CPU a tree's forward costs about two plain steps whatever its depth, so a tree round keeping under
+# two tokens loses (BENCHMARKS.md, "The floor where nothing can be copied").
+TREE_DECAY = 0.9
+PRIOR_TREE_TOKENS = 2.0
 
 
 class Size(NamedTuple):
@@ -116,6 +126,32 @@ def graft_pays(size: Size, prices: Sequence[float], overhead: float, extra: int,
     if n + extra >= len(prices):
         return False
     return (size.tokens + tokens) / (prices[n + extra] + overhead) >= size.tokens / (prices[n] + overhead)
+
+
+class TreeRounds:
+    """A tree drafter's rounds (verified, or stood in for by plain steps): the tokens each emitted, decayed, and the
+    seconds of the last 16 verified."""
+
+    def __init__(self) -> None:
+        self.tokens, self.rounds = PRIOR_TREE_TOKENS, 1.0
+        self.seconds: deque[float] = deque(maxlen=16)
+
+    def observe(self, tokens: int, seconds: float | None = None) -> None:
+        """A round that emitted ``tokens``; ``seconds``: what it cost, where it was verified."""
+        self.tokens = TREE_DECAY * self.tokens + tokens
+        self.rounds = TREE_DECAY * self.rounds + 1
+        if seconds is not None:
+            self.seconds.append(seconds)
+
+    def mean(self) -> float:
+        """The tokens a round emits, as measured."""
+        return self.tokens / self.rounds
+
+    def steps(self, widest: float, step: float) -> float:
+        """A round's price in plain steps of ``step`` seconds: the median of the rounds verified, else ``widest``
+        (the whole tree's verification price)."""
+        cost = statistics.median(self.seconds) if self.seconds else widest
+        return cost / step if step > 0 else 1.0
 
 
 class RankedSizes:
