@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from decode_tui.core.drafting.draft_models import DraftModel, load_draft
-from decode_tui.core.drafting.drafters import ModelDrafter
+from decode_tui.core.drafting.model_drafter import ModelDrafter
 from decode_tui.core.model.embedded import pull
 from decode_tui.core.model.loading import LoadedModel, load_model
 from decode_tui.core.model.registry import resolve

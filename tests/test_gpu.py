@@ -27,7 +27,8 @@ import pytest
 import torch
 
 import decode_tui.core
-from decode_tui.core.drafting.drafters import Drafter, ModelDrafter
+from decode_tui.core.drafting.drafters import Drafter
+from decode_tui.core.drafting.model_drafter import ModelDrafter
 from decode_tui.core.drafting.prompt_lookup import PromptLookup
 from decode_tui.core.execution import float_mask
 from decode_tui.core.execution.forward import graph_failure

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from decode_tui.core.choosing.bad_words import token_bytes
 from decode_tui.core.choosing.grammar import Grammar, GrammarMask
 from decode_tui.core.choosing.sampling import StageContext
-from decode_tui.core.drafting.drafters import ModelDrafter
+from decode_tui.core.drafting.model_drafter import ModelDrafter
 from decode_tui.core.drafting.prompt_lookup import PromptLookup
 from decode_tui.core.errors import UsageError
 from decode_tui.core.params import BeamParams, Constraint, DecodeConfig, SamplingParams

@@ -16,7 +16,7 @@ from typing import Any, cast
 import pytest
 import torch
 
-from decode_tui.core.drafting.drafters import ModelDrafter
+from decode_tui.core.drafting.model_drafter import ModelDrafter
 from decode_tui.core.drafting.prompt_lookup import PromptLookup
 from decode_tui.core.execution import forward as forward_module
 from decode_tui.core.execution.forward import StaticKV, graph_failure, graphs_available, new_cache, release

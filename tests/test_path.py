@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 
-from decode_tui.core.drafting.drafters import ModelDrafter
+from decode_tui.core.drafting.model_drafter import ModelDrafter
 from decode_tui.core.drafting.prompt_lookup import PromptLookup
 from decode_tui.core.errors import UsageError
 from decode_tui.core.params import BeamParams, DecodeConfig, SamplingParams

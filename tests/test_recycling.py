@@ -25,7 +25,6 @@ from decode_tui.core.drafting.recycling import (
     retrieved,
     template,
     top_ids,
-    within,
 )
 from decode_tui.core.record.events import DraftProposed, DraftVerified, Finished, Started
 from decode_tui.core.token_tree import ROOT, TokenTree
@@ -138,7 +137,10 @@ def test_a_long_match_is_copied_instead_of_the_tree_and_a_short_ones_copy_joins_
     cut = tree.cut(1)
     assert cut.token_ids == [40] and cut.pinned == 0, "a cut drops it unless told to keep it"
     assert tree.cut(1, pinned=True).token_ids == [40, 77, 3]
-    assert within([1, 2, 3], [-1, 0, 0], ["a", "b", "c"], 0, 2) == ([1, 2], [-1, 0], ["a", "b"])
+    two = Draft([1, 2, 3], parents=(-1, 0, 0), sources=("a", "b", "c")).within(2)
+    assert (two.token_ids, two.parents, two.sources) == ([1, 2], None, ("a", "b")), "a chain, where the cut is one"
+    assert tree.within(3).token_ids == [40, 77, 3], "the copy's path whole, then the ranked nodes that fit"
+    assert tree.within(4) is tree
     assert graft([], [], [], Draft([7, 8], match=(3, 4))) == 2
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import torch
 
-from decode_tui.core.drafting.drafters import ModelDrafter
+from decode_tui.core.drafting.model_drafter import ModelDrafter
 from decode_tui.core.drafting.prompt_lookup import PromptLookup
 from decode_tui.core.params import BeamParams, SamplingParams
 from decode_tui.core.record.detokenize import Detokenizer

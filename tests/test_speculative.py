@@ -14,7 +14,8 @@ import torch
 
 from decode_tui.core.drafting import target_drafts
 from decode_tui.core.drafting.draft_models import shared_vocab_size
-from decode_tui.core.drafting.drafters import Draft, ModelDrafter
+from decode_tui.core.drafting.drafters import Draft
+from decode_tui.core.drafting.model_drafter import ModelDrafter
 from decode_tui.core.drafting.prompt_lookup import PromptLookup
 from decode_tui.core.errors import UsageError
 from decode_tui.core.execution.widths import remembered_times
@@ -87,13 +88,13 @@ def simulated_costs(monkeypatch: Any, costs: dict[Any, tuple[float, float]]) -> 
     """The decoding loops' clock reads a device where a forward of ``model`` over w tokens takes ``a + b w`` seconds
     for ``(a, b) = costs[model]``, and nothing else takes time: the adaptive policy's decisions, which follow
     measured costs, are then the same whatever else this machine is running."""
-    from decode_tui.core.drafting import drafters
+    from decode_tui.core.drafting import model_drafter
     from decode_tui.core.execution import target
     from decode_tui.core.strategies import plain_steps, replayed_length
 
     now = [0.0]
     clock = type("Clock", (), {"perf_counter": staticmethod(lambda: now[0])})
-    for module in (replayed_length, plain_steps, spec_module, target, drafters):
+    for module in (replayed_length, plain_steps, spec_module, target, model_drafter):
         monkeypatch.setattr(module, "time", clock)
 
     def tick(cost: tuple[float, float], kwargs: dict[str, Any]) -> None:

@@ -11,7 +11,7 @@ import torch
 
 from decode_tui.core.drafting import target_drafts
 from decode_tui.core.drafting.draft_models import load_draft
-from decode_tui.core.drafting.drafters import ModelDrafter
+from decode_tui.core.drafting.model_drafter import ModelDrafter
 from decode_tui.core.errors import UsageError
 from decode_tui.core.execution import float_mask
 from decode_tui.core.execution.forward import forward, new_cache

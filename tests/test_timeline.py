@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from decode_tui.core.drafting.drafters import ModelDrafter
+from decode_tui.core.drafting.model_drafter import ModelDrafter
 from decode_tui.core.drafting.prompt_lookup import PromptLookup
 from decode_tui.core.params import SamplingParams
 from decode_tui.core.record.detokenize import Detokenizer
@@ -198,7 +198,7 @@ def test_a_run_times_a_plain_step_once_and_every_view_divides_by_it(byte_bpe: An
     """c and v were inferred from the verifications: the panel, f and bench could each say another prediction.
     The run times one plain step at its start; its rounds carry it, and the run's Finished, the rows a viewer
     builds and their cost line give one and the same prediction."""
-    from decode_tui.core.drafting.drafters import ModelDrafter
+    from decode_tui.core.drafting.model_drafter import ModelDrafter
     from decode_tui.core.record.events import DraftVerified
     from decode_tui.core.record.timeline import Timeline, draft_stats
     from decode_tui.tui.cost_view import cost_line

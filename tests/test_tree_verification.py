@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from decode_tui.core.choosing.tree_sampling import Among
-from decode_tui.core.drafting.drafters import Draft, ModelDrafter
+from decode_tui.core.drafting.drafters import Draft
+from decode_tui.core.drafting.model_drafter import ModelDrafter
 from decode_tui.core.drafting.prompt_lookup import PromptLookup
 from decode_tui.core.drafting.suffix_drafting import SuffixDrafter, SuffixHistory, read_history
 from decode_tui.core.errors import UsageError

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from decode_tui.core.drafting.drafters import ModelDrafter
+from decode_tui.core.drafting.model_drafter import ModelDrafter
 from decode_tui.core.drafting.prompt_lookup import PromptLookup
 from decode_tui.core.execution.widths import GAIN, MAX_WIDTH, TRIES, WidthCosts, width_costs
 from decode_tui.core.record.events import Finished

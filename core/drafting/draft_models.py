@@ -2,7 +2,7 @@
 checking that the two speak one vocabulary.
 
 It knows models, tokenizers and the drafts made from the target (:mod:`.target_drafts`); drafting itself is
-:class:`~decode_tui.core.drafting.drafters.ModelDrafter`'s.
+:class:`~decode_tui.core.drafting.model_drafter.ModelDrafter`'s.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from ..errors import UsageError
 from ..model.acquire import Progress, ensure, quiet
 from ..params import TargetDraft, target_draft
 from . import draft_layers, target_drafts
-from .drafters import ModelDrafter
+from .model_drafter import ModelDrafter
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase

@@ -13,7 +13,7 @@ github.com/hyx1999/SAM-Decoding, which pairs its retrieval with this very drafte
 tree where the match is ``RETRIEVED_MATCH`` tokens or more, as a chain verified whole. The matrix keys a guess by
 one token, so it cannot follow a long copy (a code edit's) where prompt lookup can. A shorter match is a good guess
 in code and a poor one in prose, so its copy is grafted onto the tree as one more branch (:func:`graft`), in place
-of the tree's last-ranked nodes where the two would pass the budget (:func:`within`), and verified past the policy's
+of the tree's last-ranked nodes where the two would pass the budget (``Draft.within``), and verified past the policy's
 cut where what grafts kept lately pays for their width. The longest match is found by a scan of the text
 (:func:`retrieved`), where SAM-Decoding keeps a suffix automaton: the text is a prompt and an answer, and a scan of
 it costs less than growing the tree.
@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..token_tree import ROOT, TokenTree
+from ..token_tree import ROOT
 from . import recycled_state
 from .drafters import Draft, Drafter
 from .lookup_tree import continuation
@@ -207,24 +207,6 @@ def graft(tokens: list[int], parents: list[int], sources: list[str], copy: Draft
     return added
 
 
-def within(tokens: list[int], parents: list[int], sources: list[str], pinned: int, budget: int,
-           ) -> tuple[list[int], list[int], list[str]]:
-    """The tree cut to ``budget`` nodes (one verification's width): the path of the copy grafted last (its ``pinned``
-    nodes and those it runs through) whole, then the ranked nodes in their order; the graft's nodes stay last."""
-    if len(tokens) <= budget:
-        return tokens, parents, sources
-    tree = TokenTree(tuple(tokens), tuple(parents))
-    path = set(tree.path_to(len(tokens) - 1)) if pinned else set()
-    room = budget - len(path)
-    keep = []
-    for i in range(len(tokens)):
-        ranked = i < len(tokens) - pinned and i not in path and room > 0
-        room -= ranked
-        keep.append(i in path or ranked)
-    cut, old = tree.kept(keep)
-    return list(cut.tokens), list(cut.parents), [sources[i] for i in old]
-
-
 class RecyclingDrafter:
     """Drafts a tree (a chain where the budget is 0) from the recycled matrix, with or instead of a copy where the
     text's end occurred before (:func:`retrieved`), and recycles every row the target reads."""
@@ -286,7 +268,6 @@ class RecyclingDrafter:
         pinned = match = 0
         if copy is not None and self.tree_budget > 0:  # a shorter match's copy, within the tree's budget
             pinned = graft(tokens, parents, sources, replace(copy, token_ids=copy.token_ids[: self.tree_budget]))
-            tokens, parents, sources = within(tokens, parents, sources, pinned, self.tree_budget)
             match = copy.match[1] - copy.match[0] if pinned and copy.match is not None else 0
         if not tokens:
             return Draft([], stopped="the matrix has no row for the last token yet", state=self.state())
@@ -297,11 +278,11 @@ class RecyclingDrafter:
         for token, before, after in self.matrix.written[-WRITTEN_SHOWN:]:
             read += (("written", (token, *(t for t in after if t != EMPTY))),
                      ("was", (token, *(t for t in before if t != EMPTY))))
-        state = self.state()
-        if all(p == i - 1 for i, p in enumerate(parents)):  # a chain: verified the chain's way
-            return Draft(tokens, sources=tuple(sources), rows=read, state=state, pinned=pinned, graft_match=match)
-        return Draft(tokens, parents=tuple(parents), sources=tuple(sources), rows=read, state=state, pinned=pinned,
-                     graft_match=match)
+        chain = all(p == i - 1 for i, p in enumerate(parents))  # verified the chain's way
+        draft = Draft(tokens, parents=None if chain else tuple(parents), sources=tuple(sources), rows=read,
+                      state=self.state(), pinned=pinned, graft_match=match)
+        # The graft's nodes take the place of the tree's last-ranked ones where the two would pass the budget.
+        return draft.within(self.tree_budget) if pinned else draft
 
     def state(self) -> str:
         """The matrix's fill, for the stats: rows that hold guesses, of one a token of the vocabulary."""
