@@ -1,0 +1,113 @@
+"""Token recycling's rows keyed otherwise, simulated on greedy's own text: tokens a forward on the open prompts.
+
+Greedy's text for each prompt of ../cpu-2026-12-06-graft/warm-first.jsonl (128 tokens) and open.jsonl (96), and the
+target's top-8 after every position of it (one teacher-forced forward). Then, for each open prompt, rounds as
+recycling runs them: a template tree of ``budget`` nodes (recycling.template) grown from the rows, the longest
+path that greedy's text follows kept, and the rows of the kept path's tokens written (a real round writes every
+node's, kept or not: this simulation keeps only the kept path's, so its figures are lower than a real run's, and
+are for comparing the variants with one another). Cold: the rows start empty (the prompt's are written first);
+warm: the warm-first texts' rows are written before.
+
+Variants: rows keyed by one token (the paper's), or by the last two where that pair was read (else by one); a row
+overwritten by the last read (the paper's), or merged with what it held (interleaved; the old first guess kept
+second).
+
+    python benchmarks/results/cpu-2026-12-06-keys/keys.py     # from the repository root, the venv active
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from decode_tui.core.drafting.recycling import template
+from decode_tui.core.model.loading import encode_prompt
+
+MODEL = Path.home() / ".cache/decode-tui/models/smollm2"
+GRAFT = Path(__file__).resolve().parent.parent / "cpu-2026-12-06-graft"
+Text = tuple[list[int], int, list[list[int]]]  # tokens (prompt and output), the prompt's length, top-8 after each
+
+
+def texts(tokenizer: object, model: object, file: Path, new: int) -> list[Text]:
+    out = []
+    for line in file.read_text().splitlines():
+        ids = encode_prompt(tokenizer, json.loads(line)["prompt"], True)  # type: ignore[arg-type]
+        with torch.inference_mode():
+            tokens = model.generate(torch.tensor([ids]), max_new_tokens=new, do_sample=False)[0].tolist()  # type: ignore[attr-defined]
+            top = model(torch.tensor([tokens])).logits[0].float().topk(8, -1).indices.tolist()  # type: ignore[operator]
+        out.append((tokens, len(ids), top))
+    return out
+
+
+def merged(old: list[int] | None, new: list[int], how: str) -> list[int]:
+    if old is None or how == "overwrite":
+        return new
+    if how == "interleaved":
+        row: list[int] = []
+        for pair in zip(new, old, strict=True):
+            for t in pair:
+                if t not in row:
+                    row.append(t)
+        return row[:8]
+    return ([new[0]] + [old[0]] * (old[0] != new[0]) + [t for t in new[1:] if t != old[0]])[:8]  # old first, second
+
+
+def simulate(warm: list[Text], open_: list[Text], budget: int, keys: int, how: str) -> list[float]:
+    one: dict[int, list[int]] = {}
+    two: dict[tuple[int, int], list[int]] = {}
+
+    def write(tokens: list[int], top: list[list[int]], i: int) -> None:
+        one[tokens[i]] = merged(one.get(tokens[i]), top[i], how)
+        if i > 0:
+            two[(tokens[i - 1], tokens[i])] = merged(two.get((tokens[i - 1], tokens[i])), top[i], how)
+
+    def row(before: int, token: int) -> list[int] | None:
+        return two[(before, token)] if keys == 2 and (before, token) in two else one.get(token)
+
+    for tokens, _, top in warm:
+        for i in range(len(tokens)):
+            write(tokens, top, i)
+    shape = template(budget, 6, 8)
+    result = []
+    for tokens, prompt, top in open_:
+        for i in range(prompt):
+            write(tokens, top, i)
+        at, forwards = prompt - 1, 0
+        while at < len(tokens) - 1:
+            node, before, token, kept = -1, tokens[at - 1], tokens[at], 0
+            while at + 1 + kept < len(tokens):
+                guesses = row(before, token)
+                if guesses is None:
+                    break
+                want = tokens[at + 1 + kept]
+                child = next((i for i, (parent, rank) in enumerate(shape)
+                              if parent == node and rank < len(guesses) and guesses[rank] == want), None)
+                if child is None:
+                    break
+                node, before, token, kept = child, token, want, kept + 1
+            for i in range(at, at + kept + 1):
+                write(tokens, top, i)
+            at, forwards = at + kept + 1, forwards + 1
+        result.append((len(tokens) - prompt) / forwards)
+    return result
+
+
+def main() -> None:
+    tokenizer = AutoTokenizer.from_pretrained(MODEL)
+    model = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.bfloat16).eval()
+    warm = texts(tokenizer, model, GRAFT / "warm-first.jsonl", 128)
+    open_ = texts(tokenizer, model, GRAFT / "open.jsonl", 96)
+    print("tokens a forward: story, how-to, explanation")
+    for start, first in (("cold", []), ("warm", warm)):
+        for budget in (5, 7, 15):
+            cells = [" ".join(f"{x:.2f}" for x in simulate(first, open_, budget, keys, how))
+                     for keys, how in ((1, "overwrite"), (2, "overwrite"), (1, "interleaved"), (1, "kept second"))]
+            print(f"{start} {budget:2d} nodes | one token: {cells[0]} | two tokens: {cells[1]} | interleaved: "
+                  f"{cells[2]} | old first kept second: {cells[3]}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
