@@ -12,12 +12,17 @@ Variants: rows keyed by one token (the paper's), or by the last two where that p
 overwritten by the last read (the paper's), or merged with what it held (interleaved; the old first guess kept
 second).
 
+Then, where the round's last token has no row (so recycling takes a plain step), how often the next token is a
+stand-in row's guess: the context's most frequent tokens (the output so far), or the row of the token whose input
+embedding is nearest (cosine) among those with a row.
+
     python benchmarks/results/cpu-2026-12-06-keys/keys.py     # from the repository root, the venv active
 """
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -95,6 +100,31 @@ def simulate(warm: list[Text], open_: list[Text], budget: int, keys: int, how: s
     return result
 
 
+def stand_ins(warm: list[Text], open_: list[Text], embeddings: torch.Tensor) -> list[tuple[int, ...]]:
+    """Per open prompt: positions with no row, and how often the next token was the context's most frequent token,
+    among its 3 most frequent, the nearest row's first guess, among its first 3 (rows of the kept path only)."""
+    unit = embeddings / embeddings.norm(dim=-1, keepdim=True)  # [V, d]
+    counts: list[tuple[int, ...]] = []
+    for tokens, prompt, top in open_:
+        rows = {t: r for text, _, tops in warm for t, r in zip(text, tops, strict=True)}
+        rows |= {tokens[i]: top[i] for i in range(prompt)}
+        none = frequent = frequent3 = nearest = nearest3 = 0
+        for at in range(prompt - 1, len(tokens) - 1):
+            token, want = tokens[at], tokens[at + 1]
+            if token not in rows:
+                none += 1
+                common = [t for t, _ in Counter(tokens[prompt : at + 1]).most_common(3)]
+                frequent += bool(common) and common[0] == want
+                frequent3 += want in common
+                keys = torch.tensor(list(rows))
+                guesses = rows[int(keys[(unit[keys] @ unit[token]).argmax()])]
+                nearest += guesses[0] == want
+                nearest3 += want in guesses[:3]
+            rows[token] = top[at]
+        counts.append((len(tokens) - prompt, none, frequent, frequent3, nearest, nearest3))
+    return counts
+
+
 def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(MODEL)
     model = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.bfloat16).eval()
@@ -107,6 +137,12 @@ def main() -> None:
                      for keys, how in ((1, "overwrite"), (2, "overwrite"), (1, "interleaved"), (1, "kept second"))]
             print(f"{start} {budget:2d} nodes | one token: {cells[0]} | two tokens: {cells[1]} | interleaved: "
                   f"{cells[2]} | old first kept second: {cells[3]}", flush=True)
+    print("after a token with no row: positions, no row, next = most frequent / in 3 most frequent / nearest row's "
+          "first guess / in its first 3")
+    embeddings = model.get_input_embeddings().weight.detach().float()
+    for start, first in (("cold", []), ("warm", warm)):
+        for name, counts in zip(("story", "how-to", "explanation"), stand_ins(first, open_, embeddings), strict=True):
+            print(f"{start} {name:>11}: " + " ".join(str(c) for c in counts), flush=True)
 
 
 if __name__ == "__main__":
