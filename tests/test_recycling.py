@@ -144,6 +144,44 @@ def test_a_long_match_is_copied_instead_of_the_tree_and_a_short_ones_copy_joins_
     assert graft([], [], [], Draft([7, 8], match=(3, 4))) == 2
 
 
+@st.composite
+def grafted_trees(draw: Any) -> tuple[Draft, list[int]]:
+    """A ranked tree (parents first), and a copy grafted on it as recycling grafts one: through the tree's own nodes
+    from the root down to one of them (or none), then new nodes in a chain. Token i + 100 marks node i. Returns the
+    draft and the graft's whole path, by node."""
+    ranked = draw(st.integers(1, 12))
+    parents = [draw(st.integers(-1, i - 1)) for i in range(ranked)]
+    through = draw(st.integers(-1, ranked - 1))  # the last tree node the copy runs through (-1: none)
+    path = TokenTree(tuple(range(ranked)), tuple(parents)).path_to(through) if through >= 0 else []
+    pinned = draw(st.integers(1, 5))
+    parents += [through, *range(ranked, ranked + pinned - 1)]
+    tokens = [i + 100 for i in range(len(parents))]
+    return (Draft(tokens, parents=tuple(parents), sources=tuple(map(str, range(len(tokens)))), pinned=pinned,
+                  graft_match=2), path + list(range(ranked, ranked + pinned)))
+
+
+@given(grafted_trees(), st.integers(0, 18))
+@settings(max_examples=200, deadline=None)
+def test_a_draft_within_a_budget_keeps_its_graft_whole_and_the_first_ranked_nodes_that_fit(
+        grafted: tuple[Draft, list[int]], budget: int) -> None:
+    draft, path = grafted
+    ranked = len(draft.token_ids) - draft.pinned
+    cut = draft.within(budget)
+    if len(draft.token_ids) <= budget:
+        assert cut is draft
+        return
+    kept = [t - 100 for t in cut.token_ids]  # the nodes kept, by their index in the draft
+    assert len(kept) == max(budget, len(path)), "the budget filled, or only the graft's path where it is longer"
+    assert set(path) <= set(kept) and cut.pinned == draft.pinned and cut.graft_match == draft.graft_match
+    others = [i for i in range(ranked) if i not in path]
+    assert [i for i in kept if i < ranked and i not in path] == others[: len(kept) - len(path)], "in rank order"
+    tree = cut.token_tree()
+    assert [kept[i] for i in tree.path_to(len(kept) - 1)] == path, "the graft's path, as the draft had it"
+    parents = draft.token_tree().parents
+    assert all(parents[k] == (kept[p] if p >= 0 else -1) for k, p in zip(kept, tree.parents, strict=True))
+    assert cut.sources == tuple(str(i) for i in kept)
+
+
 def greedy_continuation(model: Any, prompt: list[int], max_new: int) -> list[int]:
     with torch.inference_mode():
         hf: list[int] = model.generate(torch.tensor([prompt]), max_new_tokens=max_new, do_sample=False,
