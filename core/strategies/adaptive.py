@@ -40,11 +40,11 @@ PROBES = 0.03
 # it at once (one rejection at the first position takes it to 28 %), and later ones outweigh it as it fades.
 PRIOR_ACCEPTANCE = 0.6
 # A tree drafter's rounds are drafted where what they measured (:class:`~.tree_sizes.TreeRounds`) beats plain steps
-# by TREE_MARGIN, as a replay must.
+# by this share, as a replay must (:data:`~.replayed_length.REPLAY_MARGIN`).
+TREE_MARGIN = 0.1
 # A ranked tree already drafted goes on while its predicted speed-up is at least this: its rounds pay work outside
 # their timed parts (their events), and near break-even a few rounds' noisy prices would keep a losing size drafted.
 RANKED_STAY = 1.03
-TREE_MARGIN = 0.1
 
 
 class AdaptiveDraftLength:

@@ -45,8 +45,8 @@ PRIOR_NODE = 0.5
 PRIOR_GRAFT = 1.0
 # A tree drafter whose tree is not ranked (lookahead's) is priced by its rounds: a round's tokens kept (decayed by
 # TREE_DECAY a round, from a prior of one round that kept PRIOR_TREE_TOKENS: one drafted token and the target's) over
-# its seconds. On a CPU a tree's forward costs about two plain steps whatever its depth, so a tree round keeping under
-# two tokens loses (BENCHMARKS.md, "The floor where nothing can be copied").
+# its seconds. On a CPU a tree's forward costs what its width costs whatever its depth, so a round that keeps fewer
+# tokens than that many plain steps loses (BENCHMARKS.md, "The floor where nothing can be copied").
 TREE_DECAY = 0.9
 PRIOR_TREE_TOKENS = 2.0
 
