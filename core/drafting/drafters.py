@@ -3,9 +3,9 @@
 Every drafter (a draft model, :mod:`.model_drafter`; prompt lookup, suffix drafting, token recycling, lookahead)
 shares one protocol, :class:`Drafter`, which says all the verifier (:mod:`decode_tui.core.strategies.speculative`)
 needs: no strategy asks which drafter it holds. A drafter proposes a :class:`Draft`, a chain or a token tree, with
-what a viewer shows of where it came from. A drafter keeps whatever state it has (a KV cache, a matrix) as of a
-*prefix of the context*; after verification the verifier tells it how long the confirmed prefix is and it rolls back
-to it.
+what a viewer shows of where it came from. A drafter whose state follows the context (a draft model's KV cache)
+keeps it as of a *prefix of the context*: after verification the verifier tells it how long the confirmed prefix
+is, and it rolls back to it; one that learns from every forward instead (token recycling's matrix) keeps all.
 
 It knows drafts and the protocol; nothing of acceptance, of the policy or of any one drafter.
 """
