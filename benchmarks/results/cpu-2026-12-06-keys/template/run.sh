@@ -5,7 +5,8 @@
 #                               PHASE open-v, open-c, warm-v, warm-c, code-v, code-c (v: patched, c: the control)
 # The patched side runs from a git worktree of HEAD with PATCH applied, through a shim package (PYTHONPATH), so the
 # control runs the checkout's own code in the same session. This session's runs: HEAD 0877ade, flat.patch round 1,
-# online.patch round 2, online-flat.patch round 3, each phase in the order open-v open-c warm-v warm-c code-v code-c.
+# online.patch round 2, online-flat.patch round 3; HEAD 3780595 (the same code), flat.patch round 4; each round's
+# phases in the order open-v open-c warm-v warm-c code-v code-c.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 patch=$1 n=$2
