@@ -19,7 +19,14 @@ from decode_tui.core.execution.widths import width_costs
 from decode_tui.core.params import SamplingParams
 from decode_tui.core.record.events import DraftLengthDecided, DraftProposed, Finished
 from decode_tui.core.strategies.adaptive import AdaptiveDraftLength
-from decode_tui.core.strategies.tree_sizes import PRIOR_GRAFT, GraftTokens, RankedSizes, Size, graft_pays
+from decode_tui.core.strategies.tree_sizes import (
+    NODE_DECAY,
+    PRIOR_GRAFT,
+    DecayedTokens,
+    RankedSizes,
+    Size,
+    graft_pays,
+)
 from decode_tui.core.token_tree import ROOT, TokenTree
 
 from .conftest import tiny_model
@@ -227,7 +234,7 @@ def test_a_graft_rides_past_a_cut_only_where_its_tokens_pay_for_its_width() -> N
     assert not graft_pays(size, dear, 0.0, 3, 0.5), "(2.0 + 0.5) / 4.5 loses to 2.0 / 3.0"
     assert graft_pays(size, dear, 0.0, 3, 1.5), "a graft that keeps enough pays even so"
     assert not graft_pays(size, cheap, 0.0, 6, 9.0), "a width past the prices is not priced"
-    kept = GraftTokens()
+    kept = DecayedTokens(PRIOR_GRAFT, NODE_DECAY)
     assert kept.mean() == PRIOR_GRAFT
     for _ in range(30):
         kept.observe(0)

@@ -83,9 +83,7 @@ class Draft:
         nodes = min(nodes, ranked)
         if pinned and self.pinned:
             tree, first = self.token_tree(), len(self.token_ids) - self.pinned
-            keep = set(range(nodes))
-            for node in range(first, len(self.token_ids)):
-                keep.update(tree.path_to(node))
+            keep = set(range(nodes)) | self._pinned_paths(tree)
             cut, old = tree.kept([i in keep for i in range(len(self.token_ids))])
             return replace(self, token_ids=list(cut.tokens), parents=None if cut.is_chain() else cut.parents,
                            sources=tuple(self.sources[i] for i in old) if self.sources is not None else None,
@@ -103,8 +101,7 @@ class Draft:
         hang from, then as many of its ranked nodes, in their order, as there is room for (:meth:`cut`)."""
         if len(self.token_ids) <= budget:
             return self
-        tree, ranked = self.token_tree(), len(self.token_ids) - self.pinned
-        path = {node for pinned in range(ranked, len(self.token_ids)) for node in tree.path_to(pinned)}
+        ranked, path = len(self.token_ids) - self.pinned, self._pinned_paths(self.token_tree())
         room, nodes = budget - len(path), 0
         for node in range(ranked):
             if node not in path:
@@ -113,6 +110,11 @@ class Draft:
                 room -= 1
             nodes = node + 1
         return self.cut(nodes, pinned=True)
+
+    def _pinned_paths(self, tree: TokenTree) -> set[int]:
+        """The pinned nodes and every node they hang from, in ``tree`` (this draft's)."""
+        ranked = len(self.token_ids) - self.pinned
+        return {node for pinned in range(ranked, len(self.token_ids)) for node in tree.path_to(pinned)}
 
     def first_branch(self) -> Draft:
         """A tree draft's first branch (the first child at every node) as a chain: what a verifier that takes

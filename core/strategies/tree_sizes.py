@@ -102,17 +102,18 @@ def best_size(chances: NodeChances, prices: Sequence[float], overhead: float) ->
     return max((size for size in sizes if size.gain >= (1 - SIZE_TIE) * most), key=lambda size: size.nodes)
 
 
-class GraftTokens:
-    """The tokens a copy grafted onto a ranked tree kept a round past the tree's own path (the graft's nodes on the
-    kept path), decayed by NODE_DECAY a round, from a prior of one round that kept PRIOR_GRAFT: optimistic, so that
-    a graft is tried, and dropped once it is seen to keep less than its width costs."""
+class DecayedTokens:
+    """Tokens a round, decayed by ``decay`` a round, from a prior of one round that kept ``prior``. What a copy
+    grafted onto a ranked tree kept past the tree's own path (PRIOR_GRAFT, NODE_DECAY: optimistic, so that a graft is
+    tried, and dropped once it is seen to keep less than its width costs), and what a whole tree's round emitted
+    (PRIOR_TREE_TOKENS, TREE_DECAY)."""
 
-    def __init__(self) -> None:
-        self.kept, self.rounds = PRIOR_GRAFT, 1.0
+    def __init__(self, prior: float, decay: float) -> None:
+        self.kept, self.rounds, self.decay = prior, 1.0, decay
 
     def observe(self, tokens: int) -> None:
-        self.kept = NODE_DECAY * self.kept + tokens
-        self.rounds = NODE_DECAY * self.rounds + 1
+        self.kept = self.decay * self.kept + tokens
+        self.rounds = self.decay * self.rounds + 1
 
     def mean(self) -> float:
         return self.kept / self.rounds
@@ -133,19 +134,18 @@ class TreeRounds:
     seconds of the last 16 verified."""
 
     def __init__(self) -> None:
-        self.tokens, self.rounds = PRIOR_TREE_TOKENS, 1.0
+        self.tokens = DecayedTokens(PRIOR_TREE_TOKENS, TREE_DECAY)
         self.seconds: deque[float] = deque(maxlen=16)
 
     def observe(self, tokens: int, seconds: float | None = None) -> None:
         """A round that emitted ``tokens``; ``seconds``: what it cost, where it was verified."""
-        self.tokens = TREE_DECAY * self.tokens + tokens
-        self.rounds = TREE_DECAY * self.rounds + 1
+        self.tokens.observe(tokens)
         if seconds is not None:
             self.seconds.append(seconds)
 
     def mean(self) -> float:
         """The tokens a round emits, as measured."""
-        return self.tokens / self.rounds
+        return self.tokens.mean()
 
     def steps(self, widest: float, step: float) -> float:
         """A round's price in plain steps of ``step`` seconds: the median of the rounds verified, else ``widest``
@@ -160,7 +160,7 @@ class RankedSizes:
 
     def __init__(self) -> None:
         self.chances = NodeChances()
-        self.grafts: dict[int, GraftTokens] = {}  # what copies grafted onto the tree kept past its path, by match
+        self.grafts: dict[int, DecayedTokens] = {}  # what copies grafted onto the tree kept past its path, by match
         self.draft_s: deque[float] = deque(maxlen=16)  # a tree round's drafting seconds (its host work), the last 16
         self.sized = Size(0.0, 0, 0.0, 0.0)  # the last sizing
         self.prices: list[float] = []  # its verification prices
@@ -174,9 +174,9 @@ class RankedSizes:
         self.sized = best_size(self.chances, prices[: budget + 1], self.overhead)
         return self.sized
 
-    def graft(self, match: int) -> GraftTokens:
+    def graft(self, match: int) -> DecayedTokens:
         """What grafts after a match of ``match`` tokens kept."""
-        return self.grafts.setdefault(match, GraftTokens())
+        return self.grafts.setdefault(match, DecayedTokens(PRIOR_GRAFT, NODE_DECAY))
 
     def keeps_graft(self, extra: int, match: int) -> bool:
         """Whether a graft of ``extra`` nodes, copied after a match of ``match`` tokens, pays beside the last sizing's
