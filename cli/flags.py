@@ -143,8 +143,8 @@ ModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="Alias (see 
                                               f"file's model, else {DEFAULT_ALIAS}]", rich_help_panel="Model")]
 DeviceOpt = Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:N or mps.", callback=_check_device,
                                         rich_help_panel="Model")]
-DtypeOpt = Annotated[DtypeChoice, typer.Option(help="auto: bf16 on CUDA and on a CPU with AMX, else fp32.",
-                                               rich_help_panel="Model")]
+DtypeOpt = Annotated[DtypeChoice, typer.Option(help="auto: bf16 on CUDA and on a CPU with AMX or AVX512-BF16, "
+                                               "else fp32.", rich_help_panel="Model")]
 TrustRemoteCodeOpt = Annotated[bool, typer.Option("--trust-remote-code", help="Allow a checkpoint's own "
                                                     "Python code to run.", rich_help_panel="Model")]
 PromptOpt = Annotated[str | None, typer.Option("--prompt", "-p", help="The prompt text.", callback=utf8_prompt,

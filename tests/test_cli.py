@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def auto_cpu_dtype() -> str:
-    """What ``--dtype auto`` loads on this machine's CPU: bfloat16 where its cores have AMX, else float32."""
+    """What ``--dtype auto`` loads on this machine's CPU: bfloat16 where its cores multiply it in hardware, else
+    float32."""
     from decode_tui.core.model.loading import resolve_dtype
 
     return str(resolve_dtype("auto", torch.device("cpu"))).removeprefix("torch.")

@@ -1,10 +1,11 @@
-"""A bfloat16 model made ready for a CPU with AMX: weights packed once for the matrix units, and an attention whose
-wide passes give the bits of one-token steps.
+"""A bfloat16 model made ready for a CPU with bfloat16 products in hardware: weights packed once for them, and an
+attention whose wide passes give the bits of one-token steps.
 
-On a CPU whose cores have AMX (Intel Xeon since Sapphire Rapids) a bfloat16 product of 1 to 16 rows takes about
-the time of one row, where a float32 one of 8 rows takes nearly twice a row's (BENCHMARKS.md, "Width in float32
-and in bfloat16 on the Intel CPU"): the width that drafting verifies is nearly free there. Two things stand in the
-way, and this module removes both:
+On a CPU whose cores multiply bfloat16 in hardware, in AMX tiles (Intel Xeon since Sapphire Rapids) or with
+AVX-512's bfloat16 dot products (``avx512_bf16``: AMD since Zen 4, Intel since Cooper Lake), a bfloat16 product of 1
+to 16 rows takes about the time of one row, where a float32 one of 8 rows takes one and a half to twice a row's
+(BENCHMARKS.md, "Width in float32 and in bfloat16 on the Intel CPU" and "bfloat16 by default on the AMD CPU"): the
+width that drafting verifies is nearly free there. Two things stand in the way, and this module removes both:
 
 - **Speed.** torch's bfloat16 ``linear`` on a CPU hands oneDNN the weight as it is, and oneDNN reorders it into its
   blocked layout on every call, so a one-token step in bfloat16 is slower than in float32. :class:`PackedLinear`
@@ -12,13 +13,17 @@ way, and this module removes both:
   does for the same reason), and calls oneDNN's product on it (``torch.ops.mkldnn._linear_pointwise``).
 - **Exactness.** Drafting gives greedy's text only where a forward over k positions computes what k one-token
   steps would. The packed product does, row for row, up to :data:`ROWS` rows (wider products take another
-  kernel), so a wider pass is split into blocks of that many rows. PyTorch's SDPA kernel does not: over a cache
+  kernel), so a wider pass is split into blocks of that many rows; and only over sums of up to :data:`INPUTS`
+  terms (AVX-512's kernel blocks a longer sum by the number of rows), so a wider layer is split into products over
+  that many inputs, their float32 sums added in order and rounded once. PyTorch's SDPA kernel does not: over a cache
   that grows, a step's keys and a wide pass's differ in number, and its bfloat16 result with them, enough to tip a
-  near-tie (BENCHMARKS.md, "Width in float32 and in bfloat16 on the Intel CPU"). :func:`attention` (registered
-  as :data:`EXACT_ATTENTION`) is grouped-query attention in float32 whose sums run in key order, so masked keys
-  add exact zeros; its output is rounded to bfloat16 once. A token tree's node then gets its step's bits too,
-  except where its ancestors straddle a block of :data:`KEYS` keys differently in the two (a rounding of the last
-  float32 bit, which bfloat16's rounding of the output nearly always absorbs).
+  near-tie (BENCHMARKS.md, "Width in float32 and in bfloat16 on the Intel CPU"); nor does a float32 attention
+  built of matrix products, whose kernels order a sum by the number of rows and keys on some CPUs (AMD's: "bfloat16
+  by default on the AMD CPU"). :func:`attention` (registered as :data:`EXACT_ATTENTION`) is grouped-query attention
+  whose sums run in float64: a float64 sum of a few thousand terms errs by about 2^-40 of its size whichever order a
+  kernel takes them in, where the bfloat16 result is rounded at 2^-8, so the rounded result is the same bits, short
+  of a tie at odds of about 2^-32. A token tree's node then gets its one-token step's bits whatever its cousins, and
+  a chain's pass its steps' bits.
 
 A model copied (``copy.deepcopy``, as a draft made from the target is) gets plain ``nn.Linear`` layers back: a
 copy is made to change its weights, and the packed ones would no longer match; :func:`unprepare` gives it
@@ -30,34 +35,53 @@ It knows transformers' attention registry and oneDNN's packed products; nothing 
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
 
 EXACT_ATTENTION = "decode_tui_cpu_bf16"  # grouped-query attention in float32 (registered by :func:`prepare`)
 ROWS = 32  # the widest product whose every row is the one-row product's bits (tests/test_cpu_bf16.py)
+INPUTS = 1024  # the longest sum per output that every kernel runs alike at every row count (tests/test_cpu_bf16.py)
 PACKED_FOR = 16  # the rows oneDNN lays a packed weight out for; the widths drafting verifies on a CPU
-KEYS = 256  # the longest sum over keys that the CPU's float32 product runs in key order (tests/test_cpu_bf16.py)
 
 
-def amx() -> bool:
-    """Whether this CPU multiplies bfloat16 matrices in AMX tiles, and torch can reach them through oneDNN."""
-    is_amx = getattr(torch.cpu, "_is_amx_tile_supported", None)
-    return bool(torch.backends.mkldnn.is_available() and is_amx is not None and is_amx())  # type: ignore[no-untyped-call]
+def bf16_products() -> bool:
+    """Whether this CPU multiplies bfloat16 in hardware (AMX tiles, or AVX-512's bfloat16 dot products), and torch
+    can reach them through oneDNN. Without either, oneDNN widens bfloat16 to float32 in software, which is slower than
+    float32 throughout."""
+    supported = [getattr(torch.cpu, name, None) for name in ("_is_amx_tile_supported", "_is_avx512_bf16_supported")]
+    return bool(torch.backends.mkldnn.is_available()  # type: ignore[no-untyped-call]
+                and any(check is not None and check() for check in supported))
 
 
 class PackedLinear(nn.Linear):
-    """``nn.Linear`` whose product runs on a weight packed once for oneDNN; ``weight`` stays, for whoever reads it."""
+    """``nn.Linear`` whose product runs on a weight packed once for oneDNN; ``weight`` stays, for whoever reads it.
+    A layer of more than :data:`INPUTS` inputs is packed as several, one per block of that many inputs."""
 
-    packed: torch.Tensor  # [out, in] in oneDNN's opaque layout
+    packed: list[torch.Tensor]  # each [out, <=INPUTS] in oneDNN's opaque layout, the inputs' blocks in order
+
+    def pack(self) -> None:
+        """Pack ``weight`` for oneDNN, in blocks of at most :data:`INPUTS` inputs."""
+        self.packed = [torch.ops.mkldnn._reorder_linear_weight(block, PACKED_FOR)
+                       for block in torch.split(self.weight.detach(), INPUTS, dim=1)]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x [..., in]
         rows = x.reshape(-1, x.shape[-1])  # [N, in]
-        products = [torch.ops.mkldnn._linear_pointwise(block, self.packed, self.bias, "none", [], "")
-                    for block in torch.split(rows, ROWS)]  # each [<=ROWS, out]
+        products = [self._product(block) for block in torch.split(rows, ROWS)]  # each [<=ROWS, out]
         y = products[0] if len(products) == 1 else torch.cat(products)  # [N, out]
         return y.reshape(*x.shape[:-1], y.shape[-1])
+
+    def _product(self, rows: torch.Tensor) -> torch.Tensor:  # rows [<=ROWS, in] -> [<=ROWS, out]
+        if len(self.packed) == 1:
+            one: torch.Tensor = torch.ops.mkldnn._linear_pointwise(rows, self.packed[0], self.bias, "none", [], "")
+            return one
+        # float32, [<=ROWS, out]: the blocks' products added in order, rounded to bfloat16 once
+        total = torch.zeros(rows.shape[0], self.out_features) if self.bias is None else self.bias.float().expand(
+            rows.shape[0], -1).clone()
+        for block, packed in zip(torch.split(rows, INPUTS, dim=1), self.packed, strict=True):
+            total += torch.ops.mkldnn._linear_pointwise(block, packed, None, "none", [], "")
+        return total.to(rows.dtype)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> nn.Linear:
         plain = nn.Linear.__new__(nn.Linear)
@@ -71,31 +95,23 @@ class PackedLinear(nn.Linear):
 def attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
               attention_mask: torch.Tensor | None, scaling: float | None = None, dropout: float = 0.0,
               **kwargs: Any) -> tuple[torch.Tensor, None]:
-    """Softmax attention for transformers' attention interface, in float32, whose every sum over keys runs in key
-    order, so that keys masked out add exact zeros wherever they sit: a token's result is then the same bits
-    whether its pass is a one-token step, a chain or a token tree (where a node's ancestors sit among its
-    masked cousins). query [B, H, T, D]; key, value [B, Hkv, S, D]; attention_mask [B, 1, T, >=S] additive, or None.
-
-    The softmax's denominator is a running sum (``cumsum``: one pass in key order, where ``softmax``'s sum is
-    vectorised across keys). The weighted sum of values is taken in blocks of :data:`KEYS` keys at fixed
-    positions, added in order: the CPU's matrix product sums each block in key order, but splits a longer sum
-    where its length falls."""
+    """Softmax attention for transformers' attention interface, its sums in float64, so that a token's result is the
+    same bits whether its pass is a one-token step, a chain or a token tree (where a node's ancestors sit among its
+    masked cousins, which add exact zeros). query [B, H, T, D]; key, value [B, Hkv, S, D]; attention_mask
+    [B, 1, T, >=S] additive, or None. Written by hand: no torch attention sums in an order that a pass's width leaves
+    alone, and this one needs none."""
     B, H, T, D = query.shape
     Hkv, S = key.shape[1], key.shape[2]
     scaling = D**-0.5 if scaling is None else scaling  # GPT-2 may leave it to the attention
     g = H // Hkv  # query heads per key head
-    q = query.reshape(B, Hkv, g * T, D).float()  # [B, Hkv, g*T, D]: a group's heads as rows
-    scores = torch.matmul(q, key.float().transpose(2, 3)) * scaling  # [B, Hkv, g*T, S]
+    q = query.reshape(B, Hkv, g * T, D).double()  # [B, Hkv, g*T, D]: a group's heads as rows
+    scores = torch.matmul(q, key.double().transpose(2, 3)) * scaling  # [B, Hkv, g*T, S]
     if attention_mask is not None:
-        mask = attention_mask[:, :, None, :, :S].float()  # [B, 1, 1, T, S]
+        mask = attention_mask[:, :, None, :, :S].double()  # [B, 1, 1, T, S]
         scores = (scores.view(B, Hkv, g, T, S) + mask).view(B, Hkv, g * T, S)
     e = torch.exp(scores - scores.amax(dim=-1, keepdim=True))  # [B, Hkv, g*T, S], 0 where masked
-    z = e.cumsum(dim=-1)[..., -1:]  # [B, Hkv, g*T, 1]
-    v = value.float()  # [B, Hkv, S, D]
-    out = torch.matmul(e[..., :KEYS], v[:, :, :KEYS])  # [B, Hkv, g*T, D]
-    for start in range(KEYS, S, KEYS):
-        out += torch.matmul(e[..., start:start + KEYS], v[:, :, start:start + KEYS])
-    return (out / z).view(B, H, T, D).transpose(1, 2).to(query.dtype), None  # [B, T, H, D]
+    out = torch.matmul(e, value.double()) / e.sum(dim=-1, keepdim=True)  # [B, Hkv, g*T, D]
+    return out.view(B, H, T, D).transpose(1, 2).to(query.dtype), None  # [B, T, H, D]
 
 
 def register() -> None:
@@ -112,7 +128,7 @@ def prepare(model: nn.Module) -> None:
     register()
     for linear in [m for m in model.modules() if type(m) is nn.Linear and m.weight.dtype == torch.bfloat16]:
         linear.__class__ = PackedLinear
-        linear.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), PACKED_FOR)
+        cast(PackedLinear, linear).pack()
     # Only a model on transformers' SDPA, a plain softmax by construction: one whose attention is more (Gemma 2's
     # capped logits, gpt-oss's sinks) cannot run SDPA, so it loads on its own eager attention and keeps it.
     if getattr(getattr(model, "config", None), "_attn_implementation", None) == "sdpa":

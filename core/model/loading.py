@@ -2,8 +2,8 @@
 
 Device ``auto`` picks cuda, then mps, then cpu; dtype ``auto`` picks bf16 on
 CUDA where the card supports it, fp16 on MPS, and on the CPU bf16 where its cores
-have AMX (the model then made ready for them: :mod:`.cpu_bf16`), else fp32. Remote code
-runs only when the caller asks for it. The tokenizer is loaded before the
+multiply bf16 in hardware (AMX or AVX512-BF16; the model then made ready for them:
+:mod:`.cpu_bf16`), else fp32. Remote code runs only when the caller asks for it. The tokenizer is loaded before the
 model so a bad prompt is reported before the slow part.
 
 This module knows how to get a model into memory; it knows nothing about
@@ -75,7 +75,7 @@ def resolve_dtype(name: str, device: torch.device, spread: bool = False) -> torc
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
         if device.type == "mps":
             return torch.float16
-        return torch.bfloat16 if cpu_bf16.amx() and not spread else torch.float32
+        return torch.bfloat16 if cpu_bf16.bf16_products() and not spread else torch.float32
     if name not in DTYPES:
         raise UsageError(f"Unknown dtype {name!r}. Use auto, {', '.join(DTYPES)}.")
     return DTYPES[name]
@@ -256,7 +256,7 @@ def loading(
     yield f"Loading {resolved.display_name}: weights onto {device_map or dev} in {str(dt).removeprefix('torch.')}"
     model, dev = _weights(resolved, dev, dt, trust_remote_code, device_map, max_memory)
     model.eval()
-    if dev.type == "cpu" and dt == torch.bfloat16 and device_map is None and cpu_bf16.amx():
+    if dev.type == "cpu" and dt == torch.bfloat16 and device_map is None and cpu_bf16.bf16_products():
         cpu_bf16.prepare(model)
     _settle_heap()
     if dev.type == "cuda":

@@ -21,7 +21,7 @@ from ..drafting.drafters import Draft, Replay
 
 MIN_HISTORY = 8  # tokens of the run a replay needs before its choice is trusted
 # Until then a copy after a match of one token is verified this far only: on prose such copies are the common
-# word's last continuation and almost never kept, and where a forward's width is dear (a CPU without AMX) each one
+# word's last continuation and almost never kept, and where a forward's width is dear (a CPU in float32) each one
 # verified whole costs several steps; a code edit's first copies that pay follow matches of two tokens or more
 # (BENCHMARKS.md, "The floor in float32 beside a CPU hog").
 SHORT_MATCH_COPY = 2
