@@ -19,11 +19,11 @@ width that drafting verifies is nearly free there. Two things stand in the way, 
   that grows, a step's keys and a wide pass's differ in number, and its bfloat16 result with them, enough to tip a
   near-tie (BENCHMARKS.md, "Width in float32 and in bfloat16 on the Intel CPU"); nor does a float32 attention
   built of matrix products, whose kernels order a sum by the number of rows and keys on some CPUs (AMD's: "bfloat16
-  by default on the AMD CPU"). :func:`attention` (registered as :data:`EXACT_ATTENTION`) is grouped-query attention
-  whose sums run in float64: a float64 sum of a few thousand terms errs by about 2^-40 of its size whichever order a
-  kernel takes them in, where the bfloat16 result is rounded at 2^-8, so the rounded result is the same bits, short
-  of a tie at odds of about 2^-32. A token tree's node then gets its one-token step's bits whatever its cousins, and
-  a chain's pass its steps' bits.
+  by default on the AMD CPU"). :func:`attention` (registered as :data:`EXACT_ATTENTION`) is the same SDPA kernel in
+  float64: a float64 sum of a few thousand terms errs by about 2^-40 of its size whichever order a kernel takes them
+  in, where the bfloat16 result is rounded at 2^-8, so the rounded result is the same bits, short of a tie at odds
+  of about 2^-32. A token tree's node then gets its one-token step's bits whatever its cousins, and a chain's pass
+  its steps' bits.
 
 A model copied (``copy.deepcopy``, as a draft made from the target is) gets plain ``nn.Linear`` layers back: a
 copy is made to change its weights, and the packed ones would no longer match; :func:`unprepare` gives it
@@ -95,23 +95,14 @@ class PackedLinear(nn.Linear):
 def attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
               attention_mask: torch.Tensor | None, scaling: float | None = None, dropout: float = 0.0,
               **kwargs: Any) -> tuple[torch.Tensor, None]:
-    """Softmax attention for transformers' attention interface, its sums in float64, so that a token's result is the
-    same bits whether its pass is a one-token step, a chain or a token tree (where a node's ancestors sit among its
-    masked cousins, which add exact zeros). query [B, H, T, D]; key, value [B, Hkv, S, D]; attention_mask
-    [B, 1, T, >=S] additive, or None. Written by hand: no torch attention sums in an order that a pass's width leaves
-    alone, and this one needs none."""
-    B, H, T, D = query.shape
-    Hkv, S = key.shape[1], key.shape[2]
-    scaling = D**-0.5 if scaling is None else scaling  # GPT-2 may leave it to the attention
-    g = H // Hkv  # query heads per key head
-    q = query.reshape(B, Hkv, g * T, D).double()  # [B, Hkv, g*T, D]: a group's heads as rows
-    scores = torch.matmul(q, key.double().transpose(2, 3)) * scaling  # [B, Hkv, g*T, S]
-    if attention_mask is not None:
-        mask = attention_mask[:, :, None, :, :S].double()  # [B, 1, 1, T, S]
-        scores = (scores.view(B, Hkv, g, T, S) + mask).view(B, Hkv, g * T, S)
-    e = torch.exp(scores - scores.amax(dim=-1, keepdim=True))  # [B, Hkv, g*T, S], 0 where masked
-    out = torch.matmul(e, value.double()) / e.sum(dim=-1, keepdim=True)  # [B, Hkv, g*T, D]
-    return out.view(B, H, T, D).transpose(1, 2).to(query.dtype), None  # [B, T, H, D]
+    """transformers' attention interface over torch's SDPA in float64, so that a token's result is the same bits
+    whether its pass is a one-token step, a chain or a token tree (where a node's ancestors sit among its masked
+    cousins, which add exact zeros). query [B, H, T, D]; key, value [B, Hkv, S, D]; attention_mask [B, 1, T, >=S]
+    additive, or None."""
+    mask = None if attention_mask is None else attention_mask[:, :, :, : key.shape[2]].double()
+    out = torch.nn.functional.scaled_dot_product_attention(query.double(), key.double(), value.double(),
+                                                           attn_mask=mask, scale=scaling, enable_gqa=True)
+    return out.transpose(1, 2).to(query.dtype), None  # [B, T, H, D]
 
 
 def register() -> None:
