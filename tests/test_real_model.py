@@ -66,7 +66,7 @@ def test_a_chat_answer_stops_at_the_turn_end(smollm2: Any) -> None:
 def test_the_default_command_runs_the_embedded_model(smollm2: Any) -> None:
     """``generate`` with no options gives ``generate``'s greedy tokens on the model as ``--dtype auto`` loads it
     here (bfloat16, prepared, on a CPU with AMX or AVX512-BF16; else the float32 of the fixture)."""
-    from decode_tui.core.model.loading import load_model
+    from decode_tui.core.model.loading import load_model, resolve_dtype
     from decode_tui.core.model.registry import resolve
 
     script = str(Path(sys.executable).parent / "decode-tui")
@@ -74,8 +74,8 @@ def test_the_default_command_runs_the_embedded_model(smollm2: Any) -> None:
                            "24"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     final = json.loads(done.stdout.splitlines()[-1])
-    lm = load_model(resolve("smollm2"), device="cpu")
-    lm = smollm2 if lm.dtype == smollm2.dtype else lm
+    auto = resolve_dtype("auto", torch.device("cpu"))
+    lm = smollm2 if auto == smollm2.dtype else load_model(resolve("smollm2"), device="cpu")
     run = Run(lm, PROMPTS[0], DecodeConfig(max_new_tokens=24))
     assert final["token_ids"] == hf_new_tokens(lm, run.prompt_ids, 24, do_sample=False)
 

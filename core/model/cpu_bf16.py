@@ -40,7 +40,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-EXACT_ATTENTION = "decode_tui_cpu_bf16"  # grouped-query attention in float32 (registered by :func:`prepare`)
+EXACT_ATTENTION = "decode_tui_cpu_bf16"  # SDPA in float64 (:func:`attention`, registered by :func:`prepare`)
 ROWS = 32  # the widest product whose every row is the one-row product's bits (tests/test_cpu_bf16.py)
 INPUTS = 1024  # the longest sum per output that every kernel runs alike at every row count (tests/test_cpu_bf16.py)
 PACKED_FOR = 16  # the rows oneDNN lays a packed weight out for; the widths drafting verifies on a CPU
