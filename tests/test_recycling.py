@@ -17,8 +17,10 @@ from hypothesis import strategies as st
 from decode_tui.core.drafting.drafters import Draft
 from decode_tui.core.drafting.recycling import (
     BLOCK,
+    COMMONEST,
     EMPTY,
     RETRIEVED_MATCH,
+    Commonest,
     RecycledMatrix,
     RecyclingDrafter,
     graft,
@@ -73,9 +75,15 @@ def test_the_matrix_keeps_each_tokens_latest_top_k() -> None:
     assert matrix.row(V + 3) == [EMPTY] * 3, "a token past the vocabulary has no row"
 
 
-def test_a_draft_follows_the_rows_and_an_empty_row_drafts_nothing() -> None:
+def test_a_draft_follows_the_rows_and_an_empty_row_backs_off_to_the_commonest_tokens() -> None:
     d = drafter(k=2, budget=4, depth=3)
-    assert d.propose([1, 2, 3], 3, [], True, None).token_ids == []
+    backed = d.propose([1, 2, 2, 1, 2, 3], 3, [], True, None)  # no row for 3: the text's commonest, most first
+    assert backed.token_ids == [2, 1, 3] and backed.unranked and backed.graft_match == 0
+    assert backed.tree is not None and set(backed.tree.parents) == {ROOT}, "each a child of the pending token"
+    assert backed.rows is not None and ("commonest", (2, 1, 3)) in backed.rows
+    assert d.propose([1, 2, EOS], 3, [], True, None).token_ids == [], "nothing is drafted after an end of text"
+    assert RecyclingDrafter(RecycledMatrix(V, 2), 3, 0).propose([1, 2, 3], 3, [], True, None).token_ids == [], \
+        "a chain (no tree budget) has no tree to back off to"
     d.matrix.rows[3] = torch.tensor([40, 41], dtype=torch.int32)
     d.matrix.rows[40] = torch.tensor([50, EOS], dtype=torch.int32)
     d.matrix.rows[50] = torch.tensor([60, 61], dtype=torch.int32)
@@ -88,6 +96,20 @@ def test_a_draft_follows_the_rows_and_an_empty_row_drafts_nothing() -> None:
     assert all(tree.tokens[p] != EOS for p in tree.parents if p != ROOT), "nothing is drafted after an end of text"
     chain = RecyclingDrafter(d.matrix, 3, 0).propose([1, 2, 3], 3, [], True, None)
     assert chain.tree is None and chain.token_ids == [40, 50, 60], "with no tree budget, a chain of first guesses"
+
+
+def test_the_commonest_tokens_are_counted_as_the_text_grows_and_afresh_for_another_text() -> None:
+    common = Commonest(skip=frozenset({9}))
+    assert common.of([], 3) == []
+    assert common.of([9, 9, 9, 4, 5, 5], 3) == [5, 4], "a skipped token (a special one) is never among them"
+    assert common.of([9, 9, 9, 4, 5, 5, 4, 4], 2) == [4, 5], "the text grew: only its new tokens are counted"
+    assert common.of([9, 9, 9, 4, 6, 6, 6], 2) == [6, 4], "another text (a rewind, another run): counted afresh"
+    assert common.of([7, 7], 5) == [7], "a shorter text is another text too"
+    assert common.of([1, 2, 3], 2) == [1, 2], "on a tie, the first seen"
+    d = RecyclingDrafter(RecycledMatrix(V, 2), 3, 4, frozenset({EOS}), special=frozenset({1}))
+    assert 1 not in d.propose([1, 1, 1, 2, 3], 3, [], True, None).token_ids, "the tokenizer's special ones neither"
+    assert COMMONEST < 8 and len(drafter(budget=64).propose(list(range(40)), 3, [], True, None).token_ids) == COMMONEST
+    assert len(drafter(budget=2).propose(list(range(40)), 3, [], True, None).token_ids) == 2, "within the budget"
 
 
 def test_the_longest_earlier_occurrence_of_the_texts_end_is_retrieved() -> None:
@@ -315,6 +337,7 @@ def test_a_run_starts_from_the_last_runs_matrix_and_bench_repeats_start_cold(byt
 
     class LM:
         name = "tiny"
+        tokenizer = None  # no special tokens
 
     lm = LM()
     lm.model = model  # type: ignore[attr-defined]

@@ -36,6 +36,8 @@ def test_a_round_walks_its_tree_to_a_mismatch_or_a_leaf_and_its_bonus() -> None:
     chain = Draft([5, 6, 7])
     assert walked([chain, chain], [5, 6, 8, 5, 6, 7]) == [3, 4]
     assert walked([Draft([]), chain], [1, 5, 6, 7]) == [4], "nothing drafted at a step: no round stands in for it"
+    commonest = Draft([5, 9], parents=(-1, -1), pinned=2)  # recycling's back-off: no ranked tree
+    assert walked([commonest, chain], [5, 5, 6, 7]) == [4], "no ranked tree drafted: no round stands in for it"
 
 
 def test_shadow_rounds_keep_what_the_verified_rounds_kept(byte_bpe: Any) -> None:

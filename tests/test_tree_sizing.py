@@ -19,6 +19,7 @@ from decode_tui.core.execution.widths import width_costs
 from decode_tui.core.params import SamplingParams
 from decode_tui.core.record.events import DraftLengthDecided, DraftProposed, Finished
 from decode_tui.core.strategies.adaptive import AdaptiveDraftLength
+from decode_tui.core.strategies.rounds import kept_of_whole, policy_cut, verified_part
 from decode_tui.core.strategies.tree_sizes import (
     NODE_DECAY,
     PRIOR_GRAFT,
@@ -27,6 +28,7 @@ from decode_tui.core.strategies.tree_sizes import (
     Size,
     graft_pays,
 )
+from decode_tui.core.strategies.verify import Verified
 from decode_tui.core.token_tree import ROOT, TokenTree
 
 from .conftest import tiny_model
@@ -253,6 +255,39 @@ def test_a_graft_rides_past_a_cut_only_where_its_tokens_pay_for_its_width() -> N
         "a cut without the graft has no graft's match"
     policy = ranked_policy("intel")
     assert policy.nodes == 0 and policy.keeps_graft(5, 1), "no cut chosen: the whole draft is verified"
+
+
+def test_pinned_nodes_with_no_ranked_tree_are_verified_where_they_beat_a_plain_step() -> None:
+    """Recycling's commonest tokens, where the pending token's row is empty, are a tree of no rank (every node
+    pinned, a match of none): they are priced against a plain step, by what such rounds kept lately, and a round of
+    them tells the policy nothing of the ranked tree's nodes."""
+    cheap, dear = [1.0, 1.0, 1.01, 1.02, 1.03, 1.04], [1.0, 1.3, 1.5, 1.6, 1.7, 1.8]
+    assert graft_pays(None, cheap, 0.0, 5, 0.1) and not graft_pays(None, dear, 0.0, 5, 0.1)
+    assert graft_pays(None, dear, 0.0, 5, 0.9) and not graft_pays(None, cheap, 0.0, 6, 5.0), "unpriced: no"
+    assert not graft_pays(None, [1.0, 1.0, 1.0], 0.2, 2, 0.1), "a round's drafting time counts against it"
+    sizes = RankedSizes()
+    sizes.size(dear, 2)
+    assert sizes.keeps_graft(5, 0, alone=True), "untried: the prior (a token a round) pays even 1.8 steps"
+    for _ in range(40):
+        sizes.graft(0).observe(0)
+    assert not sizes.keeps_graft(5, 0, alone=True) and sizes.graft(1).mean() == PRIOR_GRAFT
+
+    policy = ranked_policy("intel")
+    policy.nodes = 3
+    commonest = Draft([5, 9, 7], parents=(-1, -1, -1), pinned=3)
+    for _ in range(40):
+        policy.observe_graft(0, 0)
+    assert policy_cut(policy, commonest).token_ids == [] and verified_part(policy, lambda: commonest).token_ids == []
+    assert policy_cut(None, commonest) is commonest, "no policy: drafted whole"
+    policy.sizes.grafts.clear()  # back at the prior, on the device's cheap widths
+    policy.sizes.size([1.0, 1.0, 1.01, 1.02, 1.03, 1.04, 1.05, 1.06, 1.07, 1.08, 1.09], BUDGET)
+    assert verified_part(policy, lambda: commonest) is commonest
+    seen = list(policy.sizes.chances.seen)
+    v = Verified(kept=[9], n=1, extra=4, kind="target", verdicts=(), figures=None, nodes=[1], depth=1, fed=[5, 9, 7],
+                 raw=torch.zeros(4, V))
+    kept_of_whole(policy, commonest, v, 3)
+    assert policy.sizes.chances.seen == seen, "no ranked node was drafted: none was seen"
+    assert policy.sizes.graft(0).mean() > 0.5, "what the back-off kept: one token past no ranked node"
 
 
 def test_grafts_after_short_matches_do_not_talk_a_long_matchs_graft_out_of_paying() -> None:

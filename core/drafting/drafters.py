@@ -59,8 +59,14 @@ class Draft:
     # A ranked tree's last nodes that are no part of its ranking (a copy grafted onto recycling's tree): verified where
     # they pay for their width (Draft.cut's ``pinned``), whether or not the policy's cut drops ranked nodes.
     pinned: int = 0
-    # How many tokens of the text's end the grafted copy matched (0: no graft): what its chance of paying is kept by.
+    # How many tokens of the text's end the grafted copy matched (0: no graft, or pinned nodes after no match at all,
+    # recycling's commonest tokens): what their chance of paying is kept by.
     graft_match: int = 0
+
+    @property
+    def unranked(self) -> bool:
+        """Whether every node is pinned: no ranked tree, only what rides on one (a copy, the commonest tokens)."""
+        return bool(self.token_ids) and self.pinned == len(self.token_ids)
 
     @property
     def tree(self) -> TokenTree | None:

@@ -20,8 +20,13 @@ it costs less than growing the tree.
 
 The paper's template is a static tree of about 80 nodes, tuned on data; here it is grown best-first to the run's
 tree budget (a few nodes on a small CPU, where each node costs a column of the forward), scoring a path by a prior
-on how often the target picks its r-th guess (``RANK_PRIOR``). A row not yet filled grows nothing, so a cold
-matrix drafts only where the prompt or the run has read the token before.
+on how often the target picks its r-th guess (``RANK_PRIOR``). A row not yet filled grows nothing: on open-ended
+text a third to a half of a cold run's tokens are new to it. There the round backs off, as Katz's back-off puts a
+unigram model under a bigram one (Katz, "Estimation of probabilities from sparse data for the language model
+component of a speech recognizer", 1987), to the text's ``COMMONEST`` most frequent tokens as the pending token's
+children (:class:`Commonest`; ours, not the paper's, which drafts whatever an empty row holds). They are a tree of
+no rank, verified where what such rounds kept lately pays for their width (``Draft.pinned``, as a graft's), so on a
+device where width is dear they cost nothing but the counting.
 
 It knows the matrix, the template and the Drafter protocol; nothing of verification or acceptance. The file the
 matrix is kept in between runs is :mod:`.recycled_state`'s; the builder only says which, from the options.
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import heapq
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -66,6 +72,11 @@ MATCH_SCAN = 64  # a match is measured back this far at most: longer ones are as
 RANK_PRIOR = (0.55, 0.15, 0.07, 0.04, 0.03, 0.02, 0.015, 0.01)
 BLOCK = 256  # logits a block, for top_ids: a block's maximum is one vectorised pass, and k blocks a small topk
 WRITTEN_SHOWN = 4  # rows written back since the last round that a draft's view shows (the newest)
+# Where the pending token has no row: the text's most frequent tokens drafted as its children. Prose's commonest
+# few (a comma, " the", " and", a full stop) follow a new word often enough to pay for a few columns where width is
+# cheap; the policy drops them where it is not (BENCHMARKS.md, "Token recycling backs off to the text's commonest
+# tokens").
+COMMONEST = 5
 
 
 class RecycledMatrix:
@@ -207,9 +218,29 @@ def graft(tokens: list[int], parents: list[int], sources: list[str], copy: Draft
     return added
 
 
+class Commonest:
+    """The text's most frequent tokens, counted as it grows (a text that is not the last one counted, a rewound or
+    another run's, is counted afresh); ``skip``'s tokens (the tokenizer's special ones) are never among them."""
+
+    def __init__(self, skip: frozenset[int] = frozenset()) -> None:
+        self.skip = skip
+        self.counts: Counter[int] = Counter()
+        self.upto, self.last = 0, -1  # the text counted: its length and last token
+
+    def of(self, context: Sequence[int], n: int) -> list[int]:
+        """The ``n`` most frequent tokens of ``context``, most frequent first (the first seen, on a tie)."""
+        if self.upto > len(context) or (self.upto and context[self.upto - 1] != self.last):
+            self.counts.clear()
+            self.upto = 0
+        self.counts.update(t for t in context[self.upto :] if t not in self.skip)
+        self.upto, self.last = len(context), context[-1] if context else -1
+        return [t for t, _ in self.counts.most_common(n)]
+
+
 class RecyclingDrafter:
     """Drafts a tree (a chain where the budget is 0) from the recycled matrix, with or instead of a copy where the
-    text's end occurred before (:func:`retrieved`), and recycles every row the target reads."""
+    text's end occurred before (:func:`retrieved`), or the text's commonest tokens where the matrix has no row for
+    its end (:class:`Commonest`), and recycles every row the target reads."""
 
     kind = "recycle"
     source: TokenSource = "draft"
@@ -220,12 +251,13 @@ class RecyclingDrafter:
 
     def __init__(self, matrix: RecycledMatrix, num_pred_tokens: int, tree_budget: int,
                  eos_token_ids: frozenset[int] = frozenset(), keep: Callable[[torch.Tensor], None] | None = None,
-                 ) -> None:
+                 special: frozenset[int] = frozenset()) -> None:
         self.matrix = matrix
         self.keep = keep  # writes the matrix's rows back for the next run, when the run is over (None: nothing kept)
         self.num_pred_tokens = num_pred_tokens  # the deepest path drafted
         self.tree_budget = tree_budget
         self.eos_token_ids = eos_token_ids
+        self.commonest = Commonest(eos_token_ids | special)  # never an end of text or a chat template's marker
         self._shape: tuple[tuple[int, int, int], list[tuple[int, int]]] | None = None
 
     def _template(self, depth: int) -> list[tuple[int, int]]:
@@ -270,7 +302,7 @@ class RecyclingDrafter:
             pinned = graft(tokens, parents, sources, replace(copy, token_ids=copy.token_ids[: self.tree_budget]))
             match = copy.match[1] - copy.match[0] if pinned and copy.match is not None else 0
         if not tokens:
-            return Draft([], stopped="the matrix has no row for the last token yet", state=self.state())
+            return self._backed_off(context)
         # For the view: the rows read, each as its token and then its guesses; the rows the forwards since the last
         # round wrote (the last few), each with what it held before.
         read: tuple[tuple[str, tuple[int, ...]], ...] = tuple(
@@ -283,6 +315,18 @@ class RecyclingDrafter:
                       state=self.state(), pinned=pinned, graft_match=match)
         # The graft's nodes take the place of the tree's last-ranked ones where the two would pass the budget.
         return draft.within(self.tree_budget) if pinned else draft
+
+    def _backed_off(self, context: list[int]) -> Draft:
+        """The text's commonest tokens as the children of the pending token, whose row is empty: a tree of no rank
+        (every node pinned, after a match of no tokens), which the policy verifies where such trees pay."""
+        common = [] if context[-1] in self.eos_token_ids or self.tree_budget <= 0 else self.commonest.of(
+            context, min(COMMONEST, self.tree_budget))
+        if not common:
+            return Draft([], stopped="the matrix has no row for the last token yet", state=self.state())
+        return Draft(common, parents=(ROOT,) * len(common) if len(common) > 1 else None,
+                     sources=("one of the text's commonest tokens (no row for the token above)",) * len(common),
+                     rows=(("row", (context[-1],)), ("commonest", tuple(common))), state=self.state(),
+                     pinned=len(common), graft_match=0)
 
     def state(self) -> str:
         """The matrix's fill, for the stats: rows that hold guesses, of one a token of the vocabulary."""
@@ -332,5 +376,6 @@ def build(ctx: DraftingContext) -> Drafter:
         with contextlib.suppress(OSError):
             save(path, rows, ctx.lm.name)
 
+    special = frozenset(getattr(ctx.lm.tokenizer, "all_special_ids", None) or ())
     return RecyclingDrafter(RecycledMatrix(vocab, p.recycle_k, loaded.rows), p.num_pred_tokens, ctx.tree_budget,
-                            ctx.eos_token_ids, keep if p.recycle_keep else None)
+                            ctx.eos_token_ids, keep if p.recycle_keep else None, special)

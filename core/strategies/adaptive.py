@@ -395,11 +395,11 @@ class AdaptiveDraftLength:
         self.observe_path(path)
         self.shadowed = True
 
-    def keeps_graft(self, extra: int, match: int) -> bool:
+    def keeps_graft(self, extra: int, match: int, alone: bool = False) -> bool:
         """Whether a copy of ``extra`` nodes grafted onto the ranked tree after a match of ``match`` tokens is verified
-        with the first nodes the policy chose: always where it verifies them all (no cut), else where the graft pays
-        for its width (:meth:`~.tree_sizes.RankedSizes.keeps_graft`)."""
-        return not self.nodes or self.sizes.keeps_graft(extra, match)
+        with the first nodes the policy chose (``alone``: on a tree that grew none): always where it verifies them
+        all (no cut), else where the graft pays for its width (:meth:`~.tree_sizes.RankedSizes.keeps_graft`)."""
+        return not self.nodes or self.sizes.keeps_graft(extra, match, alone)
 
     def observe_graft(self, tokens: int, match: int) -> None:
         """A round with a copy grafted after a match of ``match`` tokens kept ``tokens`` of its nodes (or would have,

@@ -77,8 +77,8 @@ def plain_stretch(target: Target, transcript: Transcript, context: list[int], dr
     shadow = ShadowRounds(partial(drafter.propose, context, policy.max_k, s.processors, s.greedy, generator),
                           policy.observe_shadow) if policy is not None and policy.trees and drafter.free_to_ask \
         and k == 0 else None
-    look = partial(drafter.propose, context, k, s.processors, s.greedy, generator) if k > 0 \
-        else shadow.retrieved if shadow is not None else None
+    look = partial(verified_part, policy, partial(drafter.propose, context, k, s.processors, s.greedy, generator)) \
+        if k > 0 else shadow.retrieved if shadow is not None else None
     steps, seconds, found = yield from plain_steps(target.model, target.cache, transcript, context,
                                                    min(stretch, transcript.remaining), s.processors, s.greedy,
                                                    generator, vocab, s.live, s.version, look=look,
@@ -90,6 +90,23 @@ def plain_stretch(target: Target, transcript: Transcript, context: list[int], dr
     for _ in range(steps):
         stats.record(0, 0, 0.0, seconds / steps, 1)
     return steps, found
+
+
+def policy_cut(policy: AdaptiveDraftLength | None, whole: Draft) -> Draft:
+    """What of ``whole`` is verified: a ranked tree's first nodes as far as the policy priced them to pay on this
+    device, with its pinned nodes where they pay for their width (all of it where the policy chose no cut); a copy
+    retrieved instead of a tree, whole."""
+    if policy is None or not policy.nodes or whole.retrieved:
+        return whole
+    return whole.cut(policy.nodes, policy.keeps_graft(whole.pinned, whole.graft_match, alone=whole.unranked))
+
+
+def verified_part(policy: AdaptiveDraftLength | None, propose: Callable[[], Draft]) -> Draft:
+    """A draft for the context as it is now, where the policy would verify any of it, else an empty one: a stretch
+    of plain steps is ended only by a draft the next round verifies (on a GPU its next forward, queued ahead, is
+    rolled back for it)."""
+    whole = propose()
+    return whole if policy_cut(policy, whole).token_ids else Draft([])
 
 
 def grammar_cut(grammar: GrammarMask | None, context: list[int], drafted: list[int]) -> tuple[PositionVerdict, ...]:
@@ -135,8 +152,9 @@ def kept_of_whole(policy: AdaptiveDraftLength, whole: Draft, v: Verified, verifi
     walked = [n for n in path if n < ranked]
     if whole.pinned:  # a grafted copy: its nodes on the path are what it kept past the tree's own
         policy.observe_graft(len(path) - len(walked), whole.graft_match)
-    policy.observe_path(walked, [n for n in tree.below(walked[-1]) if n < ranked]
-                        if walked and walked[-1] >= verified else ())
+    if ranked:  # a round of no ranked tree (its row was empty) says nothing of its nodes' chances
+        policy.observe_path(walked, [n for n in tree.below(walked[-1]) if n < ranked]
+                            if walked and walked[-1] >= verified else ())
 
 
 def verified_event(round_: int, v: Verified, cut: tuple[PositionVerdict, ...], draft: Draft, draft_s: float,

@@ -68,8 +68,8 @@ class ShadowRounds:
         if draft.retrieved:
             self.copy = draft  # no round of the tree stands in for a copy
             return
-        if not draft.token_ids:
-            return  # nothing to draft here: no round stands in for this step
+        if not draft.token_ids or draft.unranked:
+            return  # no tree to draft here (at most what rides on one): no round stands in for this step
         self.tree = draft.token_tree()
         self.node = ROOT
 

@@ -50,7 +50,7 @@ from ..record.path import Path
 from ..record.transcript import Transcript
 from .acceptance import distributions, first_token
 from .adaptive import AdaptiveDraftLength
-from .rounds import Settings, grammar_cut, kept_of_whole, plain_stretch, proposed, verified_event
+from .rounds import Settings, grammar_cut, kept_of_whole, plain_stretch, policy_cut, proposed, verified_event
 from .verify import verify
 
 if TYPE_CHECKING:
@@ -121,8 +121,7 @@ def speculative(
                     else Draft([])
             # A tree whose nodes come best first is verified as far as the policy priced it to pay on this device (a
             # copy retrieved instead of it, whole); a copy the policy cannot price yet, as far as it trusts it.
-            draft, found = whole.cut(policy.nodes, policy.keeps_graft(whole.pinned, whole.graft_match)) \
-                if policy is not None and policy.nodes and not whole.retrieved else whole, None
+            draft, found = policy_cut(policy, whole), None
             draft = policy.unproven(draft) if policy is not None else draft
             if not draft.token_ids and target.steps_plainly and grammar is None and (k == 0 or drafter.free_to_ask):
                 steps, found = yield from plain_stretch(target, transcript, context, drafter, s, k, policy, stats,

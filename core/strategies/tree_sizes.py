@@ -13,7 +13,8 @@ A copy grafted onto the tree (token recycling's, after a short match) is no part
 the first n nodes where the tokens that grafts after matches as long as its own added lately pay for its width
 (:func:`graft_pays`), as one more node would. A copy after a match of one token is prose's common word's last
 continuation; after three, a code edit's unchanged line: one kept apart from the other, a run of failed short
-matches does not drop the long match's copy that would have paid.
+matches does not drop the long match's copy that would have paid. Where the tree grew no node (its row was empty),
+the copy, or recycling's commonest tokens (kept as a match of none), is verified where it pays against a plain step.
 
 A tree that is not ranked (lookahead's) is drafted whole or not at all: :class:`TreeRounds` keeps what its rounds
 emitted and cost, which the policy weighs against a plain step.
@@ -119,13 +120,16 @@ class DecayedTokens:
         return self.kept / self.rounds
 
 
-def graft_pays(size: Size, prices: Sequence[float], overhead: float, extra: int, tokens: float) -> bool:
+def graft_pays(size: Size | None, prices: Sequence[float], overhead: float, extra: int, tokens: float) -> bool:
     """Whether ``extra`` grafted nodes that keep ``tokens`` a round, verified with the first ``size.nodes``, keep at
-    least as many tokens a second as those nodes alone. ``prices`` as :func:`best_size`'s; a width past them is not
-    priced, and does not pay."""
-    n = size.nodes
+    least as many tokens a second as those nodes alone; with no ``size`` (nothing ranked to ride on), as a plain
+    step, which pays no drafting overhead. ``prices`` as :func:`best_size`'s; a width past them is not priced, and
+    does not pay."""
+    n = size.nodes if size is not None else 0
     if n + extra >= len(prices):
         return False
+    if size is None:
+        return (1 + tokens) / (prices[extra] + overhead) >= 1 / prices[0]
     return (size.tokens + tokens) / (prices[n + extra] + overhead) >= size.tokens / (prices[n] + overhead)
 
 
@@ -178,10 +182,10 @@ class RankedSizes:
         """What grafts after a match of ``match`` tokens kept."""
         return self.grafts.setdefault(match, DecayedTokens(PRIOR_GRAFT, NODE_DECAY))
 
-    def keeps_graft(self, extra: int, match: int) -> bool:
+    def keeps_graft(self, extra: int, match: int, alone: bool = False) -> bool:
         """Whether a graft of ``extra`` nodes, copied after a match of ``match`` tokens, pays beside the last sizing's
-        nodes (:func:`graft_pays`)."""
-        return graft_pays(self.sized, self.prices, self.overhead, extra, self.graft(match).mean())
+        nodes (:func:`graft_pays`); ``alone``: with no ranked node (the tree grew none), against a plain step."""
+        return graft_pays(None if alone else self.sized, self.prices, self.overhead, extra, self.graft(match).mean())
 
     def why(self, gain: float) -> str:
         """The last sizing in words, with the speed-up the policy predicts of it."""
