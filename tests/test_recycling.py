@@ -106,6 +106,9 @@ def test_the_commonest_tokens_are_counted_as_the_text_grows_and_afresh_for_anoth
     assert common.of([9, 9, 9, 4, 6, 6, 6], 2) == [6, 4], "another text (a rewind, another run): counted afresh"
     assert common.of([7, 7], 5) == [7], "a shorter text is another text too"
     assert common.of([1, 2, 3], 2) == [1, 2], "on a tie, the first seen"
+    answer = Commonest(start=3)  # a prompt of three tokens
+    assert answer.of([4, 4, 4], 2) == [] and answer.of([4, 4, 4, 5, 6, 6], 2) == [6, 5], "the answer's, not the prompt"
+    assert answer.of([4, 4, 4, 5, 6, 6, 5, 5], 1) == [5] and answer.of([4, 4, 4, 7], 1) == [7], "rewound: afresh"
     d = RecyclingDrafter(RecycledMatrix(V, 2), 3, 4, frozenset({EOS}), special=frozenset({1}))
     assert 1 not in d.propose([1, 1, 1, 2, 3], 3, [], True, None).token_ids, "the tokenizer's special ones neither"
     assert COMMONEST < 8 and len(drafter(budget=64).propose(list(range(40)), 3, [], True, None).token_ids) == COMMONEST

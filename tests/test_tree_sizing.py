@@ -22,6 +22,7 @@ from decode_tui.core.strategies.adaptive import AdaptiveDraftLength
 from decode_tui.core.strategies.rounds import kept_of_whole, policy_cut, verified_part
 from decode_tui.core.strategies.tree_sizes import (
     NODE_DECAY,
+    PRIOR_COMMONEST,
     PRIOR_GRAFT,
     DecayedTokens,
     RankedSizes,
@@ -267,10 +268,16 @@ def test_pinned_nodes_with_no_ranked_tree_are_verified_where_they_beat_a_plain_s
     assert not graft_pays(None, [1.0, 1.0, 1.0], 0.2, 2, 0.1), "a round's drafting time counts against it"
     sizes = RankedSizes()
     sizes.size(dear, 2)
-    assert sizes.keeps_graft(5, 0, alone=True), "untried: the prior (a token a round) pays even 1.8 steps"
-    for _ in range(40):
-        sizes.graft(0).observe(0)
-    assert not sizes.keeps_graft(5, 0, alone=True) and sizes.graft(1).mean() == PRIOR_GRAFT
+    assert sizes.graft(0).mean() == PRIOR_COMMONEST < PRIOR_GRAFT
+    assert not sizes.keeps_graft(5, 0, alone=True), "untried, at the prior (prose's few tokens): not at 1.8 steps"
+    sizes.size([1.0, 1.02, 1.04, 1.06, 1.08, 1.1], 2)
+    assert sizes.keeps_graft(5, 0, alone=True), "and tried where its width costs less than that"
+    sizes.graft(0).observe(0)
+    assert not sizes.keeps_graft(5, 0, alone=True), "dropped after a round that kept nothing, at 1.1 steps"
+    sizes.size(cheap, 2)
+    assert sizes.keeps_graft(5, 0, alone=True), "not at 1.04"
+    sizes.graft(0).observe(1)
+    assert sizes.keeps_graft(5, 0, alone=True) and sizes.graft(1).mean() == PRIOR_GRAFT
 
     policy = ranked_policy("intel")
     policy.nodes = 3

@@ -219,19 +219,22 @@ def graft(tokens: list[int], parents: list[int], sources: list[str], copy: Draft
 
 
 class Commonest:
-    """The text's most frequent tokens, counted as it grows (a text that is not the last one counted, a rewound or
-    another run's, is counted afresh); ``skip``'s tokens (the tokenizer's special ones) are never among them."""
+    """The answer's most frequent tokens, counted as it grows (a text that is not the last one counted, a rewound or
+    another run's, is counted afresh): the text from ``start`` on (past the prompt, whose chat template's markers
+    and line breaks would outnumber the answer's words), never ``skip``'s tokens (the tokenizer's special ones)."""
 
-    def __init__(self, skip: frozenset[int] = frozenset()) -> None:
-        self.skip = skip
+    def __init__(self, skip: frozenset[int] = frozenset(), start: int = 0) -> None:
+        self.skip, self.start = skip, start
         self.counts: Counter[int] = Counter()
-        self.upto, self.last = 0, -1  # the text counted: its length and last token
+        self.upto, self.last = start, -1  # the text counted: its length and last token
 
     def of(self, context: Sequence[int], n: int) -> list[int]:
-        """The ``n`` most frequent tokens of ``context``, most frequent first (the first seen, on a tie)."""
-        if self.upto > len(context) or (self.upto and context[self.upto - 1] != self.last):
+        """The ``n`` most frequent tokens of ``context`` from ``start`` on, most frequent first (the first seen, on a
+        tie)."""
+        grown = self.upto == self.start or (self.upto <= len(context) and context[self.upto - 1] == self.last)
+        if not grown:
             self.counts.clear()
-            self.upto = 0
+            self.upto = self.start
         self.counts.update(t for t in context[self.upto :] if t not in self.skip)
         self.upto, self.last = len(context), context[-1] if context else -1
         return [t for t, _ in self.counts.most_common(n)]
@@ -251,13 +254,13 @@ class RecyclingDrafter:
 
     def __init__(self, matrix: RecycledMatrix, num_pred_tokens: int, tree_budget: int,
                  eos_token_ids: frozenset[int] = frozenset(), keep: Callable[[torch.Tensor], None] | None = None,
-                 special: frozenset[int] = frozenset()) -> None:
+                 special: frozenset[int] = frozenset(), prompt_length: int = 0) -> None:
         self.matrix = matrix
         self.keep = keep  # writes the matrix's rows back for the next run, when the run is over (None: nothing kept)
         self.num_pred_tokens = num_pred_tokens  # the deepest path drafted
         self.tree_budget = tree_budget
         self.eos_token_ids = eos_token_ids
-        self.commonest = Commonest(eos_token_ids | special)  # never an end of text or a chat template's marker
+        self.commonest = Commonest(eos_token_ids | special, prompt_length)  # no end of text, no template marker
         self._shape: tuple[tuple[int, int, int], list[tuple[int, int]]] | None = None
 
     def _template(self, depth: int) -> list[tuple[int, int]]:
@@ -378,4 +381,4 @@ def build(ctx: DraftingContext) -> Drafter:
 
     special = frozenset(getattr(ctx.lm.tokenizer, "all_special_ids", None) or ())
     return RecyclingDrafter(RecycledMatrix(vocab, p.recycle_k, loaded.rows), p.num_pred_tokens, ctx.tree_budget,
-                            ctx.eos_token_ids, keep if p.recycle_keep else None, special)
+                            ctx.eos_token_ids, keep if p.recycle_keep else None, special, ctx.prompt_length)

@@ -44,6 +44,10 @@ NODE_DECAY = 0.97
 PRIOR_NODE = 0.5
 # Before any round a grafted copy is taken to keep this many tokens past the tree's path, as if from one round.
 PRIOR_GRAFT = 1.0
+# Recycling's commonest tokens (a graft after a match of none), likewise, at about what they keep on prose (a token
+# in six or seven rounds): tried where their width costs less than that, and dropped after a round that kept nothing
+# where it costs more than half of it (a short answer in another language keeps none).
+PRIOR_COMMONEST = 0.15
 # A tree drafter whose tree is not ranked (lookahead's) is priced by its rounds: a round's tokens kept (decayed by
 # TREE_DECAY a round, from a prior of one round that kept PRIOR_TREE_TOKENS: one drafted token and the target's) over
 # its seconds. On a CPU a tree's forward costs what its width costs whatever its depth, so a round that keeps fewer
@@ -180,7 +184,7 @@ class RankedSizes:
 
     def graft(self, match: int) -> DecayedTokens:
         """What grafts after a match of ``match`` tokens kept."""
-        return self.grafts.setdefault(match, DecayedTokens(PRIOR_GRAFT, NODE_DECAY))
+        return self.grafts.setdefault(match, DecayedTokens(PRIOR_GRAFT if match else PRIOR_COMMONEST, NODE_DECAY))
 
     def keeps_graft(self, extra: int, match: int, alone: bool = False) -> bool:
         """Whether a graft of ``extra`` nodes, copied after a match of ``match`` tokens, pays beside the last sizing's
