@@ -19,7 +19,7 @@ from decode_tui.core.execution.widths import width_costs
 from decode_tui.core.params import SamplingParams
 from decode_tui.core.record.events import DraftLengthDecided, DraftProposed, Finished
 from decode_tui.core.strategies.adaptive import AdaptiveDraftLength
-from decode_tui.core.strategies.rounds import kept_of_whole, policy_cut, verified_part
+from decode_tui.core.strategies.rounds import judge_unverified, kept_of_whole, policy_cut, verified_part
 from decode_tui.core.strategies.tree_sizes import (
     NODE_DECAY,
     PRIOR_COMMONEST,
@@ -295,6 +295,19 @@ def test_pinned_nodes_with_no_ranked_tree_are_verified_where_they_beat_a_plain_s
     kept_of_whole(policy, commonest, v, 3)
     assert policy.sizes.chances.seen == seen, "no ranked node was drafted: none was seen"
     assert policy.sizes.graft(0).mean() > 0.5, "what the back-off kept: one token past no ranked node"
+
+    policy.sizes.grafts.clear()
+    judge_unverified(policy, commonest, [6, 5])
+    assert policy.sizes.graft(0).mean() < PRIOR_COMMONEST, "cut, then the plain step's token was none of them"
+    judge_unverified(policy, commonest, [9])
+    judge_unverified(policy, commonest, [])  # no step ran: nothing to judge by
+    judged = policy.sizes.graft(0).mean()
+    assert judged > PRIOR_COMMONEST, "it was one of them: they would have kept it"
+    judge_unverified(policy, Draft([5, 9], parents=(-1, 0), pinned=2, graft_match=1), [5, 9])
+    judge_unverified(policy, Draft([5, 9], parents=(-1, -1), pinned=1), [5])
+    judge_unverified(None, commonest, [5])
+    assert policy.sizes.graft(0).mean() == judged and policy.sizes.graft(1).mean() == PRIOR_GRAFT, \
+        "a copy's graft, a ranked tree, no policy: not judged so"
 
 
 def test_grafts_after_short_matches_do_not_talk_a_long_matchs_graft_out_of_paying() -> None:

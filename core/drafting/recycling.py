@@ -25,8 +25,9 @@ text a third to a half of a cold run's tokens are new to it. There the round bac
 unigram model under a bigram one (Katz, "Estimation of probabilities from sparse data for the language model
 component of a speech recognizer", 1987), to the text's ``COMMONEST`` most frequent tokens as the pending token's
 children (:class:`Commonest`; ours, not the paper's, which drafts whatever an empty row holds). They are a tree of
-no rank, verified where what such rounds kept lately pays for their width (``Draft.pinned``, as a graft's), so on a
-device where width is dear they cost nothing but the counting.
+no rank, verified where what such rounds kept lately pays for their width (``Draft.pinned``, as a graft's; a round
+not verified is judged by the token its plain step emitted), so on a device where width is dear they cost nothing
+but the counting.
 
 It knows the matrix, the template and the Drafter protocol; nothing of verification or acceptance. The file the
 matrix is kept in between runs is :mod:`.recycled_state`'s; the builder only says which, from the options.

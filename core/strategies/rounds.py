@@ -109,6 +109,14 @@ def verified_part(policy: AdaptiveDraftLength | None, propose: Callable[[], Draf
     return whole if policy_cut(policy, whole).token_ids else Draft([])
 
 
+def judge_unverified(policy: AdaptiveDraftLength | None, whole: Draft, emitted: list[int]) -> None:
+    """Recycling's commonest tokens (children of the pending token, no ranked tree) that the policy did not verify,
+    judged by the first token the plain steps after them emitted: they would have kept it where it is one of them.
+    A policy that stopped verifying them so sees when they would pay again, as shadow rounds show it a tree's."""
+    if policy is not None and whole.unranked and not whole.graft_match and emitted and whole.token_tree().depth == 1:
+        policy.observe_graft(int(emitted[0] in whole.token_ids), 0)
+
+
 def grammar_cut(grammar: GrammarMask | None, context: list[int], drafted: list[int]) -> tuple[PositionVerdict, ...]:
     """The verdicts of the drafted tokens the grammar refuses, from the first of them on: ``cut`` for that one,
     ``untested`` for the rest (they followed it). Empty where the grammar takes the whole draft, or there is none.

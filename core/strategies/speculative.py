@@ -50,7 +50,16 @@ from ..record.path import Path
 from ..record.transcript import Transcript
 from .acceptance import distributions, first_token
 from .adaptive import AdaptiveDraftLength
-from .rounds import Settings, grammar_cut, kept_of_whole, plain_stretch, policy_cut, proposed, verified_event
+from .rounds import (
+    Settings,
+    grammar_cut,
+    judge_unverified,
+    kept_of_whole,
+    plain_stretch,
+    policy_cut,
+    proposed,
+    verified_event,
+)
 from .verify import verify
 
 if TYPE_CHECKING:
@@ -124,8 +133,10 @@ def speculative(
             draft, found = policy_cut(policy, whole), None
             draft = policy.unproven(draft) if policy is not None else draft
             if not draft.token_ids and target.steps_plainly and grammar is None and (k == 0 or drafter.free_to_ask):
+                start = len(context)
                 steps, found = yield from plain_stretch(target, transcript, context, drafter, s, k, policy, stats,
                                                         generator, vocab)
+                judge_unverified(policy, whole, context[start:])  # what the draft the policy cut would have kept
                 round_ += steps
                 continue
             draft = draft.first_branch() if grammar is not None else draft
