@@ -279,8 +279,9 @@ CompareOpt = Annotated[bool, typer.Option("--compare", help="Also run plain gree
 FastOpt = Annotated[bool, typer.Option("--fast", help="Static KV cache and compiled decoding steps and "
                                        "verifications (torch.compile; CUDA graphs on a GPU): the same tokens, "
                                        "faster on a GPU once compiled (the first run compiles for tens of "
-                                       "seconds). On a CPU it rarely pays for a demo: minutes of compiling for "
-                                       "a modest gain. Not for beam search.", rich_help_panel="Decoding")]
+                                       "seconds). On a CPU it loads float32 (the dtype whose compiled steps keep "
+                                       "their bits at every width) and rarely pays for a demo: minutes of "
+                                       "compiling for a modest gain. Not for beam search.", rich_help_panel="Decoding")]
 CompareRunsOpt = Annotated[int, typer.Option("--compare-runs", min=1, help="With --compare: timed runs a side, "
                                              "alternated, after a warm-up of each; the speed-up is their median "
                                              "ratio, printed with its range.", rich_help_panel=DRAFTING_PANEL)]

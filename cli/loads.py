@@ -51,8 +51,8 @@ def check_placement(device: str, device_map: str | None) -> None:
 
 def refuse_before_the_app(options: DecodingOptions, prompt: str, config: DecodeConfig) -> None:
     """What ``run`` refuses before its app opens, as ``generate`` does before its weights load: a model or draft model
-    that is not on disk, a prompt too long for the model, and a draft model of another vocabulary. The app would open
-    on the error, and end with status 0.
+    that is not on disk, a prompt too long for the model, a draft model of another vocabulary, and ``--fast`` in a
+    dtype the CPU does not compile exactly. The app would open on the error, and end with status 0.
 
     Only a prompt that could be too long is tokenized: that takes transformers' import, seconds, which a short
     prompt's first paint should not wait for; a draft model named by the user is always checked. The embedded model
@@ -67,6 +67,10 @@ def refuse_before_the_app(options: DecodingOptions, prompt: str, config: DecodeC
             return None
         return resolve(spec, flag)
 
+    if config.fast and options.dtype.value not in ("auto", "float32") and options.device in ("auto", "cpu"):
+        from ..core.model.loading import resolve_device, resolve_dtype
+
+        resolve_dtype(options.dtype.value, resolve_device(options.device), compiled=True)  # refused on a CPU
     resolved = on_disk(options.model_name, "--model")
     draft_spec = config.draft.model_spec if config.mode in DRAFT_MODEL_MODES else None
     draft = on_disk(draft_spec, "--draft") if draft_spec is not None else None
@@ -151,7 +155,7 @@ def load_models(options: DecodingOptions, prompt: str, config: DecodeConfig, spe
             draft_tokenizer.append(checked)
 
     lm = load(resolved, options.device, options.dtype.value, options.trust_remote_code, options.device_map_name,
-              tokenizer, check)
+              tokenizer, check, compiled=options.fast)
     draft = load_draft(lm, speculative.draft.draft, options.trust_remote_code, speculative.draft.named,
                        next(iter(draft_tokenizer), None)) if speculative is not None else None
     return lm, draft
@@ -159,8 +163,9 @@ def load_models(options: DecodingOptions, prompt: str, config: DecodeConfig, spe
 
 def load(resolved: ResolvedModel, device: str, dtype: str, trust_remote_code: bool,
          device_map: str | None = None, tokenizer: PreTrainedTokenizerBase | None = None,
-         check: Callable[[PreTrainedTokenizerBase], None] | None = None) -> LoadedModel:
-    """The model, each phase named on the console (torch's start-up too); ``check`` as in core/model/loading.py."""
+         check: Callable[[PreTrainedTokenizerBase], None] | None = None, compiled: bool = False) -> LoadedModel:
+    """The model, each phase named on the console (torch's start-up too); ``check`` and ``compiled`` (its steps
+    compiled: ``--fast``) as in core/model/loading.py."""
     with status(f"Loading {resolved.display_name}") as progress:
         from ..core.model.acquire import drive
         from ..core.startup import importing_torch
@@ -170,7 +175,8 @@ def load(resolved: ResolvedModel, device: str, dtype: str, trust_remote_code: bo
         from ..core.model.loading import load_model
 
         lm = load_model(resolved, device=device, dtype=dtype, trust_remote_code=trust_remote_code,
-                        tokenizer=tokenizer, device_map=device_map, progress=progress, check=check)
+                        tokenizer=tokenizer, device_map=device_map, progress=progress, check=check,
+                        compiled=compiled)
     if torch_s:
         lm.timings["torch"] = round(torch_s, 3)
     return lm

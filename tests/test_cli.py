@@ -330,6 +330,22 @@ def test_prompt_longer_than_the_context_is_refused_before_the_weights_load(
         assert fits.returncode == 0 and "weights" in fits.stderr, fits.stderr
 
 
+@pytest.mark.parametrize("command", ["generate", "bench", "run"])
+def test_fast_in_a_narrow_dtype_on_the_cpu_is_refused_before_the_weights_load(
+        tiny_model_dir: Path, isolated_env: dict[str, str], command: str) -> None:
+    """Compiled bfloat16 steps on a CPU round differently from pass to pass (Inductor fuses what the eager model
+    rounds between ops), so drafting would not give greedy's text: ``--fast`` loads float32 there, and refuses a
+    narrower dtype asked for (``run``: before its app opens). The control: float32 asked for is taken."""
+    done = cli(command, "--model", str(tiny_model_dir), "--device", "cpu", "--fast", "--dtype", "bfloat16", "-p",
+               "hi", "--max-new-tokens", "2", env=isolated_env)
+    assert_clean_failure(done, EXIT_USAGE, "--fast with --dtype bfloat16 on the CPU", "loads float32 on a CPU")
+    assert "weights" not in done.stderr, done.stderr
+    if command == "generate":
+        fits = cli(command, "--model", str(tiny_model_dir), "--device", "cpu", "--fast", "--dtype", "float32", "-p",
+                   "hi", "--max-new-tokens", "2", env=isolated_env)
+        assert fits.returncode == 0 and "weights onto cpu in float32" in fits.stderr, fits.stderr
+
+
 @pytest.mark.parametrize("command", ["generate", "run"])
 def test_a_draft_of_another_vocabulary_is_refused_before_any_weights_load(
         tiny_model_dir: Path, isolated_env: dict[str, str], tmp_path: Path, sp_bpe: Any, command: str) -> None:

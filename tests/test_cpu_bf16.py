@@ -15,6 +15,7 @@ from torch import nn
 
 from decode_tui.core.drafting.prompt_lookup import PromptLookup
 from decode_tui.core.drafting.recycling import RecycledMatrix, RecyclingDrafter
+from decode_tui.core.errors import UsageError
 from decode_tui.core.model import cpu_bf16, loading
 from decode_tui.core.record.events import Finished
 
@@ -148,6 +149,22 @@ def test_auto_picks_bfloat16_on_a_cpu_with_bfloat16_products(monkeypatch: pytest
     monkeypatch.setattr(cpu_bf16, "bf16_products", lambda: False)
     assert loading.resolve_dtype("auto", cpu) == torch.float32
     assert loading.resolve_dtype("float32", cpu) == torch.float32
+
+
+def test_compiled_steps_on_a_cpu_load_float32_and_refuse_a_narrower_dtype(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--fast`` compiles the steps, and on a CPU only float32's compiled steps keep their bits at every width: in
+    bfloat16 Inductor cannot lower the packed products, and with them made opaque to it, the embedded model's
+    compiled greedy and prompt lookup part on a story within 48 tokens. So ``auto`` means float32 there, a narrower
+    dtype is refused, and a GPU's compiled steps keep their dtype."""
+    monkeypatch.setattr(cpu_bf16, "bf16_products", lambda: True)
+    cpu = torch.device("cpu")
+    assert loading.resolve_dtype("auto", cpu, compiled=True) == torch.float32
+    assert loading.resolve_dtype("float32", cpu, compiled=True) == torch.float32
+    for narrow in ("bfloat16", "float16"):
+        with pytest.raises(UsageError, match=f"--fast with --dtype {narrow} on the CPU"):
+            loading.resolve_dtype(narrow, cpu, compiled=True)
+        assert loading.resolve_dtype(narrow, cpu) == getattr(torch, narrow), "eager: taken as asked"
+        assert loading.resolve_dtype(narrow, torch.device("cuda"), compiled=True) == getattr(torch, narrow)
 
 
 @pytest.mark.skipif(not cpu_bf16.bf16_products(),

@@ -60,7 +60,7 @@ class ModelRunner:
         the worker compiles, and a process that started one has to end with ``os._exit`` (cli/commands.py)."""
         self.background_compile = background_compile
         self._said_nothing_to_compile = False  # a run with no captured passes says so once, not at every restart
-        self._models: dict[tuple[str, str, str, str | None], LoadedModel] = {}
+        self._models: dict[tuple[str, str, str, str | None, bool], LoadedModel] = {}
         self._drafts: dict[tuple[str, str, str, str], DraftModel] = {}
         self._warm: set[tuple[str, str]] = set()  # (mode, draft) warmed up on the loaded model
         # Every finished run's output in this session, for suffix drafting's tree of earlier runs (a restart, a
@@ -131,7 +131,7 @@ class ModelRunner:
         self._warm.add(key)
 
     def _model(self, settings: Settings) -> Generator[Event, None, LoadedModel]:
-        key = (settings.model, settings.device, settings.dtype, settings.device_map)
+        key = (settings.model, settings.device, settings.dtype, settings.device_map, settings.config.fast)
         cached = self._models.get(key)
         if cached is not None:
             return cached
@@ -143,7 +143,8 @@ class ModelRunner:
         from ..core.model.loading import loading
 
         lm = yield from _said(loading(resolved, device=settings.device, dtype=settings.dtype,
-                                      trust_remote_code=settings.trust_remote_code, device_map=settings.device_map))
+                                      trust_remote_code=settings.trust_remote_code, device_map=settings.device_map,
+                                      compiled=settings.config.fast))
         if torch_s:
             lm.timings["torch"] = round(torch_s, 3)
         self._models = {key: lm}  # keep one model: switching models frees the old one

@@ -67,17 +67,26 @@ def resolve_device(name: str = "auto") -> torch.device:
     return torch.device(name)
 
 
-def resolve_dtype(name: str, device: torch.device, spread: bool = False) -> torch.dtype:
+def resolve_dtype(name: str, device: torch.device, spread: bool = False, compiled: bool = False) -> torch.dtype:
     """The dtype ``name`` means on ``device``; ``spread``: the model is spread by a device map (whose layers on the
-    CPU or the disk :mod:`.cpu_bf16` does not prepare, so ``auto`` keeps float32 there)."""
+    CPU or the disk :mod:`.cpu_bf16` does not prepare, so ``auto`` keeps float32 there); ``compiled``: its steps run
+    through ``torch.compile`` (``--fast``), which on a CPU keeps a step's bits at every width only in float32, so
+    ``auto`` means float32 there and a narrower dtype is refused."""
     if name == "auto":
         if device.type == "cuda":
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
         if device.type == "mps":
             return torch.float16
-        return torch.bfloat16 if cpu_bf16.bf16_products() and not spread else torch.float32
+        return torch.bfloat16 if cpu_bf16.bf16_products() and not spread and not compiled else torch.float32
     if name not in DTYPES:
         raise UsageError(f"Unknown dtype {name!r}. Use auto, {', '.join(DTYPES)}.")
+    if compiled and device.type == "cpu" and DTYPES[name] != torch.float32:
+        # Inductor cannot lower the packed products of a prepared bfloat16 model (.cpu_bf16), and where they are
+        # opaque to it, its kernels fuse what the eager model rounds between ops, differently at each width: a
+        # verification's bits are not its steps', and drafting does not give greedy's text.
+        raise UsageError(f"--fast with --dtype {name} on the CPU: compiled {name} steps round differently from "
+                         "pass to pass, so drafting would not give greedy's tokens. Leave out --dtype (--fast "
+                         "loads float32 on a CPU) or leave out --fast.")
     return DTYPES[name]
 
 
@@ -194,6 +203,7 @@ def loading(
     device_map: str | None = None,
     max_memory: dict[int | str, int | str] | None = None,
     check: Callable[[PreTrainedTokenizerBase], None] | None = None,
+    compiled: bool = False,
 ) -> Generator[str, None, LoadedModel]:
     """Load a resolved model (and its tokenizer unless given) in eval mode on the chosen device.
 
@@ -241,7 +251,7 @@ def loading(
     hf_logging.set_verbosity_error()
     check_device_map(device, device_map)
     dev = resolve_device(device)
-    dt = resolve_dtype(dtype, dev, spread=device_map is not None)
+    dt = resolve_dtype(dtype, dev, spread=device_map is not None, compiled=compiled)
     if dev.type == "cuda":
         yield f"Loading {resolved.display_name}: starting CUDA on {dev}"
         torch.empty(0, device=dev)  # the context, made now so that the weights' phase is only the weights
@@ -308,10 +318,11 @@ def load_model(
     max_memory: dict[int | str, int | str] | None = None,
     progress: Callable[[str], None] | None = None,
     check: Callable[[PreTrainedTokenizerBase], None] | None = None,
+    compiled: bool = False,
 ) -> LoadedModel:
     """:func:`loading` as a call: ``progress`` hears each phase's line as it starts."""
-    return drive(loading(resolved, device, dtype, trust_remote_code, tokenizer, device_map, max_memory, check),
-                 progress)
+    return drive(loading(resolved, device, dtype, trust_remote_code, tokenizer, device_map, max_memory, check,
+                         compiled), progress)
 
 
 def _import_model_code(resolved: ResolvedModel, trust_remote_code: bool) -> None:
