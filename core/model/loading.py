@@ -222,6 +222,8 @@ def loading(
     those objects again, and one that lands mid-run stalls decoding, and the app's thread with it. The next
     load unfreezes first, so a model that is replaced can still be collected.
 
+    ``compiled``: the run will compile its steps (``--fast``), which picks the dtype on a CPU (:func:`resolve_dtype`).
+
     A generator: it yields each phase's line as the phase starts (a front end shows it: no wait is silent)
     and returns the model; :func:`load_model` is the same as a call. The seconds each phase took end up in
     ``LoadedModel.timings``. transformers' own start-up is named as such: on a fresh machine it is most of
